@@ -1,0 +1,138 @@
+//! The error body every endpoint answers with, and the stable codes clients branch on.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `{"error": "<human message>", "code": "<snake_case_code>", "request_id": "<id>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Human-readable message; never contains secrets or internal details.
+    pub error: String,
+    /// Stable snake_case code (see [`ErrorCode`]).
+    pub code: String,
+    /// Id of the request, also logged by the server.
+    pub request_id: String,
+}
+
+/// Stable error codes. The string form is part of the contract: tests and clients match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not valid JSON, or a field has the wrong type (400).
+    InvalidJson,
+    /// A field has a value that is not allowed (400).
+    ValidationFailed,
+    /// A header or query parameter is malformed (400).
+    InvalidHeader,
+    /// A query parameter is malformed (400).
+    InvalidQuery,
+    /// The `Authorization` header is missing (401).
+    Unauthorized,
+    /// The bearer token is wrong (401).
+    InvalidToken,
+    /// Authenticated but not allowed (403).
+    Forbidden,
+    /// No session with that id (404).
+    SessionNotFound,
+    /// No such route (404).
+    NotFound,
+    /// Method not allowed on this route (405).
+    MethodNotAllowed,
+    /// A `message` arrived while a run is active (409).
+    SessionAlreadyRunning,
+    /// `steering` arrived while no run is active (409).
+    SessionNotRunning,
+    /// The `run_id` given is not the session's active run (409).
+    RunMismatch,
+    /// No tool call is waiting for a decision (409).
+    NoPendingApproval,
+    /// The body is larger than the server accepts (413).
+    PayloadTooLarge,
+    /// The body's content type is not JSON (415).
+    UnsupportedMediaType,
+    /// Semantically invalid request, e.g. an unknown backend (422).
+    UnprocessableEntity,
+    /// Too many requests (429).
+    RateLimited,
+    /// Something failed inside the server; details are in its log, not here (500).
+    Internal,
+    /// The server is shutting down or a dependency is unavailable (503).
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// The snake_case string used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidJson => "invalid_json",
+            Self::ValidationFailed => "validation_failed",
+            Self::InvalidHeader => "invalid_header",
+            Self::InvalidQuery => "invalid_query",
+            Self::Unauthorized => "unauthorized",
+            Self::InvalidToken => "invalid_token",
+            Self::Forbidden => "forbidden",
+            Self::SessionNotFound => "session_not_found",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::SessionAlreadyRunning => "session_already_running",
+            Self::SessionNotRunning => "session_not_running",
+            Self::RunMismatch => "run_mismatch",
+            Self::NoPendingApproval => "no_pending_approval",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UnprocessableEntity => "unprocessable_entity",
+            Self::RateLimited => "rate_limited",
+            Self::Internal => "internal",
+            Self::Unavailable => "unavailable",
+        }
+    }
+
+    /// The HTTP status that goes with the code.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::InvalidJson
+            | Self::ValidationFailed
+            | Self::InvalidHeader
+            | Self::InvalidQuery => 400,
+            Self::Unauthorized | Self::InvalidToken => 401,
+            Self::Forbidden => 403,
+            Self::SessionNotFound | Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::SessionAlreadyRunning
+            | Self::SessionNotRunning
+            | Self::RunMismatch
+            | Self::NoPendingApproval => 409,
+            Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
+            Self::UnprocessableEntity => 422,
+            Self::RateLimited => 429,
+            Self::Internal => 500,
+            Self::Unavailable => 503,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_name_matches_as_str() {
+        for code in [
+            ErrorCode::InvalidJson,
+            ErrorCode::SessionAlreadyRunning,
+            ErrorCode::RunMismatch,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::NoPendingApproval,
+        ] {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The SSE envelope and the events of a session's log.
+//!
+//! An SSE frame looks like
+//!
+//! ```text
+//! id: 42
+//! event: text_delta
+//! data: {"id":42,"session_id":"…","run_id":"…","timestamp":"2026-…Z","event":{"TextDelta":{"run_id":"…","delta":"Hel"}}}
+//! ```
+//!
+//! `id` is the session's `seq`; `data.event` is externally tagged with the variant name in
+//! PascalCase; the `event:` line carries the same name in snake_case ([`AgentEvent::kind`]).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::tools::ToolCall;
+
+/// Token counts reported by a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Something that happened in a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub enum AgentEvent {
+    /// A run began.
+    RunStarted { run_id: Uuid },
+    /// A follow-up was stored; it starts a run when the active one ends.
+    FollowUpQueued { run_id: Uuid, content: String },
+    /// A piece of the assistant's reply.
+    TextDelta { run_id: Uuid, delta: String },
+    /// The assistant's reply of one step, complete.
+    TextComplete { run_id: Uuid, text: String },
+    /// The agent proposes tool calls.
+    ToolCallsProposed { run_id: Uuid, tool_calls: Vec<ToolCall> },
+    /// The run waits for decisions on these calls.
+    WaitingForToolApproval { run_id: Uuid, tool_call_ids: Vec<String> },
+    /// A tool started running.
+    ToolExecutionStarted { run_id: Uuid, tool_call_id: String, name: String },
+    /// A tool finished.
+    ToolExecutionCompleted { run_id: Uuid, tool_call_id: String, result: String, is_error: bool },
+    /// A tool call was rejected (by a person, a policy or a timeout).
+    ToolRejected { run_id: Uuid, tool_call_id: String, reason: String },
+    /// A steering message reached the agent.
+    SteeringReceived { run_id: Uuid, content: String },
+    /// Tokens used by one provider call.
+    UsageReport { run_id: Uuid, usage: Usage },
+    /// The run ended normally (or was cancelled: `stop_reason = "cancelled"`).
+    RunCompleted { run_id: Uuid, total_turns: u32, total_usage: Usage, stop_reason: String },
+    /// The run ended with an error. `retryable` says whether sending again may work.
+    RunError { run_id: Uuid, error: String, retryable: bool },
+}
+
+impl AgentEvent {
+    /// The snake_case name used on the SSE `event:` line and in the store.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "run_started",
+            Self::FollowUpQueued { .. } => "follow_up_queued",
+            Self::TextDelta { .. } => "text_delta",
+            Self::TextComplete { .. } => "text_complete",
+            Self::ToolCallsProposed { .. } => "tool_calls_proposed",
+            Self::WaitingForToolApproval { .. } => "waiting_for_tool_approval",
+            Self::ToolExecutionStarted { .. } => "tool_execution_started",
+            Self::ToolExecutionCompleted { .. } => "tool_execution_completed",
+            Self::ToolRejected { .. } => "tool_rejected",
+            Self::SteeringReceived { .. } => "steering_received",
+            Self::UsageReport { .. } => "usage_report",
+            Self::RunCompleted { .. } => "run_completed",
+            Self::RunError { .. } => "run_error",
+        }
+    }
+
+    /// The run the event belongs to.
+    pub fn run_id(&self) -> Uuid {
+        match self {
+            Self::RunStarted { run_id }
+            | Self::FollowUpQueued { run_id, .. }
+            | Self::TextDelta { run_id, .. }
+            | Self::TextComplete { run_id, .. }
+            | Self::ToolCallsProposed { run_id, .. }
+            | Self::WaitingForToolApproval { run_id, .. }
+            | Self::ToolExecutionStarted { run_id, .. }
+            | Self::ToolExecutionCompleted { run_id, .. }
+            | Self::ToolRejected { run_id, .. }
+            | Self::SteeringReceived { run_id, .. }
+            | Self::UsageReport { run_id, .. }
+            | Self::RunCompleted { run_id, .. }
+            | Self::RunError { run_id, .. } => *run_id,
+        }
+    }
+
+    /// Whether the event ends its run.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Self::RunCompleted { .. } | Self::RunError { .. })
+    }
+}
+
+/// The `data:` of an SSE frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventEnvelope {
+    /// The session's `seq` of this event; also the SSE `id:`.
+    pub id: u64,
+    pub session_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub timestamp: DateTime<Utc>,
+    pub event: AgentEvent,
+}
+
+/// Control frame (`event: gap_detected`, no `id:`) sent first when a client asks for events
+/// older than the retention window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GapDetected {
+    pub requested_after_id: u64,
+    pub oldest_available_id: u64,
+    pub newest_available_id: u64,
+}
+
+/// SSE `event:` name of the [`GapDetected`] control frame.
+pub const GAP_DETECTED_EVENT: &str = "gap_detected";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn externally_tagged_pascal_case() {
+        let run_id = Uuid::nil();
+        let ev = AgentEvent::TextDelta { run_id, delta: "Hel".into() };
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["TextDelta"]["delta"], "Hel");
+        assert_eq!(ev.kind(), "text_delta");
+        let back: AgentEvent = serde_json::from_value(v).unwrap();
+        assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn envelope_round_trip() {
+        let env = EventEnvelope {
+            id: 42,
+            session_id: Uuid::nil(),
+            run_id: Some(Uuid::nil()),
+            timestamp: Utc::now(),
+            event: AgentEvent::RunError { run_id: Uuid::nil(), error: "x".into(), retryable: true },
+        };
+        let s = serde_json::to_string(&env).unwrap();
+        let back: EventEnvelope = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, env);
+    }
+}

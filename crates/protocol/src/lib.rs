@@ -1,0 +1,23 @@
+//! Wire types of the Switchboard `/v1` API.
+//!
+//! This crate owns the shapes that cross the wire: request and response bodies of every
+//! endpoint, the SSE envelope and the [`events::AgentEvent`] enum, and the error body with its
+//! stable codes. It does no I/O and knows nothing of HTTP frameworks, stores or agents; the
+//! server, the client and every surface share these types so they cannot drift apart.
+
+pub mod error;
+pub mod events;
+pub mod messages;
+pub mod sessions;
+pub mod system;
+pub mod tools;
+
+pub use error::{ErrorBody, ErrorCode};
+pub use events::{AgentEvent, EventEnvelope, GapDetected, Usage};
+pub use messages::*;
+pub use sessions::*;
+pub use system::*;
+pub use tools::*;
+
+/// Version of the wire contract; bumped when a body changes incompatibly.
+pub const API_VERSION: &str = "v1";

@@ -1,0 +1,179 @@
+//! Session bodies: create, list, show.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// What produces a session's events.
+///
+/// On the wire: `"builtin"` or `{"acp": "<agent name from config>"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendSpec {
+    /// Switchboard's built-in LLM agent.
+    #[default]
+    Builtin,
+    /// An external agent speaking the Agent Client Protocol, by its name in the config.
+    Acp(String),
+}
+
+/// What the agent may do without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionMode {
+    /// Only `view`.
+    ReadOnly,
+    /// File tools inside the workspace run without asking; `run_command` asks.
+    #[default]
+    WorkspaceWrite,
+    /// Nothing asks unless a rule says so; no workspace confinement.
+    FullAccess,
+}
+
+impl PermissionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "read-only",
+            Self::WorkspaceWrite => "workspace-write",
+            Self::FullAccess => "full-access",
+        }
+    }
+}
+
+/// Which tool calls run without an approval: `"all"`, `"none"` or a list of tool names.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AutoApprove {
+    Keyword(AutoApproveKeyword),
+    Tools(Vec<String>),
+    #[default]
+    #[serde(skip)]
+    Unset,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoApproveKeyword {
+    All,
+    None,
+}
+
+/// `POST /v1/sessions`. Every field is optional.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct CreateSessionRequest {
+    /// Display title; defaults to "New session".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Workspace directory of the session; defaults to the server's workspace root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSpec>,
+    /// Model name; defaults to the configured model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<PermissionMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_approve: Option<AutoApprove>,
+}
+
+/// Whether a session has an active run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Idle,
+    Running,
+}
+
+/// A session as returned by create, list and show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionSummary {
+    pub id: Uuid,
+    pub title: String,
+    pub cwd: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub run_status: RunStatus,
+    /// The active run, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run_id: Option<Uuid>,
+    /// Seq of the newest event in the session's log (0 when none).
+    #[serde(default)]
+    pub last_event_id: u64,
+}
+
+/// How a session is configured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionConfig {
+    pub backend: BackendSpec,
+    pub model: Option<String>,
+    pub permission_mode: PermissionMode,
+    pub auto_approve: AutoApprove,
+}
+
+/// `GET /v1/sessions/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SessionDetailResponse {
+    pub session: SessionSummary,
+    pub config: SessionConfig,
+}
+
+/// `GET /v1/sessions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ListSessionsResponse {
+    pub sessions: Vec<SessionSummary>,
+    /// Number of sessions in all (not only this page).
+    pub total: u64,
+}
+
+/// `limit` and `offset` query parameters of list endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Page {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u32>,
+}
+
+/// `POST /v1/sessions/{id}/cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CancelRequest {
+    pub run_id: Uuid,
+}
+
+/// Answer to [`CancelRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CancelResponse {
+    pub cancelled: bool,
+    pub run_id: Uuid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_wire_forms() {
+        assert_eq!(serde_json::to_string(&BackendSpec::Builtin).unwrap(), "\"builtin\"");
+        let acp: BackendSpec = serde_json::from_str(r#"{"acp":"claude"}"#).unwrap();
+        assert_eq!(acp, BackendSpec::Acp("claude".into()));
+    }
+
+    #[test]
+    fn auto_approve_wire_forms() {
+        let all: AutoApprove = serde_json::from_str("\"all\"").unwrap();
+        assert_eq!(all, AutoApprove::Keyword(AutoApproveKeyword::All));
+        let list: AutoApprove = serde_json::from_str(r#"["view","fs__create"]"#).unwrap();
+        assert_eq!(list, AutoApprove::Tools(vec!["view".into(), "fs__create".into()]));
+        assert!(serde_json::from_str::<AutoApprove>("\"sometimes\"").is_err());
+    }
+
+    #[test]
+    fn permission_mode_is_kebab() {
+        let m: PermissionMode = serde_json::from_str("\"full-access\"").unwrap();
+        assert_eq!(m, PermissionMode::FullAccess);
+        assert_eq!(m.as_str(), "full-access");
+    }
+}

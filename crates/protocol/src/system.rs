@@ -1,0 +1,15 @@
+//! Bodies of endpoints that are about the server itself.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HealthResponse {
+    /// Always `"ok"` when the server answers.
+    pub status: String,
+    /// Version of the running binary.
+    pub version: String,
+    /// Seconds since the server started.
+    pub uptime_seconds: u64,
+}

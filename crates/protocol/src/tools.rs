@@ -1,0 +1,68 @@
+//! Tool calls and the bodies of the `tools/*` endpoints.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// A tool call proposed by the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCall {
+    /// Id given by the model (or by Switchboard when the model gives none).
+    pub id: String,
+    /// Tool name, e.g. `run_command`.
+    pub name: String,
+    /// Arguments as a JSON value (an object for well-behaved models).
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+    /// Optional extra information (e.g. a readable preview).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// `GET /v1/sessions/{id}/tools/pending`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PendingToolsResponse {
+    /// The run whose tool calls wait; `null` when nothing waits.
+    pub run_id: Option<Uuid>,
+    /// Calls awaiting a decision.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// What to do with one pending tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionAction {
+    /// Run the tool.
+    Accept,
+    /// Do not run it; the model is told it was rejected (with `content` as the reason).
+    Reject,
+    /// Do not run it; hand `content` to the model as the tool's result.
+    CustomResult,
+}
+
+/// A decision on one tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDecision {
+    pub action: DecisionAction,
+    /// Reason for a rejection or the result for `custom_result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// `POST /v1/sessions/{id}/tools/decisions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDecisionsRequest {
+    pub run_id: Uuid,
+    /// Decisions keyed by tool call id.
+    pub decisions: BTreeMap<String, ToolDecision>,
+}
+
+/// Answer to [`ToolDecisionsRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDecisionsResponse {
+    pub accepted: bool,
+    pub run_id: Uuid,
+}
