@@ -1,0 +1,84 @@
+//! Durable state of Switchboard.
+//!
+//! This crate owns the [`Store`] trait — sessions, runs (with their state; a queued run is a
+//! stored follow-up), the append-only event log and the transcript — and its SQLite
+//! implementation ([`SqliteStore`], the embedded default). Migrations are embedded in the
+//! binary. [`conformance`] is one test-suite that any `Store` must pass, so every
+//! implementation is held to the same contract.
+//!
+//! It does not know about HTTP, agents or fan-out: the engine decides *what* to store and when.
+
+pub mod conformance;
+mod error;
+mod migrate;
+mod records;
+mod sqlite;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+pub use error::StoreError;
+pub use records::*;
+pub use sqlite::{SqliteOptions, SqliteStore};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything Switchboard keeps. Implementations must be safe to share between tasks.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // --- sessions ---------------------------------------------------------------------------
+
+    /// Inserts a session. Fails with [`StoreError::Conflict`] if the id exists.
+    async fn create_session(&self, session: &SessionRecord) -> Result<()>;
+    async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>>;
+    /// Newest first; returns the page and the total count.
+    async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionRecord>, u64)>;
+    /// Deletes the session with its runs, events and messages. `false` if it did not exist.
+    async fn delete_session(&self, id: Uuid) -> Result<bool>;
+    /// Sets `updated_at`.
+    async fn touch_session(&self, id: Uuid, at: &str) -> Result<()>;
+
+    // --- event log --------------------------------------------------------------------------
+
+    /// Appends events atomically (all or none), in order, and raises each session's
+    /// `last_seq`. A `(session_id, seq)` that exists already is a [`StoreError::Conflict`].
+    async fn append_events(&self, events: &[NewEvent]) -> Result<()>;
+    /// Events with `seq > after`, ascending, at most `limit`.
+    async fn read_events(&self, session_id: Uuid, after: u64, limit: u32)
+    -> Result<Vec<StoredEvent>>;
+    /// Oldest and newest stored seq, and the highest seq ever assigned.
+    async fn event_bounds(&self, session_id: Uuid) -> Result<EventBounds>;
+    /// Deletes events created before `cutoff` (RFC 3339); returns how many went.
+    async fn prune_events_before(&self, cutoff: &str) -> Result<u64>;
+
+    // --- runs and the follow-up queue -------------------------------------------------------
+
+    /// Inserts a run in state `queued` at the back of its session's queue.
+    async fn enqueue_run(&self, run: &NewRun) -> Result<RunRecord>;
+    /// Inserts a run in state `queued` at the front of its session's queue.
+    async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord>;
+    async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>>;
+    /// Moves a queued run to `running`. [`StoreError::Conflict`] if the session has a running
+    /// run already or the run is not queued.
+    async fn start_run(&self, id: Uuid, at: &str) -> Result<RunRecord>;
+    /// Moves a run to a final state (`completed`, `failed`, `cancelled`).
+    async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()>;
+    /// The session's running run, if any.
+    async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>>;
+    /// The front of the session's follow-up queue.
+    async fn next_queued_run(&self, session_id: Uuid) -> Result<Option<RunRecord>>;
+    /// Every run in the given state (e.g. `running` ones after a crash).
+    async fn runs_in_state(&self, state: RunState) -> Result<Vec<RunRecord>>;
+
+    // --- transcript -------------------------------------------------------------------------
+
+    /// Appends a message at the end of its session's transcript.
+    async fn append_message(&self, message: &MessageRecord) -> Result<()>;
+    /// Oldest first; returns the page and the total count.
+    async fn list_messages(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<MessageRecord>, u64)>;
+}

@@ -1,0 +1,32 @@
+use thiserror::Error;
+
+/// What can go wrong in a store.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// A uniqueness or state rule was violated (duplicate id, second running run, …).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A referenced row does not exist.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Stored data could not be decoded (hand-edited database, incompatible version).
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    /// The database failed or is unreachable.
+    #[error("database error: {0}")]
+    Database(String),
+    /// Opening the database or running migrations failed.
+    #[error("cannot open store: {0}")]
+    Open(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e
+            && db.is_unique_violation()
+        {
+            return StoreError::Conflict(db.message().to_string());
+        }
+        StoreError::Database(e.to_string())
+    }
+}

@@ -1,0 +1,129 @@
+//! Row types the store reads and writes.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A session row. `config` is the JSON of the protocol's `SessionConfig`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub id: Uuid,
+    pub title: String,
+    pub cwd: String,
+    pub config: Value,
+    pub created_at: String,
+    pub updated_at: String,
+    pub last_seq: u64,
+}
+
+/// An event to append. `payload` is the JSON of the event, `created_at` RFC 3339.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub session_id: Uuid,
+    pub seq: u64,
+    pub run_id: Option<Uuid>,
+    pub kind: String,
+    pub payload: String,
+    pub created_at: String,
+}
+
+/// An event read back from the log.
+pub type StoredEvent = NewEvent;
+
+/// Bounds of a session's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventBounds {
+    /// Smallest stored seq (None when the log is empty).
+    pub oldest: Option<u64>,
+    /// Largest stored seq (None when the log is empty).
+    pub newest: Option<u64>,
+    /// Highest seq ever assigned in the session, even if pruned since.
+    pub last_seq: u64,
+}
+
+/// State of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunState {
+    Queued,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => Self::Queued,
+            "running" => Self::Running,
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// A run to insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    /// JSON of what started the run (message content, model, context, overrides).
+    pub input: Value,
+    pub created_at: String,
+}
+
+/// A run row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub state: RunState,
+    pub input: Value,
+    pub error: Option<String>,
+    pub stop_reason: Option<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    Completed { stop_reason: String },
+    Failed { error: String },
+    Cancelled,
+}
+
+impl RunOutcome {
+    pub fn state(&self) -> RunState {
+        match self {
+            Self::Completed { .. } => RunState::Completed,
+            Self::Failed { .. } => RunState::Failed,
+            Self::Cancelled => RunState::Cancelled,
+        }
+    }
+}
+
+/// A transcript message. `tool_calls` is a JSON array when present.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageRecord {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub run_id: Option<Uuid>,
+    pub role: String,
+    pub content: String,
+    pub tool_calls: Option<Value>,
+    pub tool_call_id: Option<String>,
+    pub created_at: String,
+}

@@ -1,0 +1,500 @@
+//! The embedded default store: one SQLite file in WAL mode.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool};
+use uuid::Uuid;
+
+use crate::{
+    EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord, RunState,
+    SessionRecord, Store, StoreError, StoredEvent,
+};
+
+/// How to open a SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub path: PathBuf,
+    /// Connections in the pool (readers; SQLite serializes writers itself).
+    pub max_connections: u32,
+    /// `synchronous = FULL` instead of `NORMAL`: survives power loss, not only process
+    /// crashes, at the price of an fsync per commit.
+    pub synchronous_full: bool,
+}
+
+impl SqliteOptions {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into(), max_connections: 8, synchronous_full: false }
+    }
+}
+
+/// [`Store`] on a SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database and applies pending migrations.
+    pub async fn open(opts: SqliteOptions) -> Result<Self> {
+        let connect = SqliteConnectOptions::from_str("sqlite://")
+            .map_err(|e| StoreError::Open(e.to_string()))?
+            .filename(&opts.path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if opts.synchronous_full {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(opts.max_connections.max(1))
+            .min_connections(1)
+            .connect_with(connect)
+            .await
+            .map_err(|e| StoreError::Open(format!("{}: {e}", opts.path.display())))?;
+        crate::migrate::run_sqlite(&pool).await?;
+        Ok(Self { pool, path: opts.path })
+    }
+
+    /// Opens a store at `path` with default options.
+    pub async fn open_path(path: &Path) -> Result<Self> {
+        Self::open(SqliteOptions::new(path)).await
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Closes the pool, waiting for connections to finish.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn uuid_col(row: &SqliteRow, col: &str) -> Result<Uuid> {
+    let s: String = row.try_get(col)?;
+    Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+fn opt_uuid_col(row: &SqliteRow, col: &str) -> Result<Option<Uuid>> {
+    let s: Option<String> = row.try_get(col)?;
+    s.map(|s| Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}"))))
+        .transpose()
+}
+
+fn json_col(row: &SqliteRow, col: &str) -> Result<serde_json::Value> {
+    let s: String = row.try_get(col)?;
+    serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+fn u64_col(row: &SqliteRow, col: &str) -> Result<u64> {
+    let v: i64 = row.try_get(col)?;
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{col}: negative value {v}")))
+}
+
+fn to_i64(v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| StoreError::Conflict(format!("value {v} out of range")))
+}
+
+fn session_from_row(row: &SqliteRow) -> Result<SessionRecord> {
+    Ok(SessionRecord {
+        id: uuid_col(row, "id")?,
+        title: row.try_get("title")?,
+        cwd: row.try_get("cwd")?,
+        config: json_col(row, "config")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        last_seq: u64_col(row, "last_seq")?,
+    })
+}
+
+fn run_from_row(row: &SqliteRow) -> Result<RunRecord> {
+    let state: String = row.try_get("state")?;
+    Ok(RunRecord {
+        id: uuid_col(row, "id")?,
+        session_id: uuid_col(row, "session_id")?,
+        state: RunState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("run state {state:?}")))?,
+        input: json_col(row, "input")?,
+        error: row.try_get("error")?,
+        stop_reason: row.try_get("stop_reason")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+fn event_from_row(row: &SqliteRow, session_id: Uuid) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        session_id,
+        seq: u64_col(row, "seq")?,
+        run_id: opt_uuid_col(row, "run_id")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn message_from_row(row: &SqliteRow) -> Result<MessageRecord> {
+    let tool_calls: Option<String> = row.try_get("tool_calls")?;
+    Ok(MessageRecord {
+        id: uuid_col(row, "id")?,
+        session_id: uuid_col(row, "session_id")?,
+        run_id: opt_uuid_col(row, "run_id")?,
+        role: row.try_get("role")?,
+        content: row.try_get("content")?,
+        tool_calls: tool_calls
+            .map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
+        tool_call_id: row.try_get("tool_call_id")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+const RUN_COLS: &str =
+    "id, session_id, state, input, error, stop_reason, created_at, started_at, finished_at";
+
+impl SqliteStore {
+    async fn enqueue(&self, run: &NewRun, front: bool) -> Result<RunRecord> {
+        let input = run.input.to_string();
+        let pos_sql = if front {
+            "(SELECT COALESCE(MIN(queue_pos), 0) - 1 FROM runs WHERE session_id = ?2)"
+        } else {
+            "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs WHERE session_id = ?2)"
+        };
+        let sql = format!(
+            "INSERT INTO runs (id, session_id, queue_pos, state, input, created_at) \
+             VALUES (?1, ?2, {pos_sql}, 'queued', ?3, ?4)"
+        );
+        let res = sqlx::query(&sql)
+            .bind(run.id.to_string())
+            .bind(run.session_id.to_string())
+            .bind(&input)
+            .bind(&run.created_at)
+            .execute(&self.pool)
+            .await;
+        match res {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                return Err(StoreError::NotFound(format!("session {}", run.session_id)));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(RunRecord {
+            id: run.id,
+            session_id: run.session_id,
+            state: RunState::Queued,
+            input: run.input.clone(),
+            error: None,
+            stop_reason: None,
+            created_at: run.created_at.clone(),
+            started_at: None,
+            finished_at: None,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create_session(&self, s: &SessionRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(s.id.to_string())
+        .bind(&s.title)
+        .bind(&s.cwd)
+        .bind(s.config.to_string())
+        .bind(&s.created_at)
+        .bind(&s.updated_at)
+        .bind(to_i64(s.last_seq)?)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>> {
+        sqlx::query("SELECT * FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| session_from_row(&r))
+            .transpose()
+    }
+
+    async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionRecord>, u64)> {
+        let rows = sqlx::query(
+            "SELECT * FROM sessions ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        )
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&self.pool)
+        .await?;
+        let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM sessions")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?;
+        let sessions = rows.iter().map(session_from_row).collect::<Result<Vec<_>>>()?;
+        Ok((sessions, total.max(0) as u64))
+    }
+
+    async fn delete_session(&self, id: Uuid) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let id = id.to_string();
+        for table in ["events", "messages", "runs"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE session_id = ?"))
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let n = sqlx::query("DELETE FROM sessions WHERE id = ?")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    async fn touch_session(&self, id: Uuid, at: &str) -> Result<()> {
+        sqlx::query("UPDATE sessions SET updated_at = ? WHERE id = ?")
+            .bind(at)
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        let mut highest: Vec<(Uuid, u64)> = Vec::new();
+        for ev in events {
+            let res = sqlx::query(
+                "INSERT INTO events (session_id, seq, run_id, kind, payload, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(ev.session_id.to_string())
+            .bind(to_i64(ev.seq)?)
+            .bind(ev.run_id.map(|r| r.to_string()))
+            .bind(&ev.kind)
+            .bind(&ev.payload)
+            .bind(&ev.created_at)
+            .execute(&mut *tx)
+            .await;
+            match res {
+                Ok(_) => {}
+                Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                    return Err(StoreError::NotFound(format!("session {}", ev.session_id)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            match highest.iter_mut().find(|(s, _)| *s == ev.session_id) {
+                Some((_, seq)) => *seq = (*seq).max(ev.seq),
+                None => highest.push((ev.session_id, ev.seq)),
+            }
+        }
+        for (session_id, seq) in highest {
+            sqlx::query("UPDATE sessions SET last_seq = MAX(last_seq, ?) WHERE id = ?")
+                .bind(to_i64(seq)?)
+                .bind(session_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn read_events(
+        &self,
+        session_id: Uuid,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT seq, run_id, kind, payload, created_at FROM events \
+             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id.to_string())
+        .bind(to_i64(after)?)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| event_from_row(r, session_id)).collect()
+    }
+
+    async fn event_bounds(&self, session_id: Uuid) -> Result<EventBounds> {
+        let sid = session_id.to_string();
+        let row = sqlx::query(
+            "SELECT (SELECT MIN(seq) FROM events WHERE session_id = ?1) AS oldest, \
+                    (SELECT MAX(seq) FROM events WHERE session_id = ?1) AS newest, \
+                    (SELECT last_seq FROM sessions WHERE id = ?1) AS last_seq",
+        )
+        .bind(&sid)
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest: Option<i64> = row.try_get("oldest")?;
+        let newest: Option<i64> = row.try_get("newest")?;
+        let last_seq: Option<i64> = row.try_get("last_seq")?;
+        Ok(EventBounds {
+            oldest: oldest.map(|v| v.max(0) as u64),
+            newest: newest.map(|v| v.max(0) as u64),
+            last_seq: last_seq.unwrap_or(0).max(newest.unwrap_or(0)).max(0) as u64,
+        })
+    }
+
+    async fn prune_events_before(&self, cutoff: &str) -> Result<u64> {
+        Ok(sqlx::query("DELETE FROM events WHERE created_at < ?")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn enqueue_run(&self, run: &NewRun) -> Result<RunRecord> {
+        self.enqueue(run, false).await
+    }
+
+    async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord> {
+        self.enqueue(run, true).await
+    }
+
+    async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>> {
+        sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?"))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .map(|r| run_from_row(&r))
+            .transpose()
+    }
+
+    async fn start_run(&self, id: Uuid, at: &str) -> Result<RunRecord> {
+        let res = sqlx::query(
+            "UPDATE runs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("run {id} is not queued")));
+        }
+        self.get_run(id).await?.ok_or_else(|| StoreError::NotFound(format!("run {id}")))
+    }
+
+    async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()> {
+        let (error, stop_reason) = match outcome {
+            RunOutcome::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
+            RunOutcome::Failed { error } => (Some(error.as_str()), None),
+            RunOutcome::Cancelled => (None, Some("cancelled")),
+        };
+        let res = sqlx::query(
+            "UPDATE runs SET state = ?, error = ?, stop_reason = ?, finished_at = ? \
+             WHERE id = ? AND state IN ('queued', 'running')",
+        )
+        .bind(outcome.state().as_str())
+        .bind(error)
+        .bind(stop_reason)
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("run {id} is not active")));
+        }
+        Ok(())
+    }
+
+    async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
+        sqlx::query(&format!(
+            "SELECT {RUN_COLS} FROM runs WHERE session_id = ? AND state = 'running'"
+        ))
+        .bind(session_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|r| run_from_row(&r))
+        .transpose()
+    }
+
+    async fn next_queued_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
+        sqlx::query(&format!(
+            "SELECT {RUN_COLS} FROM runs WHERE session_id = ? AND state = 'queued' \
+             ORDER BY queue_pos LIMIT 1"
+        ))
+        .bind(session_id.to_string())
+        .fetch_optional(&self.pool)
+        .await?
+        .map(|r| run_from_row(&r))
+        .transpose()
+    }
+
+    async fn runs_in_state(&self, state: RunState) -> Result<Vec<RunRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLS} FROM runs WHERE state = ? ORDER BY session_id, queue_pos"
+        ))
+        .bind(state.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    async fn append_message(&self, m: &MessageRecord) -> Result<()> {
+        let res = sqlx::query(
+            "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, tool_call_id, created_at) \
+             VALUES (?1, ?2, (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .bind(m.id.to_string())
+        .bind(m.session_id.to_string())
+        .bind(m.run_id.map(|r| r.to_string()))
+        .bind(&m.role)
+        .bind(&m.content)
+        .bind(m.tool_calls.as_ref().map(|v| v.to_string()))
+        .bind(&m.tool_call_id)
+        .bind(&m.created_at)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                Err(StoreError::NotFound(format!("session {}", m.session_id)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn list_messages(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<MessageRecord>, u64)> {
+        let sid = session_id.to_string();
+        let rows = sqlx::query(
+            "SELECT * FROM messages WHERE session_id = ? ORDER BY pos LIMIT ? OFFSET ?",
+        )
+        .bind(&sid)
+        .bind(i64::from(limit))
+        .bind(i64::from(offset))
+        .fetch_all(&self.pool)
+        .await?;
+        let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM messages WHERE session_id = ?")
+            .bind(&sid)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?;
+        let msgs = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
+        Ok((msgs, total.max(0) as u64))
+    }
+}

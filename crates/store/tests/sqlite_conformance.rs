@@ -1,0 +1,40 @@
+use switchboard_store::{SqliteStore, Store, conformance};
+
+#[tokio::test]
+async fn sqlite_passes_the_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open_path(&dir.path().join("switchboard.db")).await.unwrap();
+    conformance::run_all(&store).await;
+}
+
+#[tokio::test]
+async fn data_survives_reopen_and_migrations_are_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.db");
+    let id = {
+        let store = SqliteStore::open_path(&path).await.unwrap();
+        let s = switchboard_store::SessionRecord {
+            id: uuid::Uuid::now_v7(),
+            title: "persist".into(),
+            cwd: "/".into(),
+            config: serde_json::json!({}),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+            last_seq: 0,
+        };
+        store.create_session(&s).await.unwrap();
+        store.close().await;
+        s.id
+    };
+    let store = SqliteStore::open_path(&path).await.unwrap();
+    assert_eq!(store.get_session(id).await.unwrap().unwrap().title, "persist");
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.db");
+    std::fs::write(&path, b"this is not sqlite, just some text that is long enough to matter....").unwrap();
+    let err = SqliteStore::open_path(&path).await.unwrap_err();
+    assert!(matches!(err, switchboard_store::StoreError::Open(_)), "{err:?}");
+}
