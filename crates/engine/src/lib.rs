@@ -1,0 +1,25 @@
+//! The headless engine of Switchboard.
+//!
+//! It owns sessions and runs (at most one active run per session, follow-ups queued durably,
+//! steering, cancel), the durable event log with live fan-out and replay ([`EventLog`]), and
+//! the [`Backend`] trait that agents implement. It knows nothing of HTTP, chat platforms or
+//! tmux: surfaces reach it through the server's API.
+
+mod backend;
+mod config;
+mod engine;
+mod error;
+mod log;
+mod markdown;
+mod time;
+
+pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
+pub use config::EngineConfig;
+pub use engine::Engine;
+pub use error::EngineError;
+pub use log::{EventLog, LogEvent, SubItem, Subscription};
+pub use markdown::render_transcript;
+pub use time::now_rfc3339;
+
+pub use switchboard_protocol as protocol;
+pub use switchboard_store as store;

@@ -1,0 +1,213 @@
+//! [`Client`]: one typed method per `/v1` endpoint.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use switchboard_protocol::{
+    CancelRequest, CancelResponse, CreateSessionRequest, HealthResponse, ListMessagesResponse,
+    ListSessionsResponse, Page, PendingToolsResponse, SendMessageRequest, SendMessageResponse,
+    SessionDetailResponse, SessionSummary, ToolDecisionsRequest, ToolDecisionsResponse,
+};
+use uuid::Uuid;
+
+use crate::error::ClientError;
+use crate::stream::{EventStream, Subscription};
+
+/// How long a plain request (not the event stream) may take in all.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long establishing a TCP (and TLS) connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client of one Switchboard server. Cheap to clone; clones share the connection pool.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// Scheme, host, port and optional path prefix, without a trailing slash.
+    base_url: Arc<str>,
+    token: Option<Arc<str>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.base_url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl Client {
+    /// A client of the server at `base_url` (e.g. `http://127.0.0.1:7070`; a trailing slash is
+    /// fine), sending `Authorization: Bearer <token>` when a token is given.
+    pub fn new(base_url: impl Into<String>, token: Option<String>) -> Result<Client, ClientError> {
+        let raw = base_url.into();
+        let trimmed = raw.trim().trim_end_matches('/');
+        let parsed = reqwest::Url::parse(trimmed)
+            .map_err(|e| ClientError::InvalidUrl(format!("{trimmed:?}: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ClientError::InvalidUrl(format!(
+                "{trimmed:?}: scheme must be http or https"
+            )));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(ClientError::InvalidUrl(format!("{trimmed:?}: no host")));
+        }
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(ClientError::InvalidUrl(format!(
+                "{trimmed:?}: a base URL has no query or fragment"
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("switchboard-client/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::Transport(crate::error::error_chain(&e)))?;
+        Ok(Client {
+            http,
+            base_url: Arc::from(trimmed),
+            token: token.map(Arc::from),
+        })
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<HealthResponse, ClientError> {
+        self.json(self.request(reqwest::Method::GET, "/v1/health")).await
+    }
+
+    /// `POST /v1/sessions`.
+    pub async fn create_session(
+        &self,
+        req: &CreateSessionRequest,
+    ) -> Result<SessionSummary, ClientError> {
+        self.json(self.request(reqwest::Method::POST, "/v1/sessions").json(req)).await
+    }
+
+    /// `GET /v1/sessions?limit&offset`.
+    pub async fn list_sessions(
+        &self,
+        limit: Option<u32>,
+        offset: Option<u32>,
+    ) -> Result<ListSessionsResponse, ClientError> {
+        let req = self.request(reqwest::Method::GET, "/v1/sessions").query(&Page { limit, offset });
+        self.json(req).await
+    }
+
+    /// `GET /v1/sessions/{id}`.
+    pub async fn get_session(&self, id: Uuid) -> Result<SessionDetailResponse, ClientError> {
+        self.json(self.request(reqwest::Method::GET, &format!("/v1/sessions/{id}"))).await
+    }
+
+    /// `DELETE /v1/sessions/{id}`.
+    pub async fn delete_session(&self, id: Uuid) -> Result<(), ClientError> {
+        let req = self.request(reqwest::Method::DELETE, &format!("/v1/sessions/{id}"));
+        self.send(req).await.map(drop)
+    }
+
+    /// `POST /v1/sessions/{id}/messages`.
+    pub async fn send_message(
+        &self,
+        id: Uuid,
+        req: &SendMessageRequest,
+    ) -> Result<SendMessageResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/messages");
+        self.json(self.request(reqwest::Method::POST, &path).json(req)).await
+    }
+
+    /// `GET /v1/sessions/{id}/messages?limit&offset`.
+    pub async fn list_messages(
+        &self,
+        id: Uuid,
+        limit: Option<u32>,
+        offset: Option<u32>,
+    ) -> Result<ListMessagesResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/messages");
+        let req = self.request(reqwest::Method::GET, &path).query(&Page { limit, offset });
+        self.json(req).await
+    }
+
+    /// `GET /v1/sessions/{id}/transcript.md`.
+    pub async fn transcript_markdown(&self, id: Uuid) -> Result<String, ClientError> {
+        let path = format!("/v1/sessions/{id}/transcript.md");
+        let resp = self.send(self.request(reqwest::Method::GET, &path)).await?;
+        resp.text().await.map_err(|e| ClientError::from_reqwest(&e))
+    }
+
+    /// `GET /v1/sessions/{id}/tools/pending`.
+    pub async fn pending_tools(&self, id: Uuid) -> Result<PendingToolsResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/tools/pending");
+        self.json(self.request(reqwest::Method::GET, &path)).await
+    }
+
+    /// `POST /v1/sessions/{id}/tools/decisions`.
+    pub async fn decide_tools(
+        &self,
+        id: Uuid,
+        req: &ToolDecisionsRequest,
+    ) -> Result<ToolDecisionsResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/tools/decisions");
+        self.json(self.request(reqwest::Method::POST, &path).json(req)).await
+    }
+
+    /// `POST /v1/sessions/{id}/cancel`.
+    pub async fn cancel(&self, id: Uuid, run_id: Uuid) -> Result<CancelResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/cancel");
+        let body = CancelRequest { run_id };
+        self.json(self.request(reqwest::Method::POST, &path).json(&body)).await
+    }
+
+    /// `GET /v1/sessions/{id}/events`: the session's events, resumed after `after` when given.
+    ///
+    /// The returned stream reconnects by itself (with `Last-Event-ID`) whenever the connection
+    /// drops or the server answers 5xx/429, backing off from 100 ms to 5 s, and never yields an
+    /// event twice. It ends after yielding one `Err(ClientError::Api)` when the server refuses
+    /// the subscription for good (401, 403, 404...). Dropping it closes the connection.
+    pub fn subscribe(&self, id: Uuid, after: Option<u64>) -> EventStream {
+        EventStream::new(Subscription {
+            http: self.http.clone(),
+            url: self.url(&format!("/v1/sessions/{id}/events")),
+            token: self.token.clone(),
+            cursor: after,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// A request with the auth header and the per-request timeout.
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, self.url(path)).timeout(REQUEST_TIMEOUT);
+        match &self.token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+
+    /// Sends `req`; a non-2xx answer becomes [`ClientError::Api`].
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+        let resp = req.send().await.map_err(|e| ClientError::from_reqwest(&e))?;
+        if resp.status().is_success() {
+            Ok(resp)
+        } else {
+            let err = ClientError::from_response(resp).await;
+            tracing::debug!(error = %err, "request failed");
+            Err(err)
+        }
+    }
+
+    /// Sends `req` and parses a JSON answer.
+    async fn json<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, ClientError> {
+        let resp = self.send(req).await?;
+        let bytes = resp.bytes().await.map_err(|e| ClientError::from_reqwest(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            let snippet: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
+            ClientError::Decode(format!("{e} (body starts {snippet:?})"))
+        })
+    }
+}

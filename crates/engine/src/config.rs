@@ -1,0 +1,33 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use switchboard_protocol::{AutoApprove, PermissionMode};
+
+/// Settings of the engine, filled from the configuration file by the binary.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Workspace used when a session is created without `cwd`.
+    pub default_cwd: PathBuf,
+    /// Model used when neither the session nor the message names one.
+    pub default_model: Option<String>,
+    pub default_permission_mode: PermissionMode,
+    pub default_auto_approve: AutoApprove,
+    /// Events older than this are pruned from the log (None: keep forever).
+    pub event_retention: Option<Duration>,
+    /// Capacity of each session's live channel; a subscriber further behind than this
+    /// falls back to reading the log.
+    pub live_buffer: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            default_cwd: std::env::temp_dir(),
+            default_model: None,
+            default_permission_mode: PermissionMode::WorkspaceWrite,
+            default_auto_approve: AutoApprove::Unset,
+            event_retention: None,
+            live_buffer: 1024,
+        }
+    }
+}

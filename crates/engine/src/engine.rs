@@ -1,0 +1,625 @@
+//! Sessions and runs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use switchboard_protocol::{
+    AgentEvent, AutoApprove, CreateSessionRequest, MessageType, Role, RunStatus, SendMessageRequest,
+    SessionConfig, SessionSummary, TranscriptMessage, Usage,
+};
+use switchboard_store::{
+    MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store,
+};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::backend::{Backends, RunContext, RunHandle, RunInput};
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::log::{EventLog, Subscription};
+use crate::time::{now_rfc3339, parse_ts};
+
+/// Most characters in a session title.
+const MAX_TITLE: usize = 200;
+/// Most bytes in one message's content.
+const MAX_CONTENT: usize = 1 << 20;
+
+/// A run that is executing in this process.
+struct ActiveRun {
+    run_id: Uuid,
+    cancel: CancellationToken,
+    steering: mpsc::UnboundedSender<String>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// The engine. Cheap to clone; all clones share state.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    log: EventLog,
+    backends: Backends,
+    config: EngineConfig,
+    /// Serializes decisions about one session's runs (start, end, queue hand-over), so
+    /// "at most one active run" holds without races.
+    session_locks: StdMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
+    /// Runs executing here, by session.
+    active: StdMutex<HashMap<Uuid, ActiveRun>>,
+    /// Fires on shutdown: running runs end with a retryable error.
+    shutdown: CancellationToken,
+}
+
+impl Engine {
+    /// Builds the engine and recovers from a previous crash: runs left `running` are closed
+    /// with a retryable `RunError`, and stored follow-ups start.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        backends: Backends,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
+        let log = EventLog::new(store.clone(), config.live_buffer);
+        let engine = Self {
+            inner: Arc::new(Inner {
+                store,
+                log,
+                backends,
+                config,
+                session_locks: StdMutex::default(),
+                active: StdMutex::default(),
+                shutdown: CancellationToken::new(),
+            }),
+        };
+        engine.recover().await?;
+        if let Some(retention) = engine.inner.config.event_retention {
+            tokio::spawn(prune_loop(engine.clone(), retention));
+        }
+        Ok(engine)
+    }
+
+    async fn recover(&self) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        for run in store.runs_in_state(RunState::Running).await? {
+            let error = "interrupted by restart".to_string();
+            tracing::warn!(run_id = %run.id, session_id = %run.session_id, "closing run interrupted by restart");
+            store.finish_run(run.id, &RunOutcome::Failed { error: error.clone() }, &now_rfc3339()).await?;
+            self.inner
+                .log
+                .append(run.session_id, &AgentEvent::RunError { run_id: run.id, error, retryable: true })
+                .await?;
+        }
+        let mut sessions: Vec<Uuid> =
+            store.runs_in_state(RunState::Queued).await?.iter().map(|r| r.session_id).collect();
+        sessions.dedup();
+        for session_id in sessions {
+            let lock = self.session_lock(session_id);
+            let _guard = lock.lock().await;
+            self.start_next_queued(session_id).await?;
+        }
+        Ok(())
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.inner.log
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {
+        let mut map = self.inner.session_locks.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(id).or_default().clone()
+    }
+
+    fn active_run_id(&self, session_id: Uuid) -> Option<Uuid> {
+        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&session_id).map(|a| a.run_id)
+    }
+
+    // --- sessions -------------------------------------------------------------------------
+
+    pub async fn create_session(&self, req: CreateSessionRequest) -> Result<SessionSummary, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let title = match req.title.as_deref().map(str::trim) {
+            Some("") => return Err(EngineError::validation("title", "must not be empty")),
+            Some(t) if t.chars().count() > MAX_TITLE => {
+                return Err(EngineError::validation("title", format!("longer than {MAX_TITLE} characters")));
+            }
+            Some(t) => t.to_string(),
+            None => "New session".to_string(),
+        };
+        let cwd = match req.cwd.as_deref() {
+            Some(c) => validate_cwd(Path::new(c))?,
+            None => self.inner.config.default_cwd.clone(),
+        };
+        let backend = req.backend.unwrap_or_default();
+        // An unknown backend is refused now rather than at the first message.
+        self.inner.backends.resolve(&backend)?;
+        if let Some(m) = &req.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation("model", "must not be empty"));
+        }
+        let config = SessionConfig {
+            backend,
+            model: req.model.or_else(|| self.inner.config.default_model.clone()),
+            permission_mode: req.permission_mode.unwrap_or(self.inner.config.default_permission_mode),
+            auto_approve: match req.auto_approve {
+                Some(a) => a,
+                None => self.inner.config.default_auto_approve.clone(),
+            },
+        };
+        let now = now_rfc3339();
+        let record = SessionRecord {
+            id: Uuid::now_v7(),
+            title,
+            cwd: cwd.to_string_lossy().into_owned(),
+            config: serde_json::to_value(&config)
+                .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?,
+            created_at: now.clone(),
+            updated_at: now,
+            last_seq: 0,
+        };
+        self.inner.store.create_session(&record).await?;
+        tracing::info!(session_id = %record.id, "session created");
+        Ok(self.summary(&record))
+    }
+
+    fn summary(&self, r: &SessionRecord) -> SessionSummary {
+        let active = self.active_run_id(r.id);
+        SessionSummary {
+            id: r.id,
+            title: r.title.clone(),
+            cwd: r.cwd.clone(),
+            created_at: parse_ts(&r.created_at),
+            updated_at: parse_ts(&r.updated_at),
+            run_status: if active.is_some() { RunStatus::Running } else { RunStatus::Idle },
+            active_run_id: active,
+            last_event_id: r.last_seq,
+        }
+    }
+
+    async fn record(&self, id: Uuid) -> Result<SessionRecord, EngineError> {
+        self.inner.store.get_session(id).await?.ok_or(EngineError::SessionNotFound(id))
+    }
+
+    pub async fn get_session(&self, id: Uuid) -> Result<(SessionSummary, SessionConfig), EngineError> {
+        let r = self.record(id).await?;
+        Ok((self.summary(&r), session_config(&r)?))
+    }
+
+    pub async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionSummary>, u64), EngineError> {
+        let (rows, total) = self.inner.store.list_sessions(limit, offset).await?;
+        Ok((rows.iter().map(|r| self.summary(r)).collect(), total))
+    }
+
+    /// Deletes a session; an active run is cancelled first.
+    pub async fn delete_session(&self, id: Uuid) -> Result<(), EngineError> {
+        self.record(id).await?;
+        let task = {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get_mut(&id).and_then(|a| {
+                a.cancel.cancel();
+                a.task.take()
+            })
+        };
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let lock = self.session_lock(id);
+        let _guard = lock.lock().await;
+        if !self.inner.store.delete_session(id).await? {
+            return Err(EngineError::SessionNotFound(id));
+        }
+        self.inner.log.forget(id);
+        self.inner.session_locks.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        tracing::info!(session_id = %id, "session deleted");
+        Ok(())
+    }
+
+    // --- messages and runs ----------------------------------------------------------------
+
+    /// Handles `POST /sessions/{id}/messages`; returns the run started, queued or steered.
+    pub async fn send_message(&self, session_id: Uuid, req: SendMessageRequest) -> Result<Uuid, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(EngineError::ShuttingDown);
+        }
+        if req.message.role != Role::User {
+            return Err(EngineError::validation("message.role", "must be \"user\""));
+        }
+        if req.message.content.trim().is_empty() {
+            return Err(EngineError::validation("message.content", "must not be empty"));
+        }
+        if req.message.content.len() > MAX_CONTENT {
+            return Err(EngineError::validation("message.content", format!("longer than {MAX_CONTENT} bytes")));
+        }
+        if let Some(m) = &req.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation("model", "must not be empty"));
+        }
+        for (i, c) in req.context.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return Err(EngineError::validation(&format!("context[{i}].name"), "must not be empty"));
+            }
+        }
+        self.record(session_id).await?;
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        match req.kind {
+            MessageType::Steering => {
+                let active = {
+                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    map.get(&session_id).map(|a| (a.run_id, a.steering.clone()))
+                };
+                let Some((run_id, tx)) = active else {
+                    return Err(EngineError::SessionNotRunning(session_id));
+                };
+                if let Some(given) = req.run_id
+                    && given != run_id
+                {
+                    return Err(EngineError::RunMismatch { given, active: Some(run_id) });
+                }
+                // Durable first: the event is in the log before the agent can see it.
+                self.inner
+                    .log
+                    .append(session_id, &AgentEvent::SteeringReceived { run_id, content: req.message.content.clone() })
+                    .await?;
+                tx.send(req.message.content).map_err(|_| EngineError::SessionNotRunning(session_id))?;
+                Ok(run_id)
+            }
+            MessageType::Message => {
+                if let Some(active) = self.active_run_id(session_id) {
+                    let _ = active;
+                    return Err(EngineError::SessionAlreadyRunning(session_id));
+                }
+                let run = self.new_run(session_id, &req, true).await?;
+                self.start_run(session_id, run.id).await?;
+                Ok(run.id)
+            }
+            MessageType::FollowUp => {
+                let run = self.new_run(session_id, &req, false).await?;
+                self.inner
+                    .log
+                    .append(session_id, &AgentEvent::FollowUpQueued { run_id: run.id, content: req.message.content })
+                    .await?;
+                if self.active_run_id(session_id).is_none() {
+                    self.start_next_queued(session_id).await?;
+                }
+                Ok(run.id)
+            }
+        }
+    }
+
+    async fn new_run(&self, session_id: Uuid, req: &SendMessageRequest, front: bool) -> Result<RunRecord, EngineError> {
+        let input = RunInput {
+            content: req.message.content.clone(),
+            model: req.model.clone(),
+            context: req.context.clone(),
+            overrides: req.overrides.clone(),
+        };
+        let new = NewRun {
+            id: Uuid::now_v7(),
+            session_id,
+            input: serde_json::to_value(&input).map_err(|e| EngineError::Internal(e.to_string()))?,
+            created_at: now_rfc3339(),
+        };
+        let run = if front {
+            self.inner.store.enqueue_run_front(&new).await?
+        } else {
+            self.inner.store.enqueue_run(&new).await?
+        };
+        Ok(run)
+    }
+
+    /// Starts the front of the follow-up queue, if any. Caller holds the session lock.
+    async fn start_next_queued(&self, session_id: Uuid) -> Result<Option<Uuid>, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Ok(None);
+        }
+        match self.inner.store.next_queued_run(session_id).await? {
+            Some(run) => {
+                self.start_run(session_id, run.id).await?;
+                Ok(Some(run.id))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Marks a queued run running and spawns its task. Caller holds the session lock.
+    ///
+    /// Boxed with an explicit `Send` bound: a run's end starts the next run, so this future
+    /// is part of its own type and the compiler needs the bound spelled out.
+    fn start_run(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+    ) -> futures::future::BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(self.start_run_inner(session_id, run_id))
+    }
+
+    async fn start_run_inner(&self, session_id: Uuid, run_id: Uuid) -> Result<(), EngineError> {
+        let session = self.record(session_id).await?;
+        let config = session_config(&session)?;
+        let backend = self.inner.backends.resolve(&config.backend)?;
+        let run = self.inner.store.start_run(run_id, &now_rfc3339()).await.map_err(|e| match e {
+            switchboard_store::StoreError::Conflict(_) => EngineError::SessionAlreadyRunning(session_id),
+            other => other.into(),
+        })?;
+        let input: RunInput = serde_json::from_value(run.input.clone())
+            .map_err(|e| EngineError::Internal(format!("stored run input: {e}")))?;
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let cancel = self.inner.shutdown.child_token();
+        {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.insert(
+                session_id,
+                ActiveRun { run_id, cancel: cancel.clone(), steering: steer_tx, task: None },
+            );
+        }
+        let engine = self.clone();
+        let task = tokio::spawn(async move {
+            engine.execute(session, config, run_id, input, backend, steer_rx, cancel).await;
+        });
+        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = map.get_mut(&session_id)
+            && a.run_id == run_id
+        {
+            a.task = Some(task);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        session: SessionRecord,
+        config: SessionConfig,
+        run_id: Uuid,
+        input: RunInput,
+        backend: Arc<dyn crate::Backend>,
+        steering: mpsc::UnboundedReceiver<String>,
+        cancel: CancellationToken,
+    ) {
+        let session_id = session.id;
+        let log = &self.inner.log;
+        let store = &self.inner.store;
+        let prepared = async {
+            log.append(session_id, &AgentEvent::RunStarted { run_id }).await?;
+            store.touch_session(session_id, &now_rfc3339()).await?;
+            let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
+            let history = history.iter().map(transcript_message).collect::<Vec<_>>();
+            store
+                .append_message(&MessageRecord {
+                    id: Uuid::now_v7(),
+                    session_id,
+                    run_id: Some(run_id),
+                    role: Role::User.as_str().into(),
+                    content: input.content.clone(),
+                    tool_calls: None,
+                    tool_call_id: None,
+                    created_at: now_rfc3339(),
+                })
+                .await?;
+            Ok::<_, EngineError>(history)
+        }
+        .await;
+        let result = match prepared {
+            Ok(history) => {
+                let ctx = RunContext {
+                    session_id,
+                    run_id,
+                    cwd: PathBuf::from(&session.cwd),
+                    config,
+                    input,
+                    history,
+                    handle: RunHandle { session_id, run_id, log: log.clone(), store: store.clone(), steering },
+                    cancel: cancel.clone(),
+                };
+                backend.run(ctx).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        let (outcome, event) = if self.inner.shutdown.is_cancelled() {
+            let error = "server shutting down".to_string();
+            (RunOutcome::Failed { error: error.clone() }, AgentEvent::RunError { run_id, error, retryable: true })
+        } else if cancel.is_cancelled() {
+            (
+                RunOutcome::Cancelled,
+                AgentEvent::RunCompleted {
+                    run_id,
+                    total_turns: result.as_ref().map(|s| s.total_turns).unwrap_or(0),
+                    total_usage: result.as_ref().map(|s| s.usage).unwrap_or_default(),
+                    stop_reason: "cancelled".into(),
+                },
+            )
+        } else {
+            match result {
+                Ok(s) => (
+                    RunOutcome::Completed { stop_reason: s.stop_reason.clone() },
+                    AgentEvent::RunCompleted {
+                        run_id,
+                        total_turns: s.total_turns,
+                        total_usage: s.usage,
+                        stop_reason: s.stop_reason,
+                    },
+                ),
+                Err(e) => (
+                    RunOutcome::Failed { error: e.message.clone() },
+                    AgentEvent::RunError { run_id, error: e.message, retryable: e.retryable },
+                ),
+            }
+        };
+        self.finish(session_id, run_id, outcome, event).await;
+    }
+
+    /// Closes a run: store state, the active slot, the terminal event, then the next
+    /// follow-up — all under the session lock so nothing slips in between.
+    async fn finish(&self, session_id: Uuid, run_id: Uuid, outcome: RunOutcome, event: AgentEvent) {
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        if let Err(e) = self.inner.store.finish_run(run_id, &outcome, &now_rfc3339()).await {
+            tracing::warn!(%run_id, error = %e, "could not record run outcome");
+        }
+        {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            if map.get(&session_id).is_some_and(|a| a.run_id == run_id) {
+                map.remove(&session_id);
+            }
+        }
+        match self.inner.log.append(session_id, &event).await {
+            Ok(_) | Err(EngineError::SessionNotFound(_)) => {}
+            Err(e) => tracing::warn!(%run_id, error = %e, "could not append terminal event"),
+        }
+        tracing::info!(%session_id, %run_id, kind = event.kind(), "run finished");
+        if let Err(e) = self.start_next_queued(session_id).await {
+            tracing::warn!(%session_id, error = %e, "could not start queued follow-up");
+        }
+    }
+
+    /// Cancels the active run (or a queued follow-up) with this id.
+    pub async fn cancel(&self, session_id: Uuid, run_id: Uuid) -> Result<(), EngineError> {
+        self.record(session_id).await?;
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let active = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
+        };
+        match active {
+            Some((id, token)) if id == run_id => {
+                token.cancel();
+                Ok(())
+            }
+            other => {
+                // A queued follow-up of this session can be cancelled before it starts.
+                if let Some(run) = self.inner.store.get_run(run_id).await?
+                    && run.session_id == session_id
+                    && run.state == RunState::Queued
+                {
+                    self.inner.store.finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339()).await?;
+                    return Ok(());
+                }
+                Err(EngineError::RunMismatch { given: run_id, active: other.map(|o| o.0) })
+            }
+        }
+    }
+
+    /// Waits until the session's active run (if any) has finished.
+    pub async fn wait_idle(&self, session_id: Uuid) {
+        loop {
+            let task = {
+                let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                map.get_mut(&session_id).and_then(|a| a.task.take())
+            };
+            match task {
+                Some(t) => {
+                    let _ = t.await;
+                }
+                None if self.active_run_id(session_id).is_some() => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                None => return,
+            }
+        }
+    }
+
+    pub async fn messages(&self, session_id: Uuid, limit: u32, offset: u32) -> Result<(Vec<TranscriptMessage>, u64), EngineError> {
+        self.record(session_id).await?;
+        let (rows, total) = self.inner.store.list_messages(session_id, limit, offset).await?;
+        Ok((rows.iter().map(transcript_message).collect(), total))
+    }
+
+    /// Renders the whole transcript as Markdown.
+    pub async fn transcript_markdown(&self, session_id: Uuid) -> Result<String, EngineError> {
+        let r = self.record(session_id).await?;
+        let (rows, _) = self.inner.store.list_messages(session_id, u32::MAX, 0).await?;
+        let msgs: Vec<_> = rows.iter().map(transcript_message).collect();
+        Ok(crate::markdown::render_transcript(&r.title, &msgs))
+    }
+
+    /// Follows a session's events from `seq > after`.
+    pub async fn subscribe(&self, session_id: Uuid, after: u64) -> Result<Subscription, EngineError> {
+        self.record(session_id).await?;
+        self.inner.log.subscribe(session_id, after).await
+    }
+
+    /// Stops accepting work, ends running runs with a retryable error and waits (bounded)
+    /// for them to record it.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.cancel();
+        let tasks: Vec<JoinHandle<()>> = {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.values_mut().filter_map(|a| a.task.take()).collect()
+        };
+        let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;
+    }
+}
+
+fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
+    if !p.is_absolute() {
+        return Err(EngineError::validation("cwd", "must be an absolute path"));
+    }
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => p
+            .canonicalize()
+            .map_err(|e| EngineError::validation("cwd", format!("{}: {e}", p.display()))),
+        Ok(_) => Err(EngineError::validation("cwd", format!("{} is not a directory", p.display()))),
+        Err(e) => Err(EngineError::validation("cwd", format!("{}: {e}", p.display()))),
+    }
+}
+
+fn session_config(r: &SessionRecord) -> Result<SessionConfig, EngineError> {
+    serde_json::from_value(r.config.clone())
+        .map_err(|e| EngineError::Internal(format!("stored config of session {}: {e}", r.id)))
+}
+
+fn transcript_message(m: &MessageRecord) -> TranscriptMessage {
+    TranscriptMessage {
+        id: m.id,
+        run_id: m.run_id,
+        role: Role::parse(&m.role).unwrap_or(Role::System),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        tool_call_id: m.tool_call_id.clone(),
+        created_at: parse_ts(&m.created_at),
+    }
+}
+
+async fn prune_loop(engine: Engine, retention: Duration) {
+    let mut tick = tokio::time::interval(Duration::from_secs(3600).min(retention));
+    loop {
+        tokio::select! {
+            _ = engine.inner.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(retention).unwrap_or_default();
+        let cutoff = cutoff.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        match engine.inner.store.prune_events_before(&cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(pruned = n, "pruned events past retention"),
+            Err(e) => tracing::warn!(error = %e, "pruning events failed"),
+        }
+    }
+}
+
+// Silence unused-import lint for types only used in signatures of other modules.
+#[allow(dead_code)]
+fn _types(_: AutoApprove, _: Usage) {}

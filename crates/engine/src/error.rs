@@ -1,0 +1,53 @@
+use switchboard_protocol::ErrorCode;
+use switchboard_store::StoreError;
+use thiserror::Error;
+use uuid::Uuid;
+
+/// Why an engine operation was refused or failed. [`EngineError::code`] maps each to the
+/// stable wire code.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("session {0} not found")]
+    SessionNotFound(Uuid),
+    #[error("session {0} already has an active run")]
+    SessionAlreadyRunning(Uuid),
+    #[error("session {0} has no active run")]
+    SessionNotRunning(Uuid),
+    #[error("run {given} is not the active run of this session{}", active.map(|a| format!(" (active: {a})")).unwrap_or_default())]
+    RunMismatch { given: Uuid, active: Option<Uuid> },
+    #[error("no tool call is waiting for a decision")]
+    NoPendingApproval,
+    #[error("invalid {field}: {message}")]
+    Validation { field: String, message: String },
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    pub fn validation(field: &str, message: impl Into<String>) -> Self {
+        Self::Validation { field: field.into(), message: message.into() }
+    }
+
+    /// The stable wire code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::SessionNotFound(_) => ErrorCode::SessionNotFound,
+            Self::SessionAlreadyRunning(_) => ErrorCode::SessionAlreadyRunning,
+            Self::SessionNotRunning(_) => ErrorCode::SessionNotRunning,
+            Self::RunMismatch { .. } => ErrorCode::RunMismatch,
+            Self::NoPendingApproval => ErrorCode::NoPendingApproval,
+            Self::Validation { .. } => ErrorCode::ValidationFailed,
+            Self::Unprocessable(_) => ErrorCode::UnprocessableEntity,
+            Self::ShuttingDown => ErrorCode::Unavailable,
+            Self::Store(StoreError::NotFound(_)) => ErrorCode::NotFound,
+            Self::Store(StoreError::Conflict(_)) => ErrorCode::Internal,
+            Self::Store(_) | Self::Internal(_) => ErrorCode::Internal,
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The durable event log and its live fan-out.
+//!
+//! Appending assigns the session's next `seq` and hands the event to one writer task, which
+//! commits waiting events in batches (group commit) and only then publishes them on the
+//! session's live channel, in `seq` order. A [`Subscription`] subscribes to the live channel
+//! first, then replays `seq > n` from the store, then follows live events, dropping anything
+//! at or below the last `seq` it yielded: no gap and no duplicate at the seam. A subscriber
+//! that falls behind the bounded live channel is told so by the channel and goes back to
+//! reading the store, so a slow reader never makes memory grow.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use switchboard_protocol::{AgentEvent, GapDetected};
+use switchboard_store::{NewEvent, Store, StoreError, StoredEvent};
+use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::error::EngineError;
+use crate::time::now_rfc3339;
+
+/// An event as stored and as fanned out: the payload stays serialized JSON, so fan-out and
+/// SSE framing never re-encode it.
+pub type LogEvent = StoredEvent;
+
+/// Most events committed in one transaction by the writer.
+const MAX_BATCH: usize = 1024;
+/// Events read from the store per replay page.
+const REPLAY_PAGE: u32 = 2000;
+/// Events taken from the live channel per batch.
+const LIVE_BATCH: usize = 512;
+
+/// Per-session state that makes `seq` assignment and hand-over to the writer one step.
+#[derive(Default)]
+struct SeqState {
+    /// Highest seq assigned; `None` until loaded from the store.
+    last: Option<u64>,
+}
+
+struct WriteReq {
+    events: Vec<NewEvent>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<LogEvent>>>>>;
+
+/// The event log: append, subscribe, read.
+#[derive(Clone)]
+pub struct EventLog {
+    store: Arc<dyn Store>,
+    /// Queue of the single writer task; bounded, so appenders feel back-pressure.
+    writer: mpsc::Sender<WriteReq>,
+    /// Per-session seq counters. The tokio mutex is held while a seq is assigned *and* the
+    /// event is queued to the writer, so queue order is seq order.
+    seqs: Arc<StdMutex<HashMap<Uuid, Arc<Mutex<SeqState>>>>>,
+    /// Live channels; bounded rings shared by all subscribers of a session.
+    channels: Channels,
+    live_buffer: usize,
+}
+
+impl EventLog {
+    /// Starts the writer task. Must be called inside a tokio runtime.
+    pub fn new(store: Arc<dyn Store>, live_buffer: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<WriteReq>(4096);
+        let channels: Channels = Arc::default();
+        tokio::spawn(writer_task(store.clone(), rx, channels.clone()));
+        Self {
+            store,
+            writer: tx,
+            seqs: Arc::default(),
+            channels,
+            live_buffer: live_buffer.max(16),
+        }
+    }
+
+    fn seq_state(&self, session_id: Uuid) -> Arc<Mutex<SeqState>> {
+        let mut map = self.seqs.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(session_id).or_default().clone()
+    }
+
+    fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<LogEvent>> {
+        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(session_id).or_insert_with(|| broadcast::channel(self.live_buffer).0).clone()
+    }
+
+    /// Appends one event durably and returns its seq. Returns after the commit; live
+    /// subscribers see it after that.
+    pub async fn append(&self, session_id: Uuid, event: &AgentEvent) -> Result<u64, EngineError> {
+        let seqs = self.append_many(session_id, std::slice::from_ref(event)).await?;
+        seqs.first().copied().ok_or_else(|| EngineError::Internal("append lost its event".into()))
+    }
+
+    /// Appends several events of one session atomically, in order.
+    pub async fn append_many(
+        &self,
+        session_id: Uuid,
+        events: &[AgentEvent],
+    ) -> Result<Vec<u64>, EngineError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut encoded = Vec::with_capacity(events.len());
+        for ev in events {
+            let payload = serde_json::to_string(ev)
+                .map_err(|e| EngineError::Internal(format!("encoding event: {e}")))?;
+            encoded.push((ev.kind(), Some(ev.run_id()), payload));
+        }
+        let (done_tx, done_rx) = oneshot::channel();
+        let seqs = {
+            let state = self.seq_state(session_id);
+            let mut state = state.lock().await;
+            let last = match state.last {
+                Some(l) => l,
+                None => self.store.event_bounds(session_id).await?.last_seq,
+            };
+            let created_at = now_rfc3339();
+            let mut batch = Vec::with_capacity(encoded.len());
+            for (i, (kind, run_id, payload)) in encoded.into_iter().enumerate() {
+                batch.push(NewEvent {
+                    session_id,
+                    seq: last + 1 + i as u64,
+                    run_id,
+                    kind: kind.to_string(),
+                    payload,
+                    created_at: created_at.clone(),
+                });
+            }
+            let seqs: Vec<u64> = batch.iter().map(|e| e.seq).collect();
+            // Seqs are consumed even if the write fails: a seq is never reused.
+            state.last = Some(last + batch.len() as u64);
+            self.writer
+                .send(WriteReq { events: batch, done: done_tx })
+                .await
+                .map_err(|_| EngineError::ShuttingDown)?;
+            seqs
+        };
+        match done_rx.await {
+            Ok(Ok(())) => Ok(seqs),
+            Ok(Err(StoreError::NotFound(_))) => Err(EngineError::SessionNotFound(session_id)),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(EngineError::ShuttingDown),
+        }
+    }
+
+    /// Forgets in-memory state of a deleted session; its subscribers end.
+    pub fn forget(&self, session_id: Uuid) {
+        self.seqs.lock().unwrap_or_else(|p| p.into_inner()).remove(&session_id);
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&session_id);
+    }
+
+    /// Reads stored events with `seq > after`.
+    pub async fn read(&self, session_id: Uuid, after: u64, limit: u32) -> Result<Vec<LogEvent>, EngineError> {
+        Ok(self.store.read_events(session_id, after, limit).await?)
+    }
+
+    /// Follows a session's log from `seq > after`.
+    pub async fn subscribe(&self, session_id: Uuid, after: u64) -> Result<Subscription, EngineError> {
+        // Subscribe to live events *before* reading the store, so nothing committed after
+        // this point can be missed; duplicates are dropped by seq.
+        let rx = self.sender(session_id).subscribe();
+        let bounds = self.store.event_bounds(session_id).await?;
+        let oldest_available = bounds.oldest.unwrap_or(bounds.last_seq + 1);
+        let gap = (after + 1 < oldest_available).then_some(GapDetected {
+            requested_after_id: after,
+            oldest_available_id: oldest_available,
+            newest_available_id: bounds.newest.unwrap_or(bounds.last_seq),
+        });
+        // Skipping what was pruned: the client was told with the gap frame.
+        let last = if gap.is_some() { oldest_available - 1 } else { after };
+        Ok(Subscription {
+            store: self.store.clone(),
+            session_id,
+            rx,
+            last,
+            replaying: true,
+            pending_gap: gap,
+        })
+    }
+}
+
+async fn writer_task(store: Arc<dyn Store>, mut rx: mpsc::Receiver<WriteReq>, channels: Channels) {
+    let mut reqs: Vec<WriteReq> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut n = first.events.len();
+        reqs.push(first);
+        while n < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => {
+                    n += r.events.len();
+                    reqs.push(r);
+                }
+                Err(_) => break,
+            }
+        }
+        let all: Vec<NewEvent> = reqs.iter().flat_map(|r| r.events.iter().cloned()).collect();
+        let outcome = store.append_events(&all).await;
+        let results: Vec<Result<(), StoreError>> = match outcome {
+            Ok(()) => reqs.iter().map(|_| Ok(())).collect(),
+            // One bad request (say, for a session deleted meanwhile) must not fail the
+            // others that shared its transaction: retry each on its own.
+            Err(_) if reqs.len() > 1 => {
+                let mut v = Vec::with_capacity(reqs.len());
+                for r in &reqs {
+                    v.push(store.append_events(&r.events).await);
+                }
+                v
+            }
+            Err(e) => vec![Err(e)],
+        };
+        for (req, result) in reqs.drain(..).zip(results) {
+            if result.is_ok() {
+                publish(&channels, &req.events);
+            } else if let Err(e) = &result {
+                tracing::warn!(error = %e, "event append failed");
+            }
+            let _ = req.done.send(result);
+        }
+    }
+}
+
+fn publish(channels: &Channels, events: &[NewEvent]) {
+    let Some(first) = events.first() else { return };
+    let sender = {
+        let map = channels.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&first.session_id).cloned()
+    };
+    if let Some(tx) = sender {
+        for ev in events {
+            // No receivers is fine: nobody is listening live.
+            let _ = tx.send(Arc::new(ev.clone()));
+        }
+    }
+}
+
+/// What a subscription yields.
+#[derive(Debug)]
+pub enum SubItem {
+    /// Events asked for are older than the retention window.
+    Gap(GapDetected),
+    /// Events in ascending seq, each greater than any yielded before.
+    Events(Vec<Arc<LogEvent>>),
+}
+
+/// A live, resumable view of one session's log.
+pub struct Subscription {
+    store: Arc<dyn Store>,
+    session_id: Uuid,
+    rx: broadcast::Receiver<Arc<LogEvent>>,
+    /// Highest seq yielded so far.
+    last: u64,
+    /// Reading from the store (at start and after falling behind).
+    replaying: bool,
+    pending_gap: Option<GapDetected>,
+}
+
+impl Subscription {
+    /// Highest seq yielded so far.
+    pub fn last_seq(&self) -> u64 {
+        self.last
+    }
+
+    /// Waits for the next batch. `Ok(None)` when the session is gone.
+    pub async fn next(&mut self) -> Result<Option<SubItem>, EngineError> {
+        if let Some(gap) = self.pending_gap.take() {
+            return Ok(Some(SubItem::Gap(gap)));
+        }
+        loop {
+            if self.replaying {
+                let page = self.store.read_events(self.session_id, self.last, REPLAY_PAGE).await?;
+                if let Some(last) = page.last() {
+                    self.last = last.seq;
+                    return Ok(Some(SubItem::Events(page.into_iter().map(Arc::new).collect())));
+                }
+                self.replaying = false;
+            }
+            let first = match self.rx.recv().await {
+                Ok(ev) => ev,
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.replaying = true;
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(None),
+            };
+            let mut batch = Vec::new();
+            if first.seq > self.last {
+                self.last = first.seq;
+                batch.push(first);
+            }
+            while batch.len() < LIVE_BATCH {
+                match self.rx.try_recv() {
+                    Ok(ev) => {
+                        if ev.seq > self.last {
+                            self.last = ev.seq;
+                            batch.push(ev);
+                        }
+                    }
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                        self.replaying = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                return Ok(Some(SubItem::Events(batch)));
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+use chrono::{SecondsFormat, Utc};
+
+/// Current time as RFC 3339 with microseconds and `Z`; sorts lexicographically.
+pub fn now_rfc3339() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Parses a stored timestamp; falls back to the epoch for unreadable values.
+pub(crate) fn parse_ts(s: &str) -> chrono::DateTime<Utc> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .unwrap_or_default()
+}
