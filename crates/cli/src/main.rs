@@ -1,1 +1,93 @@
-fn main(){}
+//! The `switchboard` binary: thin wiring of the library crates.
+
+mod commands;
+mod config;
+mod datadir;
+mod doctor;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Switchboard: a self-hosted gateway for AI agents.
+#[derive(Parser)]
+#[command(name = "switchboard", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Configuration file (default: $XDG_CONFIG_HOME/switchboard/switchboard.toml).
+    #[arg(long, global = true, env = "SWITCHBOARD_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server: the /v1 HTTP + SSE API on one port.
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:7070 (port 0 picks a free one).
+        #[arg(long, env = "SWITCHBOARD_LISTEN")]
+        listen: Option<String>,
+        /// Data directory holding the database and the token file.
+        #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// List, create, show or delete sessions on a running server.
+    #[command(subcommand)]
+    Sessions(commands::SessionsCommand),
+    /// Send a message and stream the reply (creates a session when none is given).
+    Chat(commands::ChatArgs),
+    /// Check configuration, data directory, store and provider, with a verdict for each.
+    Doctor {
+        /// Data directory to check.
+        #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+fn init_tracing() {
+    let filter = std::env::var("SWITCHBOARD_LOG")
+        .or_else(|_| std::env::var("RUST_LOG"))
+        .unwrap_or_else(|_| "info,sqlx=warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { listen, data_dir } => {
+                let settings = config::Settings::load(cli.config.as_deref(), data_dir.as_deref(), listen.as_deref())?;
+                serve::run(settings).await.map(|_| ExitCode::SUCCESS)
+            }
+            Command::Sessions(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                commands::sessions(&settings, cmd).await.map(|_| ExitCode::SUCCESS)
+            }
+            Command::Chat(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                commands::chat(&settings, args).await
+            }
+            Command::Doctor { data_dir } => doctor::run(cli.config.as_deref(), data_dir.as_deref()).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -54,6 +54,8 @@ struct Inner {
     active: StdMutex<HashMap<Uuid, ActiveRun>>,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
+    /// Fires once shutdown has finished recording run outcomes; live streams end then.
+    closed: CancellationToken,
 }
 
 impl Engine {
@@ -74,6 +76,7 @@ impl Engine {
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),
                 shutdown: CancellationToken::new(),
+                closed: CancellationToken::new(),
             }),
         };
         engine.recover().await?;
@@ -566,6 +569,12 @@ impl Engine {
             map.values_mut().filter_map(|a| a.task.take()).collect()
         };
         let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;
+        self.inner.closed.cancel();
+    }
+
+    /// Fires when shutdown is complete; long-lived streams should end then.
+    pub fn closed(&self) -> CancellationToken {
+        self.inner.closed.clone()
     }
 }
 

@@ -1,0 +1,200 @@
+//! `switchboard.toml` plus `SWITCHBOARD_*` environment overrides.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use switchboard_protocol::PermissionMode;
+
+/// The configuration file. Unknown keys are an error, so typos do not go unnoticed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub token: Option<String>,
+    #[serde(default)]
+    pub provider: ProviderSection,
+    #[serde(default)]
+    pub sessions: SessionsSection,
+    #[serde(default)]
+    pub events: EventsSection,
+    #[serde(default)]
+    pub server: ServerSection,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    /// `openai` (any OpenAI-compatible server).
+    pub kind: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub model: Option<String>,
+    pub max_retries: Option<u32>,
+    pub system_prompt: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsSection {
+    pub default_cwd: Option<PathBuf>,
+    pub permission_mode: Option<PermissionMode>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsSection {
+    pub retention_days: Option<u64>,
+    pub keepalive_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub max_body_bytes: Option<usize>,
+}
+
+/// The effective settings after file, environment and defaults.
+#[derive(Clone)]
+pub struct Settings {
+    pub config_path: Option<PathBuf>,
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub token: Option<String>,
+    pub provider_kind: String,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: Option<String>,
+    pub max_retries: u32,
+    pub system_prompt: Option<String>,
+    pub default_cwd: Option<PathBuf>,
+    pub permission_mode: PermissionMode,
+    pub retention_days: Option<u64>,
+    pub keepalive_secs: u64,
+    pub max_body_bytes: usize,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
+    match env(name) {
+        Some(v) => v.parse().map(Some).map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid value")),
+        None => Ok(None),
+    }
+}
+
+fn home() -> Option<PathBuf> {
+    env("HOME").map(PathBuf::from)
+}
+
+/// `$XDG_DATA_HOME/switchboard`, else `~/.local/share/switchboard`.
+pub fn default_data_dir() -> PathBuf {
+    env("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("switchboard")
+}
+
+/// `$XDG_CONFIG_HOME/switchboard/switchboard.toml`, else `~/.config/…`.
+pub fn default_config_path() -> PathBuf {
+    env("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(".config")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("switchboard/switchboard.toml")
+}
+
+impl Settings {
+    /// Loads `explicit` (or `SWITCHBOARD_CONFIG`, or the XDG default if it exists), then
+    /// applies the environment.
+    pub fn load(explicit: Option<&Path>, data_dir_flag: Option<&Path>, listen_flag: Option<&str>) -> Result<Self> {
+        let explicit = explicit.map(Path::to_path_buf).or_else(|| env("SWITCHBOARD_CONFIG").map(PathBuf::from));
+        let (path, file) = match explicit {
+            Some(p) => {
+                let text = std::fs::read_to_string(&p).with_context(|| format!("reading config file {}", p.display()))?;
+                (Some(p.clone()), parse_config(&text, &p)?)
+            }
+            None => {
+                let p = default_config_path();
+                match std::fs::read_to_string(&p) {
+                    Ok(text) => (Some(p.clone()), parse_config(&text, &p)?),
+                    Err(_) => (None, FileConfig::default()),
+                }
+            }
+        };
+        let provider_kind = env("SWITCHBOARD_PROVIDER").or(file.provider.kind.clone()).unwrap_or_else(|| "openai".into());
+        if provider_kind != "openai" {
+            bail!("provider {provider_kind:?} is not supported (supported: openai)");
+        }
+        let permission_mode = match env("SWITCHBOARD_PERMISSION_MODE") {
+            Some(v) => serde_json::from_value(serde_json::Value::String(v.clone()))
+                .map_err(|_| anyhow::anyhow!("SWITCHBOARD_PERMISSION_MODE={v:?}: expected read-only, workspace-write or full-access"))?,
+            None => file.sessions.permission_mode.unwrap_or_default(),
+        };
+        Ok(Self {
+            config_path: path,
+            listen: listen_flag
+                .map(str::to_string)
+                .or_else(|| env("SWITCHBOARD_LISTEN"))
+                .or(file.listen.clone())
+                .unwrap_or_else(|| "127.0.0.1:7070".into()),
+            data_dir: data_dir_flag
+                .map(Path::to_path_buf)
+                .or_else(|| env("SWITCHBOARD_DATA_DIR").map(PathBuf::from))
+                .or(file.data_dir.clone())
+                .unwrap_or_else(default_data_dir),
+            token: env("SWITCHBOARD_TOKEN").or(file.token.clone()),
+            provider_kind,
+            base_url: env("SWITCHBOARD_OPENAI_BASE_URL")
+                .or(file.provider.base_url.clone())
+                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            api_key: env("SWITCHBOARD_OPENAI_API_KEY").or_else(|| env("OPENAI_API_KEY")).or(file.provider.api_key.clone()),
+            model: env("SWITCHBOARD_MODEL").or(file.provider.model.clone()),
+            max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?.or(file.provider.max_retries).unwrap_or(2),
+            system_prompt: env("SWITCHBOARD_SYSTEM_PROMPT").or(file.provider.system_prompt.clone()),
+            default_cwd: env("SWITCHBOARD_DEFAULT_CWD").map(PathBuf::from).or(file.sessions.default_cwd.clone()),
+            permission_mode,
+            retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?.or(file.events.retention_days),
+            keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?.or(file.events.keepalive_secs).unwrap_or(15).max(1),
+            max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?.or(file.server.max_body_bytes).unwrap_or(2 * 1024 * 1024),
+        })
+    }
+
+    pub fn token_path(&self) -> PathBuf {
+        self.data_dir.join("token")
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("switchboard.db")
+    }
+}
+
+pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse_config("[provider]\nmodle = \"x\"\n", Path::new("s.toml")).unwrap_err().to_string();
+        assert!(err.contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = parse_config(
+            "listen = \"127.0.0.1:1\"\n[provider]\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n[events]\nretention_days = 3\n",
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.provider.model.as_deref(), Some("m"));
+        assert_eq!(c.events.retention_days, Some(3));
+    }
+}

@@ -1,0 +1,119 @@
+//! `switchboard serve`: store, engine, agent and HTTP server wired together.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider};
+use switchboard_engine::{Backends, Engine, EngineConfig};
+use switchboard_server::ServerConfig;
+use switchboard_store::{SqliteOptions, SqliteStore};
+
+use crate::config::Settings;
+use crate::datadir;
+
+/// Everything `serve` runs, before it listens.
+pub struct App {
+    pub engine: Engine,
+    pub router: axum::Router,
+    pub store: SqliteStore,
+}
+
+pub fn provider(settings: &Settings) -> Result<OpenAiProvider> {
+    OpenAiProvider::new(OpenAiConfig {
+        base_url: settings.base_url.clone(),
+        api_key: settings.api_key.clone(),
+        max_retries: settings.max_retries,
+        ..OpenAiConfig::default()
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Opens the data directory and store, recovers from a crash, builds the router.
+pub async fn build(settings: &Settings, token: String) -> Result<App> {
+    datadir::ensure_data_dir(&settings.data_dir)?;
+    let store = SqliteStore::open(SqliteOptions::new(settings.db_path()))
+        .await
+        .with_context(|| format!("opening store {}", settings.db_path().display()))?;
+    let mut agent_config = AgentConfig { default_model: settings.model.clone(), ..AgentConfig::default() };
+    if let Some(p) = &settings.system_prompt {
+        agent_config.system_prompt = p.clone();
+    }
+    let agent = BuiltinAgent::new(provider(settings)?, agent_config);
+    let backends = Backends { builtin: Some(Arc::new(agent)), ..Backends::default() };
+    let default_cwd = match &settings.default_cwd {
+        Some(p) => p.clone(),
+        None => std::env::current_dir().context("reading the current directory")?,
+    };
+    let engine_config = EngineConfig {
+        default_cwd,
+        default_model: settings.model.clone(),
+        default_permission_mode: settings.permission_mode,
+        event_retention: settings.retention_days.map(|d| Duration::from_secs(d * 86_400)),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(Arc::new(store.clone()), backends, engine_config)
+        .await
+        .map_err(|e| anyhow::anyhow!("starting engine: {e}"))?;
+    let mut server_config = ServerConfig::new(token);
+    server_config.max_body_bytes = settings.max_body_bytes;
+    server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
+    let router = switchboard_server::router(engine.clone(), server_config);
+    Ok(App { engine, router, store })
+}
+
+/// The token to require: configured, else the token file, else a new token file.
+pub fn resolve_token(settings: &Settings) -> Result<(String, String)> {
+    datadir::ensure_data_dir(&settings.data_dir)?;
+    if let Some(t) = &settings.token {
+        return Ok((t.clone(), "from SWITCHBOARD_TOKEN / config".into()));
+    }
+    let path = settings.token_path();
+    let (t, created) = datadir::load_or_create_token(&path)?;
+    let how = if created { "generated, stored in" } else { "stored in" };
+    Ok((t, format!("{how} {}", path.display())))
+}
+
+pub async fn run(settings: Settings) -> Result<()> {
+    let (token, token_note) = resolve_token(&settings)?;
+    let app = build(&settings, token).await?;
+    let listener = tokio::net::TcpListener::bind(&settings.listen)
+        .await
+        .with_context(|| format!("binding {}", settings.listen))?;
+    let addr = listener.local_addr()?;
+    // Scripts and tests wait for this exact line.
+    println!("listening on http://{addr}");
+    println!("token: {token_note}");
+    println!("data directory: {}", settings.data_dir.display());
+    tracing::info!(%addr, "serving");
+    let engine = app.engine.clone();
+    axum::serve(listener, app.router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            // Runs record their end before the event streams close.
+            engine.shutdown(Duration::from_secs(5)).await;
+        })
+        .await
+        .context("serving HTTP")?;
+    app.store.close().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,6 @@
+//! One router per resource.
+
+pub mod events;
+pub mod health;
+pub mod messages;
+pub mod sessions;

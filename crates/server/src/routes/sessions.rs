@@ -1,0 +1,73 @@
+//! `/v1/sessions` and `/v1/sessions/{id}`: create, list, show, delete, cancel.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use switchboard_protocol::{
+    CancelRequest, CancelResponse, CreateSessionRequest, ErrorBody, ListSessionsResponse, Page,
+    SessionDetailResponse, SessionSummary,
+};
+
+use crate::extract::{self, Query, SessionId};
+use crate::{ApiError, AppState};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sessions", post(create).get(list))
+        .route("/sessions/{id}", get(show).delete(delete))
+        .route("/sessions/{id}/cancel", post(cancel))
+}
+
+/// Creates a session.
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSessionRequest,
+    security(("bearer" = [])),
+    responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    extract::Json(req): extract::Json<CreateSessionRequest>,
+) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
+    let s = state.engine.create_session(req).await?;
+    Ok((StatusCode::CREATED, Json(s)))
+}
+
+/// Lists sessions, newest first.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query)),
+    security(("bearer" = [])),
+    responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
+pub async fn list(State(state): State<AppState>, Query(p): Query<Page>) -> Result<Json<ListSessionsResponse>, ApiError> {
+    let (limit, offset) = extract::page(p)?;
+    let (sessions, total) = state.engine.list_sessions(limit, offset).await?;
+    Ok(Json(ListSessionsResponse { sessions, total }))
+}
+
+/// Shows a session and its configuration.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = SessionDetailResponse), (status = 404, body = ErrorBody)))]
+pub async fn show(State(state): State<AppState>, SessionId(id): SessionId) -> Result<Json<SessionDetailResponse>, ApiError> {
+    let (session, config) = state.engine.get_session(id).await?;
+    Ok(Json(SessionDetailResponse { session, config }))
+}
+
+/// Deletes a session with its events and transcript; an active run is cancelled.
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
+    security(("bearer" = [])),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(state): State<AppState>, SessionId(id): SessionId) -> Result<StatusCode, ApiError> {
+    state.engine.delete_session(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Cancels the active run (or a queued follow-up).
+#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", tag = "runs", params(("id" = uuid::Uuid, Path)),
+    request_body = CancelRequest, security(("bearer" = [])),
+    responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    SessionId(id): SessionId,
+    extract::Json(req): extract::Json<CancelRequest>,
+) -> Result<Json<CancelResponse>, ApiError> {
+    state.engine.cancel(id, req.run_id).await?;
+    Ok(Json(CancelResponse { cancelled: true, run_id: req.run_id }))
+}
