@@ -70,7 +70,11 @@ fn user_content(ctx: &RunContext) -> String {
     });
     let mut out = String::new();
     for c in items {
-        out.push_str(&format!("<context name=\"{}\">\n{}\n</context>\n\n", c.name.replace('"', "'"), c.content));
+        out.push_str(&format!(
+            "<context name=\"{}\">\n{}\n</context>\n\n",
+            c.name.replace('"', "'"),
+            c.content
+        ));
     }
     out.push_str(&ctx.input.content);
     out
@@ -90,7 +94,10 @@ impl Backend for BuiltinAgent {
             .or_else(|| ctx.config.model.clone())
             .or_else(|| self.config.default_model.clone())
             .ok_or_else(|| {
-                BackendError::new("no model configured: set SWITCHBOARD_MODEL or give `model`", false)
+                BackendError::new(
+                    "no model configured: set SWITCHBOARD_MODEL or give `model`",
+                    false,
+                )
             })?;
         let mut messages = vec![json!({"role": "system", "content": self.config.system_prompt})];
         messages.extend(ctx.history.iter().map(history_message));
@@ -103,7 +110,11 @@ impl Backend for BuiltinAgent {
                 messages.push(json!({"role": "user", "content": s}));
             }
             if turns >= self.config.max_turns {
-                return Ok(RunSummary { stop_reason: "max_turns".into(), total_turns: turns, usage });
+                return Ok(RunSummary {
+                    stop_reason: "max_turns".into(),
+                    total_turns: turns,
+                    usage,
+                });
             }
             turns += 1;
             let handle = &ctx.handle;
@@ -118,29 +129,47 @@ impl Backend for BuiltinAgent {
             let completion = match result {
                 Ok(c) => c,
                 Err(ProviderError::Cancelled) => {
-                    return Ok(RunSummary { stop_reason: "cancelled".into(), total_turns: turns, usage });
+                    return Ok(RunSummary {
+                        stop_reason: "cancelled".into(),
+                        total_turns: turns,
+                        usage,
+                    });
                 }
                 Err(e) => return Err(fail(&self.provider, e)),
             };
             if let Some(u) = completion.usage {
                 usage.add(&u);
-                ctx.handle.emit(AgentEvent::UsageReport { run_id, usage: u }).await?;
+                ctx.handle
+                    .emit(AgentEvent::UsageReport { run_id, usage: u })
+                    .await?;
             }
             if !completion.text.is_empty() {
-                ctx.handle.emit(AgentEvent::TextComplete { run_id, text: completion.text.clone() }).await?;
+                ctx.handle
+                    .emit(AgentEvent::TextComplete {
+                        run_id,
+                        text: completion.text.clone(),
+                    })
+                    .await?;
             }
             let calls: Vec<ToolCall> = completion
                 .tool_calls
                 .iter()
                 .enumerate()
                 .map(|(i, c)| ToolCall {
-                    id: if c.id.is_empty() { format!("call_{turns}_{i}") } else { c.id.clone() },
+                    id: if c.id.is_empty() {
+                        format!("call_{turns}_{i}")
+                    } else {
+                        c.id.clone()
+                    },
                     name: c.name.clone(),
-                    arguments: serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone())),
+                    arguments: serde_json::from_str(&c.arguments)
+                        .unwrap_or(Value::String(c.arguments.clone())),
                     metadata: None,
                 })
                 .collect();
-            ctx.handle.record(Role::Assistant, &completion.text, &calls, None).await?;
+            ctx.handle
+                .record(Role::Assistant, &completion.text, &calls, None)
+                .await?;
             let mut assistant = json!({"role": "assistant", "content": completion.text});
             if !calls.is_empty() {
                 assistant["tool_calls"] = calls
@@ -152,13 +181,24 @@ impl Backend for BuiltinAgent {
             if !calls.is_empty() {
                 // Tools arrive with the next milestone: until then every call is answered
                 // with an error result so the model can carry on without them.
-                ctx.handle.emit(AgentEvent::ToolCallsProposed { run_id, tool_calls: calls.clone() }).await?;
+                ctx.handle
+                    .emit(AgentEvent::ToolCallsProposed {
+                        run_id,
+                        tool_calls: calls.clone(),
+                    })
+                    .await?;
                 for c in &calls {
                     let reason = format!("tool {:?} is not available on this server", c.name);
                     ctx.handle
-                        .emit(AgentEvent::ToolRejected { run_id, tool_call_id: c.id.clone(), reason: reason.clone() })
+                        .emit(AgentEvent::ToolRejected {
+                            run_id,
+                            tool_call_id: c.id.clone(),
+                            reason: reason.clone(),
+                        })
                         .await?;
-                    ctx.handle.record(Role::Tool, &reason, &[], Some(&c.id)).await?;
+                    ctx.handle
+                        .record(Role::Tool, &reason, &[], Some(&c.id))
+                        .await?;
                     messages.push(json!({"role": "tool", "tool_call_id": c.id, "content": reason}));
                 }
                 continue;
@@ -166,7 +206,11 @@ impl Backend for BuiltinAgent {
             if ctx.handle.has_steering() {
                 continue;
             }
-            return Ok(RunSummary { stop_reason: completion.finish_reason, total_turns: turns, usage });
+            return Ok(RunSummary {
+                stop_reason: completion.finish_reason,
+                total_turns: turns,
+                usage,
+            });
         }
     }
 }

@@ -155,7 +155,10 @@ impl OpenAiProvider {
         let http = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .build()
-            .map_err(|e| ProviderError::Unreachable { url: config.base_url.clone(), reason: e.to_string() })?;
+            .map_err(|e| ProviderError::Unreachable {
+                url: config.base_url.clone(),
+                reason: e.to_string(),
+            })?;
         Ok(Self { http, config })
     }
 
@@ -190,13 +193,20 @@ impl OpenAiProvider {
             .timeout(Duration::from_secs(10))
             .send()
             .await
-            .map_err(|e| ProviderError::Unreachable { url: url.clone(), reason: self.redact(&root_cause(&e)) })?;
+            .map_err(|e| ProviderError::Unreachable {
+                url: url.clone(),
+                reason: self.redact(&root_cause(&e)),
+            })?;
         let status = resp.status().as_u16();
         let body = resp.text().await.unwrap_or_default();
         if status >= 400 {
-            return Err(ProviderError::Http { status, body: self.redact(&excerpt(&body)) });
+            return Err(ProviderError::Http {
+                status,
+                body: self.redact(&excerpt(&body)),
+            });
         }
-        let v: Value = serde_json::from_str(&body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
+        let v: Value =
+            serde_json::from_str(&body).map_err(|e| ProviderError::Malformed(e.to_string()))?;
         Ok(v["data"].as_array().map(Vec::len).unwrap_or(0))
     }
 
@@ -239,7 +249,10 @@ impl OpenAiProvider {
                 Err(_) => return Err(ProviderError::Idle(idle.as_secs())),
                 Ok(None) => lines.finish().into_iter().collect(),
                 Ok(Some(Err(e))) => {
-                    return Err(ProviderError::CutOff(format!(": {}", self.redact(&root_cause(&e)))));
+                    return Err(ProviderError::CutOff(format!(
+                        ": {}",
+                        self.redact(&root_cause(&e))
+                    )));
                 }
                 Ok(Some(Ok(bytes))) => lines.push(&bytes),
             };
@@ -279,7 +292,11 @@ impl OpenAiProvider {
         }
         if out.finish_reason.is_empty() {
             // Without a finish_reason the reply may be missing its end, even with [DONE].
-            return Err(ProviderError::CutOff(if done { " (no finish_reason)".into() } else { String::new() }));
+            return Err(ProviderError::CutOff(if done {
+                " (no finish_reason)".into()
+            } else {
+                String::new()
+            }));
         }
         Ok(out)
     }
@@ -307,10 +324,19 @@ impl OpenAiProvider {
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(Duration::from_secs);
                     let text = resp.text().await.unwrap_or_default();
-                    (ProviderError::Http { status, body: self.redact(&excerpt(&text)) }, retry_after)
+                    (
+                        ProviderError::Http {
+                            status,
+                            body: self.redact(&excerpt(&text)),
+                        },
+                        retry_after,
+                    )
                 }
                 Err(e) => (
-                    ProviderError::Unreachable { url: url.to_string(), reason: self.redact(&root_cause(&e)) },
+                    ProviderError::Unreachable {
+                        url: url.to_string(),
+                        reason: self.redact(&root_cause(&e)),
+                    },
                     None,
                 ),
             };
@@ -330,10 +356,15 @@ impl OpenAiProvider {
     }
 }
 
-fn merge_tool_call(calls: &mut Vec<StreamedToolCall>, tc: ToolCallDelta) -> Result<(), ProviderError> {
+fn merge_tool_call(
+    calls: &mut Vec<StreamedToolCall>,
+    tc: ToolCallDelta,
+) -> Result<(), ProviderError> {
     let index = tc.index.unwrap_or(calls.len().saturating_sub(1));
     if index > calls.len() || index > 256 {
-        return Err(ProviderError::Malformed(format!("tool call index {index} out of order")));
+        return Err(ProviderError::Malformed(format!(
+            "tool call index {index} out of order"
+        )));
     }
     if index == calls.len() {
         calls.push(StreamedToolCall::default());
@@ -399,7 +430,11 @@ mod tests {
 
     #[test]
     fn redacts_key() {
-        let p = OpenAiProvider::new(OpenAiConfig { api_key: Some("sk-secret-123".into()), ..Default::default() }).unwrap();
+        let p = OpenAiProvider::new(OpenAiConfig {
+            api_key: Some("sk-secret-123".into()),
+            ..Default::default()
+        })
+        .unwrap();
         assert_eq!(p.redact("bad key sk-secret-123!"), "bad key [redacted]!");
         assert!(!format!("{:?}", p.config()).contains("sk-secret"));
     }

@@ -63,7 +63,11 @@ mod tests {
             let mut p = DataLines::default();
             let mut got = p.push(&input[..cut]);
             got.extend(p.push(&input[cut..]));
-            assert_eq!(got, vec!["{\"a\":1}".to_string(), "[DONE]".to_string()], "cut at {cut}");
+            assert_eq!(
+                got,
+                vec!["{\"a\":1}".to_string(), "[DONE]".to_string()],
+                "cut at {cut}"
+            );
         }
     }
 

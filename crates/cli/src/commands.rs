@@ -68,7 +68,10 @@ pub struct ChatArgs {
 
 /// A client for `SWITCHBOARD_URL` with `SWITCHBOARD_TOKEN` or the token file.
 pub fn client(settings: &Settings) -> Result<Client> {
-    let url = std::env::var("SWITCHBOARD_URL").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "http://127.0.0.1:7070".into());
+    let url = std::env::var("SWITCHBOARD_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:7070".into());
     let token = match &settings.token {
         Some(t) => Some(t.clone()),
         None => datadir::read_token(&settings.token_path())?,
@@ -100,15 +103,28 @@ fn create_request(a: &CreateArgs) -> CreateSessionRequest {
 pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
     let c = client(settings)?;
     match cmd {
-        SessionsCommand::List { limit, offset, json } => {
+        SessionsCommand::List {
+            limit,
+            offset,
+            json,
+        } => {
             let list = c.list_sessions(Some(limit), Some(offset)).await?;
             if json {
                 return print_json(&list);
             }
             println!("{:<36}  {:<8}  {:<20}  TITLE", "ID", "STATUS", "UPDATED");
             for s in &list.sessions {
-                let status = serde_json::to_value(s.run_status)?.as_str().unwrap_or("").to_string();
-                println!("{:<36}  {:<8}  {:<20}  {}", s.id, status, s.updated_at.format("%Y-%m-%d %H:%M:%S"), s.title);
+                let status = serde_json::to_value(s.run_status)?
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                println!(
+                    "{:<36}  {:<8}  {:<20}  {}",
+                    s.id,
+                    status,
+                    s.updated_at.format("%Y-%m-%d %H:%M:%S"),
+                    s.title
+                );
             }
             println!("({} of {} sessions)", list.sessions.len(), list.total);
         }
@@ -126,7 +142,10 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
     let c = client(settings)?;
     let (session, message) = match args.args.as_slice() {
         [m] => (None, m.clone()),
-        [s, m] => (Some(Uuid::parse_str(s).with_context(|| format!("{s:?} is not a session id"))?), m.clone()),
+        [s, m] => (
+            Some(Uuid::parse_str(s).with_context(|| format!("{s:?} is not a session id"))?),
+            m.clone(),
+        ),
         _ => bail!("usage: switchboard chat [SESSION] MESSAGE"),
     };
     let (id, after) = match session {
@@ -139,8 +158,15 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
     };
     // Subscribe from the current end of the log before sending, so nothing is missed.
     let mut events = c.subscribe(id, Some(after));
-    let kind = if args.follow_up { MessageType::FollowUp } else { MessageType::Message };
-    let run_id = c.send_message(id, &SendMessageRequest::user(message, kind)).await?.run_id;
+    let kind = if args.follow_up {
+        MessageType::FollowUp
+    } else {
+        MessageType::Message
+    };
+    let run_id = c
+        .send_message(id, &SendMessageRequest::user(message, kind))
+        .await?
+        .run_id;
     let mut stdout = std::io::stdout();
     let mut wrote_text = false;
     while let Some(item) = events.next().await {
@@ -155,7 +181,11 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 stdout.flush()?;
                 wrote_text = true;
             }
-            AgentEvent::RunCompleted { run_id: r, stop_reason, .. } if r == run_id => {
+            AgentEvent::RunCompleted {
+                run_id: r,
+                stop_reason,
+                ..
+            } if r == run_id => {
                 if wrote_text {
                     println!();
                 }
@@ -165,11 +195,18 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            AgentEvent::RunError { run_id: r, error, retryable } if r == run_id => {
+            AgentEvent::RunError {
+                run_id: r,
+                error,
+                retryable,
+            } if r == run_id => {
                 if wrote_text {
                     println!();
                 }
-                eprintln!("error: {error}{}", if retryable { " (retryable)" } else { "" });
+                eprintln!(
+                    "error: {error}{}",
+                    if retryable { " (retryable)" } else { "" }
+                );
                 return Ok(ExitCode::FAILURE);
             }
             _ => {}

@@ -81,7 +81,10 @@ fn env(name: &str) -> Option<String> {
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
     match env(name) {
-        Some(v) => v.parse().map(Some).map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid value")),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid value")),
         None => Ok(None),
     }
 }
@@ -111,11 +114,18 @@ pub fn default_config_path() -> PathBuf {
 impl Settings {
     /// Loads `explicit` (or `SWITCHBOARD_CONFIG`, or the XDG default if it exists), then
     /// applies the environment.
-    pub fn load(explicit: Option<&Path>, data_dir_flag: Option<&Path>, listen_flag: Option<&str>) -> Result<Self> {
-        let explicit = explicit.map(Path::to_path_buf).or_else(|| env("SWITCHBOARD_CONFIG").map(PathBuf::from));
+    pub fn load(
+        explicit: Option<&Path>,
+        data_dir_flag: Option<&Path>,
+        listen_flag: Option<&str>,
+    ) -> Result<Self> {
+        let explicit = explicit
+            .map(Path::to_path_buf)
+            .or_else(|| env("SWITCHBOARD_CONFIG").map(PathBuf::from));
         let (path, file) = match explicit {
             Some(p) => {
-                let text = std::fs::read_to_string(&p).with_context(|| format!("reading config file {}", p.display()))?;
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("reading config file {}", p.display()))?;
                 (Some(p.clone()), parse_config(&text, &p)?)
             }
             None => {
@@ -126,7 +136,9 @@ impl Settings {
                 }
             }
         };
-        let provider_kind = env("SWITCHBOARD_PROVIDER").or(file.provider.kind.clone()).unwrap_or_else(|| "openai".into());
+        let provider_kind = env("SWITCHBOARD_PROVIDER")
+            .or(file.provider.kind.clone())
+            .unwrap_or_else(|| "openai".into());
         if provider_kind != "openai" {
             bail!("provider {provider_kind:?} is not supported (supported: openai)");
         }
@@ -152,15 +164,27 @@ impl Settings {
             base_url: env("SWITCHBOARD_OPENAI_BASE_URL")
                 .or(file.provider.base_url.clone())
                 .unwrap_or_else(|| "https://api.openai.com/v1".into()),
-            api_key: env("SWITCHBOARD_OPENAI_API_KEY").or_else(|| env("OPENAI_API_KEY")).or(file.provider.api_key.clone()),
+            api_key: env("SWITCHBOARD_OPENAI_API_KEY")
+                .or_else(|| env("OPENAI_API_KEY"))
+                .or(file.provider.api_key.clone()),
             model: env("SWITCHBOARD_MODEL").or(file.provider.model.clone()),
-            max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?.or(file.provider.max_retries).unwrap_or(2),
+            max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?
+                .or(file.provider.max_retries)
+                .unwrap_or(2),
             system_prompt: env("SWITCHBOARD_SYSTEM_PROMPT").or(file.provider.system_prompt.clone()),
-            default_cwd: env("SWITCHBOARD_DEFAULT_CWD").map(PathBuf::from).or(file.sessions.default_cwd.clone()),
+            default_cwd: env("SWITCHBOARD_DEFAULT_CWD")
+                .map(PathBuf::from)
+                .or(file.sessions.default_cwd.clone()),
             permission_mode,
-            retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?.or(file.events.retention_days),
-            keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?.or(file.events.keepalive_secs).unwrap_or(15).max(1),
-            max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?.or(file.server.max_body_bytes).unwrap_or(2 * 1024 * 1024),
+            retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?
+                .or(file.events.retention_days),
+            keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?
+                .or(file.events.keepalive_secs)
+                .unwrap_or(15)
+                .max(1),
+            max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?
+                .or(file.server.max_body_bytes)
+                .unwrap_or(2 * 1024 * 1024),
         })
     }
 
@@ -183,7 +207,9 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_named() {
-        let err = parse_config("[provider]\nmodle = \"x\"\n", Path::new("s.toml")).unwrap_err().to_string();
+        let err = parse_config("[provider]\nmodle = \"x\"\n", Path::new("s.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("modle"), "{err}");
     }
 

@@ -11,7 +11,8 @@ use rand::RngCore;
 /// Creates the data directory with mode 0700 if missing.
 pub fn ensure_data_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
-        fs::create_dir_all(dir).with_context(|| format!("creating data directory {}", dir.display()))?;
+        fs::create_dir_all(dir)
+            .with_context(|| format!("creating data directory {}", dir.display()))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .with_context(|| format!("setting permissions of {}", dir.display()))?;
     }
@@ -43,7 +44,10 @@ pub fn read_token(path: &Path) -> Result<Option<String>> {
         Ok(s) => {
             let t = s.trim().to_string();
             if t.is_empty() {
-                anyhow::bail!("token file {} is empty; delete it to generate a new token", path.display());
+                anyhow::bail!(
+                    "token file {} is empty; delete it to generate a new token",
+                    path.display()
+                );
             }
             Ok(Some(t))
         }
@@ -54,7 +58,9 @@ pub fn read_token(path: &Path) -> Result<Option<String>> {
 
 /// Unix mode bits of a path.
 pub fn mode_of(path: &Path) -> Option<u32> {
-    fs::metadata(path).ok().map(|m| m.permissions().mode() & 0o777)
+    fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
 }
 
 #[cfg(test)]

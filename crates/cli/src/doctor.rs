@@ -32,7 +32,11 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
     };
     let settings = match Settings::load(config, data_dir, None) {
         Ok(s) => {
-            let src = s.config_path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "no file; defaults and environment".into());
+            let src = s
+                .config_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "no file; defaults and environment".into());
             check("config", Verdict::Ok(src));
             s
         }
@@ -43,29 +47,61 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
     };
     let dir = &settings.data_dir;
     match datadir::mode_of(dir) {
-        None => check("data directory", Verdict::Warn(format!("{} does not exist yet; `serve` creates it (0700)", dir.display()))),
+        None => check(
+            "data directory",
+            Verdict::Warn(format!(
+                "{} does not exist yet; `serve` creates it (0700)",
+                dir.display()
+            )),
+        ),
         Some(m) if m & 0o077 != 0 => check(
             "data directory",
-            Verdict::Fail(format!("{} has mode {m:o}; others can read it — run: chmod 700 {}", dir.display(), dir.display())),
+            Verdict::Fail(format!(
+                "{} has mode {m:o}; others can read it — run: chmod 700 {}",
+                dir.display(),
+                dir.display()
+            )),
         ),
         Some(_) => {
             let probe = dir.join(".doctor-probe");
             match std::fs::write(&probe, b"x").and_then(|_| std::fs::remove_file(&probe)) {
-                Ok(()) => check("data directory", Verdict::Ok(format!("{} (0700, writable)", dir.display()))),
-                Err(e) => check("data directory", Verdict::Fail(format!("{} is not writable: {e}", dir.display()))),
+                Ok(()) => check(
+                    "data directory",
+                    Verdict::Ok(format!("{} (0700, writable)", dir.display())),
+                ),
+                Err(e) => check(
+                    "data directory",
+                    Verdict::Fail(format!("{} is not writable: {e}", dir.display())),
+                ),
             }
         }
     }
     let token_path = settings.token_path();
     if settings.token.is_some() {
-        check("token", Verdict::Ok("set by SWITCHBOARD_TOKEN / config".into()));
+        check(
+            "token",
+            Verdict::Ok("set by SWITCHBOARD_TOKEN / config".into()),
+        );
     } else {
         match datadir::mode_of(&token_path) {
-            None => check("token", Verdict::Warn(format!("{} missing; `serve` generates it", token_path.display()))),
-            Some(0o600) | Some(0o400) => check("token", Verdict::Ok(format!("{} (0600)", token_path.display()))),
+            None => check(
+                "token",
+                Verdict::Warn(format!(
+                    "{} missing; `serve` generates it",
+                    token_path.display()
+                )),
+            ),
+            Some(0o600) | Some(0o400) => check(
+                "token",
+                Verdict::Ok(format!("{} (0600)", token_path.display())),
+            ),
             Some(m) => check(
                 "token",
-                Verdict::Fail(format!("{} has mode {m:o}; run: chmod 600 {}", token_path.display(), token_path.display())),
+                Verdict::Fail(format!(
+                    "{} has mode {m:o}; run: chmod 600 {}",
+                    token_path.display(),
+                    token_path.display()
+                )),
             ),
         }
     }
@@ -73,23 +109,48 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
         match SqliteStore::open_path(&settings.db_path()).await {
             Ok(s) => {
                 s.close().await;
-                check("store", Verdict::Ok(format!("{} opens, schema up to date", settings.db_path().display())));
+                check(
+                    "store",
+                    Verdict::Ok(format!(
+                        "{} opens, schema up to date",
+                        settings.db_path().display()
+                    )),
+                );
             }
-            Err(e) => check("store", Verdict::Fail(format!("{}: {e}", settings.db_path().display()))),
+            Err(e) => check(
+                "store",
+                Verdict::Fail(format!("{}: {e}", settings.db_path().display())),
+            ),
         }
     } else {
-        check("store", Verdict::Warn(format!("{} not created yet", settings.db_path().display())));
+        check(
+            "store",
+            Verdict::Warn(format!("{} not created yet", settings.db_path().display())),
+        );
     }
     match &settings.model {
         Some(m) => check("model", Verdict::Ok(m.clone())),
-        None => check("model", Verdict::Fail("no model configured: set SWITCHBOARD_MODEL or [provider] model".into())),
+        None => check(
+            "model",
+            Verdict::Fail("no model configured: set SWITCHBOARD_MODEL or [provider] model".into()),
+        ),
     }
     match crate::serve::provider(&settings) {
         Ok(p) => match p.check().await {
-            Ok(n) => check("provider", Verdict::Ok(format!("{} at {} answers ({n} models listed)", settings.provider_kind, settings.base_url))),
+            Ok(n) => check(
+                "provider",
+                Verdict::Ok(format!(
+                    "{} at {} answers ({n} models listed)",
+                    settings.provider_kind, settings.base_url
+                )),
+            ),
             Err(e) => check("provider", Verdict::Fail(p.redact(&e.to_string()))),
         },
         Err(e) => check("provider", Verdict::Fail(format!("{e:#}"))),
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -53,13 +53,17 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -69,18 +73,26 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve { listen, data_dir } => {
-                let settings = config::Settings::load(cli.config.as_deref(), data_dir.as_deref(), listen.as_deref())?;
+                let settings = config::Settings::load(
+                    cli.config.as_deref(),
+                    data_dir.as_deref(),
+                    listen.as_deref(),
+                )?;
                 serve::run(settings).await.map(|_| ExitCode::SUCCESS)
             }
             Command::Sessions(cmd) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
-                commands::sessions(&settings, cmd).await.map(|_| ExitCode::SUCCESS)
+                commands::sessions(&settings, cmd)
+                    .await
+                    .map(|_| ExitCode::SUCCESS)
             }
             Command::Chat(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::chat(&settings, args).await
             }
-            Command::Doctor { data_dir } => doctor::run(cli.config.as_deref(), data_dir.as_deref()).await,
+            Command::Doctor { data_dir } => {
+                doctor::run(cli.config.as_deref(), data_dir.as_deref()).await
+            }
         }
     });
     match result {

@@ -35,12 +35,18 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let store = SqliteStore::open(SqliteOptions::new(settings.db_path()))
         .await
         .with_context(|| format!("opening store {}", settings.db_path().display()))?;
-    let mut agent_config = AgentConfig { default_model: settings.model.clone(), ..AgentConfig::default() };
+    let mut agent_config = AgentConfig {
+        default_model: settings.model.clone(),
+        ..AgentConfig::default()
+    };
     if let Some(p) = &settings.system_prompt {
         agent_config.system_prompt = p.clone();
     }
     let agent = BuiltinAgent::new(provider(settings)?, agent_config);
-    let backends = Backends { builtin: Some(Arc::new(agent)), ..Backends::default() };
+    let backends = Backends {
+        builtin: Some(Arc::new(agent)),
+        ..Backends::default()
+    };
     let default_cwd = match &settings.default_cwd {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("reading the current directory")?,
@@ -49,7 +55,9 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         default_cwd,
         default_model: settings.model.clone(),
         default_permission_mode: settings.permission_mode,
-        event_retention: settings.retention_days.map(|d| Duration::from_secs(d * 86_400)),
+        event_retention: settings
+            .retention_days
+            .map(|d| Duration::from_secs(d * 86_400)),
         ..EngineConfig::default()
     };
     let engine = Engine::start(Arc::new(store.clone()), backends, engine_config)
@@ -59,7 +67,11 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
     let router = switchboard_server::router(engine.clone(), server_config);
-    Ok(App { engine, router, store })
+    Ok(App {
+        engine,
+        router,
+        store,
+    })
 }
 
 /// The token to require: configured, else the token file, else a new token file.
@@ -70,7 +82,11 @@ pub fn resolve_token(settings: &Settings) -> Result<(String, String)> {
     }
     let path = settings.token_path();
     let (t, created) = datadir::load_or_create_token(&path)?;
-    let how = if created { "generated, stored in" } else { "stored in" };
+    let how = if created {
+        "generated, stored in"
+    } else {
+        "stored in"
+    };
     Ok((t, format!("{how} {}", path.display())))
 }
 

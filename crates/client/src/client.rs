@@ -77,7 +77,8 @@ impl Client {
 
     /// `GET /v1/health`.
     pub async fn health(&self) -> Result<HealthResponse, ClientError> {
-        self.json(self.request(reqwest::Method::GET, "/v1/health")).await
+        self.json(self.request(reqwest::Method::GET, "/v1/health"))
+            .await
     }
 
     /// `POST /v1/sessions`.
@@ -85,7 +86,11 @@ impl Client {
         &self,
         req: &CreateSessionRequest,
     ) -> Result<SessionSummary, ClientError> {
-        self.json(self.request(reqwest::Method::POST, "/v1/sessions").json(req)).await
+        self.json(
+            self.request(reqwest::Method::POST, "/v1/sessions")
+                .json(req),
+        )
+        .await
     }
 
     /// `GET /v1/sessions?limit&offset`.
@@ -94,13 +99,16 @@ impl Client {
         limit: Option<u32>,
         offset: Option<u32>,
     ) -> Result<ListSessionsResponse, ClientError> {
-        let req = self.request(reqwest::Method::GET, "/v1/sessions").query(&Page { limit, offset });
+        let req = self
+            .request(reqwest::Method::GET, "/v1/sessions")
+            .query(&Page { limit, offset });
         self.json(req).await
     }
 
     /// `GET /v1/sessions/{id}`.
     pub async fn get_session(&self, id: Uuid) -> Result<SessionDetailResponse, ClientError> {
-        self.json(self.request(reqwest::Method::GET, &format!("/v1/sessions/{id}"))).await
+        self.json(self.request(reqwest::Method::GET, &format!("/v1/sessions/{id}")))
+            .await
     }
 
     /// `DELETE /v1/sessions/{id}`.
@@ -116,7 +124,8 @@ impl Client {
         req: &SendMessageRequest,
     ) -> Result<SendMessageResponse, ClientError> {
         let path = format!("/v1/sessions/{id}/messages");
-        self.json(self.request(reqwest::Method::POST, &path).json(req)).await
+        self.json(self.request(reqwest::Method::POST, &path).json(req))
+            .await
     }
 
     /// `GET /v1/sessions/{id}/messages?limit&offset`.
@@ -127,7 +136,9 @@ impl Client {
         offset: Option<u32>,
     ) -> Result<ListMessagesResponse, ClientError> {
         let path = format!("/v1/sessions/{id}/messages");
-        let req = self.request(reqwest::Method::GET, &path).query(&Page { limit, offset });
+        let req = self
+            .request(reqwest::Method::GET, &path)
+            .query(&Page { limit, offset });
         self.json(req).await
     }
 
@@ -151,14 +162,16 @@ impl Client {
         req: &ToolDecisionsRequest,
     ) -> Result<ToolDecisionsResponse, ClientError> {
         let path = format!("/v1/sessions/{id}/tools/decisions");
-        self.json(self.request(reqwest::Method::POST, &path).json(req)).await
+        self.json(self.request(reqwest::Method::POST, &path).json(req))
+            .await
     }
 
     /// `POST /v1/sessions/{id}/cancel`.
     pub async fn cancel(&self, id: Uuid, run_id: Uuid) -> Result<CancelResponse, ClientError> {
         let path = format!("/v1/sessions/{id}/cancel");
         let body = CancelRequest { run_id };
-        self.json(self.request(reqwest::Method::POST, &path).json(&body)).await
+        self.json(self.request(reqwest::Method::POST, &path).json(&body))
+            .await
     }
 
     /// `GET /v1/sessions/{id}/events`: the session's events, resumed after `after` when given.
@@ -182,7 +195,10 @@ impl Client {
 
     /// A request with the auth header and the per-request timeout.
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let req = self.http.request(method, self.url(path)).timeout(REQUEST_TIMEOUT);
+        let req = self
+            .http
+            .request(method, self.url(path))
+            .timeout(REQUEST_TIMEOUT);
         match &self.token {
             Some(token) => req.bearer_auth(token),
             None => req,
@@ -191,7 +207,10 @@ impl Client {
 
     /// Sends `req`; a non-2xx answer becomes [`ClientError::Api`].
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
-        let resp = req.send().await.map_err(|e| ClientError::from_reqwest(&e))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ClientError::from_reqwest(&e))?;
         if resp.status().is_success() {
             Ok(resp)
         } else {
@@ -202,9 +221,15 @@ impl Client {
     }
 
     /// Sends `req` and parses a JSON answer.
-    async fn json<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, ClientError> {
+    async fn json<T: DeserializeOwned>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, ClientError> {
         let resp = self.send(req).await?;
-        let bytes = resp.bytes().await.map_err(|e| ClientError::from_reqwest(&e))?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| ClientError::from_reqwest(&e))?;
         serde_json::from_slice(&bytes).map_err(|e| {
             let snippet: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
             ClientError::Decode(format!("{e} (body starts {snippet:?})"))

@@ -17,7 +17,12 @@ pub enum ClientError {
     /// When the body is the server's `{"error","code","request_id"}` shape its fields are used;
     /// otherwise `code` is `http_<status>` and `message` is the body text (at most 500 chars).
     #[error("server answered {status} {code}: {message} (request id {request_id:?})")]
-    Api { status: u16, code: String, message: String, request_id: String },
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+        request_id: String,
+    },
     /// The request never got an answer: connection refused or reset, timeout, TLS failure...
     #[error("transport error: {0}")]
     Transport(String),
@@ -102,7 +107,10 @@ impl ClientError {
             Err(_) => Self::Api {
                 status,
                 code: format!("http_{status}"),
-                message: String::from_utf8_lossy(body).chars().take(MAX_RAW_MESSAGE_CHARS).collect(),
+                message: String::from_utf8_lossy(body)
+                    .chars()
+                    .take(MAX_RAW_MESSAGE_CHARS)
+                    .collect(),
                 request_id,
             },
         }
@@ -138,6 +146,7 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -163,7 +172,13 @@ mod tests {
     fn other_bodies_become_http_code_and_are_truncated() {
         let body = "é".repeat(800);
         let err = ClientError::from_status_and_body(502, body.as_bytes(), "hdr".into());
-        let ClientError::Api { code, message, request_id, .. } = &err else {
+        let ClientError::Api {
+            code,
+            message,
+            request_id,
+            ..
+        } = &err
+        else {
             panic!("not an Api error: {err:?}");
         };
         assert_eq!(code, "http_502");

@@ -166,11 +166,16 @@ impl SseParser {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     fn frame(id: Option<&str>, event: Option<&str>, data: &str) -> SseFrame {
-        SseFrame { id: id.map(Into::into), event: event.map(Into::into), data: data.into() }
+        SseFrame {
+            id: id.map(Into::into),
+            event: event.map(Into::into),
+            data: data.into(),
+        }
     }
 
     fn parse_chunks(chunks: &[&[u8]]) -> Vec<SseFrame> {
@@ -222,7 +227,11 @@ mod tests {
         for i in 0..=bytes.len() {
             for j in i..=bytes.len() {
                 let chunks = [&bytes[..i], &bytes[i..j], &bytes[j..]];
-                assert_eq!(parse_chunks(&chunks), sample_frames(), "split at {i} and {j}");
+                assert_eq!(
+                    parse_chunks(&chunks),
+                    sample_frames(),
+                    "split at {i} and {j}"
+                );
             }
         }
     }
@@ -238,7 +247,11 @@ mod tests {
         let body = "data: héllo ✓\n\n".as_bytes();
         for i in 0..=body.len() {
             let (a, b) = body.split_at(i);
-            assert_eq!(parse_chunks(&[a, b]), vec![frame(None, None, "héllo ✓")], "split at {i}");
+            assert_eq!(
+                parse_chunks(&[a, b]),
+                vec![frame(None, None, "héllo ✓")],
+                "split at {i}"
+            );
         }
     }
 
@@ -272,7 +285,10 @@ mod tests {
     fn oversized_frame_is_an_error() {
         let mut parser = SseParser::new(16);
         assert!(parser.feed(b"data: 0123456789\n").is_ok());
-        assert_eq!(parser.feed(b"data: 0123456789"), Err(SseError::FrameTooLarge(16)));
+        assert_eq!(
+            parser.feed(b"data: 0123456789"),
+            Err(SseError::FrameTooLarge(16))
+        );
         let mut parser = SseParser::new(16);
         assert!(parser.feed(b"data: 0123456789abcdefgh").is_err());
     }

@@ -50,7 +50,9 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn new() -> Self {
-        Self { next: BACKOFF_INITIAL }
+        Self {
+            next: BACKOFF_INITIAL,
+        }
     }
 
     /// The delay to wait now; the following one doubles.
@@ -79,14 +81,20 @@ pub struct EventStream {
 enum State {
     /// Not started yet (no tokio runtime when `subscribe` was called).
     Idle(Box<Subscription>),
-    Running { rx: mpsc::Receiver<Item>, task: JoinHandle<()> },
+    Running {
+        rx: mpsc::Receiver<Item>,
+        task: JoinHandle<()>,
+    },
     Done,
 }
 
 impl EventStream {
     pub(crate) fn new(sub: Subscription) -> Self {
         let last_event_id = sub.cursor.unwrap_or(0);
-        let mut stream = Self { state: State::Idle(Box::new(sub)), last_event_id };
+        let mut stream = Self {
+            state: State::Idle(Box::new(sub)),
+            last_event_id,
+        };
         stream.try_start();
         stream
     }
@@ -186,7 +194,7 @@ async fn run(mut sub: Subscription, tx: mpsc::Sender<Item>) {
                     tracing::debug!(url = %sub.url, %reason, "event stream ended; reconnecting");
                 }
             },
-            Err(err) if true => {
+            Err(err) if err.is_transient() => {
                 tracing::warn!(url = %sub.url, error = %err, "event stream connect failed; retrying");
             }
             Err(err) => {
@@ -215,7 +223,10 @@ async fn connect(sub: &Subscription) -> Result<reqwest::Response, ClientError> {
     if let Some(cursor) = sub.cursor {
         req = req.header("Last-Event-ID", cursor.to_string());
     }
-    let resp = req.send().await.map_err(|e| ClientError::from_reqwest(&e))?;
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| ClientError::from_reqwest(&e))?;
     if resp.status().is_success() {
         Ok(resp)
     } else {
@@ -230,16 +241,38 @@ async fn pump(resp: reqwest::Response, sub: &mut Subscription, tx: &mpsc::Sender
     let mut yielded = false;
     loop {
         let chunk = match tokio::time::timeout(IDLE_TIMEOUT, body.next()).await {
-            Err(_) => return Ended::Reconnect { yielded, reason: "idle timeout".into() },
-            Ok(None) => return Ended::Reconnect { yielded, reason: "body ended".into() },
-            Ok(Some(Err(err))) => return Ended::Reconnect { yielded, reason: error_chain(&err) },
+            Err(_) => {
+                return Ended::Reconnect {
+                    yielded,
+                    reason: "idle timeout".into(),
+                };
+            }
+            Ok(None) => {
+                return Ended::Reconnect {
+                    yielded,
+                    reason: "body ended".into(),
+                };
+            }
+            Ok(Some(Err(err))) => {
+                return Ended::Reconnect {
+                    yielded,
+                    reason: error_chain(&err),
+                };
+            }
             Ok(Some(Ok(chunk))) => chunk,
         };
         if let Err(err) = parser.feed(&chunk) {
-            if tx.send(Err(ClientError::Decode(err.to_string()))).await.is_err() {
+            if tx
+                .send(Err(ClientError::Decode(err.to_string())))
+                .await
+                .is_err()
+            {
                 return Ended::ConsumerGone;
             }
-            return Ended::Reconnect { yielded, reason: err.to_string() };
+            return Ended::Reconnect {
+                yielded,
+                reason: err.to_string(),
+            };
         }
         while let Some(frame) = parser.next_frame() {
             let Some(item) = handle_frame(frame, &mut sub.cursor) else {
@@ -288,6 +321,7 @@ pub(crate) fn handle_frame(frame: SseFrame, cursor: &mut Option<u64>) -> Option<
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -299,7 +333,11 @@ mod tests {
             "timestamp": "2026-01-01T00:00:00Z",
             "event": {"RunStarted": {"run_id": "00000000-0000-0000-0000-000000000000"}},
         });
-        SseFrame { id: Some(id.to_string()), event: Some("run_started".into()), data: data.to_string() }
+        SseFrame {
+            id: Some(id.to_string()),
+            event: Some("run_started".into()),
+            data: data.to_string(),
+        }
     }
 
     #[test]
@@ -320,7 +358,10 @@ mod tests {
         assert_eq!(cursor, Some(4));
         assert!(handle_frame(envelope_frame(4), &mut cursor).is_none());
         let mut none = None;
-        assert!(matches!(handle_frame(envelope_frame(0), &mut none), Some(Ok(_))));
+        assert!(matches!(
+            handle_frame(envelope_frame(0), &mut none),
+            Some(Ok(_))
+        ));
         assert_eq!(none, Some(0));
     }
 
@@ -330,11 +371,19 @@ mod tests {
         let gap = SseFrame {
             id: None,
             event: Some("gap_detected".into()),
-            data: r#"{"requested_after_id":1,"oldest_available_id":5,"newest_available_id":9}"#.into(),
+            data: r#"{"requested_after_id":1,"oldest_available_id":5,"newest_available_id":9}"#
+                .into(),
         };
         assert!(handle_frame(gap, &mut cursor).is_none());
-        let bad = SseFrame { id: Some("1".into()), event: None, data: "{nope".into() };
-        assert!(matches!(handle_frame(bad, &mut cursor), Some(Err(ClientError::Decode(_)))));
+        let bad = SseFrame {
+            id: Some("1".into()),
+            event: None,
+            data: "{nope".into(),
+        };
+        assert!(matches!(
+            handle_frame(bad, &mut cursor),
+            Some(Err(ClientError::Decode(_)))
+        ));
         assert_eq!(cursor, None);
     }
 }

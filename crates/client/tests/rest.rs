@@ -1,5 +1,7 @@
 //! The plain request methods of `Client` against a fake `/v1` server on real TCP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -52,7 +54,11 @@ async fn record(State(fake): State<Arc<Fake>>, req: Request, next: Next) -> Resp
     let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
     fake.seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
-        path_and_query: parts.uri.path_and_query().map(ToString::to_string).unwrap_or_default(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         authorization: parts
             .headers
             .get(header::AUTHORIZATION)
@@ -60,10 +66,15 @@ async fn record(State(fake): State<Arc<Fake>>, req: Request, next: Next) -> Resp
         body: body.to_vec(),
     });
     if let Some((status, body)) = *fake.override_reply.lock().unwrap() {
-        return (StatusCode::from_u16(status).unwrap(), [("x-request-id", "hdr-1")], body)
+        return (
+            StatusCode::from_u16(status).unwrap(),
+            [("x-request-id", "hdr-1")],
+            body,
+        )
             .into_response();
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(body))).await
+    next.run(Request::from_parts(parts, axum::body::Body::from(body)))
+        .await
 }
 
 fn summary() -> Value {
@@ -75,7 +86,12 @@ fn summary() -> Value {
 }
 
 fn error(status: StatusCode, code: &str) -> Response {
-    (status, axum::Json(json!({"error": format!("{code} happened"), "code": code, "request_id": "req-1"})))
+    (
+        status,
+        axum::Json(
+            json!({"error": format!("{code} happened"), "code": code, "request_id": "req-1"}),
+        ),
+    )
         .into_response()
 }
 
@@ -95,7 +111,9 @@ fn app(fake: Arc<Fake>) -> Router {
     Router::new()
         .route(
             "/v1/health",
-            get(|| async { axum::Json(json!({"status": "ok", "version": "0.1.0", "uptime_seconds": 3})) }),
+            get(|| async {
+                axum::Json(json!({"status": "ok", "version": "0.1.0", "uptime_seconds": 3}))
+            }),
         )
         .route(
             "/v1/sessions",
@@ -150,16 +168,28 @@ async fn every_endpoint_round_trips() {
     assert_eq!((health.status.as_str(), health.uptime_seconds), ("ok", 3));
     assert_eq!(fake.last().authorization.as_deref(), Some("Bearer secret"));
 
-    let req = CreateSessionRequest { title: Some("T".into()), ..Default::default() };
+    let req = CreateSessionRequest {
+        title: Some("T".into()),
+        ..Default::default()
+    };
     let created = client.create_session(&req).await.unwrap();
-    assert_eq!((created.id, created.run_status, created.last_event_id), (SESSION, RunStatus::Idle, 3));
+    assert_eq!(
+        (created.id, created.run_status, created.last_event_id),
+        (SESSION, RunStatus::Idle, 3)
+    );
     let seen = fake.last();
-    assert_eq!((seen.method.as_str(), seen.path_and_query.as_str()), ("POST", "/v1/sessions"));
+    assert_eq!(
+        (seen.method.as_str(), seen.path_and_query.as_str()),
+        ("POST", "/v1/sessions")
+    );
     assert_eq!(fake.last_body(), json!({"title": "T"}));
 
     let list = client.list_sessions(Some(10), Some(20)).await.unwrap();
     assert_eq!((list.sessions.len(), list.total), (1, 1));
-    assert_eq!(fake.last().path_and_query, "/v1/sessions?limit=10&offset=20");
+    assert_eq!(
+        fake.last().path_and_query,
+        "/v1/sessions?limit=10&offset=20"
+    );
     client.list_sessions(None, None).await.unwrap();
     assert_eq!(fake.last().path_and_query, "/v1/sessions");
     client.list_sessions(Some(5), None).await.unwrap();
@@ -167,13 +197,19 @@ async fn every_endpoint_round_trips() {
 
     let detail = client.get_session(SESSION).await.unwrap();
     assert_eq!(detail.session.id, SESSION);
-    assert_eq!(fake.last().path_and_query, format!("/v1/sessions/{SESSION}"));
+    assert_eq!(
+        fake.last().path_and_query,
+        format!("/v1/sessions/{SESSION}")
+    );
 
     client.delete_session(SESSION).await.unwrap();
     assert_eq!(fake.last().method, "DELETE");
 
     let msg = SendMessageRequest::user("hello", MessageType::FollowUp);
-    assert_eq!(client.send_message(SESSION, &msg).await.unwrap().run_id, RUN);
+    assert_eq!(
+        client.send_message(SESSION, &msg).await.unwrap().run_id,
+        RUN
+    );
     assert_eq!(
         fake.last_body(),
         json!({"message": {"role": "user", "content": "hello"}, "type": "follow_up"})
@@ -181,9 +217,15 @@ async fn every_endpoint_round_trips() {
 
     let msgs = client.list_messages(SESSION, None, Some(2)).await.unwrap();
     assert_eq!(msgs.total, 0);
-    assert_eq!(fake.last().path_and_query, format!("/v1/sessions/{SESSION}/messages?offset=2"));
+    assert_eq!(
+        fake.last().path_and_query,
+        format!("/v1/sessions/{SESSION}/messages?offset=2")
+    );
 
-    assert_eq!(client.transcript_markdown(SESSION).await.unwrap(), "# T\n\nhi ✓\n");
+    assert_eq!(
+        client.transcript_markdown(SESSION).await.unwrap(),
+        "# T\n\nhi ✓\n"
+    );
 
     let pending = client.pending_tools(SESSION).await.unwrap();
     assert!(pending.run_id.is_none() && pending.tool_calls.is_empty());
@@ -192,7 +234,10 @@ async fn every_endpoint_round_trips() {
     assert!(cancelled.cancelled);
     assert_eq!(cancelled.run_id, RUN);
     assert_eq!(fake.last_body(), json!({"run_id": RUN}));
-    assert_eq!(fake.last().path_and_query, format!("/v1/sessions/{SESSION}/cancel"));
+    assert_eq!(
+        fake.last().path_and_query,
+        format!("/v1/sessions/{SESSION}/cancel")
+    );
 }
 
 #[tokio::test]
@@ -212,12 +257,24 @@ async fn json_errors_keep_the_server_code() {
 
     let decisions = BTreeMap::from([(
         "call-1".to_owned(),
-        ToolDecision { action: DecisionAction::Accept, content: None },
+        ToolDecision {
+            action: DecisionAction::Accept,
+            content: None,
+        },
     )]);
-    let req = ToolDecisionsRequest { run_id: RUN, decisions };
+    let req = ToolDecisionsRequest {
+        run_id: RUN,
+        decisions,
+    };
     let err = client.decide_tools(SESSION, &req).await.unwrap_err();
-    assert_eq!((err.status(), err.code()), (Some(409), Some("run_mismatch")));
-    assert_eq!(fake.last_body(), json!({"run_id": RUN, "decisions": {"call-1": {"action": "accept"}}}));
+    assert_eq!(
+        (err.status(), err.code()),
+        (Some(409), Some("run_mismatch"))
+    );
+    assert_eq!(
+        fake.last_body(),
+        json!({"run_id": RUN, "decisions": {"call-1": {"action": "accept"}}})
+    );
 }
 
 #[tokio::test]
@@ -240,7 +297,10 @@ async fn non_json_errors_and_bad_bodies() {
     *fake.override_reply.lock().unwrap() = Some((200, "not json"));
     assert!(matches!(client.health().await, Err(ClientError::Decode(_))));
     *fake.override_reply.lock().unwrap() = Some((200, r#"{"status":"ok"}"#));
-    assert!(matches!(client.list_sessions(None, None).await, Err(ClientError::Decode(_))));
+    assert!(matches!(
+        client.list_sessions(None, None).await,
+        Err(ClientError::Decode(_))
+    ));
 }
 
 #[tokio::test]
@@ -261,8 +321,17 @@ fn base_urls() {
     assert_eq!(client.base_url(), "http://127.0.0.1:7070");
     let client = Client::new("https://example.invalid/prefix//", Some("t".into())).unwrap();
     assert_eq!(client.base_url(), "https://example.invalid/prefix");
-    assert!(!format!("{client:?}").contains("\"t\""), "token must not be printed");
-    for bad in ["", "not a url", "ftp://host", "http://host/?q=1", "127.0.0.1:7070"] {
+    assert!(
+        !format!("{client:?}").contains("\"t\""),
+        "token must not be printed"
+    );
+    for bad in [
+        "",
+        "not a url",
+        "ftp://host",
+        "http://host/?q=1",
+        "127.0.0.1:7070",
+    ] {
         assert!(
             matches!(Client::new(bad, None), Err(ClientError::InvalidUrl(_))),
             "{bad:?} should be rejected"

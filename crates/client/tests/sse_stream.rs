@@ -1,5 +1,7 @@
 //! `Client::subscribe` against a scripted fake SSE server on real TCP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,7 +79,12 @@ impl Drop for DropCounter {
 }
 
 async fn events(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
     fake.seen.lock().unwrap().push(Seen {
         last_event_id: header("last-event-id"),
         authorization: header("authorization"),
@@ -87,11 +94,22 @@ async fn events(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
         .lock()
         .unwrap()
         .pop_front()
-        .unwrap_or(Plan::Stream { chunks: Vec::new(), end: End::Hang });
+        .unwrap_or(Plan::Stream {
+            chunks: Vec::new(),
+            end: End::Hang,
+        });
     match plan {
         Plan::Status { status, body } => {
-            let ctype = if body.starts_with('{') { "application/json" } else { "text/plain" };
-            (StatusCode::from_u16(status).unwrap(), [(header::CONTENT_TYPE, ctype)], body)
+            let ctype = if body.starts_with('{') {
+                "application/json"
+            } else {
+                "text/plain"
+            };
+            (
+                StatusCode::from_u16(status).unwrap(),
+                [(header::CONTENT_TYPE, ctype)],
+                body,
+            )
                 .into_response()
         }
         Plan::Stream { chunks, end } => {
@@ -118,13 +136,20 @@ async fn events(State(fake): State<Arc<Fake>>, headers: HeaderMap) -> Response {
                 let _alive = &guard;
                 item
             });
-            ([(header::CONTENT_TYPE, "text/event-stream")], Body::from_stream(body)).into_response()
+            (
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Body::from_stream(body),
+            )
+                .into_response()
         }
     }
 }
 
 async fn serve_on(listener: TcpListener, plans: Vec<Plan>) -> Arc<Fake> {
-    let fake = Arc::new(Fake { plans: Mutex::new(plans.into()), ..Fake::default() });
+    let fake = Arc::new(Fake {
+        plans: Mutex::new(plans.into()),
+        ..Fake::default()
+    });
     let app = Router::new()
         .route("/v1/sessions/{id}/events", get(events))
         .with_state(fake.clone());
@@ -151,14 +176,20 @@ fn envelope_json(id: u64) -> String {
 }
 
 fn frame(id: u64) -> Vec<u8> {
-    format!("id: {id}\nevent: text_delta\ndata: {}\n\n", envelope_json(id)).into_bytes()
+    format!(
+        "id: {id}\nevent: text_delta\ndata: {}\n\n",
+        envelope_json(id)
+    )
+    .into_bytes()
 }
 
 fn frames(ids: std::ops::RangeInclusive<u64>) -> Vec<Vec<u8>> {
     ids.map(frame).collect()
 }
 
-async fn next(stream: &mut EventStream) -> Option<Result<switchboard_client::protocol::EventEnvelope, ClientError>> {
+async fn next(
+    stream: &mut EventStream,
+) -> Option<Result<switchboard_client::protocol::EventEnvelope, ClientError>> {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
         .await
         .expect("timed out waiting for the event stream")
@@ -185,8 +216,14 @@ async fn assert_quiet(stream: &mut EventStream) {
 #[tokio::test]
 async fn resumes_after_abrupt_close_without_duplicates() {
     let (client, fake) = start(vec![
-        Plan::Stream { chunks: frames(1..=5), end: End::Abort },
-        Plan::Stream { chunks: frames(4..=8), end: End::Close },
+        Plan::Stream {
+            chunks: frames(1..=5),
+            end: End::Abort,
+        },
+        Plan::Stream {
+            chunks: frames(4..=8),
+            end: End::Close,
+        },
     ])
     .await;
     let mut stream = client.subscribe(SESSION, None);
@@ -201,14 +238,20 @@ async fn resumes_after_abrupt_close_without_duplicates() {
     let seen = fake.wait_for_connections(3).await;
     let ids: Vec<_> = seen.iter().map(|s| s.last_event_id.as_deref()).collect();
     assert_eq!(ids, [None, Some("5"), Some("8")]);
-    assert!(seen.iter().all(|s| s.authorization.as_deref() == Some("Bearer tok")));
+    assert!(
+        seen.iter()
+            .all(|s| s.authorization.as_deref() == Some("Bearer tok"))
+    );
     assert_quiet(&mut stream).await;
 }
 
 #[tokio::test]
 async fn after_is_sent_and_older_events_are_dropped() {
-    let (client, fake) =
-        start(vec![Plan::Stream { chunks: frames(2..=5), end: End::Hang }]).await;
+    let (client, fake) = start(vec![Plan::Stream {
+        chunks: frames(2..=5),
+        end: End::Hang,
+    }])
+    .await;
     let mut stream = client.subscribe(SESSION, Some(3));
     assert_eq!(stream.last_event_id(), 3);
     assert_eq!(next_id(&mut stream).await, 4);
@@ -220,13 +263,24 @@ async fn after_is_sent_and_older_events_are_dropped() {
 #[tokio::test]
 async fn unauthorized_ends_the_stream_with_the_api_error() {
     let body = r#"{"error":"bad token","code":"invalid_token","request_id":"req-7"}"#;
-    let (client, fake) = start(vec![Plan::Status { status: 401, body: body.into() }]).await;
+    let (client, fake) = start(vec![Plan::Status {
+        status: 401,
+        body: body.into(),
+    }])
+    .await;
     let mut stream = client.subscribe(SESSION, None);
     match next(&mut stream).await {
         Some(Err(err @ ClientError::Api { .. })) => {
             assert_eq!(err.code(), Some("invalid_token"));
             assert_eq!(err.status(), Some(401));
-            let ClientError::Api { message, request_id, .. } = err else { unreachable!() };
+            let ClientError::Api {
+                message,
+                request_id,
+                ..
+            } = err
+            else {
+                unreachable!()
+            };
             assert_eq!(message, "bad token");
             assert_eq!(request_id, "req-7");
         }
@@ -239,12 +293,23 @@ async fn unauthorized_ends_the_stream_with_the_api_error() {
 
 #[tokio::test]
 async fn not_found_with_plain_body_ends_the_stream() {
-    let (client, _fake) =
-        start(vec![Plan::Status { status: 404, body: "no such session".into() }]).await;
+    let (client, _fake) = start(vec![Plan::Status {
+        status: 404,
+        body: "no such session".into(),
+    }])
+    .await;
     let mut stream = client.subscribe(SESSION, None);
     match next(&mut stream).await {
-        Some(Err(ClientError::Api { status, code, message, .. })) => {
-            assert_eq!((status, code.as_str(), message.as_str()), (404, "http_404", "no such session"));
+        Some(Err(ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        })) => {
+            assert_eq!(
+                (status, code.as_str(), message.as_str()),
+                (404, "http_404", "no such session")
+            );
         }
         other => panic!("expected an Api error, got {other:?}"),
     }
@@ -255,9 +320,18 @@ async fn not_found_with_plain_body_ends_the_stream() {
 async fn transient_statuses_are_retried_silently() {
     let busy = r#"{"error":"slow down","code":"rate_limited","request_id":"r"}"#;
     let (client, fake) = start(vec![
-        Plan::Status { status: 503, body: "unavailable".into() },
-        Plan::Status { status: 429, body: busy.into() },
-        Plan::Stream { chunks: frames(1..=2), end: End::Hang },
+        Plan::Status {
+            status: 503,
+            body: "unavailable".into(),
+        },
+        Plan::Status {
+            status: 429,
+            body: busy.into(),
+        },
+        Plan::Stream {
+            chunks: frames(1..=2),
+            end: End::Hang,
+        },
     ])
     .await;
     let mut stream = client.subscribe(SESSION, None);
@@ -282,11 +356,18 @@ async fn split_frames_keepalives_gap_and_bad_data() {
     ]
     .concat();
     let chunks: Vec<Vec<u8>> = body.as_bytes().chunks(7).map(<[u8]>::to_vec).collect();
-    let (client, _fake) = start(vec![Plan::Stream { chunks, end: End::Hang }]).await;
+    let (client, _fake) = start(vec![Plan::Stream {
+        chunks,
+        end: End::Hang,
+    }])
+    .await;
     let mut stream = client.subscribe(SESSION, None);
     assert_eq!(next_id(&mut stream).await, 1);
     assert_eq!(next_id(&mut stream).await, 2);
-    assert!(matches!(next(&mut stream).await, Some(Err(ClientError::Decode(_)))));
+    assert!(matches!(
+        next(&mut stream).await,
+        Some(Err(ClientError::Decode(_)))
+    ));
     assert_eq!(next_id(&mut stream).await, 4);
     assert_eq!(stream.last_event_id(), 4);
     assert_quiet(&mut stream).await;
@@ -301,14 +382,25 @@ async fn connection_refused_is_retried_until_the_server_is_up() {
     let mut stream = client.subscribe(SESSION, None);
     tokio::time::sleep(Duration::from_millis(400)).await;
     let listener = TcpListener::bind(addr).await.unwrap();
-    let fake = serve_on(listener, vec![Plan::Stream { chunks: frames(1..=1), end: End::Hang }]).await;
+    let fake = serve_on(
+        listener,
+        vec![Plan::Stream {
+            chunks: frames(1..=1),
+            end: End::Hang,
+        }],
+    )
+    .await;
     assert_eq!(next_id(&mut stream).await, 1);
     assert_eq!(fake.seen()[0].authorization, None);
 }
 
 #[tokio::test]
 async fn dropping_the_stream_closes_the_connection() {
-    let (client, fake) = start(vec![Plan::Stream { chunks: frames(1..=1), end: End::Hang }]).await;
+    let (client, fake) = start(vec![Plan::Stream {
+        chunks: frames(1..=1),
+        end: End::Hang,
+    }])
+    .await;
     let mut stream = client.subscribe(SESSION, None);
     assert_eq!(next_id(&mut stream).await, 1);
     assert_eq!(fake.bodies_dropped.load(Ordering::SeqCst), 0);
@@ -319,7 +411,11 @@ async fn dropping_the_stream_closes_the_connection() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(fake.bodies_dropped.load(Ordering::SeqCst), 1, "the server still streams");
+    assert_eq!(
+        fake.bodies_dropped.load(Ordering::SeqCst),
+        1,
+        "the server still streams"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.seen().len(), 1, "no reconnect after drop");
 }

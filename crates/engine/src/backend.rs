@@ -48,7 +48,10 @@ pub struct BackendError {
 
 impl BackendError {
     pub fn new(message: impl Into<String>, retryable: bool) -> Self {
-        Self { message: message.into(), retryable }
+        Self {
+            message: message.into(),
+            retryable,
+        }
     }
 }
 

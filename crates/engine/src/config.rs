@@ -25,7 +25,7 @@ impl Default for EngineConfig {
             default_cwd: std::env::temp_dir(),
             default_model: None,
             default_permission_mode: PermissionMode::WorkspaceWrite,
-            default_auto_approve: AutoApprove::Unset,
+            default_auto_approve: AutoApprove::default(),
             event_retention: None,
             live_buffer: 1024,
         }

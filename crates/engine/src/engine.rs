@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, CreateSessionRequest, MessageType, Role, RunStatus, SendMessageRequest,
-    SessionConfig, SessionSummary, TranscriptMessage, Usage,
+    AgentEvent, AutoApprove, CreateSessionRequest, MessageType, Role, RunStatus,
+    SendMessageRequest, SessionConfig, SessionSummary, TranscriptMessage, Usage,
 };
 use switchboard_store::{
     MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store,
@@ -91,14 +91,33 @@ impl Engine {
         for run in store.runs_in_state(RunState::Running).await? {
             let error = "interrupted by restart".to_string();
             tracing::warn!(run_id = %run.id, session_id = %run.session_id, "closing run interrupted by restart");
-            store.finish_run(run.id, &RunOutcome::Failed { error: error.clone() }, &now_rfc3339()).await?;
+            store
+                .finish_run(
+                    run.id,
+                    &RunOutcome::Failed {
+                        error: error.clone(),
+                    },
+                    &now_rfc3339(),
+                )
+                .await?;
             self.inner
                 .log
-                .append(run.session_id, &AgentEvent::RunError { run_id: run.id, error, retryable: true })
+                .append(
+                    run.session_id,
+                    &AgentEvent::RunError {
+                        run_id: run.id,
+                        error,
+                        retryable: true,
+                    },
+                )
                 .await?;
         }
-        let mut sessions: Vec<Uuid> =
-            store.runs_in_state(RunState::Queued).await?.iter().map(|r| r.session_id).collect();
+        let mut sessions: Vec<Uuid> = store
+            .runs_in_state(RunState::Queued)
+            .await?
+            .iter()
+            .map(|r| r.session_id)
+            .collect();
         sessions.dedup();
         for session_id in sessions {
             let lock = self.session_lock(session_id);
@@ -121,7 +140,11 @@ impl Engine {
     }
 
     fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {
-        let mut map = self.inner.session_locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .inner
+            .session_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         map.entry(id).or_default().clone()
     }
 
@@ -132,14 +155,20 @@ impl Engine {
 
     // --- sessions -------------------------------------------------------------------------
 
-    pub async fn create_session(&self, req: CreateSessionRequest) -> Result<SessionSummary, EngineError> {
+    pub async fn create_session(
+        &self,
+        req: CreateSessionRequest,
+    ) -> Result<SessionSummary, EngineError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
         }
         let title = match req.title.as_deref().map(str::trim) {
             Some("") => return Err(EngineError::validation("title", "must not be empty")),
             Some(t) if t.chars().count() > MAX_TITLE => {
-                return Err(EngineError::validation("title", format!("longer than {MAX_TITLE} characters")));
+                return Err(EngineError::validation(
+                    "title",
+                    format!("longer than {MAX_TITLE} characters"),
+                ));
             }
             Some(t) => t.to_string(),
             None => "New session".to_string(),
@@ -158,8 +187,12 @@ impl Engine {
         }
         let config = SessionConfig {
             backend,
-            model: req.model.or_else(|| self.inner.config.default_model.clone()),
-            permission_mode: req.permission_mode.unwrap_or(self.inner.config.default_permission_mode),
+            model: req
+                .model
+                .or_else(|| self.inner.config.default_model.clone()),
+            permission_mode: req
+                .permission_mode
+                .unwrap_or(self.inner.config.default_permission_mode),
             auto_approve: match req.auto_approve {
                 Some(a) => a,
                 None => self.inner.config.default_auto_approve.clone(),
@@ -189,22 +222,37 @@ impl Engine {
             cwd: r.cwd.clone(),
             created_at: parse_ts(&r.created_at),
             updated_at: parse_ts(&r.updated_at),
-            run_status: if active.is_some() { RunStatus::Running } else { RunStatus::Idle },
+            run_status: if active.is_some() {
+                RunStatus::Running
+            } else {
+                RunStatus::Idle
+            },
             active_run_id: active,
             last_event_id: r.last_seq,
         }
     }
 
     async fn record(&self, id: Uuid) -> Result<SessionRecord, EngineError> {
-        self.inner.store.get_session(id).await?.ok_or(EngineError::SessionNotFound(id))
+        self.inner
+            .store
+            .get_session(id)
+            .await?
+            .ok_or(EngineError::SessionNotFound(id))
     }
 
-    pub async fn get_session(&self, id: Uuid) -> Result<(SessionSummary, SessionConfig), EngineError> {
+    pub async fn get_session(
+        &self,
+        id: Uuid,
+    ) -> Result<(SessionSummary, SessionConfig), EngineError> {
         let r = self.record(id).await?;
         Ok((self.summary(&r), session_config(&r)?))
     }
 
-    pub async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionSummary>, u64), EngineError> {
+    pub async fn list_sessions(
+        &self,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<SessionSummary>, u64), EngineError> {
         let (rows, total) = self.inner.store.list_sessions(limit, offset).await?;
         Ok((rows.iter().map(|r| self.summary(r)).collect(), total))
     }
@@ -228,7 +276,11 @@ impl Engine {
             return Err(EngineError::SessionNotFound(id));
         }
         self.inner.log.forget(id);
-        self.inner.session_locks.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        self.inner
+            .session_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
         tracing::info!(session_id = %id, "session deleted");
         Ok(())
     }
@@ -236,7 +288,11 @@ impl Engine {
     // --- messages and runs ----------------------------------------------------------------
 
     /// Handles `POST /sessions/{id}/messages`; returns the run started, queued or steered.
-    pub async fn send_message(&self, session_id: Uuid, req: SendMessageRequest) -> Result<Uuid, EngineError> {
+    pub async fn send_message(
+        &self,
+        session_id: Uuid,
+        req: SendMessageRequest,
+    ) -> Result<Uuid, EngineError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
         }
@@ -244,10 +300,16 @@ impl Engine {
             return Err(EngineError::validation("message.role", "must be \"user\""));
         }
         if req.message.content.trim().is_empty() {
-            return Err(EngineError::validation("message.content", "must not be empty"));
+            return Err(EngineError::validation(
+                "message.content",
+                "must not be empty",
+            ));
         }
         if req.message.content.len() > MAX_CONTENT {
-            return Err(EngineError::validation("message.content", format!("longer than {MAX_CONTENT} bytes")));
+            return Err(EngineError::validation(
+                "message.content",
+                format!("longer than {MAX_CONTENT} bytes"),
+            ));
         }
         if let Some(m) = &req.model
             && m.trim().is_empty()
@@ -256,7 +318,10 @@ impl Engine {
         }
         for (i, c) in req.context.iter().enumerate() {
             if c.name.trim().is_empty() {
-                return Err(EngineError::validation(&format!("context[{i}].name"), "must not be empty"));
+                return Err(EngineError::validation(
+                    &format!("context[{i}].name"),
+                    "must not be empty",
+                ));
             }
         }
         self.record(session_id).await?;
@@ -274,14 +339,24 @@ impl Engine {
                 if let Some(given) = req.run_id
                     && given != run_id
                 {
-                    return Err(EngineError::RunMismatch { given, active: Some(run_id) });
+                    return Err(EngineError::RunMismatch {
+                        given,
+                        active: Some(run_id),
+                    });
                 }
                 // Durable first: the event is in the log before the agent can see it.
                 self.inner
                     .log
-                    .append(session_id, &AgentEvent::SteeringReceived { run_id, content: req.message.content.clone() })
+                    .append(
+                        session_id,
+                        &AgentEvent::SteeringReceived {
+                            run_id,
+                            content: req.message.content.clone(),
+                        },
+                    )
                     .await?;
-                tx.send(req.message.content).map_err(|_| EngineError::SessionNotRunning(session_id))?;
+                tx.send(req.message.content)
+                    .map_err(|_| EngineError::SessionNotRunning(session_id))?;
                 Ok(run_id)
             }
             MessageType::Message => {
@@ -297,7 +372,13 @@ impl Engine {
                 let run = self.new_run(session_id, &req, false).await?;
                 self.inner
                     .log
-                    .append(session_id, &AgentEvent::FollowUpQueued { run_id: run.id, content: req.message.content })
+                    .append(
+                        session_id,
+                        &AgentEvent::FollowUpQueued {
+                            run_id: run.id,
+                            content: req.message.content,
+                        },
+                    )
                     .await?;
                 if self.active_run_id(session_id).is_none() {
                     self.start_next_queued(session_id).await?;
@@ -307,7 +388,12 @@ impl Engine {
         }
     }
 
-    async fn new_run(&self, session_id: Uuid, req: &SendMessageRequest, front: bool) -> Result<RunRecord, EngineError> {
+    async fn new_run(
+        &self,
+        session_id: Uuid,
+        req: &SendMessageRequest,
+        front: bool,
+    ) -> Result<RunRecord, EngineError> {
         let input = RunInput {
             content: req.message.content.clone(),
             model: req.model.clone(),
@@ -317,7 +403,8 @@ impl Engine {
         let new = NewRun {
             id: Uuid::now_v7(),
             session_id,
-            input: serde_json::to_value(&input).map_err(|e| EngineError::Internal(e.to_string()))?,
+            input: serde_json::to_value(&input)
+                .map_err(|e| EngineError::Internal(e.to_string()))?,
             created_at: now_rfc3339(),
         };
         let run = if front {
@@ -358,10 +445,17 @@ impl Engine {
         let session = self.record(session_id).await?;
         let config = session_config(&session)?;
         let backend = self.inner.backends.resolve(&config.backend)?;
-        let run = self.inner.store.start_run(run_id, &now_rfc3339()).await.map_err(|e| match e {
-            switchboard_store::StoreError::Conflict(_) => EngineError::SessionAlreadyRunning(session_id),
-            other => other.into(),
-        })?;
+        let run = self
+            .inner
+            .store
+            .start_run(run_id, &now_rfc3339())
+            .await
+            .map_err(|e| match e {
+                switchboard_store::StoreError::Conflict(_) => {
+                    EngineError::SessionAlreadyRunning(session_id)
+                }
+                other => other.into(),
+            })?;
         let input: RunInput = serde_json::from_value(run.input.clone())
             .map_err(|e| EngineError::Internal(format!("stored run input: {e}")))?;
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
@@ -370,12 +464,19 @@ impl Engine {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.insert(
                 session_id,
-                ActiveRun { run_id, cancel: cancel.clone(), steering: steer_tx, task: None },
+                ActiveRun {
+                    run_id,
+                    cancel: cancel.clone(),
+                    steering: steer_tx,
+                    task: None,
+                },
             );
         }
         let engine = self.clone();
         let task = tokio::spawn(async move {
-            engine.execute(session, config, run_id, input, backend, steer_rx, cancel).await;
+            engine
+                .execute(session, config, run_id, input, backend, steer_rx, cancel)
+                .await;
         });
         let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = map.get_mut(&session_id)
@@ -401,7 +502,8 @@ impl Engine {
         let log = &self.inner.log;
         let store = &self.inner.store;
         let prepared = async {
-            log.append(session_id, &AgentEvent::RunStarted { run_id }).await?;
+            log.append(session_id, &AgentEvent::RunStarted { run_id })
+                .await?;
             store.touch_session(session_id, &now_rfc3339()).await?;
             let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();
@@ -429,7 +531,13 @@ impl Engine {
                     config,
                     input,
                     history,
-                    handle: RunHandle { session_id, run_id, log: log.clone(), store: store.clone(), steering },
+                    handle: RunHandle {
+                        session_id,
+                        run_id,
+                        log: log.clone(),
+                        store: store.clone(),
+                        steering,
+                    },
                     cancel: cancel.clone(),
                 };
                 backend.run(ctx).await
@@ -438,7 +546,16 @@ impl Engine {
         };
         let (outcome, event) = if self.inner.shutdown.is_cancelled() {
             let error = "server shutting down".to_string();
-            (RunOutcome::Failed { error: error.clone() }, AgentEvent::RunError { run_id, error, retryable: true })
+            (
+                RunOutcome::Failed {
+                    error: error.clone(),
+                },
+                AgentEvent::RunError {
+                    run_id,
+                    error,
+                    retryable: true,
+                },
+            )
         } else if cancel.is_cancelled() {
             (
                 RunOutcome::Cancelled,
@@ -452,7 +569,9 @@ impl Engine {
         } else {
             match result {
                 Ok(s) => (
-                    RunOutcome::Completed { stop_reason: s.stop_reason.clone() },
+                    RunOutcome::Completed {
+                        stop_reason: s.stop_reason.clone(),
+                    },
                     AgentEvent::RunCompleted {
                         run_id,
                         total_turns: s.total_turns,
@@ -461,8 +580,14 @@ impl Engine {
                     },
                 ),
                 Err(e) => (
-                    RunOutcome::Failed { error: e.message.clone() },
-                    AgentEvent::RunError { run_id, error: e.message, retryable: e.retryable },
+                    RunOutcome::Failed {
+                        error: e.message.clone(),
+                    },
+                    AgentEvent::RunError {
+                        run_id,
+                        error: e.message,
+                        retryable: e.retryable,
+                    },
                 ),
             }
         };
@@ -474,7 +599,12 @@ impl Engine {
     async fn finish(&self, session_id: Uuid, run_id: Uuid, outcome: RunOutcome, event: AgentEvent) {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        if let Err(e) = self.inner.store.finish_run(run_id, &outcome, &now_rfc3339()).await {
+        if let Err(e) = self
+            .inner
+            .store
+            .finish_run(run_id, &outcome, &now_rfc3339())
+            .await
+        {
             tracing::warn!(%run_id, error = %e, "could not record run outcome");
         }
         {
@@ -513,10 +643,16 @@ impl Engine {
                     && run.session_id == session_id
                     && run.state == RunState::Queued
                 {
-                    self.inner.store.finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339()).await?;
+                    self.inner
+                        .store
+                        .finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339())
+                        .await?;
                     return Ok(());
                 }
-                Err(EngineError::RunMismatch { given: run_id, active: other.map(|o| o.0) })
+                Err(EngineError::RunMismatch {
+                    given: run_id,
+                    active: other.map(|o| o.0),
+                })
             }
         }
     }
@@ -540,22 +676,39 @@ impl Engine {
         }
     }
 
-    pub async fn messages(&self, session_id: Uuid, limit: u32, offset: u32) -> Result<(Vec<TranscriptMessage>, u64), EngineError> {
+    pub async fn messages(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<TranscriptMessage>, u64), EngineError> {
         self.record(session_id).await?;
-        let (rows, total) = self.inner.store.list_messages(session_id, limit, offset).await?;
+        let (rows, total) = self
+            .inner
+            .store
+            .list_messages(session_id, limit, offset)
+            .await?;
         Ok((rows.iter().map(transcript_message).collect(), total))
     }
 
     /// Renders the whole transcript as Markdown.
     pub async fn transcript_markdown(&self, session_id: Uuid) -> Result<String, EngineError> {
         let r = self.record(session_id).await?;
-        let (rows, _) = self.inner.store.list_messages(session_id, u32::MAX, 0).await?;
+        let (rows, _) = self
+            .inner
+            .store
+            .list_messages(session_id, u32::MAX, 0)
+            .await?;
         let msgs: Vec<_> = rows.iter().map(transcript_message).collect();
         Ok(crate::markdown::render_transcript(&r.title, &msgs))
     }
 
     /// Follows a session's events from `seq > after`.
-    pub async fn subscribe(&self, session_id: Uuid, after: u64) -> Result<Subscription, EngineError> {
+    pub async fn subscribe(
+        &self,
+        session_id: Uuid,
+        after: u64,
+    ) -> Result<Subscription, EngineError> {
         self.record(session_id).await?;
         self.inner.log.subscribe(session_id, after).await
     }
@@ -586,8 +739,14 @@ fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
         Ok(m) if m.is_dir() => p
             .canonicalize()
             .map_err(|e| EngineError::validation("cwd", format!("{}: {e}", p.display()))),
-        Ok(_) => Err(EngineError::validation("cwd", format!("{} is not a directory", p.display()))),
-        Err(e) => Err(EngineError::validation("cwd", format!("{}: {e}", p.display()))),
+        Ok(_) => Err(EngineError::validation(
+            "cwd",
+            format!("{} is not a directory", p.display()),
+        )),
+        Err(e) => Err(EngineError::validation(
+            "cwd",
+            format!("{}: {e}", p.display()),
+        )),
     }
 }
 

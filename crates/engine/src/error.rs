@@ -31,7 +31,10 @@ pub enum EngineError {
 
 impl EngineError {
     pub fn validation(field: &str, message: impl Into<String>) -> Self {
-        Self::Validation { field: field.into(), message: message.into() }
+        Self::Validation {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// The stable wire code of this error.

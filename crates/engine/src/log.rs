@@ -80,14 +80,20 @@ impl EventLog {
 
     fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<LogEvent>> {
         let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(session_id).or_insert_with(|| broadcast::channel(self.live_buffer).0).clone()
+        map.entry(session_id)
+            .or_insert_with(|| broadcast::channel(self.live_buffer).0)
+            .clone()
     }
 
     /// Appends one event durably and returns its seq. Returns after the commit; live
     /// subscribers see it after that.
     pub async fn append(&self, session_id: Uuid, event: &AgentEvent) -> Result<u64, EngineError> {
-        let seqs = self.append_many(session_id, std::slice::from_ref(event)).await?;
-        seqs.first().copied().ok_or_else(|| EngineError::Internal("append lost its event".into()))
+        let seqs = self
+            .append_many(session_id, std::slice::from_ref(event))
+            .await?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| EngineError::Internal("append lost its event".into()))
     }
 
     /// Appends several events of one session atomically, in order.
@@ -129,7 +135,10 @@ impl EventLog {
             // Seqs are consumed even if the write fails: a seq is never reused.
             state.last = Some(last + batch.len() as u64);
             self.writer
-                .send(WriteReq { events: batch, done: done_tx })
+                .send(WriteReq {
+                    events: batch,
+                    done: done_tx,
+                })
                 .await
                 .map_err(|_| EngineError::ShuttingDown)?;
             seqs
@@ -144,17 +153,32 @@ impl EventLog {
 
     /// Forgets in-memory state of a deleted session; its subscribers end.
     pub fn forget(&self, session_id: Uuid) {
-        self.seqs.lock().unwrap_or_else(|p| p.into_inner()).remove(&session_id);
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(&session_id);
+        self.seqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session_id);
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session_id);
     }
 
     /// Reads stored events with `seq > after`.
-    pub async fn read(&self, session_id: Uuid, after: u64, limit: u32) -> Result<Vec<LogEvent>, EngineError> {
+    pub async fn read(
+        &self,
+        session_id: Uuid,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<LogEvent>, EngineError> {
         Ok(self.store.read_events(session_id, after, limit).await?)
     }
 
     /// Follows a session's log from `seq > after`.
-    pub async fn subscribe(&self, session_id: Uuid, after: u64) -> Result<Subscription, EngineError> {
+    pub async fn subscribe(
+        &self,
+        session_id: Uuid,
+        after: u64,
+    ) -> Result<Subscription, EngineError> {
         // Subscribe to live events *before* reading the store, so nothing committed after
         // this point can be missed; duplicates are dropped by seq.
         let rx = self.sender(session_id).subscribe();
@@ -166,7 +190,11 @@ impl EventLog {
             newest_available_id: bounds.newest.unwrap_or(bounds.last_seq),
         });
         // Skipping what was pruned: the client was told with the gap frame.
-        let last = if gap.is_some() { oldest_available - 1 } else { after };
+        let last = if gap.is_some() {
+            oldest_available - 1
+        } else {
+            after
+        };
         Ok(Subscription {
             store: self.store.clone(),
             session_id,
@@ -266,10 +294,15 @@ impl Subscription {
         }
         loop {
             if self.replaying {
-                let page = self.store.read_events(self.session_id, self.last, REPLAY_PAGE).await?;
+                let page = self
+                    .store
+                    .read_events(self.session_id, self.last, REPLAY_PAGE)
+                    .await?;
                 if let Some(last) = page.last() {
                     self.last = last.seq;
-                    return Ok(Some(SubItem::Events(page.into_iter().map(Arc::new).collect())));
+                    return Ok(Some(SubItem::Events(
+                        page.into_iter().map(Arc::new).collect(),
+                    )));
                 }
                 self.replaying = false;
             }

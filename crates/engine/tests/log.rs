@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! The event log's fan-out: no gap, no duplicate, bounded memory for slow readers.
 
 use std::sync::Arc;
@@ -10,7 +11,11 @@ use uuid::Uuid;
 
 async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqliteStore>, EventLog, Uuid) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open_path(&dir.path().join("db")).await.unwrap());
+    let store = Arc::new(
+        SqliteStore::open_path(&dir.path().join("db"))
+            .await
+            .unwrap(),
+    );
     let id = Uuid::now_v7();
     store
         .create_session(&SessionRecord {
@@ -29,13 +34,20 @@ async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqliteStore>, Even
 }
 
 fn delta(i: usize) -> AgentEvent {
-    AgentEvent::TextDelta { run_id: Uuid::nil(), delta: format!("d{i}") }
+    AgentEvent::TextDelta {
+        run_id: Uuid::nil(),
+        delta: format!("d{i}"),
+    }
 }
 
 async fn collect(mut sub: Subscription, until: u64) -> Vec<u64> {
     let mut seqs = Vec::new();
     while seqs.last().copied().unwrap_or(0) < until {
-        match tokio::time::timeout(Duration::from_secs(20), sub.next()).await.expect("stalled").unwrap() {
+        match tokio::time::timeout(Duration::from_secs(20), sub.next())
+            .await
+            .expect("stalled")
+            .unwrap()
+        {
             Some(SubItem::Events(batch)) => seqs.extend(batch.iter().map(|e| e.seq)),
             Some(SubItem::Gap(g)) => panic!("unexpected gap {g:?}"),
             None => break,
@@ -96,12 +108,17 @@ async fn a_slow_subscriber_falls_back_to_the_log_and_catches_up() {
 #[tokio::test]
 async fn seq_continues_after_reopen_and_is_never_reused() {
     let (dir, store, log, id) = setup(64).await;
-    log.append_many(id, &[delta(1), delta(2), delta(3)]).await.unwrap();
+    log.append_many(id, &[delta(1), delta(2), delta(3)])
+        .await
+        .unwrap();
     drop(log);
     let log2 = EventLog::new(store.clone(), 64);
     assert_eq!(log2.append(id, &delta(4)).await.unwrap(), 4);
     // Even when every stored event was pruned, seq keeps counting.
-    store.prune_events_before("9999-01-01T00:00:00Z").await.unwrap();
+    store
+        .prune_events_before("9999-01-01T00:00:00Z")
+        .await
+        .unwrap();
     let log3 = EventLog::new(store.clone(), 64);
     assert_eq!(log3.append(id, &delta(5)).await.unwrap(), 5);
     drop(dir);
@@ -111,20 +128,35 @@ async fn seq_continues_after_reopen_and_is_never_reused() {
 async fn asking_for_pruned_events_reports_a_gap_first() {
     let (_dir, store, log, id) = setup(64).await;
     log.append_many(id, &[delta(1), delta(2)]).await.unwrap();
-    store.prune_events_before("9999-01-01T00:00:00Z").await.unwrap();
+    store
+        .prune_events_before("9999-01-01T00:00:00Z")
+        .await
+        .unwrap();
     log.append_many(id, &[delta(3), delta(4)]).await.unwrap();
     let mut sub = log.subscribe(id, 0).await.unwrap();
     match sub.next().await.unwrap() {
         Some(SubItem::Gap(g)) => {
-            assert_eq!((g.requested_after_id, g.oldest_available_id, g.newest_available_id), (0, 3, 4));
+            assert_eq!(
+                (
+                    g.requested_after_id,
+                    g.oldest_available_id,
+                    g.newest_available_id
+                ),
+                (0, 3, 4)
+            );
         }
         other => panic!("expected a gap, got {other:?}"),
     }
     match sub.next().await.unwrap() {
-        Some(SubItem::Events(b)) => assert_eq!(b.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4]),
+        Some(SubItem::Events(b)) => {
+            assert_eq!(b.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4])
+        }
         other => panic!("expected events, got {other:?}"),
     }
     // Resuming from inside the retained window: no gap.
     let mut sub = log.subscribe(id, 3).await.unwrap();
-    assert!(matches!(sub.next().await.unwrap(), Some(SubItem::Events(_))));
+    assert!(matches!(
+        sub.next().await.unwrap(),
+        Some(SubItem::Events(_))
+    ));
 }

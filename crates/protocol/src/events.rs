@@ -46,23 +46,51 @@ pub enum AgentEvent {
     /// The assistant's reply of one step, complete.
     TextComplete { run_id: Uuid, text: String },
     /// The agent proposes tool calls.
-    ToolCallsProposed { run_id: Uuid, tool_calls: Vec<ToolCall> },
+    ToolCallsProposed {
+        run_id: Uuid,
+        tool_calls: Vec<ToolCall>,
+    },
     /// The run waits for decisions on these calls.
-    WaitingForToolApproval { run_id: Uuid, tool_call_ids: Vec<String> },
+    WaitingForToolApproval {
+        run_id: Uuid,
+        tool_call_ids: Vec<String>,
+    },
     /// A tool started running.
-    ToolExecutionStarted { run_id: Uuid, tool_call_id: String, name: String },
+    ToolExecutionStarted {
+        run_id: Uuid,
+        tool_call_id: String,
+        name: String,
+    },
     /// A tool finished.
-    ToolExecutionCompleted { run_id: Uuid, tool_call_id: String, result: String, is_error: bool },
+    ToolExecutionCompleted {
+        run_id: Uuid,
+        tool_call_id: String,
+        result: String,
+        is_error: bool,
+    },
     /// A tool call was rejected (by a person, a policy or a timeout).
-    ToolRejected { run_id: Uuid, tool_call_id: String, reason: String },
+    ToolRejected {
+        run_id: Uuid,
+        tool_call_id: String,
+        reason: String,
+    },
     /// A steering message reached the agent.
     SteeringReceived { run_id: Uuid, content: String },
     /// Tokens used by one provider call.
     UsageReport { run_id: Uuid, usage: Usage },
     /// The run ended normally (or was cancelled: `stop_reason = "cancelled"`).
-    RunCompleted { run_id: Uuid, total_turns: u32, total_usage: Usage, stop_reason: String },
+    RunCompleted {
+        run_id: Uuid,
+        total_turns: u32,
+        total_usage: Usage,
+        stop_reason: String,
+    },
     /// The run ended with an error. `retryable` says whether sending again may work.
-    RunError { run_id: Uuid, error: String, retryable: bool },
+    RunError {
+        run_id: Uuid,
+        error: String,
+        retryable: bool,
+    },
 }
 
 impl AgentEvent {
@@ -140,7 +168,10 @@ mod tests {
     #[test]
     fn externally_tagged_pascal_case() {
         let run_id = Uuid::nil();
-        let ev = AgentEvent::TextDelta { run_id, delta: "Hel".into() };
+        let ev = AgentEvent::TextDelta {
+            run_id,
+            delta: "Hel".into(),
+        };
         let v = serde_json::to_value(&ev).unwrap();
         assert_eq!(v["TextDelta"]["delta"], "Hel");
         assert_eq!(ev.kind(), "text_delta");
@@ -155,7 +186,11 @@ mod tests {
             session_id: Uuid::nil(),
             run_id: Some(Uuid::nil()),
             timestamp: Utc::now(),
-            event: AgentEvent::RunError { run_id: Uuid::nil(), error: "x".into(), retryable: true },
+            event: AgentEvent::RunError {
+                run_id: Uuid::nil(),
+                error: "x".into(),
+                retryable: true,
+            },
         };
         let s = serde_json::to_string(&env).unwrap();
         let back: EventEnvelope = serde_json::from_str(&s).unwrap();

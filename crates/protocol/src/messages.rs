@@ -103,7 +103,10 @@ impl SendMessageRequest {
     /// A plain user message of the given type.
     pub fn user(content: impl Into<String>, kind: MessageType) -> Self {
         Self {
-            message: InputMessage { role: Role::User, content: content.into() },
+            message: InputMessage {
+                role: Role::User,
+                content: content.into(),
+            },
             kind,
             run_id: None,
             model: None,

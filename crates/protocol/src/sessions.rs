@@ -42,14 +42,18 @@ impl PermissionMode {
 }
 
 /// Which tool calls run without an approval: `"all"`, `"none"` or a list of tool names.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum AutoApprove {
     Keyword(AutoApproveKeyword),
     Tools(Vec<String>),
-    #[default]
-    #[serde(skip)]
-    Unset,
+}
+
+impl Default for AutoApprove {
+    /// Nothing runs without asking unless the permission mode says so.
+    fn default() -> Self {
+        Self::Keyword(AutoApproveKeyword::None)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -156,7 +160,10 @@ mod tests {
 
     #[test]
     fn backend_wire_forms() {
-        assert_eq!(serde_json::to_string(&BackendSpec::Builtin).unwrap(), "\"builtin\"");
+        assert_eq!(
+            serde_json::to_string(&BackendSpec::Builtin).unwrap(),
+            "\"builtin\""
+        );
         let acp: BackendSpec = serde_json::from_str(r#"{"acp":"claude"}"#).unwrap();
         assert_eq!(acp, BackendSpec::Acp("claude".into()));
     }
@@ -166,7 +173,10 @@ mod tests {
         let all: AutoApprove = serde_json::from_str("\"all\"").unwrap();
         assert_eq!(all, AutoApprove::Keyword(AutoApproveKeyword::All));
         let list: AutoApprove = serde_json::from_str(r#"["view","fs__create"]"#).unwrap();
-        assert_eq!(list, AutoApprove::Tools(vec!["view".into(), "fs__create".into()]));
+        assert_eq!(
+            list,
+            AutoApprove::Tools(vec!["view".into(), "fs__create".into()])
+        );
         assert!(serde_json::from_str::<AutoApprove>("\"sometimes\"").is_err());
     }
 

@@ -19,7 +19,11 @@ pub(crate) async fn request_id(req: Request, next: Next) -> Response {
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
         .map(str::to_string)
         .unwrap_or_else(|| Uuid::now_v7().to_string());
     let mut resp = REQUEST_ID.scope(id.clone(), next.run(req)).await;
@@ -42,7 +46,10 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -62,11 +69,17 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody { error: self.message, code: self.code.as_str().into(), request_id: current_request_id() };
+        let status = StatusCode::from_u16(self.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorBody {
+            error: self.message,
+            code: self.code.as_str().into(),
+            request_id: current_request_id(),
+        };
         let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut().insert("www-authenticate", HeaderValue::from_static("Bearer"));
+            resp.headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
         resp
     }
@@ -77,5 +90,8 @@ pub(crate) async fn not_found() -> ApiError {
 }
 
 pub(crate) async fn method_not_allowed() -> ApiError {
-    ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "method not allowed on this route",
+    )
 }

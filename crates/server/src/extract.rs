@@ -27,12 +27,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
 
 fn json_rejection(r: JsonRejection) -> ApiError {
     match &r {
-        JsonRejection::JsonDataError(e) => {
-            ApiError::new(ErrorCode::ValidationFailed, format!("invalid request body: {}", e.body_text()))
-        }
-        JsonRejection::JsonSyntaxError(e) => {
-            ApiError::new(ErrorCode::InvalidJson, format!("malformed JSON: {}", e.body_text()))
-        }
+        JsonRejection::JsonDataError(e) => ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("invalid request body: {}", e.body_text()),
+        ),
+        JsonRejection::JsonSyntaxError(e) => ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("malformed JSON: {}", e.body_text()),
+        ),
         JsonRejection::MissingJsonContentType(_) => ApiError::new(
             ErrorCode::UnsupportedMediaType,
             "expected a JSON body with content-type: application/json",
@@ -40,7 +42,10 @@ fn json_rejection(r: JsonRejection) -> ApiError {
         _ if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::new(ErrorCode::PayloadTooLarge, "request body is too large")
         }
-        _ => ApiError::new(ErrorCode::InvalidJson, format!("cannot read request body: {}", r.body_text())),
+        _ => ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("cannot read request body: {}", r.body_text()),
+        ),
     }
 }
 
@@ -65,12 +70,18 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Path(raw) = axum::extract::Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|e: PathRejection| ApiError::new(ErrorCode::ValidationFailed, e.body_text()))?;
-        Uuid::parse_str(&raw)
-            .map(SessionId)
-            .map_err(|_| ApiError::new(ErrorCode::ValidationFailed, format!("session id {raw:?} is not a UUID")))
+        let axum::extract::Path(raw) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|e: PathRejection| {
+                    ApiError::new(ErrorCode::ValidationFailed, e.body_text())
+                })?;
+        Uuid::parse_str(&raw).map(SessionId).map_err(|_| {
+            ApiError::new(
+                ErrorCode::ValidationFailed,
+                format!("session id {raw:?} is not a UUID"),
+            )
+        })
     }
 }
 
@@ -78,7 +89,10 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
 pub(crate) fn page(p: switchboard_protocol::Page) -> Result<(u32, u32), ApiError> {
     let limit = p.limit.unwrap_or(50);
     if limit == 0 || limit > 1000 {
-        return Err(ApiError::new(ErrorCode::InvalidQuery, "limit must be between 1 and 1000"));
+        return Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            "limit must be between 1 and 1000",
+        ));
     }
     Ok((limit, p.offset.unwrap_or(0)))
 }

@@ -43,7 +43,11 @@ impl std::fmt::Debug for ServerConfig {
 
 impl ServerConfig {
     pub fn new(token: impl Into<String>) -> Self {
-        Self { token: token.into(), max_body_bytes: 2 * 1024 * 1024, keepalive: Duration::from_secs(15) }
+        Self {
+            token: token.into(),
+            max_body_bytes: 2 * 1024 * 1024,
+            keepalive: Duration::from_secs(15),
+        }
     }
 }
 
@@ -58,11 +62,18 @@ pub struct AppState {
 /// Builds the whole router.
 pub fn router(engine: Engine, config: ServerConfig) -> Router {
     let max_body = config.max_body_bytes;
-    let state = AppState { engine, config: Arc::new(config), started: Instant::now() };
+    let state = AppState {
+        engine,
+        config: Arc::new(config),
+        started: Instant::now(),
+    };
     let protected = routes::sessions::router()
         .merge(routes::messages::router())
         .merge(routes::events::router())
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
     Router::new()
         .merge(routes::health::router())
         .merge(openapi::router())

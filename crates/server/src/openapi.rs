@@ -13,7 +13,10 @@ struct BearerAuth;
 impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         if let Some(c) = openapi.components.as_mut() {
-            c.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+            c.add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            );
         }
     }
 }
@@ -47,5 +50,8 @@ impl Modify for BearerAuth {
 pub struct ApiDoc;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/openapi.json", get(|| async { axum::Json(ApiDoc::openapi()) }))
+    Router::new().route(
+        "/openapi.json",
+        get(|| async { axum::Json(ApiDoc::openapi()) }),
+    )
 }

@@ -6,7 +6,9 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::{MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord, Store, StoreError};
+use crate::{
+    MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord, Store, StoreError,
+};
 
 /// Runs every check against `store`.
 pub async fn run_all(store: &dyn Store) {
@@ -64,9 +66,16 @@ pub async fn sessions_round_trip(store: &dyn Store) {
     assert_eq!(got.as_ref(), Some(&s), "a session reads back as written");
     check("touch", store.touch_session(s.id, &ts(9)).await);
     let got = check("get_session", store.get_session(s.id).await);
-    assert_eq!(got.map(|g| g.updated_at), Some(ts(9)), "touch sets updated_at");
+    assert_eq!(
+        got.map(|g| g.updated_at),
+        Some(ts(9)),
+        "touch sets updated_at"
+    );
     let dup = store.create_session(&s).await;
-    assert!(matches!(dup, Err(StoreError::Conflict(_))), "duplicate id is a conflict: {dup:?}");
+    assert!(
+        matches!(dup, Err(StoreError::Conflict(_))),
+        "duplicate id is a conflict: {dup:?}"
+    );
 }
 
 pub async fn list_sessions_pages(store: &dyn Store) {
@@ -90,9 +99,15 @@ pub async fn events_append_and_read(store: &dyn Store) {
     let all = check("read", store.read_events(s.id, 0, 100).await);
     assert_eq!(all, batch, "events read back in order, unchanged");
     let tail = check("read", store.read_events(s.id, 7, 100).await);
-    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![8, 9, 10]);
+    assert_eq!(
+        tail.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![8, 9, 10]
+    );
     let limited = check("read", store.read_events(s.id, 2, 3).await);
-    assert_eq!(limited.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 4, 5]);
+    assert_eq!(
+        limited.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
     let b = check("bounds", store.event_bounds(s.id).await);
     assert_eq!((b.oldest, b.newest, b.last_seq), (Some(1), Some(10), 10));
     let got = check("get", store.get_session(s.id).await);
@@ -102,10 +117,19 @@ pub async fn events_append_and_read(store: &dyn Store) {
 pub async fn events_duplicate_seq_is_conflict(store: &dyn Store) {
     let s = new_session(store, "dup events").await;
     check("append", store.append_events(&[event(s.id, 1, None)]).await);
-    let r = store.append_events(&[event(s.id, 2, None), event(s.id, 1, None)]).await;
-    assert!(matches!(r, Err(StoreError::Conflict(_))), "reused seq is refused: {r:?}");
+    let r = store
+        .append_events(&[event(s.id, 2, None), event(s.id, 1, None)])
+        .await;
+    assert!(
+        matches!(r, Err(StoreError::Conflict(_))),
+        "reused seq is refused: {r:?}"
+    );
     let all = check("read", store.read_events(s.id, 0, 100).await);
-    assert_eq!(all.len(), 1, "a failed batch leaves nothing behind (atomic)");
+    assert_eq!(
+        all.len(),
+        1,
+        "a failed batch leaves nothing behind (atomic)"
+    );
 }
 
 pub async fn events_last_seq_survives_pruning(store: &dyn Store) {
@@ -115,10 +139,17 @@ pub async fn events_last_seq_survives_pruning(store: &dyn Store) {
         e.created_at = "2000-01-01T00:00:00.000000Z".into();
     }
     check("append", store.append_events(&evs).await);
-    let n = check("prune", store.prune_events_before("2001-01-01T00:00:00Z").await);
+    let n = check(
+        "prune",
+        store.prune_events_before("2001-01-01T00:00:00Z").await,
+    );
     assert!(n >= 5, "old events are pruned");
     let b = check("bounds", store.event_bounds(s.id).await);
-    assert_eq!((b.oldest, b.newest, b.last_seq), (None, None, 5), "last_seq is kept");
+    assert_eq!(
+        (b.oldest, b.newest, b.last_seq),
+        (None, None, 5),
+        "last_seq is kept"
+    );
 }
 
 pub async fn runs_queue_and_states(store: &dyn Store) {
@@ -134,7 +165,11 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
     let front = check("enqueue front", store.enqueue_run_front(&mk(3)).await);
     assert_eq!(a.state, RunState::Queued);
     let next = check("next", store.next_queued_run(s.id).await);
-    assert_eq!(next.map(|r| r.id), Some(front.id), "front of the queue comes first");
+    assert_eq!(
+        next.map(|r| r.id),
+        Some(front.id),
+        "front of the queue comes first"
+    );
     let started = check("start", store.start_run(front.id, &ts(4)).await);
     assert_eq!(started.state, RunState::Running);
     assert_eq!(started.started_at, Some(ts(4)));
@@ -144,24 +179,54 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
     assert_eq!(next.map(|r| r.id), Some(a.id), "then FIFO");
     check(
         "finish",
-        store.finish_run(front.id, &RunOutcome::Completed { stop_reason: "end_turn".into() }, &ts(5)).await,
+        store
+            .finish_run(
+                front.id,
+                &RunOutcome::Completed {
+                    stop_reason: "end_turn".into(),
+                },
+                &ts(5),
+            )
+            .await,
     );
     let done = check("get", store.get_run(front.id).await);
     let done = done.unwrap_or_else(|| panic!("run disappeared"));
     assert_eq!(done.state, RunState::Completed);
     assert_eq!(done.stop_reason.as_deref(), Some("end_turn"));
     assert_eq!(done.finished_at, Some(ts(5)));
-    let again = store.finish_run(front.id, &RunOutcome::Cancelled, &ts(6)).await;
-    assert!(matches!(again, Err(StoreError::Conflict(_))), "a finished run stays finished");
+    let again = store
+        .finish_run(front.id, &RunOutcome::Cancelled, &ts(6))
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Conflict(_))),
+        "a finished run stays finished"
+    );
     check("start", store.start_run(a.id, &ts(7)).await);
-    check("fail", store.finish_run(a.id, &RunOutcome::Failed { error: "boom".into() }, &ts(8)).await);
+    check(
+        "fail",
+        store
+            .finish_run(
+                a.id,
+                &RunOutcome::Failed {
+                    error: "boom".into(),
+                },
+                &ts(8),
+            )
+            .await,
+    );
     let failed = check("get", store.get_run(a.id).await);
     assert_eq!(failed.as_ref().map(|r| r.state), Some(RunState::Failed));
     assert_eq!(failed.and_then(|r| r.error).as_deref(), Some("boom"));
     let queued = check("in state", store.runs_in_state(RunState::Queued).await);
-    assert!(queued.iter().any(|r| r.id == b.id), "queued runs are listed");
+    assert!(
+        queued.iter().any(|r| r.id == b.id),
+        "queued runs are listed"
+    );
     assert_eq!(
-        queued.iter().find(|r| r.id == b.id).map(|r| r.input.clone()),
+        queued
+            .iter()
+            .find(|r| r.id == b.id)
+            .map(|r| r.input.clone()),
         Some(json!({"content": "m2"})),
         "input survives"
     );
@@ -169,14 +234,25 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
 
 pub async fn one_running_run_per_session(store: &dyn Store) {
     let s = new_session(store, "one running").await;
-    let mk = || NewRun { id: Uuid::now_v7(), session_id: s.id, input: json!({}), created_at: ts(1) };
+    let mk = || NewRun {
+        id: Uuid::now_v7(),
+        session_id: s.id,
+        input: json!({}),
+        created_at: ts(1),
+    };
     let a = check("enqueue", store.enqueue_run(&mk()).await);
     let b = check("enqueue", store.enqueue_run(&mk()).await);
     check("start", store.start_run(a.id, &ts(2)).await);
     let second = store.start_run(b.id, &ts(3)).await;
-    assert!(matches!(second, Err(StoreError::Conflict(_))), "second running run refused: {second:?}");
+    assert!(
+        matches!(second, Err(StoreError::Conflict(_))),
+        "second running run refused: {second:?}"
+    );
     let twice = store.start_run(a.id, &ts(3)).await;
-    assert!(matches!(twice, Err(StoreError::Conflict(_))), "a running run cannot start again");
+    assert!(
+        matches!(twice, Err(StoreError::Conflict(_))),
+        "a running run cannot start again"
+    );
     let running = check("in state", store.runs_in_state(RunState::Running).await);
     assert!(running.iter().any(|r| r.id == a.id));
     assert!(!running.iter().any(|r| r.id == b.id));
@@ -186,7 +262,10 @@ pub async fn messages_keep_order(store: &dyn Store) {
     let s = new_session(store, "messages").await;
     let run_id = Some(Uuid::now_v7());
     let mut written = Vec::new();
-    for (i, role) in ["user", "assistant", "tool", "assistant"].iter().enumerate() {
+    for (i, role) in ["user", "assistant", "tool", "assistant"]
+        .iter()
+        .enumerate()
+    {
         let m = MessageRecord {
             id: Uuid::now_v7(),
             session_id: s.id,
@@ -210,22 +289,43 @@ pub async fn messages_keep_order(store: &dyn Store) {
 pub async fn delete_removes_everything(store: &dyn Store) {
     let s = new_session(store, "delete").await;
     check("append", store.append_events(&[event(s.id, 1, None)]).await);
-    let run = NewRun { id: Uuid::now_v7(), session_id: s.id, input: json!({}), created_at: ts(1) };
+    let run = NewRun {
+        id: Uuid::now_v7(),
+        session_id: s.id,
+        input: json!({}),
+        created_at: ts(1),
+    };
     check("enqueue", store.enqueue_run(&run).await);
     assert!(check("delete", store.delete_session(s.id).await));
     assert!(check("get", store.get_session(s.id).await).is_none());
     assert!(check("read", store.read_events(s.id, 0, 10).await).is_empty());
     assert!(check("run", store.get_run(run.id).await).is_none());
-    assert!(!check("delete again", store.delete_session(s.id).await), "second delete says false");
+    assert!(
+        !check("delete again", store.delete_session(s.id).await),
+        "second delete says false"
+    );
 }
 
 pub async fn unknown_session_is_not_found(store: &dyn Store) {
     let ghost = Uuid::now_v7();
     assert!(check("get", store.get_session(ghost).await).is_none());
-    let r = store.enqueue_run(&NewRun { id: Uuid::now_v7(), session_id: ghost, input: json!({}), created_at: ts(1) }).await;
-    assert!(matches!(r, Err(StoreError::NotFound(_))), "run for unknown session: {r:?}");
+    let r = store
+        .enqueue_run(&NewRun {
+            id: Uuid::now_v7(),
+            session_id: ghost,
+            input: json!({}),
+            created_at: ts(1),
+        })
+        .await;
+    assert!(
+        matches!(r, Err(StoreError::NotFound(_))),
+        "run for unknown session: {r:?}"
+    );
     let r = store.append_events(&[event(ghost, 1, None)]).await;
-    assert!(matches!(r, Err(StoreError::NotFound(_))), "event for unknown session: {r:?}");
+    assert!(
+        matches!(r, Err(StoreError::NotFound(_))),
+        "event for unknown session: {r:?}"
+    );
     let b = check("bounds", store.event_bounds(ghost).await);
     assert_eq!(b, crate::EventBounds::default());
 }

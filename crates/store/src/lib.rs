@@ -44,8 +44,12 @@ pub trait Store: Send + Sync + 'static {
     /// `last_seq`. A `(session_id, seq)` that exists already is a [`StoreError::Conflict`].
     async fn append_events(&self, events: &[NewEvent]) -> Result<()>;
     /// Events with `seq > after`, ascending, at most `limit`.
-    async fn read_events(&self, session_id: Uuid, after: u64, limit: u32)
-    -> Result<Vec<StoredEvent>>;
+    async fn read_events(
+        &self,
+        session_id: Uuid,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>>;
     /// Oldest and newest stored seq, and the highest seq ever assigned.
     async fn event_bounds(&self, session_id: Uuid) -> Result<EventBounds>;
     /// Deletes events created before `cutoff` (RFC 3339); returns how many went.

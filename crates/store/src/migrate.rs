@@ -8,7 +8,8 @@ use sqlx::{Row, SqlitePool};
 use crate::StoreError;
 
 /// `(version, sql)` in the order they apply.
-pub(crate) const SQLITE: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+pub(crate) const SQLITE: &[(i64, &str)] =
+    &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
 
 pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
     sqlx::raw_sql(
@@ -30,17 +31,24 @@ pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
         )));
     }
     for (version, sql) in SQLITE.iter().filter(|(v, _)| *v > current) {
-        let mut tx = pool.begin().await.map_err(|e| StoreError::Open(e.to_string()))?;
+        let mut tx = pool
+            .begin()
+            .await
+            .map_err(|e| StoreError::Open(e.to_string()))?;
         sqlx::raw_sql(sql)
             .execute(&mut *tx)
             .await
             .map_err(|e| StoreError::Open(format!("migration {version}: {e}")))?;
-        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, datetime('now'))")
-            .bind(version)
-            .execute(&mut *tx)
+        sqlx::query(
+            "INSERT INTO schema_migrations (version, applied_at) VALUES (?, datetime('now'))",
+        )
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| StoreError::Open(format!("migration {version}: {e}")))?;
+        tx.commit()
             .await
-            .map_err(|e| StoreError::Open(format!("migration {version}: {e}")))?;
-        tx.commit().await.map_err(|e| StoreError::Open(e.to_string()))?;
+            .map_err(|e| StoreError::Open(e.to_string()))?;
         tracing::info!(version, "applied migration");
     }
     Ok(())

@@ -29,7 +29,11 @@ pub struct SqliteOptions {
 
 impl SqliteOptions {
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), max_connections: 8, synchronous_full: false }
+        Self {
+            path: path.into(),
+            max_connections: 8,
+            synchronous_full: false,
+        }
     }
 }
 
@@ -62,7 +66,10 @@ impl SqliteStore {
             .await
             .map_err(|e| StoreError::Open(format!("{}: {e}", opts.path.display())))?;
         crate::migrate::run_sqlite(&pool).await?;
-        Ok(Self { pool, path: opts.path })
+        Ok(Self {
+            pool,
+            path: opts.path,
+        })
     }
 
     /// Opens a store at `path` with default options.
@@ -244,7 +251,10 @@ impl Store for SqliteStore {
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?;
-        let sessions = rows.iter().map(session_from_row).collect::<Result<Vec<_>>>()?;
+        let sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<Result<Vec<_>>>()?;
         Ok((sessions, total.max(0) as u64))
     }
 
@@ -391,7 +401,9 @@ impl Store for SqliteStore {
         if res.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!("run {id} is not queued")));
         }
-        self.get_run(id).await?.ok_or_else(|| StoreError::NotFound(format!("run {id}")))
+        self.get_run(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("run {id}")))
     }
 
     async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()> {
@@ -494,7 +506,10 @@ impl Store for SqliteStore {
             .fetch_one(&self.pool)
             .await?
             .try_get("n")?;
-        let msgs = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
+        let msgs = rows
+            .iter()
+            .map(message_from_row)
+            .collect::<Result<Vec<_>>>()?;
         Ok((msgs, total.max(0) as u64))
     }
 }

@@ -1,9 +1,12 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 use switchboard_store::{SqliteStore, Store, conformance};
 
 #[tokio::test]
 async fn sqlite_passes_the_conformance_suite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open_path(&dir.path().join("switchboard.db")).await.unwrap();
+    let store = SqliteStore::open_path(&dir.path().join("switchboard.db"))
+        .await
+        .unwrap();
     conformance::run_all(&store).await;
 }
 
@@ -27,14 +30,24 @@ async fn data_survives_reopen_and_migrations_are_idempotent() {
         s.id
     };
     let store = SqliteStore::open_path(&path).await.unwrap();
-    assert_eq!(store.get_session(id).await.unwrap().unwrap().title, "persist");
+    assert_eq!(
+        store.get_session(id).await.unwrap().unwrap().title,
+        "persist"
+    );
 }
 
 #[tokio::test]
 async fn a_file_that_is_not_a_database_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchboard.db");
-    std::fs::write(&path, b"this is not sqlite, just some text that is long enough to matter....").unwrap();
+    std::fs::write(
+        &path,
+        b"this is not sqlite, just some text that is long enough to matter....",
+    )
+    .unwrap();
     let err = SqliteStore::open_path(&path).await.unwrap_err();
-    assert!(matches!(err, switchboard_store::StoreError::Open(_)), "{err:?}");
+    assert!(
+        matches!(err, switchboard_store::StoreError::Open(_)),
+        "{err:?}"
+    );
 }

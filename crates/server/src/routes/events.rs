@@ -8,12 +8,12 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
 use serde::Deserialize;
 use switchboard_engine::{LogEvent, SubItem, Subscription};
 use switchboard_protocol::{ErrorBody, ErrorCode, GAP_DETECTED_EVENT};
@@ -32,9 +32,12 @@ pub struct EventsQuery {
 }
 
 fn parse_cursor(raw: &str, what: &str) -> Result<u64, ApiError> {
-    raw.trim()
-        .parse::<u64>()
-        .map_err(|_| ApiError::new(ErrorCode::InvalidHeader, format!("{what} must be a non-negative integer, got {raw:?}")))
+    raw.trim().parse::<u64>().map_err(|_| {
+        ApiError::new(
+            ErrorCode::InvalidHeader,
+            format!("{what} must be a non-negative integer, got {raw:?}"),
+        )
+    })
 }
 
 /// Streams the session's events: every stored event with `seq` greater than `Last-Event-ID`
@@ -53,12 +56,18 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let header_cursor = match headers.get("last-event-id") {
         Some(v) => {
-            let s = v.to_str().map_err(|_| ApiError::new(ErrorCode::InvalidHeader, "Last-Event-ID is not ASCII"))?;
+            let s = v.to_str().map_err(|_| {
+                ApiError::new(ErrorCode::InvalidHeader, "Last-Event-ID is not ASCII")
+            })?;
             Some(parse_cursor(s, "Last-Event-ID")?)
         }
         None => None,
     };
-    let query_cursor = q.after.as_deref().map(|a| parse_cursor(a, "after")).transpose()?;
+    let query_cursor = q
+        .after
+        .as_deref()
+        .map(|a| parse_cursor(a, "after"))
+        .transpose()?;
     // The header wins: a browser's EventSource sends it on reconnect with the newest id.
     let after = header_cursor.or(query_cursor).unwrap_or(0);
     let sub = state.engine.subscribe(id, after).await?;
@@ -82,24 +91,29 @@ fn frames(
     futures::stream::unfold(Some(sub), move |sub| {
         let closed = closed.clone();
         async move {
-        let mut sub = sub?;
-        let item = tokio::select! {
-            _ = closed.cancelled() => return None,
-            next = sub.next() => next,
-            _ = tokio::time::sleep(keepalive) => return Some((Ok(Bytes::from_static(b": ping\n\n")), Some(sub))),
-        };
-        match item {
-            Ok(Some(SubItem::Events(batch))) => Some((Ok(encode_batch(&batch)), Some(sub))),
-            Ok(Some(SubItem::Gap(gap))) => {
-                let data = serde_json::to_string(&gap).unwrap_or_default();
-                Some((Ok(Bytes::from(format!("event: {GAP_DETECTED_EVENT}\ndata: {data}\n\n"))), Some(sub)))
+            let mut sub = sub?;
+            let item = tokio::select! {
+                _ = closed.cancelled() => return None,
+                next = sub.next() => next,
+                _ = tokio::time::sleep(keepalive) => return Some((Ok(Bytes::from_static(b": ping\n\n")), Some(sub))),
+            };
+            match item {
+                Ok(Some(SubItem::Events(batch))) => Some((Ok(encode_batch(&batch)), Some(sub))),
+                Ok(Some(SubItem::Gap(gap))) => {
+                    let data = serde_json::to_string(&gap).unwrap_or_default();
+                    Some((
+                        Ok(Bytes::from(format!(
+                            "event: {GAP_DETECTED_EVENT}\ndata: {data}\n\n"
+                        ))),
+                        Some(sub),
+                    ))
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "event stream failed; closing it so the client resumes");
+                    None
+                }
             }
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "event stream failed; closing it so the client resumes");
-                None
-            }
-        }
         }
     })
 }
@@ -138,7 +152,10 @@ mod tests {
     #[test]
     fn frame_data_is_an_envelope() {
         let run_id = Uuid::now_v7();
-        let ev = AgentEvent::TextDelta { run_id, delta: "a\n\"b\"".into() };
+        let ev = AgentEvent::TextDelta {
+            run_id,
+            delta: "a\n\"b\"".into(),
+        };
         let le = LogEvent {
             session_id: Uuid::now_v7(),
             seq: 7,
@@ -152,7 +169,8 @@ mod tests {
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "id: 7");
         assert_eq!(lines[1], "event: text_delta");
-        let env: EventEnvelope = serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
+        let env: EventEnvelope =
+            serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(env.id, 7);
         assert_eq!(env.event, ev);
         assert!(s.ends_with("\n\n"));

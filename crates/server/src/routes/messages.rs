@@ -5,7 +5,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use switchboard_protocol::{ErrorBody, ListMessagesResponse, Page, SendMessageRequest, SendMessageResponse};
+use switchboard_protocol::{
+    ErrorBody, ListMessagesResponse, Page, SendMessageRequest, SendMessageResponse,
+};
 
 use crate::extract::{self, Query, SessionId};
 use crate::{ApiError, AppState};
@@ -50,7 +52,10 @@ pub async fn list(
 #[utoipa::path(get, path = "/v1/sessions/{id}/transcript.md", tag = "runs", params(("id" = uuid::Uuid, Path)),
     security(("bearer" = [])),
     responses((status = 200, content_type = "text/markdown", body = String), (status = 404, body = ErrorBody)))]
-pub async fn transcript(State(state): State<AppState>, SessionId(id): SessionId) -> Result<impl IntoResponse, ApiError> {
+pub async fn transcript(
+    State(state): State<AppState>,
+    SessionId(id): SessionId,
+) -> Result<impl IntoResponse, ApiError> {
     let md = state.engine.transcript_markdown(id).await?;
     Ok(([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], md))
 }

@@ -35,7 +35,10 @@ pub async fn create(
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query)),
     security(("bearer" = [])),
     responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
-pub async fn list(State(state): State<AppState>, Query(p): Query<Page>) -> Result<Json<ListSessionsResponse>, ApiError> {
+pub async fn list(
+    State(state): State<AppState>,
+    Query(p): Query<Page>,
+) -> Result<Json<ListSessionsResponse>, ApiError> {
     let (limit, offset) = extract::page(p)?;
     let (sessions, total) = state.engine.list_sessions(limit, offset).await?;
     Ok(Json(ListSessionsResponse { sessions, total }))
@@ -45,7 +48,10 @@ pub async fn list(State(state): State<AppState>, Query(p): Query<Page>) -> Resul
 #[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
     security(("bearer" = [])),
     responses((status = 200, body = SessionDetailResponse), (status = 404, body = ErrorBody)))]
-pub async fn show(State(state): State<AppState>, SessionId(id): SessionId) -> Result<Json<SessionDetailResponse>, ApiError> {
+pub async fn show(
+    State(state): State<AppState>,
+    SessionId(id): SessionId,
+) -> Result<Json<SessionDetailResponse>, ApiError> {
     let (session, config) = state.engine.get_session(id).await?;
     Ok(Json(SessionDetailResponse { session, config }))
 }
@@ -54,7 +60,10 @@ pub async fn show(State(state): State<AppState>, SessionId(id): SessionId) -> Re
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
     security(("bearer" = [])),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(state): State<AppState>, SessionId(id): SessionId) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    SessionId(id): SessionId,
+) -> Result<StatusCode, ApiError> {
     state.engine.delete_session(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -69,5 +78,8 @@ pub async fn cancel(
     extract::Json(req): extract::Json<CancelRequest>,
 ) -> Result<Json<CancelResponse>, ApiError> {
     state.engine.cancel(id, req.run_id).await?;
-    Ok(Json(CancelResponse { cancelled: true, run_id: req.run_id }))
+    Ok(Json(CancelResponse {
+        cancelled: true,
+        run_id: req.run_id,
+    }))
 }

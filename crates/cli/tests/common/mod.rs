@@ -1,0 +1,144 @@
+//! Helpers shared by the end-to-end tests: start the real binary, read SSE raw.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use switchboard_client::Client;
+use switchboard_protocol::{AgentEvent, EventEnvelope};
+use switchboard_test_support::process::ServerProcess;
+use uuid::Uuid;
+
+pub const TOKEN: &str = "test-token-0123456789";
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_switchboard"))
+}
+
+pub async fn start(data_dir: &Path, llm_url: &str, extra: &[(&str, &str)]) -> ServerProcess {
+    let mut env: Vec<(&str, &str)> = vec![
+        ("SWITCHBOARD_OPENAI_BASE_URL", llm_url),
+        ("SWITCHBOARD_MODEL", "mock-model"),
+        ("SWITCHBOARD_PROVIDER_MAX_RETRIES", "0"),
+        ("SWITCHBOARD_DEFAULT_CWD", "/tmp"),
+        ("SWITCHBOARD_CONFIG", "/dev/null"),
+    ];
+    env.extend_from_slice(extra);
+    ServerProcess::start(&bin(), data_dir, TOKEN, &env)
+        .await
+        .expect("server starts")
+}
+
+pub fn client(server: &ServerProcess) -> Client {
+    Client::new(server.url.clone(), Some(TOKEN.to_string())).unwrap()
+}
+
+/// A raw SSE connection: yields `(id, event name, data)` and lets the test drop it at will.
+pub struct RawSse {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl RawSse {
+    pub async fn connect(base: &str, session: Uuid, last_event_id: Option<u64>) -> RawSse {
+        let mut req = reqwest::Client::new()
+            .get(format!("{base}/v1/sessions/{session}/events"))
+            .bearer_auth(TOKEN);
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        RawSse {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// Next frame with an id (keep-alives and control frames are skipped), or None at EOF.
+    pub async fn next(&mut self) -> Option<(u64, String, EventEnvelope)> {
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..pos + 2).collect();
+                let mut id = None;
+                let mut name = String::new();
+                let mut data = String::new();
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.parse::<u64>().unwrap());
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        name = v.to_string();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data = v.to_string();
+                    }
+                }
+                if let Some(id) = id {
+                    let env: EventEnvelope = serde_json::from_str(&data).unwrap();
+                    assert_eq!(env.id, id, "SSE id matches data.id");
+                    assert_eq!(env.event.kind(), name, "event: line matches the variant");
+                    return Some((id, name, env));
+                }
+                continue;
+            }
+            match tokio::time::timeout(Duration::from_secs(30), self.resp.chunk()).await {
+                Ok(Ok(Some(bytes))) => self.buf.push_str(&String::from_utf8_lossy(&bytes)),
+                Ok(Ok(None)) | Ok(Err(_)) => return None,
+                Err(_) => panic!("no SSE data for 30 s"),
+            }
+        }
+    }
+}
+
+/// Reads the client stream until the given run ends; returns every envelope seen.
+pub async fn until_run_ends(
+    stream: &mut switchboard_client::EventStream,
+    run_id: Uuid,
+) -> Vec<EventEnvelope> {
+    let mut out = Vec::new();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("run did not end within 30 s")
+            .expect("stream ended");
+        let env = match item {
+            Ok(e) => e,
+            Err(e) if e.is_transient() => continue,
+            Err(e) => panic!("stream error {e}"),
+        };
+        let done = env.event.is_terminal() && env.event.run_id() == run_id;
+        out.push(env);
+        if done {
+            return out;
+        }
+    }
+}
+
+pub fn kinds(events: &[EventEnvelope]) -> Vec<&'static str> {
+    events.iter().map(|e| e.event.kind()).collect()
+}
+
+pub fn text_of(events: &[EventEnvelope]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A free TCP port on 127.0.0.1 (for tests that restart a server on the same address).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

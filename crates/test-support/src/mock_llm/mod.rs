@@ -1,0 +1,333 @@
+//! A mock OpenAI-compatible chat-completions server on real TCP (`127.0.0.1:0`).
+//!
+//! Answers `POST /v1/chat/completions` (and `/chat/completions`) with scripted
+//! [`MockReply`]s in the real streaming wire format (`data: {chunk}` frames, a finishing chunk,
+//! an optional usage chunk, `data: [DONE]`), or as one `chat.completion` object when the request
+//! did not ask for `stream: true`. `GET /v1/models` lists `mock-model`. Every request is
+//! recorded. The server shuts down when the [`MockLlm`] is dropped; open streams are broken.
+
+mod reply;
+mod wire;
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::stream::{self, BoxStream, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use reply::{MockReply, MockToolCall};
+use wire::{Frame, RequestInfo};
+
+/// One request the mock received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// Path of the request, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Headers, names lower-case, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON; `Null` when empty, a JSON string when it is not JSON.
+    pub body: Value,
+}
+
+impl RecordedRequest {
+    /// The value of header `name` (case-insensitive), if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The mock server; see the module docs.
+pub struct MockLlm {
+    addr: SocketAddr,
+    state: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    shutdown: watch::Receiver<bool>,
+}
+
+struct Inner {
+    queue: VecDeque<MockReply>,
+    default: MockReply,
+    requests: Vec<RecordedRequest>,
+}
+
+impl Shared {
+    /// The state, even if a panicking test thread poisoned the lock.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl MockLlm {
+    /// Starts the server on `127.0.0.1:0`.
+    ///
+    /// # Panics
+    /// When no local port can be bound (test-only code: the test cannot go on anyway).
+    pub async fn start() -> MockLlm {
+        let listener = match TcpListener::bind("127.0.0.1:0").await {
+            Ok(listener) => listener,
+            Err(err) => panic!("mock LLM: cannot bind 127.0.0.1:0: {err}"),
+        };
+        let addr = match listener.local_addr() {
+            Ok(addr) => addr,
+            Err(err) => panic!("mock LLM: no local address: {err}"),
+        };
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                default: MockReply::default_text(),
+                requests: Vec::new(),
+            }),
+            shutdown: shutdown_rx.clone(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
+            .fallback(not_found)
+            .with_state(state.clone());
+        let mut signal = shutdown_rx;
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = signal.wait_for(|stop| *stop).await;
+            };
+            // an accept loop error ends the mock; the test then fails on its own
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+        });
+        MockLlm {
+            addr,
+            state,
+            shutdown,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client is configured with.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues `reply` for the next request (first in, first out).
+    pub fn push(&self, reply: MockReply) {
+        self.state.lock().queue.push_back(reply);
+    }
+
+    /// What to answer when the queue is empty (initially `"Hello from mock"` in 3 pieces).
+    pub fn set_default(&self, reply: MockReply) {
+        self.state.lock().default = reply;
+    }
+
+    /// Every request so far, in arrival order (chat completions, models, unknown paths).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.lock().requests.clone()
+    }
+
+    /// The chat-completions requests so far.
+    pub fn chat_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/chat/completions"))
+            .collect()
+    }
+
+    /// Replies still queued.
+    pub fn queued(&self) -> usize {
+        self.state.lock().queue.len()
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl std::fmt::Debug for MockLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockLlm").field("addr", &self.addr).finish()
+    }
+}
+
+fn record(state: &Shared, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
+    let body = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+    };
+    let headers = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    state.lock().requests.push(RecordedRequest {
+        path: uri.path().to_owned(),
+        headers,
+        body: body.clone(),
+    });
+    body
+}
+
+async fn chat(
+    State(state): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = record(&state, &uri, &headers, &body);
+    let reply = {
+        let mut inner = state.lock();
+        inner
+            .queue
+            .pop_front()
+            .unwrap_or_else(|| inner.default.clone())
+    };
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let info = RequestInfo::from_body(&body, created);
+    let shutdown = state.shutdown.clone();
+    match reply {
+        MockReply::Status { status, body } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let ctype = if serde_json::from_str::<Value>(&body).is_ok() {
+                "application/json"
+            } else {
+                "text/plain; charset=utf-8"
+            };
+            (status, [(header::CONTENT_TYPE, ctype)], body).into_response()
+        }
+        MockReply::Malformed => {
+            let frames = vec![
+                Frame {
+                    delay: Duration::ZERO,
+                    bytes: Bytes::from_static(b"data: {not json\n\n"),
+                },
+                Frame {
+                    delay: Duration::ZERO,
+                    bytes: Bytes::from_static(wire::DONE_FRAME),
+                },
+            ];
+            event_stream(frames, End::Close, shutdown)
+        }
+        MockReply::CutOff { chunks } => {
+            event_stream(wire::cut_off_frames(&info, &chunks), End::Abort, shutdown)
+        }
+        MockReply::Hang => event_stream(Vec::new(), End::Hang, shutdown),
+        reply if info.stream => match wire::stream_frames(&info, &reply) {
+            Some(frames) => event_stream(frames, End::Close, shutdown),
+            None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        },
+        reply => match wire::completion(&info, &reply) {
+            Some(completion) => axum::Json(completion).into_response(),
+            None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        },
+    }
+}
+
+async fn models(State(state): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    record(&state, &uri, &headers, &[]);
+    axum::Json(json!({"object": "list", "data": [{"id": "mock-model", "object": "model"}]}))
+        .into_response()
+}
+
+async fn not_found(
+    State(state): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    record(&state, &uri, &headers, &body);
+    let error = json!({"error": {"message": format!("unknown path {}", uri.path()), "type": "invalid_request_error"}});
+    (StatusCode::NOT_FOUND, axum::Json(error)).into_response()
+}
+
+/// How a streamed body ends after its frames.
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Close,
+    /// Break the connection (no final chunk of the chunked encoding).
+    Abort,
+    /// Send nothing more until the mock shuts down.
+    Hang,
+}
+
+/// A `text/event-stream` response sending `frames` (each after its delay), then ending as told.
+/// Whatever it is doing, the body breaks off when the mock shuts down.
+fn event_stream(frames: Vec<Frame>, end: End, shutdown: watch::Receiver<bool>) -> Response {
+    let head = stream::iter(frames).then(|frame| async move {
+        if !frame.delay.is_zero() {
+            tokio::time::sleep(frame.delay).await;
+        }
+        Ok::<Bytes, io::Error>(frame.bytes)
+    });
+    let tail: BoxStream<'static, io::Result<Bytes>> = match end {
+        End::Close => stream::empty().boxed(),
+        End::Abort => stream::once(async {
+            // let the frames already written reach the client before the connection dies
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(io::Error::other("mock LLM: stream cut off"))
+        })
+        .boxed(),
+        End::Hang => stream::pending().boxed(),
+    };
+    let body = until_shutdown(head.chain(tail).boxed(), shutdown);
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// `body`, broken off with an error as soon as the shutdown signal fires.
+fn until_shutdown(
+    body: BoxStream<'static, io::Result<Bytes>>,
+    shutdown: watch::Receiver<bool>,
+) -> impl futures::Stream<Item = io::Result<Bytes>> + Send + 'static {
+    stream::unfold(Some((body, shutdown)), |state| async move {
+        let (mut body, mut shutdown) = state?;
+        let next = tokio::select! {
+            item = body.next() => Some(item),
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        match next {
+            Some(item) => item.map(|item| (item, Some((body, shutdown)))),
+            None => Some((Err(io::Error::other("mock LLM shut down")), None)),
+        }
+    })
+}
