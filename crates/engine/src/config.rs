@@ -14,8 +14,8 @@ pub struct EngineConfig {
     pub default_auto_approve: AutoApprove,
     /// Events older than this are pruned from the log (None: keep forever).
     pub event_retention: Option<Duration>,
-    /// Capacity of each session's live channel; a subscriber further behind than this
-    /// falls back to reading the log.
+    /// Capacity of each session's live channel, in committed batches (each at most 1,024
+    /// events); a subscriber further behind than this falls back to reading the log.
     pub live_buffer: usize,
 }
 
@@ -27,7 +27,7 @@ impl Default for EngineConfig {
             default_permission_mode: PermissionMode::WorkspaceWrite,
             default_auto_approve: AutoApprove::default(),
             event_retention: None,
-            live_buffer: 1024,
+            live_buffer: 256,
         }
     }
 }

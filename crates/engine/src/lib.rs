@@ -17,7 +17,7 @@ pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInp
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::EngineError;
-pub use log::{EventLog, LogEvent, SubItem, Subscription};
+pub use log::{EventBatch, EventLog, LogEvent, SubItem, Subscription};
 pub use markdown::render_transcript;
 pub use time::now_rfc3339;
 

@@ -9,7 +9,7 @@
 //! reading the store, so a slow reader never makes memory grow.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 
 use switchboard_protocol::{AgentEvent, GapDetected};
 use switchboard_store::{NewEvent, Store, StoreError, StoredEvent};
@@ -30,6 +30,86 @@ const REPLAY_PAGE: u32 = 2000;
 /// Events taken from the live channel per batch.
 const LIVE_BATCH: usize = 512;
 
+/// Events committed together for one session, shared by every live subscriber, with a slot
+/// where a surface can keep its wire encoding so that it encodes the batch once, not once
+/// per subscriber.
+#[derive(Debug)]
+pub struct SharedBatch {
+    events: Vec<LogEvent>,
+    encoded: OnceLock<bytes::Bytes>,
+}
+
+impl SharedBatch {
+    fn new(events: Vec<LogEvent>) -> Arc<Self> {
+        Arc::new(Self {
+            events,
+            encoded: OnceLock::new(),
+        })
+    }
+}
+
+/// A run of consecutive events out of one [`SharedBatch`].
+#[derive(Debug, Clone)]
+struct Segment {
+    batch: Arc<SharedBatch>,
+    /// Events before this index were already yielded (the replay/live seam).
+    start: usize,
+}
+
+impl Segment {
+    fn events(&self) -> &[LogEvent] {
+        &self.batch.events[self.start..]
+    }
+}
+
+/// Events yielded by one [`Subscription::next`]: ascending seq, no gaps and no repeats.
+#[derive(Debug, Clone, Default)]
+pub struct EventBatch {
+    segments: Vec<Segment>,
+}
+
+impl EventBatch {
+    fn push(&mut self, batch: Arc<SharedBatch>, start: usize) {
+        if start < batch.events.len() {
+            self.segments.push(Segment { batch, start });
+        }
+    }
+
+    /// The events, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &LogEvent> {
+        self.segments.iter().flat_map(|s| s.events().iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.segments.iter().map(|s| s.events().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// Encodes the events with `encode`, reusing (and filling) the encoding cached on each
+    /// shared batch that is yielded whole; with many subscribers on a session, every batch
+    /// is encoded once and its bytes are shared, not copied. Returns one part per segment,
+    /// in order. `encode` must be a pure function of the events, the same for every caller
+    /// that shares this log.
+    pub fn encode_parts(&self, encode: impl Fn(&[LogEvent]) -> bytes::Bytes) -> Vec<bytes::Bytes> {
+        self.segments
+            .iter()
+            .map(|s| {
+                if s.start == 0 {
+                    s.batch
+                        .encoded
+                        .get_or_init(|| encode(&s.batch.events))
+                        .clone()
+                } else {
+                    encode(s.events())
+                }
+            })
+            .collect()
+    }
+}
+
 /// Per-session state that makes `seq` assignment and hand-over to the writer one step.
 #[derive(Default)]
 struct SeqState {
@@ -42,7 +122,7 @@ struct WriteReq {
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<LogEvent>>>>>;
+type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<SharedBatch>>>>>;
 
 /// The event log: append, subscribe, read.
 #[derive(Clone)]
@@ -53,13 +133,16 @@ pub struct EventLog {
     /// Per-session seq counters. The tokio mutex is held while a seq is assigned *and* the
     /// event is queued to the writer, so queue order is seq order.
     seqs: Arc<StdMutex<HashMap<Uuid, Arc<Mutex<SeqState>>>>>,
-    /// Live channels; bounded rings shared by all subscribers of a session.
+    /// Live channels; bounded rings of committed batches shared by all subscribers of a
+    /// session.
     channels: Channels,
     live_buffer: usize,
 }
 
 impl EventLog {
-    /// Starts the writer task. Must be called inside a tokio runtime.
+    /// Starts the writer task. Must be called inside a tokio runtime. `live_buffer` is the
+    /// number of committed batches (each at most 1,024 events) a session's live ring holds
+    /// before a reader that lags behind it goes back to reading the store.
     pub fn new(store: Arc<dyn Store>, live_buffer: usize) -> Self {
         let (tx, rx) = mpsc::channel::<WriteReq>(4096);
         let channels: Channels = Arc::default();
@@ -78,7 +161,7 @@ impl EventLog {
         map.entry(session_id).or_default().clone()
     }
 
-    fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<LogEvent>> {
+    fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<SharedBatch>> {
         let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(session_id)
             .or_insert_with(|| broadcast::channel(self.live_buffer).0)
@@ -235,27 +318,34 @@ async fn writer_task(store: Arc<dyn Store>, mut rx: mpsc::Receiver<WriteReq>, ch
             }
             Err(e) => vec![Err(e)],
         };
+        // Publish after the commit, one shared batch per session, in queue (= seq) order.
+        let mut by_session: Vec<(Uuid, Vec<LogEvent>)> = Vec::new();
         for (req, result) in reqs.drain(..).zip(results) {
-            if result.is_ok() {
-                publish(&channels, &req.events);
-            } else if let Err(e) = &result {
-                tracing::warn!(error = %e, "event append failed");
+            match &result {
+                Ok(()) => {
+                    for ev in req.events {
+                        let sid = ev.session_id;
+                        let stored = ev;
+                        match by_session.iter_mut().find(|(s, _)| *s == sid) {
+                            Some((_, v)) => v.push(stored),
+                            None => by_session.push((sid, vec![stored])),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "event append failed"),
             }
             let _ = req.done.send(result);
         }
+        publish(&channels, by_session);
     }
 }
 
-fn publish(channels: &Channels, events: &[NewEvent]) {
-    let Some(first) = events.first() else { return };
-    let sender = {
-        let map = channels.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&first.session_id).cloned()
-    };
-    if let Some(tx) = sender {
-        for ev in events {
+fn publish(channels: &Channels, batches: Vec<(Uuid, Vec<LogEvent>)>) {
+    let map = channels.lock().unwrap_or_else(|p| p.into_inner());
+    for (session_id, events) in batches {
+        if let Some(tx) = map.get(&session_id) {
             // No receivers is fine: nobody is listening live.
-            let _ = tx.send(Arc::new(ev.clone()));
+            let _ = tx.send(SharedBatch::new(events));
         }
     }
 }
@@ -266,14 +356,14 @@ pub enum SubItem {
     /// Events asked for are older than the retention window.
     Gap(GapDetected),
     /// Events in ascending seq, each greater than any yielded before.
-    Events(Vec<Arc<LogEvent>>),
+    Events(EventBatch),
 }
 
 /// A live, resumable view of one session's log.
 pub struct Subscription {
     store: Arc<dyn Store>,
     session_id: Uuid,
-    rx: broadcast::Receiver<Arc<LogEvent>>,
+    rx: broadcast::Receiver<Arc<SharedBatch>>,
     /// Highest seq yielded so far.
     last: u64,
     /// Reading from the store (at start and after falling behind).
@@ -300,33 +390,26 @@ impl Subscription {
                     .await?;
                 if let Some(last) = page.last() {
                     self.last = last.seq;
-                    return Ok(Some(SubItem::Events(
-                        page.into_iter().map(Arc::new).collect(),
-                    )));
+                    let mut batch = EventBatch::default();
+                    batch.push(SharedBatch::new(page), 0);
+                    return Ok(Some(SubItem::Events(batch)));
                 }
                 self.replaying = false;
             }
             let first = match self.rx.recv().await {
-                Ok(ev) => ev,
+                Ok(b) => b,
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.replaying = true;
                     continue;
                 }
                 Err(broadcast::error::RecvError::Closed) => return Ok(None),
             };
-            let mut batch = Vec::new();
-            if first.seq > self.last {
-                self.last = first.seq;
-                batch.push(first);
-            }
-            while batch.len() < LIVE_BATCH {
+            let mut batch = EventBatch::default();
+            let mut taken = 0;
+            self.take(&mut batch, &mut taken, first);
+            while taken < LIVE_BATCH {
                 match self.rx.try_recv() {
-                    Ok(ev) => {
-                        if ev.seq > self.last {
-                            self.last = ev.seq;
-                            batch.push(ev);
-                        }
-                    }
+                    Ok(b) => self.take(&mut batch, &mut taken, b),
                     Err(broadcast::error::TryRecvError::Lagged(_)) => {
                         self.replaying = true;
                         break;
@@ -338,5 +421,15 @@ impl Subscription {
                 return Ok(Some(SubItem::Events(batch)));
             }
         }
+    }
+
+    /// Adds the part of a live batch above the last yielded seq.
+    fn take(&mut self, out: &mut EventBatch, taken: &mut usize, b: Arc<SharedBatch>) {
+        let start = b.events.partition_point(|e| e.seq <= self.last);
+        if let Some(last) = b.events.last() {
+            self.last = self.last.max(last.seq);
+        }
+        *taken += b.events.len() - start;
+        out.push(b, start);
     }
 }

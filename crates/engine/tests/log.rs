@@ -160,3 +160,64 @@ async fn asking_for_pruned_events_reports_a_gap_first() {
         Some(SubItem::Events(_))
     ));
 }
+
+#[tokio::test]
+async fn a_committed_batch_is_encoded_once_for_all_live_subscribers() {
+    let (_dir, _store, log, id) = setup(64).await;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let mut sub = log.subscribe(id, 0).await.unwrap();
+        let calls = calls.clone();
+        waiters.push(tokio::spawn(async move {
+            match sub.next().await.unwrap() {
+                Some(SubItem::Events(b)) => b
+                    .encode_parts(|evs| {
+                        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let seqs: Vec<String> = evs.iter().map(|e| e.seq.to_string()).collect();
+                        bytes::Bytes::from(seqs.join(","))
+                    })
+                    .concat(),
+                other => panic!("expected events, got {other:?}"),
+            }
+        }));
+    }
+    // Let every subscriber finish its (empty) replay and wait on the live channel.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    log.append_many(id, &[delta(1), delta(2), delta(3)])
+        .await
+        .unwrap();
+    for w in waiters {
+        assert_eq!(&w.await.unwrap()[..], b"1,2,3");
+    }
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_subscriber_resuming_inside_a_live_batch_gets_only_the_rest() {
+    let (_dir, _store, log, id) = setup(64).await;
+    log.append_many(id, &[delta(1), delta(2)]).await.unwrap();
+    // Resuming after seq 4 before 3..=5 exist: once the (empty) replay is done and the
+    // subscriber waits live, the batch 3..=5 commits and must be cut at the seam.
+    let mut cut = log.subscribe(id, 4).await.unwrap();
+    let encode = |evs: &[switchboard_engine::LogEvent]| {
+        let seqs: Vec<String> = evs.iter().map(|e| e.seq.to_string()).collect();
+        bytes::Bytes::from(seqs.join(","))
+    };
+    let waiter = tokio::spawn(async move {
+        match cut.next().await.unwrap() {
+            Some(SubItem::Events(b)) => (
+                b.iter().map(|e| e.seq).collect::<Vec<_>>(),
+                b.encode_parts(encode).concat(),
+            ),
+            other => panic!("expected events, got {other:?}"),
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    log.append_many(id, &[delta(3), delta(4), delta(5)])
+        .await
+        .unwrap();
+    let (seqs, encoded) = waiter.await.unwrap();
+    assert_eq!(seqs, vec![5]);
+    assert_eq!(&encoded[..], b"5");
+}

@@ -16,6 +16,22 @@ use crate::{
     SessionRecord, Store, StoreError, StoredEvent,
 };
 
+/// Rows per multi-row `INSERT INTO events` (6 parameters each, far below SQLite's limit).
+const INSERT_CHUNK: usize = 64;
+
+fn insert_events_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO events (session_id, seq, run_id, kind, payload, created_at) VALUES ",
+    );
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?, ?, ?, ?, ?, ?)");
+    }
+    sql
+}
+
 /// How to open a SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
@@ -290,27 +306,34 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
-        let mut highest: Vec<(Uuid, u64)> = Vec::new();
-        for ev in events {
-            let res = sqlx::query(
-                "INSERT INTO events (session_id, seq, run_id, kind, payload, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(ev.session_id.to_string())
-            .bind(to_i64(ev.seq)?)
-            .bind(ev.run_id.map(|r| r.to_string()))
-            .bind(&ev.kind)
-            .bind(&ev.payload)
-            .bind(&ev.created_at)
-            .execute(&mut *tx)
-            .await;
-            match res {
+        // Multi-row INSERTs: per-statement overhead (a round trip to sqlx's SQLite worker
+        // thread) dominates single-row inserts. Statements are cached per row count, and
+        // there are at most INSERT_CHUNK of them.
+        for chunk in events.chunks(INSERT_CHUNK) {
+            let sql = insert_events_sql(chunk.len());
+            let mut q = sqlx::query(&sql);
+            for ev in chunk {
+                q = q
+                    .bind(ev.session_id.to_string())
+                    .bind(to_i64(ev.seq)?)
+                    .bind(ev.run_id.map(|r| r.to_string()))
+                    .bind(&ev.kind)
+                    .bind(&ev.payload)
+                    .bind(&ev.created_at);
+            }
+            match q.execute(&mut *tx).await {
                 Ok(_) => {}
                 Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
-                    return Err(StoreError::NotFound(format!("session {}", ev.session_id)));
+                    let mut ids: Vec<String> =
+                        chunk.iter().map(|e| e.session_id.to_string()).collect();
+                    ids.dedup();
+                    return Err(StoreError::NotFound(format!("session {}", ids.join(", "))));
                 }
                 Err(e) => return Err(e.into()),
             }
+        }
+        let mut highest: Vec<(Uuid, u64)> = Vec::new();
+        for ev in events {
             match highest.iter_mut().find(|(s, _)| *s == ev.session_id) {
                 Some((_, seq)) => *seq = (*seq).max(ev.seq),
                 None => highest.push((ev.session_id, ev.seq)),

@@ -1,8 +1,9 @@
 //! `GET /v1/sessions/{id}/events`: the event log as Server-Sent Events.
 //!
 //! Frames are written by hand rather than with `axum::response::sse` so that a batch of
-//! events becomes one body chunk (one write) and the stored JSON payload is embedded as is,
-//! never decoded and re-encoded.
+//! committed events becomes one body chunk, framed once and shared by every subscriber of
+//! the session, and the stored JSON payload is embedded as is, never decoded and
+//! re-encoded.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures::StreamExt as _;
 use serde::Deserialize;
 use switchboard_engine::{LogEvent, SubItem, Subscription};
 use switchboard_protocol::{ErrorBody, ErrorCode, GAP_DETECTED_EVENT};
@@ -88,23 +90,26 @@ fn frames(
     keepalive: Duration,
     closed: tokio_util::sync::CancellationToken,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
-    futures::stream::unfold(Some(sub), move |sub| {
+    let chunks = futures::stream::unfold(Some(sub), move |sub| {
         let closed = closed.clone();
         async move {
             let mut sub = sub?;
             let item = tokio::select! {
                 _ = closed.cancelled() => return None,
                 next = sub.next() => next,
-                _ = tokio::time::sleep(keepalive) => return Some((Ok(Bytes::from_static(b": ping\n\n")), Some(sub))),
+                _ = tokio::time::sleep(keepalive) => return Some((vec![Bytes::from_static(b": ping\n\n")], Some(sub))),
             };
             match item {
-                Ok(Some(SubItem::Events(batch))) => Some((Ok(encode_batch(&batch)), Some(sub))),
+                // One chunk per committed batch, shared with every other subscriber.
+                Ok(Some(SubItem::Events(batch))) => {
+                    Some((batch.encode_parts(encode_batch), Some(sub)))
+                }
                 Ok(Some(SubItem::Gap(gap))) => {
                     let data = serde_json::to_string(&gap).unwrap_or_default();
                     Some((
-                        Ok(Bytes::from(format!(
+                        vec![Bytes::from(format!(
                             "event: {GAP_DETECTED_EVENT}\ndata: {data}\n\n"
-                        ))),
+                        ))],
                         Some(sub),
                     ))
                 }
@@ -115,11 +120,13 @@ fn frames(
                 }
             }
         }
-    })
+    });
+    chunks.flat_map(|parts| futures::stream::iter(parts.into_iter().map(Ok)))
 }
 
-/// One SSE frame per event, all in one chunk.
-pub fn encode_batch(batch: &[std::sync::Arc<LogEvent>]) -> Bytes {
+/// One SSE frame per event, all in one chunk. The engine caches the result per committed
+/// batch, so with many subscribers each batch is framed once.
+pub fn encode_batch(batch: &[LogEvent]) -> Bytes {
     let mut out = String::with_capacity(batch.len() * 256);
     for ev in batch {
         encode_event(&mut out, ev);
