@@ -1,13 +1,21 @@
 //! Switchboard's built-in agent.
 //!
-//! It owns the agent loop ([`BuiltinAgent`], a [`switchboard_engine::Backend`]) and the LLM
-//! providers it talks to: [`openai::OpenAiProvider`] for any server with the OpenAI chat
-//! completions wire format (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio …).
-//! It does not know about HTTP servers, stores or chat platforms.
+//! It owns the agent loop ([`BuiltinAgent`], a [`switchboard_engine::Backend`]), the
+//! workspace tools it offers the model, and the LLM providers it talks to:
+//! [`openai::OpenAiProvider`] for any server with the OpenAI chat completions wire format
+//! (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio …). It does not know about HTTP
+//! servers, stores or chat platforms.
 
 mod agent;
+pub mod anthropic;
 pub mod openai;
+pub mod provider;
 mod sse;
+pub mod tools;
 
 pub use agent::{AgentConfig, BuiltinAgent};
-pub use openai::{OpenAiConfig, OpenAiProvider, ProviderError};
+pub use openai::{OpenAiConfig, OpenAiProvider};
+pub use provider::{
+    ChatMessage, ChatRole, Completion, Provider, ProviderError, StreamedToolCall, TextSink,
+    ToolSpec,
+};

@@ -2,12 +2,18 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_protocol::Usage;
 use tokio_util::sync::CancellationToken;
 
+use crate::provider::http::{excerpt, root_cause};
+use crate::provider::{
+    ChatMessage, ChatRole, Completion, Provider, ProviderError, StreamedToolCall, TextSink,
+    ToolSpec, http,
+};
 use crate::sse::DataLines;
 
 /// Where and how to reach the provider.
@@ -43,52 +49,6 @@ impl Default for OpenAiConfig {
             idle_timeout: Duration::from_secs(300),
         }
     }
-}
-
-/// Why a provider call failed. Messages never contain the API key.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ProviderError {
-    #[error("provider unreachable at {url}: {reason}")]
-    Unreachable { url: String, reason: String },
-    #[error("provider answered HTTP {status}: {body}")]
-    Http { status: u16, body: String },
-    #[error("provider sent a malformed stream: {0}")]
-    Malformed(String),
-    #[error("provider stream ended before the reply was complete{0}")]
-    CutOff(String),
-    #[error("provider sent nothing for {0} s")]
-    Idle(u64),
-    #[error("cancelled")]
-    Cancelled,
-}
-
-impl ProviderError {
-    /// Whether sending the same request again may succeed.
-    pub fn retryable(&self) -> bool {
-        match self {
-            Self::Unreachable { .. } | Self::CutOff(_) | Self::Idle(_) => true,
-            Self::Http { status, .. } => *status == 429 || *status >= 500,
-            Self::Malformed(_) | Self::Cancelled => false,
-        }
-    }
-}
-
-/// A tool call assembled from stream deltas.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StreamedToolCall {
-    pub id: String,
-    pub name: String,
-    /// Raw JSON text of the arguments as the model wrote it.
-    pub arguments: String,
-}
-
-/// A complete reply.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Completion {
-    pub text: String,
-    pub tool_calls: Vec<StreamedToolCall>,
-    pub finish_reason: String,
-    pub usage: Option<Usage>,
 }
 
 /// Streaming client for one OpenAI-compatible server.
@@ -172,10 +132,7 @@ impl OpenAiProvider {
 
     /// Removes the API key from any text that may reach a user or a log.
     pub fn redact(&self, text: &str) -> String {
-        match &self.config.api_key {
-            Some(k) if k.len() >= 4 => text.replace(k.as_str(), "[redacted]"),
-            _ => text.to_string(),
-        }
+        http::redact(self.config.api_key.as_deref(), text)
     }
 
     fn request(&self, builder: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -211,29 +168,41 @@ impl OpenAiProvider {
     }
 
     /// Streams one completion; `on_text` sees each text delta as it arrives.
-    pub async fn stream<F, Fut>(
+    pub async fn stream(
         &self,
         model: &str,
-        messages: &[Value],
-        tools: &[Value],
+        system: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
         cancel: &CancellationToken,
-        mut on_text: F,
-    ) -> Result<Completion, ProviderError>
-    where
-        F: FnMut(String) -> Fut,
-        Fut: std::future::Future<Output = ()>,
-    {
+        on_text: &dyn TextSink,
+    ) -> Result<Completion, ProviderError> {
         let url = self.url("chat/completions");
         let mut body = json!({
             "model": model,
-            "messages": messages,
+            "messages": wire_messages(system, messages),
             "stream": true,
             "stream_options": {"include_usage": true},
         });
         if !tools.is_empty() {
-            body["tools"] = Value::Array(tools.to_vec());
+            body["tools"] = tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.input_schema,
+                    }})
+                })
+                .collect();
         }
-        let resp = self.send_with_retries(&url, &body, cancel).await?;
+        let resp = http::send_with_retries(
+            &url,
+            &body,
+            self.config.max_retries,
+            cancel,
+            self.config.api_key.as_deref(),
+            || self.request(self.http.post(&url)),
+        )
+        .await?;
         let mut stream = resp.bytes_stream();
         let mut lines = DataLines::default();
         let mut out = Completion::default();
@@ -276,7 +245,7 @@ impl OpenAiProvider {
                         && !text.is_empty()
                     {
                         out.text.push_str(&text);
-                        on_text(text).await;
+                        on_text.text(text).await;
                     }
                     for tc in choice.delta.tool_calls {
                         merge_tool_call(&mut out.tool_calls, tc)?;
@@ -300,59 +269,64 @@ impl OpenAiProvider {
         }
         Ok(out)
     }
+}
 
-    async fn send_with_retries(
+/// The conversation in chat-completions form: system prompt first, tool calls as
+/// `function` calls with their arguments as JSON text, tool results as `tool` messages.
+fn wire_messages(system: &str, messages: &[ChatMessage]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    if !system.is_empty() {
+        out.push(json!({"role": "system", "content": system}));
+    }
+    for m in messages {
+        out.push(match m.role {
+            ChatRole::User => json!({"role": "user", "content": m.content}),
+            ChatRole::Assistant if m.tool_calls.is_empty() => {
+                json!({"role": "assistant", "content": m.content})
+            }
+            ChatRole::Assistant => json!({
+                "role": "assistant",
+                "content": if m.content.is_empty() { Value::Null } else { Value::String(m.content.clone()) },
+                "tool_calls": m.tool_calls.iter().map(|c| json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments.to_string()},
+                })).collect::<Vec<_>>(),
+            }),
+            ChatRole::Tool => json!({
+                "role": "tool",
+                "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
+                "content": m.content,
+            }),
+        });
+    }
+    out
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &'static str {
+        "openai"
+    }
+
+    async fn stream(
         &self,
-        url: &str,
-        body: &Value,
+        model: &str,
+        system: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
         cancel: &CancellationToken,
-    ) -> Result<reqwest::Response, ProviderError> {
-        let mut attempt = 0;
-        loop {
-            let sent = tokio::select! {
-                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                r = self.request(self.http.post(url)).json(body).send() => r,
-            };
-            let (err, wait) = match sent {
-                Ok(resp) if resp.status().is_success() => return Ok(resp),
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    let retry_after = resp
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                        .map(Duration::from_secs);
-                    let text = resp.text().await.unwrap_or_default();
-                    (
-                        ProviderError::Http {
-                            status,
-                            body: self.redact(&excerpt(&text)),
-                        },
-                        retry_after,
-                    )
-                }
-                Err(e) => (
-                    ProviderError::Unreachable {
-                        url: url.to_string(),
-                        reason: self.redact(&root_cause(&e)),
-                    },
-                    None,
-                ),
-            };
-            if !err.retryable() || attempt >= self.config.max_retries {
-                return Err(err);
-            }
-            attempt += 1;
-            let backoff = wait
-                .unwrap_or_else(|| Duration::from_millis(500 * 2u64.pow(attempt - 1)))
-                .min(Duration::from_secs(30));
-            tracing::warn!(error = %err, attempt, ?backoff, "provider call failed; retrying");
-            tokio::select! {
-                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                _ = tokio::time::sleep(backoff) => {}
-            }
-        }
+        on_text: &dyn TextSink,
+    ) -> Result<Completion, ProviderError> {
+        OpenAiProvider::stream(self, model, system, messages, tools, cancel, on_text).await
+    }
+
+    async fn check(&self) -> Result<usize, ProviderError> {
+        OpenAiProvider::check(self).await
+    }
+
+    fn redact(&self, text: &str) -> String {
+        OpenAiProvider::redact(self, text)
     }
 }
 
@@ -382,27 +356,6 @@ fn merge_tool_call(
         }
     }
     Ok(())
-}
-
-/// The innermost cause of a reqwest error ("connection refused" rather than "error sending
-/// request").
-fn root_cause(e: &reqwest::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-    while let Some(s) = src {
-        msg = s.to_string();
-        src = s.source();
-    }
-    msg
-}
-
-fn excerpt(s: &str) -> String {
-    let s = s.trim();
-    if s.chars().count() > 300 {
-        format!("{}…", s.chars().take(300).collect::<String>())
-    } else {
-        s.to_string()
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! the [`Backend`] trait that agents implement. It knows nothing of HTTP, chat platforms or
 //! tmux: surfaces reach it through the server's API.
 
+pub mod approval;
 mod backend;
 mod config;
 mod engine;
@@ -13,6 +14,7 @@ mod log;
 mod markdown;
 mod time;
 
+pub use approval::{ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
 pub use config::EngineConfig;
 pub use engine::Engine;

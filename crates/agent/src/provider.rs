@@ -1,0 +1,245 @@
+//! What the agent loop needs from an LLM provider, independent of its wire format.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use switchboard_protocol::{ToolCall, Usage};
+use tokio_util::sync::CancellationToken;
+
+/// Who wrote a [`ChatMessage`]. The system prompt is passed apart from the messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatRole {
+    User,
+    Assistant,
+    /// The result of one tool call (`tool_call_id`).
+    Tool,
+}
+
+/// One message of the conversation, in a provider-neutral shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    pub content: String,
+    /// Calls the assistant made in this message.
+    pub tool_calls: Vec<ToolCall>,
+    /// For [`ChatRole::Tool`]: which call this answers.
+    pub tool_call_id: Option<String>,
+    /// For [`ChatRole::Tool`]: the result is an error.
+    pub is_error: bool,
+}
+
+impl ChatMessage {
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: ChatRole::User,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            is_error: false,
+        }
+    }
+
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            role: ChatRole::Assistant,
+            content: content.into(),
+            tool_calls,
+            tool_call_id: None,
+            is_error: false,
+        }
+    }
+
+    pub fn tool_result(id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        Self {
+            role: ChatRole::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(id.into()),
+            is_error,
+        }
+    }
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub input_schema: Value,
+}
+
+/// Why a provider call failed. Messages never contain the API key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider unreachable at {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("provider answered HTTP {status}: {body}")]
+    Http { status: u16, body: String },
+    #[error("provider sent a malformed stream: {0}")]
+    Malformed(String),
+    #[error("provider stream ended before the reply was complete{0}")]
+    CutOff(String),
+    #[error("provider sent nothing for {0} s")]
+    Idle(u64),
+    /// The provider reported an error inside an otherwise successful stream.
+    #[error("provider reported an error: {0}")]
+    Stream(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl ProviderError {
+    /// Whether sending the same request again may succeed.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Unreachable { .. } | Self::CutOff(_) | Self::Idle(_) | Self::Stream(_) => true,
+            Self::Http { status, .. } => *status == 429 || *status >= 500,
+            Self::Malformed(_) | Self::Cancelled => false,
+        }
+    }
+}
+
+/// A tool call assembled from stream deltas.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StreamedToolCall {
+    pub id: String,
+    pub name: String,
+    /// Raw JSON text of the arguments as the model wrote it.
+    pub arguments: String,
+}
+
+/// A complete reply.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completion {
+    pub text: String,
+    pub tool_calls: Vec<StreamedToolCall>,
+    /// The provider's stop reason as it sent it (`stop`, `tool_calls`, `end_turn`, …).
+    pub finish_reason: String,
+    pub usage: Option<Usage>,
+}
+
+/// Receives text deltas while a reply streams.
+#[async_trait]
+pub trait TextSink: Send + Sync {
+    async fn text(&self, delta: String);
+}
+
+/// An LLM provider: one streamed model call at a time.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Short name for messages (`openai`, `anthropic`).
+    fn name(&self) -> &'static str;
+
+    /// Streams one reply. `on_text` sees each text delta as it arrives. Requests that fail
+    /// before any reply arrived (connect error, 429, 5xx) are retried with backoff,
+    /// honouring `Retry-After`.
+    async fn stream(
+        &self,
+        model: &str,
+        system: &str,
+        messages: &[ChatMessage],
+        tools: &[ToolSpec],
+        cancel: &CancellationToken,
+        on_text: &dyn TextSink,
+    ) -> Result<Completion, ProviderError>;
+
+    /// Checks that the provider answers and accepts the key; returns the number of models
+    /// it lists.
+    async fn check(&self) -> Result<usize, ProviderError>;
+
+    /// Removes the API key from any text that may reach a user or a log.
+    fn redact(&self, text: &str) -> String;
+}
+
+/// Shared HTTP plumbing of the providers.
+pub(crate) mod http {
+    use super::*;
+
+    /// Removes `key` from `text`.
+    pub fn redact(key: Option<&str>, text: &str) -> String {
+        match key {
+            Some(k) if k.len() >= 4 => text.replace(k, "[redacted]"),
+            _ => text.to_string(),
+        }
+    }
+
+    /// The innermost cause of a reqwest error ("connection refused" rather than "error
+    /// sending request").
+    pub fn root_cause(e: &reqwest::Error) -> String {
+        let mut msg = e.to_string();
+        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
+        while let Some(s) = src {
+            msg = s.to_string();
+            src = s.source();
+        }
+        msg
+    }
+
+    pub fn excerpt(s: &str) -> String {
+        let s = s.trim();
+        if s.chars().count() > 300 {
+            format!("{}…", s.chars().take(300).collect::<String>())
+        } else {
+            s.to_string()
+        }
+    }
+
+    /// POSTs `body` (built by `request`), retrying what may succeed on a second try.
+    pub async fn send_with_retries(
+        url: &str,
+        body: &Value,
+        max_retries: u32,
+        cancel: &CancellationToken,
+        key: Option<&str>,
+        request: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let mut attempt = 0;
+        loop {
+            let sent = tokio::select! {
+                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+                r = request().json(body).send() => r,
+            };
+            let (err, wait) = match sent {
+                Ok(resp) if resp.status().is_success() => return Ok(resp),
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let retry_after = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(Duration::from_secs);
+                    let text = resp.text().await.unwrap_or_default();
+                    (
+                        ProviderError::Http {
+                            status,
+                            body: redact(key, &excerpt(&text)),
+                        },
+                        retry_after,
+                    )
+                }
+                Err(e) => (
+                    ProviderError::Unreachable {
+                        url: url.to_string(),
+                        reason: redact(key, &root_cause(&e)),
+                    },
+                    None,
+                ),
+            };
+            if !err.retryable() || attempt >= max_retries {
+                return Err(err);
+            }
+            attempt += 1;
+            let backoff = wait
+                .unwrap_or_else(|| Duration::from_millis(500 * 2u64.pow(attempt - 1)))
+                .min(Duration::from_secs(30));
+            tracing::warn!(error = %err, attempt, ?backoff, "provider call failed; retrying");
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}

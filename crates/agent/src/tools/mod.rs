@@ -1,0 +1,1 @@
+//! The built-in agent's workspace tools. (Being written.)
