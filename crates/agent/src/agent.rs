@@ -2,10 +2,15 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchboard_engine::{Backend, BackendError, RunContext, RunSummary};
-use switchboard_protocol::{AgentEvent, ContextPriority, Role, ToolCall, TranscriptMessage, Usage};
+use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
+use switchboard_protocol::{
+    AgentEvent, ContextPriority, PermissionMode, Role, ToolCall, TranscriptMessage, Usage,
+};
 
-use crate::openai::{OpenAiProvider, ProviderError};
+use std::sync::Arc;
+
+use crate::provider::{ChatMessage, Provider, ProviderError, StreamedToolCall, TextSink};
+use crate::tools::{self, ToolLimits, Workspace};
 
 /// Settings of the built-in agent.
 #[derive(Debug, Clone)]
@@ -15,50 +20,73 @@ pub struct AgentConfig {
     pub system_prompt: String,
     /// Most model calls in one run.
     pub max_turns: u32,
+    /// Timeouts and output cap of the tools.
+    pub limits: ToolLimits,
 }
 
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
             default_model: None,
-            system_prompt: "You are a helpful coding assistant working in the user's workspace. \
-                            Answer concisely."
+            system_prompt: "You are a helpful coding assistant working in the user's workspace \
+                            (the current directory of your tools). Use the tools to look \
+                            before you change things, keep changes small, and answer \
+                            concisely. A tool call may be rejected by the user; then do not \
+                            retry it unchanged."
                 .into(),
             max_turns: 50,
+            limits: ToolLimits::default(),
         }
     }
 }
 
-/// The built-in agent: an LLM loop over an OpenAI-compatible provider.
+/// The built-in agent: an LLM loop over a [`Provider`].
 pub struct BuiltinAgent {
-    provider: OpenAiProvider,
+    provider: Arc<dyn Provider>,
     config: AgentConfig,
 }
 
 impl BuiltinAgent {
-    pub fn new(provider: OpenAiProvider, config: AgentConfig) -> Self {
+    pub fn new(provider: Arc<dyn Provider>, config: AgentConfig) -> Self {
         Self { provider, config }
     }
 }
 
-fn history_message(m: &TranscriptMessage) -> Value {
-    match m.role {
-        Role::Assistant if !m.tool_calls.is_empty() => json!({
-            "role": "assistant",
-            "content": m.content,
-            "tool_calls": m.tool_calls.iter().map(|c| json!({
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.arguments.to_string()},
-            })).collect::<Vec<_>>(),
-        }),
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": m.tool_call_id.clone().unwrap_or_default(),
-            "content": m.content,
-        }),
-        role => json!({"role": role.as_str(), "content": m.content}),
+/// The stored transcript as provider messages. An assistant tool call that has no recorded
+/// result (the process died while it ran) gets one saying so, because providers refuse a
+/// conversation with an unanswered call.
+fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len());
+    let mut open: Vec<String> = Vec::new();
+    let close_open = |out: &mut Vec<ChatMessage>, open: &mut Vec<String>| {
+        for id in open.drain(..) {
+            out.push(ChatMessage::tool_result(
+                id,
+                "no result was recorded for this tool call (interrupted)",
+                true,
+            ));
+        }
+    };
+    for m in history {
+        match m.role {
+            Role::Tool => {
+                let id = m.tool_call_id.clone().unwrap_or_default();
+                open.retain(|o| *o != id);
+                out.push(ChatMessage::tool_result(id, &m.content, m.is_error));
+            }
+            Role::Assistant => {
+                close_open(&mut out, &mut open);
+                open = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+                out.push(ChatMessage::assistant(&m.content, m.tool_calls.clone()));
+            }
+            Role::User | Role::System => {
+                close_open(&mut out, &mut open);
+                out.push(ChatMessage::user(&m.content));
+            }
+        }
     }
+    close_open(&mut out, &mut open);
+    out
 }
 
 fn user_content(ctx: &RunContext) -> String {
@@ -80,8 +108,66 @@ fn user_content(ctx: &RunContext) -> String {
     out
 }
 
-fn fail(p: &OpenAiProvider, e: ProviderError) -> BackendError {
+fn fail(p: &dyn Provider, e: ProviderError) -> BackendError {
     BackendError::new(p.redact(&e.to_string()), e.retryable())
+}
+
+/// Streams text deltas of a reply into the session's log.
+struct DeltaSink<'a> {
+    handle: &'a switchboard_engine::RunHandle,
+    run_id: uuid::Uuid,
+}
+
+#[async_trait]
+impl TextSink for DeltaSink<'_> {
+    async fn text(&self, delta: String) {
+        let ev = AgentEvent::TextDelta {
+            run_id: self.run_id,
+            delta,
+        };
+        if let Err(e) = self.handle.emit(ev).await {
+            tracing::warn!(error = %e, "could not append text delta");
+        }
+    }
+}
+
+/// Turns the model's calls into protocol tool calls: an id when the model gave none, the
+/// arguments as JSON (kept as a string when they are not JSON, so the tool can say so) and,
+/// for the built-in tools, a readable preview in `metadata.preview`.
+fn tool_calls(turn: u32, streamed: &[StreamedToolCall]) -> Vec<ToolCall> {
+    streamed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let arguments = if c.arguments.trim().is_empty() {
+                json!({})
+            } else {
+                serde_json::from_str(&c.arguments).unwrap_or(Value::String(c.arguments.clone()))
+            };
+            let metadata = tools::class(&c.name)
+                .map(|_| json!({"preview": tools::preview(&c.name, &arguments)}));
+            ToolCall {
+                id: if c.id.is_empty() {
+                    format!("call_{turn}_{i}")
+                } else {
+                    c.id.clone()
+                },
+                name: c.name.clone(),
+                arguments,
+                metadata,
+            }
+        })
+        .collect()
+}
+
+impl BuiltinAgent {
+    fn summary(stop_reason: &str, turns: u32, usage: Usage) -> RunSummary {
+        RunSummary {
+            stop_reason: stop_reason.into(),
+            total_turns: turns,
+            usage,
+        }
+    }
 }
 
 #[async_trait]
@@ -99,43 +185,48 @@ impl Backend for BuiltinAgent {
                     false,
                 )
             })?;
-        let mut messages = vec![json!({"role": "system", "content": self.config.system_prompt})];
-        messages.extend(ctx.history.iter().map(history_message));
-        messages.push(json!({"role": "user", "content": user_content(&ctx)}));
+        let confine = ctx.config.permission_mode != PermissionMode::FullAccess;
+        let workspace = Workspace::new(&ctx.cwd, confine).map_err(|e| {
+            BackendError::new(format!("workspace {}: {e}", ctx.cwd.display()), false)
+        })?;
+        let specs = tools::specs();
+        let mut messages = history_messages(&ctx.history);
+        messages.push(ChatMessage::user(user_content(&ctx)));
         let run_id = ctx.run_id;
         let mut usage = Usage::default();
         let mut turns = 0;
         loop {
             for s in ctx.handle.take_steering().await? {
-                messages.push(json!({"role": "user", "content": s}));
+                messages.push(ChatMessage::user(s));
+            }
+            if ctx.cancel.is_cancelled() {
+                return Ok(Self::summary("cancelled", turns, usage));
             }
             if turns >= self.config.max_turns {
-                return Ok(RunSummary {
-                    stop_reason: "max_turns".into(),
-                    total_turns: turns,
-                    usage,
-                });
+                return Ok(Self::summary("max_turns", turns, usage));
             }
             turns += 1;
-            let handle = &ctx.handle;
+            let sink = DeltaSink {
+                handle: &ctx.handle,
+                run_id,
+            };
             let result = self
                 .provider
-                .stream(&model, &messages, &[], &ctx.cancel, |delta| async move {
-                    if let Err(e) = handle.emit(AgentEvent::TextDelta { run_id, delta }).await {
-                        tracing::warn!(error = %e, "could not append text delta");
-                    }
-                })
+                .stream(
+                    &model,
+                    &self.config.system_prompt,
+                    &messages,
+                    &specs,
+                    &ctx.cancel,
+                    &sink,
+                )
                 .await;
             let completion = match result {
                 Ok(c) => c,
                 Err(ProviderError::Cancelled) => {
-                    return Ok(RunSummary {
-                        stop_reason: "cancelled".into(),
-                        total_turns: turns,
-                        usage,
-                    });
+                    return Ok(Self::summary("cancelled", turns, usage));
                 }
-                Err(e) => return Err(fail(&self.provider, e)),
+                Err(e) => return Err(fail(self.provider.as_ref(), e)),
             };
             if let Some(u) = completion.usage {
                 usage.add(&u);
@@ -151,66 +242,48 @@ impl Backend for BuiltinAgent {
                     })
                     .await?;
             }
-            let calls: Vec<ToolCall> = completion
-                .tool_calls
-                .iter()
-                .enumerate()
-                .map(|(i, c)| ToolCall {
-                    id: if c.id.is_empty() {
-                        format!("call_{turns}_{i}")
-                    } else {
-                        c.id.clone()
-                    },
-                    name: c.name.clone(),
-                    arguments: serde_json::from_str(&c.arguments)
-                        .unwrap_or(Value::String(c.arguments.clone())),
-                    metadata: None,
-                })
-                .collect();
+            let calls = tool_calls(turns, &completion.tool_calls);
             ctx.handle
                 .record(Role::Assistant, &completion.text, &calls, None)
                 .await?;
-            let mut assistant = json!({"role": "assistant", "content": completion.text});
-            if !calls.is_empty() {
-                assistant["tool_calls"] = calls
-                    .iter()
-                    .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.to_string()}}))
-                    .collect();
-            }
-            messages.push(assistant);
-            if !calls.is_empty() {
-                // Tools arrive with the next milestone: until then every call is answered
-                // with an error result so the model can carry on without them.
-                ctx.handle
-                    .emit(AgentEvent::ToolCallsProposed {
-                        run_id,
-                        tool_calls: calls.clone(),
-                    })
-                    .await?;
-                for c in &calls {
-                    let reason = format!("tool {:?} is not available on this server", c.name);
-                    ctx.handle
-                        .emit(AgentEvent::ToolRejected {
-                            run_id,
-                            tool_call_id: c.id.clone(),
-                            reason: reason.clone(),
-                        })
-                        .await?;
-                    ctx.handle
-                        .record(Role::Tool, &reason, &[], Some(&c.id))
-                        .await?;
-                    messages.push(json!({"role": "tool", "tool_call_id": c.id, "content": reason}));
+            messages.push(ChatMessage::assistant(&completion.text, calls.clone()));
+            if calls.is_empty() {
+                if ctx.handle.has_steering() {
+                    continue;
                 }
-                continue;
+                return Ok(Self::summary(&completion.finish_reason, turns, usage));
             }
-            if ctx.handle.has_steering() {
-                continue;
+            // Unknown tools go through as reads: policy lets them "run", and running them
+            // tells the model which tools exist.
+            let gated: Vec<(ToolCall, ToolClass)> = calls
+                .iter()
+                .map(|c| (c.clone(), tools::class(&c.name).unwrap_or(ToolClass::Read)))
+                .collect();
+            let decisions = ctx.handle.gate(&gated).await?;
+            for (call, decision) in calls.iter().zip(decisions) {
+                let (content, is_error) = if decision == Decision::Run && !ctx.cancel.is_cancelled()
+                {
+                    ctx.handle.tool_started(call).await?;
+                    let out = tools::execute(
+                        &workspace,
+                        &self.config.limits,
+                        &call.name,
+                        &call.arguments,
+                        &ctx.cancel,
+                    )
+                    .await;
+                    ctx.handle
+                        .tool_finished(call, &out.content, out.is_error)
+                        .await?;
+                    (out.content, out.is_error)
+                } else if decision == Decision::Run {
+                    let d = Decision::Rejected("the run was cancelled".into());
+                    ctx.handle.tool_not_run(call, &d).await?
+                } else {
+                    ctx.handle.tool_not_run(call, &decision).await?
+                };
+                messages.push(ChatMessage::tool_result(&call.id, content, is_error));
             }
-            return Ok(RunSummary {
-                stop_reason: completion.finish_reason,
-                total_turns: turns,
-                usage,
-            });
         }
     }
 }

@@ -3,8 +3,10 @@
 //! It owns the agent loop ([`BuiltinAgent`], a [`switchboard_engine::Backend`]), the
 //! workspace tools it offers the model, and the LLM providers it talks to:
 //! [`openai::OpenAiProvider`] for any server with the OpenAI chat completions wire format
-//! (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio …). It does not know about HTTP
-//! servers, stores or chat platforms.
+//! (OpenAI, OpenRouter, Ollama, vLLM, llama.cpp, LM Studio …) and
+//! [`anthropic::AnthropicProvider`] for the Anthropic Messages API. The tools decide nothing
+//! about permissions: the engine's approval gate does. It does not know about HTTP servers,
+//! stores or chat platforms.
 
 mod agent;
 pub mod anthropic;
@@ -14,6 +16,7 @@ mod sse;
 pub mod tools;
 
 pub use agent::{AgentConfig, BuiltinAgent};
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::{
     ChatMessage, ChatRole, Completion, Provider, ProviderError, StreamedToolCall, TextSink,

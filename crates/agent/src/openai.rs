@@ -64,6 +64,9 @@ struct Chunk {
     choices: Vec<Choice>,
     #[serde(default)]
     usage: Option<ChunkUsage>,
+    /// Some servers (OpenRouter, vLLM) report a failure inside a started stream.
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -233,6 +236,13 @@ impl OpenAiProvider {
                 let chunk: Chunk = serde_json::from_str(&data).map_err(|e| {
                     ProviderError::Malformed(format!("{e} in {:?}", excerpt(&self.redact(&data))))
                 })?;
+                if let Some(err) = chunk.error {
+                    let msg = err["message"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| err.to_string());
+                    return Err(ProviderError::Stream(self.redact(&excerpt(&msg))));
+                }
                 if let Some(u) = chunk.usage {
                     out.usage = Some(Usage {
                         prompt_tokens: u.prompt_tokens,

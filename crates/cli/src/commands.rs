@@ -6,9 +6,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use switchboard_client::Client;
+
 use switchboard_protocol::{
-    AgentEvent, CreateSessionRequest, MessageType, PermissionMode, SendMessageRequest,
+    AgentEvent, CreateSessionRequest, DecisionAction, MessageType, PermissionMode,
+    SendMessageRequest, ToolCall, ToolDecision, ToolDecisionsRequest,
 };
 use uuid::Uuid;
 
@@ -45,13 +48,25 @@ pub struct CreateArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// read-only, workspace-write or full-access.
-    #[arg(long, value_parser = parse_mode)]
+    #[arg(long, visible_alias = "mode", value_parser = parse_mode)]
     pub permission_mode: Option<PermissionMode>,
 }
 
 fn parse_mode(s: &str) -> Result<PermissionMode, String> {
     serde_json::from_value(serde_json::Value::String(s.into()))
         .map_err(|_| "expected read-only, workspace-write or full-access".to_string())
+}
+
+#[derive(Args)]
+pub struct ApproveArgs {
+    /// The session whose pending tool calls to answer.
+    pub session: Uuid,
+    /// Reject instead of accepting.
+    #[arg(long)]
+    pub deny: bool,
+    /// Why (given to the model with a rejection).
+    #[arg(long, requires = "deny")]
+    pub reason: Option<String>,
 }
 
 #[derive(Args)]
@@ -62,6 +77,12 @@ pub struct ChatArgs {
     /// Send as a follow-up (queued until the active run ends) instead of a new message.
     #[arg(long)]
     pub follow_up: bool,
+    /// Accept every tool call that waits for approval.
+    #[arg(long, conflicts_with = "no")]
+    pub yes: bool,
+    /// Reject every tool call that waits for approval.
+    #[arg(long)]
+    pub no: bool,
     #[command(flatten)]
     pub create: CreateArgs,
 }
@@ -149,7 +170,18 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
         _ => bail!("usage: switchboard chat [SESSION] MESSAGE"),
     };
     let (id, after) = match session {
-        Some(id) => (id, c.get_session(id).await?.session.last_event_id),
+        Some(id) => {
+            let detail = c.get_session(id).await?;
+            if let Some(m) = args.create.permission_mode
+                && m != detail.config.permission_mode
+            {
+                bail!(
+                    "the permission mode is chosen when a session is created; session {id} is {}",
+                    mode_name(detail.config.permission_mode)
+                );
+            }
+            (id, detail.session.last_event_id)
+        }
         None => {
             let s = c.create_session(&create_request(&args.create)).await?;
             eprintln!("session {}", s.id);
@@ -169,23 +201,95 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
         .run_id;
     let mut stdout = std::io::stdout();
     let mut wrote_text = false;
+    let mut proposed: Vec<ToolCall> = Vec::new();
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
     while let Some(item) = events.next().await {
         let env = match item {
             Ok(e) => e,
             Err(e) if e.is_transient() => continue,
             Err(e) => return Err(e.into()),
         };
+        if env.event.run_id() != run_id {
+            continue;
+        }
+        let end_line = |wrote: &mut bool| {
+            if std::mem::take(wrote) {
+                println!();
+            }
+        };
         match env.event {
-            AgentEvent::TextDelta { run_id: r, delta } if r == run_id => {
+            AgentEvent::TextDelta { delta, .. } => {
                 stdout.write_all(delta.as_bytes())?;
                 stdout.flush()?;
                 wrote_text = true;
             }
-            AgentEvent::RunCompleted {
-                run_id: r,
-                stop_reason,
-                ..
-            } if r == run_id => {
+            AgentEvent::ToolCallsProposed { tool_calls, .. } => {
+                end_line(&mut wrote_text);
+                proposed = tool_calls;
+            }
+            AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
+                end_line(&mut wrote_text);
+                let waiting: Vec<&ToolCall> = proposed
+                    .iter()
+                    .filter(|c| tool_call_ids.contains(&c.id))
+                    .collect();
+                let answer = if args.yes {
+                    Some(Answer::All(DecisionAction::Accept))
+                } else if args.no {
+                    Some(Answer::All(DecisionAction::Reject))
+                } else if interactive {
+                    Some(Answer::Each(ask_each(&waiting).await?))
+                } else {
+                    for call in &waiting {
+                        eprintln!("? {}", preview(call));
+                    }
+                    eprintln!(
+                        "waiting for approval: answer with `switchboard approve {id}` (or --deny), or rerun chat with --yes/--no"
+                    );
+                    None
+                };
+                if let Some(answer) = answer {
+                    let decisions = answer.decisions(&waiting, "rejected with --no");
+                    match c
+                        .decide_tools(id, &ToolDecisionsRequest { run_id, decisions })
+                        .await
+                    {
+                        Ok(_) => {}
+                        // Someone else answered first (another terminal, a chat).
+                        Err(e) if e.status() == Some(409) => {
+                            eprintln!("(already decided elsewhere: {e})")
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            AgentEvent::ToolExecutionStarted { tool_call_id, .. } => {
+                end_line(&mut wrote_text);
+                match proposed.iter().find(|c| c.id == tool_call_id) {
+                    Some(call) => eprintln!("→ {}", preview(call)),
+                    None => eprintln!("→ {tool_call_id}"),
+                }
+            }
+            AgentEvent::ToolExecutionCompleted {
+                result, is_error, ..
+            } => {
+                let lines = result.lines().count();
+                let last = result.lines().last().unwrap_or("").trim();
+                let mark = if is_error { "✗" } else { "✓" };
+                eprintln!(
+                    "  {mark} {lines} line(s){}",
+                    if last.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", clip(last, 100))
+                    }
+                );
+            }
+            AgentEvent::ToolRejected { reason, .. } => {
+                end_line(&mut wrote_text);
+                eprintln!("  ✗ not run: {reason}");
+            }
+            AgentEvent::RunCompleted { stop_reason, .. } => {
                 if wrote_text {
                     println!();
                 }
@@ -196,10 +300,8 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             AgentEvent::RunError {
-                run_id: r,
-                error,
-                retryable,
-            } if r == run_id => {
+                error, retryable, ..
+            } => {
                 if wrote_text {
                     println!();
                 }
@@ -213,4 +315,121 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
         }
     }
     bail!("the event stream ended before the run finished")
+}
+
+fn mode_name(m: PermissionMode) -> String {
+    serde_json::to_value(m)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() > max {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+/// One line saying what a call would do: the agent's preview when it gave one, else the
+/// name and arguments.
+pub fn preview(call: &ToolCall) -> String {
+    match call
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("preview"))
+        .and_then(|p| p.as_str())
+    {
+        Some(p) => clip(p, 200),
+        None => clip(&format!("{} {}", call.name, call.arguments), 200),
+    }
+}
+
+enum Answer {
+    All(DecisionAction),
+    Each(Vec<(String, DecisionAction)>),
+}
+
+impl Answer {
+    fn decisions(&self, calls: &[&ToolCall], reason: &str) -> BTreeMap<String, ToolDecision> {
+        let decision = |action: DecisionAction| ToolDecision {
+            action,
+            content: (action == DecisionAction::Reject).then(|| reason.to_string()),
+        };
+        match self {
+            Answer::All(a) => calls.iter().map(|c| (c.id.clone(), decision(*a))).collect(),
+            Answer::Each(v) => v
+                .iter()
+                .map(|(id, a)| {
+                    let mut d = decision(*a);
+                    if *a == DecisionAction::Reject {
+                        d.content = Some("rejected at the terminal".into());
+                    }
+                    (id.clone(), d)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Asks about each call on the terminal: `y` allows, anything else denies.
+async fn ask_each(calls: &[&ToolCall]) -> Result<Vec<(String, DecisionAction)>> {
+    let mut out = Vec::new();
+    for call in calls {
+        let prompt = format!("? {}\n  allow? [y/N] ", preview(call));
+        let line = tokio::task::spawn_blocking(move || {
+            eprint!("{prompt}");
+            let _ = std::io::stderr().flush();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await
+        .context("reading the answer")??;
+        let yes = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+        out.push((
+            call.id.clone(),
+            if yes {
+                DecisionAction::Accept
+            } else {
+                DecisionAction::Reject
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// `switchboard approve SESSION [--deny] [--reason TEXT]`: answers every pending call.
+pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode> {
+    let c = client(settings)?;
+    let pending = c.pending_tools(args.session).await?;
+    let Some(run_id) = pending.run_id else {
+        eprintln!("nothing waits for approval in session {}", args.session);
+        return Ok(ExitCode::FAILURE);
+    };
+    let action = if args.deny {
+        DecisionAction::Reject
+    } else {
+        DecisionAction::Accept
+    };
+    let decisions = pending
+        .tool_calls
+        .iter()
+        .map(|call| {
+            (
+                call.id.clone(),
+                ToolDecision {
+                    action,
+                    content: args.reason.clone(),
+                },
+            )
+        })
+        .collect();
+    c.decide_tools(args.session, &ToolDecisionsRequest { run_id, decisions })
+        .await?;
+    let verb = if args.deny { "rejected" } else { "accepted" };
+    for call in &pending.tool_calls {
+        println!("{verb}: {}", preview(call));
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -21,12 +21,14 @@ pub struct FileConfig {
     pub events: EventsSection,
     #[serde(default)]
     pub server: ServerSection,
+    #[serde(default)]
+    pub tools: ToolsSection,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSection {
-    /// `openai` (any OpenAI-compatible server).
+    /// `openai` (any OpenAI-compatible server) or `anthropic`.
     pub kind: Option<String>,
     pub base_url: Option<String>,
     pub api_key: Option<String>,
@@ -40,6 +42,15 @@ pub struct ProviderSection {
 pub struct SessionsSection {
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: Option<PermissionMode>,
+    pub approval_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSection {
+    pub command_timeout_secs: Option<u64>,
+    pub command_max_timeout_secs: Option<u64>,
+    pub output_cap_chars: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -70,6 +81,10 @@ pub struct Settings {
     pub system_prompt: Option<String>,
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: PermissionMode,
+    pub approval_timeout_secs: u64,
+    pub command_timeout_secs: u64,
+    pub command_max_timeout_secs: u64,
+    pub output_cap_chars: usize,
     pub retention_days: Option<u64>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
@@ -139,9 +154,44 @@ impl Settings {
         let provider_kind = env("SWITCHBOARD_PROVIDER")
             .or(file.provider.kind.clone())
             .unwrap_or_else(|| "openai".into());
-        if provider_kind != "openai" {
-            bail!("provider {provider_kind:?} is not supported (supported: openai)");
+        let anthropic = match provider_kind.as_str() {
+            "openai" => false,
+            "anthropic" => true,
+            other => bail!("provider {other:?} is not supported (supported: openai, anthropic)"),
+        };
+        let (base_url, api_key) = if anthropic {
+            (
+                env("SWITCHBOARD_ANTHROPIC_BASE_URL")
+                    .or(file.provider.base_url.clone())
+                    .unwrap_or_else(|| "https://api.anthropic.com".into()),
+                env("SWITCHBOARD_ANTHROPIC_API_KEY")
+                    .or_else(|| env("ANTHROPIC_API_KEY"))
+                    .or(file.provider.api_key.clone()),
+            )
+        } else {
+            (
+                env("SWITCHBOARD_OPENAI_BASE_URL")
+                    .or(file.provider.base_url.clone())
+                    .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                env("SWITCHBOARD_OPENAI_API_KEY")
+                    .or_else(|| env("OPENAI_API_KEY"))
+                    .or(file.provider.api_key.clone()),
+            )
+        };
+        let approval_timeout_secs: u64 = env_parse("SWITCHBOARD_APPROVAL_TIMEOUT_SECS")?
+            .or(file.sessions.approval_timeout_secs)
+            .unwrap_or(900);
+        if approval_timeout_secs == 0 {
+            bail!("the approval timeout must be at least 1 second");
         }
+        let command_max_timeout_secs: u64 = env_parse("SWITCHBOARD_COMMAND_MAX_TIMEOUT_SECS")?
+            .or(file.tools.command_max_timeout_secs)
+            .unwrap_or(600)
+            .max(1);
+        let command_timeout_secs: u64 = env_parse("SWITCHBOARD_COMMAND_TIMEOUT_SECS")?
+            .or(file.tools.command_timeout_secs)
+            .unwrap_or(120)
+            .clamp(1, command_max_timeout_secs);
         let permission_mode = match env("SWITCHBOARD_PERMISSION_MODE") {
             Some(v) => serde_json::from_value(serde_json::Value::String(v.clone()))
                 .map_err(|_| anyhow::anyhow!("SWITCHBOARD_PERMISSION_MODE={v:?}: expected read-only, workspace-write or full-access"))?,
@@ -161,12 +211,8 @@ impl Settings {
                 .unwrap_or_else(default_data_dir),
             token: env("SWITCHBOARD_TOKEN").or(file.token.clone()),
             provider_kind,
-            base_url: env("SWITCHBOARD_OPENAI_BASE_URL")
-                .or(file.provider.base_url.clone())
-                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
-            api_key: env("SWITCHBOARD_OPENAI_API_KEY")
-                .or_else(|| env("OPENAI_API_KEY"))
-                .or(file.provider.api_key.clone()),
+            base_url,
+            api_key,
             model: env("SWITCHBOARD_MODEL").or(file.provider.model.clone()),
             max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?
                 .or(file.provider.max_retries)
@@ -176,6 +222,13 @@ impl Settings {
                 .map(PathBuf::from)
                 .or(file.sessions.default_cwd.clone()),
             permission_mode,
+            approval_timeout_secs,
+            command_timeout_secs,
+            command_max_timeout_secs,
+            output_cap_chars: env_parse("SWITCHBOARD_OUTPUT_CAP_CHARS")?
+                .or(file.tools.output_cap_chars)
+                .unwrap_or(30_000)
+                .max(1000),
             retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?
                 .or(file.events.retention_days),
             keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?

@@ -38,6 +38,8 @@ enum Command {
     Sessions(commands::SessionsCommand),
     /// Send a message and stream the reply (creates a session when none is given).
     Chat(commands::ChatArgs),
+    /// Answer the tool calls a session waits on (accept all, or --deny).
+    Approve(commands::ApproveArgs),
     /// Check configuration, data directory, store and provider, with a verdict for each.
     Doctor {
         /// Data directory to check.
@@ -89,6 +91,10 @@ fn main() -> ExitCode {
             Command::Chat(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::chat(&settings, args).await
+            }
+            Command::Approve(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                commands::approve(&settings, args).await
             }
             Command::Doctor { data_dir } => {
                 doctor::run(cli.config.as_deref(), data_dir.as_deref()).await

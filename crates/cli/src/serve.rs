@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider};
+use switchboard_agent::anthropic::{AnthropicConfig, AnthropicProvider};
+use switchboard_agent::tools::ToolLimits;
+use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider, Provider};
 use switchboard_engine::{Backends, Engine, EngineConfig};
 use switchboard_server::ServerConfig;
 use switchboard_store::{SqliteOptions, SqliteStore};
@@ -19,14 +21,30 @@ pub struct App {
     pub store: SqliteStore,
 }
 
-pub fn provider(settings: &Settings) -> Result<OpenAiProvider> {
-    OpenAiProvider::new(OpenAiConfig {
-        base_url: settings.base_url.clone(),
-        api_key: settings.api_key.clone(),
-        max_retries: settings.max_retries,
-        ..OpenAiConfig::default()
-    })
-    .map_err(|e| anyhow::anyhow!("{e}"))
+/// The configured LLM provider (`openai` or `anthropic`).
+pub fn provider(settings: &Settings) -> Result<Arc<dyn Provider>> {
+    let p: Arc<dyn Provider> = if settings.provider_kind == "anthropic" {
+        Arc::new(
+            AnthropicProvider::new(AnthropicConfig {
+                base_url: settings.base_url.clone(),
+                api_key: settings.api_key.clone(),
+                max_retries: settings.max_retries,
+                ..AnthropicConfig::default()
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+    } else {
+        Arc::new(
+            OpenAiProvider::new(OpenAiConfig {
+                base_url: settings.base_url.clone(),
+                api_key: settings.api_key.clone(),
+                max_retries: settings.max_retries,
+                ..OpenAiConfig::default()
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+    };
+    Ok(p)
 }
 
 /// Opens the data directory and store, recovers from a crash, builds the router.
@@ -37,6 +55,11 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         .with_context(|| format!("opening store {}", settings.db_path().display()))?;
     let mut agent_config = AgentConfig {
         default_model: settings.model.clone(),
+        limits: ToolLimits {
+            default_timeout: Duration::from_secs(settings.command_timeout_secs),
+            max_timeout: Duration::from_secs(settings.command_max_timeout_secs),
+            output_cap: settings.output_cap_chars,
+        },
         ..AgentConfig::default()
     };
     if let Some(p) = &settings.system_prompt {
@@ -55,6 +78,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         default_cwd,
         default_model: settings.model.clone(),
         default_permission_mode: settings.permission_mode,
+        approval_timeout: Duration::from_secs(settings.approval_timeout_secs),
         event_retention: settings
             .retention_days
             .map(|d| Duration::from_secs(d * 86_400)),

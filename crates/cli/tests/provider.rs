@@ -97,6 +97,11 @@ async fn each_provider_failure_is_a_clear_run_error_without_the_key() {
     assert!(e.contains("malformed"), "{e}");
     assert!(!retryable);
 
+    llm.push(MockReply::stream_error("model overloaded mid-stream"));
+    let (e, retryable) = run_error(&c, s.id).await;
+    assert!(e.contains("model overloaded mid-stream"), "{e}");
+    assert!(retryable);
+
     llm.push(MockReply::CutOff {
         chunks: vec!["partial ".into(), "answ".into()],
     });

@@ -5,7 +5,22 @@
 //! what it can; the rest wait as one pending approval that a human answers over the API, that
 //! times out, or that a cancel or a restart rejects.
 
-use switchboard_protocol::{AutoApprove, AutoApproveKeyword, PermissionMode};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use switchboard_protocol::{
+    AgentEvent, AutoApprove, AutoApproveKeyword, DecisionAction, PermissionMode, ToolCall,
+    ToolDecision,
+};
+use switchboard_store::{ApprovalRecord, Store};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::EngineError;
+use crate::log::EventLog;
+use crate::time::now_rfc3339;
 
 /// What a tool does, for the permission modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +68,9 @@ pub fn settle(mode: PermissionMode, auto: &AutoApprove, name: &str, class: ToolC
     let by_mode = match (mode, class) {
         (PermissionMode::FullAccess, _) => Verdict::Allow,
         (_, ToolClass::Read) => Verdict::Allow,
-        (PermissionMode::ReadOnly, ToolClass::Write | ToolClass::Execute) => Verdict::Deny(format!(
-            "the session is read-only: {name} is not allowed (permission mode read-only)"
-        )),
+        (PermissionMode::ReadOnly, ToolClass::Write | ToolClass::Execute) => Verdict::Deny(
+            format!("the session is read-only: {name} is not allowed (permission mode read-only)"),
+        ),
         (PermissionMode::WorkspaceWrite, ToolClass::Write) => Verdict::Allow,
         _ => Verdict::Ask,
     };
@@ -63,6 +78,290 @@ pub fn settle(mode: PermissionMode, auto: &AutoApprove, name: &str, class: ToolC
         Verdict::Ask if auto_approved(auto, name) => Verdict::Allow,
         v => v,
     }
+}
+
+/// What became of one proposed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run it.
+    Run,
+    /// Do not run it; tell the model why.
+    Rejected(String),
+    /// Do not run it; give the model this as the tool's result.
+    Custom(String),
+}
+
+/// An approval waiting for decisions, in memory.
+struct Waiting {
+    run_id: Uuid,
+    calls: Vec<ToolCall>,
+    decided: HashMap<String, ToolDecision>,
+    done: Option<oneshot::Sender<HashMap<String, ToolDecision>>>,
+}
+
+/// The approvals waiting in this process, one per session at most.
+#[derive(Default)]
+pub(crate) struct Approvals {
+    waiting: StdMutex<HashMap<Uuid, Waiting>>,
+}
+
+impl Approvals {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The run and the calls still undecided, if the session waits.
+    pub(crate) fn pending(&self, session_id: Uuid) -> Option<(Uuid, Vec<ToolCall>)> {
+        let map = self.lock();
+        map.get(&session_id).map(|w| {
+            let calls = w
+                .calls
+                .iter()
+                .filter(|c| !w.decided.contains_key(&c.id))
+                .cloned()
+                .collect();
+            (w.run_id, calls)
+        })
+    }
+
+    /// Records decisions; when every call is decided the waiting run goes on.
+    pub(crate) fn decide(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        decisions: &BTreeMap<String, ToolDecision>,
+    ) -> Result<(), EngineError> {
+        let mut map = self.lock();
+        let w = map
+            .get_mut(&session_id)
+            .ok_or(EngineError::NoPendingApproval)?;
+        if w.run_id != run_id {
+            return Err(EngineError::RunMismatch {
+                given: run_id,
+                active: Some(w.run_id),
+            });
+        }
+        if decisions.is_empty() {
+            return Err(EngineError::validation(
+                "decisions",
+                "must decide at least one tool call",
+            ));
+        }
+        for (id, d) in decisions {
+            if !w.calls.iter().any(|c| c.id == *id) {
+                let pending: Vec<&str> = w.calls.iter().map(|c| c.id.as_str()).collect();
+                return Err(EngineError::validation(
+                    &format!("decisions.{id}"),
+                    format!(
+                        "no pending tool call has this id; pending: [{}]",
+                        pending.join(", ")
+                    ),
+                ));
+            }
+            if w.decided.contains_key(id) {
+                return Err(EngineError::validation(
+                    &format!("decisions.{id}"),
+                    "this tool call was already decided",
+                ));
+            }
+            if d.action == DecisionAction::CustomResult && d.content.is_none() {
+                return Err(EngineError::validation(
+                    &format!("decisions.{id}.content"),
+                    "custom_result needs `content`, the result handed to the model",
+                ));
+            }
+        }
+        for (id, d) in decisions {
+            w.decided.insert(id.clone(), d.clone());
+        }
+        if w.decided.len() == w.calls.len()
+            && let Some(w) = map.remove(&session_id)
+            && let Some(done) = w.done
+        {
+            let _ = done.send(w.decided);
+        }
+        Ok(())
+    }
+
+    fn register(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        calls: Vec<ToolCall>,
+    ) -> oneshot::Receiver<HashMap<String, ToolDecision>> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(
+            session_id,
+            Waiting {
+                run_id,
+                calls,
+                decided: HashMap::new(),
+                done: Some(tx),
+            },
+        );
+        rx
+    }
+
+    /// Ends the wait of `run_id` (timeout, cancel); returns what was decided so far.
+    fn withdraw(&self, session_id: Uuid, run_id: Uuid) -> HashMap<String, ToolDecision> {
+        let mut map = self.lock();
+        if map.get(&session_id).is_some_and(|w| w.run_id == run_id) {
+            map.remove(&session_id)
+                .map(|w| w.decided)
+                .unwrap_or_default()
+        } else {
+            HashMap::new()
+        }
+    }
+}
+
+/// Everything [`gate`] needs from the run.
+pub(crate) struct GateScope<'a> {
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub mode: PermissionMode,
+    pub auto_approve: &'a AutoApprove,
+    pub timeout: Duration,
+    pub log: &'a EventLog,
+    pub store: &'a Arc<dyn Store>,
+    pub approvals: &'a Approvals,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs one model step's proposed calls through policy and, for what policy leaves open, a
+/// human decision. Returns one [`Decision`] per call, in order. Emits `ToolCallsProposed`,
+/// `WaitingForToolApproval` and `ToolRejected`; the caller emits the execution events.
+pub(crate) async fn gate(
+    scope: GateScope<'_>,
+    calls: &[(ToolCall, ToolClass)],
+) -> Result<Vec<Decision>, EngineError> {
+    let GateScope {
+        session_id, run_id, ..
+    } = scope;
+    scope
+        .log
+        .append(
+            session_id,
+            &AgentEvent::ToolCallsProposed {
+                run_id,
+                tool_calls: calls.iter().map(|(c, _)| c.clone()).collect(),
+            },
+        )
+        .await?;
+    let mut out: Vec<Option<Decision>> = Vec::with_capacity(calls.len());
+    let mut ask: Vec<ToolCall> = Vec::new();
+    for (call, class) in calls {
+        match settle(scope.mode, scope.auto_approve, &call.name, *class) {
+            Verdict::Allow => out.push(Some(Decision::Run)),
+            Verdict::Deny(reason) => out.push(Some(Decision::Rejected(reason))),
+            Verdict::Ask => {
+                out.push(None);
+                ask.push(call.clone());
+            }
+        }
+    }
+    let mut answers: HashMap<String, ToolDecision> = HashMap::new();
+    let mut unanswered_reason = String::new();
+    if !ask.is_empty() {
+        let now = chrono::Utc::now();
+        let expires = now + chrono::Duration::from_std(scope.timeout).unwrap_or_default();
+        scope
+            .store
+            .put_approval(&ApprovalRecord {
+                session_id,
+                run_id,
+                tool_calls: serde_json::to_value(&ask)
+                    .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
+                created_at: now_rfc3339(),
+                expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            })
+            .await?;
+        let rx = scope.approvals.register(session_id, run_id, ask.clone());
+        let waited = async {
+            scope
+                .log
+                .append(
+                    session_id,
+                    &AgentEvent::WaitingForToolApproval {
+                        run_id,
+                        tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
+                    },
+                )
+                .await?;
+            tracing::info!(%session_id, %run_id, calls = ask.len(), "waiting for tool approval");
+            Ok::<_, EngineError>(tokio::select! {
+                r = rx => r.ok(),
+                _ = tokio::time::sleep(scope.timeout) => {
+                    unanswered_reason = format!(
+                        "no decision within {} s: the approval timed out and the call was not run",
+                        scope.timeout.as_secs()
+                    );
+                    None
+                }
+                _ = scope.cancel.cancelled() => {
+                    unanswered_reason = "the run was cancelled while this call waited for approval".into();
+                    None
+                }
+            })
+        }
+        .await;
+        let decided = match waited {
+            Ok(Some(d)) => d,
+            Ok(None) => scope.approvals.withdraw(session_id, run_id),
+            Err(e) => {
+                scope.approvals.withdraw(session_id, run_id);
+                let _ = scope.store.delete_approval(session_id, run_id).await;
+                return Err(e);
+            }
+        };
+        answers = decided;
+        if let Err(e) = scope.store.delete_approval(session_id, run_id).await {
+            tracing::warn!(%session_id, error = %e, "could not remove a settled approval");
+        }
+    }
+    let mut result = Vec::with_capacity(calls.len());
+    for ((call, _), settled) in calls.iter().zip(out) {
+        let decision = match settled {
+            Some(d) => d,
+            None => match answers.get(&call.id) {
+                Some(ToolDecision {
+                    action: DecisionAction::Accept,
+                    ..
+                }) => Decision::Run,
+                Some(ToolDecision {
+                    action: DecisionAction::CustomResult,
+                    content,
+                }) => Decision::Custom(content.clone().unwrap_or_default()),
+                Some(ToolDecision {
+                    action: DecisionAction::Reject,
+                    content,
+                }) => Decision::Rejected(match content.as_deref().map(str::trim) {
+                    Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
+                    _ => "rejected by the user".into(),
+                }),
+                None => Decision::Rejected(if unanswered_reason.is_empty() {
+                    "no decision was made".into()
+                } else {
+                    unanswered_reason.clone()
+                }),
+            },
+        };
+        if let Decision::Rejected(reason) = &decision {
+            scope
+                .log
+                .append(
+                    session_id,
+                    &AgentEvent::ToolRejected {
+                        run_id,
+                        tool_call_id: call.id.clone(),
+                        reason: reason.clone(),
+                    },
+                )
+                .await?;
+        }
+        result.push(decision);
+    }
+    Ok(result)
 }
 
 #[cfg(test)]
@@ -79,16 +378,37 @@ mod tests {
         use PermissionMode::*;
         use ToolClass::*;
         assert_eq!(settle(ReadOnly, &none, "view", Read), Verdict::Allow);
-        assert!(matches!(settle(ReadOnly, &none, "create", Write), Verdict::Deny(_)));
-        assert!(matches!(settle(ReadOnly, &none, "run_command", Execute), Verdict::Deny(_)));
+        assert!(matches!(
+            settle(ReadOnly, &none, "create", Write),
+            Verdict::Deny(_)
+        ));
+        assert!(matches!(
+            settle(ReadOnly, &none, "run_command", Execute),
+            Verdict::Deny(_)
+        ));
         assert_eq!(settle(ReadOnly, &none, "fetch", Other), Verdict::Ask);
-        assert_eq!(settle(WorkspaceWrite, &none, "create", Write), Verdict::Allow);
-        assert_eq!(settle(WorkspaceWrite, &none, "run_command", Execute), Verdict::Ask);
-        assert_eq!(settle(FullAccess, &none, "run_command", Execute), Verdict::Allow);
+        assert_eq!(
+            settle(WorkspaceWrite, &none, "create", Write),
+            Verdict::Allow
+        );
+        assert_eq!(
+            settle(WorkspaceWrite, &none, "run_command", Execute),
+            Verdict::Ask
+        );
+        assert_eq!(
+            settle(FullAccess, &none, "run_command", Execute),
+            Verdict::Allow
+        );
         let all = AutoApprove::Keyword(AutoApproveKeyword::All);
-        assert_eq!(settle(WorkspaceWrite, &all, "run_command", Execute), Verdict::Allow);
+        assert_eq!(
+            settle(WorkspaceWrite, &all, "run_command", Execute),
+            Verdict::Allow
+        );
         // auto_approve never lifts a refusal of the mode.
-        assert!(matches!(settle(ReadOnly, &all, "run_command", Execute), Verdict::Deny(_)));
+        assert!(matches!(
+            settle(ReadOnly, &all, "run_command", Execute),
+            Verdict::Deny(_)
+        ));
     }
 
     #[test]

@@ -5,14 +5,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use std::time::Duration;
+
 use switchboard_protocol::{
-    AgentEvent, BackendSpec, ContextItem, Role, SessionConfig, ToolCall, TranscriptMessage, Usage,
+    AgentEvent, AutoApprove, BackendSpec, ContextItem, PermissionMode, Role, SessionConfig,
+    ToolCall, TranscriptMessage, Usage,
 };
 use switchboard_store::{MessageRecord, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::approval::{Approvals, Decision, GateScope, ToolClass};
 use crate::error::EngineError;
 use crate::log::EventLog;
 use crate::time::now_rfc3339;
@@ -110,13 +114,18 @@ pub struct RunContext {
     pub cancel: CancellationToken,
 }
 
-/// A backend's way back into the engine: events, transcript, steering.
+/// A backend's way back into the engine: events, transcript, steering, approvals.
 pub struct RunHandle {
     pub(crate) session_id: Uuid,
     pub(crate) run_id: Uuid,
     pub(crate) log: EventLog,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) steering: mpsc::UnboundedReceiver<String>,
+    pub(crate) mode: PermissionMode,
+    pub(crate) auto_approve: AutoApprove,
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) approval_timeout: Duration,
+    pub(crate) cancel: CancellationToken,
 }
 
 impl RunHandle {
@@ -137,6 +146,104 @@ impl RunHandle {
         tool_calls: &[ToolCall],
         tool_call_id: Option<&str>,
     ) -> Result<(), EngineError> {
+        self.record_message(role, content, tool_calls, tool_call_id, false)
+            .await
+    }
+
+    /// Runs one model step's proposed calls through the session's permission mode and
+    /// `auto_approve`, and asks a human about the rest (one pending approval, answered over
+    /// the API, rejected on timeout, cancel or restart). Emits `ToolCallsProposed`,
+    /// `WaitingForToolApproval` and `ToolRejected`. Returns one decision per call, in order;
+    /// the backend runs the [`Decision::Run`] ones, reporting them with
+    /// [`RunHandle::tool_started`] and [`RunHandle::tool_finished`], and hands every other
+    /// outcome to its model (see [`RunHandle::tool_not_run`]).
+    pub async fn gate(
+        &self,
+        calls: &[(ToolCall, ToolClass)],
+    ) -> Result<Vec<Decision>, EngineError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::approval::gate(
+            GateScope {
+                session_id: self.session_id,
+                run_id: self.run_id,
+                mode: self.mode,
+                auto_approve: &self.auto_approve,
+                timeout: self.approval_timeout,
+                log: &self.log,
+                store: &self.store,
+                approvals: &self.approvals,
+                cancel: &self.cancel,
+            },
+            calls,
+        )
+        .await
+    }
+
+    /// Emits `ToolExecutionStarted`.
+    pub async fn tool_started(&self, call: &ToolCall) -> Result<(), EngineError> {
+        self.emit(AgentEvent::ToolExecutionStarted {
+            run_id: self.run_id,
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Emits `ToolExecutionCompleted` and records the result in the transcript.
+    pub async fn tool_finished(
+        &self,
+        call: &ToolCall,
+        result: &str,
+        is_error: bool,
+    ) -> Result<(), EngineError> {
+        self.emit(AgentEvent::ToolExecutionCompleted {
+            run_id: self.run_id,
+            tool_call_id: call.id.clone(),
+            result: result.to_string(),
+            is_error,
+        })
+        .await?;
+        self.record_message(Role::Tool, result, &[], Some(&call.id), is_error)
+            .await
+    }
+
+    /// Records the outcome of a call that did not run: a rejection (already announced by
+    /// `ToolRejected`) becomes an error result; a custom result is announced as
+    /// `ToolExecutionCompleted` and recorded as the call's result. Returns the text to give
+    /// the model and whether it is an error.
+    pub async fn tool_not_run(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+    ) -> Result<(String, bool), EngineError> {
+        match decision {
+            Decision::Run => Err(EngineError::Internal(
+                "tool_not_run called for a call that may run".into(),
+            )),
+            Decision::Rejected(reason) => {
+                let text = format!("The tool call was not run: {reason}");
+                self.record_message(Role::Tool, &text, &[], Some(&call.id), true)
+                    .await?;
+                Ok((text, true))
+            }
+            Decision::Custom(content) => {
+                self.tool_finished(call, content, false).await?;
+                Ok((content.clone(), false))
+            }
+        }
+    }
+
+    async fn record_message(
+        &self,
+        role: Role,
+        content: &str,
+        tool_calls: &[ToolCall],
+        tool_call_id: Option<&str>,
+        is_error: bool,
+    ) -> Result<(), EngineError> {
         let tool_calls = if tool_calls.is_empty() {
             None
         } else {
@@ -154,6 +261,7 @@ impl RunHandle {
                 content: content.into(),
                 tool_calls,
                 tool_call_id: tool_call_id.map(str::to_string),
+                is_error,
                 created_at: now_rfc3339(),
             })
             .await?;

@@ -17,6 +17,8 @@ pub struct EngineConfig {
     /// Capacity of each session's live channel, in committed batches (each at most 1,024
     /// events); a subscriber further behind than this falls back to reading the log.
     pub live_buffer: usize,
+    /// How long a tool call waits for a human decision before it is rejected.
+    pub approval_timeout: Duration,
 }
 
 impl Default for EngineConfig {
@@ -28,6 +30,7 @@ impl Default for EngineConfig {
             default_auto_approve: AutoApprove::default(),
             event_retention: None,
             live_buffer: 256,
+            approval_timeout: Duration::from_secs(900),
         }
     }
 }

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, CreateSessionRequest, MessageType, Role, RunStatus,
-    SendMessageRequest, SessionConfig, SessionSummary, TranscriptMessage, Usage,
+    AgentEvent, AutoApprove, CreateSessionRequest, MessageType, PendingToolsResponse, Role,
+    RunStatus, SendMessageRequest, SessionConfig, SessionSummary, ToolDecisionsRequest,
+    ToolDecisionsResponse, TranscriptMessage, Usage,
 };
 use switchboard_store::{
     MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store,
@@ -17,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::approval::Approvals;
 use crate::backend::{Backends, RunContext, RunHandle, RunInput};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
@@ -52,6 +54,8 @@ struct Inner {
     session_locks: StdMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
     /// Runs executing here, by session.
     active: StdMutex<HashMap<Uuid, ActiveRun>>,
+    /// Tool calls waiting for a human decision, by session.
+    approvals: Arc<Approvals>,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
     /// Fires once shutdown has finished recording run outcomes; live streams end then.
@@ -75,6 +79,7 @@ impl Engine {
                 config,
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),
+                approvals: Arc::default(),
                 shutdown: CancellationToken::new(),
                 closed: CancellationToken::new(),
             }),
@@ -88,6 +93,41 @@ impl Engine {
 
     async fn recover(&self) -> Result<(), EngineError> {
         let store = &self.inner.store;
+        // Approvals left waiting: their calls are rejected (never run), and the model will
+        // see why in the transcript; the runs themselves are closed below.
+        for a in store.list_approvals().await? {
+            let reason = "interrupted by restart".to_string();
+            let calls: Vec<switchboard_protocol::ToolCall> =
+                serde_json::from_value(a.tool_calls.clone()).unwrap_or_default();
+            tracing::warn!(session_id = %a.session_id, run_id = %a.run_id, calls = calls.len(), "rejecting tool calls whose approval a restart interrupted");
+            for call in &calls {
+                self.inner
+                    .log
+                    .append(
+                        a.session_id,
+                        &AgentEvent::ToolRejected {
+                            run_id: a.run_id,
+                            tool_call_id: call.id.clone(),
+                            reason: reason.clone(),
+                        },
+                    )
+                    .await?;
+                store
+                    .append_message(&MessageRecord {
+                        id: Uuid::now_v7(),
+                        session_id: a.session_id,
+                        run_id: Some(a.run_id),
+                        role: Role::Tool.as_str().into(),
+                        content: format!("The tool call was not run: {reason}"),
+                        tool_calls: None,
+                        tool_call_id: Some(call.id.clone()),
+                        is_error: true,
+                        created_at: now_rfc3339(),
+                    })
+                    .await?;
+            }
+            store.delete_approval(a.session_id, a.run_id).await?;
+        }
         for run in store.runs_in_state(RunState::Running).await? {
             let error = "interrupted by restart".to_string();
             tracing::warn!(run_id = %run.id, session_id = %run.session_id, "closing run interrupted by restart");
@@ -516,6 +556,7 @@ impl Engine {
                     content: input.content.clone(),
                     tool_calls: None,
                     tool_call_id: None,
+                    is_error: false,
                     created_at: now_rfc3339(),
                 })
                 .await?;
@@ -528,7 +569,6 @@ impl Engine {
                     session_id,
                     run_id,
                     cwd: PathBuf::from(&session.cwd),
-                    config,
                     input,
                     history,
                     handle: RunHandle {
@@ -537,7 +577,13 @@ impl Engine {
                         log: log.clone(),
                         store: store.clone(),
                         steering,
+                        mode: config.permission_mode,
+                        auto_approve: config.auto_approve.clone(),
+                        approvals: self.inner.approvals.clone(),
+                        approval_timeout: self.inner.config.approval_timeout,
+                        cancel: cancel.clone(),
                     },
+                    config,
                     cancel: cancel.clone(),
                 };
                 backend.run(ctx).await
@@ -657,6 +703,42 @@ impl Engine {
         }
     }
 
+    /// The tool calls of the session that wait for a decision.
+    pub async fn pending_tools(
+        &self,
+        session_id: Uuid,
+    ) -> Result<PendingToolsResponse, EngineError> {
+        self.record(session_id).await?;
+        Ok(match self.inner.approvals.pending(session_id) {
+            Some((run_id, tool_calls)) => PendingToolsResponse {
+                run_id: Some(run_id),
+                tool_calls,
+            },
+            None => PendingToolsResponse {
+                run_id: None,
+                tool_calls: Vec::new(),
+            },
+        })
+    }
+
+    /// Decides pending tool calls. Calls not named stay pending; the run goes on once all
+    /// are decided.
+    pub async fn decide_tools(
+        &self,
+        session_id: Uuid,
+        req: ToolDecisionsRequest,
+    ) -> Result<ToolDecisionsResponse, EngineError> {
+        self.record(session_id).await?;
+        self.inner
+            .approvals
+            .decide(session_id, req.run_id, &req.decisions)?;
+        tracing::info!(%session_id, run_id = %req.run_id, decisions = req.decisions.len(), "tool decisions received");
+        Ok(ToolDecisionsResponse {
+            accepted: true,
+            run_id: req.run_id,
+        })
+    }
+
     /// Waits until the session's active run (if any) has finished.
     pub async fn wait_idle(&self, session_id: Uuid) {
         loop {
@@ -767,6 +849,7 @@ fn transcript_message(m: &MessageRecord) -> TranscriptMessage {
             .and_then(|v| serde_json::from_value(v.clone()).ok())
             .unwrap_or_default(),
         tool_call_id: m.tool_call_id.clone(),
+        is_error: m.is_error,
         created_at: parse_ts(&m.created_at),
     }
 }

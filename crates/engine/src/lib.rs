@@ -14,7 +14,7 @@ mod log;
 mod markdown;
 mod time;
 
-pub use approval::{ToolClass, Verdict};
+pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
 pub use config::EngineConfig;
 pub use engine::Engine;

@@ -137,6 +137,9 @@ pub struct TranscriptMessage {
     /// For a `tool` message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// For a `tool` message: the tool failed or the call was rejected.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
     pub created_at: DateTime<Utc>,
 }
 

@@ -70,6 +70,7 @@ pub fn router(engine: Engine, config: ServerConfig) -> Router {
     let protected = routes::sessions::router()
         .merge(routes::messages::router())
         .merge(routes::events::router())
+        .merge(routes::tools::router())
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

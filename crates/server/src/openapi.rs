@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
-use crate::routes::{events, health, messages, sessions};
+use crate::routes::{events, health, messages, sessions, tools};
 
 struct BearerAuth;
 
@@ -29,6 +29,7 @@ impl Modify for BearerAuth {
         sessions::create, sessions::list, sessions::show, sessions::delete, sessions::cancel,
         messages::send, messages::list, messages::transcript,
         events::events,
+        tools::pending, tools::decide,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,

@@ -7,7 +7,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord, Store, StoreError,
+    ApprovalRecord, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord, Store,
+    StoreError,
 };
 
 /// Runs every check against `store`.
@@ -22,6 +23,7 @@ pub async fn run_all(store: &dyn Store) {
     messages_keep_order(store).await;
     delete_removes_everything(store).await;
     unknown_session_is_not_found(store).await;
+    approvals_round_trip(store).await;
 }
 
 fn ts(n: u32) -> String {
@@ -274,6 +276,7 @@ pub async fn messages_keep_order(store: &dyn Store) {
             content: format!("message {i}"),
             tool_calls: (i == 1).then(|| json!([{"id": "c1", "name": "view", "arguments": {}}])),
             tool_call_id: (i == 2).then(|| "c1".to_string()),
+            is_error: i == 2,
             created_at: ts(i as u32),
         };
         check("append message", store.append_message(&m).await);
@@ -328,4 +331,52 @@ pub async fn unknown_session_is_not_found(store: &dyn Store) {
     );
     let b = check("bounds", store.event_bounds(ghost).await);
     assert_eq!(b, crate::EventBounds::default());
+}
+
+pub async fn approvals_round_trip(store: &dyn Store) {
+    let s = new_session(store, "approvals").await;
+    assert!(check("get none", store.get_approval(s.id).await).is_none());
+    let run_a = Uuid::now_v7();
+    let a = ApprovalRecord {
+        session_id: s.id,
+        run_id: run_a,
+        tool_calls: json!([{"id": "c1", "name": "run_command", "arguments": {"command": "ls"}}]),
+        created_at: ts(1),
+        expires_at: ts(2),
+    };
+    check("put", store.put_approval(&a).await);
+    assert_eq!(
+        check("get", store.get_approval(s.id).await),
+        Some(a.clone())
+    );
+    // One per session: a newer one replaces it.
+    let b = ApprovalRecord {
+        run_id: Uuid::now_v7(),
+        tool_calls: json!([]),
+        ..a.clone()
+    };
+    check("put again", store.put_approval(&b).await);
+    assert_eq!(
+        check("get", store.get_approval(s.id).await),
+        Some(b.clone())
+    );
+    assert!(check("list", store.list_approvals().await).contains(&b));
+    // Deleting needs the right run.
+    assert!(!check(
+        "delete other run",
+        store.delete_approval(s.id, run_a).await
+    ));
+    assert!(check("delete", store.delete_approval(s.id, b.run_id).await));
+    assert!(check("get gone", store.get_approval(s.id).await).is_none());
+    let ghost = ApprovalRecord {
+        session_id: Uuid::now_v7(),
+        ..a.clone()
+    };
+    assert!(matches!(
+        store.put_approval(&ghost).await,
+        Err(StoreError::NotFound(_))
+    ));
+    check("put", store.put_approval(&a).await);
+    check("delete session", store.delete_session(s.id).await);
+    assert!(check("gone with session", store.get_approval(s.id).await).is_none());
 }

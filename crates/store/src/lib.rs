@@ -1,7 +1,7 @@
 //! Durable state of Switchboard.
 //!
 //! This crate owns the [`Store`] trait — sessions, runs (with their state; a queued run is a
-//! stored follow-up), the append-only event log and the transcript — and its SQLite
+//! stored follow-up), the append-only event log, the transcript and pending tool approvals — and its SQLite
 //! implementation ([`SqliteStore`], the embedded default). Migrations are embedded in the
 //! binary. [`conformance`] is one test-suite that any `Store` must pass, so every
 //! implementation is held to the same contract.
@@ -85,4 +85,15 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<MessageRecord>, u64)>;
+
+    // --- approvals --------------------------------------------------------------------------
+
+    /// Stores the pending approval of a session, replacing any previous one.
+    async fn put_approval(&self, approval: &ApprovalRecord) -> Result<()>;
+    /// The pending approval of a session, if any.
+    async fn get_approval(&self, session_id: Uuid) -> Result<Option<ApprovalRecord>>;
+    /// Removes the session's pending approval if it belongs to `run_id`; whether one was.
+    async fn delete_approval(&self, session_id: Uuid, run_id: Uuid) -> Result<bool>;
+    /// Every pending approval (for recovery after a restart).
+    async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
 }

@@ -8,8 +8,10 @@ use sqlx::{Row, SqlitePool};
 use crate::StoreError;
 
 /// `(version, sql)` in the order they apply.
-pub(crate) const SQLITE: &[(i64, &str)] =
-    &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+pub(crate) const SQLITE: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../migrations/sqlite/0002_approvals.sql")),
+];
 
 pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
     sqlx::raw_sql(

@@ -125,5 +125,19 @@ pub struct MessageRecord {
     pub content: String,
     pub tool_calls: Option<Value>,
     pub tool_call_id: Option<String>,
+    /// For a tool result: the tool failed or the call was rejected.
+    pub is_error: bool,
     pub created_at: String,
+}
+
+/// Tool calls of a run that wait for a human decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRecord {
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    /// JSON array of the waiting calls.
+    pub tool_calls: Value,
+    pub created_at: String,
+    /// When the approval is rejected unanswered (RFC 3339).
+    pub expires_at: String,
 }

@@ -12,8 +12,8 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use crate::{
-    EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord, RunState,
-    SessionRecord, Store, StoreError, StoredEvent,
+    ApprovalRecord, EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord,
+    RunState, SessionRecord, Store, StoreError, StoredEvent,
 };
 
 /// Rows per multi-row `INSERT INTO events` (6 parameters each, far below SQLite's limit).
@@ -180,7 +180,20 @@ fn message_from_row(row: &SqliteRow) -> Result<MessageRecord> {
             .transpose()
             .map_err(|e| StoreError::Corrupt(format!("tool_calls: {e}")))?,
         tool_call_id: row.try_get("tool_call_id")?,
+        is_error: row.try_get::<i64, _>("is_error")? != 0,
         created_at: row.try_get("created_at")?,
+    })
+}
+
+fn approval_from_row(row: &SqliteRow) -> Result<ApprovalRecord> {
+    let calls: String = row.try_get("tool_calls")?;
+    Ok(ApprovalRecord {
+        session_id: uuid_col(row, "session_id")?,
+        run_id: uuid_col(row, "run_id")?,
+        tool_calls: serde_json::from_str(&calls)
+            .map_err(|e| StoreError::Corrupt(format!("approval tool_calls: {e}")))?,
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
     })
 }
 
@@ -487,8 +500,8 @@ impl Store for SqliteStore {
 
     async fn append_message(&self, m: &MessageRecord) -> Result<()> {
         let res = sqlx::query(
-            "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, tool_call_id, created_at) \
-             VALUES (?1, ?2, (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, tool_call_id, created_at, is_error) \
+             VALUES (?1, ?2, (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .bind(m.id.to_string())
         .bind(m.session_id.to_string())
@@ -498,6 +511,7 @@ impl Store for SqliteStore {
         .bind(m.tool_calls.as_ref().map(|v| v.to_string()))
         .bind(&m.tool_call_id)
         .bind(&m.created_at)
+        .bind(i64::from(m.is_error))
         .execute(&self.pool)
         .await;
         match res {
@@ -534,5 +548,57 @@ impl Store for SqliteStore {
             .map(message_from_row)
             .collect::<Result<Vec<_>>>()?;
         Ok((msgs, total.max(0) as u64))
+    }
+
+    async fn put_approval(&self, a: &ApprovalRecord) -> Result<()> {
+        let res = sqlx::query(
+            "INSERT INTO approvals (session_id, run_id, tool_calls, created_at, expires_at) \
+             VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id, \
+             tool_calls = excluded.tool_calls, created_at = excluded.created_at, \
+             expires_at = excluded.expires_at",
+        )
+        .bind(a.session_id.to_string())
+        .bind(a.run_id.to_string())
+        .bind(a.tool_calls.to_string())
+        .bind(&a.created_at)
+        .bind(&a.expires_at)
+        .execute(&self.pool)
+        .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
+                Err(StoreError::NotFound(format!("session {}", a.session_id)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn get_approval(&self, session_id: Uuid) -> Result<Option<ApprovalRecord>> {
+        sqlx::query("SELECT * FROM approvals WHERE session_id = ?")
+            .bind(session_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(approval_from_row)
+            .transpose()
+    }
+
+    async fn delete_approval(&self, session_id: Uuid, run_id: Uuid) -> Result<bool> {
+        let res = sqlx::query("DELETE FROM approvals WHERE session_id = ? AND run_id = ?")
+            .bind(session_id.to_string())
+            .bind(run_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>> {
+        sqlx::query("SELECT * FROM approvals ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(approval_from_row)
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! Shared fakes for Switchboard's tests.
 //!
 //! This crate owns the test doubles that several crates' tests need, so each speaks its wire
-//! format once and well: [`mock_llm::MockLlm`], an OpenAI-compatible chat-completions server on
+//! format once and well: [`mock_llm::MockLlm`], an OpenAI-compatible and Anthropic Messages server on
 //! real TCP with scripted replies (text, tool calls, errors, broken streams, hangs), and
 //! [`process::ServerProcess`], which runs the `switchboard` binary as a child process for
 //! end-to-end tests. It is test-only code, used as a dev-dependency.

@@ -4,3 +4,4 @@ pub mod events;
 pub mod health;
 pub mod messages;
 pub mod sessions;
+pub mod tools;

@@ -1,11 +1,24 @@
-//! A mock OpenAI-compatible chat-completions server on real TCP (`127.0.0.1:0`).
+//! A mock LLM server on real TCP (`127.0.0.1:0`) speaking two wire formats from one queue of
+//! scripted [`MockReply`]s.
 //!
-//! Answers `POST /v1/chat/completions` (and `/chat/completions`) with scripted
-//! [`MockReply`]s in the real streaming wire format (`data: {chunk}` frames, a finishing chunk,
-//! an optional usage chunk, `data: [DONE]`), or as one `chat.completion` object when the request
-//! did not ask for `stream: true`. `GET /v1/models` lists `mock-model`. Every request is
-//! recorded. The server shuts down when the [`MockLlm`] is dropped; open streams are broken.
+//! - OpenAI chat completions: `POST /v1/chat/completions` (and `/chat/completions`) answers in
+//!   the real streaming wire format (`data: {chunk}` frames, a finishing chunk, an optional usage
+//!   chunk, `data: [DONE]`), or as one `chat.completion` object when the request did not ask for
+//!   `stream: true`.
+//! - Anthropic Messages: `POST /v1/messages` (and `/messages`) answers in the real streaming
+//!   wire format (`event:` + `data:` frames: `message_start`, `content_block_start`, `ping`,
+//!   `content_block_delta` with `text_delta` or `input_json_delta`, `content_block_stop`,
+//!   `message_delta` with `stop_reason` `end_turn` or `tool_use` and usage, `message_stop`), or
+//!   as one `message` object without `stream: true`. A [`MockReply::Status`] answer carries an
+//!   Anthropic error object (`{"type":"error","error":{"type":…,"message":…}}`) unless the
+//!   scripted body is already JSON; a 429 also carries `retry-after: 0`.
+//!
+//! Both routes take the next reply from the same queue (first in, first out), so a test can
+//! script either client the same way. `GET /v1/models` lists `mock-model`. Every request is
+//! recorded with its path ([`MockLlm::requests`]). The server shuts down when the [`MockLlm`]
+//! is dropped; open streams are broken.
 
+mod anthropic_wire;
 mod reply;
 mod wire;
 
@@ -103,6 +116,8 @@ impl MockLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/messages", post(messages))
+            .route("/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .fallback(not_found)
@@ -124,9 +139,16 @@ impl MockLlm {
         }
     }
 
-    /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client is configured with.
+    /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client is configured with (an
+    /// Anthropic client may use it too, or [`MockLlm::anthropic_base_url`]).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT`, the base URL an Anthropic client is configured with (it adds
+    /// `/v1/messages`).
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// The address the server listens on.
@@ -154,6 +176,14 @@ impl MockLlm {
         self.requests()
             .into_iter()
             .filter(|r| r.path.ends_with("/chat/completions"))
+            .collect()
+    }
+
+    /// The Anthropic Messages requests so far.
+    pub fn message_requests(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/messages"))
             .collect()
     }
 
@@ -206,13 +236,7 @@ async fn chat(
     body: Bytes,
 ) -> Response {
     let body = record(&state, &uri, &headers, &body);
-    let reply = {
-        let mut inner = state.lock();
-        inner
-            .queue
-            .pop_front()
-            .unwrap_or_else(|| inner.default.clone())
-    };
+    let reply = next_reply(&state);
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -246,12 +270,75 @@ async fn chat(
             event_stream(wire::cut_off_frames(&info, &chunks), End::Abort, shutdown)
         }
         MockReply::Hang => event_stream(Vec::new(), End::Hang, shutdown),
+        MockReply::StreamError { message } => event_stream(
+            wire::stream_error_frames(&info, &message),
+            End::Close,
+            shutdown,
+        ),
         reply if info.stream => match wire::stream_frames(&info, &reply) {
             Some(frames) => event_stream(frames, End::Close, shutdown),
             None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         },
         reply => match wire::completion(&info, &reply) {
             Some(completion) => axum::Json(completion).into_response(),
+            None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        },
+    }
+}
+
+/// The next queued reply, or the default.
+fn next_reply(state: &Shared) -> MockReply {
+    let mut inner = state.lock();
+    inner
+        .queue
+        .pop_front()
+        .unwrap_or_else(|| inner.default.clone())
+}
+
+/// `POST /v1/messages`: the Anthropic Messages API.
+async fn messages(
+    State(state): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body = record(&state, &uri, &headers, &body);
+    let reply = next_reply(&state);
+    let info = anthropic_wire::MessagesRequest::from_body(&body);
+    let shutdown = state.shutdown.clone();
+    match reply {
+        MockReply::Status { status, body } => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = anthropic_wire::error_body(code.as_u16(), &body);
+            let mut response =
+                (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            if code == StatusCode::TOO_MANY_REQUESTS {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from_static("0"));
+            }
+            response
+        }
+        MockReply::Malformed => {
+            event_stream(anthropic_wire::malformed_frames(), End::Close, shutdown)
+        }
+        MockReply::CutOff { chunks } => event_stream(
+            anthropic_wire::cut_off_frames(&info, &chunks),
+            End::Abort,
+            shutdown,
+        ),
+        MockReply::Hang => event_stream(Vec::new(), End::Hang, shutdown),
+        MockReply::StreamError { message } => event_stream(
+            anthropic_wire::stream_error_frames(&info, &message),
+            End::Close,
+            shutdown,
+        ),
+        reply if info.stream => match anthropic_wire::stream_frames(&info, &reply) {
+            Some(frames) => event_stream(frames, End::Close, shutdown),
+            None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        },
+        reply => match anthropic_wire::message(&info, &reply) {
+            Some(message) => axum::Json(message).into_response(),
             None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         },
     }

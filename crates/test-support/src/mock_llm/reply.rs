@@ -23,6 +23,10 @@ pub enum MockReply {
     CutOff { chunks: Vec<String> },
     /// Sends 200 and the headers, then nothing, until the mock is dropped.
     Hang,
+    /// A 200 event stream that starts, then reports an error inside the stream and ends.
+    /// OpenAI route: a role delta, then `data: {"error":{"message":…,"type":"server_error"}}`.
+    /// Anthropic route: `message_start`, then an `error` event with an `overloaded_error`.
+    StreamError { message: String },
 }
 
 /// A tool call the mock proposes.
@@ -97,6 +101,13 @@ impl MockReply {
     pub fn cut_off(chunks: &[&str]) -> Self {
         Self::CutOff {
             chunks: chunks.iter().map(|c| (*c).to_owned()).collect(),
+        }
+    }
+
+    /// An error reported inside a started stream.
+    pub fn stream_error(message: impl Into<String>) -> Self {
+        Self::StreamError {
+            message: message.into(),
         }
     }
 

@@ -203,6 +203,21 @@ pub(crate) fn cut_off_frames(info: &RequestInfo, chunks: &[String]) -> Vec<Frame
         .collect()
 }
 
+/// The frames of a [`MockReply::StreamError`]: a role delta, then an `error` object in a data
+/// frame (the stream then ends without a finish reason or `[DONE]`).
+pub(crate) fn stream_error_frames(info: &RequestInfo, message: &str) -> Vec<Frame> {
+    vec![
+        Frame::data(
+            Duration::ZERO,
+            &info.chunk(json!({"role": "assistant", "content": ""}), None),
+        ),
+        Frame::data(
+            Duration::ZERO,
+            &json!({"error": {"message": message, "type": "server_error", "code": null}}),
+        ),
+    ]
+}
+
 /// A whole (non-streamed) `chat.completion` for a text or tool-call reply.
 pub(crate) fn completion(info: &RequestInfo, reply: &MockReply) -> Option<Value> {
     let (text, calls, finish): (Option<String>, &[MockToolCall], &str) = match reply {
