@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use switchboard_protocol::{
     AgentEvent, AutoApprove, BackendSpec, ContextItem, PermissionMode, Role, SessionConfig,
-    ToolCall, TranscriptMessage, Usage,
+    SteeringDelivery, ToolCall, TranscriptMessage, Usage,
 };
 use switchboard_store::{MessageRecord, Store};
 use tokio::sync::mpsc;
@@ -72,6 +72,15 @@ pub trait Backend: Send + Sync + 'static {
     /// `ctx.cancel` fires, stop promptly and return (any result; the engine records the run
     /// as cancelled).
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError>;
+
+    /// When steering sent during a run reaches this backend's agent.
+    fn steering(&self) -> SteeringDelivery {
+        SteeringDelivery::NextStep
+    }
+
+    /// The session was deleted: release whatever the backend holds for it (a process, a
+    /// connection).
+    async fn forget(&self, _session_id: Uuid) {}
 }
 
 /// The backends a server offers.
@@ -179,6 +188,20 @@ impl RunHandle {
             calls,
         )
         .await
+    }
+
+    /// What this session's backend stored to resume later (see
+    /// [`RunHandle::save_backend_state`]).
+    pub async fn backend_state(&self) -> Result<Option<serde_json::Value>, EngineError> {
+        Ok(self.store.get_backend_state(self.session_id).await?)
+    }
+
+    /// Stores JSON the backend needs to resume this session after a restart.
+    pub async fn save_backend_state(
+        &self,
+        state: Option<&serde_json::Value>,
+    ) -> Result<(), EngineError> {
+        Ok(self.store.set_backend_state(self.session_id, state).await?)
     }
 
     /// Emits `ToolExecutionStarted`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use switchboard_protocol::{
     AgentEvent, AutoApprove, CreateSessionRequest, MessageType, PendingToolsResponse, Role,
-    RunStatus, SendMessageRequest, SessionConfig, SessionSummary, ToolDecisionsRequest,
+    RunStatus, SendMessageRequest, SendMessageResponse, SessionConfig, SteeringDelivery, SessionSummary, ToolDecisionsRequest,
     ToolDecisionsResponse, TranscriptMessage, Usage,
 };
 use switchboard_store::{
@@ -299,7 +299,7 @@ impl Engine {
 
     /// Deletes a session; an active run is cancelled first.
     pub async fn delete_session(&self, id: Uuid) -> Result<(), EngineError> {
-        self.record(id).await?;
+        let record = self.record(id).await?;
         let task = {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.get_mut(&id).and_then(|a| {
@@ -316,6 +316,11 @@ impl Engine {
             return Err(EngineError::SessionNotFound(id));
         }
         self.inner.log.forget(id);
+        if let Ok(config) = session_config(&record)
+            && let Ok(backend) = self.inner.backends.resolve(&config.backend)
+        {
+            backend.forget(id).await;
+        }
         self.inner
             .session_locks
             .lock()
@@ -327,8 +332,30 @@ impl Engine {
 
     // --- messages and runs ----------------------------------------------------------------
 
-    /// Handles `POST /sessions/{id}/messages`; returns the run started, queued or steered.
+    /// Handles `POST /sessions/{id}/messages`: the run started, queued or steered (and, for
+    /// steering, when the agent will see it).
     pub async fn send_message(
+        &self,
+        session_id: Uuid,
+        req: SendMessageRequest,
+    ) -> Result<SendMessageResponse, EngineError> {
+        let delivery = match req.kind {
+            MessageType::Steering => Some(self.steering_delivery(session_id).await?),
+            _ => None,
+        };
+        let run_id = self.send_message_inner(session_id, req).await?;
+        Ok(SendMessageResponse {
+            run_id,
+            steering: delivery,
+        })
+    }
+
+    async fn steering_delivery(&self, session_id: Uuid) -> Result<SteeringDelivery, EngineError> {
+        let config = session_config(&self.record(session_id).await?)?;
+        Ok(self.inner.backends.resolve(&config.backend)?.steering())
+    }
+
+    async fn send_message_inner(
         &self,
         session_id: Uuid,
         req: SendMessageRequest,

@@ -34,6 +34,16 @@ impl Usage {
     }
 }
 
+/// One step of an agent's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlanEntry {
+    pub content: String,
+    /// `high`, `medium` or `low`.
+    pub priority: String,
+    /// `pending`, `in_progress` or `completed`.
+    pub status: String,
+}
+
 /// Something that happened in a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub enum AgentEvent {
@@ -76,6 +86,16 @@ pub enum AgentEvent {
     },
     /// A steering message reached the agent.
     SteeringReceived { run_id: Uuid, content: String },
+    /// A piece of the agent's visible reasoning (not part of the reply text).
+    ThoughtDelta { run_id: Uuid, delta: String },
+    /// The agent's plan, complete each time (entries replace the previous plan).
+    PlanUpdated {
+        run_id: Uuid,
+        entries: Vec<PlanEntry>,
+    },
+    /// Something the user should know about the run that is not the agent's reply (e.g. "the
+    /// agent could not resume its session; a new one was started").
+    Notice { run_id: Uuid, message: String },
     /// Tokens used by one provider call.
     UsageReport { run_id: Uuid, usage: Usage },
     /// The run ended normally (or was cancelled: `stop_reason = "cancelled"`).
@@ -107,6 +127,9 @@ impl AgentEvent {
             Self::ToolExecutionCompleted { .. } => "tool_execution_completed",
             Self::ToolRejected { .. } => "tool_rejected",
             Self::SteeringReceived { .. } => "steering_received",
+            Self::ThoughtDelta { .. } => "thought_delta",
+            Self::PlanUpdated { .. } => "plan_updated",
+            Self::Notice { .. } => "notice",
             Self::UsageReport { .. } => "usage_report",
             Self::RunCompleted { .. } => "run_completed",
             Self::RunError { .. } => "run_error",
@@ -126,6 +149,9 @@ impl AgentEvent {
             | Self::ToolExecutionCompleted { run_id, .. }
             | Self::ToolRejected { run_id, .. }
             | Self::SteeringReceived { run_id, .. }
+            | Self::ThoughtDelta { run_id, .. }
+            | Self::PlanUpdated { run_id, .. }
+            | Self::Notice { run_id, .. }
             | Self::UsageReport { run_id, .. }
             | Self::RunCompleted { run_id, .. }
             | Self::RunError { run_id, .. } => *run_id,

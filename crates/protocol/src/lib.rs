@@ -13,7 +13,7 @@ pub mod system;
 pub mod tools;
 
 pub use error::{ErrorBody, ErrorCode};
-pub use events::{AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, Usage};
+pub use events::{AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, Usage};
 pub use messages::*;
 pub use sessions::*;
 pub use system::*;

@@ -121,6 +121,20 @@ impl SendMessageRequest {
 pub struct SendMessageResponse {
     /// The run started (or queued, or steered).
     pub run_id: Uuid,
+    /// For `steering`: when the agent will see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<SteeringDelivery>,
+}
+
+/// When a steering message reaches the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SteeringDelivery {
+    /// Before the agent's next step within the current turn (the built-in agent).
+    NextStep,
+    /// With the agent's next prompt, after its current turn ends (ACP agents: the protocol has
+    /// no way to add to a turn in progress).
+    NextPrompt,
 }
 
 /// One message of a session's transcript.

@@ -45,6 +45,7 @@ impl Modify for BearerAuth {
         switchboard_protocol::ToolCall, switchboard_protocol::PendingToolsResponse,
         switchboard_protocol::ToolDecisionsRequest, switchboard_protocol::ToolDecisionsResponse,
         switchboard_protocol::ToolDecision, switchboard_protocol::DecisionAction,
+        switchboard_protocol::PlanEntry, switchboard_protocol::SteeringDelivery,
     )),
     modifiers(&BearerAuth),
 )]

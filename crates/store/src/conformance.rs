@@ -24,6 +24,7 @@ pub async fn run_all(store: &dyn Store) {
     delete_removes_everything(store).await;
     unknown_session_is_not_found(store).await;
     approvals_round_trip(store).await;
+    backend_state_round_trip(store).await;
 }
 
 fn ts(n: u32) -> String {
@@ -379,4 +380,23 @@ pub async fn approvals_round_trip(store: &dyn Store) {
     check("put", store.put_approval(&a).await);
     check("delete session", store.delete_session(s.id).await);
     assert!(check("gone with session", store.get_approval(s.id).await).is_none());
+}
+
+pub async fn backend_state_round_trip(store: &dyn Store) {
+    let s = new_session(store, "backend state").await;
+    assert_eq!(check("get empty", store.get_backend_state(s.id).await), None);
+    let v = json!({"acp_session_id": "sess-1", "agent": "claude"});
+    check("set", store.set_backend_state(s.id, Some(&v)).await);
+    assert_eq!(check("get", store.get_backend_state(s.id).await), Some(v));
+    check("clear", store.set_backend_state(s.id, None).await);
+    assert_eq!(check("get cleared", store.get_backend_state(s.id).await), None);
+    let ghost = Uuid::now_v7();
+    assert!(matches!(
+        store.set_backend_state(ghost, Some(&json!({}))).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.get_backend_state(ghost).await,
+        Err(StoreError::NotFound(_))
+    ));
 }

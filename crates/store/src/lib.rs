@@ -96,4 +96,15 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_approval(&self, session_id: Uuid, run_id: Uuid) -> Result<bool>;
     /// Every pending approval (for recovery after a restart).
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
+
+    // --- backend state ----------------------------------------------------------------------
+
+    /// The JSON a session's backend stored to resume later, if any.
+    async fn get_backend_state(&self, session_id: Uuid) -> Result<Option<serde_json::Value>>;
+    /// Replaces the session's backend state (`None` clears it).
+    async fn set_backend_state(
+        &self,
+        session_id: Uuid,
+        state: Option<&serde_json::Value>,
+    ) -> Result<()>;
 }

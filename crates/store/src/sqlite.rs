@@ -601,4 +601,32 @@ impl Store for SqliteStore {
             .map(approval_from_row)
             .collect()
     }
+
+    async fn get_backend_state(&self, session_id: Uuid) -> Result<Option<serde_json::Value>> {
+        let row = sqlx::query("SELECT backend_state FROM sessions WHERE id = ?")
+            .bind(session_id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?;
+        let raw: Option<String> = row.try_get("backend_state")?;
+        raw.map(|s| serde_json::from_str(&s))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("backend_state: {e}")))
+    }
+
+    async fn set_backend_state(
+        &self,
+        session_id: Uuid,
+        state: Option<&serde_json::Value>,
+    ) -> Result<()> {
+        let res = sqlx::query("UPDATE sessions SET backend_state = ? WHERE id = ?")
+            .bind(state.map(|v| v.to_string()))
+            .bind(session_id.to_string())
+            .execute(&self.pool)
+            .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("session {session_id}")));
+        }
+        Ok(())
+    }
 }

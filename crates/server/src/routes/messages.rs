@@ -29,8 +29,7 @@ pub async fn send(
     SessionId(id): SessionId,
     extract::Json(req): extract::Json<SendMessageRequest>,
 ) -> Result<Json<SendMessageResponse>, ApiError> {
-    let run_id = state.engine.send_message(id, req).await?;
-    Ok(Json(SendMessageResponse { run_id }))
+    Ok(Json(state.engine.send_message(id, req).await?))
 }
 
 /// The transcript, oldest first.
