@@ -2,11 +2,14 @@
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
+use switchboard_engine::{
+    Backend, BackendError, Decision, RunContext, RunSummary, ToolClass, Verdict,
+};
 use switchboard_protocol::{
     AgentEvent, ContextPriority, PermissionMode, Role, ToolCall, TranscriptMessage, Usage,
 };
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::provider::{ChatMessage, Provider, ProviderError, StreamedToolCall, TextSink};
@@ -70,9 +73,13 @@ fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
     for m in history {
         match m.role {
             Role::Tool => {
+                // Only a result for a call still open right above it: providers refuse a
+                // result without its call, or a call answered twice.
                 let id = m.tool_call_id.clone().unwrap_or_default();
-                open.retain(|o| *o != id);
-                out.push(ChatMessage::tool_result(id, &m.content, m.is_error));
+                if let Some(pos) = open.iter().position(|o| *o == id) {
+                    open.remove(pos);
+                    out.push(ChatMessage::tool_result(id, &m.content, m.is_error));
+                }
             }
             Role::Assistant => {
                 close_open(&mut out, &mut open);
@@ -131,14 +138,15 @@ impl TextSink for DeltaSink<'_> {
     }
 }
 
-/// Turns the model's calls into protocol tool calls: an id when the model gave none, the
-/// arguments as JSON (kept as a string when they are not JSON, so the tool can say so) and,
-/// for the built-in tools, a readable preview in `metadata.preview`.
-fn tool_calls(turn: u32, streamed: &[StreamedToolCall]) -> Vec<ToolCall> {
+/// Turns the model's calls into protocol tool calls: an id unique in the session (the
+/// model's own when it is, a fresh one when the model gave none or repeated one — decisions
+/// and results are matched by id), the arguments as JSON (kept as a string when they are not
+/// JSON, so the tool can say so) and, for the built-in tools, a readable preview in
+/// `metadata.preview`.
+fn tool_calls(used: &mut HashSet<String>, streamed: &[StreamedToolCall]) -> Vec<ToolCall> {
     streamed
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
+        .map(|c| {
             let arguments = if c.arguments.trim().is_empty() {
                 json!({})
             } else {
@@ -146,12 +154,21 @@ fn tool_calls(turn: u32, streamed: &[StreamedToolCall]) -> Vec<ToolCall> {
             };
             let metadata = tools::class(&c.name)
                 .map(|_| json!({"preview": tools::preview(&c.name, &arguments)}));
+            let ok = |id: &str| {
+                !id.is_empty()
+                    && id.len() <= 64
+                    && id
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+            };
+            let id = if ok(&c.id) && !used.contains(&c.id) {
+                c.id.clone()
+            } else {
+                format!("call_{}", uuid::Uuid::now_v7().simple())
+            };
+            used.insert(id.clone());
             ToolCall {
-                id: if c.id.is_empty() {
-                    format!("call_{turn}_{i}")
-                } else {
-                    c.id.clone()
-                },
+                id,
                 name: c.name.clone(),
                 arguments,
                 metadata,
@@ -161,6 +178,32 @@ fn tool_calls(turn: u32, streamed: &[StreamedToolCall]) -> Vec<ToolCall> {
 }
 
 impl BuiltinAgent {
+    /// Runs one allowed call (unless the run was cancelled meanwhile) and reports it.
+    async fn run_tool(
+        &self,
+        ctx: &RunContext,
+        workspace: &Workspace,
+        call: &ToolCall,
+    ) -> Result<(String, bool), BackendError> {
+        if ctx.cancel.is_cancelled() {
+            let text = ctx.handle.reject(call, "the run was cancelled").await?;
+            return Ok((text, true));
+        }
+        ctx.handle.tool_started(call).await?;
+        let out = tools::execute(
+            workspace,
+            &self.config.limits,
+            &call.name,
+            &call.arguments,
+            &ctx.cancel,
+        )
+        .await;
+        ctx.handle
+            .tool_finished(call, &out.content, out.is_error)
+            .await?;
+        Ok((out.content, out.is_error))
+    }
+
     fn summary(stop_reason: &str, turns: u32, usage: Usage) -> RunSummary {
         RunSummary {
             stop_reason: stop_reason.into(),
@@ -191,6 +234,11 @@ impl Backend for BuiltinAgent {
         })?;
         let specs = tools::specs();
         let mut messages = history_messages(&ctx.history);
+        let mut used_ids: HashSet<String> = ctx
+            .history
+            .iter()
+            .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
+            .collect();
         messages.push(ChatMessage::user(user_content(&ctx)));
         let run_id = ctx.run_id;
         let mut usage = Usage::default();
@@ -242,7 +290,7 @@ impl Backend for BuiltinAgent {
                     })
                     .await?;
             }
-            let calls = tool_calls(turns, &completion.tool_calls);
+            let calls = tool_calls(&mut used_ids, &completion.tool_calls);
             ctx.handle
                 .record(Role::Assistant, &completion.text, &calls, None)
                 .await?;
@@ -253,34 +301,64 @@ impl Backend for BuiltinAgent {
                 }
                 return Ok(Self::summary(&completion.finish_reason, turns, usage));
             }
-            // Unknown tools go through as reads: policy lets them "run", and running them
-            // tells the model which tools exist.
-            let gated: Vec<(ToolCall, ToolClass)> = calls
-                .iter()
-                .map(|c| (c.clone(), tools::class(&c.name).unwrap_or(ToolClass::Read)))
-                .collect();
-            let decisions = ctx.handle.gate(&gated).await?;
-            for (call, decision) in calls.iter().zip(decisions) {
-                let (content, is_error) = if decision == Decision::Run && !ctx.cancel.is_cancelled()
-                {
-                    ctx.handle.tool_started(call).await?;
-                    let out = tools::execute(
-                        &workspace,
-                        &self.config.limits,
-                        &call.name,
-                        &call.arguments,
-                        &ctx.cancel,
-                    )
-                    .await;
-                    ctx.handle
-                        .tool_finished(call, &out.content, out.is_error)
+            let mut results: Vec<Option<(String, bool)>> = vec![None; calls.len()];
+            if matches!(completion.finish_reason.as_str(), "length" | "max_tokens") {
+                // The reply hit the token limit: the last call's arguments may be cut off.
+                // Nobody is asked to approve a call that may not be what the model meant.
+                ctx.handle
+                    .emit(AgentEvent::ToolCallsProposed {
+                        run_id,
+                        tool_calls: calls.clone(),
+                    })
+                    .await?;
+                for (i, call) in calls.iter().enumerate() {
+                    let text = ctx
+                        .handle
+                        .reject(
+                            call,
+                            "the reply reached the output token limit, so the call may be incomplete; make smaller steps",
+                        )
                         .await?;
-                    (out.content, out.is_error)
-                } else if decision == Decision::Run {
-                    let d = Decision::Rejected("the run was cancelled".into());
-                    ctx.handle.tool_not_run(call, &d).await?
-                } else {
-                    ctx.handle.tool_not_run(call, &decision).await?
+                    results[i] = Some((text, true));
+                }
+            } else {
+                // Unknown tools go through as reads: policy lets them "run", and running
+                // them tells the model which tools exist.
+                let gated: Vec<(ToolCall, ToolClass)> = calls
+                    .iter()
+                    .map(|c| (c.clone(), tools::class(&c.name).unwrap_or(ToolClass::Read)))
+                    .collect();
+                let verdicts = ctx.handle.propose(&gated).await?;
+                // What policy allows runs at once; refusals are answered; then the rest
+                // waits for a human.
+                let mut ask = Vec::new();
+                for (i, (call, verdict)) in calls.iter().zip(&verdicts).enumerate() {
+                    match verdict {
+                        Verdict::Allow => {
+                            results[i] = Some(self.run_tool(&ctx, &workspace, call).await?)
+                        }
+                        Verdict::Deny(reason) => {
+                            let d = Decision::Rejected(reason.clone());
+                            results[i] = Some(ctx.handle.tool_not_run(call, &d).await?);
+                        }
+                        Verdict::Ask => ask.push(i),
+                    }
+                }
+                let asked: Vec<ToolCall> = ask.iter().map(|&i| calls[i].clone()).collect();
+                let decisions = ctx.handle.ask(&asked).await?;
+                for (&i, decision) in ask.iter().zip(decisions) {
+                    let call = &calls[i];
+                    results[i] = Some(if decision == Decision::Run {
+                        self.run_tool(&ctx, &workspace, call).await?
+                    } else {
+                        ctx.handle.tool_not_run(call, &decision).await?
+                    });
+                }
+            }
+            for (call, result) in calls.iter().zip(results) {
+                let (content, is_error) = match result {
+                    Some(r) => r,
+                    None => (ctx.handle.reject(call, "no decision was made").await?, true),
                 };
                 messages.push(ChatMessage::tool_result(&call.id, content, is_error));
             }

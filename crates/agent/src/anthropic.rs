@@ -266,7 +266,9 @@ impl Reply {
             Event::MessageStop => self.stopped = true,
             Event::ContentBlockStop | Event::Ping | Event::Unknown => {}
             Event::Error { error } => {
-                tracing::warn!(kind = %error.kind, message = %error.message, "anthropic stream error");
+                // The message is not logged here: it is returned redacted and reported with
+                // the run's error.
+                tracing::warn!(kind = %error.kind, "anthropic stream error");
                 let message = if error.message.is_empty() {
                     error.kind
                 } else {

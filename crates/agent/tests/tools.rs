@@ -759,3 +759,32 @@ async fn run_command_output_of_200_mb_stays_bounded() {
     );
     assert!(grown < 64 * 1024, "peak memory grew by {grown} KiB");
 }
+
+#[tokio::test]
+async fn fifos_are_refused_instead_of_blocking_forever() {
+    let fx = Fixture::new();
+    let ws = fx.ws(true);
+    let fifo = ws.root().join("pipe");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for (tool, args) in [
+        ("view", json!({"path": "pipe"})),
+        ("create", json!({"path": "pipe", "file_text": "x"})),
+        (
+            "str_replace",
+            json!({"path": "pipe", "old_str": "a", "new_str": "b"}),
+        ),
+    ] {
+        let out = tokio::time::timeout(Duration::from_secs(5), call(&ws, tool, args))
+            .await
+            .unwrap_or_else(|_| panic!("{tool} blocked on a FIFO"));
+        assert!(
+            err(&out).contains("not a regular file"),
+            "{tool}: {}",
+            out.content
+        );
+    }
+}

@@ -67,6 +67,9 @@ pub struct ApproveArgs {
     /// Why (given to the model with a rejection).
     #[arg(long, requires = "deny")]
     pub reason: Option<String>,
+    /// Decide only this call (repeatable); the others stay pending. Default: all.
+    #[arg(long = "call", value_name = "ID")]
+    pub calls: Vec<String>,
 }
 
 #[derive(Args)]
@@ -229,9 +232,21 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
             }
             AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
                 end_line(&mut wrote_text);
-                let waiting: Vec<&ToolCall> = proposed
+                // Decide exactly the ids the server waits on; a call the proposal did not
+                // show (it should not happen) is shown by id and rejected unless --yes.
+                let unknown: Vec<ToolCall> = tool_call_ids
                     .iter()
-                    .filter(|c| tool_call_ids.contains(&c.id))
+                    .filter(|id| !proposed.iter().any(|c| &c.id == *id))
+                    .map(|id| ToolCall {
+                        id: id.clone(),
+                        name: "(unknown)".into(),
+                        arguments: serde_json::Value::Null,
+                        metadata: None,
+                    })
+                    .collect();
+                let waiting: Vec<&ToolCall> = tool_call_ids
+                    .iter()
+                    .filter_map(|id| proposed.iter().chain(unknown.iter()).find(|c| &c.id == id))
                     .collect();
                 let answer = if args.yes {
                     Some(Answer::All(DecisionAction::Accept))
@@ -241,7 +256,7 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     Some(Answer::Each(ask_each(&waiting).await?))
                 } else {
                     for call in &waiting {
-                        eprintln!("? {}", preview(call));
+                        eprintln!("? {}", describe(call));
                     }
                     eprintln!(
                         "waiting for approval: answer with `switchboard approve {id}` (or --deny), or rerun chat with --yes/--no"
@@ -255,9 +270,13 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                         .await
                     {
                         Ok(_) => {}
-                        // Someone else answered first (another terminal, a chat).
-                        Err(e) if e.status() == Some(409) => {
-                            eprintln!("(already decided elsewhere: {e})")
+                        // Someone else answered first (another terminal, a chat), or the
+                        // approval timed out meanwhile.
+                        Err(e) if e.code() == Some("no_pending_approval") => {
+                            eprintln!("(no longer waiting: decided elsewhere or timed out)")
+                        }
+                        Err(e) if e.code() == Some("run_mismatch") => {
+                            eprintln!("(another run waits now: {e})")
                         }
                         Err(e) => return Err(e.into()),
                     }
@@ -267,7 +286,7 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 end_line(&mut wrote_text);
                 match proposed.iter().find(|c| c.id == tool_call_id) {
                     Some(call) => eprintln!("→ {}", preview(call)),
-                    None => eprintln!("→ {tool_call_id}"),
+                    None => eprintln!("→ {}", safe(&tool_call_id)),
                 }
             }
             AgentEvent::ToolExecutionCompleted {
@@ -287,7 +306,7 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
             }
             AgentEvent::ToolRejected { reason, .. } => {
                 end_line(&mut wrote_text);
-                eprintln!("  ✗ not run: {reason}");
+                eprintln!("  ✗ not run: {}", safe(&reason));
             }
             AgentEvent::RunCompleted { stop_reason, .. } => {
                 if wrote_text {
@@ -332,10 +351,25 @@ fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// Text from the model or a tool made safe for a terminal: control characters (escape
+/// sequences that could repaint the screen, carriage returns that could hide a line) are
+/// shown escaped. Newlines and tabs stay.
+pub fn safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// One line saying what a call would do: the agent's preview when it gave one, else the
-/// name and arguments.
+/// name and arguments; terminal-safe.
 pub fn preview(call: &ToolCall) -> String {
-    match call
+    let text = match call
         .metadata
         .as_ref()
         .and_then(|m| m.get("preview"))
@@ -343,7 +377,34 @@ pub fn preview(call: &ToolCall) -> String {
     {
         Some(p) => clip(p, 200),
         None => clip(&format!("{} {}", call.name, call.arguments), 200),
-    }
+    };
+    safe(&text).replace('\n', "⏎")
+}
+
+/// Everything a call will do, for a person deciding on it: the whole command (every line)
+/// or the whole arguments, terminal-safe, so nothing hides behind a short preview.
+pub fn describe(call: &ToolCall) -> String {
+    const MAX: usize = 8000;
+    let body = match (call.name.as_str(), call.arguments.get("command")) {
+        ("run_command", Some(serde_json::Value::String(cmd))) => cmd.clone(),
+        _ => serde_json::to_string_pretty(&call.arguments).unwrap_or_default(),
+    };
+    let body = if body.chars().count() > MAX {
+        format!(
+            "{}\n[… {} more characters not shown; deny if unsure]",
+            body.chars().take(MAX).collect::<String>(),
+            body.chars().count() - MAX
+        )
+    } else {
+        body
+    };
+    let indented: Vec<String> = safe(&body).lines().map(|l| format!("    {l}")).collect();
+    format!(
+        "{} ({})\n{}",
+        safe(&call.name),
+        safe(&call.id),
+        indented.join("\n")
+    )
 }
 
 enum Answer {
@@ -377,7 +438,7 @@ impl Answer {
 async fn ask_each(calls: &[&ToolCall]) -> Result<Vec<(String, DecisionAction)>> {
     let mut out = Vec::new();
     for call in calls {
-        let prompt = format!("? {}\n  allow? [y/N] ", preview(call));
+        let prompt = format!("? {}\n  allow? [y/N] ", describe(call));
         let line = tokio::task::spawn_blocking(move || {
             eprint!("{prompt}");
             let _ = std::io::stderr().flush();
@@ -412,8 +473,18 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
     } else {
         DecisionAction::Accept
     };
-    let decisions = pending
+    for id in &args.calls {
+        if !pending.tool_calls.iter().any(|c| &c.id == id) {
+            let ids: Vec<&str> = pending.tool_calls.iter().map(|c| c.id.as_str()).collect();
+            bail!("no pending call {id:?}; pending: {}", ids.join(", "));
+        }
+    }
+    let chosen: Vec<&ToolCall> = pending
         .tool_calls
+        .iter()
+        .filter(|c| args.calls.is_empty() || args.calls.contains(&c.id))
+        .collect();
+    let decisions = chosen
         .iter()
         .map(|call| {
             (
@@ -428,8 +499,41 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
     c.decide_tools(args.session, &ToolDecisionsRequest { run_id, decisions })
         .await?;
     let verb = if args.deny { "rejected" } else { "accepted" };
-    for call in &pending.tool_calls {
-        println!("{verb}: {}", preview(call));
+    for call in &chosen {
+        println!("{verb}: {}", describe(call));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(args: serde_json::Value) -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            name: "run_command".into(),
+            arguments: args,
+            metadata: Some(json!({"preview": "run_command: ls"})),
+        }
+    }
+
+    #[test]
+    fn the_decision_shows_every_line_and_no_terminal_tricks() {
+        let sneaky = call(json!({"command": "ls\nrm -rf ~ \u{1b}[2K\r? run_command: ls"}));
+        let shown = describe(&sneaky);
+        assert!(shown.contains("rm -rf ~"), "{shown}");
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\r'),
+            "{shown:?}"
+        );
+        assert!(shown.contains("\\u{1b}[2K\\r"), "{shown}");
+        // The one-line preview escapes too and keeps to one line.
+        let p = preview(&call(json!({})));
+        assert_eq!(p, "run_command: ls");
+        let mut multi = sneaky.clone();
+        multi.metadata = Some(json!({"preview": "a\nb\u{7}"}));
+        assert_eq!(preview(&multi), "a⏎b\\u{7}");
+    }
 }

@@ -35,6 +35,8 @@ pub struct ProviderSection {
     pub model: Option<String>,
     pub max_retries: Option<u32>,
     pub system_prompt: Option<String>,
+    /// Anthropic: most output tokens per reply.
+    pub max_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -78,6 +80,7 @@ pub struct Settings {
     pub api_key: Option<String>,
     pub model: Option<String>,
     pub max_retries: u32,
+    pub max_tokens: u32,
     pub system_prompt: Option<String>,
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: PermissionMode,
@@ -159,25 +162,7 @@ impl Settings {
             "anthropic" => true,
             other => bail!("provider {other:?} is not supported (supported: openai, anthropic)"),
         };
-        let (base_url, api_key) = if anthropic {
-            (
-                env("SWITCHBOARD_ANTHROPIC_BASE_URL")
-                    .or(file.provider.base_url.clone())
-                    .unwrap_or_else(|| "https://api.anthropic.com".into()),
-                env("SWITCHBOARD_ANTHROPIC_API_KEY")
-                    .or_else(|| env("ANTHROPIC_API_KEY"))
-                    .or(file.provider.api_key.clone()),
-            )
-        } else {
-            (
-                env("SWITCHBOARD_OPENAI_BASE_URL")
-                    .or(file.provider.base_url.clone())
-                    .unwrap_or_else(|| "https://api.openai.com/v1".into()),
-                env("SWITCHBOARD_OPENAI_API_KEY")
-                    .or_else(|| env("OPENAI_API_KEY"))
-                    .or(file.provider.api_key.clone()),
-            )
-        };
+        let (base_url, api_key) = endpoint(anthropic, &file.provider, &env);
         let approval_timeout_secs: u64 = env_parse("SWITCHBOARD_APPROVAL_TIMEOUT_SECS")?
             .or(file.sessions.approval_timeout_secs)
             .unwrap_or(900);
@@ -217,6 +202,10 @@ impl Settings {
             max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?
                 .or(file.provider.max_retries)
                 .unwrap_or(2),
+            max_tokens: env_parse("SWITCHBOARD_ANTHROPIC_MAX_TOKENS")?
+                .or(file.provider.max_tokens)
+                .unwrap_or(8192)
+                .max(1),
             system_prompt: env("SWITCHBOARD_SYSTEM_PROMPT").or(file.provider.system_prompt.clone()),
             default_cwd: env("SWITCHBOARD_DEFAULT_CWD")
                 .map(PathBuf::from)
@@ -250,6 +239,41 @@ impl Settings {
     }
 }
 
+/// The provider's base URL and key. The file's `base_url` and `api_key` belong to the
+/// file's provider `kind` (default `openai`): when the environment picks the other provider
+/// they are not used, so a key never goes to another provider's host.
+fn endpoint(
+    anthropic: bool,
+    file: &ProviderSection,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (String, Option<String>) {
+    let file_is_anthropic = file.kind.as_deref() == Some("anthropic");
+    let (file_url, file_key) = if file_is_anthropic == anthropic {
+        (file.base_url.clone(), file.api_key.clone())
+    } else {
+        (None, None)
+    };
+    if anthropic {
+        (
+            env("SWITCHBOARD_ANTHROPIC_BASE_URL")
+                .or(file_url)
+                .unwrap_or_else(|| "https://api.anthropic.com".into()),
+            env("SWITCHBOARD_ANTHROPIC_API_KEY")
+                .or_else(|| env("ANTHROPIC_API_KEY"))
+                .or(file_key),
+        )
+    } else {
+        (
+            env("SWITCHBOARD_OPENAI_BASE_URL")
+                .or(file_url)
+                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            env("SWITCHBOARD_OPENAI_API_KEY")
+                .or_else(|| env("OPENAI_API_KEY"))
+                .or(file_key),
+        )
+    }
+}
+
 pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
     toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
@@ -264,6 +288,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn a_file_key_never_goes_to_the_other_provider() {
+        let file = ProviderSection {
+            kind: None,
+            base_url: Some("https://openrouter.ai/api/v1".into()),
+            api_key: Some("sk-or-file".into()),
+            ..ProviderSection::default()
+        };
+        let ant = |k: &str| (k == "ANTHROPIC_API_KEY").then(|| "sk-ant-env".to_string());
+        assert_eq!(
+            endpoint(true, &file, &ant),
+            (
+                "https://api.anthropic.com".into(),
+                Some("sk-ant-env".into())
+            )
+        );
+        let none = |_: &str| None;
+        assert_eq!(
+            endpoint(true, &file, &none),
+            ("https://api.anthropic.com".into(), None)
+        );
+        assert_eq!(
+            endpoint(false, &file, &none),
+            (
+                "https://openrouter.ai/api/v1".into(),
+                Some("sk-or-file".into())
+            )
+        );
+        let anthropic_file = ProviderSection {
+            kind: Some("anthropic".into()),
+            api_key: Some("sk-ant-file".into()),
+            ..ProviderSection::default()
+        };
+        assert_eq!(endpoint(false, &anthropic_file, &none).1, None);
+        assert_eq!(
+            endpoint(true, &anthropic_file, &none).1,
+            Some("sk-ant-file".into())
+        );
     }
 
     #[test]

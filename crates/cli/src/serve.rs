@@ -29,6 +29,7 @@ pub fn provider(settings: &Settings) -> Result<Arc<dyn Provider>> {
                 base_url: settings.base_url.clone(),
                 api_key: settings.api_key.clone(),
                 max_retries: settings.max_retries,
+                max_tokens: settings.max_tokens,
                 ..AnthropicConfig::default()
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -115,6 +116,11 @@ pub fn resolve_token(settings: &Settings) -> Result<(String, String)> {
 }
 
 pub async fn run(settings: Settings) -> Result<()> {
+    // Not dumpable: commands the agent runs as the same user cannot read this process's
+    // environment (tokens, API keys) from /proc/PID/environ or attach a debugger to it.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "could not mark the process non-dumpable");
+    }
     let (token, token_note) = resolve_token(&settings)?;
     let app = build(&settings, token).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)

@@ -447,6 +447,32 @@ async fn permission_modes_and_auto_approve_settle_calls_without_asking() {
     until_run_ends(&mut events, run).await;
     assert!(!ws.path().join("ran").exists());
 
+    // One step with a write and a command: the write runs at once, before the wait.
+    llm.push(MockReply::tool_calls(vec![
+        switchboard_test_support::mock_llm::MockToolCall::new(
+            "w5",
+            "create",
+            json!({"path": "early.txt", "file_text": "early"}),
+        ),
+        switchboard_test_support::mock_llm::MockToolCall::new(
+            "x5",
+            "run_command",
+            json!({"command": "touch late"}),
+        ),
+    ]));
+    llm.push(MockReply::text(&["done"]));
+    let (mut events, run) = send(&c, ww, "both").await;
+    let seen = until_waiting(&mut events, run).await;
+    assert!(
+        completed(&seen, "w5").is_some(),
+        "allowed call ran before the wait"
+    );
+    assert!(ws.path().join("early.txt").exists());
+    c.decide_tools(ww, &decide(run, "x5", DecisionAction::Reject, None))
+        .await
+        .unwrap();
+    until_run_ends(&mut events, run).await;
+
     // workspace-write with auto_approve listing run_command: no question.
     let auto = c
         .create_session(&CreateSessionRequest {
@@ -808,8 +834,10 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
         "{}",
         String::from_utf8_lossy(&approve.stderr)
     );
+    let shown = String::from_utf8_lossy(&approve.stdout).to_string();
     assert!(
-        String::from_utf8_lossy(&approve.stdout).contains("rejected: run_command: touch other")
+        shown.contains("rejected: run_command (a1)\n    touch other"),
+        "{shown}"
     );
     let out = chat.await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -828,4 +856,129 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
         .unwrap();
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("nothing waits"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_call_ids_from_the_model_are_made_unique_and_decided_apart() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let id = session(&c, ws.path(), None).await;
+    llm.push(MockReply::tool_calls(vec![
+        switchboard_test_support::mock_llm::MockToolCall::new(
+            "dup",
+            "run_command",
+            json!({"command": "touch first"}),
+        ),
+        switchboard_test_support::mock_llm::MockToolCall::new(
+            "dup",
+            "run_command",
+            json!({"command": "touch second"}),
+        ),
+    ]));
+    llm.push(MockReply::text(&["ok"]));
+    let (mut events, run) = send(&c, id, "two").await;
+    until_waiting(&mut events, run).await;
+    let pending = c.pending_tools(id).await.unwrap().tool_calls;
+    assert_eq!(pending.len(), 2);
+    assert_ne!(pending[0].id, pending[1].id, "ids are unique");
+    let first = pending
+        .iter()
+        .find(|p| p.arguments["command"] == "touch first")
+        .unwrap();
+    let second = pending
+        .iter()
+        .find(|p| p.arguments["command"] == "touch second")
+        .unwrap();
+    c.decide_tools(id, &decide(run, &first.id, DecisionAction::Accept, None))
+        .await
+        .unwrap();
+    // Still waiting for the other one.
+    assert_eq!(c.pending_tools(id).await.unwrap().tool_calls.len(), 1);
+    c.decide_tools(id, &decide(run, &second.id, DecisionAction::Reject, None))
+        .await
+        .unwrap();
+    until_run_ends(&mut events, run).await;
+    assert!(ws.path().join("first").exists());
+    assert!(!ws.path().join("second").exists());
+    // The model got one result per call, under the ids it was sent back with.
+    let sent = tool_results_sent(&llm, 1);
+    assert_eq!(sent.len(), 2);
+    let assistant_ids: Vec<String> = llm.chat_requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    let mut result_ids: Vec<String> = sent.iter().map(|(i, _)| i.clone()).collect();
+    let mut want = assistant_ids.clone();
+    result_ids.sort();
+    want.sort();
+    assert_eq!(result_ids, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cut_by_a_crash_gets_an_error_result_and_the_session_goes_on() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let id = session(&c, ws.path(), Some(PermissionMode::FullAccess)).await;
+    llm.push(MockReply::tool_call(
+        "k1",
+        "run_command",
+        json!({"command": "sleep 30"}),
+    ));
+    let (mut events, _run) = send(&c, id, "sleep").await;
+    use futures::StreamExt;
+    let started_at = loop {
+        let env = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if matches!(env.event, AgentEvent::ToolExecutionStarted { .. }) {
+            break env.id;
+        }
+    };
+    drop(events);
+    server.kill().await;
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let mut sse = RawSse::connect(&server.url, id, Some(started_at)).await;
+    let (_, name, env) = sse.next().await.unwrap();
+    assert_eq!(name, "tool_execution_completed");
+    match env.event {
+        AgentEvent::ToolExecutionCompleted {
+            tool_call_id,
+            is_error,
+            result,
+            ..
+        } => {
+            assert_eq!(tool_call_id, "k1");
+            assert!(
+                is_error && result.contains("interrupted by restart"),
+                "{result}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let (_, name, _) = sse.next().await.unwrap();
+    assert_eq!(name, "run_error");
+    llm.push(MockReply::text(&["back"]));
+    let (mut events, run) = send(&c, id, "again").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&all), "back");
+    let sent = tool_results_sent(&llm, 1);
+    assert_eq!(
+        sent.len(),
+        1,
+        "one result for the interrupted call: {sent:?}"
+    );
+    assert_eq!(sent[0].0, "k1");
 }

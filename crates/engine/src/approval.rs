@@ -43,16 +43,16 @@ pub enum Verdict {
     Ask,
 }
 
-/// Whether `name` is listed by `auto_approve`. A listed `server__tool` matches a call named
-/// `server__tool` and, since MCP prefixes are optional, a call named `tool`; a listed `tool`
-/// also matches a call named `server__tool`.
+/// Whether a call named `name` is listed by `auto_approve`: an exact match, or, for a call
+/// whose name carries an MCP prefix (`server__tool`), a listed `tool` (the part after the
+/// last `__`). A listed prefixed name never matches an unprefixed call, so
+/// `github__run_command` cannot approve the built-in `run_command`.
 pub fn auto_approved(auto: &AutoApprove, name: &str) -> bool {
     match auto {
         AutoApprove::Keyword(k) => *k == AutoApproveKeyword::All,
         AutoApprove::Tools(list) => {
-            let bare = |n: &str| n.rsplit("__").next().unwrap_or(n).to_string();
-            list.iter()
-                .any(|t| t == name || bare(t) == name || *t == bare(name))
+            let bare = name.rsplit_once("__").map(|(_, t)| t);
+            list.iter().any(|t| t == name || Some(t.as_str()) == bare)
         }
     }
 }
@@ -202,20 +202,19 @@ impl Approvals {
         rx
     }
 
-    /// Ends the wait of `run_id` (timeout, cancel); returns what was decided so far.
-    fn withdraw(&self, session_id: Uuid, run_id: Uuid) -> HashMap<String, ToolDecision> {
+    /// Ends the wait of `run_id` (timeout, cancel); returns what was decided so far, or
+    /// `None` when the decisions completed meanwhile (they are then in the channel).
+    fn withdraw(&self, session_id: Uuid, run_id: Uuid) -> Option<HashMap<String, ToolDecision>> {
         let mut map = self.lock();
         if map.get(&session_id).is_some_and(|w| w.run_id == run_id) {
-            map.remove(&session_id)
-                .map(|w| w.decided)
-                .unwrap_or_default()
+            map.remove(&session_id).map(|w| w.decided)
         } else {
-            HashMap::new()
+            None
         }
     }
 }
 
-/// Everything [`gate`] needs from the run.
+/// Everything [`propose`] and [`ask`] need from the run.
 pub(crate) struct GateScope<'a> {
     pub session_id: Uuid,
     pub run_id: Uuid,
@@ -228,136 +227,166 @@ pub(crate) struct GateScope<'a> {
     pub cancel: &'a CancellationToken,
 }
 
-/// Runs one model step's proposed calls through policy and, for what policy leaves open, a
-/// human decision. Returns one [`Decision`] per call, in order. Emits `ToolCallsProposed`,
-/// `WaitingForToolApproval` and `ToolRejected`; the caller emits the execution events.
-pub(crate) async fn gate(
-    scope: GateScope<'_>,
-    calls: &[(ToolCall, ToolClass)],
-) -> Result<Vec<Decision>, EngineError> {
-    let GateScope {
-        session_id, run_id, ..
-    } = scope;
+async fn emit_rejected(
+    scope: &GateScope<'_>,
+    call: &ToolCall,
+    reason: &str,
+) -> Result<(), EngineError> {
     scope
         .log
         .append(
-            session_id,
+            scope.session_id,
+            &AgentEvent::ToolRejected {
+                run_id: scope.run_id,
+                tool_call_id: call.id.clone(),
+                reason: reason.to_string(),
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+/// Phase one of a model step: announces the calls (`ToolCallsProposed`), settles each by the
+/// session's mode and `auto_approve`, and announces refusals (`ToolRejected`) at once.
+/// Returns one verdict per call, in order: the caller runs the allowed calls right away and
+/// hands the ones to ask about to [`ask`].
+pub(crate) async fn propose(
+    scope: &GateScope<'_>,
+    calls: &[(ToolCall, ToolClass)],
+) -> Result<Vec<Verdict>, EngineError> {
+    let mut seen = std::collections::HashSet::new();
+    for (c, _) in calls {
+        if !seen.insert(c.id.as_str()) {
+            return Err(EngineError::Internal(format!(
+                "two proposed tool calls share the id {:?}",
+                c.id
+            )));
+        }
+    }
+    scope
+        .log
+        .append(
+            scope.session_id,
             &AgentEvent::ToolCallsProposed {
-                run_id,
+                run_id: scope.run_id,
                 tool_calls: calls.iter().map(|(c, _)| c.clone()).collect(),
             },
         )
         .await?;
-    let mut out: Vec<Option<Decision>> = Vec::with_capacity(calls.len());
-    let mut ask: Vec<ToolCall> = Vec::new();
+    let mut out = Vec::with_capacity(calls.len());
     for (call, class) in calls {
-        match settle(scope.mode, scope.auto_approve, &call.name, *class) {
-            Verdict::Allow => out.push(Some(Decision::Run)),
-            Verdict::Deny(reason) => out.push(Some(Decision::Rejected(reason))),
-            Verdict::Ask => {
-                out.push(None);
-                ask.push(call.clone());
-            }
+        let verdict = settle(scope.mode, scope.auto_approve, &call.name, *class);
+        if let Verdict::Deny(reason) = &verdict {
+            emit_rejected(scope, call, reason).await?;
         }
+        out.push(verdict);
     }
-    let mut answers: HashMap<String, ToolDecision> = HashMap::new();
+    Ok(out)
+}
+
+/// Phase two: the calls policy left open wait as one pending approval (stored, announced by
+/// `WaitingForToolApproval`) until every one is decided, the approval times out, or the run
+/// is cancelled; the last two reject what is undecided. Returns one [`Decision`] per call, in
+/// order, and announces rejections (`ToolRejected`). Fails closed: only an explicit `accept`
+/// yields [`Decision::Run`].
+pub(crate) async fn ask(
+    scope: &GateScope<'_>,
+    calls: &[ToolCall],
+) -> Result<Vec<Decision>, EngineError> {
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let GateScope {
+        session_id, run_id, ..
+    } = *scope;
+    let now = chrono::Utc::now();
+    let expires = now + chrono::Duration::from_std(scope.timeout).unwrap_or_default();
+    scope
+        .store
+        .put_approval(&ApprovalRecord {
+            session_id,
+            run_id,
+            tool_calls: serde_json::to_value(calls)
+                .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
+            created_at: now_rfc3339(),
+            expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        })
+        .await?;
+    let mut rx = scope.approvals.register(session_id, run_id, calls.to_vec());
     let mut unanswered_reason = String::new();
-    if !ask.is_empty() {
-        let now = chrono::Utc::now();
-        let expires = now + chrono::Duration::from_std(scope.timeout).unwrap_or_default();
+    let waited = async {
         scope
-            .store
-            .put_approval(&ApprovalRecord {
+            .log
+            .append(
                 session_id,
-                run_id,
-                tool_calls: serde_json::to_value(&ask)
-                    .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
-                created_at: now_rfc3339(),
-                expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-            })
+                &AgentEvent::WaitingForToolApproval {
+                    run_id,
+                    tool_call_ids: calls.iter().map(|c| c.id.clone()).collect(),
+                },
+            )
             .await?;
-        let rx = scope.approvals.register(session_id, run_id, ask.clone());
-        let waited = async {
-            scope
-                .log
-                .append(
-                    session_id,
-                    &AgentEvent::WaitingForToolApproval {
-                        run_id,
-                        tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
-                    },
-                )
-                .await?;
-            tracing::info!(%session_id, %run_id, calls = ask.len(), "waiting for tool approval");
-            Ok::<_, EngineError>(tokio::select! {
-                r = rx => r.ok(),
-                _ = tokio::time::sleep(scope.timeout) => {
-                    unanswered_reason = format!(
-                        "no decision within {} s: the approval timed out and the call was not run",
-                        scope.timeout.as_secs()
-                    );
-                    None
-                }
-                _ = scope.cancel.cancelled() => {
-                    unanswered_reason = "the run was cancelled while this call waited for approval".into();
-                    None
-                }
-            })
-        }
-        .await;
-        let decided = match waited {
-            Ok(Some(d)) => d,
-            Ok(None) => scope.approvals.withdraw(session_id, run_id),
-            Err(e) => {
-                scope.approvals.withdraw(session_id, run_id);
-                let _ = scope.store.delete_approval(session_id, run_id).await;
-                return Err(e);
+        tracing::info!(%session_id, %run_id, calls = calls.len(), "waiting for tool approval");
+        Ok::<_, EngineError>(tokio::select! {
+            // Decisions win a tie with the timeout or a cancel: an answer the API
+            // acknowledged is never dropped.
+            biased;
+            r = &mut rx => r.ok(),
+            _ = tokio::time::sleep(scope.timeout) => {
+                unanswered_reason = format!(
+                    "no decision within {} s: the approval timed out and the call was not run",
+                    scope.timeout.as_secs()
+                );
+                None
             }
-        };
-        answers = decided;
-        if let Err(e) = scope.store.delete_approval(session_id, run_id).await {
-            tracing::warn!(%session_id, error = %e, "could not remove a settled approval");
+            _ = scope.cancel.cancelled() => {
+                unanswered_reason = "the run was cancelled while this call waited for approval".into();
+                None
+            }
+        })
+    }
+    .await;
+    let answers = match waited {
+        Ok(Some(d)) => d,
+        Ok(None) => match scope.approvals.withdraw(session_id, run_id) {
+            Some(partial) => partial,
+            // Completed between the timeout/cancel and the withdrawal.
+            None => rx.try_recv().unwrap_or_default(),
+        },
+        Err(e) => {
+            scope.approvals.withdraw(session_id, run_id);
+            let _ = scope.store.delete_approval(session_id, run_id).await;
+            return Err(e);
         }
+    };
+    if let Err(e) = scope.store.delete_approval(session_id, run_id).await {
+        tracing::warn!(%session_id, error = %e, "could not remove a settled approval");
     }
     let mut result = Vec::with_capacity(calls.len());
-    for ((call, _), settled) in calls.iter().zip(out) {
-        let decision = match settled {
-            Some(d) => d,
-            None => match answers.get(&call.id) {
-                Some(ToolDecision {
-                    action: DecisionAction::Accept,
-                    ..
-                }) => Decision::Run,
-                Some(ToolDecision {
-                    action: DecisionAction::CustomResult,
-                    content,
-                }) => Decision::Custom(content.clone().unwrap_or_default()),
-                Some(ToolDecision {
-                    action: DecisionAction::Reject,
-                    content,
-                }) => Decision::Rejected(match content.as_deref().map(str::trim) {
-                    Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
-                    _ => "rejected by the user".into(),
-                }),
-                None => Decision::Rejected(if unanswered_reason.is_empty() {
-                    "no decision was made".into()
-                } else {
-                    unanswered_reason.clone()
-                }),
-            },
+    for call in calls {
+        let decision = match answers.get(&call.id) {
+            Some(ToolDecision {
+                action: DecisionAction::Accept,
+                ..
+            }) => Decision::Run,
+            Some(ToolDecision {
+                action: DecisionAction::CustomResult,
+                content,
+            }) => Decision::Custom(content.clone().unwrap_or_default()),
+            Some(ToolDecision {
+                action: DecisionAction::Reject,
+                content,
+            }) => Decision::Rejected(match content.as_deref().map(str::trim) {
+                Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
+                _ => "rejected by the user".into(),
+            }),
+            None => Decision::Rejected(if unanswered_reason.is_empty() {
+                "no decision was made".into()
+            } else {
+                unanswered_reason.clone()
+            }),
         };
         if let Decision::Rejected(reason) = &decision {
-            scope
-                .log
-                .append(
-                    session_id,
-                    &AgentEvent::ToolRejected {
-                        run_id,
-                        tool_call_id: call.id.clone(),
-                        reason: reason.clone(),
-                    },
-                )
-                .await?;
+            emit_rejected(scope, call, reason).await?;
         }
         result.push(decision);
     }
@@ -416,9 +445,15 @@ mod tests {
         assert!(auto_approved(&tools(&["run_command"]), "run_command"));
         assert!(!auto_approved(&tools(&["view"]), "run_command"));
         assert!(auto_approved(&tools(&["fs__read"]), "fs__read"));
-        assert!(auto_approved(&tools(&["fs__read"]), "read"));
         assert!(auto_approved(&tools(&["read"]), "fs__read"));
+        // A prefixed entry never approves an unprefixed (built-in) tool.
+        assert!(!auto_approved(&tools(&["fs__read"]), "read"));
+        assert!(!auto_approved(
+            &tools(&["github__run_command"]),
+            "run_command"
+        ));
         assert!(!auto_approved(&tools(&["fs__read"]), "write"));
+        assert!(!auto_approved(&tools(&["fs__read"]), "other__read"));
         assert!(!auto_approved(&AutoApprove::default(), "view"));
     }
 }

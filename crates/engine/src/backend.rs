@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::approval::{Approvals, Decision, GateScope, ToolClass};
+use crate::approval::{Approvals, Decision, GateScope, ToolClass, Verdict};
 use crate::error::EngineError;
 use crate::log::EventLog;
 use crate::time::now_rfc3339;
@@ -159,49 +159,85 @@ impl RunHandle {
             .await
     }
 
-    /// Runs one model step's proposed calls through the session's permission mode and
-    /// `auto_approve`, and asks a human about the rest (one pending approval, answered over
-    /// the API, rejected on timeout, cancel or restart). Emits `ToolCallsProposed`,
-    /// `WaitingForToolApproval` and `ToolRejected`. Returns one decision per call, in order;
-    /// the backend runs the [`Decision::Run`] ones, reporting them with
-    /// [`RunHandle::tool_started`] and [`RunHandle::tool_finished`], and hands every other
-    /// outcome to its model (see [`RunHandle::tool_not_run`]).
+    fn gate_scope(&self) -> GateScope<'_> {
+        GateScope {
+            session_id: self.session_id,
+            run_id: self.run_id,
+            mode: self.mode,
+            auto_approve: &self.auto_approve,
+            timeout: self.approval_timeout,
+            log: &self.log,
+            store: &self.store,
+            approvals: &self.approvals,
+            cancel: &self.cancel,
+        }
+    }
+
+    /// Phase one of a model step's tool calls: emits `ToolCallsProposed`, settles each call
+    /// by the session's permission mode and `auto_approve`, and emits `ToolRejected` for the
+    /// refused ones. Returns one [`Verdict`] per call, in order. Run the
+    /// [`Verdict::Allow`] calls at once, record each refusal with
+    /// [`RunHandle::tool_not_run`], then pass the [`Verdict::Ask`] calls to
+    /// [`RunHandle::ask`]. Ids must be unique within the step.
+    pub async fn propose(
+        &self,
+        calls: &[(ToolCall, ToolClass)],
+    ) -> Result<Vec<Verdict>, EngineError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::approval::propose(&self.gate_scope(), calls).await
+    }
+
+    /// Phase two: asks a human about `calls` (one pending approval, answered over the API,
+    /// rejected on timeout, cancel or restart). Emits `WaitingForToolApproval` and
+    /// `ToolRejected`. Returns one [`Decision`] per call, in order; only an explicit accept
+    /// is [`Decision::Run`].
+    pub async fn ask(&self, calls: &[ToolCall]) -> Result<Vec<Decision>, EngineError> {
+        crate::approval::ask(&self.gate_scope(), calls).await
+    }
+
+    /// Both phases for calls that the backend runs only after every decision is in (e.g. an
+    /// ACP agent's permission request): returns one [`Decision`] per call.
     pub async fn gate(
         &self,
         calls: &[(ToolCall, ToolClass)],
     ) -> Result<Vec<Decision>, EngineError> {
-        if calls.is_empty() {
-            return Ok(Vec::new());
+        let verdicts = self.propose(calls).await?;
+        let to_ask: Vec<ToolCall> = calls
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, v)| **v == Verdict::Ask)
+            .map(|((c, _), _)| c.clone())
+            .collect();
+        let mut asked = self.ask(&to_ask).await?.into_iter();
+        let mut out = Vec::with_capacity(calls.len());
+        for v in verdicts {
+            out.push(match v {
+                Verdict::Allow => Decision::Run,
+                Verdict::Deny(reason) => Decision::Rejected(reason),
+                Verdict::Ask => asked
+                    .next()
+                    .unwrap_or_else(|| Decision::Rejected("no decision was made".into())),
+            });
         }
-        crate::approval::gate(
-            GateScope {
-                session_id: self.session_id,
-                run_id: self.run_id,
-                mode: self.mode,
-                auto_approve: &self.auto_approve,
-                timeout: self.approval_timeout,
-                log: &self.log,
-                store: &self.store,
-                approvals: &self.approvals,
-                cancel: &self.cancel,
-            },
-            calls,
-        )
-        .await
+        Ok(out)
     }
 
-    /// What this session's backend stored to resume later (see
-    /// [`RunHandle::save_backend_state`]).
-    pub async fn backend_state(&self) -> Result<Option<serde_json::Value>, EngineError> {
-        Ok(self.store.get_backend_state(self.session_id).await?)
-    }
-
-    /// Stores JSON the backend needs to resume this session after a restart.
-    pub async fn save_backend_state(
-        &self,
-        state: Option<&serde_json::Value>,
-    ) -> Result<(), EngineError> {
-        Ok(self.store.set_backend_state(self.session_id, state).await?)
+    /// Announces that a call will not run (`ToolRejected`) and records the reason as its
+    /// error result. For calls the gate did not already reject (a cancel before it ran, a
+    /// reply cut off mid-call).
+    pub async fn reject(&self, call: &ToolCall, reason: &str) -> Result<String, EngineError> {
+        self.emit(AgentEvent::ToolRejected {
+            run_id: self.run_id,
+            tool_call_id: call.id.clone(),
+            reason: reason.to_string(),
+        })
+        .await?;
+        let text = format!("The tool call was not run: {reason}");
+        self.record_message(Role::Tool, &text, &[], Some(&call.id), true)
+            .await?;
+        Ok(text)
     }
 
     /// Emits `ToolExecutionStarted`.

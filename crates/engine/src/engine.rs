@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use switchboard_protocol::{
     AgentEvent, AutoApprove, CreateSessionRequest, MessageType, PendingToolsResponse, Role,
-    RunStatus, SendMessageRequest, SendMessageResponse, SessionConfig, SteeringDelivery, SessionSummary, ToolDecisionsRequest,
-    ToolDecisionsResponse, TranscriptMessage, Usage,
+    RunStatus, SendMessageRequest, SendMessageResponse, SessionConfig, SessionSummary,
+    SteeringDelivery, ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage, Usage,
 };
 use switchboard_store::{
     MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store,
@@ -93,42 +93,51 @@ impl Engine {
 
     async fn recover(&self) -> Result<(), EngineError> {
         let store = &self.inner.store;
-        // Approvals left waiting: their calls are rejected (never run), and the model will
-        // see why in the transcript; the runs themselves are closed below.
+        // Approvals left waiting: their calls are rejected (never run). Only for runs still
+        // marked running, and only calls without a result yet: a stale row (a failed
+        // delete, a crash halfway through this loop) must not answer a call twice.
         for a in store.list_approvals().await? {
-            let reason = "interrupted by restart".to_string();
-            let calls: Vec<switchboard_protocol::ToolCall> =
-                serde_json::from_value(a.tool_calls.clone()).unwrap_or_default();
-            tracing::warn!(session_id = %a.session_id, run_id = %a.run_id, calls = calls.len(), "rejecting tool calls whose approval a restart interrupted");
-            for call in &calls {
-                self.inner
-                    .log
-                    .append(
-                        a.session_id,
-                        &AgentEvent::ToolRejected {
-                            run_id: a.run_id,
-                            tool_call_id: call.id.clone(),
-                            reason: reason.clone(),
-                        },
-                    )
-                    .await?;
-                store
-                    .append_message(&MessageRecord {
-                        id: Uuid::now_v7(),
-                        session_id: a.session_id,
-                        run_id: Some(a.run_id),
-                        role: Role::Tool.as_str().into(),
-                        content: format!("The tool call was not run: {reason}"),
-                        tool_calls: None,
-                        tool_call_id: Some(call.id.clone()),
-                        is_error: true,
-                        created_at: now_rfc3339(),
-                    })
-                    .await?;
+            let running = store
+                .get_run(a.run_id)
+                .await?
+                .is_some_and(|r| r.state == RunState::Running);
+            if running {
+                let calls: Vec<switchboard_protocol::ToolCall> =
+                    serde_json::from_value(a.tool_calls.clone()).unwrap_or_default();
+                let answered = self.answered_calls(a.session_id).await?;
+                tracing::warn!(session_id = %a.session_id, run_id = %a.run_id, calls = calls.len(), "rejecting tool calls whose approval a restart interrupted");
+                for call in calls.iter().filter(|c| !answered.contains(&c.id)) {
+                    let event = AgentEvent::ToolRejected {
+                        run_id: a.run_id,
+                        tool_call_id: call.id.clone(),
+                        reason: "interrupted by restart".into(),
+                    };
+                    self.close_call(a.session_id, a.run_id, call, event).await?;
+                }
             }
             store.delete_approval(a.session_id, a.run_id).await?;
         }
         for run in store.runs_in_state(RunState::Running).await? {
+            // Calls that were running when the process died get an error result, so the
+            // next request to the model has no unanswered call.
+            let answered = self.answered_calls(run.session_id).await?;
+            let (msgs, _) = store.list_messages(run.session_id, u32::MAX, 0).await?;
+            let open: Vec<switchboard_protocol::ToolCall> = msgs
+                .iter()
+                .filter(|m| m.run_id == Some(run.id))
+                .map(transcript_message)
+                .flat_map(|m| m.tool_calls)
+                .filter(|c| !answered.contains(&c.id))
+                .collect();
+            for call in &open {
+                let event = AgentEvent::ToolExecutionCompleted {
+                    run_id: run.id,
+                    tool_call_id: call.id.clone(),
+                    result: "interrupted by restart: no result was recorded".into(),
+                    is_error: true,
+                };
+                self.close_call(run.session_id, run.id, call, event).await?;
+            }
             let error = "interrupted by restart".to_string();
             tracing::warn!(run_id = %run.id, session_id = %run.session_id, "closing run interrupted by restart");
             store
@@ -164,6 +173,45 @@ impl Engine {
             let _guard = lock.lock().await;
             self.start_next_queued(session_id).await?;
         }
+        Ok(())
+    }
+
+    /// Ids of the session's tool calls that have a result in the transcript.
+    async fn answered_calls(
+        &self,
+        session_id: Uuid,
+    ) -> Result<std::collections::HashSet<String>, EngineError> {
+        let (msgs, _) = self
+            .inner
+            .store
+            .list_messages(session_id, u32::MAX, 0)
+            .await?;
+        Ok(msgs.into_iter().filter_map(|m| m.tool_call_id).collect())
+    }
+
+    /// Gives a call an "interrupted by restart" error result: the event, then the message.
+    async fn close_call(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        call: &switchboard_protocol::ToolCall,
+        event: AgentEvent,
+    ) -> Result<(), EngineError> {
+        self.inner.log.append(session_id, &event).await?;
+        self.inner
+            .store
+            .append_message(&MessageRecord {
+                id: Uuid::now_v7(),
+                session_id,
+                run_id: Some(run_id),
+                role: Role::Tool.as_str().into(),
+                content: "The tool call was not run to completion: interrupted by restart".into(),
+                tool_calls: None,
+                tool_call_id: Some(call.id.clone()),
+                is_error: true,
+                created_at: now_rfc3339(),
+            })
+            .await?;
         Ok(())
     }
 

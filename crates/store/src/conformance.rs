@@ -384,12 +384,18 @@ pub async fn approvals_round_trip(store: &dyn Store) {
 
 pub async fn backend_state_round_trip(store: &dyn Store) {
     let s = new_session(store, "backend state").await;
-    assert_eq!(check("get empty", store.get_backend_state(s.id).await), None);
+    assert_eq!(
+        check("get empty", store.get_backend_state(s.id).await),
+        None
+    );
     let v = json!({"acp_session_id": "sess-1", "agent": "claude"});
     check("set", store.set_backend_state(s.id, Some(&v)).await);
     assert_eq!(check("get", store.get_backend_state(s.id).await), Some(v));
     check("clear", store.set_backend_state(s.id, None).await);
-    assert_eq!(check("get cleared", store.get_backend_state(s.id).await), None);
+    assert_eq!(
+        check("get cleared", store.get_backend_state(s.id).await),
+        None
+    );
     let ghost = Uuid::now_v7();
     assert!(matches!(
         store.set_backend_state(ghost, Some(&json!({}))).await,

@@ -11,7 +11,10 @@ use crate::StoreError;
 pub(crate) const SQLITE: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_approvals.sql")),
-    (3, include_str!("../migrations/sqlite/0003_backend_state.sql")),
+    (
+        3,
+        include_str!("../migrations/sqlite/0003_backend_state.sql"),
+    ),
 ];
 
 pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {

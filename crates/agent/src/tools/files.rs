@@ -35,6 +35,18 @@ fn io_error(tool: &str, given: &str, e: &io::Error) -> ToolOutput {
     }
 }
 
+/// Refuses anything but a regular file where a file is read or written: opening a FIFO or
+/// a device (`mkfifo`, `/dev/tty` in full access) can block forever.
+fn regular_file(tool: &str, given: &str, meta: &fs::Metadata) -> Result<(), ToolOutput> {
+    if meta.is_file() {
+        Ok(())
+    } else {
+        Err(ToolOutput::error(format!(
+            "{tool}: {given} is not a regular file (a FIFO, socket or device); refused"
+        )))
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // view
 
@@ -61,6 +73,7 @@ fn view_inner(ws: &Workspace, limits: &ToolLimits, args: &Value) -> Res {
         }
         return Ok(list_dir(&path, given, limits.output_cap));
     }
+    regular_file("view", given, &meta)?;
     view_file(
         &path,
         given,
@@ -353,7 +366,10 @@ fn create_inner(ws: &Workspace, args: &Value) -> Res {
                 "create: {given} is a directory; create writes files"
             )));
         }
-        Ok(_) => true,
+        Ok(m) => {
+            regular_file("create", given, &m)?;
+            true
+        }
         Err(_) => false,
     };
     if let Some(parent) = path.parent() {
@@ -402,6 +418,7 @@ fn str_replace_inner(ws: &Workspace, limits: &ToolLimits, args: &Value) -> Res {
             "str_replace: {given} is a directory"
         )));
     }
+    regular_file("str_replace", given, &meta)?;
     let content = fs::read_to_string(&path).map_err(|e| {
         if e.kind() == io::ErrorKind::InvalidData {
             ToolOutput::error(format!(

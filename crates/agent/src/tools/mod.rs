@@ -319,9 +319,14 @@ pub async fn execute(
                 "remove" => files::remove(&ws, &args),
                 other => ToolOutput::error(format!("unknown tool {other:?}")),
             });
-            match job.await {
-                Ok(out) => out,
-                Err(e) => ToolOutput::error(format!("{name} failed internally: {e}")),
+            // File work runs on the blocking pool; a cancel does not wait for it (the
+            // thread finishes on its own, the run goes on).
+            tokio::select! {
+                r = job => match r {
+                    Ok(out) => out,
+                    Err(e) => ToolOutput::error(format!("{name} failed internally: {e}")),
+                },
+                _ = cancel.cancelled() => ToolOutput::error(format!("{name}: cancelled")),
             }
         }
     };
