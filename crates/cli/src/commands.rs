@@ -50,6 +50,9 @@ pub struct CreateArgs {
     /// read-only, workspace-write or full-access.
     #[arg(long, visible_alias = "mode", value_parser = parse_mode)]
     pub permission_mode: Option<PermissionMode>,
+    /// An ACP agent from the config (`[agents.NAME]`) instead of the built-in agent.
+    #[arg(long)]
+    pub agent: Option<String>,
 }
 
 fn parse_mode(s: &str) -> Result<PermissionMode, String> {
@@ -120,6 +123,7 @@ fn create_request(a: &CreateArgs) -> CreateSessionRequest {
         cwd: a.cwd.clone(),
         model: a.model.clone(),
         permission_mode: a.permission_mode,
+        backend: a.agent.clone().map(switchboard_protocol::BackendSpec::Acp),
         ..CreateSessionRequest::default()
     }
 }
@@ -303,6 +307,25 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                         format!(": {}", clip(last, 100))
                     }
                 );
+            }
+            AgentEvent::Notice { message, .. } => {
+                end_line(&mut wrote_text);
+                eprintln!("note: {}", safe(&message));
+            }
+            AgentEvent::PlanUpdated { entries, .. } => {
+                end_line(&mut wrote_text);
+                eprintln!("plan:");
+                for e in entries {
+                    let mark = match e.status.as_str() {
+                        "completed" => "[x]",
+                        "in_progress" => "[~]",
+                        _ => "[ ]",
+                    };
+                    eprintln!("  {mark} {}", safe(&e.content));
+                }
+            }
+            AgentEvent::ThoughtDelta { delta, .. } => {
+                eprint!("{}", safe(&delta));
             }
             AgentEvent::ToolRejected { reason, .. } => {
                 end_line(&mut wrote_text);

@@ -23,6 +23,20 @@ pub struct FileConfig {
     pub server: ServerSection,
     #[serde(default)]
     pub tools: ToolsSection,
+    /// External ACP agents by name: `[agents.claude] command = "…"`.
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, AgentSection>,
+}
+
+/// One ACP agent: the command that starts it (speaking ACP on stdio).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -89,6 +103,7 @@ pub struct Settings {
     pub command_max_timeout_secs: u64,
     pub output_cap_chars: usize,
     pub retention_days: Option<u64>,
+    pub agents: std::collections::BTreeMap<String, AgentSection>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
 }
@@ -218,6 +233,7 @@ impl Settings {
                 .or(file.tools.output_cap_chars)
                 .unwrap_or(30_000)
                 .max(1000),
+            agents: validate_agents(&file.agents)?,
             retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?
                 .or(file.events.retention_days),
             keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?
@@ -274,6 +290,25 @@ fn endpoint(
     }
 }
 
+/// Agent names go into URLs and CLI flags; commands must be given.
+fn validate_agents(
+    agents: &std::collections::BTreeMap<String, AgentSection>,
+) -> Result<std::collections::BTreeMap<String, AgentSection>> {
+    for (name, a) in agents {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("[agents.{name}]: agent names use letters, digits, '-' and '_'");
+        }
+        if a.command.trim().is_empty() {
+            bail!("[agents.{name}]: `command` must not be empty");
+        }
+    }
+    Ok(agents.clone())
+}
+
 pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
     toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
@@ -328,6 +363,30 @@ mod tests {
             endpoint(true, &anthropic_file, &none).1,
             Some("sk-ant-file".into())
         );
+    }
+
+    #[test]
+    fn agents_parse_and_bad_ones_are_named() {
+        let c = parse_config(
+            "[agents.claude]\ncommand = \"claude-code-acp\"\nargs = [\"--x\"]\nenv = { A = \"1\" }\n",
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        let a = &c.agents["claude"];
+        assert_eq!(
+            (a.command.as_str(), a.args.len(), a.env["A"].as_str()),
+            ("claude-code-acp", 1, "1")
+        );
+        assert!(validate_agents(&c.agents).is_ok());
+        let bad = parse_config("[agents.\"a b\"]\ncommand = \"x\"\n", Path::new("s.toml")).unwrap();
+        assert!(
+            validate_agents(&bad.agents)
+                .unwrap_err()
+                .to_string()
+                .contains("a b")
+        );
+        let err = parse_config("[agents.x]\ncmd = \"x\"\n", Path::new("s.toml")).unwrap_err();
+        assert!(err.to_string().contains("cmd"), "{err}");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use switchboard_acp::{AcpBackend, AgentCommand};
 use switchboard_agent::anthropic::{AnthropicConfig, AnthropicProvider};
 use switchboard_agent::tools::ToolLimits;
 use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider, Provider};
@@ -67,10 +68,21 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         agent_config.system_prompt = p.clone();
     }
     let agent = BuiltinAgent::new(provider(settings)?, agent_config);
-    let backends = Backends {
+    let mut backends = Backends {
         builtin: Some(Arc::new(agent)),
         ..Backends::default()
     };
+    for (name, a) in &settings.agents {
+        let command = AgentCommand {
+            command: a.command.clone(),
+            args: a.args.clone(),
+            env: a.env.clone(),
+        };
+        backends.named.insert(
+            name.clone(),
+            Arc::new(AcpBackend::new(name.clone(), command)),
+        );
+    }
     let default_cwd = match &settings.default_cwd {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("reading the current directory")?,

@@ -240,6 +240,20 @@ impl RunHandle {
         Ok(text)
     }
 
+    /// What this session's backend stored to resume later (see
+    /// [`RunHandle::save_backend_state`]).
+    pub async fn backend_state(&self) -> Result<Option<serde_json::Value>, EngineError> {
+        Ok(self.store.get_backend_state(self.session_id).await?)
+    }
+
+    /// Stores JSON the backend needs to resume this session after a restart.
+    pub async fn save_backend_state(
+        &self,
+        state: Option<&serde_json::Value>,
+    ) -> Result<(), EngineError> {
+        Ok(self.store.set_backend_state(self.session_id, state).await?)
+    }
+
     /// Emits `ToolExecutionStarted`.
     pub async fn tool_started(&self, call: &ToolCall) -> Result<(), EngineError> {
         self.emit(AgentEvent::ToolExecutionStarted {

@@ -1,0 +1,513 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! ACP agents as session backends, end to end: the real server drives the scriptable test
+//! agent (`switchboard-test-agent`, the agent side of the same ACP crate) over stdio.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use switchboard_client::{Client, EventStream};
+use switchboard_protocol::{
+    AgentEvent, BackendSpec, CreateSessionRequest, DecisionAction, EventEnvelope, MessageType,
+    PermissionMode, SendMessageRequest, SteeringDelivery, ToolDecision, ToolDecisionsRequest,
+};
+use switchboard_test_support::mock_llm::MockLlm;
+use switchboard_test_support::process::ServerProcess;
+use uuid::Uuid;
+
+fn agent_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_switchboard-test-agent")
+}
+
+/// A test world: a data dir, a workspace, a log file for the agent, a config naming agents.
+struct World {
+    dir: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    log: PathBuf,
+    config: PathBuf,
+    llm: MockLlm,
+}
+
+impl World {
+    /// `agents`: name → extra env for the test agent (`command` is the test agent).
+    async fn new(agents: &[(&str, &[(&str, &str)])]) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let log = dir.path().join("agent.log");
+        let state = dir.path().join("agent-state");
+        std::fs::create_dir_all(&state).unwrap();
+        let mut toml = String::new();
+        for (name, env) in agents {
+            let mut envs: BTreeMap<String, String> = BTreeMap::new();
+            envs.insert("TEST_AGENT_LOG".into(), log.to_string_lossy().into());
+            envs.insert(
+                "TEST_AGENT_STATE_DIR".into(),
+                state.to_string_lossy().into(),
+            );
+            for (k, v) in *env {
+                envs.insert((*k).into(), (*v).into());
+            }
+            let env_line: Vec<String> = envs.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+            toml.push_str(&format!(
+                "[agents.{name}]\ncommand = {:?}\nenv = {{ {} }}\n\n",
+                agent_bin(),
+                env_line.join(", ")
+            ));
+        }
+        let config = dir.path().join("switchboard.toml");
+        std::fs::write(&config, toml).unwrap();
+        World {
+            dir,
+            ws,
+            log,
+            config,
+            llm: MockLlm::start().await,
+        }
+    }
+
+    async fn server(&self, extra: &[(&str, &str)]) -> ServerProcess {
+        let config = self.config.to_string_lossy().to_string();
+        let mut env: Vec<(&str, &str)> = vec![("SWITCHBOARD_CONFIG", config.as_str())];
+        env.extend_from_slice(extra);
+        start(&self.dir.path().join("data"), &self.llm.base_url(), &env).await
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn session(&self, c: &Client, agent: &str, mode: Option<PermissionMode>) -> Uuid {
+        c.create_session(&CreateSessionRequest {
+            cwd: Some(self.ws.path().to_string_lossy().into_owned()),
+            backend: Some(BackendSpec::Acp(agent.into())),
+            permission_mode: mode,
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id
+    }
+}
+
+async fn send(c: &Client, id: Uuid, text: &str) -> (EventStream, Uuid) {
+    let after = c.get_session(id).await.unwrap().session.last_event_id;
+    let events = c.subscribe(id, Some(after));
+    let run = c
+        .send_message(id, &SendMessageRequest::user(text, MessageType::Message))
+        .await
+        .unwrap()
+        .run_id;
+    (events, run)
+}
+
+async fn until(stream: &mut EventStream, what: impl Fn(&AgentEvent) -> bool) -> Vec<EventEnvelope> {
+    let mut out = Vec::new();
+    loop {
+        let env = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("nothing for 30 s")
+            .expect("stream ended")
+            .unwrap();
+        let hit = what(&env.event);
+        out.push(env);
+        if hit {
+            return out;
+        }
+    }
+}
+
+fn decide(run_id: Uuid, id: &str, action: DecisionAction) -> ToolDecisionsRequest {
+    let mut decisions = BTreeMap::new();
+    decisions.insert(
+        id.to_string(),
+        ToolDecision {
+            action,
+            content: None,
+        },
+    );
+    ToolDecisionsRequest { run_id, decisions }
+}
+
+fn stop_reason(events: &[EventEnvelope]) -> String {
+    match &events.last().unwrap().event {
+        AgentEvent::RunCompleted { stop_reason, .. } => stop_reason.clone(),
+        other => panic!("expected RunCompleted, got {other:?}"),
+    }
+}
+
+fn run_error(events: &[EventEnvelope]) -> String {
+    match &events.last().unwrap().event {
+        AgentEvent::RunError { error, .. } => error.clone(),
+        other => panic!("expected RunError, got {other:?}"),
+    }
+}
+
+/// Waits until the agent's log has a line containing `needle`.
+async fn logged(w: &World, needle: &str) {
+    for _ in 0..200 {
+        if w.log().contains(needle) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("agent log lacks {needle:?}:\n{}", w.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_session_streams_the_agents_reply_thoughts_and_plan() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    // An unknown agent is refused up front, naming the configured ones.
+    let err = c
+        .create_session(&CreateSessionRequest {
+            backend: Some(BackendSpec::Acp("nope".into())),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(422));
+    assert!(err.to_string().contains("tester"), "{err}");
+
+    let id = w.session(&c, "tester", None).await;
+    let (mut events, run) = send(&c, id, "hi").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&all), "Hello from the test agent");
+    assert_eq!(stop_reason(&all), "end_turn");
+    logged(&w, "initialize").await;
+    assert!(w.log().contains("new_session "), "{}", w.log());
+    // The agent ran in the workspace, and its stderr went to the server log.
+    assert!(
+        server.logs().contains("test agent starting"),
+        "{}",
+        server.logs()
+    );
+    assert!(!all.iter().any(
+        |e| matches!(&e.event, AgentEvent::TextDelta { delta, .. } if delta.contains("starting"))
+    ));
+
+    let (mut events, run) = send(&c, id, "[think] [plan] go").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert!(all.iter().any(
+        |e| matches!(&e.event, AgentEvent::ThoughtDelta { delta, .. } if delta == "pondering")
+    ));
+    let plan = all
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::PlanUpdated { entries, .. } => Some(entries.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(plan.len(), 2);
+    assert_eq!(plan[0].content, "read the code");
+    assert_eq!(plan[0].status, "in_progress");
+    assert!(
+        !text_of(&all).contains("pondering"),
+        "thoughts are not reply text"
+    );
+    // One process served both turns.
+    assert_eq!(w.log().matches("initialize").count(), 1, "{}", w.log());
+    let msgs = c.list_messages(id, None, None).await.unwrap().messages;
+    let roles: Vec<&str> = msgs.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    assert_eq!(msgs[1].content, "Hello from the test agent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permission_requests_become_approvals_answerable_over_http() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w
+        .server(&[("SWITCHBOARD_APPROVAL_TIMEOUT_SECS", "2")])
+        .await;
+    let c = client(&server);
+    let id = w.session(&c, "tester", None).await;
+
+    // Accept → the agent gets allow-once and finishes.
+    let (mut events, run) = send(&c, id, "[tool]").await;
+    let seen = until(&mut events, |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    let proposed = seen
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::ToolCallsProposed { tool_calls, .. } => Some(tool_calls.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(proposed[0].name, "Run echo hi");
+    assert_eq!(proposed[0].arguments["command"], "echo hi");
+    let preview = proposed[0].metadata.as_ref().unwrap()["preview"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(preview, "execute: Run echo hi");
+    let pending = c.pending_tools(id).await.unwrap();
+    assert_eq!(pending.run_id, Some(run));
+    let call_id = pending.tool_calls[0].id.clone();
+    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Accept))
+        .await
+        .unwrap();
+    let rest = until_run_ends(&mut events, run).await;
+    logged(&w, "permission_outcome allow-once").await;
+    assert!(rest.iter().any(|e| matches!(&e.event, AgentEvent::ToolExecutionCompleted { result, is_error: false, .. } if result == "hi")));
+    assert_eq!(text_of(&rest), "The tool ran.");
+    assert_eq!(stop_reason(&rest), "end_turn");
+
+    // Reject → reject-once.
+    let (mut events, run) = send(&c, id, "[tool]").await;
+    until(&mut events, |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    let call_id = c.pending_tools(id).await.unwrap().tool_calls[0].id.clone();
+    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Reject))
+        .await
+        .unwrap();
+    let rest = until_run_ends(&mut events, run).await;
+    logged(&w, "permission_outcome reject-once").await;
+    assert_eq!(text_of(&rest), "The tool was rejected.");
+    assert!(
+        rest.iter()
+            .any(|e| matches!(&e.event, AgentEvent::ToolRejected { .. }))
+    );
+
+    // Nobody answers → rejected after the timeout.
+    let before = w.log().matches("permission_outcome reject-once").count();
+    let (mut events, run) = send(&c, id, "[tool]").await;
+    let rest = until_run_ends(&mut events, run).await;
+    assert!(rest.iter().any(|e| matches!(&e.event, AgentEvent::ToolRejected { reason, .. } if reason.contains("timed out"))));
+    assert_eq!(
+        w.log().matches("permission_outcome reject-once").count(),
+        before + 1
+    );
+
+    // Policy first: full-access allows without asking; read-only refuses an edit.
+    let fa = w
+        .session(&c, "tester", Some(PermissionMode::FullAccess))
+        .await;
+    let (mut events, run) = send(&c, fa, "[tool]").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert!(!kinds(&all).contains(&"waiting_for_tool_approval"));
+    assert_eq!(text_of(&all), "The tool ran.");
+    let ro = w
+        .session(&c, "tester", Some(PermissionMode::ReadOnly))
+        .await;
+    let (mut events, run) = send(&c, ro, "[edit]").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert!(!kinds(&all).contains(&"waiting_for_tool_approval"));
+    assert!(all.iter().any(|e| matches!(&e.event, AgentEvent::ToolRejected { reason, .. } if reason.contains("read-only"))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_turn_sends_session_cancel_and_answers_permissions_cancelled() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let id = w.session(&c, "tester", None).await;
+
+    // While a permission request waits.
+    let (mut events, run) = send(&c, id, "[tool]").await;
+    until(&mut events, |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    c.cancel(id, run).await.unwrap();
+    let rest = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&rest), "cancelled");
+    logged(&w, "cancel ").await;
+    logged(&w, "permission_outcome cancelled").await;
+    assert!(c.pending_tools(id).await.unwrap().run_id.is_none());
+
+    // While the agent streams.
+    let (mut events, run) = send(&c, id, "[slow]").await;
+    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    let t0 = std::time::Instant::now();
+    c.cancel(id, run).await.unwrap();
+    let rest = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&rest), "cancelled");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // The session goes on with the same agent.
+    let (mut events, run) = send(&c, id, "hi").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&all), "Hello from the test agent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_agent_is_a_run_error_and_the_next_message_respawns_it() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let id = w.session(&c, "tester", None).await;
+    let (mut events, run) = send(&c, id, "[crash]").await;
+    let all = until_run_ends(&mut events, run).await;
+    let err = run_error(&all);
+    assert!(err.contains("tester") && err.contains("exited"), "{err}");
+    assert!(matches!(
+        all.last().unwrap().event,
+        AgentEvent::RunError {
+            retryable: true,
+            ..
+        }
+    ));
+    let (mut events, run) = send(&c, id, "[count]").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&all), "end_turn");
+    assert_eq!(
+        w.log().matches("initialize").count(),
+        2,
+        "respawned: {}",
+        w.log()
+    );
+    // The respawned agent resumed the session it had stored.
+    assert!(w.log().contains("load_session "), "{}", w.log());
+    assert_eq!(text_of(&all), "seen 2 prompts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_session_resumes_through_session_load_or_says_it_cannot() {
+    let w = World::new(&[
+        ("loader", &[]),
+        ("forgetful", &[("TEST_AGENT_NO_LOAD", "1")]),
+    ])
+    .await;
+    let mut server = w.server(&[]).await;
+    let c = client(&server);
+    let a = w.session(&c, "loader", None).await;
+    let b = w.session(&c, "forgetful", None).await;
+    for id in [a, b] {
+        let (mut events, run) = send(&c, id, "[count]").await;
+        let all = until_run_ends(&mut events, run).await;
+        assert_eq!(text_of(&all), "seen 1 prompts");
+    }
+    server.stop().await;
+
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let (mut events, run) = send(&c, a, "[count]").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(
+        text_of(&all),
+        "seen 2 prompts",
+        "the agent kept its session"
+    );
+    assert!(w.log().contains("load_session "), "{}", w.log());
+    assert!(!kinds(&all).contains(&"notice"));
+
+    let (mut events, run) = send(&c, b, "[count]").await;
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&all), "seen 1 prompts", "a new ACP session");
+    let notice = all
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .expect("the user is told");
+    assert!(
+        notice.contains("forgetful") && notice.contains("new session"),
+        "{notice}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misconfigured_agents_are_clear_run_errors() {
+    let w = World::new(&[
+        ("quitter", &[("TEST_AGENT_EXIT_AT_ONCE", "1")]),
+        ("grumpy", &[("TEST_AGENT_FAIL_INIT", "1")]),
+    ])
+    .await;
+    // An agent whose command does not exist.
+    let mut toml = std::fs::read_to_string(&w.config).unwrap();
+    toml.push_str("[agents.ghost]\ncommand = \"/nonexistent/agent-binary\"\n");
+    std::fs::write(&w.config, toml).unwrap();
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    for (agent, want) in [
+        (
+            "ghost",
+            vec!["ghost", "cannot start", "/nonexistent/agent-binary"],
+        ),
+        ("quitter", vec!["quitter", "exited during initialize"]),
+        (
+            "grumpy",
+            vec![
+                "grumpy",
+                "initialize failed",
+                "test agent refuses to initialize",
+            ],
+        ),
+    ] {
+        let id = w.session(&c, agent, None).await;
+        let (mut events, run) = send(&c, id, "hi").await;
+        let all = until_run_ends(&mut events, run).await;
+        let err = run_error(&all);
+        for w in want {
+            assert!(err.contains(w), "{agent}: {err:?} lacks {w:?}");
+        }
+    }
+    // The server is fine.
+    assert!(c.health().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_during_a_prompt_goes_with_the_next_prompt_and_follow_ups_queue() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let id = w.session(&c, "tester", None).await;
+    let (mut events, run) = send(&c, id, "[slow]").await;
+    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    let steer = c
+        .send_message(
+            id,
+            &SendMessageRequest::user("[count] also this", MessageType::Steering),
+        )
+        .await
+        .unwrap();
+    assert_eq!(steer.run_id, run);
+    assert_eq!(steer.steering, Some(SteeringDelivery::NextPrompt));
+    let follow = c
+        .send_message(id, &SendMessageRequest::user("hi", MessageType::FollowUp))
+        .await
+        .unwrap();
+    let all = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&all), "end_turn");
+    // Two prompts in the one run: the slow one, then the steering.
+    assert!(
+        text_of(&all).ends_with("seen 2 prompts"),
+        "{}",
+        text_of(&all)
+    );
+    assert!(w.log().contains("also this"), "{}", w.log());
+    let rest = until_run_ends(&mut events, follow.run_id).await;
+    assert_eq!(text_of(&rest), "Hello from the test agent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_chats_with_an_acp_agent() {
+    let w = World::new(&[("tester", &[])]).await;
+    let server = w.server(&[]).await;
+    let url = server.url.clone();
+    let ws = w.ws.path().to_string_lossy().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin())
+            .args(["chat", "--agent", "tester", "--yes", "--cwd", &ws, "[tool]"])
+            .env("SWITCHBOARD_URL", &url)
+            .env("SWITCHBOARD_TOKEN", TOKEN)
+            .env("SWITCHBOARD_CONFIG", "/dev/null")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "The tool ran.");
+    assert!(stderr.contains("Run echo hi"), "{stderr}");
+}
