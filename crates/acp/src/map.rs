@@ -384,6 +384,9 @@ mod tests {
             result_text(None, Some(&json!({"ok": true}))),
             "{\"ok\":true}"
         );
-        assert_eq!(cap("x".repeat(RESULT_CAP + 5)).len(), RESULT_CAP + 35);
+        let capped = cap("x".repeat(RESULT_CAP + 5));
+        assert!(capped.starts_with(&"x".repeat(RESULT_CAP)), "keeps the head");
+        assert!(capped.ends_with("\n[… 5 more characters not shown]"), "{}", &capped[RESULT_CAP..]);
+        assert_eq!(cap("short".into()), "short");
     }
 }
