@@ -385,8 +385,15 @@ mod tests {
             "{\"ok\":true}"
         );
         let capped = cap("x".repeat(RESULT_CAP + 5));
-        assert!(capped.starts_with(&"x".repeat(RESULT_CAP)), "keeps the head");
-        assert!(capped.ends_with("\n[… 5 more characters not shown]"), "{}", &capped[RESULT_CAP..]);
+        assert!(
+            capped.starts_with(&"x".repeat(RESULT_CAP)),
+            "keeps the head"
+        );
+        assert!(
+            capped.ends_with("\n[… 5 more characters not shown]"),
+            "{}",
+            &capped[RESULT_CAP..]
+        );
         assert_eq!(cap("short".into()), "short");
     }
 }
