@@ -55,10 +55,24 @@ pub(crate) struct Conn {
 impl Conn {
     /// Spawns the agent in `cwd` and runs `initialize`.
     pub async fn start(name: &str, cmd: &AgentCommand, cwd: &Path) -> Result<Self, AcpError> {
-        let mut child = Command::new(&cmd.command)
+        let mut command = Command::new(&cmd.command);
+        // The server's secrets are not the agent's: with the API token an agent could
+        // approve its own permission requests. Keys it needs go in `[agents.NAME] env`.
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy();
+            if (k.starts_with("SWITCHBOARD_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY")
+                && !cmd.env.contains_key(k.as_ref())
+            {
+                command.env_remove(&key);
+            }
+        }
+        let mut child = command
             .args(&cmd.args)
             .envs(&cmd.env)
             .current_dir(cwd)
+            // Its own process group: stopping the agent stops what it started, and a
+            // Ctrl-C at the server's terminal is not delivered to it.
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -209,13 +223,30 @@ impl Conn {
         matches!(self.child.try_wait(), Ok(None)) && !self.driver.is_finished()
     }
 
-    /// Closes the connection and stops the process.
+    /// Closes the connection (the agent sees its stdin end), then stops the whole process
+    /// group: SIGTERM, and SIGKILL if it is still there after a short grace.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await;
+        let group = self
+            .child
+            .id()
+            .map(|p| nix::unistd::Pid::from_raw(p as i32));
+        if let Some(g) = group {
+            let _ = nix::sys::signal::killpg(g, nix::sys::signal::Signal::SIGTERM);
+        }
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+        if let Some(g) = group {
+            // Whatever the agent started and left behind.
+            let _ = nix::sys::signal::killpg(g, nix::sys::signal::Signal::SIGKILL);
+        }
         self.driver.abort();
     }
 }

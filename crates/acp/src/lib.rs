@@ -20,12 +20,53 @@ use agent_client_protocol::v1::schema::*;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
-use switchboard_protocol::{AgentEvent, ContextPriority, SteeringDelivery, Usage};
+use switchboard_protocol::{AgentEvent, ContextPriority, PermissionMode, SteeringDelivery, Usage};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
 pub use conn::AgentCommand;
 use conn::{Conn, Incoming};
+
+/// An agent process without a run for this long is stopped.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long `session/new` may take, and `session/load` (which replays history).
+const NEW_SESSION_TIMEOUT: Duration = Duration::from_secs(60);
+const LOAD_SESSION_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Stops agent processes that have been idle too long. Runs while the backend lives.
+async fn reap_idle(
+    name: String,
+    slots: std::sync::Weak<StdMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>,
+    idle: Duration,
+) {
+    let mut tick = tokio::time::interval(
+        idle.min(Duration::from_secs(60))
+            .max(Duration::from_millis(100)),
+    );
+    loop {
+        tick.tick().await;
+        let Some(slots) = slots.upgrade() else { return };
+        let all: Vec<Arc<Mutex<Slot>>> = slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        drop(slots);
+        for slot in all {
+            // A slot in use is not idle.
+            let Ok(mut slot) = slot.try_lock() else {
+                continue;
+            };
+            if slot.last_used.elapsed() >= idle
+                && let Some(conn) = slot.conn.take()
+            {
+                tracing::info!(agent = %name, "stopping an idle agent process");
+                conn.shutdown().await;
+            }
+        }
+    }
+}
 
 /// How long an agent gets to end its turn after `session/cancel` before it is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
@@ -71,20 +112,37 @@ struct SavedState {
 }
 
 /// The agent process of one Switchboard session.
-#[derive(Default)]
 struct Slot {
     conn: Option<Conn>,
     acp_session: Option<SessionId>,
     /// Consecutive failures to start or keep the agent, and when the last one happened.
     failures: u32,
     last_failure: Option<Instant>,
+    last_used: Instant,
 }
 
-/// An ACP agent as a [`Backend`]: one agent process per session that uses it.
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            conn: None,
+            acp_session: None,
+            failures: 0,
+            last_failure: None,
+            last_used: Instant::now(),
+        }
+    }
+}
+
+type Slots = Arc<StdMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>;
+
+/// An ACP agent as a [`Backend`]: one agent process per session that uses it, stopped when
+/// idle (and resumed with `session/load` on the next message).
 pub struct AcpBackend {
     name: String,
     command: AgentCommand,
-    slots: StdMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>,
+    slots: Slots,
+    idle_timeout: Duration,
+    reaper: std::sync::OnceLock<()>,
 }
 
 impl AcpBackend {
@@ -92,11 +150,26 @@ impl AcpBackend {
         Self {
             name: name.into(),
             command,
-            slots: StdMutex::default(),
+            slots: Arc::default(),
+            idle_timeout: IDLE_TIMEOUT,
+            reaper: std::sync::OnceLock::new(),
         }
     }
 
+    /// Stops an agent process after this long without a run (default 15 minutes).
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
     fn slot(&self, session_id: Uuid) -> Arc<Mutex<Slot>> {
+        self.reaper.get_or_init(|| {
+            tokio::spawn(reap_idle(
+                self.name.clone(),
+                Arc::downgrade(&self.slots),
+                self.idle_timeout,
+            ));
+        });
         let mut map = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(session_id).or_default().clone()
     }
@@ -165,8 +238,11 @@ impl AcpBackend {
             .handle
             .backend_state()
             .await
-            .ok()
-            .flatten()
+            .map_err(|e| AcpError::Protocol {
+                agent: self.name.clone(),
+                step: "reading the stored session",
+                reason: e.to_string(),
+            })?
             .and_then(|v| serde_json::from_value(v).ok())
             .filter(|s: &SavedState| s.agent == self.name);
         let cwd = ctx.cwd.clone();
@@ -175,7 +251,17 @@ impl AcpBackend {
             if conn.load_session {
                 let id = SessionId::new(saved.acp_session_id.clone());
                 let req = LoadSessionRequest::new(id.clone(), cwd.clone()).mcp_servers(vec![]);
-                match conn.cx.send_request(req).block_task().await {
+                let answer = tokio::time::timeout(
+                    LOAD_SESSION_TIMEOUT,
+                    conn.cx.send_request(req).block_task(),
+                )
+                .await
+                .map_err(|_| AcpError::Protocol {
+                    agent: self.name.clone(),
+                    step: "session/load",
+                    reason: format!("no answer within {} s", LOAD_SESSION_TIMEOUT.as_secs()),
+                })?;
+                match answer {
                     Ok(_) => {
                         // The agent replays the history as updates before it answers: it
                         // is already in our log, so it is dropped here.
@@ -203,7 +289,15 @@ impl AcpBackend {
             }
         }
         let req = NewSessionRequest::new(cwd).mcp_servers(vec![]);
-        let session = match conn.cx.send_request(req).block_task().await {
+        let answer =
+            tokio::time::timeout(NEW_SESSION_TIMEOUT, conn.cx.send_request(req).block_task())
+                .await
+                .map_err(|_| AcpError::Protocol {
+                    agent: self.name.clone(),
+                    step: "session/new",
+                    reason: format!("no answer within {} s", NEW_SESSION_TIMEOUT.as_secs()),
+                })?;
+        let session = match answer {
             Ok(r) => r.session_id,
             Err(e) => return Err(conn.failure(&self.name, "session/new", &e).await),
         };
@@ -227,7 +321,9 @@ impl AcpBackend {
         Ok(session)
     }
 
-    /// One `session/prompt` and everything the agent sends until it answers.
+    /// One `session/prompt` and everything the agent sends until it answers. Returns the
+    /// stop reason and whether the connection is still fit for another turn (an agent that
+    /// had to be cut off is not).
     async fn prompt(
         &self,
         conn: &mut Conn,
@@ -235,7 +331,15 @@ impl AcpBackend {
         ctx: &RunContext,
         text: String,
         turn: &mut map::Turn,
-    ) -> Result<String, BackendError> {
+    ) -> Result<(String, bool), BackendError> {
+        // Anything left from an earlier turn is stale: answer it so the agent is not stuck.
+        while let Ok(item) = conn.incoming.try_recv() {
+            if let Incoming::Permission(_, responder) = item {
+                let _ = responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Cancelled,
+                ));
+            }
+        }
         let req = PromptRequest::new(session.clone(), vec![ContentBlock::from(text)]);
         let mut reply = tokio::spawn(conn.cx.send_request(req).block_task());
         let mut cancel_sent: Option<Instant> = None;
@@ -249,78 +353,116 @@ impl AcpBackend {
             tokio::select! {
                 biased;
                 Some(item) = conn.incoming.recv() => {
-                    self.handle_incoming(item, ctx, turn, cancel_sent.is_some()).await?;
+                    match item {
+                        Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
+                        Incoming::Permission(req, responder) => {
+                            let outcome = self
+                                .permission(conn, session, ctx, turn, &req, &mut cancel_sent)
+                                .await;
+                            if let Err(e) = responder.respond(RequestPermissionResponse::new(outcome)) {
+                                tracing::warn!(agent = %self.name, error = %e, "could not answer a permission request");
+                            }
+                        }
+                    }
                 }
                 done = &mut reply => {
                     // Updates sent before the answer are already queued: handle them first.
                     while let Ok(item) = conn.incoming.try_recv() {
-                        self.handle_incoming(item, ctx, turn, cancel_sent.is_some()).await?;
+                        match item {
+                            Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
+                            Incoming::Permission(_, responder) => {
+                                let _ = responder.respond(RequestPermissionResponse::new(
+                                    RequestPermissionOutcome::Cancelled,
+                                ));
+                            }
+                        }
                     }
                     return match done {
-                        Ok(Ok(resp)) => Ok(map::stop_reason(resp.stop_reason)),
+                        Ok(Ok(resp)) => Ok((map::stop_reason(resp.stop_reason), true)),
                         Ok(Err(e)) => Err(conn.failure(&self.name, "session/prompt", &e).await.into()),
                         Err(e) => Err(BackendError::new(format!("agent {:?}: prompt task failed: {e}", self.name), true)),
                     };
                 }
                 _ = ctx.cancel.cancelled(), if cancel_sent.is_none() => {
-                    tracing::info!(agent = %self.name, "sending session/cancel");
-                    if let Err(e) = conn.cx.send_notification(CancelNotification::new(session.clone())) {
-                        tracing::warn!(agent = %self.name, error = %e, "could not send session/cancel");
-                    }
-                    cancel_sent = Some(Instant::now());
+                    self.send_cancel(conn, session, &mut cancel_sent);
                 }
                 _ = grace => {
-                    tracing::warn!(agent = %self.name, "the agent did not end its turn after session/cancel; stopping it");
+                    tracing::warn!(agent = %self.name, "the agent did not end its turn within {} s of session/cancel; stopping it", CANCEL_GRACE.as_secs());
                     reply.abort();
-                    return Ok("cancelled".into());
+                    return Ok(("cancelled".into(), false));
                 }
             }
         }
     }
 
-    async fn handle_incoming(
-        &self,
-        item: Incoming,
-        ctx: &RunContext,
-        turn: &mut map::Turn,
-        cancelled: bool,
-    ) -> Result<(), BackendError> {
-        match item {
-            Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
-            Incoming::Permission(req, responder) => {
-                let outcome = if cancelled || ctx.cancel.is_cancelled() {
-                    RequestPermissionOutcome::Cancelled
-                } else {
-                    self.permission(ctx, turn, &req).await?
-                };
-                if let Err(e) = responder.respond(RequestPermissionResponse::new(outcome)) {
-                    tracing::warn!(agent = %self.name, error = %e, "could not answer a permission request");
-                }
-            }
+    fn send_cancel(&self, conn: &Conn, session: &SessionId, sent: &mut Option<Instant>) {
+        if sent.is_some() {
+            return;
         }
-        Ok(())
+        tracing::info!(agent = %self.name, "sending session/cancel");
+        if let Err(e) = conn
+            .cx
+            .send_notification(CancelNotification::new(session.clone()))
+        {
+            tracing::warn!(agent = %self.name, error = %e, "could not send session/cancel");
+        }
+        *sent = Some(Instant::now());
     }
 
     /// A permission request becomes a Switchboard approval: policy first, then a person.
+    /// The wait ends early if the agent dies (the approval is withdrawn) or the run is
+    /// cancelled (`session/cancel` goes out first, then the answer `cancelled`, as the
+    /// protocol asks).
     async fn permission(
         &self,
+        conn: &Conn,
+        session: &SessionId,
         ctx: &RunContext,
         turn: &mut map::Turn,
         req: &RequestPermissionRequest,
-    ) -> Result<RequestPermissionOutcome, BackendError> {
-        let (call, class) = turn.permission_call(req);
-        let decision = ctx
-            .handle
-            .gate(&[(call, class)])
-            .await?
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Decision::Rejected("no decision was made".into()));
-        // A cancel while it waited: the protocol wants `cancelled` as the answer.
-        if ctx.cancel.is_cancelled() {
-            return Ok(RequestPermissionOutcome::Cancelled);
+        cancel_sent: &mut Option<Instant>,
+    ) -> RequestPermissionOutcome {
+        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
+            self.send_cancel(conn, session, cancel_sent);
+            return RequestPermissionOutcome::Cancelled;
         }
-        Ok(map::outcome(&decision, &req.options))
+        let (call, class) = turn.permission_call(req, &ctx.cwd, ctx.config.permission_mode);
+        let call_id = call.id.clone();
+        let calls = [(call, class)];
+        let gate = ctx.handle.gate(&calls);
+        tokio::pin!(gate);
+        let decided = loop {
+            tokio::select! {
+                d = &mut gate => break Some(d),
+                _ = ctx.cancel.cancelled(), if cancel_sent.is_none() => {
+                    // session/cancel first; the gate sees the cancel too and rejects.
+                    self.send_cancel(conn, session, cancel_sent);
+                }
+                _ = conn.cx.incoming_closed() => {
+                    tracing::warn!(agent = %self.name, "the agent went away while its permission request waited");
+                    break None;
+                }
+            }
+        };
+        let decision = match decided {
+            Some(Ok(d)) => d
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Decision::Rejected("no decision was made".into())),
+            Some(Err(e)) => {
+                tracing::warn!(agent = %self.name, error = %e, "approval failed; answering cancelled");
+                return RequestPermissionOutcome::Cancelled;
+            }
+            None => return RequestPermissionOutcome::Cancelled,
+        };
+        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
+            self.send_cancel(conn, session, cancel_sent);
+            return RequestPermissionOutcome::Cancelled;
+        }
+        if decision != Decision::Run {
+            turn.rejected(&call_id);
+        }
+        map::outcome(&decision, &req.options)
     }
 }
 
@@ -348,6 +490,7 @@ impl Backend for AcpBackend {
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {
         let slot = self.slot(ctx.session_id);
         let mut slot = slot.lock().await;
+        slot.last_used = Instant::now();
         self.ensure(&mut slot, &ctx).await?;
         let mut text = user_text(&ctx);
         let mut prompts = 0;
@@ -363,14 +506,28 @@ impl Backend for AcpBackend {
             };
             let mut turn = map::Turn::new(ctx.run_id);
             let result = self.prompt(conn, &session, &ctx, text, &mut turn).await;
+            let died = !conn.alive();
+            slot.last_used = Instant::now();
             turn.finish(&ctx.handle).await?;
             match result {
-                Ok(reason) => stop_reason = reason,
+                Ok((reason, true)) => stop_reason = reason,
+                Ok((reason, false)) => {
+                    // Cut off: the process goes; the ACP session is resumed next time.
+                    if let Some(c) = slot.conn.take() {
+                        c.shutdown().await;
+                    }
+                    stop_reason = reason;
+                    break;
+                }
                 Err(e) => {
-                    // A dead agent is respawned by the next run.
-                    if !conn.alive() {
+                    // A turn that failed leaves the agent in an unknown state: stop it; the
+                    // next run respawns it (with back-off if it died) and resumes.
+                    if died {
                         slot.failures += 1;
                         slot.last_failure = Some(Instant::now());
+                    }
+                    if let Some(c) = slot.conn.take() {
+                        c.shutdown().await;
                     }
                     return Err(e);
                 }
@@ -388,12 +545,6 @@ impl Backend for AcpBackend {
             }
             text = steering.join("\n\n");
         }
-        if stop_reason == "cancelled"
-            && let Some(conn) = slot.conn.as_mut()
-            && !conn.alive()
-        {
-            slot.conn = None;
-        }
         Ok(RunSummary {
             stop_reason,
             total_turns: prompts,
@@ -403,6 +554,19 @@ impl Backend for AcpBackend {
 
     fn steering(&self) -> SteeringDelivery {
         SteeringDelivery::NextPrompt
+    }
+
+    async fn shutdown(&self) {
+        let all: Vec<Arc<Mutex<Slot>>> = {
+            let mut map = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            map.drain().map(|(_, s)| s).collect()
+        };
+        for slot in all {
+            let mut slot = slot.lock().await;
+            if let Some(conn) = slot.conn.take() {
+                conn.shutdown().await;
+            }
+        }
     }
 
     async fn forget(&self, session_id: Uuid) {
@@ -419,12 +583,60 @@ impl Backend for AcpBackend {
     }
 }
 
-/// The classes the engine's permission modes work on, from ACP's tool kinds.
-pub fn tool_class(kind: Option<ToolKind>) -> ToolClass {
-    match kind {
+/// The class the engine's permission modes work on, from an ACP tool kind and where the
+/// call acts. ACP agents are not confined to the workspace, so a read or a write counts as
+/// one only when every location it names is inside the workspace; otherwise it asks (in
+/// read-only mode a write anywhere is still a write, and refused).
+pub fn tool_class(
+    kind: Option<ToolKind>,
+    inside_workspace: bool,
+    mode: PermissionMode,
+) -> ToolClass {
+    let base = match kind {
         Some(ToolKind::Read | ToolKind::Search | ToolKind::Think) => ToolClass::Read,
         Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move) => ToolClass::Write,
         Some(ToolKind::Execute) => ToolClass::Execute,
         _ => ToolClass::Other,
+    };
+    match base {
+        ToolClass::Read | ToolClass::Write if inside_workspace => base,
+        ToolClass::Write if mode == PermissionMode::ReadOnly => ToolClass::Write,
+        ToolClass::Read | ToolClass::Write => ToolClass::Other,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_need_locations_inside_the_workspace() {
+        use PermissionMode::*;
+        assert_eq!(
+            tool_class(Some(ToolKind::Edit), true, WorkspaceWrite),
+            ToolClass::Write
+        );
+        assert_eq!(
+            tool_class(Some(ToolKind::Edit), false, WorkspaceWrite),
+            ToolClass::Other
+        );
+        assert_eq!(
+            tool_class(Some(ToolKind::Edit), false, ReadOnly),
+            ToolClass::Write
+        );
+        assert_eq!(
+            tool_class(Some(ToolKind::Read), false, ReadOnly),
+            ToolClass::Other
+        );
+        assert_eq!(
+            tool_class(Some(ToolKind::Search), true, ReadOnly),
+            ToolClass::Read
+        );
+        assert_eq!(
+            tool_class(Some(ToolKind::Execute), true, FullAccess),
+            ToolClass::Execute
+        );
+        assert_eq!(tool_class(None, true, WorkspaceWrite), ToolClass::Other);
     }
 }

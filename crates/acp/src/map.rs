@@ -22,8 +22,13 @@ pub(crate) struct Turn {
     kinds: HashMap<String, ToolKind>,
     titles: HashMap<String, String>,
     inputs: HashMap<String, Value>,
+    /// Ids of calls whose permission was refused: the agent's "failed" update for them is
+    /// not an execution.
+    rejected: HashSet<String>,
     started: HashSet<String>,
     finished: HashSet<String>,
+    /// The agent's paths of each call.
+    locations: HashMap<String, Vec<std::path::PathBuf>>,
 }
 
 impl Turn {
@@ -35,9 +40,25 @@ impl Turn {
             kinds: HashMap::new(),
             titles: HashMap::new(),
             inputs: HashMap::new(),
+            rejected: HashSet::new(),
             started: HashSet::new(),
             finished: HashSet::new(),
+            locations: HashMap::new(),
         }
+    }
+
+    /// The call's id as Switchboard shows it: ACP ids are unique only within one ACP
+    /// session (a respawned agent counts again from 1), so they are scoped to the run.
+    fn public_id(&self, id: &str) -> String {
+        let run = self.run_id.simple().to_string();
+        format!("{}-{id}", &run[run.len() - 8..])
+    }
+
+    /// The permission for this call was refused.
+    pub fn rejected(&mut self, public_id: &str) {
+        let prefix = self.public_id("");
+        let id = public_id.strip_prefix(&prefix).unwrap_or(public_id);
+        self.rejected.insert(id.to_string());
     }
 
     fn remember(
@@ -58,24 +79,37 @@ impl Turn {
         }
     }
 
+    /// The call as Switchboard shows it. Its `name` is `acp__<kind>` (`acp__execute`,
+    /// `acp__edit` …): stable, so `auto_approve` can list `execute`; the agent's free-text
+    /// title is only shown, never matched.
     fn protocol_call(&self, id: &str) -> switchboard_protocol::ToolCall {
         let title = self
             .titles
             .get(id)
             .cloned()
             .unwrap_or_else(|| id.to_string());
-        let kind = self.kinds.get(id).copied();
-        let kind_name = kind
-            .and_then(|k| serde_json::to_value(k).ok())
-            .and_then(|v| v.as_str().map(str::to_string))
+        let kind_name = self
+            .kinds
+            .get(id)
+            .map(snake)
+            .filter(|k| !k.is_empty())
             .unwrap_or_else(|| "other".into());
+        let mut metadata = json!({
+            "preview": format!("{kind_name}: {title}"),
+            "kind": kind_name,
+            "title": title,
+        });
+        if let Some(locs) = self.locations.get(id).filter(|l| !l.is_empty()) {
+            metadata["locations"] = locs
+                .iter()
+                .map(|p| json!(p.display().to_string()))
+                .collect();
+        }
         switchboard_protocol::ToolCall {
-            id: id.to_string(),
-            name: title.clone(),
+            id: self.public_id(id),
+            name: format!("acp__{kind_name}"),
             arguments: self.inputs.get(id).cloned().unwrap_or_else(|| json!({})),
-            metadata: Some(
-                json!({"preview": format!("{kind_name}: {title}"), "kind": kind_name, "title": title}),
-            ),
+            metadata: Some(metadata),
         }
     }
 
@@ -109,6 +143,10 @@ impl Turn {
         result: String,
         failed: bool,
     ) -> Result<(), EngineError> {
+        if self.rejected.contains(id) {
+            // Announced by `ToolRejected`; it never ran.
+            return Ok(());
+        }
         self.start(handle, id).await?;
         if !self.finished.insert(id.to_string()) {
             return Ok(());
@@ -156,6 +194,7 @@ impl Turn {
             SessionUpdate::ToolCall(tc) => {
                 let id = tc.tool_call_id.to_string();
                 self.remember(&id, Some(&tc.title), Some(tc.kind), tc.raw_input.as_ref());
+                self.remember_locations(&id, &tc.locations);
                 match tc.status {
                     ToolCallStatus::Completed | ToolCallStatus::Failed => {
                         let failed = tc.status == ToolCallStatus::Failed;
@@ -172,6 +211,9 @@ impl Turn {
                 let id = u.tool_call_id.to_string();
                 let f = &u.fields;
                 self.remember(&id, f.title.as_deref(), f.kind, f.raw_input.as_ref());
+                if let Some(l) = &f.locations {
+                    self.remember_locations(&id, l);
+                }
                 match f.status {
                     Some(ToolCallStatus::Completed) | Some(ToolCallStatus::Failed) => {
                         let failed = f.status == Some(ToolCallStatus::Failed);
@@ -188,27 +230,77 @@ impl Turn {
         Ok(())
     }
 
-    /// The approval to ask for a permission request, with what we know of the call.
+    fn remember_locations(&mut self, id: &str, locations: &[ToolCallLocation]) {
+        if !locations.is_empty() {
+            self.locations.insert(
+                id.to_string(),
+                locations.iter().map(|l| l.path.clone()).collect(),
+            );
+        }
+    }
+
+    /// The approval to ask for a permission request, with what we know of the call, and its
+    /// class (a read or write counts as one only inside the workspace `cwd`).
     pub fn permission_call(
         &mut self,
         req: &RequestPermissionRequest,
+        cwd: &std::path::Path,
+        mode: switchboard_protocol::PermissionMode,
     ) -> (switchboard_protocol::ToolCall, ToolClass) {
         let id = req.tool_call.tool_call_id.to_string();
         let f = &req.tool_call.fields;
         self.remember(&id, f.title.as_deref(), f.kind, f.raw_input.as_ref());
+        if let Some(l) = &f.locations {
+            self.remember_locations(&id, l);
+        }
         let mut call = self.protocol_call(&id);
+        let only_always = !req
+            .options
+            .iter()
+            .any(|o| o.kind == PermissionOptionKind::AllowOnce)
+            && req
+                .options
+                .iter()
+                .any(|o| o.kind == PermissionOptionKind::AllowAlways);
         if let Some(meta) = call.metadata.as_mut() {
             meta["options"] = req
                 .options
                 .iter()
                 .map(|o| json!({"id": o.option_id.to_string(), "name": o.name, "kind": snake(&o.kind)}))
                 .collect();
+            if only_always {
+                // Accepting answers "always allow": the agent stops asking for such calls.
+                let p = meta["preview"].as_str().unwrap_or_default().to_string();
+                meta["preview"] = json!(format!(
+                    "{p} [accepting allows it for the rest of the agent's session]"
+                ));
+            }
         }
-        (call, crate::tool_class(self.kinds.get(&id).copied()))
+        let inside = inside_workspace(self.locations.get(&id), cwd);
+        (
+            call,
+            crate::tool_class(self.kinds.get(&id).copied(), inside, mode),
+        )
     }
 
-    /// The end of the turn: the rest of the reply into the transcript, `TextComplete`.
+    /// The end of the turn: calls that started but never finished are closed (cut off by a
+    /// cancel or a crash), the rest of the reply goes into the transcript, `TextComplete`.
     pub async fn finish(&mut self, handle: &RunHandle) -> Result<(), EngineError> {
+        let open: Vec<String> = self
+            .started
+            .iter()
+            .filter(|id| !self.finished.contains(*id))
+            .cloned()
+            .collect();
+        for id in open {
+            self.complete(
+                handle,
+                &id,
+                "the turn ended before this call finished".into(),
+                true,
+            )
+            .await?;
+        }
         self.flush_text(handle, &[]).await?;
         if !self.full_text.is_empty() {
             let text = std::mem::take(&mut self.full_text);
@@ -310,6 +402,41 @@ pub(crate) fn outcome(
     RequestPermissionOutcome::Cancelled
 }
 
+/// Whether every location is inside the workspace (false without locations: unknown).
+fn inside_workspace(locations: Option<&Vec<std::path::PathBuf>>, cwd: &std::path::Path) -> bool {
+    let Some(locs) = locations.filter(|l| !l.is_empty()) else {
+        return false;
+    };
+    let root = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    locs.iter().all(|p| {
+        let abs = if p.is_absolute() {
+            p.clone()
+        } else {
+            root.join(p)
+        };
+        // The deepest existing ancestor, resolved (symlinks followed), must be inside; the
+        // rest may not climb out.
+        let mut existing = abs.as_path();
+        let mut rest = Vec::new();
+        while !existing.exists() {
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_owned());
+                    existing = parent;
+                }
+                _ => return false,
+            }
+        }
+        let Ok(real) = std::fs::canonicalize(existing) else {
+            return false;
+        };
+        real.starts_with(&root)
+            && !abs
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +488,22 @@ mod tests {
             selected(outcome(&Decision::Rejected("no".into()), &allow_only)),
             None
         );
+    }
+
+    #[test]
+    fn locations_must_all_be_inside_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let inside = vec![ws.path().join("a.txt"), ws.path().join("new/dir/b.txt")];
+        assert!(inside_workspace(Some(&inside), ws.path()));
+        let outside = vec![
+            ws.path().join("a.txt"),
+            std::path::PathBuf::from("/etc/hosts"),
+        ];
+        assert!(!inside_workspace(Some(&outside), ws.path()));
+        let climbing = vec![ws.path().join("x/../../etc")];
+        assert!(!inside_workspace(Some(&climbing), ws.path()));
+        assert!(!inside_workspace(None, ws.path()));
+        assert!(!inside_workspace(Some(&vec![]), ws.path()));
     }
 
     #[test]

@@ -214,6 +214,31 @@ impl Approvals {
     }
 }
 
+/// Withdraws a pending approval when [`ask`] is dropped before it finished.
+struct WithdrawOnDrop<'a> {
+    approvals: &'a Approvals,
+    store: Arc<dyn Store>,
+    session_id: Uuid,
+    run_id: Uuid,
+    armed: bool,
+}
+
+impl Drop for WithdrawOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.approvals.withdraw(self.session_id, self.run_id);
+        let (store, session_id, run_id) = (self.store.clone(), self.session_id, self.run_id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = store.delete_approval(session_id, run_id).await;
+            });
+        }
+        tracing::info!(%session_id, %run_id, "approval withdrawn: the run stopped waiting");
+    }
+}
+
 /// Everything [`propose`] and [`ask`] need from the run.
 pub(crate) struct GateScope<'a> {
     pub session_id: Uuid,
@@ -313,6 +338,15 @@ pub(crate) async fn ask(
         })
         .await?;
     let mut rx = scope.approvals.register(session_id, run_id, calls.to_vec());
+    // If the caller stops waiting (drops this future: its agent died, say), the approval is
+    // withdrawn and its record removed, so nothing can be decided for a wait that is over.
+    let mut guard = WithdrawOnDrop {
+        approvals: scope.approvals,
+        store: scope.store.clone(),
+        session_id,
+        run_id,
+        armed: true,
+    };
     let mut unanswered_reason = String::new();
     let waited = async {
         scope
@@ -353,11 +387,13 @@ pub(crate) async fn ask(
             None => rx.try_recv().unwrap_or_default(),
         },
         Err(e) => {
+            guard.armed = false;
             scope.approvals.withdraw(session_id, run_id);
             let _ = scope.store.delete_approval(session_id, run_id).await;
             return Err(e);
         }
     };
+    guard.armed = false;
     if let Err(e) = scope.store.delete_approval(session_id, run_id).await {
         tracing::warn!(%session_id, error = %e, "could not remove a settled approval");
     }

@@ -81,6 +81,9 @@ pub trait Backend: Send + Sync + 'static {
     /// The session was deleted: release whatever the backend holds for it (a process, a
     /// connection).
     async fn forget(&self, _session_id: Uuid) {}
+
+    /// The server is shutting down: stop processes, close connections.
+    async fn shutdown(&self) {}
 }
 
 /// The backends a server offers.
@@ -92,6 +95,15 @@ pub struct Backends {
 }
 
 impl Backends {
+    /// Every configured backend, once.
+    pub fn all(&self) -> Vec<Arc<dyn Backend>> {
+        self.builtin
+            .iter()
+            .chain(self.named.values())
+            .cloned()
+            .collect()
+    }
+
     pub fn resolve(&self, spec: &BackendSpec) -> Result<Arc<dyn Backend>, EngineError> {
         match spec {
             BackendSpec::Builtin => self.builtin.clone().ok_or_else(|| {

@@ -348,6 +348,17 @@ impl Engine {
     /// Deletes a session; an active run is cancelled first.
     pub async fn delete_session(&self, id: Uuid) -> Result<(), EngineError> {
         let record = self.record(id).await?;
+        // Queued follow-ups first, so the end of the active run does not start one.
+        {
+            let lock = self.session_lock(id);
+            let _guard = lock.lock().await;
+            while let Some(run) = self.inner.store.next_queued_run(id).await? {
+                self.inner
+                    .store
+                    .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339())
+                    .await?;
+            }
+        }
         let task = {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.get_mut(&id).and_then(|a| {
@@ -879,6 +890,12 @@ impl Engine {
             map.values_mut().filter_map(|a| a.task.take()).collect()
         };
         let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;
+        let backends = self.inner.backends.all();
+        let _ = tokio::time::timeout(
+            grace,
+            futures::future::join_all(backends.iter().map(|b| b.shutdown())),
+        )
+        .await;
         self.inner.closed.cancel();
     }
 

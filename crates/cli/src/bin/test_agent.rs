@@ -31,7 +31,8 @@ use agent_client_protocol::v1::schema::{
     NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry,
     PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall,
-    ToolCallContent, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
+    ToolKind,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, ErrorCode, v1};
 use serde_json::json;
@@ -242,13 +243,18 @@ impl Turn {
         title: &str,
         raw_input: serde_json::Value,
         noun: &str,
+        locations: Vec<PathBuf>,
+        crash_after_ms: Option<u64>,
     ) -> Result<Flow, Error> {
         let n = self.shared.tool_counter.fetch_add(1, Ordering::SeqCst) + 1;
         let id = format!("tool-{n}");
+        let locs: Vec<ToolCallLocation> =
+            locations.into_iter().map(ToolCallLocation::new).collect();
         self.update(SessionUpdate::ToolCall(
             ToolCall::new(id.clone(), title)
                 .kind(kind)
                 .status(ToolCallStatus::Pending)
+                .locations(locs.clone())
                 .raw_input(raw_input.clone()),
         ))?;
         let request = RequestPermissionRequest::new(
@@ -258,6 +264,7 @@ impl Turn {
                 ToolCallUpdateFields::new()
                     .title(title.to_owned())
                     .kind(kind)
+                    .locations(locs)
                     .raw_input(raw_input),
             ),
             vec![
@@ -272,6 +279,15 @@ impl Turn {
         );
         let answer = self.cx.send_request(request).block_task();
         tokio::pin!(answer);
+        if let Some(ms) = crash_after_ms {
+            // Dies while its permission request waits.
+            tokio::select! {
+                _ = &mut answer => {}
+                () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+            }
+            eprintln!("test agent crashing while a permission request waits (exit 4)");
+            std::process::exit(4);
+        }
         // A cancel does not abandon the request: the client still owes it an answer
         // (normally `cancelled`), so keep waiting for it and then end the turn.
         let mut was_cancelled = false;
@@ -390,7 +406,7 @@ impl Turn {
             return cancelled_response();
         }
         let mut scripted = false;
-        if has("[tool]") {
+        if has("[tool]") || has("[tool-crash]") {
             scripted = true;
             let flow = self
                 .tool(
@@ -398,6 +414,8 @@ impl Turn {
                     "Run echo hi",
                     json!({"command": "echo hi"}),
                     "tool",
+                    Vec::new(),
+                    has("[tool-crash]").then_some(300),
                 )
                 .await?;
             if let Flow::Cancelled = flow {
@@ -406,16 +424,44 @@ impl Turn {
         }
         if has("[edit]") {
             scripted = true;
+            let here = std::env::current_dir().unwrap_or_default();
             let flow = self
                 .tool(
                     ToolKind::Edit,
                     "Edit notes.txt",
                     json!({"path": "notes.txt"}),
                     "edit",
+                    vec![here.join("notes.txt")],
+                    None,
                 )
                 .await?;
             if let Flow::Cancelled = flow {
                 return cancelled_response();
+            }
+        }
+        if has("[edit-outside]") {
+            scripted = true;
+            let flow = self
+                .tool(
+                    ToolKind::Edit,
+                    "Edit /etc/hosts",
+                    json!({"path": "/etc/hosts"}),
+                    "edit",
+                    vec![PathBuf::from("/etc/hosts")],
+                    None,
+                )
+                .await?;
+            if let Flow::Cancelled = flow {
+                return cancelled_response();
+            }
+        }
+        if has("[stubborn]") {
+            // Ignores session/cancel.
+            scripted = true;
+            self.shared.log("stubborn");
+            for _ in 0..300 {
+                self.say("tock ")?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         if has("[slow]") {
@@ -517,6 +563,23 @@ async fn main() -> Result<(), Error> {
         }
         None => None,
     };
+    if let Some(file) = &log {
+        let set = |k: &str| {
+            if std::env::var_os(k).is_some() {
+                "set"
+            } else {
+                "unset"
+            }
+        };
+        let line = format!(
+            "start pid={} cwd={} token={} openai={}\n",
+            std::process::id(),
+            std::env::current_dir().unwrap_or_default().display(),
+            set("SWITCHBOARD_TOKEN"),
+            set("OPENAI_API_KEY"),
+        );
+        let _ = lock(file).write_all(line.as_bytes());
+    }
     let (flushed, _) = watch::channel(false);
     let crash = Arc::new(CrashWatch {
         armed: AtomicBool::new(false),
