@@ -443,6 +443,11 @@ async fn cancel_mid_turn_sends_session_cancel_and_answers_permissions_cancelled(
     assert_eq!(stop_reason(&rest), "cancelled");
     logged(&w, "cancel ").await;
     logged(&w, "permission_outcome cancelled").await;
+    // As the protocol asks: session/cancel first, then the answer `cancelled`.
+    let log = w.log();
+    let cancel_at = log.find("\ncancel ").unwrap();
+    let answer_at = log.find("permission_outcome cancelled").unwrap();
+    assert!(cancel_at < answer_at, "{log}");
     assert!(c.pending_tools(id).await.unwrap().run_id.is_none());
 
     // While the agent streams.
