@@ -1,0 +1,198 @@
+//! What a chat platform connection offers the dispatcher, and what it hands in.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// Who wrote a message or pressed a button.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// The platform's stable id (Telegram user id, webhook sender id …).
+    pub id: String,
+    /// A name to show (`alice` in "alice: …").
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+}
+
+/// The kind of conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatKind {
+    Direct,
+    Group,
+    Thread,
+}
+
+impl ChatKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Group => "group",
+            Self::Thread => "thread",
+        }
+    }
+}
+
+/// Where a conversation happens, and so where replies go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatRef {
+    /// The platform's chat id (Telegram chat id, Slack channel …).
+    pub id: String,
+    pub kind: ChatKind,
+    /// The thread or forum topic inside the chat, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+}
+
+/// Metadata of a file sent with a message (content is not fetched).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// A message from a chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    /// The channel's configured name (`telegram`, `webhook:ops` …).
+    pub channel: String,
+    pub peer: Peer,
+    pub chat: ChatRef,
+    pub text: String,
+    /// The platform's id of the message.
+    pub message_id: String,
+    /// In groups: the bot was mentioned, or the message replies to the bot.
+    #[serde(default)]
+    pub addressed: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+    /// Anything else the platform said (raw ids, entities …).
+    #[serde(default)]
+    pub meta: serde_json::Value,
+}
+
+/// A press of one of our buttons.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ButtonPress {
+    pub channel: String,
+    /// The platform's id of the press (to answer it).
+    pub press_id: String,
+    pub peer: Peer,
+    pub chat: ChatRef,
+    /// The message that carries the button.
+    pub message_id: String,
+    /// The button's data, as we set it.
+    pub data: String,
+}
+
+/// Something a channel received.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Inbound {
+    Message(InboundMessage),
+    Press(ButtonPress),
+}
+
+/// A button under a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Button {
+    pub text: String,
+    /// Handed back in [`ButtonPress::data`]; short (Telegram allows 64 bytes).
+    pub data: String,
+}
+
+/// Why a platform call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ChannelError {
+    /// Not reachable (connect error, timeout).
+    #[error("{channel}: unreachable: {reason}")]
+    Unreachable { channel: String, reason: String },
+    /// The platform refused (bad token, unknown chat …); `code` is its error code.
+    #[error("{channel}: {method} failed: {description}")]
+    Api {
+        channel: String,
+        method: String,
+        code: u16,
+        description: String,
+    },
+    /// Told to slow down more often than the retry budget allows.
+    #[error("{channel}: rate limited; retry after {retry_after_secs} s")]
+    RateLimited {
+        channel: String,
+        retry_after_secs: u64,
+    },
+    /// Another process polls with the same token.
+    #[error("{channel}: another poller is running with this bot token (getUpdates answered 409)")]
+    Conflict { channel: String },
+    #[error("{channel}: {reason}")]
+    Other { channel: String, reason: String },
+}
+
+/// Where a channel hands what it receives. `accept` returns once the item is stored
+/// durably; only then may the channel acknowledge it to the platform (advance an offset).
+#[async_trait]
+pub trait InboundSink: Send + Sync {
+    async fn accept(&self, item: Inbound) -> Result<(), String>;
+}
+
+/// Small durable key-value state a channel keeps (a polling offset, a session id).
+#[async_trait]
+pub trait ChannelState: Send + Sync {
+    async fn get(&self, key: &str) -> Option<String>;
+    async fn set(&self, key: &str, value: &str) -> Result<(), String>;
+}
+
+/// Everything a channel gets to run.
+#[derive(Clone)]
+pub struct ChannelContext {
+    pub sink: Arc<dyn InboundSink>,
+    pub state: Arc<dyn ChannelState>,
+}
+
+/// A chat platform connection.
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// The configured name: `telegram`, `webhook:ops` …
+    fn name(&self) -> &str;
+    /// Longest text of one message.
+    fn max_chars(&self) -> usize;
+    /// Whether sent messages can be edited (streaming by edits).
+    fn can_edit(&self) -> bool;
+    /// Receives until `cancel` fires, handing everything to `ctx.sink`. Returns an error
+    /// only for a failure that retrying will not fix; transient errors are retried inside.
+    async fn run(&self, ctx: ChannelContext, cancel: CancellationToken)
+    -> Result<(), ChannelError>;
+    /// Posts a message (with buttons, if any); returns its id.
+    async fn send(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<String, ChannelError>;
+    /// Replaces a message's text and buttons (none removes them).
+    async fn edit(
+        &self,
+        chat: &ChatRef,
+        message_id: &str,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError>;
+    /// Acknowledges a button press (a short toast where the platform shows one).
+    async fn answer_press(
+        &self,
+        press: &ButtonPress,
+        text: Option<&str>,
+    ) -> Result<(), ChannelError>;
+    /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
+    async fn test(&self) -> Result<String, ChannelError>;
+    /// Connection state for `/v1/gateway/status` (`connected`, `polling`, an error …).
+    fn status(&self) -> String {
+        "configured".into()
+    }
+}

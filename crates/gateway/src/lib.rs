@@ -1,0 +1,15 @@
+//! The chat gateway: chat platforms bridged to Switchboard sessions.
+//!
+//! It talks to the engine only through the `/v1` API ([`switchboard_client::Client`]), so it
+//! runs inside `switchboard serve` or as its own process pointed at a remote server. Every
+//! piece of its state (routes, queued messages, approval prompts, reply cursors, channel
+//! offsets) is in its own SQLite file, so a restart loses and repeats nothing.
+
+pub mod channel;
+pub mod store;
+
+pub use channel::{
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind,
+    ChatRef, Inbound, InboundMessage, InboundSink, Peer,
+};
+pub use store::GatewayStore;
