@@ -26,6 +26,66 @@ pub struct FileConfig {
     /// External ACP agents by name: `[agents.claude] command = "…"`.
     #[serde(default)]
     pub agents: std::collections::BTreeMap<String, AgentSection>,
+    #[serde(default)]
+    pub gateway: GatewaySection,
+    #[serde(default)]
+    pub channels: ChannelsSection,
+}
+
+/// `[gateway]`: how chat messages map to sessions and approvals.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// Run the gateway inside `serve` (default: when a channel is configured).
+    pub enabled: Option<bool>,
+    /// `main`, `per_peer` or `per_channel_peer`.
+    pub dm_scope: Option<switchboard_gateway::DmScope>,
+    pub title_template: Option<String>,
+    /// `allow_all`, `deny_all` or `allowlist`.
+    pub approval_mode: Option<String>,
+    pub allowlist: Option<Vec<String>>,
+    pub run_timeout_secs: Option<u64>,
+    pub session_cwd: Option<String>,
+    pub session_model: Option<String>,
+    pub session_permission_mode: Option<PermissionMode>,
+    pub context_ttl_secs: Option<u64>,
+    pub pairing_ttl_secs: Option<u64>,
+    /// Routing key → session id.
+    #[serde(default)]
+    pub bindings: std::collections::BTreeMap<String, uuid::Uuid>,
+}
+
+/// `[channels.*]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsSection {
+    pub telegram: Option<TelegramSection>,
+    #[serde(default)]
+    pub webhook: std::collections::BTreeMap<String, WebhookSection>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSection {
+    pub token: Option<String>,
+    pub base_url: Option<String>,
+    /// Chat ids allowed without pairing.
+    pub allowed_chats: Option<Vec<String>>,
+    /// User ids that may answer approvals in groups (default: whoever asked).
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+    /// In groups, answer only when mentioned or replied to (default true).
+    pub require_mention: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    pub secret: String,
+    /// Where replies and approval prompts are POSTed.
+    pub url: String,
+    pub approval_mode: Option<String>,
+    pub approvers: Option<Vec<String>>,
 }
 
 /// One ACP agent: the command that starts it (speaking ACP on stdio).
@@ -104,6 +164,7 @@ pub struct Settings {
     pub output_cap_chars: usize,
     pub retention_days: Option<u64>,
     pub agents: std::collections::BTreeMap<String, AgentSection>,
+    pub gateway: Option<GatewaySettings>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
 }
@@ -234,6 +295,7 @@ impl Settings {
                 .unwrap_or(30_000)
                 .max(1000),
             agents: validate_agents(&file.agents)?,
+            gateway: gateway_settings(&file)?,
             retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?
                 .or(file.events.retention_days),
             keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?
@@ -288,6 +350,166 @@ fn endpoint(
                 .or(file_key),
         )
     }
+}
+
+/// The chat gateway's settings, if any channel is configured (file or environment).
+#[derive(Clone)]
+pub struct GatewaySettings {
+    pub config: switchboard_gateway::GatewayConfig,
+    pub telegram: Option<switchboard_gateway::telegram::TelegramConfig>,
+    pub webhooks: Vec<switchboard_gateway::webhook::WebhookConfig>,
+    pub enabled: bool,
+}
+
+fn csv(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn approval_mode(key: &str, v: &str) -> Result<switchboard_gateway::ApprovalMode> {
+    v.parse().map_err(|e: String| anyhow::anyhow!("{key}: {e}"))
+}
+
+fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
+    use switchboard_gateway::{GatewayConfig, config::Secret};
+    let g = &file.gateway;
+    let mut config = GatewayConfig::default();
+    if let Some(s) = g.dm_scope {
+        config.dm_scope = s;
+    }
+    if let Some(t) = &g.title_template {
+        config.title_template = t.clone();
+    }
+    let mode = env("SWITCHBOARD_GATEWAY_APPROVAL_MODE").or(g.approval_mode.clone());
+    if let Some(m) = mode {
+        config.approval_mode = approval_mode(
+            "SWITCHBOARD_GATEWAY_APPROVAL_MODE / [gateway] approval_mode",
+            &m,
+        )?;
+    }
+    config.allowlist = match env("SWITCHBOARD_GATEWAY_ALLOWLIST") {
+        Some(v) => csv(&v),
+        None => g.allowlist.clone().unwrap_or_default(),
+    };
+    if let Some(t) = g.run_timeout_secs {
+        if t == 0 {
+            bail!("[gateway] run_timeout_secs must be at least 1");
+        }
+        config.run_timeout = std::time::Duration::from_secs(t);
+    }
+    if let Some(t) = env_parse::<u64>("SWITCHBOARD_GATEWAY_RUN_TIMEOUT_SECS")? {
+        config.run_timeout = std::time::Duration::from_secs(t.max(1));
+    }
+    config.session_cwd = g.session_cwd.clone();
+    config.session_model = g.session_model.clone();
+    config.session_permission_mode = g.session_permission_mode;
+    if let Some(t) = g.context_ttl_secs {
+        config.context_ttl = std::time::Duration::from_secs(t);
+    }
+    if let Some(t) = g.pairing_ttl_secs {
+        config.pairing_ttl = std::time::Duration::from_secs(t);
+    }
+    config.bindings = g.bindings.clone().into_iter().collect();
+
+    let file_tg = file.channels.telegram.clone().unwrap_or_default();
+    let token = env("SWITCHBOARD_TELEGRAM_TOKEN").or(file_tg.token.clone());
+    let telegram = match token {
+        None => {
+            if file.channels.telegram.is_some() {
+                bail!(
+                    "[channels.telegram]: no bot token: set `token` or SWITCHBOARD_TELEGRAM_TOKEN"
+                );
+            }
+            None
+        }
+        Some(token) => {
+            if token.trim().is_empty() || !token.contains(':') {
+                bail!(
+                    "SWITCHBOARD_TELEGRAM_TOKEN / [channels.telegram] token: not a bot token (expected `<id>:<secret>` from @BotFather)"
+                );
+            }
+            let name = "telegram".to_string();
+            let allowed = match env("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS") {
+                Some(v) => csv(&v),
+                None => file_tg.allowed_chats.clone().unwrap_or_default(),
+            };
+            config.allowed_chats.insert(name.clone(), allowed);
+            if let Some(a) = &file_tg.approvers {
+                config.approvers.insert(name.clone(), a.clone());
+            }
+            if let Some(m) = &file_tg.approval_mode {
+                config.channel_modes.insert(
+                    name.clone(),
+                    approval_mode("[channels.telegram] approval_mode", m)?,
+                );
+            }
+            let mut tg = switchboard_gateway::telegram::TelegramConfig::new(token);
+            tg.name = name;
+            if let Some(b) = env("SWITCHBOARD_TELEGRAM_BASE_URL").or(file_tg.base_url.clone()) {
+                tg.base_url = b;
+            }
+            if let Some(r) = file_tg.require_mention {
+                tg.require_mention_in_groups = r;
+            }
+            if let Some(p) = env_parse::<u64>("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS")? {
+                tg.poll_timeout_secs = p;
+            }
+            Some(tg)
+        }
+    };
+    let mut webhooks = Vec::new();
+    for (name, w) in &file.channels.webhook {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("[channels.webhook.{name}]: webhook names use letters, digits, '-' and '_'");
+        }
+        if w.secret.len() < 16 {
+            bail!("[channels.webhook.{name}] secret: use at least 16 characters");
+        }
+        if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+            bail!("[channels.webhook.{name}] url: must be an http(s) URL");
+        }
+        let channel = format!("webhook:{name}");
+        config.open_channels.push(channel.clone());
+        config
+            .webhook_secrets
+            .insert(name.clone(), Secret(w.secret.clone()));
+        if let Some(m) = &w.approval_mode {
+            config.channel_modes.insert(
+                channel.clone(),
+                approval_mode(&format!("[channels.webhook.{name}] approval_mode"), m)?,
+            );
+        }
+        if let Some(a) = &w.approvers {
+            config.approvers.insert(channel.clone(), a.clone());
+        }
+        webhooks.push(switchboard_gateway::webhook::WebhookConfig {
+            name: name.clone(),
+            secret: w.secret.clone(),
+            outbound_url: w.url.clone(),
+            tolerance: config.webhook_tolerance,
+            max_chars: 4000,
+        });
+    }
+    if telegram.is_none() && webhooks.is_empty() {
+        if g.enabled == Some(true) {
+            bail!(
+                "[gateway] enabled = true but no channel is configured ([channels.telegram] or [channels.webhook.NAME])"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(GatewaySettings {
+        config,
+        telegram,
+        webhooks,
+        enabled: g.enabled.unwrap_or(true),
+    }))
 }
 
 /// Agent names go into URLs and CLI flags; commands must be given.

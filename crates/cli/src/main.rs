@@ -4,6 +4,7 @@ mod commands;
 mod config;
 mod datadir;
 mod doctor;
+mod gateway_cmd;
 mod serve;
 
 use std::path::PathBuf;
@@ -38,6 +39,23 @@ enum Command {
     Sessions(commands::SessionsCommand),
     /// Send a message and stream the reply (creates a session when none is given).
     Chat(commands::ChatArgs),
+    /// Run the chat gateway on its own, against a Switchboard server.
+    Gateway {
+        /// The server's URL.
+        #[arg(long, env = "SWITCHBOARD_URL")]
+        server: String,
+        /// Address for the gateway API and inbound webhooks.
+        #[arg(long, default_value = "127.0.0.1:7071")]
+        listen: String,
+        #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Chat channels.
+    #[command(subcommand)]
+    Channels(gateway_cmd::ChannelsCommand),
+    /// Allow unknown chats that asked to pair.
+    #[command(subcommand)]
+    Pairing(gateway_cmd::PairingCommand),
     /// Answer the tool calls a session waits on (accept all, or --deny).
     Approve(commands::ApproveArgs),
     /// Check configuration, data directory, store and provider, with a verdict for each.
@@ -91,6 +109,23 @@ fn main() -> ExitCode {
             Command::Chat(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::chat(&settings, args).await
+            }
+            Command::Gateway {
+                server,
+                listen,
+                data_dir,
+            } => {
+                let settings =
+                    config::Settings::load(cli.config.as_deref(), data_dir.as_deref(), None)?;
+                gateway_cmd::run_standalone(&settings, &server, &listen).await
+            }
+            Command::Channels(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                gateway_cmd::channels(&settings, cmd).await
+            }
+            Command::Pairing(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                gateway_cmd::pairing(&settings, cmd).await
             }
             Command::Approve(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

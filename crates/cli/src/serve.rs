@@ -145,10 +145,28 @@ pub async fn run(settings: Settings) -> Result<()> {
     println!("data directory: {}", settings.data_dir.display());
     tracing::info!(%addr, "serving");
     let engine = app.engine.clone();
-    axum::serve(listener, app.router)
+    let mut router = app.router;
+    // The chat gateway runs in-process but talks to the engine through the /v1 API, like
+    // any surface.
+    let gateway = match &settings.gateway {
+        Some(g) if g.enabled => {
+            let url = format!("http://{addr}");
+            let gw = start_gateway(&settings, g, &url, &token_for_gateway(&settings)?).await?;
+            router = router.merge(switchboard_gateway::api::router(
+                gw.clone(),
+                token_for_gateway(&settings)?,
+            ));
+            Some(gw)
+        }
+        _ => None,
+    };
+    axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
+            if let Some(gw) = gateway {
+                gw.shutdown().await;
+            }
             // Runs record their end before the event streams close.
             engine.shutdown(Duration::from_secs(5)).await;
         })
@@ -156,6 +174,51 @@ pub async fn run(settings: Settings) -> Result<()> {
         .context("serving HTTP")?;
     app.store.close().await;
     Ok(())
+}
+
+fn token_for_gateway(settings: &Settings) -> Result<String> {
+    Ok(resolve_token(settings)?.0)
+}
+
+/// Opens the gateway store in the data directory and starts the configured channels.
+pub async fn start_gateway(
+    settings: &Settings,
+    g: &crate::config::GatewaySettings,
+    server_url: &str,
+    token: &str,
+) -> Result<switchboard_gateway::Gateway> {
+    let store = switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db"))
+        .await
+        .context("opening the gateway store")?;
+    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let channels = build_channels(g)?;
+    for c in &channels {
+        tracing::info!(channel = %c.name(), "chat channel configured");
+    }
+    switchboard_gateway::Gateway::start(g.config.clone(), client, store, channels)
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))
+}
+
+/// The configured channel connections.
+pub fn build_channels(
+    g: &crate::config::GatewaySettings,
+) -> Result<Vec<Arc<dyn switchboard_gateway::Channel>>> {
+    let mut out: Vec<Arc<dyn switchboard_gateway::Channel>> = Vec::new();
+    if let Some(tg) = &g.telegram {
+        out.push(Arc::new(
+            switchboard_gateway::telegram::TelegramChannel::new(tg.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
+    for w in &g.webhooks {
+        out.push(Arc::new(
+            switchboard_gateway::webhook::WebhookChannel::new(w.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
+    Ok(out)
 }
 
 async fn shutdown_signal() {

@@ -5,11 +5,21 @@
 //! piece of its state (routes, queued messages, approval prompts, reply cursors, channel
 //! offsets) is in its own SQLite file, so a restart loses and repeats nothing.
 
+pub mod api;
 pub mod channel;
+pub mod config;
+mod dispatcher;
+pub mod preview;
+pub mod routing;
 pub mod store;
+pub mod telegram;
+pub mod text;
+pub mod webhook;
 
 pub use channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind,
     ChatRef, Inbound, InboundMessage, InboundSink, Peer,
 };
+pub use config::{ApprovalMode, DmScope, GatewayConfig};
+pub use dispatcher::{Gateway, GatewayError, batch_context, batch_text};
 pub use store::GatewayStore;

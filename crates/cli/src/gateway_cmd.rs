@@ -1,0 +1,109 @@
+//! `switchboard gateway`, `switchboard channels test`, `switchboard pairing approve`.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+
+use crate::config::Settings;
+use crate::serve;
+
+#[derive(Subcommand)]
+pub enum ChannelsCommand {
+    /// Check each configured channel (or one): prints the bot identity or the exact failure.
+    Test {
+        /// `telegram` or `webhook:NAME`; default: all.
+        name: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum PairingCommand {
+    /// Allow the chat that asked for CODE (shown to the person who wrote to the bot).
+    Approve { channel: String, code: String },
+}
+
+fn gateway_settings(settings: &Settings) -> Result<&crate::config::GatewaySettings> {
+    settings.gateway.as_ref().context(
+        "no chat channel is configured: set SWITCHBOARD_TELEGRAM_TOKEN or add [channels.telegram] / [channels.webhook.NAME] to switchboard.toml",
+    )
+}
+
+pub async fn channels(settings: &Settings, cmd: ChannelsCommand) -> Result<ExitCode> {
+    let ChannelsCommand::Test { name } = cmd;
+    let g = gateway_settings(settings)?;
+    let channels = serve::build_channels(g)?;
+    let mut failed = false;
+    let mut tested = 0;
+    for ch in channels {
+        if name.as_deref().is_some_and(|n| n != ch.name()) {
+            continue;
+        }
+        tested += 1;
+        match ch.test().await {
+            Ok(identity) => println!("{}: ok — {identity}", ch.name()),
+            Err(e) => {
+                failed = true;
+                println!("{}: FAILED — {e}", ch.name());
+            }
+        }
+    }
+    if tested == 0 {
+        bail!(
+            "no channel named {:?} is configured",
+            name.unwrap_or_default()
+        );
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub async fn pairing(settings: &Settings, cmd: PairingCommand) -> Result<ExitCode> {
+    let PairingCommand::Approve { channel, code } = cmd;
+    let store = switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db"))
+        .await
+        .context("opening the gateway store")?;
+    match store.approve_pairing(&channel, &code).await? {
+        Some(p) => {
+            println!(
+                "paired: {} ({}) on {channel}, chat {}",
+                p.peer.name, p.peer.id, p.chat.id
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            eprintln!("no pending pairing with code {code:?} on {channel} (wrong or expired code)");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `switchboard gateway --server URL`: the gateway as its own process, with its own HTTP
+/// listener for the gateway API and inbound webhooks.
+pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> Result<ExitCode> {
+    let g = gateway_settings(settings)?;
+    let token = settings
+        .token
+        .clone()
+        .or(crate::datadir::read_token(&settings.token_path())?)
+        .context("no token for the server: set SWITCHBOARD_TOKEN")?;
+    crate::datadir::ensure_data_dir(&settings.data_dir)?;
+    let gw = serve::start_gateway(settings, g, server, &token).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    println!("gateway listening on http://{addr} for server {server}");
+    let router = switchboard_gateway::api::router(gw.clone(), token);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            gw.shutdown().await;
+        })
+        .await
+        .context("serving HTTP")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,580 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! The chat gateway end to end: the real server with its in-process gateway, a fake
+//! Telegram Bot API speaking the real wire format, and the mock LLM.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use switchboard_test_support::fake_telegram::{BotMessage, FakeTelegram};
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+use switchboard_test_support::process::ServerProcess;
+
+const ALICE: i64 = 42;
+const WAIT: Duration = Duration::from_secs(30);
+
+struct World {
+    dir: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    llm: MockLlm,
+    tg: FakeTelegram,
+}
+
+impl World {
+    async fn new() -> World {
+        World {
+            dir: tempfile::tempdir().unwrap(),
+            ws: tempfile::tempdir().unwrap(),
+            llm: MockLlm::start().await,
+            tg: FakeTelegram::start().await,
+        }
+    }
+
+    async fn server(&self, extra: &[(&str, &str)]) -> ServerProcess {
+        let base = self.tg.base_url();
+        let ws = self.ws.path().to_string_lossy().to_string();
+        let mut env: Vec<(&str, &str)> = vec![
+            ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", base.as_str()),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "42,-100"),
+            ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+            ("SWITCHBOARD_DEFAULT_CWD", ws.as_str()),
+        ];
+        env.extend_from_slice(extra);
+        start(self.dir.path(), &self.llm.base_url(), &env).await
+    }
+
+    fn messages(&self, chat: i64) -> Vec<BotMessage> {
+        self.tg.bot_messages(chat)
+    }
+
+    /// Waits until some bot message in `chat` satisfies `f`; returns it.
+    async fn wait_message(
+        &self,
+        chat: i64,
+        what: &str,
+        f: impl Fn(&BotMessage) -> bool,
+    ) -> BotMessage {
+        self.tg
+            .wait_until(WAIT, what, |tg| tg.bot_messages(chat).iter().any(&f))
+            .await;
+        self.messages(chat).into_iter().find(|m| f(m)).unwrap()
+    }
+
+    /// The user content of the model's `n`th request.
+    fn user_text(&self, n: usize) -> String {
+        let reqs = self.llm.chat_requests();
+        let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
+        msgs.iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn prompt_of(m: &BotMessage) -> Option<(String, String)> {
+    let allow = m.buttons.iter().find(|(t, _)| t.starts_with("Allow"))?;
+    let deny = m.buttons.iter().find(|(t, _)| t.starts_with("Deny"))?;
+    Some((allow.1.clone(), deny.1.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_message_gets_a_streamed_reply_edited_in_place() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::text_slow(
+        &[
+            "Hello Alice.\n\n",
+            "Here is ",
+            "more text ",
+            "for you.\n\n",
+            "The end.",
+        ],
+        300,
+    ));
+    w.tg.dm(ALICE, "Alice", "hi bot");
+    let m = w
+        .wait_message(ALICE, "the whole reply", |m| {
+            m.text.contains("Hello Alice.") && m.text.contains("The end.")
+        })
+        .await;
+    assert!(m.edits >= 1, "streamed by editing one message: {m:?}");
+    assert_eq!(
+        w.messages(ALICE).len(),
+        1,
+        "one message, edited: {:?}",
+        w.messages(ALICE)
+    );
+    assert_eq!(w.user_text(0), "hi bot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_approved_or_denied_with_buttons() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo approved > proof.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["It ran."]));
+    w.tg.dm(ALICE, "Alice", "make proof");
+    let prompt = w
+        .wait_message(ALICE, "an approval prompt", |m| prompt_of(m).is_some())
+        .await;
+    assert!(
+        prompt.text.contains("echo approved > proof.txt"),
+        "{}",
+        prompt.text
+    );
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    assert!(allow.len() <= 64);
+    // A stranger cannot answer in Alice's DM.
+    let stranger = w.tg.press(ALICE, prompt.message_id, 99, "Mallory", &allow);
+    w.tg.wait_until(WAIT, "the stranger's press answered", |tg| {
+        tg.answered().contains(&stranger)
+    })
+    .await;
+    assert!(!w.ws.path().join("proof.txt").exists());
+    let press = w.tg.press(ALICE, prompt.message_id, ALICE, "Alice", &allow);
+    w.wait_message(ALICE, "the final reply", |m| m.text.contains("It ran."))
+        .await;
+    assert!(w.tg.answered().contains(&press));
+    assert!(w.ws.path().join("proof.txt").exists());
+    w.wait_message(ALICE, "the prompt says who allowed", |m| {
+        m.message_id == prompt.message_id
+            && m.text.contains("Allowed by Alice")
+            && m.buttons.is_empty()
+    })
+    .await;
+
+    // Deny.
+    w.llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "touch denied.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Fine, I won't."]));
+    w.tg.dm(ALICE, "Alice", "touch it");
+    let prompt = w
+        .wait_message(ALICE, "a second prompt", |m| {
+            prompt_of(m).is_some() && m.text.contains("denied.txt")
+        })
+        .await;
+    let (_, deny) = prompt_of(&prompt).unwrap();
+    w.tg.press(ALICE, prompt.message_id, ALICE, "Alice", &deny);
+    w.wait_message(ALICE, "the reply after deny", |m| {
+        m.text.contains("Fine, I won't.")
+    })
+    .await;
+    assert!(!w.ws.path().join("denied.txt").exists());
+    w.wait_message(ALICE, "the prompt says who denied", |m| {
+        m.message_id == prompt.message_id
+            && m.text.contains("Denied by Alice")
+            && m.buttons.is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlisted_calls_run_without_a_prompt() {
+    // (How a prompt counts the calls the allowlist accepted is unit-tested in `preview`:
+    // with the built-in agent only `run_command` ever waits, so a step cannot mix.)
+    let w = World::new().await;
+    let _server = w
+        .server(&[("SWITCHBOARD_GATEWAY_ALLOWLIST", "run_command")])
+        .await;
+    w.llm.push(MockReply::tool_call(
+        "r1",
+        "run_command",
+        json!({"command": "touch allowed.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Ran it."]));
+    w.tg.dm(ALICE, "Alice", "run");
+    w.wait_message(ALICE, "the reply", |m| m.text.contains("Ran it."))
+        .await;
+    assert!(w.ws.path().join("allowed.txt").exists());
+    assert!(
+        w.messages(ALICE).iter().all(|m| prompt_of(m).is_none()),
+        "no prompt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_all_rejects_without_asking() {
+    let w = World::new().await;
+    let _server = w
+        .server(&[("SWITCHBOARD_GATEWAY_APPROVAL_MODE", "deny_all")])
+        .await;
+    w.llm.push(MockReply::tool_call(
+        "r1",
+        "run_command",
+        json!({"command": "touch nope.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Not allowed, then."]));
+    w.tg.dm(ALICE, "Alice", "run");
+    w.wait_message(ALICE, "the reply", |m| {
+        m.text.contains("Not allowed, then.")
+    })
+    .await;
+    assert!(!w.ws.path().join("nope.txt").exists());
+    assert!(
+        w.messages(ALICE).iter().all(|m| prompt_of(m).is_none()),
+        "no prompt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_while_busy_are_batched_with_attribution() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm
+        .push(MockReply::text_slow(&["Working", " on", " it", "."], 400));
+    w.llm.push(MockReply::text(&["Both noted."]));
+    w.tg.group_message(
+        -100,
+        1,
+        "alice",
+        "@switchboard_test_bot first task",
+        None,
+        false,
+    );
+    w.tg.wait_until(WAIT, "the first run started", |_| {
+        w.llm.chat_requests().len() == 1
+    })
+    .await;
+    w.tg.group_message(
+        -100,
+        1,
+        "alice",
+        "@switchboard_test_bot also this",
+        None,
+        false,
+    );
+    w.tg.group_message(
+        -100,
+        2,
+        "bob",
+        "@switchboard_test_bot and that",
+        None,
+        false,
+    );
+    // Not addressed: ignored.
+    w.tg.group_message(-100, 3, "carol", "just chatting", None, false);
+    w.wait_message(-100, "the batched reply", |m| {
+        m.text.contains("Both noted.")
+    })
+    .await;
+    assert_eq!(
+        w.llm.chat_requests().len(),
+        2,
+        "one run for the two queued messages"
+    );
+    assert_eq!(w.user_text(1), "alice: also this\nbob: and that");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_message_rejects_the_pending_approval_and_goes_next() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch never.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["OK, skipped."]));
+    w.llm.push(MockReply::text(&["Doing the new thing."]));
+    w.tg.dm(ALICE, "Alice", "do the thing");
+    let prompt = w
+        .wait_message(ALICE, "a prompt", |m| prompt_of(m).is_some())
+        .await;
+    w.tg.dm(ALICE, "Alice", "never mind, do this instead");
+    w.wait_message(ALICE, "the reply to the new message", |m| {
+        m.text.contains("Doing the new thing.")
+    })
+    .await;
+    let edited = w
+        .messages(ALICE)
+        .into_iter()
+        .find(|m| m.message_id == prompt.message_id)
+        .unwrap();
+    assert!(
+        edited.text.contains("new message received"),
+        "{}",
+        edited.text
+    );
+    assert!(edited.buttons.is_empty());
+    assert!(!w.ws.path().join("never.txt").exists());
+    assert!(
+        w.messages(ALICE)
+            .iter()
+            .any(|m| m.text.contains("OK, skipped."))
+    );
+    assert_eq!(w.user_text(2), "never mind, do this instead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_reply_is_split_without_breaking_its_code_fence() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    let mut long = String::new();
+    for i in 0..60 {
+        long.push_str(&format!("Paragraph {i}: {}\n\n", "words ".repeat(12)));
+    }
+    long.push_str("```rust\n");
+    for i in 0..80 {
+        long.push_str(&format!(
+            "let value_{i} = compute({i}); // a line of code\n"
+        ));
+    }
+    long.push_str("```\n\nDone.");
+    assert!(long.len() > 8000);
+    w.llm.push(MockReply::text(&[&long]));
+    w.tg.dm(ALICE, "Alice", "write a lot");
+    w.wait_message(ALICE, "the end of the reply", |m| m.text.ends_with("Done."))
+        .await;
+    let msgs = w.messages(ALICE);
+    assert!(msgs.len() >= 3, "{}", msgs.len());
+    for m in &msgs {
+        assert!(m.text.chars().count() <= 4096, "{}", m.text.chars().count());
+        assert_eq!(
+            m.text.matches("```").count() % 2,
+            0,
+            "fence balanced in: {}",
+            m.text
+        );
+    }
+    let all: String = msgs
+        .iter()
+        .map(|m| m.text.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        all.contains("let value_0 = compute(0);") && all.contains("let value_79 = compute(79);")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_are_waited_out() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.tg.rate_limit("sendMessage", 1, 1);
+    w.llm.push(MockReply::text(&["Still here."]));
+    w.tg.dm(ALICE, "Alice", "hello");
+    w.wait_message(ALICE, "the reply despite a 429", |m| {
+        m.text.contains("Still here.")
+    })
+    .await;
+    assert!(w.tg.calls("sendMessage").len() >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_mid_approval_and_mid_queue_loses_and_doubles_nothing() {
+    let w = World::new().await;
+    let mut server = w.server(&[]).await;
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch x.txt"}),
+    ));
+    w.tg.dm(ALICE, "Alice", "first");
+    let prompt = w
+        .wait_message(ALICE, "a prompt", |m| prompt_of(m).is_some())
+        .await;
+    server.kill().await;
+    // Written while the server is down: Telegram keeps it until the next poll.
+    w.tg.dm(ALICE, "Alice", "second, while you were away");
+    w.llm
+        .push(MockReply::text(&["Back, and on the second message."]));
+    let _server = w.server(&[]).await;
+    w.wait_message(ALICE, "the queued message answered", |m| {
+        m.text.contains("Back, and on the second message.")
+    })
+    .await;
+    // The prompt says it can no longer be answered; pressing it now does nothing harmful.
+    let edited = w
+        .messages(ALICE)
+        .into_iter()
+        .find(|m| m.message_id == prompt.message_id)
+        .unwrap();
+    assert!(edited.buttons.is_empty(), "{edited:?}");
+    assert!(!w.ws.path().join("x.txt").exists());
+    // Nothing was posted twice.
+    let texts: Vec<String> = w.messages(ALICE).iter().map(|m| m.text.clone()).collect();
+    let mut dedup = texts.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), texts.len(), "{texts:?}");
+    assert_eq!(
+        w.llm
+            .chat_requests()
+            .iter()
+            .filter(|r| r.body.to_string().contains("second, while you were away"))
+            .count(),
+        1,
+        "the queued message reached the agent once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_chats_pair_and_commands_work() {
+    let w = World::new().await;
+    let server = w.server(&[]).await;
+    w.tg.dm(7, "Stranger", "hello?");
+    let m = w
+        .wait_message(7, "a pairing code", |m| {
+            m.text.contains("switchboard pairing approve")
+        })
+        .await;
+    let code = m
+        .text
+        .split_whitespace()
+        .skip_while(|t| *t != "telegram")
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        w.llm.chat_requests().is_empty(),
+        "a stranger never reaches the agent"
+    );
+    let data = w.dir.path().to_string_lossy().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin())
+            .args(["pairing", "approve", "telegram", &code])
+            .env("SWITCHBOARD_DATA_DIR", &data)
+            .env("SWITCHBOARD_CONFIG", "/dev/null")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    w.llm.push(MockReply::text(&["Welcome."]));
+    w.tg.dm(7, "Stranger", "hello again");
+    w.wait_message(7, "a real reply", |m| m.text.contains("Welcome."))
+        .await;
+
+    // /status, /new.
+    w.tg.dm(7, "Stranger", "/status");
+    w.wait_message(7, "a status", |m| m.text.contains("Run: idle"))
+        .await;
+    w.tg.dm(7, "Stranger", "/new");
+    w.wait_message(7, "/new confirmed", |m| {
+        m.text.contains("next message starts a new session")
+    })
+    .await;
+    let c = client(&server);
+    let before = c.list_sessions(None, None).await.unwrap().total;
+    w.llm.push(MockReply::text(&["Fresh."]));
+    w.tg.dm(7, "Stranger", "start over");
+    w.wait_message(7, "a reply in a new session", |m| m.text.contains("Fresh."))
+        .await;
+    assert_eq!(c.list_sessions(None, None).await.unwrap().total, before + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_api_reports_unbinds_and_sends_notifications_with_context() {
+    let w = World::new().await;
+    let server = w.server(&[]).await;
+    w.llm.push(MockReply::text(&["Hi."]));
+    w.tg.dm(ALICE, "Alice", "hello");
+    w.wait_message(ALICE, "a reply", |m| m.text.contains("Hi."))
+        .await;
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        http.get(format!("{}{path}", server.url))
+            .bearer_auth(TOKEN)
+            .send()
+    };
+    let status: serde_json::Value = get("/v1/gateway/status")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["channels"][0]["name"], "telegram");
+    assert_eq!(status["sessions"], 1);
+    let no_auth = http
+        .get(format!("{}/v1/gateway/status", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_auth.status(), 401);
+    let sessions: serde_json::Value = get("/v1/gateway/sessions")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = sessions["sessions"][0]["routing_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(key, "telegram:dm:42");
+
+    // A notification with context: attached once to Alice's next message.
+    let sent = http
+        .post(format!("{}/v1/gateway/send", server.url))
+        .bearer_auth(TOKEN)
+        .json(
+            &json!({"channel": "telegram", "target": "42", "text": "Nightly build failed.",
+                      "context": {"trigger": "nightly", "output": "error[E0425]"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200);
+    w.wait_message(ALICE, "the notification", |m| {
+        m.text == "Nightly build failed."
+    })
+    .await;
+    w.llm.push(MockReply::text(&["Looking at E0425."]));
+    w.tg.dm(ALICE, "Alice", "what broke?");
+    w.wait_message(ALICE, "a reply", |m| m.text.contains("Looking at E0425."))
+        .await;
+    let last = w.llm.chat_requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("error[E0425]") && last.contains("nightly"),
+        "{last}"
+    );
+    w.llm.push(MockReply::text(&["Again."]));
+    w.tg.dm(ALICE, "Alice", "and now?");
+    w.wait_message(ALICE, "a reply", |m| m.text.contains("Again."))
+        .await;
+    let last = w.llm.chat_requests().last().unwrap().body.to_string();
+    assert!(
+        !last.contains("error[E0425]"),
+        "the context is attached once: {last}"
+    );
+
+    // Unbind: the next message starts a new session.
+    let del = http
+        .delete(format!("{}/v1/gateway/bindings/{key}", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), 204);
+    let again = http
+        .delete(format!("{}/v1/gateway/bindings/{key}", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+    let bad = http
+        .post(format!("{}/v1/gateway/send", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"channel": "nope", "target": "1", "text": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+}

@@ -1,0 +1,1204 @@
+//! The dispatcher: inbound chat messages to session runs, and runs' events back to chats.
+//!
+//! Everything goes through the store first: an inbound message is queued durably before the
+//! channel acknowledges it; one worker per routing key takes the queue, starts a run (all
+//! queued messages as one, with sender attribution), and follows the run's event log from a
+//! stored cursor, streaming the reply by editing one message and showing approval prompts.
+//! A restart resumes each route where its cursor stood: nothing lost, nothing posted twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use switchboard_client::{Client, ClientError};
+use switchboard_protocol::{
+    AgentEvent, ContextItem, ContextPriority, CreateSessionRequest, DecisionAction, MessageType,
+    RunStatus, SendMessageRequest, ToolCall, ToolDecision, ToolDecisionsRequest,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::channel::{
+    Button, ButtonPress, Channel, ChannelContext, ChatKind, ChatRef, Inbound, InboundMessage,
+    InboundSink, Peer,
+};
+use crate::config::{ApprovalMode, GatewayConfig};
+use crate::routing::{routing_key, title};
+use crate::store::{FollowedRun, GatewayStore, NamespacedState, Pairing, Prompt, Queued, Route};
+use crate::text::{StreamBuffer, split_message, truncate};
+
+/// Reason given to the agent when a new chat message overrides a pending approval.
+const NEW_MESSAGE_REASON: &str = "new message received";
+
+pub(crate) struct Inner {
+    pub client: Client,
+    pub store: GatewayStore,
+    pub config: GatewayConfig,
+    pub channels: HashMap<String, Arc<dyn Channel>>,
+    /// Wakes the worker of a routing key.
+    workers: StdMutex<HashMap<String, mpsc::UnboundedSender<()>>>,
+    /// Wakes the press handler.
+    presses: mpsc::UnboundedSender<()>,
+    pub cancel: CancellationToken,
+    tasks: StdMutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// The running gateway. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("server: {0}")]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Channel(#[from] crate::channel::ChannelError),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn log_err<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(error = %e, "{what}");
+            None
+        }
+    }
+}
+
+impl Gateway {
+    /// Starts the channels, the press handler, and a worker for every route with queued
+    /// messages or a run to follow (a restart picks up where it stopped).
+    pub async fn start(
+        config: GatewayConfig,
+        client: Client,
+        store: GatewayStore,
+        channels: Vec<Arc<dyn Channel>>,
+    ) -> Result<Gateway, GatewayError> {
+        let (press_tx, press_rx) = mpsc::unbounded_channel();
+        let gw = Gateway {
+            inner: Arc::new(Inner {
+                client,
+                store,
+                config,
+                channels: channels
+                    .into_iter()
+                    .map(|c| (c.name().to_string(), c))
+                    .collect(),
+                workers: StdMutex::default(),
+                presses: press_tx,
+                cancel: CancellationToken::new(),
+                tasks: StdMutex::default(),
+            }),
+        };
+        let sink: Arc<dyn InboundSink> = Arc::new(gw.clone());
+        for (name, ch) in &gw.inner.channels {
+            let ctx = ChannelContext {
+                sink: sink.clone(),
+                state: Arc::new(NamespacedState {
+                    store: gw.inner.store.clone(),
+                    prefix: format!("channel:{name}"),
+                }),
+            };
+            let ch = ch.clone();
+            let cancel = gw.inner.cancel.clone();
+            let name = name.clone();
+            gw.spawn(async move {
+                if let Err(e) = ch.run(ctx, cancel).await {
+                    tracing::error!(channel = %name, error = %e, "channel stopped");
+                }
+            });
+        }
+        gw.spawn(press_loop(gw.clone(), press_rx));
+        let mut keys: Vec<String> = gw.inner.store.queued_routes().await?;
+        keys.extend(
+            gw.inner
+                .store
+                .runs()
+                .await?
+                .into_iter()
+                .map(|r| r.routing_key),
+        );
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            gw.kick(&key);
+        }
+        let _ = gw.inner.presses.send(());
+        Ok(gw)
+    }
+
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(fut);
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle);
+    }
+
+    pub fn store(&self) -> &GatewayStore {
+        &self.inner.store
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.inner.config
+    }
+
+    pub fn channel(&self, name: &str) -> Option<Arc<dyn Channel>> {
+        self.inner.channels.get(name).cloned()
+    }
+
+    pub fn channels(&self) -> Vec<Arc<dyn Channel>> {
+        self.inner.channels.values().cloned().collect()
+    }
+
+    /// Wakes (or starts) the worker of a routing key.
+    fn kick(&self, key: &str) {
+        let mut map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = map.get(key)
+            && tx.send(()).is_ok()
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(());
+        map.insert(key.to_string(), tx);
+        drop(map);
+        self.spawn(worker(self.clone(), key.to_string(), rx));
+    }
+
+    /// Stops: channels and workers end; every pending approval is rejected ("gateway shutting
+    /// down") with bounded concurrency and a per-call timeout; followed runs are cancelled.
+    pub async fn shutdown(&self) {
+        self.inner.cancel.cancel();
+        let cfg = &self.inner.config;
+        let prompts = self.inner.store.prompts().await.unwrap_or_default();
+        let runs = self.inner.store.runs().await.unwrap_or_default();
+        futures::stream::iter(prompts)
+            .for_each_concurrent(cfg.shutdown_concurrency.max(1), |p| async move {
+                let done = tokio::time::timeout(
+                    cfg.shutdown_call_timeout,
+                    self.settle_prompt(&p, false, "gateway shutting down", None),
+                )
+                .await;
+                if done.is_err() {
+                    tracing::warn!(prompt = %p.id, "rejecting an approval at shutdown timed out");
+                }
+            })
+            .await;
+        futures::stream::iter(runs)
+            .for_each_concurrent(cfg.shutdown_concurrency.max(1), |r| async move {
+                let _ = tokio::time::timeout(
+                    cfg.shutdown_call_timeout,
+                    self.inner.client.cancel(r.session_id, r.run_id),
+                )
+                .await;
+            })
+            .await;
+        let tasks: Vec<_> =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    // --- inbound ------------------------------------------------------------------------
+
+    async fn on_message(&self, m: InboundMessage) -> Result<(), GatewayError> {
+        let Some(channel) = self.channel(&m.channel) else {
+            tracing::warn!(channel = %m.channel, "message from an unknown channel ignored");
+            return Ok(());
+        };
+        if !self.allowed(&m).await? {
+            return self.pairing(&channel, &m).await;
+        }
+        if m.chat.kind != ChatKind::Direct && !m.addressed {
+            return Ok(());
+        }
+        let text = m.text.trim();
+        let key = routing_key(self.inner.config.dm_scope, &m.channel, &m.peer, &m.chat);
+        if let Some(cmd) = command(text) {
+            return self.on_command(&channel, &key, &m, cmd).await;
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        let context = self
+            .inner
+            .store
+            .take_context(&m.channel, &m.chat.id)
+            .await?;
+        self.inner
+            .store
+            .enqueue(&Queued {
+                id: 0,
+                routing_key: key.clone(),
+                channel: m.channel.clone(),
+                peer: m.peer.clone(),
+                chat: m.chat.clone(),
+                text: text.to_string(),
+                context,
+            })
+            .await?;
+        // A pending approval yields to the new message: rejected, the run goes on, and the
+        // message is taken when the run ends.
+        if let Some(route) = self.inner.store.route(&key).await?
+            && let Some(p) = self.inner.store.prompt_of_session(route.session_id).await?
+        {
+            self.settle_prompt(&p, false, NEW_MESSAGE_REASON, None)
+                .await;
+        }
+        self.kick(&key);
+        Ok(())
+    }
+
+    /// Allowed: an open channel, a configured chat, or a chat paired before.
+    async fn allowed(&self, m: &InboundMessage) -> Result<bool, GatewayError> {
+        let cfg = &self.inner.config;
+        if cfg.open_channels.contains(&m.channel) {
+            return Ok(true);
+        }
+        if cfg
+            .allowed_chats
+            .get(&m.channel)
+            .is_some_and(|l| l.contains(&m.chat.id))
+        {
+            return Ok(true);
+        }
+        Ok(self.inner.store.is_allowed(&m.channel, &m.chat.id).await?)
+    }
+
+    /// An unknown direct message gets a pairing code (once per code); anything else from
+    /// an unknown chat is ignored and logged.
+    async fn pairing(
+        &self,
+        channel: &Arc<dyn Channel>,
+        m: &InboundMessage,
+    ) -> Result<(), GatewayError> {
+        if m.chat.kind != ChatKind::Direct {
+            tracing::info!(channel = %m.channel, chat = %m.chat.id, "message from a chat that is not allowed; ignored");
+            return Ok(());
+        }
+        if self
+            .inner
+            .store
+            .pairing_of(&m.channel, &m.peer.id)
+            .await?
+            .is_some()
+        {
+            tracing::info!(channel = %m.channel, peer = %m.peer.id, "unpaired peer wrote again; ignored");
+            return Ok(());
+        }
+        let code = pairing_code();
+        let expires = chrono::Utc::now()
+            + chrono::Duration::from_std(self.inner.config.pairing_ttl).unwrap_or_default();
+        self.inner
+            .store
+            .put_pairing(&Pairing {
+                code: code.clone(),
+                channel: m.channel.clone(),
+                peer: m.peer.clone(),
+                chat: m.chat.clone(),
+                expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            })
+            .await?;
+        tracing::warn!(channel = %m.channel, peer = %m.peer.id, name = %m.peer.name, %code, "pairing requested; approve with `switchboard pairing approve {} {code}`", m.channel);
+        let text = format!(
+            "This bot does not know you yet. Ask its owner to run:\n\nswitchboard pairing approve {} {code}\n\n(the code is valid for {} minutes)",
+            m.channel,
+            self.inner.config.pairing_ttl.as_secs() / 60
+        );
+        log_err(
+            "sending a pairing code",
+            channel.send(&m.chat, &text, &[]).await,
+        );
+        Ok(())
+    }
+
+    async fn on_command(
+        &self,
+        channel: &Arc<dyn Channel>,
+        key: &str,
+        m: &InboundMessage,
+        cmd: Command,
+    ) -> Result<(), GatewayError> {
+        let route = self.inner.store.route(key).await?;
+        let reply = match cmd {
+            Command::New => {
+                if route.as_ref().is_some_and(|r| r.bound) {
+                    "This chat is bound to a fixed session; /new does not change it.".to_string()
+                } else {
+                    self.inner.store.delete_route(key).await?;
+                    "Done: your next message starts a new session.".to_string()
+                }
+            }
+            Command::Stop => match &route {
+                None => "Nothing is running.".into(),
+                Some(r) => {
+                    let s = self.inner.client.get_session(r.session_id).await?;
+                    match s.session.active_run_id {
+                        Some(run) => {
+                            self.inner.client.cancel(r.session_id, run).await?;
+                            "Stopping the current run.".into()
+                        }
+                        None => "Nothing is running.".into(),
+                    }
+                }
+            },
+            Command::Status => match &route {
+                None => "No session yet: send a message to start one.".into(),
+                Some(r) => {
+                    let s = self.inner.client.get_session(r.session_id).await?;
+                    let state = match s.session.run_status {
+                        RunStatus::Running => "running",
+                        RunStatus::Idle => "idle",
+                    };
+                    let pending = self.inner.store.prompt_of_session(r.session_id).await?;
+                    let queued = self.inner.store.queued(key).await?.len();
+                    format!(
+                        "Session {} ({})\nRun: {state}\nApproval pending: {}\nQueued messages: {queued}",
+                        r.session_id,
+                        s.session.title,
+                        if pending.is_some() { "yes" } else { "no" },
+                    )
+                }
+            },
+        };
+        log_err(
+            "answering a command",
+            channel.send(&m.chat, &reply, &[]).await,
+        );
+        Ok(())
+    }
+
+    // --- approvals ----------------------------------------------------------------------
+
+    /// Decides a prompt's calls (accept or reject for all), edits the prompt to say who
+    /// decided what (or that it expired), and forgets it. Returns whether it decided.
+    async fn settle_prompt(
+        &self,
+        p: &Prompt,
+        accept: bool,
+        reason: &str,
+        by: Option<&Peer>,
+    ) -> bool {
+        if !matches!(self.inner.store.take_prompt(&p.id).await, Ok(true)) {
+            return false;
+        }
+        let decisions: BTreeMap<String, ToolDecision> = p
+            .tool_call_ids
+            .iter()
+            .map(|id| {
+                (
+                    id.clone(),
+                    ToolDecision {
+                        action: if accept {
+                            DecisionAction::Accept
+                        } else {
+                            DecisionAction::Reject
+                        },
+                        content: (!accept).then(|| reason.to_string()),
+                    },
+                )
+            })
+            .collect();
+        let result = self
+            .inner
+            .client
+            .decide_tools(
+                p.session_id,
+                &ToolDecisionsRequest {
+                    run_id: p.run_id,
+                    decisions,
+                },
+            )
+            .await;
+        let note = match (&result, by) {
+            (Err(e), _) if e.status() == Some(409) => {
+                "⌛ This approval expired: the run no longer waits for it.".to_string()
+            }
+            (Err(e), _) => format!("⚠️ Could not record the decision: {e}"),
+            (Ok(_), Some(peer)) if accept => format!("✅ Allowed by {}", peer.name),
+            (Ok(_), Some(peer)) => format!("❌ Denied by {}", peer.name),
+            (Ok(_), None) => format!("❌ Rejected: {reason}"),
+        };
+        if let Some(ch) = self.channel(&p.channel) {
+            let text = format!("{}\n\n{note}", p.prompt_text);
+            let text = truncate(&text, ch.max_chars());
+            log_err(
+                "editing an approval prompt",
+                ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+            );
+        }
+        result.is_ok()
+    }
+
+    async fn on_press(&self, press: &ButtonPress) -> Result<(), GatewayError> {
+        let Some(ch) = self.channel(&press.channel) else {
+            return Ok(());
+        };
+        let Some((prompt_id, accept)) = parse_button(&press.data) else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("Unknown button")).await,
+            );
+            return Ok(());
+        };
+        let Some(prompt) = self.inner.store.prompt(prompt_id).await? else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("This approval is no longer pending"))
+                    .await,
+            );
+            return Ok(());
+        };
+        if !self.may_approve(&prompt, &press.peer) {
+            tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
+            log_err(
+                "answering a press",
+                ch.answer_press(
+                    press,
+                    Some(&format!("Only {} can answer this", prompt.requester.name)),
+                )
+                .await,
+            );
+            return Ok(());
+        }
+        let decided = self
+            .settle_prompt(&prompt, accept, "denied in the chat", Some(&press.peer))
+            .await;
+        let toast = match (decided, accept) {
+            (true, true) => "Allowed",
+            (true, false) => "Denied",
+            (false, _) => "Too late: this approval is no longer pending",
+        };
+        log_err(
+            "answering a press",
+            ch.answer_press(press, Some(toast)).await,
+        );
+        if let Some(deadline_fix) = self.inner.store.run(&prompt.routing_key).await? {
+            // The wait counted against the run's timeout; a floor remains after a decision.
+            let floor = chrono::Utc::now()
+                + chrono::Duration::from_std(self.inner.config.timeout_floor).unwrap_or_default();
+            let floor = floor.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            if deadline_fix
+                .deadline
+                .as_deref()
+                .is_some_and(|d| d < floor.as_str())
+            {
+                let mut r = deadline_fix;
+                r.deadline = Some(floor);
+                self.inner.store.put_run(&r).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// In a DM only the requester; in groups the configured approvers (default: the
+    /// requester).
+    fn may_approve(&self, p: &Prompt, peer: &Peer) -> bool {
+        if p.chat.kind == ChatKind::Direct {
+            return peer.id == p.requester.id;
+        }
+        match self.inner.config.approvers.get(&p.channel) {
+            Some(list) if !list.is_empty() => list.contains(&peer.id),
+            _ => peer.id == p.requester.id,
+        }
+    }
+
+    /// What the gateway does with calls that wait: by mode and allowlist; the rest become
+    /// one prompt with buttons.
+    async fn on_waiting(
+        &self,
+        route: &Route,
+        run: &FollowedRun,
+        ids: &[String],
+    ) -> Result<(), GatewayError> {
+        if self
+            .inner
+            .store
+            .prompt_of_session(run.session_id)
+            .await?
+            .is_some_and(|p| p.run_id == run.run_id)
+        {
+            return Ok(()); // already shown (a replay after a restart)
+        }
+        let pending = self.inner.client.pending_tools(run.session_id).await?;
+        if pending.run_id != Some(run.run_id) {
+            return Ok(()); // decided meanwhile
+        }
+        let calls: Vec<ToolCall> = pending
+            .tool_calls
+            .into_iter()
+            .filter(|c| ids.contains(&c.id))
+            .collect();
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mode = self.inner.config.mode_for(&route.channel);
+        let (auto, ask): (Vec<ToolCall>, Vec<ToolCall>) = match mode {
+            ApprovalMode::AllowAll => (calls, Vec::new()),
+            ApprovalMode::DenyAll => {
+                self.decide(
+                    run,
+                    &calls,
+                    false,
+                    "the chat gateway denies every tool call (approval mode deny_all)",
+                )
+                .await?;
+                return Ok(());
+            }
+            ApprovalMode::Allowlist => calls
+                .into_iter()
+                .partition(|c| self.inner.config.allowlisted(&c.name)),
+        };
+        if !auto.is_empty() {
+            self.decide(run, &auto, true, "").await?;
+        }
+        if ask.is_empty() {
+            return Ok(());
+        }
+        let Some(ch) = self.channel(&route.channel) else {
+            return Ok(());
+        };
+        let text = crate::preview::approval_prompt(&ask, auto.len(), ch.max_chars());
+        let id = short_id();
+        let buttons = if ask.len() > 1 {
+            vec![
+                Button {
+                    text: "Allow All".into(),
+                    data: format!("ap:{id}:y"),
+                },
+                Button {
+                    text: "Deny All".into(),
+                    data: format!("ap:{id}:n"),
+                },
+            ]
+        } else {
+            vec![
+                Button {
+                    text: "Allow".into(),
+                    data: format!("ap:{id}:y"),
+                },
+                Button {
+                    text: "Deny".into(),
+                    data: format!("ap:{id}:n"),
+                },
+            ]
+        };
+        let message = ch.send(&route.chat, &text, &buttons).await?;
+        self.inner
+            .store
+            .put_prompt(&Prompt {
+                id,
+                routing_key: route.routing_key.clone(),
+                session_id: run.session_id,
+                run_id: run.run_id,
+                tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
+                channel: route.channel.clone(),
+                chat: route.chat.clone(),
+                prompt_message: message,
+                prompt_text: text,
+                requester: route.requester.clone(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn decide(
+        &self,
+        run: &FollowedRun,
+        calls: &[ToolCall],
+        accept: bool,
+        reason: &str,
+    ) -> Result<(), GatewayError> {
+        let decisions = calls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    ToolDecision {
+                        action: if accept {
+                            DecisionAction::Accept
+                        } else {
+                            DecisionAction::Reject
+                        },
+                        content: (!accept).then(|| reason.to_string()),
+                    },
+                )
+            })
+            .collect();
+        match self
+            .inner
+            .client
+            .decide_tools(
+                run.session_id,
+                &ToolDecisionsRequest {
+                    run_id: run.run_id,
+                    decisions,
+                },
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.status() == Some(409) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[async_trait]
+impl InboundSink for Gateway {
+    async fn accept(&self, item: Inbound) -> Result<(), String> {
+        match item {
+            Inbound::Message(m) => self.on_message(m).await.map_err(|e| e.to_string()),
+            Inbound::Press(p) => {
+                self.inner
+                    .store
+                    .push_press(&p)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = self.inner.presses.send(());
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn press_loop(gw: Gateway, mut rx: mpsc::UnboundedReceiver<()>) {
+    loop {
+        tokio::select! {
+            _ = gw.inner.cancel.cancelled() => return,
+            got = rx.recv() => if got.is_none() { return },
+        }
+        let presses = gw.inner.store.presses().await.unwrap_or_default();
+        for (id, press) in presses {
+            if let Err(e) = gw.on_press(&press).await {
+                tracing::warn!(error = %e, "handling a button press failed");
+            }
+            log_err(
+                "dropping a handled press",
+                gw.inner.store.drop_press(id).await,
+            );
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Command {
+    New,
+    Stop,
+    Status,
+}
+
+/// `/new`, `/stop`, `/status` (also `/stop@botname`).
+fn command(text: &str) -> Option<Command> {
+    let first = text.split_whitespace().next()?;
+    let name = first.strip_prefix('/')?;
+    let name = name.split('@').next().unwrap_or(name);
+    match name {
+        "new" => Some(Command::New),
+        "stop" => Some(Command::Stop),
+        "status" => Some(Command::Status),
+        _ => None,
+    }
+}
+
+/// `ap:<prompt id>:y|n`.
+fn parse_button(data: &str) -> Option<(&str, bool)> {
+    let rest = data.strip_prefix("ap:")?;
+    let (id, choice) = rest.rsplit_once(':')?;
+    match choice {
+        "y" => Some((id, true)),
+        "n" => Some((id, false)),
+        _ => None,
+    }
+}
+
+fn short_id() -> String {
+    Uuid::new_v4().simple().to_string()[..12].to_string()
+}
+
+fn pairing_code() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// The text the agent gets for a batch: one sender's messages joined; with several senders
+/// each line carries its sender.
+pub fn batch_text(items: &[Queued]) -> String {
+    let senders: std::collections::HashSet<&str> =
+        items.iter().map(|q| q.peer.id.as_str()).collect();
+    if senders.len() <= 1 {
+        return items
+            .iter()
+            .map(|q| q.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    items
+        .iter()
+        .map(|q| format!("{}: {}", q.peer.name, q.text))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The caller context of a batch: the newest non-empty one wins.
+pub fn batch_context(items: &[Queued]) -> Option<serde_json::Value> {
+    items
+        .iter()
+        .rev()
+        .find_map(|q| q.context.clone().filter(|c| !c.is_null()))
+}
+
+// --- the worker of one routing key --------------------------------------------------------
+
+async fn worker(gw: Gateway, key: String, mut rx: mpsc::UnboundedReceiver<()>) {
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        match step(&gw, &key).await {
+            Ok(true) => {
+                backoff = Duration::from_millis(500);
+                continue;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(routing_key = %key, error = %e, "gateway worker step failed; retrying");
+                tokio::select! {
+                    _ = gw.inner.cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
+        }
+        // Idle: wait for a kick.
+        tokio::select! {
+            _ = gw.inner.cancel.cancelled() => return,
+            got = rx.recv() => if got.is_none() { return },
+        }
+        while rx.try_recv().is_ok() {}
+    }
+}
+
+/// One step: follow a run to its end, or start one from the queue. `Ok(true)` when there
+/// may be more to do at once.
+async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
+    if let Some(run) = gw.inner.store.run(key).await? {
+        follow(gw, key, run).await?;
+        return Ok(true);
+    }
+    let items = gw.inner.store.queued(key).await?;
+    let Some(last) = items.last() else {
+        return Ok(false);
+    };
+    let route = ensure_route(gw, key, last).await?;
+    // Another client may run something on the session: wait for its end.
+    let detail = match gw.inner.client.get_session(route.session_id).await {
+        Ok(d) => d,
+        Err(e) if e.status() == Some(404) => {
+            // The session is gone: the route starts over with a new one.
+            gw.inner.store.delete_route(key).await?;
+            return Ok(true);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let after = detail.session.last_event_id;
+    let text = batch_text(&items);
+    let mut context = Vec::new();
+    if let Some(c) = batch_context(&items) {
+        context.push(ContextItem {
+            name: "caller".into(),
+            content: match &c {
+                serde_json::Value::String(s) => s.clone(),
+                other => serde_json::to_string_pretty(other).unwrap_or_default(),
+            },
+            priority: Some(ContextPriority::High),
+        });
+    }
+    let mut req = SendMessageRequest::user(text, MessageType::Message);
+    req.context = context;
+    let sent = gw.inner.client.send_message(route.session_id, &req).await;
+    let run_id = match sent {
+        Ok(r) => r.run_id,
+        Err(e) if e.code() == Some("session_already_running") => {
+            // Follow the active run first; the batch stays at the front of the queue.
+            if let Some(active) = detail.session.active_run_id {
+                gw.inner
+                    .store
+                    .put_run(&FollowedRun {
+                        routing_key: key.to_string(),
+                        session_id: route.session_id,
+                        run_id: active,
+                        last_event_id: after,
+                        stream_message: None,
+                        streamed: String::new(),
+                        delivered: 0,
+                        deadline: None,
+                    })
+                    .await?;
+                return Ok(true);
+            }
+            return Err(e.into());
+        }
+        // The batch stays queued (at the front) and is retried.
+        Err(e) => return Err(e.into()),
+    };
+    let deadline = chrono::Utc::now()
+        + chrono::Duration::from_std(gw.inner.config.run_timeout).unwrap_or_default();
+    gw.inner
+        .store
+        .put_run(&FollowedRun {
+            routing_key: key.to_string(),
+            session_id: route.session_id,
+            run_id,
+            last_event_id: after,
+            stream_message: None,
+            streamed: String::new(),
+            delivered: 0,
+            deadline: Some(deadline.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        })
+        .await?;
+    gw.inner.store.dequeue(key, last.id).await?;
+    Ok(true)
+}
+
+/// The route's session, created when there is none; the reply target refreshed.
+async fn ensure_route(gw: &Gateway, key: &str, latest: &Queued) -> Result<Route, GatewayError> {
+    let cfg = &gw.inner.config;
+    let existing = gw.inner.store.route(key).await?;
+    let (session_id, bound) = match (&existing, cfg.bindings.get(key)) {
+        (_, Some(bound)) => (*bound, true),
+        (Some(r), None) => (r.session_id, r.bound),
+        (None, None) => {
+            let s = gw
+                .inner
+                .client
+                .create_session(&CreateSessionRequest {
+                    title: Some(title(
+                        &cfg.title_template,
+                        &latest.channel,
+                        &latest.peer,
+                        &latest.chat,
+                    )),
+                    cwd: cfg.session_cwd.clone(),
+                    model: cfg.session_model.clone(),
+                    permission_mode: cfg.session_permission_mode,
+                    ..CreateSessionRequest::default()
+                })
+                .await?;
+            tracing::info!(routing_key = %key, session_id = %s.id, "new session for a chat");
+            (s.id, false)
+        }
+    };
+    let route = Route {
+        routing_key: key.to_string(),
+        session_id,
+        channel: latest.channel.clone(),
+        chat: latest.chat.clone(),
+        requester: latest.peer.clone(),
+        bound,
+    };
+    gw.inner.store.put_route(&route).await?;
+    Ok(route)
+}
+
+/// Follows a run from its stored cursor to its end, streaming the reply into the chat.
+async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), GatewayError> {
+    let Some(route) = gw.inner.store.route(key).await? else {
+        gw.inner.store.finish_run(key).await?;
+        return Ok(());
+    };
+    let Some(ch) = gw.channel(&route.channel) else {
+        gw.inner.store.finish_run(key).await?;
+        return Ok(());
+    };
+    let mut events = gw
+        .inner
+        .client
+        .subscribe(run.session_id, Some(run.last_event_id));
+    let mut buf = StreamBuffer::new();
+    // The first event whose text is still in the buffer: the cursor stays before it.
+    let mut buffered_from: Option<u64> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        let deadline = run
+            .deadline
+            .as_deref()
+            .and_then(|d| chrono::DateTime::parse_from_rfc3339(d).ok())
+            .map(|d| d.with_timezone(&chrono::Utc));
+        let until_deadline = deadline
+            .map(|d| (d - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        let item = tokio::select! {
+            _ = gw.inner.cancel.cancelled() => return Ok(()),
+            _ = tick.tick() => {
+                if let Some(chunk) = buf.take_ready(Instant::now()) {
+                    deliver(&*ch, &route.chat, &mut run, &chunk).await?;
+                    if buf.is_empty() { buffered_from = None; }
+                    save_cursor(gw, &mut run, None, buffered_from).await?;
+                }
+                continue;
+            }
+            _ = tokio::time::sleep(until_deadline) => {
+                let mins = gw.inner.config.run_timeout.as_secs() / 60;
+                log_err("posting a timeout notice", ch.send(&route.chat, &format!("⏱ The run took longer than {mins} min and is being cancelled."), &[]).await);
+                log_err("cancelling a timed-out run", gw.inner.client.cancel(run.session_id, run.run_id).await);
+                run.deadline = None;
+                gw.inner.store.put_run(&run).await?;
+                continue;
+            }
+            item = events.next() => item,
+        };
+        let env = match item {
+            Some(Ok(env)) => env,
+            Some(Err(e)) if e.is_transient() => continue,
+            Some(Err(e)) if e.status() == Some(404) => {
+                gw.inner.store.finish_run(key).await?;
+                return Ok(());
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None => return Err(GatewayError::Other("event stream ended".into())),
+        };
+        if env.event.run_id() != run.run_id {
+            if buffered_from.is_none() {
+                save_cursor(gw, &mut run, Some(env.id), None).await?;
+            }
+            continue;
+        }
+        match env.event {
+            AgentEvent::TextDelta { delta, .. } => {
+                buf.push(&delta, Instant::now());
+                buffered_from.get_or_insert(env.id);
+                if let Some(chunk) = buf.take_ready(Instant::now()) {
+                    deliver(&*ch, &route.chat, &mut run, &chunk).await?;
+                    if buf.is_empty() {
+                        buffered_from = None;
+                    }
+                    save_cursor(gw, &mut run, Some(env.id), buffered_from).await?;
+                }
+            }
+            AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
+                if let Some(rest) = buf.take_rest() {
+                    deliver(&*ch, &route.chat, &mut run, &rest).await?;
+                }
+                buffered_from = None;
+                // The reply continues in a new message below the prompt.
+                run.stream_message = None;
+                run.streamed.clear();
+                gw.on_waiting(&route, &run, &tool_call_ids).await?;
+                save_cursor(gw, &mut run, Some(env.id), None).await?;
+            }
+            AgentEvent::ToolRejected {
+                tool_call_id,
+                reason,
+                ..
+            } => {
+                if let Some(p) = gw.inner.store.prompt_of_session(run.session_id).await?
+                    && p.run_id == run.run_id
+                    && p.tool_call_ids.contains(&tool_call_id)
+                {
+                    // Rejected by the server (timeout, cancel): the prompt says so.
+                    if gw.inner.store.take_prompt(&p.id).await? {
+                        let note = if reason.contains("timed out") {
+                            "⌛ This approval expired: no decision in time.".to_string()
+                        } else {
+                            format!("❌ Rejected: {reason}")
+                        };
+                        let text =
+                            truncate(&format!("{}\n\n{note}", p.prompt_text), ch.max_chars());
+                        log_err(
+                            "editing an expired prompt",
+                            ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+                        );
+                    }
+                }
+                if buffered_from.is_none() {
+                    save_cursor(gw, &mut run, Some(env.id), None).await?;
+                }
+            }
+            AgentEvent::RunCompleted { .. } | AgentEvent::RunError { .. } => {
+                if let Some(rest) = buf.take_rest() {
+                    deliver(&*ch, &route.chat, &mut run, &rest).await?;
+                }
+                if let AgentEvent::RunError { error, .. } = &env.event {
+                    let text = truncate(&format!("⚠️ The run failed: {error}"), ch.max_chars());
+                    log_err(
+                        "posting a run error",
+                        ch.send(&route.chat, &text, &[]).await,
+                    );
+                } else if run.streamed.is_empty()
+                    && run.delivered == 0
+                    && let AgentEvent::RunCompleted { stop_reason, .. } = &env.event
+                    && stop_reason == "cancelled"
+                {
+                    log_err(
+                        "posting a cancel notice",
+                        ch.send(&route.chat, "Stopped.", &[]).await,
+                    );
+                }
+                // A prompt left over (the run ended without a decision) is closed.
+                if let Some(p) = gw.inner.store.prompt_of_session(run.session_id).await?
+                    && p.run_id == run.run_id
+                    && gw.inner.store.take_prompt(&p.id).await?
+                {
+                    let text = truncate(
+                        &format!(
+                            "{}\n\n⌛ The run ended; this approval is closed.",
+                            p.prompt_text
+                        ),
+                        ch.max_chars(),
+                    );
+                    log_err(
+                        "closing a prompt",
+                        ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+                    );
+                }
+                gw.inner.store.finish_run(key).await?;
+                return Ok(());
+            }
+            _ => {
+                if buffered_from.is_none() {
+                    save_cursor(gw, &mut run, Some(env.id), None).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Stores how far the reply got. With text still buffered the cursor stays before the
+/// first buffered event, so a restart replays (and delivers) it.
+async fn save_cursor(
+    gw: &Gateway,
+    run: &mut FollowedRun,
+    at: Option<u64>,
+    buffered_from: Option<u64>,
+) -> Result<(), GatewayError> {
+    let cursor = match (buffered_from, at) {
+        (Some(b), _) => b.saturating_sub(1),
+        (None, Some(a)) => a,
+        (None, None) => run.last_event_id,
+    };
+    run.last_event_id = run.last_event_id.max(cursor);
+    gw.inner.store.put_run(run).await?;
+    Ok(())
+}
+
+/// Shows more reply text: appended to the message being edited while it fits the platform's
+/// limit, else split (fences kept whole) into the current message and new ones.
+async fn deliver(
+    ch: &dyn Channel,
+    chat: &ChatRef,
+    run: &mut FollowedRun,
+    chunk: &str,
+) -> Result<(), GatewayError> {
+    if chunk.trim().is_empty() {
+        return Ok(());
+    }
+    let combined = format!("{}{}", run.streamed, chunk);
+    let parts = split_message(&combined, ch.max_chars());
+    let mut parts = parts.into_iter();
+    let Some(first) = parts.next() else {
+        return Ok(());
+    };
+    match (&run.stream_message, ch.can_edit()) {
+        (Some(id), true) => {
+            if first != run.streamed.trim_end() {
+                ch.edit(chat, id, &first, &[]).await?;
+            }
+        }
+        _ => {
+            let text = if ch.can_edit() || run.streamed.is_empty() {
+                first.clone()
+            } else {
+                chunk.trim().to_string()
+            };
+            let id = ch.send(chat, &text, &[]).await?;
+            run.stream_message = Some(id);
+        }
+    }
+    run.streamed = first;
+    for part in parts {
+        let id = ch.send(chat, &part, &[]).await?;
+        run.stream_message = Some(id);
+        run.delivered += run.streamed.chars().count();
+        run.streamed = part;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(peer: &str, text: &str, context: Option<serde_json::Value>) -> Queued {
+        Queued {
+            id: 0,
+            routing_key: "k".into(),
+            channel: "telegram".into(),
+            peer: Peer {
+                id: peer.into(),
+                name: peer.into(),
+                username: None,
+            },
+            chat: ChatRef {
+                id: "1".into(),
+                kind: ChatKind::Group,
+                thread: None,
+            },
+            text: text.into(),
+            context,
+        }
+    }
+
+    #[test]
+    fn batches_attribute_senders_only_when_there_are_several() {
+        assert_eq!(
+            batch_text(&[q("alice", "one", None), q("alice", "two", None)]),
+            "one\n\ntwo"
+        );
+        assert_eq!(
+            batch_text(&[q("alice", "one", None), q("bob", "two", None)]),
+            "alice: one\nbob: two"
+        );
+    }
+
+    #[test]
+    fn the_newest_non_empty_context_wins() {
+        let items = [
+            q("a", "1", Some(serde_json::json!({"n": 1}))),
+            q("a", "2", Some(serde_json::json!({"n": 2}))),
+            q("a", "3", None),
+        ];
+        assert_eq!(batch_context(&items), Some(serde_json::json!({"n": 2})));
+        assert_eq!(batch_context(&[q("a", "1", None)]), None);
+    }
+
+    #[test]
+    fn commands_and_buttons_parse() {
+        assert_eq!(command("/new"), Some(Command::New));
+        assert_eq!(command("/stop@switchboard_bot now"), Some(Command::Stop));
+        assert_eq!(command("/status"), Some(Command::Status));
+        assert_eq!(command("/unknown"), None);
+        assert_eq!(command("hello /new"), None);
+        assert_eq!(parse_button("ap:abc123:y"), Some(("abc123", true)));
+        assert_eq!(parse_button("ap:abc123:n"), Some(("abc123", false)));
+        assert_eq!(parse_button("ap:abc123:x"), None);
+        assert_eq!(parse_button("other"), None);
+        assert!(format!("ap:{}:y", short_id()).len() <= 64);
+        assert_eq!(pairing_code().len(), 8);
+    }
+}

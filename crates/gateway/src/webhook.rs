@@ -1,0 +1,782 @@
+//! The generic signed-webhook channel: any system that can send and receive signed HTTP
+//! POSTs can be a chat platform for Switchboard.
+//!
+//! A webhook channel is named `webhook:<name>` (`webhook:ops`). Your system POSTs inbound
+//! messages and button presses to the gateway's webhook route; the gateway POSTs what the
+//! agent says to your `outbound_url`. Both directions carry JSON and are signed the same way.
+//!
+//! # Signing
+//!
+//! Every request carries two headers:
+//!
+//! ```text
+//! X-Switchboard-Timestamp: <unix seconds, decimal>
+//! X-Switchboard-Signature: sha256=<lowercase hex HMAC-SHA256(secret, "<timestamp>.<raw body>")>
+//! ```
+//!
+//! The HMAC key is the shared secret's UTF-8 bytes; the signed message is the timestamp
+//! exactly as sent in the header, one `.` and the raw request body bytes (sign and check
+//! the bytes on the wire, not re-serialised JSON). To check a request:
+//!
+//! 1. both headers are present, the timestamp is decimal digits and the signature is
+//!    `sha256=` followed by 64 hex digits — otherwise reject;
+//! 2. recompute the HMAC and compare it with the received one in constant time
+//!    (`hmac.compare_digest` in Python, `crypto.timingSafeEqual` in Node) — reject on mismatch;
+//! 3. reject when the timestamp is more than the tolerance (300 s by default) from your
+//!    clock; this stops replays of captured requests.
+//!
+//! For example (Python):
+//!
+//! ```text
+//! ts = str(int(time.time()))
+//! sig = "sha256=" + hmac.new(secret.encode(), ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+//! ```
+//!
+//! Use a long random secret (e.g. 32 random bytes, hex-encoded) and keep it out of logs.
+//! [`sign`] and [`verify`] implement both sides here.
+//!
+//! # Inbound (your system → gateway)
+//!
+//! A message:
+//!
+//! ```json
+//! {"type": "message",
+//!  "peer": {"id": "u1", "name": "Alice", "username": "alice"},
+//!  "chat": {"id": "c1", "kind": "direct", "thread": null},
+//!  "text": "hi",
+//!  "message_id": "m1",
+//!  "attachments": [{"kind": "image", "name": "a.png", "size": 1234}]}
+//! ```
+//!
+//! * `peer.id`, `chat.id` and `message_id` are required, non-empty strings (integers are
+//!   accepted and turned into strings), at most 512 bytes;
+//! * `peer.name` defaults to `peer.id`; `peer.username` is optional;
+//! * `chat.kind` is `direct`, `group` or `thread`; `chat.thread` is optional (string or null);
+//! * `text` is required, at most 64 KiB (65 536 bytes), and may be empty only when
+//!   `attachments` are given;
+//! * `attachments` is optional (metadata only: `kind`, optional `name` and `size`);
+//! * any other top-level fields are kept in the message's `meta`.
+//!
+//! Webhook messages are always treated as addressed to the bot (no mention needed in groups).
+//!
+//! A press of one of our buttons:
+//!
+//! ```json
+//! {"type": "press", "press_id": "p1",
+//!  "peer": {"id": "u1", "name": "Alice"},
+//!  "chat": {"id": "c1", "kind": "group"},
+//!  "message_id": "<the id you returned for the message carrying the button>",
+//!  "data": "<the button's data, as we sent it>"}
+//! ```
+//!
+//! `press_id` and `message_id` are required non-empty ids; `data` is a required string.
+//!
+//! # Outbound (gateway → your `outbound_url`)
+//!
+//! ```json
+//! {"type": "send", "chat": {"id": "c1", "kind": "direct"}, "text": "…",
+//!  "buttons": [{"text": "Approve", "data": "a:1"}]}
+//! {"type": "edit", "chat": {…}, "message_id": "…", "text": "…", "buttons": […]}
+//! {"type": "press_answer", "press_id": "p1", "text": "Approved"}
+//! {"type": "ping"}
+//! ```
+//!
+//! `chat` is echoed as received (`thread` omitted when absent); `buttons` is always present
+//! (empty: no buttons; on `edit`, empty removes them); `press_answer.text` may be null.
+//! Answer any 2xx to accept. For `send`, answer `200 {"message_id": "…"}` with the id you
+//! will use for that message in `edit` and in presses; without one the gateway makes up a
+//! UUID. `429` with `Retry-After: <seconds>` (1 s when absent) makes the gateway wait and
+//! retry, at most 3 times and only for waits up to 60 s; any other status is a failure.
+//! Redirects are not followed (a signed body goes only to the configured URL).
+//!
+//! # Receiving (for the gateway's route)
+//!
+//! Limit the body to [`MAX_INBOUND_BODY_BYTES`], call [`verify`] with the raw body bytes
+//! and the channel's secret and tolerance, then [`parse_inbound`] with the channel name.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use serde_json::{Map, Value, json};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
+    Inbound, InboundMessage, Peer,
+};
+
+/// The header with the request's unix time in seconds (lower case, as `HeaderMap` keys are).
+pub const TIMESTAMP_HEADER: &str = "x-switchboard-timestamp";
+/// The header with `sha256=<hex HMAC>`.
+pub const SIGNATURE_HEADER: &str = "x-switchboard-signature";
+/// How far a request's timestamp may be from now by default.
+pub const DEFAULT_TOLERANCE: Duration = Duration::from_secs(300);
+/// The default longest text of one outbound message.
+pub const DEFAULT_MAX_CHARS: usize = 4000;
+/// The longest inbound `text` (and press `data`), in bytes.
+pub const MAX_INBOUND_TEXT_BYTES: usize = 64 * 1024;
+/// The longest inbound id, in bytes.
+pub const MAX_ID_BYTES: usize = 512;
+/// A body limit for the inbound route: above this a request cannot be valid anyway.
+pub const MAX_INBOUND_BODY_BYTES: usize = 256 * 1024;
+
+/// Retries after a 429 before giving up with [`ChannelError::RateLimited`].
+const MAX_RATE_LIMIT_RETRIES: u32 = 3;
+/// The wait after a 429 without a usable `Retry-After`.
+const DEFAULT_RETRY_AFTER_SECS: u64 = 1;
+/// A `Retry-After` longer than this is not waited for (the call fails as rate limited).
+const MAX_RETRY_AFTER_SECS: u64 = 60;
+/// How much of a receiver's response is read.
+const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+/// How much of a failed response's body goes into the error.
+const ERROR_EXCERPT_CHARS: usize = 300;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// One webhook channel's settings.
+#[derive(Clone)]
+pub struct WebhookConfig {
+    /// The bare name; the channel is called `webhook:<name>`. Letters, digits, `-`, `_`.
+    pub name: String,
+    /// The shared HMAC secret (never logged; redacted from `Debug`).
+    pub secret: String,
+    /// Where outbound messages are POSTed (`http` or `https`).
+    pub outbound_url: String,
+    /// How far a request's timestamp may be from now ([`DEFAULT_TOLERANCE`]).
+    pub tolerance: Duration,
+    /// Longest text of one outbound message ([`DEFAULT_MAX_CHARS`]).
+    pub max_chars: usize,
+}
+
+impl WebhookConfig {
+    /// Settings with the default tolerance and message length.
+    pub fn new(
+        name: impl Into<String>,
+        secret: impl Into<String>,
+        outbound_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            secret: secret.into(),
+            outbound_url: outbound_url.into(),
+            tolerance: DEFAULT_TOLERANCE,
+            max_chars: DEFAULT_MAX_CHARS,
+        }
+    }
+
+    /// The channel name, `webhook:<name>`.
+    pub fn channel_name(&self) -> String {
+        format!("webhook:{}", self.name)
+    }
+}
+
+impl std::fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookConfig")
+            .field("name", &self.name)
+            .field("secret", &"[redacted]")
+            .field("outbound_url", &redact_url_str(&self.outbound_url))
+            .field("tolerance", &self.tolerance)
+            .field("max_chars", &self.max_chars)
+            .finish()
+    }
+}
+
+/// The raw HMAC-SHA256 of `"<timestamp>.<body>"`.
+fn mac_bytes(secret: &str, timestamp: i64, body: &[u8]) -> Option<Vec<u8>> {
+    // HMAC accepts keys of any length, so this never fails; `None` keeps it panic-free.
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(secret.as_bytes()).ok()?;
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    Some(mac.finalize().into_bytes().to_vec())
+}
+
+/// The `X-Switchboard-Signature` value for `body` sent at `timestamp`: `sha256=<hex>`.
+pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
+    let digest = mac_bytes(secret, timestamp, body).unwrap_or_default();
+    format!("sha256={}", hex::encode(digest))
+}
+
+/// Why an inbound request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// A header is missing or malformed, or the signature does not match.
+    #[error("missing or malformed signature")]
+    BadSignature,
+    /// Correctly signed, but the timestamp is more than the tolerance from now.
+    #[error("timestamp outside the allowed window")]
+    Stale,
+}
+
+/// The one value of header `name`, trimmed; several values or non-ASCII are malformed.
+fn single_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, VerifyError> {
+    let mut values = headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(VerifyError::BadSignature);
+    };
+    value
+        .to_str()
+        .map(str::trim)
+        .map_err(|_| VerifyError::BadSignature)
+}
+
+/// Checks a request's signature headers against `body` and `secret`, and its timestamp
+/// against `now` (unix seconds) ± `tolerance`. The signature is checked first, so
+/// [`VerifyError::Stale`] is only reported for a genuinely signed (but old) request.
+/// An empty secret verifies nothing.
+pub fn verify(
+    secret: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+    tolerance: Duration,
+) -> Result<(), VerifyError> {
+    if secret.is_empty() {
+        return Err(VerifyError::BadSignature);
+    }
+    let ts_raw = single_header(headers, TIMESTAMP_HEADER)?;
+    if ts_raw.is_empty() || ts_raw.len() > 18 || !ts_raw.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(VerifyError::BadSignature);
+    }
+    let timestamp: i64 = ts_raw.parse().map_err(|_| VerifyError::BadSignature)?;
+    let sig_raw = single_header(headers, SIGNATURE_HEADER)?;
+    let sig_hex = sig_raw
+        .strip_prefix("sha256=")
+        .ok_or(VerifyError::BadSignature)?;
+    if sig_hex.len() != 64 {
+        return Err(VerifyError::BadSignature);
+    }
+    let given = hex::decode(sig_hex).map_err(|_| VerifyError::BadSignature)?;
+    let expected = mac_bytes(secret, timestamp, body).ok_or(VerifyError::BadSignature)?;
+    if !bool::from(expected.as_slice().ct_eq(given.as_slice())) {
+        return Err(VerifyError::BadSignature);
+    }
+    if now.abs_diff(timestamp) > tolerance.as_secs() {
+        return Err(VerifyError::Stale);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Inbound parsing
+// ---------------------------------------------------------------------------------------
+
+fn as_object<'a>(value: &'a Value, path: &str) -> Result<&'a Map<String, Value>, String> {
+    match value {
+        Value::Object(map) => Ok(map),
+        Value::Null => Err(format!("`{path}` is missing")),
+        _ => Err(format!("`{path}` must be an object")),
+    }
+}
+
+fn required_object<'a>(
+    map: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'a Map<String, Value>, String> {
+    as_object(map.get(key).unwrap_or(&Value::Null), path)
+}
+
+/// A required, non-empty id (string or integer), at most [`MAX_ID_BYTES`].
+fn required_id(map: &Map<String, Value>, key: &str, path: &str) -> Result<String, String> {
+    let id = match map.get(key) {
+        None | Some(Value::Null) => return Err(format!("`{path}` is missing")),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+        Some(_) => return Err(format!("`{path}` must be a string")),
+    };
+    if id.trim().is_empty() {
+        return Err(format!("`{path}` must not be empty"));
+    }
+    if id.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "`{path}` is {} bytes; the limit is {MAX_ID_BYTES}",
+            id.len()
+        ));
+    }
+    Ok(id)
+}
+
+/// An optional string (absent or null → `None`).
+fn optional_string(
+    map: &Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<String>, String> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(format!("`{path}` must be a string or null")),
+    }
+}
+
+/// A required string (may be empty), at most [`MAX_INBOUND_TEXT_BYTES`].
+fn required_text(map: &Map<String, Value>, key: &str, path: &str) -> Result<String, String> {
+    let text = match map.get(key) {
+        None | Some(Value::Null) => return Err(format!("`{path}` is missing")),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(format!("`{path}` must be a string")),
+    };
+    if text.len() > MAX_INBOUND_TEXT_BYTES {
+        return Err(format!(
+            "`{path}` is {} bytes; the limit is {MAX_INBOUND_TEXT_BYTES}",
+            text.len()
+        ));
+    }
+    Ok(text)
+}
+
+fn parse_peer(map: &Map<String, Value>) -> Result<Peer, String> {
+    let peer = required_object(map, "peer", "peer")?;
+    let id = required_id(peer, "id", "peer.id")?;
+    let name = optional_string(peer, "name", "peer.name")?
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| id.clone());
+    if name.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "`peer.name` is {} bytes; the limit is {MAX_ID_BYTES}",
+            name.len()
+        ));
+    }
+    let username = optional_string(peer, "username", "peer.username")?.filter(|u| !u.is_empty());
+    Ok(Peer { id, name, username })
+}
+
+fn parse_chat(map: &Map<String, Value>) -> Result<ChatRef, String> {
+    let chat = required_object(map, "chat", "chat")?;
+    let id = required_id(chat, "id", "chat.id")?;
+    let kind = match chat.get("kind") {
+        None | Some(Value::Null) => return Err("`chat.kind` is missing".into()),
+        Some(Value::String(s)) => match s.as_str() {
+            "direct" => ChatKind::Direct,
+            "group" => ChatKind::Group,
+            "thread" => ChatKind::Thread,
+            other => {
+                return Err(format!(
+                    "`chat.kind` must be \"direct\", \"group\" or \"thread\" (got {other:?})"
+                ));
+            }
+        },
+        Some(_) => {
+            return Err("`chat.kind` must be \"direct\", \"group\" or \"thread\"".into());
+        }
+    };
+    let thread = match chat.get("thread") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(required_id(chat, "thread", "chat.thread")?),
+    };
+    Ok(ChatRef { id, kind, thread })
+}
+
+/// Parses a verified inbound body into an [`Inbound`] for channel `name` (the channel's
+/// full name as [`Channel::name`] gives it, e.g. `webhook:ops`, used verbatim). The
+/// formats are in the [module docs](self). Errors name the offending field.
+pub fn parse_inbound(name: &str, body: &[u8]) -> Result<Inbound, String> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("body is not valid JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("body must be a JSON object".into());
+    };
+    let kind = match map.get("type") {
+        None | Some(Value::Null) => return Err("`type` is missing".into()),
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err("`type` must be a string".into()),
+    };
+    match kind {
+        "message" => {
+            let peer = parse_peer(&map)?;
+            let chat = parse_chat(&map)?;
+            let message_id = required_id(&map, "message_id", "message_id")?;
+            let text = required_text(&map, "text", "text")?;
+            let attachments: Vec<Attachment> = match map.get("attachments") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(v) => serde_json::from_value(v.clone())
+                    .map_err(|e| format!("`attachments` is malformed: {e}"))?,
+            };
+            if text.trim().is_empty() && attachments.is_empty() {
+                return Err("`text` must not be empty (unless there are attachments)".into());
+            }
+            let extra: Map<String, Value> = map
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "type" | "peer" | "chat" | "text" | "message_id" | "attachments"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let meta = if extra.is_empty() {
+                Value::Null
+            } else {
+                Value::Object(extra)
+            };
+            Ok(Inbound::Message(InboundMessage {
+                channel: name.to_string(),
+                peer,
+                chat,
+                text,
+                message_id,
+                addressed: true,
+                attachments,
+                meta,
+            }))
+        }
+        "press" => {
+            let press_id = required_id(&map, "press_id", "press_id")?;
+            let peer = parse_peer(&map)?;
+            let chat = parse_chat(&map)?;
+            let message_id = required_id(&map, "message_id", "message_id")?;
+            let data = required_text(&map, "data", "data")?;
+            Ok(Inbound::Press(ButtonPress {
+                channel: name.to_string(),
+                press_id,
+                peer,
+                chat,
+                message_id,
+                data,
+            }))
+        }
+        other => Err(format!(
+            "`type` must be \"message\" or \"press\" (got {other:?})"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The channel
+// ---------------------------------------------------------------------------------------
+
+/// `scheme://host[:port]/path` — no credentials, query or fragment (they may hold tokens).
+fn redact_url(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
+        None => format!("{}://{host}{}", url.scheme(), url.path()),
+    }
+}
+
+fn redact_url_str(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .map(|u| redact_url(&u))
+        .unwrap_or_else(|_| "[unparsable url]".into())
+}
+
+/// The reason a request failed, down to its root cause, without the URL.
+fn describe_send_error(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    if e.is_timeout() {
+        return "timed out".into();
+    }
+    let mut msg = e.to_string();
+    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+    while let Some(s) = src {
+        let part = s.to_string();
+        if !msg.contains(&part) {
+            msg = format!("{msg}: {part}");
+        }
+        src = s.source();
+    }
+    msg
+}
+
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    text.trim().chars().take(ERROR_EXCERPT_CHARS).collect()
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// A webhook connection: receives through the gateway's HTTP route (see [`verify`] and
+/// [`parse_inbound`]), sends by POSTing signed JSON to the configured URL.
+pub struct WebhookChannel {
+    cfg: WebhookConfig,
+    channel_name: String,
+    url: reqwest::Url,
+    url_shown: String,
+    http: reqwest::Client,
+    running: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for WebhookChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookChannel")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a POST got back.
+struct Reply {
+    status: u16,
+    body: Bytes,
+}
+
+impl WebhookChannel {
+    /// Checks the settings (name, non-empty secret, an `http(s)` URL, `max_chars` > 0)
+    /// and builds the HTTP client.
+    pub fn new(cfg: WebhookConfig) -> Result<Self, ChannelError> {
+        let channel_name = cfg.channel_name();
+        let other = |reason: String| ChannelError::Other {
+            channel: channel_name.clone(),
+            reason,
+        };
+        if !valid_name(&cfg.name) {
+            return Err(other(format!(
+                "webhook name {:?} must be 1–64 letters, digits, '-' or '_' (the bare name, without \"webhook:\")",
+                cfg.name
+            )));
+        }
+        if cfg.secret.is_empty() {
+            return Err(other("the webhook secret is empty".into()));
+        }
+        let url = reqwest::Url::parse(&cfg.outbound_url)
+            .map_err(|e| other(format!("outbound_url is not a valid URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(other(format!(
+                "outbound_url must be an http:// or https:// URL with a host (got {})",
+                redact_url(&url)
+            )));
+        }
+        if cfg.max_chars == 0 {
+            return Err(other("max_chars must be at least 1".into()));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(30))
+            // A signed body must not be forwarded to wherever a redirect points.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("switchboard-gateway/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| other(format!("cannot build the HTTP client: {e}")))?;
+        let url_shown = redact_url(&url);
+        Ok(Self {
+            cfg,
+            channel_name,
+            url,
+            url_shown,
+            http,
+            running: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        })
+    }
+
+    /// The settings this channel was built with.
+    pub fn config(&self) -> &WebhookConfig {
+        &self.cfg
+    }
+
+    fn record(&self, result: Result<(), &ChannelError>) {
+        let mut last = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *last = result.err().map(ToString::to_string);
+    }
+
+    /// POSTs `payload` signed, retrying after 429s; a 2xx reply or an error.
+    async fn post(&self, method: &str, payload: &Value) -> Result<Reply, ChannelError> {
+        let result = self.post_inner(method, payload).await;
+        self.record(result.as_ref().map(|_| ()));
+        result
+    }
+
+    async fn post_inner(&self, method: &str, payload: &Value) -> Result<Reply, ChannelError> {
+        let body = Bytes::from(
+            serde_json::to_vec(payload).map_err(|e| ChannelError::Other {
+                channel: self.channel_name.clone(),
+                reason: format!("cannot encode the {method} request: {e}"),
+            })?,
+        );
+        let mut retries = 0;
+        loop {
+            let timestamp = chrono::Utc::now().timestamp();
+            let signature = sign(&self.cfg.secret, timestamp, &body);
+            let sent = self
+                .http
+                .post(self.url.clone())
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(TIMESTAMP_HEADER, timestamp.to_string())
+                .header(SIGNATURE_HEADER, signature)
+                .body(body.clone())
+                .send()
+                .await;
+            let mut resp = sent.map_err(|e| self.unreachable(method, e))?;
+            let status = resp.status();
+            if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                let wait = resp
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(DEFAULT_RETRY_AFTER_SECS);
+                if retries >= MAX_RATE_LIMIT_RETRIES || wait > MAX_RETRY_AFTER_SECS {
+                    return Err(ChannelError::RateLimited {
+                        channel: self.channel_name.clone(),
+                        retry_after_secs: wait,
+                    });
+                }
+                retries += 1;
+                tracing::debug!(
+                    channel = %self.channel_name,
+                    method,
+                    wait_secs = wait,
+                    retries,
+                    "webhook receiver rate limited us; retrying"
+                );
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+                continue;
+            }
+            let mut received = Vec::new();
+            loop {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => {
+                        let room = MAX_RESPONSE_BYTES.saturating_sub(received.len());
+                        received.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                        if received.len() >= MAX_RESPONSE_BYTES {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(self.unreachable(method, e)),
+                }
+            }
+            if !status.is_success() {
+                let mut description = excerpt(&received);
+                if description.is_empty() {
+                    description = format!("HTTP {status}");
+                }
+                return Err(ChannelError::Api {
+                    channel: self.channel_name.clone(),
+                    method: method.to_string(),
+                    code: status.as_u16(),
+                    description,
+                });
+            }
+            return Ok(Reply {
+                status: status.as_u16(),
+                body: Bytes::from(received),
+            });
+        }
+    }
+
+    fn unreachable(&self, method: &str, e: reqwest::Error) -> ChannelError {
+        ChannelError::Unreachable {
+            channel: self.channel_name.clone(),
+            reason: format!("{method} to {}: {}", self.url_shown, describe_send_error(e)),
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for WebhookChannel {
+    fn name(&self) -> &str {
+        &self.channel_name
+    }
+
+    fn max_chars(&self) -> usize {
+        self.cfg.max_chars
+    }
+
+    fn can_edit(&self) -> bool {
+        true
+    }
+
+    /// Inbound arrives over the gateway's HTTP route, so this only waits for `cancel`.
+    async fn run(
+        &self,
+        _ctx: ChannelContext,
+        cancel: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        self.running.store(true, Ordering::SeqCst);
+        cancel.cancelled().await;
+        self.running.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<String, ChannelError> {
+        let payload = json!({"type": "send", "chat": chat, "text": text, "buttons": buttons});
+        let reply = self.post("send", &payload).await?;
+        let given = serde_json::from_slice::<Value>(&reply.body)
+            .ok()
+            .and_then(|v| match v.get("message_id") {
+                Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= MAX_ID_BYTES => {
+                    Some(s.clone())
+                }
+                Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+                _ => None,
+            });
+        Ok(given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()))
+    }
+
+    async fn edit(
+        &self,
+        chat: &ChatRef,
+        message_id: &str,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let payload = json!({
+            "type": "edit",
+            "chat": chat,
+            "message_id": message_id,
+            "text": text,
+            "buttons": buttons,
+        });
+        self.post("edit", &payload).await.map(|_| ())
+    }
+
+    async fn answer_press(
+        &self,
+        press: &ButtonPress,
+        text: Option<&str>,
+    ) -> Result<(), ChannelError> {
+        let payload = json!({"type": "press_answer", "press_id": press.press_id, "text": text});
+        self.post("press_answer", &payload).await.map(|_| ())
+    }
+
+    async fn test(&self) -> Result<String, ChannelError> {
+        let reply = self.post("ping", &json!({"type": "ping"})).await?;
+        Ok(format!(
+            "{} → {} answered {}",
+            self.channel_name, self.url_shown, reply.status
+        ))
+    }
+
+    fn status(&self) -> String {
+        let last = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let base = if self.running.load(Ordering::SeqCst) {
+            "listening"
+        } else {
+            "configured"
+        };
+        match last {
+            Some(err) => format!("{base}; last delivery failed: {err}"),
+            None => base.to_string(),
+        }
+    }
+}

@@ -1,0 +1,712 @@
+//! The Telegram channel against the fake Bot API.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use switchboard_gateway::telegram::{TelegramChannel, TelegramConfig};
+use switchboard_gateway::{
+    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind, ChatRef,
+    Inbound, InboundMessage, InboundSink,
+};
+use switchboard_test_support::fake_telegram::FakeTelegram;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+const BOT: &str = "switchboard_test_bot";
+
+#[derive(Default)]
+struct Sink {
+    items: Mutex<Vec<Inbound>>,
+    /// Refuse this many more items.
+    fail: AtomicUsize,
+    attempts: AtomicUsize,
+}
+
+impl Sink {
+    fn failing(n: usize) -> Arc<Self> {
+        let s = Self::default();
+        s.fail.store(n, Ordering::SeqCst);
+        Arc::new(s)
+    }
+
+    fn items(&self) -> Vec<Inbound> {
+        self.items.lock().unwrap().clone()
+    }
+
+    fn len(&self) -> usize {
+        self.items.lock().unwrap().len()
+    }
+
+    fn messages(&self) -> Vec<InboundMessage> {
+        self.items()
+            .into_iter()
+            .filter_map(|i| match i {
+                Inbound::Message(m) => Some(m),
+                Inbound::Press(_) => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl InboundSink for Sink {
+    async fn accept(&self, item: Inbound) -> Result<(), String> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err("database is locked".into());
+        }
+        self.items.lock().unwrap().push(item);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct MemState(Mutex<HashMap<String, String>>);
+
+impl MemState {
+    fn offset(&self) -> Option<i64> {
+        self.0
+            .lock()
+            .unwrap()
+            .get("offset")
+            .map(|s| s.parse().unwrap())
+    }
+}
+
+#[async_trait]
+impl ChannelState for MemState {
+    async fn get(&self, key: &str) -> Option<String> {
+        self.0.lock().unwrap().get(key).cloned()
+    }
+    async fn set(&self, key: &str, value: &str) -> Result<(), String> {
+        self.0.lock().unwrap().insert(key.into(), value.into());
+        Ok(())
+    }
+}
+
+fn config(fake: &FakeTelegram) -> TelegramConfig {
+    let mut cfg = TelegramConfig::new(FakeTelegram::TOKEN);
+    cfg.base_url = fake.base_url();
+    cfg.poll_timeout_secs = 1;
+    cfg
+}
+
+fn channel(fake: &FakeTelegram) -> Arc<TelegramChannel> {
+    Arc::new(TelegramChannel::new(config(fake)).unwrap())
+}
+
+struct Running {
+    cancel: CancellationToken,
+    handle: JoinHandle<Result<(), ChannelError>>,
+}
+
+impl Running {
+    async fn stop(self) -> Result<(), ChannelError> {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(3), self.handle)
+            .await
+            .expect("run stops promptly when cancelled")
+            .unwrap()
+    }
+}
+
+fn run(ch: &Arc<TelegramChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Running {
+    let cancel = CancellationToken::new();
+    let ctx = ChannelContext {
+        sink: sink.clone(),
+        state: state.clone(),
+    };
+    let ch = ch.clone();
+    let c = cancel.clone();
+    let handle = tokio::spawn(async move { ch.run(ctx, c).await });
+    Running { cancel, handle }
+}
+
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn update_id(m: &InboundMessage) -> i64 {
+    m.meta["update_id"].as_i64().unwrap()
+}
+
+fn group(id: i64) -> ChatRef {
+    ChatRef {
+        id: id.to_string(),
+        kind: ChatKind::Group,
+        thread: None,
+    }
+}
+
+fn buttons(pairs: &[(&str, &str)]) -> Vec<Button> {
+    pairs
+        .iter()
+        .map(|(t, d)| Button {
+            text: (*t).into(),
+            data: (*d).into(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn dm_arrives_and_offset_is_persisted() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let first = fake.dm(42, "Alice", "hello there");
+    let running = run(&ch, &sink, &state);
+    until("the DM arrives", || sink.len() == 1).await;
+    assert_eq!(ch.status(), "polling");
+    let m = &sink.messages()[0];
+    assert_eq!(m.channel, "telegram");
+    assert_eq!(m.peer.id, "42");
+    assert_eq!(m.peer.name, "Alice");
+    assert_eq!(
+        m.chat,
+        ChatRef {
+            id: "42".into(),
+            kind: ChatKind::Direct,
+            thread: None
+        }
+    );
+    assert_eq!(m.text, "hello there");
+    assert_eq!(m.message_id, first.to_string());
+    assert!(m.addressed);
+    let uid = update_id(m);
+    until("the offset is stored", || state.offset() == Some(uid + 1)).await;
+    let polls = fake.calls("getUpdates");
+    assert_eq!(
+        polls[0]["allowed_updates"],
+        serde_json::json!(["message", "callback_query"])
+    );
+    assert_eq!(polls[0]["timeout"], 1);
+    assert_eq!(fake.calls("getMe").len(), 1);
+    running.stop().await.unwrap();
+    assert_eq!(ch.status(), "stopped");
+
+    // a restart with the same state resumes after the stored offset
+    let before = fake.calls("getUpdates").len();
+    let sink2 = Arc::new(Sink::default());
+    let running = run(&ch, &sink2, &state);
+    until("the restarted channel polls twice", || {
+        fake.calls("getUpdates").len() >= before + 2
+    })
+    .await;
+    assert_eq!(fake.calls("getUpdates")[before]["offset"], uid + 1);
+    assert_eq!(sink2.len(), 0, "no update is delivered twice");
+    fake.dm(42, "Alice", "second");
+    until("the second DM arrives", || sink2.len() == 1).await;
+    assert_eq!(sink2.messages()[0].text, "second");
+    assert_eq!(sink.len(), 1);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failing_sink_gets_the_update_again() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Sink::failing(1);
+    let state = Arc::new(MemState::default());
+    fake.dm(7, "Bob", "one");
+    fake.dm(7, "Bob", "two");
+    let running = run(&ch, &sink, &state);
+    until("the first refusal", || {
+        sink.attempts.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    // refused: the offset did not move, the second update was not offered
+    assert_eq!(state.offset(), None);
+    assert_eq!(sink.attempts.load(Ordering::SeqCst), 1);
+    until("both DMs are delivered", || sink.len() == 2).await;
+    let texts: Vec<String> = sink.messages().into_iter().map(|m| m.text).collect();
+    assert_eq!(texts, ["one", "two"]);
+    assert_eq!(sink.attempts.load(Ordering::SeqCst), 3);
+    let last = update_id(&sink.messages()[1]);
+    until("the offset is stored", || state.offset() == Some(last + 1)).await;
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn group_messages_need_a_mention_or_a_reply() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    // the bot's message to reply to
+    ch.send(&group(-100), "I am here", &[]).await.unwrap();
+    let running = run(&ch, &sink, &state);
+    fake.group_message(-100, 1, "Carol", "just chatting", None, false);
+    let skipped_last = fake.group_message(
+        -100,
+        1,
+        "Carol",
+        "mail me@switchboard_test_bot",
+        None,
+        false,
+    );
+    fake.group_message(
+        -100,
+        1,
+        "Carol",
+        &format!("@{BOT} what's the status?"),
+        None,
+        false,
+    );
+    fake.group_message(
+        -100,
+        2,
+        "Dave",
+        &format!("hey @{} do it", BOT.to_uppercase()),
+        None,
+        false,
+    );
+    fake.group_message(-100, 1, "Carol", "yes, that one", None, true);
+    until("three addressed messages", || sink.len() == 3).await;
+    let msgs = sink.messages();
+    let texts: Vec<&str> = msgs.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["what's the status?", "hey do it", "yes, that one"]);
+    for m in &msgs {
+        assert!(m.addressed);
+        assert_eq!(m.chat, group(-100));
+        assert_ne!(m.message_id, skipped_last.to_string());
+    }
+    assert_eq!(msgs[1].peer.id, "2");
+    // skipped updates still advance the offset
+    let last = update_id(&msgs[2]);
+    until("the offset passes everything", || {
+        state.offset() == Some(last + 1)
+    })
+    .await;
+    running.stop().await.unwrap();
+
+    // without require_mention_in_groups every group message comes, marked
+    let mut cfg = config(&fake);
+    cfg.require_mention_in_groups = false;
+    let ch = Arc::new(TelegramChannel::new(cfg).unwrap());
+    let sink = Arc::new(Sink::default());
+    let running = run(&ch, &sink, &state);
+    fake.group_message(-100, 1, "Carol", "unaddressed", None, false);
+    fake.group_message(-100, 1, "Carol", &format!("@{BOT} addressed"), None, false);
+    until("both group messages", || sink.len() == 2).await;
+    let msgs = sink.messages();
+    assert_eq!(
+        (msgs[0].text.as_str(), msgs[0].addressed),
+        ("unaddressed", false)
+    );
+    assert_eq!(
+        (msgs[1].text.as_str(), msgs[1].addressed),
+        ("addressed", true)
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn forum_topics_are_threads() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = run(&ch, &sink, &state);
+    // a topic message "replies" to the topic's creation: not to the bot
+    fake.group_message(-200, 5, "Erin", "no mention here", Some(42), false);
+    fake.group_message(-200, 5, "Erin", &format!("@{BOT} deploy"), Some(42), false);
+    until("the topic message", || sink.len() == 1).await;
+    let m = &sink.messages()[0];
+    assert_eq!(m.text, "deploy");
+    let thread = ChatRef {
+        id: "-200".into(),
+        kind: ChatKind::Thread,
+        thread: Some("42".into()),
+    };
+    assert_eq!(m.chat, thread);
+
+    // replies go to the topic; a reply to the bot there is addressed
+    ch.send(&thread, "on it", &[]).await.unwrap();
+    assert_eq!(fake.calls("sendMessage")[0]["message_thread_id"], 42);
+    assert_eq!(fake.bot_messages(-200)[0].thread_id, Some(42));
+    fake.group_message(-200, 5, "Erin", "thanks", Some(42), true);
+    until("the reply in the topic", || sink.len() == 2).await;
+    let m = &sink.messages()[1];
+    assert_eq!((m.text.as_str(), m.addressed), ("thanks", true));
+    assert_eq!(m.chat, thread);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn buttons_are_pressed_and_answered() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let dm = ChatRef {
+        id: "42".into(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    let id = ch
+        .send(
+            &dm,
+            "Run `rm -rf build`? *sure*",
+            &buttons(&[("Approve", "ap:1:yes"), ("Deny", "ap:1:no")]),
+        )
+        .await
+        .unwrap();
+    let sent = fake.calls("sendMessage");
+    assert!(sent[0].get("parse_mode").is_none(), "plain text");
+    assert_eq!(sent[0]["chat_id"], 42);
+    let msgs = fake.bot_messages(42);
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].message_id.to_string(), id);
+    assert_eq!(msgs[0].text, "Run `rm -rf build`? *sure*");
+    assert_eq!(
+        msgs[0].buttons,
+        [
+            ("Approve".to_string(), "ap:1:yes".to_string()),
+            ("Deny".to_string(), "ap:1:no".to_string())
+        ]
+    );
+
+    let running = run(&ch, &sink, &state);
+    let query = fake.press(42, msgs[0].message_id, 42, "Alice", "ap:1:no");
+    until("the press arrives", || sink.len() == 1).await;
+    let Inbound::Press(press) = sink.items().remove(0) else {
+        panic!("expected a press");
+    };
+    assert_eq!(
+        press,
+        ButtonPress {
+            channel: "telegram".into(),
+            press_id: query.clone(),
+            peer: switchboard_gateway::Peer {
+                id: "42".into(),
+                name: "Alice".into(),
+                username: None
+            },
+            chat: dm.clone(),
+            message_id: id.clone(),
+            data: "ap:1:no".into(),
+        }
+    );
+    ch.answer_press(&press, Some("Denied")).await.unwrap();
+    assert_eq!(fake.answered(), std::slice::from_ref(&query));
+    assert_eq!(fake.calls("answerCallbackQuery")[0]["text"], "Denied");
+    // answering twice: Telegram refuses, the error says why
+    let err = ch.answer_press(&press, None).await.unwrap_err();
+    assert!(
+        matches!(err, ChannelError::Api { code: 400, .. }),
+        "{err:?}"
+    );
+    running.stop().await.unwrap();
+
+    // callback data longer than 64 bytes is refused before any call
+    let long = "x".repeat(65);
+    let err = ch
+        .send(&dm, "too long", &buttons(&[("Go", &long)]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ChannelError::Other { .. }), "{err:?}");
+    assert_eq!(fake.calls("sendMessage").len(), 1);
+    let ok = "y".repeat(64);
+    ch.send(&dm, "just fits", &buttons(&[("Go", &ok)]))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn edit_changes_text_and_removes_buttons() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let chat = group(-300);
+    let id = ch
+        .send(&chat, "thinking…", &buttons(&[("Stop", "stop:1")]))
+        .await
+        .unwrap();
+    ch.edit(&chat, &id, "done: 42", &[]).await.unwrap();
+    let m = &fake.bot_messages(-300)[0];
+    assert_eq!(m.text, "done: 42");
+    assert!(m.buttons.is_empty());
+    assert_eq!(m.edits, 1);
+    assert_eq!(
+        fake.calls("editMessageText")[0]["reply_markup"],
+        serde_json::json!({"inline_keyboard": []})
+    );
+    // the same text again: "message is not modified" is success
+    ch.edit(&chat, &id, "done: 42", &[]).await.unwrap();
+    assert_eq!(fake.bot_messages(-300)[0].edits, 1);
+    assert_eq!(fake.calls("editMessageText").len(), 2);
+    // buttons come back
+    ch.edit(&chat, &id, "done: 42", &buttons(&[("Again", "again")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.bot_messages(-300)[0].buttons,
+        [("Again".to_string(), "again".to_string())]
+    );
+    // an unknown message
+    let err = ch.edit(&chat, "9999", "x", &[]).await.unwrap_err();
+    match err {
+        ChannelError::Api {
+            code, description, ..
+        } => {
+            assert_eq!(code, 400);
+            assert!(
+                description.contains("message to edit not found"),
+                "{description}"
+            );
+        }
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_are_honoured() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let dm = ChatRef {
+        id: "42".into(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    fake.rate_limit("sendMessage", 1, 1);
+    let t = Instant::now();
+    ch.send(&dm, "after a pause", &[]).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    assert_eq!(fake.calls("sendMessage").len(), 2);
+    assert_eq!(fake.bot_messages(42).len(), 1);
+
+    let mut cfg = config(&fake);
+    cfg.max_retries = 1;
+    let ch = TelegramChannel::new(cfg).unwrap();
+    fake.rate_limit("sendMessage", 5, 1);
+    let err = ch.send(&dm, "never", &[]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChannelError::RateLimited {
+                retry_after_secs: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // one try and one retry
+    assert_eq!(fake.calls("sendMessage").len(), 4);
+    assert_eq!(fake.bot_messages(42).len(), 1);
+}
+
+#[tokio::test]
+async fn polling_waits_out_a_rate_limit() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    fake.rate_limit("getUpdates", 1, 1);
+    fake.dm(1, "Fay", "hi");
+    let t = Instant::now();
+    let running = run(&ch, &sink, &state);
+    until("the DM after the rate limit", || sink.len() == 1).await;
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_poller_is_a_conflict() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    fake.conflict_next_poll();
+    let running = run(&ch, &sink, &state);
+    let r = tokio::time::timeout(Duration::from_secs(5), running.handle)
+        .await
+        .expect("run returns on a conflict")
+        .unwrap();
+    assert!(matches!(r, Err(ChannelError::Conflict { .. })), "{r:?}");
+    assert_eq!(ch.status(), "conflict: another poller is running");
+    assert_eq!(fake.calls("getUpdates").len(), 1, "no spinning");
+}
+
+#[tokio::test]
+async fn test_reports_the_bot_or_the_failure() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    assert_eq!(ch.test().await.unwrap(), "@switchboard_test_bot (id 999)");
+
+    let token = "654321:WRONG-SECRET-TOKEN";
+    let mut cfg = config(&fake);
+    cfg.token = token.into();
+    assert!(!format!("{cfg:?}").contains("WRONG"));
+    let bad = Arc::new(TelegramChannel::new(cfg).unwrap());
+    let err = bad.test().await.unwrap_err();
+    match &err {
+        ChannelError::Api {
+            code,
+            description,
+            method,
+            ..
+        } => {
+            assert_eq!(*code, 401);
+            assert_eq!(description, "Unauthorized");
+            assert_eq!(method, "getMe");
+        }
+        other => panic!("expected an API error, got {other:?}"),
+    }
+    assert!(!err.to_string().contains("WRONG"), "{err}");
+    assert!(!format!("{err:?}").contains("WRONG"), "{err:?}");
+
+    // run gives up on a bad token (retrying will not fix it)
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = run(&bad, &sink, &state);
+    let r = tokio::time::timeout(Duration::from_secs(5), running.handle)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(r, Err(ChannelError::Api { code: 401, .. })),
+        "{r:?}"
+    );
+    assert!(bad.status().starts_with("error: "), "{}", bad.status());
+    assert!(!bad.status().contains("WRONG"));
+}
+
+#[tokio::test]
+async fn unreachable_api_backs_off_and_hides_the_token() {
+    // a port nobody listens on
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut cfg = TelegramConfig::new(FakeTelegram::TOKEN);
+    cfg.base_url = format!("http://{addr}/");
+    cfg.poll_timeout_secs = 1;
+    let ch = Arc::new(TelegramChannel::new(cfg).unwrap());
+    let err = ch.test().await.unwrap_err();
+    assert!(matches!(err, ChannelError::Unreachable { .. }), "{err:?}");
+    assert!(!err.to_string().contains("TEST-TOKEN"), "{err}");
+
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = run(&ch, &sink, &state);
+    until("an error status", || ch.status().starts_with("error: ")).await;
+    assert!(!ch.status().contains("TEST-TOKEN"), "{}", ch.status());
+    // still running (retrying), and it stops promptly when cancelled
+    assert!(!running.handle.is_finished());
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn edits_in_one_chat_are_spaced() {
+    let fake = FakeTelegram::start().await;
+    let mut cfg = config(&fake);
+    cfg.edit_interval = Duration::from_millis(300);
+    let ch = TelegramChannel::new(cfg).unwrap();
+    let a = group(-1);
+    let b = group(-2);
+    let ma = ch.send(&a, "a0", &[]).await.unwrap();
+    let mb = ch.send(&b, "b0", &[]).await.unwrap();
+
+    let t = Instant::now();
+    ch.edit(&a, &ma, "a1", &[]).await.unwrap();
+    ch.edit(&b, &mb, "b1", &[]).await.unwrap();
+    // the first edits in each chat go at once
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    ch.edit(&a, &ma, "a2", &[]).await.unwrap();
+    let second = t.elapsed();
+    ch.edit(&a, &ma, "a3", &[]).await.unwrap();
+    let third = t.elapsed();
+    assert!(second >= Duration::from_millis(300), "{second:?}");
+    assert!(third >= Duration::from_millis(600), "{third:?}");
+    // sends are not delayed
+    let s = Instant::now();
+    ch.send(&a, "a new message", &[]).await.unwrap();
+    assert!(
+        s.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        s.elapsed()
+    );
+    assert_eq!(fake.bot_messages(-1)[0].text, "a3");
+    assert_eq!(fake.bot_messages(-1)[0].edits, 3);
+
+    // concurrent edits in one chat are spaced too
+    let t = Instant::now();
+    let (r1, r2) = tokio::join!(ch.edit(&b, &mb, "b2", &[]), ch.edit(&b, &mb, "b3", &[]));
+    r1.unwrap();
+    r2.unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn bots_captions_and_files() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = run(&ch, &sink, &state);
+    let chat = serde_json::json!({"id": 3, "type": "private", "first_name": "Gus"});
+    let gus = serde_json::json!({"id": 3, "is_bot": false, "first_name": "Gus", "last_name": "Grant", "username": "gus"});
+    // another bot: ignored
+    fake.push_update(
+        "message",
+        serde_json::json!({"message_id": 1, "date": 0, "chat": chat,
+            "from": {"id": 77, "is_bot": true, "first_name": "Other bot"}, "text": "beep"}),
+    );
+    // an edit: not asked for (allowed_updates) and ignored
+    fake.push_update(
+        "edited_message",
+        serde_json::json!({"message_id": 2, "date": 0, "chat": chat, "from": gus, "text": "edited"}),
+    );
+    fake.push_update(
+        "message",
+        serde_json::json!({"message_id": 3, "date": 0, "chat": chat, "from": gus,
+            "caption": "look at this",
+            "photo": [
+                {"file_id": "s", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 1000},
+                {"file_id": "l", "file_unique_id": "l", "width": 1280, "height": 960, "file_size": 90000}
+            ]}),
+    );
+    let last = fake.push_update(
+        "message",
+        serde_json::json!({"message_id": 4, "date": 0, "chat": chat, "from": gus,
+            "document": {"file_id": "d", "file_unique_id": "d", "file_name": "report.pdf", "file_size": 5555}}),
+    );
+    until("the photo and the document", || sink.len() == 2).await;
+    let msgs = sink.messages();
+    assert_eq!(msgs[0].text, "look at this");
+    assert_eq!(msgs[0].peer.name, "Gus Grant");
+    assert_eq!(msgs[0].peer.username.as_deref(), Some("gus"));
+    assert_eq!(msgs[0].attachments.len(), 1);
+    assert_eq!(msgs[0].attachments[0].kind, "photo");
+    assert_eq!(msgs[0].attachments[0].size, Some(90000));
+    assert_eq!(msgs[1].text, "");
+    assert_eq!(msgs[1].attachments[0].kind, "document");
+    assert_eq!(msgs[1].attachments[0].name.as_deref(), Some("report.pdf"));
+    assert_eq!(msgs[1].attachments[0].size, Some(5555));
+    until("the offset passes everything", || {
+        state.offset() == Some(last + 1)
+    })
+    .await;
+    running.stop().await.unwrap();
+}
