@@ -578,3 +578,227 @@ async fn the_gateway_api_reports_unbinds_and_sends_notifications_with_context() 
         .unwrap();
     assert_eq!(bad.status(), 422);
 }
+
+/// A receiver for the webhook channel's outbound POSTs: checks our signature, records
+/// bodies, answers with message ids.
+struct Receiver {
+    url: String,
+    got: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+const SECRET: &str = "a-webhook-secret-0123456789";
+
+async fn receiver() -> Receiver {
+    use axum::http::HeaderMap;
+    let got: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Default::default();
+    let g = got.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+            let g = g.clone();
+            async move {
+                let now = chrono::Utc::now().timestamp();
+                if switchboard_gateway::webhook::verify(
+                    SECRET,
+                    &headers,
+                    &body,
+                    now,
+                    Duration::from_secs(300),
+                )
+                .is_err()
+                {
+                    return (
+                        axum::http::StatusCode::UNAUTHORIZED,
+                        "bad signature".to_string(),
+                    );
+                }
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let mut g = g.lock().unwrap();
+                g.push(v);
+                (
+                    axum::http::StatusCode::OK,
+                    json!({"message_id": format!("m{}", g.len())}).to_string(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Receiver { url, got }
+}
+
+fn signed(body: &serde_json::Value, at: i64, secret: &str) -> (String, String, Vec<u8>) {
+    let raw = serde_json::to_vec(body).unwrap();
+    let sig = switchboard_gateway::webhook::sign(secret, at, &raw);
+    (at.to_string(), sig, raw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_webhook_round_trip_and_refused_signatures() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let rx = receiver().await;
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[channels.webhook.ops]\nsecret = {SECRET:?}\nurl = {:?}\n",
+            rx.url
+        ),
+    )
+    .unwrap();
+    let config_s = config.to_string_lossy().to_string();
+    let server = start(
+        &dir.path().join("data"),
+        &llm.base_url(),
+        &[("SWITCHBOARD_CONFIG", config_s.as_str())],
+    )
+    .await;
+    llm.push(MockReply::text(&["Deploy looks fine."]));
+    let body = json!({"type": "message", "peer": {"id": "u1", "name": "Ops"},
+                      "chat": {"id": "c1", "kind": "direct"}, "text": "how is the deploy?", "message_id": "x1"});
+    let url = format!("{}/v1/gateway/webhook/ops", server.url);
+    let http = reqwest::Client::new();
+    let post = |ts: String, sig: String, raw: Vec<u8>| {
+        http.post(&url)
+            .header("x-switchboard-timestamp", ts)
+            .header("x-switchboard-signature", sig)
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+    };
+    let now = chrono::Utc::now().timestamp();
+    let (ts, sig, raw) = signed(&body, now, SECRET);
+    assert_eq!(post(ts, sig, raw).await.unwrap().status(), 200);
+    let got = rx.got.clone();
+    for _ in 0..300 {
+        if got
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|v| v.to_string().contains("Deploy looks fine."))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = got.lock().unwrap().clone();
+    assert!(
+        sent.iter().any(|v| v["type"] == "send"
+            && v["chat"]["id"] == "c1"
+            && v["text"] == "Deploy looks fine."),
+        "{sent:?}"
+    );
+    // A wrong signature, a tampered body and a replayed old request are refused.
+    let (ts, _, raw) = signed(&body, now, SECRET);
+    let (_, bad_sig, _) = signed(&body, now, "another-secret-0123456789");
+    let r = post(ts, bad_sig, raw).await.unwrap();
+    assert_eq!(r.status(), 401);
+    let err: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(err["code"], "unauthorized");
+    let (ts, sig, _) = signed(&body, now, SECRET);
+    let tampered = serde_json::to_vec(
+        &json!({"type": "message", "peer": {"id": "u1", "name": "Ops"},
+        "chat": {"id": "c1", "kind": "direct"}, "text": "rm -rf", "message_id": "x2"}),
+    )
+    .unwrap();
+    assert_eq!(post(ts, sig, tampered).await.unwrap().status(), 401);
+    let (ts, sig, raw) = signed(&body, now - 3600, SECRET);
+    assert_eq!(post(ts, sig, raw).await.unwrap().status(), 401);
+    assert_eq!(
+        llm.chat_requests().len(),
+        1,
+        "only the good request reached the agent"
+    );
+    // A malformed body (validly signed) is a 400 naming the problem.
+    let bad = json!({"type": "message", "peer": {"id": "u1"}, "chat": {"id": "c1", "kind": "channel"}, "text": "x", "message_id": "x3"});
+    let (ts, sig, raw) = signed(&bad, now, SECRET);
+    let r = post(ts, sig, raw).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("chat.kind"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_timeout_is_cancelled_with_a_notice() {
+    let w = World::new().await;
+    let server = w
+        .server(&[("SWITCHBOARD_GATEWAY_RUN_TIMEOUT_SECS", "2")])
+        .await;
+    w.llm.push(MockReply::Hang);
+    w.tg.dm(ALICE, "Alice", "take forever");
+    w.wait_message(ALICE, "a timeout notice", |m| {
+        m.text.contains("took longer than")
+    })
+    .await;
+    let c = client(&server);
+    let sessions = c.list_sessions(None, None).await.unwrap().sessions;
+    let id = sessions[0].id;
+    for _ in 0..200 {
+        if c.get_session(id)
+            .await
+            .unwrap()
+            .session
+            .active_run_id
+            .is_none()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the timed-out run was not cancelled on the server");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_rejects_pending_approvals_and_channels_test_reports() {
+    let w = World::new().await;
+    let mut server = w.server(&[]).await;
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch late.txt"}),
+    ));
+    w.tg.dm(ALICE, "Alice", "do it");
+    let prompt = w
+        .wait_message(ALICE, "a prompt", |m| prompt_of(m).is_some())
+        .await;
+    server.stop().await; // SIGTERM: graceful
+    let edited = w
+        .messages(ALICE)
+        .into_iter()
+        .find(|m| m.message_id == prompt.message_id)
+        .unwrap();
+    assert!(
+        edited.text.contains("gateway shutting down"),
+        "{}",
+        edited.text
+    );
+    assert!(edited.buttons.is_empty());
+
+    // `switchboard channels test` prints the bot identity, or the exact failure.
+    let base = w.tg.base_url();
+    let run = |token: &'static str| {
+        let base = base.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(bin())
+                .args(["channels", "test"])
+                .env("SWITCHBOARD_TELEGRAM_TOKEN", token)
+                .env("SWITCHBOARD_TELEGRAM_BASE_URL", &base)
+                .env("SWITCHBOARD_CONFIG", "/dev/null")
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = run(FakeTelegram::TOKEN).await.unwrap();
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("@switchboard_test_bot"));
+    let bad = run("111:WRONG-TOKEN").await.unwrap();
+    assert!(!bad.status.success());
+    let out = String::from_utf8_lossy(&bad.stdout);
+    assert!(
+        out.contains("Unauthorized") && !out.contains("WRONG-TOKEN"),
+        "{out}"
+    );
+}

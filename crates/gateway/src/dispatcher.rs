@@ -485,19 +485,15 @@ impl Gateway {
             "answering a press",
             ch.answer_press(press, Some(toast)).await,
         );
-        if let Some(deadline_fix) = self.inner.store.run(&prompt.routing_key).await? {
+        if let Some(mut run) = self.inner.store.run(&prompt.routing_key).await?
+            && let Some(d) = run.deadline.as_deref().and_then(parse_time)
+        {
             // The wait counted against the run's timeout; a floor remains after a decision.
-            let floor = chrono::Utc::now()
-                + chrono::Duration::from_std(self.inner.config.timeout_floor).unwrap_or_default();
-            let floor = floor.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-            if deadline_fix
-                .deadline
-                .as_deref()
-                .is_some_and(|d| d < floor.as_str())
-            {
-                let mut r = deadline_fix;
-                r.deadline = Some(floor);
-                self.inner.store.put_run(&r).await?;
+            let fixed =
+                deadline_after_decision(d, chrono::Utc::now(), self.inner.config.timeout_floor);
+            if fixed != d {
+                run.deadline = Some(fixed.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+                self.inner.store.put_run(&run).await?;
             }
         }
         Ok(())
@@ -722,6 +718,23 @@ fn parse_button(data: &str) -> Option<(&str, bool)> {
         "n" => Some((id, false)),
         _ => None,
     }
+}
+
+fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|d| d.with_timezone(&chrono::Utc))
+}
+
+/// A run's deadline after an approval decision: the time spent waiting counted against it,
+/// but at least `floor` remains so that what was approved can run.
+pub fn deadline_after_decision(
+    deadline: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+    floor: Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    let min = now + chrono::Duration::from_std(floor).unwrap_or_default();
+    deadline.max(min)
 }
 
 fn short_id() -> String {
@@ -1185,6 +1198,26 @@ mod tests {
         ];
         assert_eq!(batch_context(&items), Some(serde_json::json!({"n": 2})));
         assert_eq!(batch_context(&[q("a", "1", None)]), None);
+    }
+
+    #[test]
+    fn the_remaining_timeout_never_drops_below_the_floor() {
+        let now = chrono::Utc::now();
+        let floor = Duration::from_secs(60);
+        // Plenty left: unchanged (the wait already counted against it).
+        let later = now + chrono::Duration::seconds(600);
+        assert_eq!(deadline_after_decision(later, now, floor), later);
+        // Little or nothing left after a long wait: the floor.
+        let soon = now + chrono::Duration::seconds(10);
+        assert_eq!(
+            deadline_after_decision(soon, now, floor),
+            now + chrono::Duration::seconds(60)
+        );
+        let past = now - chrono::Duration::seconds(300);
+        assert_eq!(
+            deadline_after_decision(past, now, floor),
+            now + chrono::Duration::seconds(60)
+        );
     }
 
     #[test]
