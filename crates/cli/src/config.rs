@@ -76,6 +76,10 @@ pub struct TelegramSection {
     pub approval_mode: Option<String>,
     /// In groups, answer only when mentioned or replied to (default true).
     pub require_mention: Option<bool>,
+    /// Webhook mode: the public HTTPS URL Telegram POSTs to (ending in
+    /// `/v1/gateway/channels/telegram/webhook`), and the secret it sends back.
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -455,6 +459,34 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             }
             if let Some(p) = env_parse::<u64>("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS")? {
                 tg.poll_timeout_secs = p;
+            }
+            let hook_url = env("SWITCHBOARD_TELEGRAM_WEBHOOK_URL").or(file_tg.webhook_url.clone());
+            let hook_secret =
+                env("SWITCHBOARD_TELEGRAM_WEBHOOK_SECRET").or(file_tg.webhook_secret.clone());
+            match (hook_url, hook_secret) {
+                (None, None) => {}
+                (Some(url), Some(secret)) => {
+                    if secret.is_empty()
+                        || secret.len() > 256
+                        || !secret
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    {
+                        bail!(
+                            "[channels.telegram] webhook_secret: 1-256 characters of A-Z, a-z, 0-9, _ and -"
+                        );
+                    }
+                    if !url.starts_with("https://") && !url.starts_with("http://") {
+                        bail!("[channels.telegram] webhook_url: must be an http(s) URL");
+                    }
+                    tg.webhook = Some(switchboard_gateway::telegram::TelegramWebhook {
+                        url,
+                        secret_token: secret,
+                    });
+                }
+                _ => bail!(
+                    "[channels.telegram]: webhook mode needs both webhook_url and webhook_secret"
+                ),
             }
             Some(tg)
         }

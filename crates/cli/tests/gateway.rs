@@ -802,3 +802,60 @@ async fn shutdown_rejects_pending_approvals_and_channels_test_reports() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_webhook_mode_checks_the_secret_token() {
+    let w = World::new().await;
+    let server = w
+        .server(&[
+            (
+                "SWITCHBOARD_TELEGRAM_WEBHOOK_URL",
+                "https://bot.example.com/v1/gateway/channels/telegram/webhook",
+            ),
+            ("SWITCHBOARD_TELEGRAM_WEBHOOK_SECRET", "s3cret_Token-1"),
+        ])
+        .await;
+    w.tg.wait_until(WAIT, "setWebhook called", |tg| {
+        !tg.calls("setWebhook").is_empty()
+    })
+    .await;
+    let set = &w.tg.calls("setWebhook")[0];
+    assert_eq!(
+        set["url"],
+        "https://bot.example.com/v1/gateway/channels/telegram/webhook"
+    );
+    assert_eq!(set["secret_token"], "s3cret_Token-1");
+    w.llm.push(MockReply::text(&["Pushed and answered."]));
+    let update = json!({"update_id": 1000, "message": {"message_id": 5, "date": 0,
+        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice"},
+        "chat": {"id": ALICE, "type": "private"}, "text": "hello over the webhook"}});
+    let url = format!("{}/v1/gateway/channels/telegram/webhook", server.url);
+    let http = reqwest::Client::new();
+    let wrong = http
+        .post(&url)
+        .header("x-telegram-bot-api-secret-token", "nope")
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let missing = http.post(&url).json(&update).send().await.unwrap();
+    assert_eq!(missing.status(), 401);
+    let ok = http
+        .post(&url)
+        .header("x-telegram-bot-api-secret-token", "s3cret_Token-1")
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    w.wait_message(ALICE, "the reply", |m| {
+        m.text.contains("Pushed and answered.")
+    })
+    .await;
+    assert!(
+        w.tg.calls("getUpdates").is_empty(),
+        "no polling in webhook mode"
+    );
+    assert_eq!(w.user_text(0), "hello over the webhook");
+}

@@ -73,6 +73,7 @@ pub fn router(gw: Gateway, token: impl Into<String>) -> Router {
     Router::new()
         .merge(protected)
         .route("/v1/gateway/webhook/{name}", post(webhook))
+        .route("/v1/gateway/channels/{name}/webhook", post(channel_push))
         .with_state(state)
 }
 
@@ -293,5 +294,37 @@ async fn webhook(
             tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
             error(ErrorCode::Unavailable, "could not store the message; retry")
         }
+    }
+}
+
+/// Updates a platform pushes over HTTP (Telegram's webhook mode), checked by the channel.
+async fn channel_push(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    use crate::channel::InboundHttpError;
+    let Some(ch) = s.gw.channel(&name) else {
+        return error(ErrorCode::NotFound, format!("no channel named {name:?}"));
+    };
+    match ch.inbound_http(&headers, &body).await {
+        Ok(None) => Json(serde_json::json!({"ok": true})).into_response(),
+        Ok(Some(item)) => match s.gw.accept(item).await {
+            Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+            Err(e) => {
+                tracing::error!(channel = %name, error = %e, "storing a pushed update");
+                error(ErrorCode::Unavailable, "could not store the update; retry")
+            }
+        },
+        Err(InboundHttpError::NotSupported) => error(
+            ErrorCode::NotFound,
+            format!("channel {name:?} does not receive updates over HTTP"),
+        ),
+        Err(InboundHttpError::Unauthorized) => {
+            tracing::warn!(channel = %name, "pushed update refused: wrong secret token");
+            error(ErrorCode::Unauthorized, "missing or wrong secret token")
+        }
+        Err(InboundHttpError::Malformed(m)) => error(ErrorCode::ValidationFailed, m),
     }
 }

@@ -195,4 +195,26 @@ pub trait Channel: Send + Sync + 'static {
     fn status(&self) -> String {
         "configured".into()
     }
+
+    /// For platforms that push updates over HTTP (Telegram's webhook mode): checks the
+    /// request (`Err` is answered 401) and returns what it carries (`None`: nothing for
+    /// us). Served at `POST /v1/gateway/channels/{name}/webhook`.
+    async fn inbound_http(
+        &self,
+        _headers: &axum::http::HeaderMap,
+        _body: &[u8],
+    ) -> Result<Option<Inbound>, InboundHttpError> {
+        Err(InboundHttpError::NotSupported)
+    }
+}
+
+/// Why an HTTP push from a platform was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InboundHttpError {
+    #[error("this channel does not receive updates over HTTP")]
+    NotSupported,
+    #[error("missing or wrong secret token")]
+    Unauthorized,
+    #[error("malformed update: {0}")]
+    Malformed(String),
 }

@@ -77,6 +77,18 @@ pub struct TelegramConfig {
     pub max_retries: u32,
     /// Least time between two edits of messages in one chat (default 1 s).
     pub edit_interval: Duration,
+    /// Webhook mode instead of long polling: Telegram POSTs updates to `url` (public,
+    /// HTTPS, ending in `/v1/gateway/channels/telegram/webhook`) with `secret_token` in the
+    /// `X-Telegram-Bot-Api-Secret-Token` header.
+    pub webhook: Option<TelegramWebhook>,
+}
+
+/// Telegram's webhook mode.
+#[derive(Clone)]
+pub struct TelegramWebhook {
+    pub url: String,
+    /// 1–256 characters of `A-Z a-z 0-9 _ -` (Telegram's rule).
+    pub secret_token: String,
 }
 
 impl TelegramConfig {
@@ -100,6 +112,7 @@ impl Default for TelegramConfig {
             poll_timeout_secs: 30,
             max_retries: 3,
             edit_interval: Duration::from_secs(1),
+            webhook: None,
         }
     }
 }
@@ -134,6 +147,8 @@ pub struct TelegramChannel {
     status: Mutex<String>,
     /// Per chat id: the earliest instant the next edit may go out.
     next_edit: Mutex<HashMap<String, Instant>>,
+    /// The bot's identity, learned once (webhook mode needs it per update).
+    me: tokio::sync::OnceCell<BotIdentity>,
 }
 
 impl fmt::Debug for TelegramChannel {
@@ -192,6 +207,7 @@ impl TelegramChannel {
             http,
             status: Mutex::new("configured".into()),
             next_edit: Mutex::new(HashMap::new()),
+            me: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -851,6 +867,24 @@ impl Channel for TelegramChannel {
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
         self.set_status("starting");
+        if let Some(hook) = &self.cfg.webhook {
+            // Webhook mode: tell Telegram where to POST, then updates arrive over HTTP.
+            let me = self.get_me(false).await?;
+            let _ = self.me.set(me);
+            self.call(
+                "setWebhook",
+                &json!({
+                    "url": hook.url,
+                    "secret_token": hook.secret_token,
+                    "allowed_updates": ["message", "callback_query"],
+                }),
+            )
+            .await?;
+            self.set_status("webhook");
+            cancel.cancelled().await;
+            self.set_status("stopped");
+            return Ok(());
+        }
         let r = self.run_inner(&ctx, &cancel).await;
         match &r {
             Ok(()) => self.set_status("stopped"),
@@ -930,6 +964,41 @@ impl Channel for TelegramChannel {
     async fn test(&self) -> Result<String, ChannelError> {
         let me = self.get_me(false).await?;
         Ok(format!("@{} (id {})", me.username, me.id))
+    }
+
+    async fn inbound_http(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> Result<Option<Inbound>, crate::channel::InboundHttpError> {
+        use crate::channel::InboundHttpError;
+        use subtle::ConstantTimeEq;
+        let Some(hook) = &self.cfg.webhook else {
+            return Err(InboundHttpError::NotSupported);
+        };
+        let given = headers
+            .get("x-telegram-bot-api-secret-token")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if hook.secret_token.is_empty()
+            || !bool::from(given.as_bytes().ct_eq(hook.secret_token.as_bytes()))
+        {
+            return Err(InboundHttpError::Unauthorized);
+        }
+        let raw: Value =
+            serde_json::from_slice(body).map_err(|e| InboundHttpError::Malformed(e.to_string()))?;
+        let me = match self.me.get() {
+            Some(me) => me.clone(),
+            None => {
+                let me = self
+                    .get_me(false)
+                    .await
+                    .map_err(|e| InboundHttpError::Malformed(format!("getMe: {e}")))?;
+                let _ = self.me.set(me.clone());
+                me
+            }
+        };
+        Ok(self.map_update(raw, &me))
     }
 
     fn status(&self) -> String {

@@ -719,6 +719,9 @@ async fn api(
         "editMessageText" => edit_message(&state, &params, true),
         "editMessageReplyMarkup" => edit_message(&state, &params, false),
         "answerCallbackQuery" => answer_callback_query(&state, &params),
+        // Webhook mode: accepted and recorded (see `calls`); updates are then pushed by
+        // the test itself.
+        "setWebhook" | "deleteWebhook" => Ok(json!(true)),
         _ => Err((StatusCode::NOT_FOUND, "Not Found".into(), None)),
     };
     reply(result)
