@@ -64,7 +64,7 @@ pub struct ChannelsSection {
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelegramSection {
     pub token: Option<String>,
@@ -82,7 +82,7 @@ pub struct TelegramSection {
     pub webhook_secret: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookSection {
     pub secret: String,
@@ -353,6 +353,27 @@ fn endpoint(
                 .or_else(|| env("OPENAI_API_KEY"))
                 .or(file_key),
         )
+    }
+}
+
+impl std::fmt::Debug for TelegramSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelegramSection")
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("base_url", &self.base_url)
+            .field("allowed_chats", &self.allowed_chats)
+            .field("webhook_url", &self.webhook_url)
+            .field("webhook_secret", &self.webhook_secret.as_ref().map(|_| "[redacted]"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WebhookSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSection")
+            .field("secret", &"[redacted]")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 

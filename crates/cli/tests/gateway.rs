@@ -103,6 +103,10 @@ async fn a_direct_message_gets_a_streamed_reply_edited_in_place() {
         .await;
     assert!(m.edits >= 1, "streamed by editing one message: {m:?}");
     assert_eq!(
+        m.text, "Hello Alice.\n\nHere is more text for you.\n\nThe end.",
+        "line breaks between flushes are kept"
+    );
+    assert_eq!(
         w.messages(ALICE).len(),
         1,
         "one message, edited: {:?}",
@@ -858,4 +862,71 @@ async fn telegram_webhook_mode_checks_the_secret_token() {
         "no polling in webhook mode"
     );
     assert_eq!(w.user_text(0), "hello over the webhook");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_gateway_killed_mid_reply_resumes_without_losing_or_repeating_text() {
+    let w = World::new().await;
+    // The server without channels; the gateway as its own process against it.
+    let server = start(w.dir.path(), &w.llm.base_url(), &[]).await;
+    let gw_dir = tempfile::tempdir().unwrap();
+    let base = w.tg.base_url();
+    let gw_env: Vec<(&str, &str)> = vec![
+        ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", base.as_str()),
+        ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "42"),
+        ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+        ("SWITCHBOARD_CONFIG", "/dev/null"),
+    ];
+    let gateway = |url: String| {
+        let dir = gw_dir.path().to_path_buf();
+        let env = gw_env.clone();
+        async move {
+            ServerProcess::start_command(
+                &bin(),
+                &["gateway", "--server", &url, "--listen", "127.0.0.1:0"],
+                &dir,
+                TOKEN,
+                &env,
+                WAIT,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let mut gw = gateway(server.url.clone()).await;
+    let paragraphs: Vec<String> = (0..12)
+        .map(|i| format!("Paragraph number {i}.\n\n"))
+        .collect();
+    let chunks: Vec<&str> = paragraphs.iter().map(String::as_str).collect();
+    w.llm.push(MockReply::text_slow(&chunks, 400));
+    w.tg.dm(ALICE, "Alice", "tell me a lot");
+    w.wait_message(ALICE, "the reply has started", |m| {
+        m.text.contains("Paragraph number 2.")
+    })
+    .await;
+    gw.kill().await;
+    let _gw = gateway(server.url.clone()).await;
+    w.wait_message(ALICE, "the reply has ended", |m| {
+        m.text.contains("Paragraph number 11.")
+    })
+    .await;
+    let all: String = w
+        .messages(ALICE)
+        .iter()
+        .map(|m| m.text.clone())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    for i in 0..12 {
+        assert_eq!(
+            all.matches(&format!("Paragraph number {i}.")).count(),
+            1,
+            "paragraph {i} exactly once in:\n{all}"
+        );
+    }
+    assert_eq!(
+        w.llm.chat_requests().len(),
+        1,
+        "the message reached the agent once"
+    );
 }

@@ -218,16 +218,37 @@ impl Gateway {
             tracing::warn!(channel = %m.channel, "message from an unknown channel ignored");
             return Ok(());
         };
+        // A platform's redelivery (a crash before its offset was stored) or a replayed
+        // webhook is taken once.
+        if !m.message_id.is_empty()
+            && !self
+                .inner
+                .store
+                .first_seen(&m.channel, &m.chat.id, &m.message_id)
+                .await?
+        {
+            tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
+            return Ok(());
+        }
         if !self.allowed(&m).await? {
             return self.pairing(&channel, &m).await;
         }
-        if m.chat.kind != ChatKind::Direct && !m.addressed {
-            return Ok(());
-        }
+        // (Whether a group message is addressed to the bot is the channel's call: Telegram
+        // filters unless `require_mention` is off.)
         let text = m.text.trim();
         let key = routing_key(self.inner.config.dm_scope, &m.channel, &m.peer, &m.chat);
         if let Some(cmd) = command(text) {
-            return self.on_command(&channel, &key, &m, cmd).await;
+            // A command that fails says so in the chat; it never blocks the channel.
+            if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {
+                tracing::warn!(error = %e, "chat command failed");
+                log_err(
+                    "answering a failed command",
+                    channel
+                        .send(&m.chat, "That did not work; see the server log.", &[])
+                        .await,
+                );
+            }
+            return Ok(());
         }
         if text.is_empty() {
             return Ok(());
@@ -432,8 +453,8 @@ impl Gateway {
             (Ok(_), None) => format!("❌ Rejected: {reason}"),
         };
         if let Some(ch) = self.channel(&p.channel) {
-            let text = format!("{}\n\n{note}", p.prompt_text);
-            let text = truncate(&text, ch.max_chars());
+            let room = ch.max_chars().saturating_sub(note.chars().count() + 2);
+            let text = format!("{}\n\n{note}", truncate(&p.prompt_text, room));
             log_err(
                 "editing an approval prompt",
                 ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
@@ -461,6 +482,15 @@ impl Gateway {
             );
             return Ok(());
         };
+        if press.channel != prompt.channel || press.chat.id != prompt.chat.id {
+            tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press from another chat refused");
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("This approval belongs to another chat"))
+                    .await,
+            );
+            return Ok(());
+        }
         if !self.may_approve(&prompt, &press.peer) {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
             log_err(
@@ -519,14 +549,27 @@ impl Gateway {
         run: &FollowedRun,
         ids: &[String],
     ) -> Result<(), GatewayError> {
-        if self
-            .inner
-            .store
-            .prompt_of_session(run.session_id)
-            .await?
-            .is_some_and(|p| p.run_id == run.run_id)
-        {
-            return Ok(()); // already shown (a replay after a restart)
+        if let Some(old) = self.inner.store.prompt_of_session(run.session_id).await? {
+            if old.run_id == run.run_id && old.tool_call_ids.iter().all(|i| ids.contains(i)) {
+                if old.prompt_message.is_empty() {
+                    // Stored but not posted before a crash: post it now.
+                    return self.post_prompt(old).await;
+                }
+                return Ok(()); // already shown (a replay after a restart)
+            }
+            // One pending approval per session: an older prompt is marked ignored.
+            if self.inner.store.take_prompt(&old.id).await?
+                && let Some(ch) = self.channel(&old.channel)
+                && !old.prompt_message.is_empty()
+            {
+                let note = "(ignored: a newer approval replaced this one)";
+                let room = ch.max_chars().saturating_sub(note.len() + 2);
+                let text = format!("{}\n\n{note}", truncate(&old.prompt_text, room));
+                log_err(
+                    "marking a prompt ignored",
+                    ch.edit(&old.chat, &old.prompt_message, &text, &[]).await,
+                );
+            }
         }
         let pending = self.inner.client.pending_tools(run.session_id).await?;
         if pending.run_id != Some(run.run_id) {
@@ -566,47 +609,58 @@ impl Gateway {
         let Some(ch) = self.channel(&route.channel) else {
             return Ok(());
         };
-        let text = crate::preview::approval_prompt(&ask, auto.len(), ch.max_chars());
-        let id = short_id();
-        let buttons = if ask.len() > 1 {
-            vec![
-                Button {
-                    text: "Allow All".into(),
-                    data: format!("ap:{id}:y"),
-                },
-                Button {
-                    text: "Deny All".into(),
-                    data: format!("ap:{id}:n"),
-                },
-            ]
-        } else {
-            vec![
-                Button {
-                    text: "Allow".into(),
-                    data: format!("ap:{id}:y"),
-                },
-                Button {
-                    text: "Deny".into(),
-                    data: format!("ap:{id}:n"),
-                },
-            ]
+        // Room for the decision note added later.
+        let text =
+            crate::preview::approval_prompt(&ask, auto.len(), ch.max_chars().saturating_sub(120));
+        // Stored before it is posted: a press that comes back at once finds it, and a crash
+        // in between posts it on the replay instead of losing it.
+        let prompt = Prompt {
+            id: short_id(),
+            routing_key: route.routing_key.clone(),
+            session_id: run.session_id,
+            run_id: run.run_id,
+            tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
+            channel: route.channel.clone(),
+            chat: route.chat.clone(),
+            prompt_message: String::new(),
+            prompt_text: text,
+            requester: route.requester.clone(),
         };
-        let message = ch.send(&route.chat, &text, &buttons).await?;
-        self.inner
-            .store
-            .put_prompt(&Prompt {
-                id,
-                routing_key: route.routing_key.clone(),
-                session_id: run.session_id,
-                run_id: run.run_id,
-                tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
-                channel: route.channel.clone(),
-                chat: route.chat.clone(),
-                prompt_message: message,
-                prompt_text: text,
-                requester: route.requester.clone(),
-            })
-            .await?;
+        self.inner.store.put_prompt(&prompt).await?;
+        self.post_prompt(prompt).await
+    }
+
+    /// Posts a stored prompt with its buttons and records the message id.
+    async fn post_prompt(&self, mut p: Prompt) -> Result<(), GatewayError> {
+        let Some(ch) = self.channel(&p.channel) else {
+            return Ok(());
+        };
+        let (allow, deny) = if p.tool_call_ids.len() > 1 {
+            ("Allow All", "Deny All")
+        } else {
+            ("Allow", "Deny")
+        };
+        let buttons = vec![
+            Button {
+                text: allow.into(),
+                data: format!("ap:{}:y", p.id),
+            },
+            Button {
+                text: deny.into(),
+                data: format!("ap:{}:n", p.id),
+            },
+        ];
+        p.prompt_message = ch.send(&p.chat, &p.prompt_text, &buttons).await?;
+        if self.inner.store.prompt(&p.id).await?.is_some() {
+            self.inner.store.put_prompt(&p).await?;
+        } else {
+            // Settled while it was being posted (a press raced the send): no live buttons.
+            log_err(
+                "closing a settled prompt",
+                ch.edit(&p.chat, &p.prompt_message, &p.prompt_text, &[])
+                    .await,
+            );
+        }
         Ok(())
     }
 
@@ -782,6 +836,9 @@ pub fn batch_context(items: &[Queued]) -> Option<serde_json::Value> {
 async fn worker(gw: Gateway, key: String, mut rx: mpsc::UnboundedReceiver<()>) {
     let mut backoff = Duration::from_millis(500);
     loop {
+        if gw.inner.cancel.is_cancelled() {
+            return;
+        }
         match step(&gw, &key).await {
             Ok(true) => {
                 backoff = Duration::from_millis(500);
@@ -822,10 +879,29 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
     // Another client may run something on the session: wait for its end.
     let detail = match gw.inner.client.get_session(route.session_id).await {
         Ok(d) => d,
-        Err(e) if e.status() == Some(404) => {
+        Err(e) if e.status() == Some(404) && !route.bound => {
             // The session is gone: the route starts over with a new one.
             gw.inner.store.delete_route(key).await?;
             return Ok(true);
+        }
+        Err(e) if e.status() == Some(404) => {
+            // A binding to a deleted session: say so once per batch and wait (backoff)
+            // instead of spinning; unbind to start fresh.
+            if let Some(ch) = gw.channel(&route.channel) {
+                log_err(
+                    "posting a binding error",
+                    ch.send(
+                        &route.chat,
+                        "This chat is bound to a session that no longer exists; ask the owner to change [gateway.bindings].",
+                        &[],
+                    )
+                    .await,
+                );
+            }
+            return Err(GatewayError::Other(format!(
+                "routing key {key} is bound to deleted session {}",
+                route.session_id
+            )));
         }
         Err(e) => return Err(e.into()),
     };
@@ -844,25 +920,23 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
     }
     let mut req = SendMessageRequest::user(text, MessageType::Message);
     req.context = context;
-    let sent = gw.inner.client.send_message(route.session_id, &req).await;
-    let run_id = match sent {
+    let followed = |run_id: Uuid, deadline: Option<String>| FollowedRun {
+        routing_key: key.to_string(),
+        session_id: route.session_id,
+        run_id,
+        last_event_id: after,
+        stream_message: None,
+        streamed: String::new(),
+        delivered: 0,
+        deadline,
+        pending: String::new(),
+    };
+    let run_id = match gw.inner.client.send_message(route.session_id, &req).await {
         Ok(r) => r.run_id,
         Err(e) if e.code() == Some("session_already_running") => {
             // Follow the active run first; the batch stays at the front of the queue.
             if let Some(active) = detail.session.active_run_id {
-                gw.inner
-                    .store
-                    .put_run(&FollowedRun {
-                        routing_key: key.to_string(),
-                        session_id: route.session_id,
-                        run_id: active,
-                        last_event_id: after,
-                        stream_message: None,
-                        streamed: String::new(),
-                        delivered: 0,
-                        deadline: None,
-                    })
-                    .await?;
+                gw.inner.store.put_run(&followed(active, None)).await?;
                 return Ok(true);
             }
             return Err(e.into());
@@ -872,20 +946,11 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
     };
     let deadline = chrono::Utc::now()
         + chrono::Duration::from_std(gw.inner.config.run_timeout).unwrap_or_default();
+    let deadline = Some(deadline.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
     gw.inner
         .store
-        .put_run(&FollowedRun {
-            routing_key: key.to_string(),
-            session_id: route.session_id,
-            run_id,
-            last_event_id: after,
-            stream_message: None,
-            streamed: String::new(),
-            delivered: 0,
-            deadline: Some(deadline.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-        })
+        .start_run(&followed(run_id, deadline), last.id)
         .await?;
-    gw.inner.store.dequeue(key, last.id).await?;
     Ok(true)
 }
 
@@ -930,6 +995,11 @@ async fn ensure_route(gw: &Gateway, key: &str, latest: &Queued) -> Result<Route,
 }
 
 /// Follows a run from its stored cursor to its end, streaming the reply into the chat.
+///
+/// The stored state is the cursor (the last event handled), the text received but not yet
+/// shown (`pending`, pushed back into the buffer after a restart), and the message being
+/// edited with what it shows; the three are saved together, so a restart neither loses nor
+/// repeats reply text.
 async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), GatewayError> {
     let Some(route) = gw.inner.store.route(key).await? else {
         gw.inner.store.finish_run(key).await?;
@@ -944,33 +1014,48 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
         .client
         .subscribe(run.session_id, Some(run.last_event_id));
     let mut buf = StreamBuffer::new();
-    // The first event whose text is still in the buffer: the cursor stays before it.
-    let mut buffered_from: Option<u64> = None;
+    if !run.pending.is_empty() {
+        buf.push(&run.pending, Instant::now());
+    }
+    let mut dirty = false;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
-        let deadline = run
-            .deadline
-            .as_deref()
-            .and_then(|d| chrono::DateTime::parse_from_rfc3339(d).ok())
-            .map(|d| d.with_timezone(&chrono::Utc));
-        let until_deadline = deadline
-            .map(|d| (d - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO))
-            .unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        // The deadline is read from the store (a decision may have moved it) and does not
+        // run while a prompt of this run waits.
+        let waiting = gw
+            .inner
+            .store
+            .prompt_of_session(run.session_id)
+            .await?
+            .is_some_and(|p| p.run_id == run.run_id);
+        if let Some(stored) = gw.inner.store.run(key).await? {
+            run.deadline = stored.deadline;
+        }
+        let until_deadline = match run.deadline.as_deref().and_then(parse_time) {
+            Some(d) if !waiting => (d - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO),
+            _ => Duration::from_secs(365 * 24 * 3600),
+        };
         let item = tokio::select! {
             _ = gw.inner.cancel.cancelled() => return Ok(()),
             _ = tick.tick() => {
                 if let Some(chunk) = buf.take_ready(Instant::now()) {
                     deliver(&*ch, &route.chat, &mut run, &chunk).await?;
-                    if buf.is_empty() { buffered_from = None; }
-                    save_cursor(gw, &mut run, None, buffered_from).await?;
+                    dirty = true;
+                }
+                if dirty {
+                    run.pending = buf.pending();
+                    gw.inner.store.put_run(&run).await?;
+                    dirty = false;
                 }
                 continue;
             }
             _ = tokio::time::sleep(until_deadline) => {
                 let mins = gw.inner.config.run_timeout.as_secs() / 60;
-                log_err("posting a timeout notice", ch.send(&route.chat, &format!("⏱ The run took longer than {mins} min and is being cancelled."), &[]).await);
+                let note = format!("⏱ The run took longer than {mins} min and is being cancelled.");
+                log_err("posting a timeout notice", ch.send(&route.chat, &note, &[]).await);
                 log_err("cancelling a timed-out run", gw.inner.client.cancel(run.session_id, run.run_id).await);
                 run.deadline = None;
+                run.pending = buf.pending();
                 gw.inner.store.put_run(&run).await?;
                 continue;
             }
@@ -986,34 +1071,32 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
             Some(Err(e)) => return Err(e.into()),
             None => return Err(GatewayError::Other("event stream ended".into())),
         };
+        run.last_event_id = env.id;
+        dirty = true;
         if env.event.run_id() != run.run_id {
-            if buffered_from.is_none() {
-                save_cursor(gw, &mut run, Some(env.id), None).await?;
-            }
             continue;
         }
         match env.event {
             AgentEvent::TextDelta { delta, .. } => {
                 buf.push(&delta, Instant::now());
-                buffered_from.get_or_insert(env.id);
                 if let Some(chunk) = buf.take_ready(Instant::now()) {
                     deliver(&*ch, &route.chat, &mut run, &chunk).await?;
-                    if buf.is_empty() {
-                        buffered_from = None;
-                    }
-                    save_cursor(gw, &mut run, Some(env.id), buffered_from).await?;
+                    run.pending = buf.pending();
+                    gw.inner.store.put_run(&run).await?;
+                    dirty = false;
                 }
             }
             AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
                 if let Some(rest) = buf.take_rest() {
                     deliver(&*ch, &route.chat, &mut run, &rest).await?;
                 }
-                buffered_from = None;
                 // The reply continues in a new message below the prompt.
                 run.stream_message = None;
                 run.streamed.clear();
+                run.pending.clear();
+                gw.inner.store.put_run(&run).await?;
+                dirty = false;
                 gw.on_waiting(&route, &run, &tool_call_ids).await?;
-                save_cursor(gw, &mut run, Some(env.id), None).await?;
             }
             AgentEvent::ToolRejected {
                 tool_call_id,
@@ -1023,30 +1106,30 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
                 if let Some(p) = gw.inner.store.prompt_of_session(run.session_id).await?
                     && p.run_id == run.run_id
                     && p.tool_call_ids.contains(&tool_call_id)
+                    && gw.inner.store.take_prompt(&p.id).await?
+                    && !p.prompt_message.is_empty()
                 {
-                    // Rejected by the server (timeout, cancel): the prompt says so.
-                    if gw.inner.store.take_prompt(&p.id).await? {
-                        let note = if reason.contains("timed out") {
-                            "⌛ This approval expired: no decision in time.".to_string()
-                        } else {
-                            format!("❌ Rejected: {reason}")
-                        };
-                        let text =
-                            truncate(&format!("{}\n\n{note}", p.prompt_text), ch.max_chars());
-                        log_err(
-                            "editing an expired prompt",
-                            ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
-                        );
-                    }
-                }
-                if buffered_from.is_none() {
-                    save_cursor(gw, &mut run, Some(env.id), None).await?;
+                    // Rejected by the server (timeout, cancel, restart): the prompt says so.
+                    let note = if reason.contains("timed out") {
+                        "⌛ This approval expired: no decision in time.".to_string()
+                    } else {
+                        format!("❌ Rejected: {reason}")
+                    };
+                    let room = ch.max_chars().saturating_sub(note.chars().count() + 2);
+                    let text = format!("{}\n\n{note}", truncate(&p.prompt_text, room));
+                    log_err(
+                        "editing an expired prompt",
+                        ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+                    );
                 }
             }
             AgentEvent::RunCompleted { .. } | AgentEvent::RunError { .. } => {
                 if let Some(rest) = buf.take_rest() {
                     deliver(&*ch, &route.chat, &mut run, &rest).await?;
                 }
+                // Finished first, notices after: a crash in between loses a notice rather
+                // than posting it twice.
+                gw.inner.store.finish_run(key).await?;
                 if let AgentEvent::RunError { error, .. } = &env.event {
                     let text = truncate(&format!("⚠️ The run failed: {error}"), ch.max_chars());
                     log_err(
@@ -1067,51 +1150,32 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
                 if let Some(p) = gw.inner.store.prompt_of_session(run.session_id).await?
                     && p.run_id == run.run_id
                     && gw.inner.store.take_prompt(&p.id).await?
+                    && !p.prompt_message.is_empty()
                 {
-                    let text = truncate(
-                        &format!(
-                            "{}\n\n⌛ The run ended; this approval is closed.",
-                            p.prompt_text
-                        ),
-                        ch.max_chars(),
-                    );
+                    let note = "⌛ The run ended; this approval is closed.";
+                    let room = ch.max_chars().saturating_sub(note.chars().count() + 2);
+                    let text = format!("{}\n\n{note}", truncate(&p.prompt_text, room));
                     log_err(
                         "closing a prompt",
                         ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
                     );
                 }
-                gw.inner.store.finish_run(key).await?;
                 return Ok(());
             }
-            _ => {
-                if buffered_from.is_none() {
-                    save_cursor(gw, &mut run, Some(env.id), None).await?;
-                }
-            }
+            _ => {}
         }
     }
 }
 
-/// Stores how far the reply got. With text still buffered the cursor stays before the
-/// first buffered event, so a restart replays (and delivers) it.
-async fn save_cursor(
-    gw: &Gateway,
-    run: &mut FollowedRun,
-    at: Option<u64>,
-    buffered_from: Option<u64>,
-) -> Result<(), GatewayError> {
-    let cursor = match (buffered_from, at) {
-        (Some(b), _) => b.saturating_sub(1),
-        (None, Some(a)) => a,
-        (None, None) => run.last_event_id,
-    };
-    run.last_event_id = run.last_event_id.max(cursor);
-    gw.inner.store.put_run(run).await?;
-    Ok(())
+/// Whether a platform refused for good (a deleted message, a blocked bot): retrying the
+/// same call will not help.
+fn permanent(e: &crate::channel::ChannelError) -> bool {
+    matches!(e, crate::channel::ChannelError::Api { code, .. } if (400..500).contains(code) && *code != 429)
 }
 
 /// Shows more reply text: appended to the message being edited while it fits the platform's
-/// limit, else split (fences kept whole) into the current message and new ones.
+/// limit, else split (fences kept whole) into the current message and new ones. `streamed`
+/// keeps the text as received (line breaks included), so the next chunk joins it exactly.
 async fn deliver(
     ch: &dyn Channel,
     chat: &ChatRef,
@@ -1119,31 +1183,47 @@ async fn deliver(
     chunk: &str,
 ) -> Result<(), GatewayError> {
     if chunk.trim().is_empty() {
+        run.streamed.push_str(chunk);
         return Ok(());
     }
     let combined = format!("{}{}", run.streamed, chunk);
     let parts = split_message(&combined, ch.max_chars());
+    let single = parts.len() == 1;
     let mut parts = parts.into_iter();
     let Some(first) = parts.next() else {
         return Ok(());
     };
-    match (&run.stream_message, ch.can_edit()) {
-        (Some(id), true) => {
-            if first != run.streamed.trim_end() {
-                ch.edit(chat, id, &first, &[]).await?;
+    let edited = match (&run.stream_message, ch.can_edit()) {
+        (Some(id), true) => match ch.edit(chat, id, &first, &[]).await {
+            Ok(()) => true,
+            // The message can no longer be edited (deleted, too old): continue in a new one.
+            Err(e) if permanent(&e) => {
+                tracing::warn!(error = %e, "could not edit the reply; continuing in a new message");
+                false
             }
-        }
-        _ => {
-            let text = if ch.can_edit() || run.streamed.is_empty() {
-                first.clone()
-            } else {
-                chunk.trim().to_string()
-            };
-            let id = ch.send(chat, &text, &[]).await?;
-            run.stream_message = Some(id);
+            Err(e) => return Err(e.into()),
+        },
+        _ => false,
+    };
+    if !edited {
+        let text = if ch.can_edit() || run.streamed.is_empty() {
+            first.clone()
+        } else {
+            chunk.trim().to_string()
+        };
+        match ch.send(chat, &text, &[]).await {
+            Ok(id) => run.stream_message = Some(id),
+            Err(e) if permanent(&e) => {
+                // The chat refuses us (bot blocked, chat gone): the reply is dropped rather
+                // than retried forever.
+                tracing::warn!(error = %e, "could not post the reply; dropping it");
+                run.streamed = combined;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
         }
     }
-    run.streamed = first;
+    run.streamed = if single { combined } else { first };
     for part in parts {
         let id = ch.send(chat, &part, &[]).await?;
         run.stream_message = Some(id);

@@ -76,6 +76,8 @@ pub struct FollowedRun {
     pub streamed: String,
     pub delivered: usize,
     pub deadline: Option<String>,
+    /// Reply text received but not yet shown.
+    pub pending: String,
 }
 
 /// An approval prompt shown in a chat.
@@ -109,7 +111,10 @@ pub struct GatewayStore {
     pool: SqlitePool,
 }
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_gateway.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/0001_gateway.sql")),
+    (2, include_str!("../migrations/0002_pending_and_seen.sql")),
+];
 
 impl GatewayStore {
     /// Opens (creating) the database and applies pending migrations.
@@ -290,11 +295,12 @@ impl GatewayStore {
 
     pub async fn put_run(&self, r: &FollowedRun) -> Result<()> {
         sqlx::query(
-            "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+            "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
              last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
-             streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline",
+             streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
+             pending = excluded.pending",
         )
         .bind(&r.routing_key)
         .bind(r.session_id.to_string())
@@ -305,9 +311,56 @@ impl GatewayStore {
         .bind(i64::try_from(r.delivered).unwrap_or(i64::MAX))
         .bind(&r.deadline)
         .bind(now())
+        .bind(&r.pending)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Starts following a run and removes the messages that started it, in one
+    /// transaction: a crash leaves either both or neither.
+    pub async fn start_run(&self, r: &FollowedRun, upto: i64) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT OR REPLACE INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
+             VALUES (?, ?, ?, ?, NULL, '', 0, ?, ?, '')",
+        )
+        .bind(&r.routing_key)
+        .bind(r.session_id.to_string())
+        .bind(r.run_id.to_string())
+        .bind(i64::try_from(r.last_event_id).unwrap_or(i64::MAX))
+        .bind(&r.deadline)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM inbox WHERE routing_key = ? AND id <= ?")
+            .bind(&r.routing_key)
+            .bind(upto)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records an inbound message; false if it was seen before (a redelivery or a replay).
+    /// Entries older than two days are forgotten.
+    pub async fn first_seen(&self, channel: &str, chat_id: &str, message_id: &str) -> Result<bool> {
+        let r = sqlx::query(
+            "INSERT OR IGNORE INTO seen (channel, chat_id, message_id, seen_at) VALUES (?, ?, ?, ?)",
+        )
+        .bind(channel)
+        .bind(chat_id)
+        .bind(message_id)
+        .bind(now())
+        .execute(&self.pool)
+        .await?;
+        let cutoff = (chrono::Utc::now() - chrono::Duration::days(2))
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        sqlx::query("DELETE FROM seen WHERE seen_at < ?")
+            .bind(cutoff)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
     }
 
     pub async fn run(&self, key: &str) -> Result<Option<FollowedRun>> {
@@ -583,6 +636,7 @@ fn run_from_row(r: &SqliteRow) -> Result<FollowedRun> {
         streamed: r.try_get("streamed")?,
         delivered: usize::try_from(r.try_get::<i64, _>("delivered")?).unwrap_or(0),
         deadline: r.try_get("deadline")?,
+        pending: r.try_get("pending")?,
     })
 }
 

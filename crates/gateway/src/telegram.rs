@@ -721,7 +721,9 @@ fn chat_ref(m: &ApiMessage) -> Option<ChatRef> {
             ChatKind::Direct,
             thread.filter(|_| m.is_topic_message == Some(true)),
         ),
-        "group" | "supergroup" => match thread {
+        // Only forum topics are threads: in other supergroups a reply carries a
+        // `message_thread_id` too, and must stay in the group's session.
+        "group" | "supergroup" => match thread.filter(|_| m.is_topic_message == Some(true)) {
             Some(t) => (ChatKind::Thread, Some(t)),
             None => (ChatKind::Group, None),
         },

@@ -167,6 +167,15 @@ impl StreamBuffer {
         })
     }
 
+    /// What is buffered, as [`take_rest`](Self::take_rest) would return it, without taking
+    /// it (to store it, so a restart can push it again).
+    pub fn pending(&self) -> String {
+        match &self.carried_fence {
+            Some(opener) if !is_blank(&self.buf) => format!("{opener}\n{}", self.buf),
+            _ => self.buf.clone(),
+        }
+    }
+
     /// True when nothing but whitespace is buffered (so [`take_rest`](Self::take_rest) would
     /// give `None`).
     pub fn is_empty(&self) -> bool {

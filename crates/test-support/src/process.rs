@@ -64,8 +64,21 @@ impl ServerProcess {
         extra_env: &[(&str, &str)],
         ready_timeout: Duration,
     ) -> io::Result<ServerProcess> {
+        Self::start_command(bin, &["serve"], data_dir, token, extra_env, ready_timeout).await
+    }
+
+    /// Runs `bin ARGS…` (e.g. `gateway --server URL --listen 127.0.0.1:0`) the same way and
+    /// waits for its `listening on http://…` line.
+    pub async fn start_command(
+        bin: &Path,
+        args: &[&str],
+        data_dir: &Path,
+        token: &str,
+        extra_env: &[(&str, &str)],
+        ready_timeout: Duration,
+    ) -> io::Result<ServerProcess> {
         let mut child = Command::new(bin)
-            .arg("serve")
+            .args(args)
             .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
             .env("SWITCHBOARD_DATA_DIR", data_dir)
             .env("SWITCHBOARD_TOKEN", token)
