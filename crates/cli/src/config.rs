@@ -363,7 +363,10 @@ impl std::fmt::Debug for TelegramSection {
             .field("base_url", &self.base_url)
             .field("allowed_chats", &self.allowed_chats)
             .field("webhook_url", &self.webhook_url)
-            .field("webhook_secret", &self.webhook_secret.as_ref().map(|_| "[redacted]"))
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "[redacted]"),
+            )
             .finish_non_exhaustive()
     }
 }

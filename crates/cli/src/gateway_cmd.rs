@@ -100,7 +100,7 @@ pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> 
     let router = switchboard_gateway::api::router(gw.clone(), token);
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            crate::serve::shutdown_signal().await;
             gw.shutdown().await;
         })
         .await

@@ -221,7 +221,7 @@ pub fn build_channels(
     Ok(out)
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

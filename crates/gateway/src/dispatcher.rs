@@ -250,6 +250,20 @@ impl Gateway {
             }
             return Ok(());
         }
+        let mut text = text.to_string();
+        for a in &m.attachments {
+            let size = a.size.map(|b| format!(", {b} bytes")).unwrap_or_default();
+            let name = a
+                .name
+                .as_deref()
+                .map(|n| format!(" {n}"))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "\n[attachment: {}{name}{size}; not downloaded]",
+                a.kind
+            ));
+        }
+        let text = text.trim();
         if text.is_empty() {
             return Ok(());
         }
@@ -358,6 +372,22 @@ impl Gateway {
                 if route.as_ref().is_some_and(|r| r.bound) {
                     "This chat is bound to a fixed session; /new does not change it.".to_string()
                 } else {
+                    // The old session's pending approval and run end here, so nothing of it
+                    // holds up the new one.
+                    if let Some(r) = &route {
+                        if let Some(p) = self.inner.store.prompt_of_session(r.session_id).await? {
+                            self.settle_prompt(&p, false, "the chat started a new session", None)
+                                .await;
+                        }
+                        if let Ok(s) = self.inner.client.get_session(r.session_id).await
+                            && let Some(run) = s.session.active_run_id
+                        {
+                            log_err(
+                                "cancelling the old session's run",
+                                self.inner.client.cancel(r.session_id, run).await,
+                            );
+                        }
+                    }
                     self.inner.store.delete_route(key).await?;
                     "Done: your next message starts a new session.".to_string()
                 }

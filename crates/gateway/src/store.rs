@@ -495,6 +495,10 @@ impl GatewayStore {
     // --- pairing and allowed chats ------------------------------------------------------
 
     pub async fn put_pairing(&self, p: &Pairing) -> Result<()> {
+        sqlx::query("DELETE FROM pairing WHERE expires_at < ?")
+            .bind(now())
+            .execute(&self.pool)
+            .await?;
         sqlx::query("INSERT OR REPLACE INTO pairing (code, channel, peer, chat, expires_at) VALUES (?, ?, ?, ?, ?)")
             .bind(&p.code)
             .bind(&p.channel)

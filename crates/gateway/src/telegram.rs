@@ -55,6 +55,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time a `getUpdates` request gets beyond its long-poll timeout.
 const POLL_GRACE: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest `retry_after` waited out inside one call.
+const MAX_RETRY_AFTER_SECS: u64 = 60;
+
 /// `retry_after` assumed when a 429 names none.
 const DEFAULT_RETRY_AFTER: u64 = 5;
 /// What replaces the token in error texts.
@@ -345,7 +348,9 @@ impl TelegramChannel {
                     channel,
                     retry_after_secs,
                 }) => {
-                    if retries >= self.cfg.max_retries {
+                    // A flood wait of minutes is not waited out inside one call: the caller
+                    // retries later (a worker backs off) instead of blocking.
+                    if retries >= self.cfg.max_retries || retry_after_secs > MAX_RETRY_AFTER_SECS {
                         tracing::warn!(
                             channel = %self.cfg.name,
                             method,
