@@ -71,6 +71,8 @@ pub struct TelegramSection {
     pub base_url: Option<String>,
     /// Chat ids allowed without pairing.
     pub allowed_chats: Option<Vec<String>>,
+    /// User ids allowed without pairing, in any chat.
+    pub allowed_users: Option<Vec<String>>,
     /// User ids that may answer approvals in groups (default: whoever asked).
     pub approvers: Option<Vec<String>>,
     pub approval_mode: Option<String>,
@@ -464,6 +466,11 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
                 None => file_tg.allowed_chats.clone().unwrap_or_default(),
             };
             config.allowed_chats.insert(name.clone(), allowed);
+            let users = match env("SWITCHBOARD_TELEGRAM_ALLOWED_USERS") {
+                Some(v) => csv(&v),
+                None => file_tg.allowed_users.clone().unwrap_or_default(),
+            };
+            config.allowed_peers.insert(name.clone(), users);
             if let Some(a) = &file_tg.approvers {
                 config.approvers.insert(name.clone(), a.clone());
             }

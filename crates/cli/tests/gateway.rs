@@ -930,3 +930,121 @@ async fn a_standalone_gateway_killed_mid_reply_resumes_without_losing_or_repeati
         "the message reached the agent once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_approvers_stop_allow_all_allowed_users_and_config_errors() {
+    let w = World::new().await;
+    let config = w.dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        "[channels.telegram]\napprovers = [\"5\"]\nallowed_users = [\"77\"]\n",
+    )
+    .unwrap();
+    let config_s = config.to_string_lossy().to_string();
+    let _server = w.server(&[("SWITCHBOARD_CONFIG", config_s.as_str())]).await;
+
+    // In a group, only a configured approver may answer, even if someone else asked.
+    w.llm.push(MockReply::tool_call(
+        "g1",
+        "run_command",
+        json!({"command": "touch group.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Group done."]));
+    w.tg.group_message(
+        -100,
+        1,
+        "alice",
+        "@switchboard_test_bot touch it",
+        None,
+        false,
+    );
+    let prompt = w
+        .wait_message(-100, "a group prompt", |m| prompt_of(m).is_some())
+        .await;
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    let by_alice = w.tg.press(-100, prompt.message_id, 1, "alice", &allow);
+    w.tg.wait_until(WAIT, "alice's press answered", |tg| {
+        tg.answered().contains(&by_alice)
+    })
+    .await;
+    assert!(
+        !w.ws.path().join("group.txt").exists(),
+        "the requester is not an approver here"
+    );
+    w.tg.press(-100, prompt.message_id, 5, "boss", &allow);
+    w.wait_message(-100, "the reply", |m| m.text.contains("Group done."))
+        .await;
+    assert!(w.ws.path().join("group.txt").exists());
+
+    // A user allowed by id may write from any chat (no pairing).
+    w.llm.push(MockReply::text(&["Hello user 77."]));
+    w.tg.dm(77, "Seven", "hi");
+    w.wait_message(77, "a reply without pairing", |m| {
+        m.text.contains("Hello user 77.")
+    })
+    .await;
+
+    // /stop cancels the running reply.
+    w.llm.push(MockReply::Hang);
+    w.tg.dm(77, "Seven", "take forever");
+    w.tg.wait_until(WAIT, "the hanging run started", |_| {
+        w.llm.chat_requests().len() == 4
+    })
+    .await;
+    w.tg.dm(77, "Seven", "/stop");
+    for _ in 0..100 {
+        if w.messages(77).iter().any(|m| m.text.contains("Stopping")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !w.messages(77).iter().any(|m| m.text.contains("Stopping")) {
+        panic!(
+            "no /stop reply; bot messages {:?}\nlogs:\n{}",
+            w.messages(77),
+            _server.logs()
+        );
+    }
+    w.wait_message(77, "the run ended", |m| m.text == "Stopped.")
+        .await;
+
+    // A configuration error stops start-up, naming the key.
+    let bad = w.dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[channels.telegram]\ntoken = \"123:abc\"\napproval_mode = \"sometimes\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["serve"])
+        .env("SWITCHBOARD_CONFIG", &bad)
+        .env("SWITCHBOARD_DATA_DIR", w.dir.path().join("other"))
+        .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("approval_mode") && err.contains("sometimes"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_all_accepts_without_asking() {
+    let w = World::new().await;
+    let _server = w
+        .server(&[("SWITCHBOARD_GATEWAY_APPROVAL_MODE", "allow_all")])
+        .await;
+    w.llm.push(MockReply::tool_call(
+        "a1",
+        "run_command",
+        json!({"command": "touch all.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["All good."]));
+    w.tg.dm(ALICE, "Alice", "go");
+    w.wait_message(ALICE, "the reply", |m| m.text.contains("All good."))
+        .await;
+    assert!(w.ws.path().join("all.txt").exists());
+    assert!(w.messages(ALICE).iter().all(|m| prompt_of(m).is_none()));
+}

@@ -61,6 +61,8 @@ pub struct GatewayConfig {
     pub approvers: HashMap<String, Vec<String>>,
     /// Per channel: chat ids allowed without pairing.
     pub allowed_chats: HashMap<String, Vec<String>>,
+    /// Per channel: peer (user) ids allowed without pairing, in any chat.
+    pub allowed_peers: HashMap<String, Vec<String>>,
     /// Channels that need no allowlist or pairing (signed webhooks authenticate senders).
     pub open_channels: Vec<String>,
     /// Explicit bindings: routing key → session id.
@@ -106,6 +108,7 @@ impl Default for GatewayConfig {
             allowlist: Vec::new(),
             approvers: HashMap::new(),
             allowed_chats: HashMap::new(),
+            allowed_peers: HashMap::new(),
             open_channels: Vec::new(),
             bindings: HashMap::new(),
             run_timeout: Duration::from_secs(30 * 60),

@@ -309,6 +309,13 @@ impl Gateway {
         {
             return Ok(true);
         }
+        if cfg
+            .allowed_peers
+            .get(&m.channel)
+            .is_some_and(|l| l.contains(&m.peer.id))
+        {
+            return Ok(true);
+        }
         Ok(self.inner.store.is_allowed(&m.channel, &m.chat.id).await?)
     }
 
@@ -392,19 +399,36 @@ impl Gateway {
                     "Done: your next message starts a new session.".to_string()
                 }
             }
-            Command::Stop => match &route {
-                None => "Nothing is running.".into(),
-                Some(r) => {
-                    let s = self.inner.client.get_session(r.session_id).await?;
-                    match s.session.active_run_id {
-                        Some(run) => {
-                            self.inner.client.cancel(r.session_id, run).await?;
-                            "Stopping the current run.".into()
-                        }
-                        None => "Nothing is running.".into(),
-                    }
+            Command::Stop => {
+                // Messages still waiting go too: /stop means "stop what you are doing".
+                let queued = self.inner.store.queued(key).await?;
+                if let Some(last) = queued.last() {
+                    self.inner.store.dequeue(key, last.id).await?;
                 }
-            },
+                let dropped = if queued.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} queued message(s) dropped)", queued.len())
+                };
+                let active = match &route {
+                    None => None,
+                    Some(r) => self
+                        .inner
+                        .client
+                        .get_session(r.session_id)
+                        .await?
+                        .session
+                        .active_run_id
+                        .map(|run| (r.session_id, run)),
+                };
+                match active {
+                    Some((session, run)) => {
+                        self.inner.client.cancel(session, run).await?;
+                        format!("Stopping the current run.{dropped}")
+                    }
+                    None => format!("Nothing is running.{dropped}"),
+                }
+            }
             Command::Status => match &route {
                 None => "No session yet: send a message to start one.".into(),
                 Some(r) => {
