@@ -985,6 +985,36 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
         deadline,
         pending: String::new(),
     };
+    // An intent, stored before sending: if the process dies after the server took the
+    // message but before the run was recorded, the restart finds the run instead of
+    // sending the batch a second time.
+    let intent_key = format!("intent:{key}");
+    if let Some(intent) = gw.inner.store.kv_get(&intent_key).await?
+        && let Some(run_id) = adopt(gw, route.session_id, &intent, &req.message.content).await?
+    {
+        tracing::info!(routing_key = %key, %run_id, "found the run a crash left unrecorded");
+        let deadline = chrono::Utc::now()
+            + chrono::Duration::from_std(gw.inner.config.run_timeout).unwrap_or_default();
+        let after: u64 = intent
+            .split_once(':')
+            .and_then(|(a, _)| a.parse().ok())
+            .unwrap_or(after);
+        let mut r = followed(
+            run_id,
+            Some(deadline.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+        );
+        r.last_event_id = after;
+        gw.inner.store.start_run(&r, last.id).await?;
+        gw.inner.store.kv_set(&intent_key, "").await?;
+        return Ok(true);
+    }
+    gw.inner
+        .store
+        .kv_set(
+            &intent_key,
+            &format!("{after}:{}:{}", last.id, chrono::Utc::now().to_rfc3339()),
+        )
+        .await?;
     let run_id = match gw.inner.client.send_message(route.session_id, &req).await {
         Ok(r) => r.run_id,
         Err(e) if e.code() == Some("session_already_running") => {
@@ -1005,7 +1035,45 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
         .store
         .start_run(&followed(run_id, deadline), last.id)
         .await?;
+    gw.inner.store.kv_set(&intent_key, "").await?;
     Ok(true)
+}
+
+/// After a crash between sending a batch and recording its run: the run the server started
+/// for it, if the session's newest user message is that batch.
+async fn adopt(
+    gw: &Gateway,
+    session_id: Uuid,
+    intent: &str,
+    content: &str,
+) -> Result<Option<Uuid>, GatewayError> {
+    // "<after>:<upto>:<when>": only a message stored after the intent can be its run.
+    let Some(when) = intent
+        .splitn(3, ':')
+        .nth(2)
+        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
+        .map(|w| w.with_timezone(&chrono::Utc))
+    else {
+        return Ok(None);
+    };
+    let total = gw
+        .inner
+        .client
+        .list_messages(session_id, Some(1), Some(0))
+        .await?
+        .total;
+    let recent = gw
+        .inner
+        .client
+        .list_messages(session_id, Some(20), Some(total.saturating_sub(20) as u32))
+        .await?;
+    Ok(recent
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == switchboard_protocol::Role::User)
+        .filter(|m| m.content == content && m.created_at >= when)
+        .and_then(|m| m.run_id))
 }
 
 /// The route's session, created when there is none; the reply target refreshed.
