@@ -60,6 +60,8 @@ pub struct GatewaySection {
 #[serde(deny_unknown_fields)]
 pub struct ChannelsSection {
     pub telegram: Option<TelegramSection>,
+    pub slack: Option<SlackSection>,
+    pub discord: Option<DiscordSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
@@ -358,6 +360,53 @@ fn endpoint(
     }
 }
 
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackSection {
+    pub bot_token: Option<String>,
+    /// Socket Mode (`xapp-…`); without it, the Events API at
+    /// `/v1/gateway/channels/slack/webhook` with `signing_secret`.
+    pub app_token: Option<String>,
+    pub signing_secret: Option<String>,
+    pub api_base: Option<String>,
+    pub allowed_chats: Option<Vec<String>>,
+    pub allowed_users: Option<Vec<String>>,
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+}
+
+impl std::fmt::Debug for SlackSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackSection")
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscordSection {
+    pub token: Option<String>,
+    pub api_base: Option<String>,
+    pub gateway_url: Option<String>,
+    /// Only these guilds (default: all the bot is in).
+    pub guilds: Option<Vec<String>>,
+    /// Guild channels where the bot answers without being mentioned.
+    pub channels: Option<Vec<String>>,
+    pub allowed_chats: Option<Vec<String>>,
+    pub allowed_users: Option<Vec<String>>,
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+}
+
+impl std::fmt::Debug for DiscordSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscordSection")
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
 impl std::fmt::Debug for TelegramSection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TelegramSection")
@@ -387,6 +436,8 @@ impl std::fmt::Debug for WebhookSection {
 pub struct GatewaySettings {
     pub config: switchboard_gateway::GatewayConfig,
     pub telegram: Option<switchboard_gateway::telegram::TelegramConfig>,
+    pub slack: Option<switchboard_gateway::slack::SlackConfig>,
+    pub discord: Option<switchboard_gateway::discord::DiscordConfig>,
     pub webhooks: Vec<switchboard_gateway::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -522,6 +573,107 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             Some(tg)
         }
     };
+    // Access and approval settings shared by every platform channel.
+    let mut access = |name: &str,
+                      chats_env: &str,
+                      users_env: &str,
+                      chats: &Option<Vec<String>>,
+                      users: &Option<Vec<String>>,
+                      approvers: &Option<Vec<String>>,
+                      mode: &Option<String>|
+     -> Result<()> {
+        let chats = env(chats_env)
+            .map(|v| csv(&v))
+            .or(chats.clone())
+            .unwrap_or_default();
+        let users = env(users_env)
+            .map(|v| csv(&v))
+            .or(users.clone())
+            .unwrap_or_default();
+        config.allowed_chats.insert(name.to_string(), chats);
+        config.allowed_peers.insert(name.to_string(), users);
+        if let Some(a) = approvers {
+            config.approvers.insert(name.to_string(), a.clone());
+        }
+        if let Some(m) = mode {
+            config.channel_modes.insert(
+                name.to_string(),
+                approval_mode(&format!("[channels.{name}] approval_mode"), m)?,
+            );
+        }
+        Ok(())
+    };
+    let file_slack = file.channels.slack.clone().unwrap_or_default();
+    let slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
+        None => {
+            if file.channels.slack.is_some() {
+                bail!(
+                    "[channels.slack]: no bot token: set `bot_token` or SWITCHBOARD_SLACK_BOT_TOKEN"
+                );
+            }
+            None
+        }
+        Some(token) => {
+            if !token.starts_with("xoxb-") {
+                bail!(
+                    "SWITCHBOARD_SLACK_BOT_TOKEN / [channels.slack] bot_token: expected a bot token (xoxb-…)"
+                );
+            }
+            let mut c = switchboard_gateway::slack::SlackConfig::new(token);
+            c.app_token = env("SWITCHBOARD_SLACK_APP_TOKEN").or(file_slack.app_token.clone());
+            c.signing_secret =
+                env("SWITCHBOARD_SLACK_SIGNING_SECRET").or(file_slack.signing_secret.clone());
+            if c.app_token.is_none() && c.signing_secret.is_none() {
+                bail!(
+                    "[channels.slack]: set app_token (Socket Mode, SWITCHBOARD_SLACK_APP_TOKEN) or signing_secret (Events API, SWITCHBOARD_SLACK_SIGNING_SECRET)"
+                );
+            }
+            if let Some(b) = env("SWITCHBOARD_SLACK_API_BASE").or(file_slack.api_base.clone()) {
+                c.api_base = b;
+            }
+            access(
+                &c.name.clone(),
+                "SWITCHBOARD_SLACK_ALLOWED_CHATS",
+                "SWITCHBOARD_SLACK_ALLOWED_USERS",
+                &file_slack.allowed_chats,
+                &file_slack.allowed_users,
+                &file_slack.approvers,
+                &file_slack.approval_mode,
+            )?;
+            Some(c)
+        }
+    };
+    let file_dc = file.channels.discord.clone().unwrap_or_default();
+    let discord = match env("SWITCHBOARD_DISCORD_TOKEN").or(file_dc.token.clone()) {
+        None => {
+            if file.channels.discord.is_some() {
+                bail!("[channels.discord]: no bot token: set `token` or SWITCHBOARD_DISCORD_TOKEN");
+            }
+            None
+        }
+        Some(token) => {
+            if token.trim().is_empty() {
+                bail!("SWITCHBOARD_DISCORD_TOKEN / [channels.discord] token: must not be empty");
+            }
+            let mut c = switchboard_gateway::discord::DiscordConfig::new(token);
+            if let Some(b) = env("SWITCHBOARD_DISCORD_API_BASE").or(file_dc.api_base.clone()) {
+                c.api_base = b;
+            }
+            c.gateway_url = env("SWITCHBOARD_DISCORD_GATEWAY_URL").or(file_dc.gateway_url.clone());
+            c.guilds = file_dc.guilds.clone().unwrap_or_default();
+            c.channels = file_dc.channels.clone().unwrap_or_default();
+            access(
+                &c.name.clone(),
+                "SWITCHBOARD_DISCORD_ALLOWED_CHATS",
+                "SWITCHBOARD_DISCORD_ALLOWED_USERS",
+                &file_dc.allowed_chats,
+                &file_dc.allowed_users,
+                &file_dc.approvers,
+                &file_dc.approval_mode,
+            )?;
+            Some(c)
+        }
+    };
     let mut webhooks = Vec::new();
     for (name, w) in &file.channels.webhook {
         if name.is_empty()
@@ -559,7 +711,7 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             max_chars: 4000,
         });
     }
-    if telegram.is_none() && webhooks.is_empty() {
+    if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
         if g.enabled == Some(true) {
             bail!(
                 "[gateway] enabled = true but no channel is configured ([channels.telegram] or [channels.webhook.NAME])"
@@ -570,6 +722,8 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
     Ok(Some(GatewaySettings {
         config,
         telegram,
+        slack,
+        discord,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))

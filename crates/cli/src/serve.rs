@@ -212,6 +212,18 @@ pub fn build_channels(
                 .map_err(|e| anyhow::anyhow!("{e}"))?,
         ));
     }
+    if let Some(c) = &g.slack {
+        out.push(Arc::new(
+            switchboard_gateway::slack::SlackChannel::new(c.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
+    if let Some(c) = &g.discord {
+        out.push(Arc::new(
+            switchboard_gateway::discord::DiscordChannel::new(c.clone())
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        ));
+    }
     for w in &g.webhooks {
         out.push(Arc::new(
             switchboard_gateway::webhook::WebhookChannel::new(w.clone())

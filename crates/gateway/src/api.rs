@@ -308,6 +308,9 @@ async fn channel_push(
     let Some(ch) = s.gw.channel(&name) else {
         return error(ErrorCode::NotFound, format!("no channel named {name:?}"));
     };
+    if let Some(answer) = ch.http_challenge(&body) {
+        return ([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response();
+    }
     match ch.inbound_http(&headers, &body).await {
         Ok(None) => Json(serde_json::json!({"ok": true})).into_response(),
         Ok(Some(item)) => match s.gw.accept(item).await {

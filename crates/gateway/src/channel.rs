@@ -206,6 +206,15 @@ pub trait Channel: Send + Sync + 'static {
     ) -> Result<Option<Inbound>, InboundHttpError> {
         Err(InboundHttpError::NotSupported)
     }
+
+    /// For platforms that check an HTTP endpoint with a challenge before pushing to it
+    /// (Slack's `url_verification`): the text to answer `body` with, or `None` when `body`
+    /// is no such challenge. The webhook route calls this before [`Channel::inbound_http`]
+    /// and, on `Some`, answers 200 with that text (`text/plain`) and nothing else. The
+    /// challenge is only echoed, so it needs no signature check.
+    fn http_challenge(&self, _body: &[u8]) -> Option<String> {
+        None
+    }
 }
 
 /// Why an HTTP push from a platform was refused.

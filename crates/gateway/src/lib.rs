@@ -8,9 +8,11 @@
 pub mod api;
 pub mod channel;
 pub mod config;
+pub mod discord;
 mod dispatcher;
 pub mod preview;
 pub mod routing;
+pub mod slack;
 pub mod store;
 pub mod telegram;
 pub mod text;

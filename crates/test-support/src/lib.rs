@@ -6,6 +6,8 @@
 //! [`process::ServerProcess`], which runs the `switchboard` binary as a child process for
 //! end-to-end tests. It is test-only code, used as a dev-dependency.
 
+pub mod fake_discord;
+pub mod fake_slack;
 pub mod fake_telegram;
 pub mod mock_llm;
 pub mod process;

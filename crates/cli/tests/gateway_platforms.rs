@@ -1,0 +1,443 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! The chat gateway's scenarios on Slack (Socket Mode) and Discord (gateway websocket),
+//! end to end: the real server, fake platforms speaking their wire formats, the mock LLM.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use switchboard_test_support::fake_discord::FakeDiscord;
+use switchboard_test_support::fake_slack::FakeSlack;
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+use switchboard_test_support::process::ServerProcess;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// One bot message as the scenarios see it.
+#[derive(Debug, Clone)]
+struct Msg {
+    id: String,
+    text: String,
+    buttons: Vec<(String, String)>,
+}
+
+enum Fake {
+    Slack(FakeSlack),
+    Discord(FakeDiscord),
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    llm: MockLlm,
+    fake: Fake,
+}
+
+impl World {
+    async fn slack() -> World {
+        Self::with(Fake::Slack(FakeSlack::start().await)).await
+    }
+
+    async fn discord() -> World {
+        Self::with(Fake::Discord(FakeDiscord::start().await)).await
+    }
+
+    async fn with(fake: Fake) -> World {
+        World {
+            dir: tempfile::tempdir().unwrap(),
+            ws: tempfile::tempdir().unwrap(),
+            llm: MockLlm::start().await,
+            fake,
+        }
+    }
+
+    async fn server(&self) -> ServerProcess {
+        let ws = self.ws.path().to_string_lossy().to_string();
+        let mut env: Vec<(String, String)> = vec![("SWITCHBOARD_DEFAULT_CWD".into(), ws)];
+        match &self.fake {
+            Fake::Slack(f) => {
+                env.push((
+                    "SWITCHBOARD_SLACK_BOT_TOKEN".into(),
+                    FakeSlack::BOT_TOKEN.into(),
+                ));
+                env.push((
+                    "SWITCHBOARD_SLACK_APP_TOKEN".into(),
+                    FakeSlack::APP_TOKEN.into(),
+                ));
+                env.push(("SWITCHBOARD_SLACK_API_BASE".into(), f.api_base()));
+                env.push(("SWITCHBOARD_SLACK_ALLOWED_USERS".into(), "U42,U1,U2".into()));
+            }
+            Fake::Discord(f) => {
+                env.push((
+                    "SWITCHBOARD_DISCORD_TOKEN".into(),
+                    FakeDiscord::TOKEN.into(),
+                ));
+                env.push(("SWITCHBOARD_DISCORD_API_BASE".into(), f.api_base()));
+                env.push(("SWITCHBOARD_DISCORD_ALLOWED_USERS".into(), "42,1,2".into()));
+            }
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        start(self.dir.path(), &self.llm.base_url(), &env).await
+    }
+
+    fn dm_chat(&self) -> &'static str {
+        match self.fake {
+            Fake::Slack(_) => "DU42",
+            Fake::Discord(_) => "dm-42",
+        }
+    }
+
+    fn max_chars(&self) -> usize {
+        match self.fake {
+            Fake::Slack(_) => 3000,
+            Fake::Discord(_) => 2000,
+        }
+    }
+
+    fn dm(&self, text: &str) {
+        match &self.fake {
+            Fake::Slack(f) => {
+                f.dm("U42", text);
+            }
+            Fake::Discord(f) => {
+                f.dm("42", "alice", text);
+            }
+        }
+    }
+
+    fn messages(&self, chat: &str) -> Vec<Msg> {
+        match &self.fake {
+            Fake::Slack(f) => f
+                .bot_messages(chat)
+                .into_iter()
+                .map(|m| Msg {
+                    id: m.ts,
+                    text: m.text,
+                    buttons: m.buttons,
+                })
+                .collect(),
+            Fake::Discord(f) => f
+                .bot_messages(chat)
+                .into_iter()
+                .map(|m| Msg {
+                    id: m.id,
+                    text: m.content,
+                    buttons: m.components,
+                })
+                .collect(),
+        }
+    }
+
+    fn press(&self, chat: &str, msg: &str, data: &str) {
+        match &self.fake {
+            Fake::Slack(f) => {
+                f.press(chat, msg, "U42", data);
+            }
+            Fake::Discord(f) => {
+                f.press(chat, msg, "42", data);
+            }
+        }
+    }
+
+    fn rate_limit_sends(&self) {
+        match &self.fake {
+            Fake::Slack(f) => f.rate_limit("chat.postMessage", 1, 1),
+            Fake::Discord(f) => f.rate_limit("POST /channels/", 1, 0.5),
+        }
+    }
+
+    async fn wait(&self, chat: &str, what: &str, f: impl Fn(&Msg) -> bool) -> Msg {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(m) = self.messages(chat).into_iter().find(|m| f(m)) {
+                return m;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; messages: {:?}",
+                    self.messages(chat)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn user_text(&self, n: usize) -> String {
+        let reqs = self.llm.chat_requests();
+        let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
+        msgs.iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    }
+}
+
+fn prompt_of(m: &Msg) -> Option<(String, String)> {
+    let allow = m.buttons.iter().find(|(t, _)| t.starts_with("Allow"))?;
+    let deny = m.buttons.iter().find(|(t, _)| t.starts_with("Deny"))?;
+    Some((allow.1.clone(), deny.1.clone()))
+}
+
+/// Streamed reply, approve, deny, auto-reject on a new message, a long reply with a fence,
+/// and a 429 — the Telegram scenarios, on another platform.
+async fn scenarios(w: World) {
+    let _server = w.server().await;
+    let dm = w.dm_chat();
+
+    // A reply streamed into one message (edited as it grows).
+    w.llm.push(MockReply::text_slow(
+        &["Hello Alice.\n\n", "More ", "text.\n\n", "The end."],
+        300,
+    ));
+    w.dm("hi bot");
+    let m = w
+        .wait(dm, "the whole reply", |m| m.text.contains("The end."))
+        .await;
+    assert!(
+        m.text.contains("Hello Alice.") && m.text.contains("More text."),
+        "{}",
+        m.text
+    );
+    assert_eq!(
+        w.messages(dm).len(),
+        1,
+        "one message, edited: {:?}",
+        w.messages(dm)
+    );
+    assert_eq!(w.user_text(0), "hi bot");
+
+    // Approve.
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo ok > approved.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["It ran."]));
+    w.dm("make a file");
+    let prompt = w.wait(dm, "a prompt", |m| prompt_of(m).is_some()).await;
+    assert!(prompt.text.contains("approved.txt"), "{}", prompt.text);
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    w.press(dm, &prompt.id, &allow);
+    w.wait(dm, "the reply", |m| m.text.contains("It ran."))
+        .await;
+    assert!(w.ws.path().join("approved.txt").exists());
+    w.wait(dm, "the prompt edited", |m| {
+        m.id == prompt.id && m.text.contains("Allowed by") && m.buttons.is_empty()
+    })
+    .await;
+
+    // Deny.
+    w.llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "touch denied.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Not done."]));
+    w.dm("touch it");
+    let prompt = w
+        .wait(dm, "a second prompt", |m| {
+            prompt_of(m).is_some() && m.text.contains("denied.txt")
+        })
+        .await;
+    let (_, deny) = prompt_of(&prompt).unwrap();
+    w.press(dm, &prompt.id, &deny);
+    w.wait(dm, "the reply", |m| m.text.contains("Not done."))
+        .await;
+    assert!(!w.ws.path().join("denied.txt").exists());
+
+    // A new message rejects the pending approval and goes next.
+    w.llm.push(MockReply::tool_call(
+        "c3",
+        "run_command",
+        json!({"command": "touch never.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Skipped."]));
+    w.llm.push(MockReply::text(&["On the new thing."]));
+    w.dm("do the thing");
+    let prompt = w
+        .wait(dm, "a third prompt", |m| {
+            prompt_of(m).is_some() && m.text.contains("never.txt")
+        })
+        .await;
+    w.dm("never mind");
+    w.wait(dm, "the new message answered", |m| {
+        m.text.contains("On the new thing.")
+    })
+    .await;
+    w.wait(dm, "the prompt says why", |m| {
+        m.id == prompt.id && m.text.contains("new message received")
+    })
+    .await;
+    assert!(!w.ws.path().join("never.txt").exists());
+
+    // A long reply with a code fence: split at the platform limit, fences balanced.
+    let mut long = String::new();
+    for i in 0..40 {
+        long.push_str(&format!("Paragraph {i}: {}\n\n", "words ".repeat(12)));
+    }
+    long.push_str("```rust\n");
+    for i in 0..60 {
+        long.push_str(&format!("let value_{i} = compute({i});\n"));
+    }
+    long.push_str("```\n\nDone.");
+    w.llm.push(MockReply::text(&[&long]));
+    let before = w.messages(dm).len();
+    w.dm("write a lot");
+    w.wait(dm, "the end of the long reply", |m| {
+        m.text.trim_end().ends_with("Done.")
+    })
+    .await;
+    let new: Vec<Msg> = w.messages(dm).into_iter().skip(before).collect();
+    assert!(new.len() >= 2, "{}", new.len());
+    for m in &new {
+        assert!(
+            m.text.chars().count() <= w.max_chars(),
+            "{}",
+            m.text.chars().count()
+        );
+        assert_eq!(m.text.matches("```").count() % 2, 0, "balanced: {}", m.text);
+    }
+
+    // A 429 is waited out.
+    w.rate_limit_sends();
+    w.llm.push(MockReply::text(&["After the limit."]));
+    w.dm("once more");
+    w.wait(dm, "the reply after a 429", |m| {
+        m.text.contains("After the limit.")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_scenarios() {
+    scenarios(World::slack().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discord_scenarios() {
+    scenarios(World::discord().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_batching_with_attribution_in_a_slack_thread_and_a_discord_channel() {
+    // Slack: a mention starts a thread; replies in it need no mention.
+    let w = World::slack().await;
+    let _server = w.server().await;
+    let Fake::Slack(f) = &w.fake else {
+        unreachable!()
+    };
+    w.llm
+        .push(MockReply::text_slow(&["Working", " on", " it."], 2000));
+    w.llm.push(MockReply::text(&["Both noted."]));
+    let thread = f.channel_message("C1", "U1", "<@UBOT> first task", None);
+    let ready = |_: &FakeSlack| w.llm.chat_requests().len() == 1;
+    f.wait_until(WAIT, "the first run started", ready).await;
+    f.channel_message("C1", "U1", "also this", Some(&thread));
+    f.channel_message("C1", "U2", "and that", Some(&thread));
+    w.wait("C1", "the batched reply", |m| {
+        m.text.contains("Both noted.")
+    })
+    .await;
+    assert_eq!(w.llm.chat_requests().len(), 2);
+    let batched = w.user_text(1);
+    assert!(
+        batched.contains("also this") && batched.contains("and that") && batched.contains(": "),
+        "{batched}"
+    );
+
+    // Discord: mentions in a guild channel.
+    let w = World::discord().await;
+    let _server = w.server().await;
+    let Fake::Discord(f) = &w.fake else {
+        unreachable!()
+    };
+    w.llm
+        .push(MockReply::text_slow(&["Working", " on", " it."], 2000));
+    w.llm.push(MockReply::text(&["Both noted."]));
+    f.guild_message("G1", "C1", "1", "alice", "first task", true);
+    let ready = |_: &FakeDiscord| w.llm.chat_requests().len() == 1;
+    f.wait_until(WAIT, "the first run started", ready).await;
+    f.guild_message("G1", "C1", "1", "alice", "also this", true);
+    f.guild_message("G1", "C1", "2", "bob", "and that", true);
+    w.wait("C1", "the batched reply", |m| {
+        m.text.contains("Both noted.")
+    })
+    .await;
+    assert_eq!(w.user_text(1), "alice: also this\nbob: and that");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_events_api_checks_signatures_and_answers_url_verification() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let fake = FakeSlack::start().await;
+    let secret = "8f742231b10e8888abcd99yyyzzz85a5";
+    let base = fake.api_base();
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[
+            ("SWITCHBOARD_SLACK_BOT_TOKEN", FakeSlack::BOT_TOKEN),
+            ("SWITCHBOARD_SLACK_SIGNING_SECRET", secret),
+            ("SWITCHBOARD_SLACK_API_BASE", base.as_str()),
+            ("SWITCHBOARD_SLACK_ALLOWED_USERS", "U42"),
+        ],
+    )
+    .await;
+    let url = format!("{}/v1/gateway/channels/slack/webhook", server.url);
+    let http = reqwest::Client::new();
+    let post = |body: String, ts: i64, sig: String| {
+        http.post(&url)
+            .header("x-slack-request-timestamp", ts.to_string())
+            .header("x-slack-signature", sig)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let now = chrono::Utc::now().timestamp();
+    let challenge =
+        json!({"type": "url_verification", "challenge": "c-123", "token": "x"}).to_string();
+    let sig = switchboard_gateway::slack::signature(secret, &now.to_string(), challenge.as_bytes());
+    let r = post(challenge, now, sig).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "c-123");
+    llm.push(MockReply::text(&["Hi from the Events API."]));
+    let event = json!({"type": "event_callback", "event_id": "Ev1", "team_id": "T1",
+        "event": {"type": "message", "channel": "DU42", "channel_type": "im", "user": "U42",
+                  "text": "hello", "ts": "1700000000.000100"}})
+    .to_string();
+    let bad =
+        switchboard_gateway::slack::signature("wrong-secret", &now.to_string(), event.as_bytes());
+    assert_eq!(post(event.clone(), now, bad).await.unwrap().status(), 401);
+    let old =
+        switchboard_gateway::slack::signature(secret, &(now - 3600).to_string(), event.as_bytes());
+    assert_eq!(
+        post(event.clone(), now - 3600, old).await.unwrap().status(),
+        401
+    );
+    let good = switchboard_gateway::slack::signature(secret, &now.to_string(), event.as_bytes());
+    assert_eq!(
+        post(event.clone(), now, good.clone())
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // Slack's retry of the same event is dropped.
+    assert_eq!(post(event, now, good).await.unwrap().status(), 200);
+    fake.wait_until(WAIT, "the reply", |f| {
+        f.bot_messages("DU42")
+            .iter()
+            .any(|m| m.text.contains("Hi from the Events API."))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        llm.chat_requests().len(),
+        1,
+        "the retried event reached the agent once"
+    );
+}
