@@ -224,8 +224,12 @@ async fn scenarios(w: World) {
     w.wait(dm, "the reply", |m| m.text.contains("It ran."))
         .await;
     assert!(w.ws.path().join("approved.txt").exists());
-    w.wait(dm, "the prompt edited", |m| {
-        m.id == prompt.id && m.text.contains("Allowed by") && m.buttons.is_empty()
+    let who = match w.fake {
+        Fake::Slack(_) => "Allowed by <@U42>",
+        Fake::Discord(_) => "Allowed by user42",
+    };
+    w.wait(dm, "the prompt names who decided", |m| {
+        m.id == prompt.id && m.text.contains(who) && m.buttons.is_empty()
     })
     .await;
 

@@ -1043,9 +1043,8 @@ impl SlackChannel {
                 },
             }
         };
-        let name = str_at(payload, &["user", "name"])
-            .or_else(|| str_at(payload, &["user", "username"]))
-            .unwrap_or_else(|| user_id.clone());
+        // Shown as "Allowed by <@U…>": Slack renders the mention as the person's name.
+        let name = mention(&user_id);
         Some(Mapped {
             keys: vec![format!("press:{press_id}")],
             item: Inbound::Press(ButtonPress {

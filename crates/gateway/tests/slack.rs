@@ -885,7 +885,7 @@ async fn events_api_url_verification_and_interactivity() {
             press_id: "123.456.abc".into(),
             peer: switchboard_gateway::Peer {
                 id: "U1".into(),
-                name: "alice".into(),
+                name: "<@U1>".into(),
                 username: Some("alice".into()),
             },
             chat: thread("C1", "1700000000.000001"),
