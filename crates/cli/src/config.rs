@@ -714,7 +714,7 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
     if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
         if g.enabled == Some(true) {
             bail!(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram] or [channels.webhook.NAME])"
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord] or [channels.webhook.NAME])"
             );
         }
         return Ok(None);

@@ -25,7 +25,7 @@ pub enum PairingCommand {
 
 fn gateway_settings(settings: &Settings) -> Result<&crate::config::GatewaySettings> {
     settings.gateway.as_ref().context(
-        "no chat channel is configured: set SWITCHBOARD_TELEGRAM_TOKEN or add [channels.telegram] / [channels.webhook.NAME] to switchboard.toml",
+        "no chat channel is configured: set SWITCHBOARD_TELEGRAM_TOKEN, SWITCHBOARD_SLACK_BOT_TOKEN or SWITCHBOARD_DISCORD_TOKEN, or add [channels.telegram|slack|discord] / [channels.webhook.NAME] to switchboard.toml",
     )
 }
 

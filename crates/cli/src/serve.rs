@@ -209,25 +209,26 @@ pub fn build_channels(
     if let Some(tg) = &g.telegram {
         out.push(Arc::new(
             switchboard_gateway::telegram::TelegramChannel::new(tg.clone())
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
+                .map_err(|e| anyhow::anyhow!("[channels.telegram]: {e}"))?,
         ));
     }
     if let Some(c) = &g.slack {
         out.push(Arc::new(
             switchboard_gateway::slack::SlackChannel::new(c.clone())
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
+                .map_err(|e| anyhow::anyhow!("[channels.slack] (or SWITCHBOARD_SLACK_*): {e}"))?,
         ));
     }
     if let Some(c) = &g.discord {
         out.push(Arc::new(
-            switchboard_gateway::discord::DiscordChannel::new(c.clone())
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            switchboard_gateway::discord::DiscordChannel::new(c.clone()).map_err(|e| {
+                anyhow::anyhow!("[channels.discord] (or SWITCHBOARD_DISCORD_*): {e}")
+            })?,
         ));
     }
     for w in &g.webhooks {
         out.push(Arc::new(
             switchboard_gateway::webhook::WebhookChannel::new(w.clone())
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
+                .map_err(|e| anyhow::anyhow!("[channels.webhook.{}]: {e}", w.name))?,
         ));
     }
     Ok(out)

@@ -74,6 +74,7 @@ pub fn router(gw: Gateway, token: impl Into<String>) -> Router {
         .merge(protected)
         .route("/v1/gateway/webhook/{name}", post(webhook))
         .route("/v1/gateway/channels/{name}/webhook", post(channel_push))
+        .route("/v1/gateway/slack/events", post(slack_events))
         .with_state(state)
 }
 
@@ -308,7 +309,7 @@ async fn channel_push(
     let Some(ch) = s.gw.channel(&name) else {
         return error(ErrorCode::NotFound, format!("no channel named {name:?}"));
     };
-    if let Some(answer) = ch.http_challenge(&body) {
+    if let Some(answer) = ch.http_challenge(&headers, &body) {
         return ([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response();
     }
     match ch.inbound_http(&headers, &body).await {
@@ -330,4 +331,10 @@ async fn channel_push(
         }
         Err(InboundHttpError::Malformed(m)) => error(ErrorCode::ValidationFailed, m),
     }
+}
+
+/// `POST /v1/gateway/slack/events`: the Slack Events API's usual path, for the channel
+/// named `slack`.
+async fn slack_events(state: State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+    channel_push(state, Path("slack".to_string()), headers, body).await
 }

@@ -212,7 +212,7 @@ pub trait Channel: Send + Sync + 'static {
     /// is no such challenge. The webhook route calls this before [`Channel::inbound_http`]
     /// and, on `Some`, answers 200 with that text (`text/plain`) and nothing else. The
     /// challenge is only echoed, so it needs no signature check.
-    fn http_challenge(&self, _body: &[u8]) -> Option<String> {
+    fn http_challenge(&self, _headers: &axum::http::HeaderMap, _body: &[u8]) -> Option<String> {
         None
     }
 }

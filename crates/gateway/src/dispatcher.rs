@@ -267,6 +267,41 @@ impl Gateway {
         if text.is_empty() {
             return Ok(());
         }
+        let stored = self.store_message(&m, &key, text).await;
+        if let Err(e) = stored {
+            // Not stored: forget that it was seen, so the platform's redelivery is taken.
+            if let Err(e2) = self
+                .inner
+                .store
+                .forget_seen(&m.channel, &m.chat.id, &m.message_id)
+                .await
+            {
+                tracing::warn!(error = %e2, "could not forget a message that was not stored");
+            }
+            return Err(e);
+        }
+        // A pending approval yields to the new message: rejected, the run goes on, and the
+        // message is taken when the run ends. Done in the background: the channel waits for
+        // this call before it acknowledges the message to its platform.
+        let gw = self.clone();
+        let key2 = key.clone();
+        self.spawn(async move {
+            if let Ok(Some(route)) = gw.inner.store.route(&key2).await
+                && let Ok(Some(p)) = gw.inner.store.prompt_of_session(route.session_id).await
+            {
+                gw.settle_prompt(&p, false, NEW_MESSAGE_REASON, None).await;
+            }
+        });
+        self.kick(&key);
+        Ok(())
+    }
+
+    async fn store_message(
+        &self,
+        m: &InboundMessage,
+        key: &str,
+        text: &str,
+    ) -> Result<(), GatewayError> {
         let context = self
             .inner
             .store
@@ -276,7 +311,7 @@ impl Gateway {
             .store
             .enqueue(&Queued {
                 id: 0,
-                routing_key: key.clone(),
+                routing_key: key.to_string(),
                 channel: m.channel.clone(),
                 peer: m.peer.clone(),
                 chat: m.chat.clone(),
@@ -284,15 +319,6 @@ impl Gateway {
                 context,
             })
             .await?;
-        // A pending approval yields to the new message: rejected, the run goes on, and the
-        // message is taken when the run ends.
-        if let Some(route) = self.inner.store.route(&key).await?
-            && let Some(p) = self.inner.store.prompt_of_session(route.session_id).await?
-        {
-            self.settle_prompt(&p, false, NEW_MESSAGE_REASON, None)
-                .await;
-        }
-        self.kick(&key);
         Ok(())
     }
 

@@ -699,6 +699,7 @@ impl SlackChannel {
         };
         tracing::info!(channel = %self.cfg.name, bot = %me.user, user_id = %me.user_id, team = %me.team, "slack bot identified; connecting over Socket Mode");
         let mut backoff = Backoff::default();
+        let mut disconnects = Backoff::default();
         loop {
             if cancel.is_cancelled() {
                 return Ok(());
@@ -730,14 +731,32 @@ impl SlackChannel {
                     continue;
                 }
             };
-            match self
+            let session_started = std::time::Instant::now();
+            let end = self
                 .socket_session(&url, &me, ctx, cancel, &mut backoff)
-                .await
-            {
+                .await;
+            // A connection that lasted is a normal refresh: the next disconnect is answered
+            // at once again.
+            if session_started.elapsed() > std::time::Duration::from_secs(300) {
+                disconnects.reset();
+            }
+            match end {
                 SessionEnd::Cancelled => return Ok(()),
                 SessionEnd::Disconnect => {
-                    tracing::info!(channel = %self.cfg.name, "Slack asked to reconnect");
+                    // Reconnecting at once is what Slack asks for, but a socket that is
+                    // disconnected again and again (Socket Mode turned off for the app:
+                    // `link_disabled`) must not spin: the waits grow.
+                    let wait = disconnects.next_wait();
+                    tracing::info!(channel = %self.cfg.name, ?wait, "Slack asked to reconnect");
                     self.set_status("socket: reconnecting");
+                    if !Self::pause(
+                        wait.saturating_sub(std::time::Duration::from_secs(1)),
+                        cancel,
+                    )
+                    .await
+                    {
+                        return Ok(());
+                    }
                 }
                 SessionEnd::Lost(reason) => {
                     let wait = backoff.next_wait();
@@ -1916,8 +1935,18 @@ impl Channel for SlackChannel {
 
     async fn test(&self) -> Result<String, ChannelError> {
         let me = self.auth_test().await?;
+        // The app-level token too: a wrong xapp- token would otherwise pass here and fail
+        // only when serving.
+        let socket = match &self.cfg.app_token {
+            Some(app_token) => {
+                self.call_with("apps.connections.open", &json!({}), app_token)
+                    .await?;
+                "; Socket Mode token ok"
+            }
+            None => "; Events API",
+        };
         Ok(format!(
-            "@{} in {} (bot id {})",
+            "@{} in {} (bot id {}){socket}",
             me.user, me.team, me.user_id
         ))
     }
@@ -1979,8 +2008,15 @@ impl Channel for SlackChannel {
         }
     }
 
-    fn http_challenge(&self, body: &[u8]) -> Option<String> {
-        self.cfg.signing_secret.as_ref()?;
+    fn http_challenge(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<String> {
+        // Only in Events API mode, and only for a correctly signed request: Slack signs the
+        // verification too, and an unsigned echo endpoint helps nobody.
+        if self.cfg.app_token.is_some() || self.cfg.signing_secret.is_none() {
+            return None;
+        }
+        if !self.verify(headers, body) {
+            return None;
+        }
         let v: Value = serde_json::from_slice(body).ok()?;
         if v.get("type").and_then(Value::as_str) != Some("url_verification") {
             return None;

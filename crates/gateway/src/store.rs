@@ -363,6 +363,17 @@ impl GatewayStore {
         Ok(r.rows_affected() == 1)
     }
 
+    /// Undoes [`GatewayStore::first_seen`] for a message that could not be stored.
+    pub async fn forget_seen(&self, channel: &str, chat_id: &str, message_id: &str) -> Result<()> {
+        sqlx::query("DELETE FROM seen WHERE channel = ? AND chat_id = ? AND message_id = ?")
+            .bind(channel)
+            .bind(chat_id)
+            .bind(message_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     pub async fn run(&self, key: &str) -> Result<Option<FollowedRun>> {
         sqlx::query("SELECT * FROM runs WHERE routing_key = ?")
             .bind(key)

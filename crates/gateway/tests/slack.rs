@@ -684,7 +684,7 @@ async fn api_errors_are_surfaced() {
     let ch = channel(&fake);
     assert_eq!(
         ch.test().await.unwrap(),
-        "@switchboard in Test Team (bot id UBOT)"
+        "@switchboard in Test Team (bot id UBOT); Socket Mode token ok"
     );
 
     let mut cfg = config(&fake);
@@ -843,7 +843,10 @@ async fn events_api_checks_signatures() {
         Err(InboundHttpError::NotSupported)
     );
     let challenge = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
-    assert_eq!(socket.http_challenge(challenge), None);
+    assert_eq!(
+        socket.http_challenge(&signed(challenge, now(), SECRET), challenge),
+        None
+    );
 }
 
 #[tokio::test]
@@ -852,10 +855,21 @@ async fn events_api_url_verification_and_interactivity() {
     let ch = events_channel(&fake);
     let challenge = br#"{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}"#;
     assert_eq!(
-        ch.http_challenge(challenge).as_deref(),
+        ch.http_challenge(&signed(challenge, now(), SECRET), challenge)
+            .as_deref(),
         Some("3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P")
     );
-    assert_eq!(ch.http_challenge(&dm_callback("Ev1", "1.1", "x")), None);
+    // Unsigned or wrongly signed: not answered.
+    assert_eq!(
+        ch.http_challenge(&axum::http::HeaderMap::new(), challenge),
+        None
+    );
+    assert_eq!(
+        ch.http_challenge(&signed(challenge, now(), "wrong-secret"), challenge),
+        None
+    );
+    let cb = dm_callback("Ev1", "1.1", "x");
+    assert_eq!(ch.http_challenge(&signed(&cb, now(), SECRET), &cb), None);
     assert_eq!(
         ch.inbound_http(&signed(challenge, now(), SECRET), challenge)
             .await,
