@@ -78,6 +78,8 @@ pub const SESSION_KEY: &str = "session_id";
 pub const RESUME_URL_KEY: &str = "resume_gateway_url";
 pub const SEQ_KEY: &str = "seq";
 pub const BOT_ID_KEY: &str = "bot_user_id";
+/// `ctx.state` key of the known threads (thread id → parent channel id, JSON).
+pub const THREADS_KEY: &str = "threads";
 
 /// Longest `custom_id` of a button.
 const MAX_CUSTOM_ID: usize = 100;
@@ -963,6 +965,12 @@ impl Runner<'_> {
             .await
             .and_then(|s| s.trim().parse::<u64>().ok());
         let bot = get(BOT_ID_KEY).await;
+        if let Some(threads) = get(THREADS_KEY)
+            .await
+            .and_then(|v| serde_json::from_str::<HashMap<String, String>>(&v).ok())
+        {
+            lock(&self.ch.threads).extend(threads);
+        }
         if let (Some(id), Some(resume_url), Some(seq), Some(bot)) = (session, url, seq, bot)
             && (resume_url.starts_with("ws://") || resume_url.starts_with("wss://"))
         {
@@ -1391,7 +1399,19 @@ impl Runner<'_> {
                     }
                 }
             }
-            _ => self.ch.note_threads(t, &d),
+            _ => {
+                let before = lock(&self.ch.threads).clone();
+                self.ch.note_threads(t, &d);
+                // Known threads are kept in the channel's state: after a RESUME (a restart)
+                // Discord does not send them again, and a thread must stay a thread chat.
+                let after = lock(&self.ch.threads).clone();
+                if after != before {
+                    let v = serde_json::to_string(&after).unwrap_or_default();
+                    if let Err(e) = self.ctx.state.set(THREADS_KEY, &v).await {
+                        tracing::warn!(channel = %self.name(), error = %e, "cannot store known threads");
+                    }
+                }
+            }
         }
         if let Some(s) = s
             && !duplicate

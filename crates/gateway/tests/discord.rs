@@ -396,6 +396,31 @@ async fn a_sink_failure_resumes_and_gets_the_event_again() {
 }
 
 #[tokio::test]
+async fn known_threads_survive_a_restart() {
+    let fake = FakeDiscord::start().await;
+    let mut cfg = config(&fake);
+    cfg.channels = vec!["open".into()];
+    let (_ch, sink, state, running) = connected(cfg.clone()).await;
+    fake.thread_create("g1", "open", "t1");
+    fake.guild_message("g1", "t1", "7", "bob", "before", false);
+    until("the thread message arrives", || sink.len() == 1).await;
+    running.stop().await.unwrap();
+    // A new process resumes (Discord sends no THREAD_CREATE again): still a thread chat.
+    let ch2 = channel_with(cfg);
+    let sink2 = Arc::new(Sink::default());
+    let running = run(&ch2, &sink2, &state);
+    until("connected again", || ch2.status() == "connected").await;
+    fake.guild_message("g1", "t1", "7", "bob", "after", false);
+    until("the thread message arrives after the restart", || {
+        sink2.len() == 1
+    })
+    .await;
+    assert_eq!(sink2.messages()[0].chat.kind, ChatKind::Thread);
+    assert_eq!(fake.resumes(), 1);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_restart_resumes_the_stored_session() {
     let fake = FakeDiscord::start().await;
     let (_ch, sink, state, running) = connected(config(&fake)).await;
