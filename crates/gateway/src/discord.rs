@@ -1011,6 +1011,8 @@ impl Runner<'_> {
     async fn run(&mut self) -> Result<(), ChannelError> {
         self.load().await;
         let mut backoff = Backoff::default();
+        let mut fresh_backoff = Backoff::default();
+        let mut failed_resumes = 0u32;
         loop {
             if self.cancel.is_cancelled() {
                 return Ok(());
@@ -1058,6 +1060,18 @@ impl Runner<'_> {
                     established,
                     reason,
                 } => {
+                    // A stored resume URL that cannot be reached again and again: forget the
+                    // session and start over at the URL the API gives.
+                    if !established && self.session.is_some() {
+                        failed_resumes += 1;
+                        if failed_resumes >= 5 {
+                            tracing::warn!(channel = %self.name(), "cannot reach the resume URL; identifying afresh");
+                            self.forget_session().await;
+                            failed_resumes = 0;
+                        }
+                    } else if established {
+                        failed_resumes = 0;
+                    }
                     let wait = if established && started.elapsed() >= STABLE {
                         backoff.reset();
                         Duration::ZERO
@@ -1071,6 +1085,14 @@ impl Runner<'_> {
                     }
                 }
                 End::Fresh { wait, reason } => {
+                    // Each IDENTIFY counts against Discord's daily budget: sessions that keep
+                    // ending are answered with growing waits, not a fixed 1–5 s.
+                    let wait = if started.elapsed() >= STABLE {
+                        fresh_backoff.reset();
+                        wait
+                    } else {
+                        wait.max(fresh_backoff.next_wait())
+                    };
                     tracing::info!(channel = %self.name(), %reason, ?wait, "Discord session ended; identifying afresh");
                     self.forget_session().await;
                     self.ch.set_status(format!("reconnecting: {reason}"));
