@@ -47,9 +47,10 @@
 //! The bot token (and an interaction's token) is a secret: it is never logged, and it is
 //! removed from every error text.
 
+use crate::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -89,8 +90,6 @@ const MAX_LABEL: usize = 80;
 const ROW_LEN: usize = 5;
 const MAX_ROWS: usize = 5;
 
-const BACKOFF_START: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long HELLO may take after the socket opened.
@@ -180,7 +179,7 @@ pub struct DiscordChannel {
     http: reqwest::Client,
     status: Mutex<String>,
     /// Per chat id: the earliest instant the next edit may go out.
-    next_edit: Mutex<HashMap<String, Instant>>,
+    next_edit: crate::util::EditSpacer,
     /// Per REST bucket: not before this instant (it reported no remaining calls).
     bucket_wait: Mutex<HashMap<String, Instant>>,
     /// Per chat id: the last inbound message not replied to yet.
@@ -199,11 +198,6 @@ impl fmt::Debug for DiscordChannel {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
-}
-
-/// A mutex's value, even if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An id as it may appear in a URL path (Discord's are numeric snowflakes).
@@ -304,7 +298,7 @@ impl DiscordChannel {
             base,
             http,
             status: Mutex::new("configured".into()),
-            next_edit: Mutex::new(HashMap::new()),
+            next_edit: crate::util::EditSpacer::default(),
             bucket_wait: Mutex::new(HashMap::new()),
             reply_to: Mutex::new(HashMap::new()),
             threads: Mutex::new(HashMap::new()),
@@ -526,21 +520,7 @@ impl DiscordChannel {
 
     /// Waits until the next edit in `chat_id` may go out, reserving that slot.
     async fn edit_slot(&self, chat_id: &str) {
-        let at = {
-            let mut next = lock(&self.next_edit);
-            let now = Instant::now();
-            if next.len() > 1024 {
-                next.retain(|_, t| *t > now);
-            }
-            let at = next
-                .get(chat_id)
-                .copied()
-                .filter(|t| *t > now)
-                .unwrap_or(now);
-            next.insert(chat_id.to_owned(), at + self.cfg.edit_interval);
-            at
-        };
-        tokio::time::sleep_until(at).await;
+        self.next_edit.wait(chat_id, self.cfg.edit_interval).await;
     }
 
     /// Action rows of buttons (the first primary, the others secondary).
@@ -795,23 +775,6 @@ async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
 /// 1–5 s, as Discord asks before a new IDENTIFY after INVALID_SESSION.
 fn invalid_session_wait() -> Duration {
     Duration::from_millis(rand::random_range(1000..=5000))
-}
-
-#[derive(Default)]
-struct Backoff {
-    next: Option<Duration>,
-}
-
-impl Backoff {
-    fn next_wait(&mut self) -> Duration {
-        let wait = self.next.unwrap_or(BACKOFF_START);
-        self.next = Some((wait * 2).min(BACKOFF_MAX));
-        wait
-    }
-
-    fn reset(&mut self) {
-        self.next = None;
-    }
 }
 
 fn peer(u: &ApiUser) -> Peer {

@@ -16,6 +16,7 @@ pub mod slack;
 pub mod store;
 pub mod telegram;
 pub mod text;
+mod util;
 pub mod webhook;
 
 pub use channel::{

@@ -54,9 +54,10 @@
 //! Tokens and the signing secret are secrets: `Debug` hides them and they are removed from
 //! every error text; the websocket URL (it carries a connection ticket) is never logged.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::util::{Backoff, lock};
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -97,8 +98,6 @@ pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 /// The header with `v0=<hex HMAC>`.
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 
-const BACKOFF_START: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After this long without a frame the socket is pinged; after twice this, it is dropped.
@@ -267,7 +266,7 @@ pub struct SlackChannel {
     http: reqwest::Client,
     status: Mutex<String>,
     /// Per Slack channel id: the earliest instant the next edit may go out.
-    next_edit: Mutex<HashMap<String, Instant>>,
+    next_edit: crate::util::EditSpacer,
     me: tokio::sync::OnceCell<BotIdentity>,
     seen: Mutex<Seen>,
     /// Known threads (`thread:{channel}:{ts}`), a cache of the channel state.
@@ -282,11 +281,6 @@ impl fmt::Debug for SlackChannel {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
-}
-
-/// A mutex's value, even if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A token may go into an HTTP header: visible ASCII only.
@@ -359,7 +353,7 @@ impl SlackChannel {
             base,
             http,
             status: Mutex::new("configured".into()),
-            next_edit: Mutex::new(HashMap::new()),
+            next_edit: crate::util::EditSpacer::default(),
             me: tokio::sync::OnceCell::new(),
             seen: Mutex::new(Seen::default()),
             threads: Mutex::new(HashSet::new()),
@@ -557,21 +551,7 @@ impl SlackChannel {
 
     /// Waits until the next edit in `channel` may go out, reserving that slot.
     async fn edit_slot(&self, channel: &str) {
-        let at = {
-            let mut next = lock(&self.next_edit);
-            let now = Instant::now();
-            if next.len() > 1024 {
-                next.retain(|_, t| *t > now);
-            }
-            let at = next
-                .get(channel)
-                .copied()
-                .filter(|t| *t > now)
-                .unwrap_or(now);
-            next.insert(channel.to_owned(), at + self.cfg.edit_interval);
-            at
-        };
-        tokio::time::sleep_until(at).await;
+        self.next_edit.wait(channel, self.cfg.edit_interval).await;
     }
 
     /// Sleeps `d` unless `cancel` fires first; false when cancelled.
@@ -1196,23 +1176,6 @@ fn is_fatal(e: &ChannelError) -> bool {
             )
         }
         _ => false,
-    }
-}
-
-#[derive(Default)]
-struct Backoff {
-    next: Option<Duration>,
-}
-
-impl Backoff {
-    fn next_wait(&mut self) -> Duration {
-        let wait = self.next.unwrap_or(BACKOFF_START);
-        self.next = Some((wait * 2).min(BACKOFF_MAX));
-        wait
-    }
-
-    fn reset(&mut self) {
-        self.next = None;
     }
 }
 

@@ -22,15 +22,14 @@
 //!
 //! The bot token is a secret: it is never logged, and it is removed from every error text.
 
-use std::collections::HashMap;
+use crate::util::{BACKOFF_START, Backoff, lock};
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
@@ -47,9 +46,6 @@ pub const DEFAULT_BASE_URL: &str = "https://api.telegram.org";
 /// The state key of the polling offset.
 pub const OFFSET_KEY: &str = "offset";
 
-/// The first and longest pause after a failed poll.
-const BACKOFF_START: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Timeout of a call other than `getUpdates`.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time a `getUpdates` request gets beyond its long-poll timeout.
@@ -149,7 +145,7 @@ pub struct TelegramChannel {
     http: reqwest::Client,
     status: Mutex<String>,
     /// Per chat id: the earliest instant the next edit may go out.
-    next_edit: Mutex<HashMap<String, Instant>>,
+    next_edit: crate::util::EditSpacer,
     /// The bot's identity, learned once (webhook mode needs it per update).
     me: tokio::sync::OnceCell<BotIdentity>,
 }
@@ -160,11 +156,6 @@ impl fmt::Debug for TelegramChannel {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
-}
-
-/// A mutex's value, even if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl TelegramChannel {
@@ -209,7 +200,7 @@ impl TelegramChannel {
             base,
             http,
             status: Mutex::new("configured".into()),
-            next_edit: Mutex::new(HashMap::new()),
+            next_edit: crate::util::EditSpacer::default(),
             me: tokio::sync::OnceCell::new(),
         })
     }
@@ -398,21 +389,7 @@ impl TelegramChannel {
 
     /// Waits until the next edit in `chat_id` may go out, reserving that slot.
     async fn edit_slot(&self, chat_id: &str) {
-        let at = {
-            let mut next = lock(&self.next_edit);
-            let now = Instant::now();
-            if next.len() > 1024 {
-                next.retain(|_, t| *t > now);
-            }
-            let at = next
-                .get(chat_id)
-                .copied()
-                .filter(|t| *t > now)
-                .unwrap_or(now);
-            next.insert(chat_id.to_owned(), at + self.cfg.edit_interval);
-            at
-        };
-        tokio::time::sleep_until(at).await;
+        self.next_edit.wait(chat_id, self.cfg.edit_interval).await;
     }
 
     fn keyboard(&self, buttons: &[Button]) -> Result<Value, ChannelError> {
@@ -685,23 +662,6 @@ fn kind_of(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
-    }
-}
-
-#[derive(Default)]
-struct Backoff {
-    next: Option<Duration>,
-}
-
-impl Backoff {
-    fn next_wait(&mut self) -> Duration {
-        let wait = self.next.unwrap_or(BACKOFF_START);
-        self.next = Some((wait * 2).min(BACKOFF_MAX));
-        wait
-    }
-
-    fn reset(&mut self) {
-        self.next = None;
     }
 }
 
@@ -1218,15 +1178,6 @@ mod tests {
             ch.redact("http://x/bot123456:SECRET-SECRET/getMe"),
             "http://x/bot<redacted>/getMe"
         );
-    }
-
-    #[test]
-    fn backoff_doubles_to_30s() {
-        let mut b = Backoff::default();
-        let waits: Vec<u64> = (0..7).map(|_| b.next_wait().as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
-        b.reset();
-        assert_eq!(b.next_wait().as_secs(), 1);
     }
 
     #[test]
