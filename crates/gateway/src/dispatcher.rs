@@ -554,7 +554,7 @@ impl Gateway {
             );
             return Ok(());
         };
-        let Some(prompt) = self.inner.store.prompt(prompt_id).await? else {
+        let Some(mut prompt) = self.inner.store.prompt(prompt_id).await? else {
             log_err(
                 "answering a press",
                 ch.answer_press(press, Some("This approval is no longer pending"))
@@ -562,6 +562,11 @@ impl Gateway {
             );
             return Ok(());
         };
+        // A press can come before the prompt's message id was recorded: it is the message
+        // the button is on.
+        if prompt.prompt_message.is_empty() {
+            prompt.prompt_message = press.message_id.clone();
+        }
         if press.channel != prompt.channel || press.chat.id != prompt.chat.id {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press from another chat refused");
             log_err(
@@ -731,9 +736,12 @@ impl Gateway {
             },
         ];
         p.prompt_message = ch.send(&p.chat, &p.prompt_text, &buttons).await?;
-        if self.inner.store.prompt(&p.id).await?.is_some() {
-            self.inner.store.put_prompt(&p).await?;
-        } else {
+        if !self
+            .inner
+            .store
+            .set_prompt_message(&p.id, &p.prompt_message)
+            .await?
+        {
             // Settled while it was being posted (a press raced the send): no live buttons.
             log_err(
                 "closing a settled prompt",

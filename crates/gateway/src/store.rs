@@ -424,6 +424,17 @@ impl GatewayStore {
         Ok(())
     }
 
+    /// Records the posted prompt's message id, unless the prompt was settled meanwhile
+    /// (then false: it is not brought back).
+    pub async fn set_prompt_message(&self, id: &str, message: &str) -> Result<bool> {
+        let r = sqlx::query("UPDATE approvals SET prompt_message = ? WHERE id = ?")
+            .bind(message)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() > 0)
+    }
+
     pub async fn prompt(&self, id: &str) -> Result<Option<Prompt>> {
         sqlx::query("SELECT * FROM approvals WHERE id = ?")
             .bind(id)
