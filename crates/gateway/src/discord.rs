@@ -1210,23 +1210,30 @@ impl Runner<'_> {
                 }
                 _ = tokio::time::sleep_until(next_beat) => {
                     if awaiting_ack {
-                        tracing::warn!(channel = %self.name(), "no heartbeat ACK from the Discord gateway; reconnecting");
-                        let _ = tx.send(close_frame(CLOSE_RESUMABLE)).await;
-                        return End::Reconnect { established, reason: "no heartbeat ACK".into() };
+                        // A frame already waiting (the ACK, if the loop was busy) is read
+                        // first: only a connection that really sent nothing is a zombie.
+                        if let Some(ready) = futures::FutureExt::now_or_never(rx.next()) {
+                            ready
+                        } else {
+                            tracing::warn!(channel = %self.name(), "no heartbeat ACK from the Discord gateway; reconnecting");
+                            let _ = tx.send(close_frame(CLOSE_RESUMABLE)).await;
+                            return End::Reconnect { established, reason: "no heartbeat ACK".into() };
+                        }
+                    } else {
+                        if let Err(e) = tx.send(text_frame(&json!({"op": 1, "d": self.last_seq}))).await {
+                            return End::Reconnect { established, reason: format!("gateway send failed: {e}") };
+                        }
+                        awaiting_ack = true;
+                        next_beat += interval;
+                        let now = Instant::now();
+                        if next_beat <= now {
+                            next_beat = now + interval;
+                        }
+                        if self.stored_at.elapsed() >= SEQ_STORE_INTERVAL {
+                            self.store_seq().await;
+                        }
+                        continue;
                     }
-                    if let Err(e) = tx.send(text_frame(&json!({"op": 1, "d": self.last_seq}))).await {
-                        return End::Reconnect { established, reason: format!("gateway send failed: {e}") };
-                    }
-                    awaiting_ack = true;
-                    next_beat += interval;
-                    let now = Instant::now();
-                    if next_beat <= now {
-                        next_beat = now + interval;
-                    }
-                    if self.stored_at.elapsed() >= SEQ_STORE_INTERVAL {
-                        self.store_seq().await;
-                    }
-                    continue;
                 }
                 msg = rx.next() => msg,
             };
