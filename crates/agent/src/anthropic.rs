@@ -373,26 +373,12 @@ impl AnthropicProvider {
     /// `GET /v1/models`: checks that the API answers and the key is accepted.
     pub async fn check(&self) -> Result<usize, ProviderError> {
         let url = self.url("models");
-        let resp = self
-            .request(self.http.get(&url))
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| ProviderError::Unreachable {
-                url: url.clone(),
-                reason: self.redact(&root_cause(&e)),
-            })?;
-        let status = resp.status().as_u16();
-        let body = resp.text().await.unwrap_or_default();
-        if status >= 400 {
-            return Err(ProviderError::Http {
-                status,
-                body: self.redact(&excerpt(&body)),
-            });
-        }
-        let v: Value = serde_json::from_str(&body)
-            .map_err(|e| ProviderError::Malformed(self.redact(&e.to_string())))?;
-        Ok(v["data"].as_array().map(Vec::len).unwrap_or(0))
+        http::count_models(
+            &url,
+            self.config.api_key.as_deref(),
+            self.request(self.http.get(&url)),
+        )
+        .await
     }
 
     /// The request body of one streamed call.

@@ -186,6 +186,34 @@ pub(crate) mod http {
         }
     }
 
+    /// `GET` a provider's model list (`request` carries the URL and auth): checks that it
+    /// answers and accepts the key; returns how many models it lists.
+    pub async fn count_models(
+        url: &str,
+        key: Option<&str>,
+        request: reqwest::RequestBuilder,
+    ) -> Result<usize, ProviderError> {
+        let resp = request
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| ProviderError::Unreachable {
+                url: url.to_string(),
+                reason: redact(key, &root_cause(&e)),
+            })?;
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap_or_default();
+        if status >= 400 {
+            return Err(ProviderError::Http {
+                status,
+                body: redact(key, &excerpt(&body)),
+            });
+        }
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|e| ProviderError::Malformed(redact(key, &e.to_string())))?;
+        Ok(v["data"].as_array().map(Vec::len).unwrap_or(0))
+    }
+
     /// POSTs `body` (built by `request`), retrying what may succeed on a second try.
     pub async fn send_with_retries(
         url: &str,
