@@ -20,7 +20,7 @@ use agent_client_protocol::v1::schema::*;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
-use switchboard_protocol::{AgentEvent, ContextPriority, PermissionMode, SteeringDelivery, Usage};
+use switchboard_protocol::{AgentEvent, PermissionMode, SteeringDelivery, Usage};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -466,25 +466,6 @@ impl AcpBackend {
     }
 }
 
-fn user_text(ctx: &RunContext) -> String {
-    let mut items = ctx.input.context.clone();
-    items.sort_by_key(|c| match c.priority.unwrap_or_default() {
-        ContextPriority::High => 0,
-        ContextPriority::Normal => 1,
-        ContextPriority::Low => 2,
-    });
-    let mut out = String::new();
-    for c in items {
-        out.push_str(&format!(
-            "<context name=\"{}\">\n{}\n</context>\n\n",
-            c.name.replace('"', "'"),
-            c.content
-        ));
-    }
-    out.push_str(&ctx.input.content);
-    out
-}
-
 #[async_trait]
 impl Backend for AcpBackend {
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {
@@ -492,7 +473,7 @@ impl Backend for AcpBackend {
         let mut slot = slot.lock().await;
         slot.last_used = Instant::now();
         self.ensure(&mut slot, &ctx).await?;
-        let mut text = user_text(&ctx);
+        let mut text = ctx.input.prompt_text();
         let mut prompts = 0;
         let mut stop_reason;
         loop {

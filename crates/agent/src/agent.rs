@@ -5,9 +5,7 @@ use serde_json::{Value, json};
 use switchboard_engine::{
     Backend, BackendError, Decision, RunContext, RunSummary, ToolClass, Verdict,
 };
-use switchboard_protocol::{
-    AgentEvent, ContextPriority, PermissionMode, Role, ToolCall, TranscriptMessage, Usage,
-};
+use switchboard_protocol::{AgentEvent, PermissionMode, Role, ToolCall, TranscriptMessage, Usage};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -93,25 +91,6 @@ fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
         }
     }
     close_open(&mut out, &mut open);
-    out
-}
-
-fn user_content(ctx: &RunContext) -> String {
-    let mut items = ctx.input.context.clone();
-    items.sort_by_key(|c| match c.priority.unwrap_or_default() {
-        ContextPriority::High => 0,
-        ContextPriority::Normal => 1,
-        ContextPriority::Low => 2,
-    });
-    let mut out = String::new();
-    for c in items {
-        out.push_str(&format!(
-            "<context name=\"{}\">\n{}\n</context>\n\n",
-            c.name.replace('"', "'"),
-            c.content
-        ));
-    }
-    out.push_str(&ctx.input.content);
     out
 }
 
@@ -239,7 +218,7 @@ impl Backend for BuiltinAgent {
             .iter()
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
-        messages.push(ChatMessage::user(user_content(&ctx)));
+        messages.push(ChatMessage::user(ctx.input.prompt_text()));
         let run_id = ctx.run_id;
         let mut usage = Usage::default();
         let mut turns = 0;

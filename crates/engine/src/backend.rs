@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, BackendSpec, ContextItem, PermissionMode, Role, SessionConfig,
-    SteeringDelivery, ToolCall, TranscriptMessage, Usage,
+    AgentEvent, AutoApprove, BackendSpec, ContextItem, ContextPriority, PermissionMode, Role,
+    SessionConfig, SteeringDelivery, ToolCall, TranscriptMessage, Usage,
 };
 use switchboard_store::{MessageRecord, Store};
 use tokio::sync::mpsc;
@@ -31,6 +31,29 @@ pub struct RunInput {
     pub context: Vec<ContextItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<serde_json::Value>,
+}
+
+impl RunInput {
+    /// The message as an agent should read it: the caller's context items first (high
+    /// priority first), each in a `<context name="…">` block, then the message itself.
+    pub fn prompt_text(&self) -> String {
+        let mut items = self.context.clone();
+        items.sort_by_key(|c| match c.priority.unwrap_or_default() {
+            ContextPriority::High => 0,
+            ContextPriority::Normal => 1,
+            ContextPriority::Low => 2,
+        });
+        let mut out = String::new();
+        for c in items {
+            out.push_str(&format!(
+                "<context name=\"{}\">\n{}\n</context>\n\n",
+                c.name.replace('"', "'"),
+                c.content
+            ));
+        }
+        out.push_str(&self.content);
+        out
+    }
 }
 
 /// How a run ended, as the backend reports it.
@@ -369,5 +392,35 @@ impl RunHandle {
             self.record(Role::User, m, &[], None).await?;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_text_puts_context_first_by_priority() {
+        let item = |name: &str, p: Option<ContextPriority>| ContextItem {
+            name: name.into(),
+            content: format!("{name} body"),
+            priority: p,
+        };
+        let input = RunInput {
+            content: "the question".into(),
+            model: None,
+            context: vec![
+                item("low", Some(ContextPriority::Low)),
+                item("normal", None),
+                item("high \"q\"", Some(ContextPriority::High)),
+            ],
+            overrides: None,
+        };
+        let text = input.prompt_text();
+        let high = text.find("<context name=\"high 'q'\">").unwrap();
+        let normal = text.find("<context name=\"normal\">").unwrap();
+        let low = text.find("<context name=\"low\">").unwrap();
+        assert!(high < normal && normal < low, "{text}");
+        assert!(text.ends_with("</context>\n\nthe question"), "{text}");
     }
 }
