@@ -30,6 +30,35 @@ pub struct FileConfig {
     pub gateway: GatewaySection,
     #[serde(default)]
     pub channels: ChannelsSection,
+    #[serde(default)]
+    pub relay: RelaySection,
+}
+
+/// `[relay]`: bundles of agents.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// Where `BUNDLE.toml` and `policies.toml` live (default: `bundles/` beside the config
+    /// file).
+    pub bundles_dir: Option<PathBuf>,
+    /// Write message bodies into the audit log (default false).
+    pub audit_bodies: Option<bool>,
+    /// Unfinished messages one member may have waiting (default 100).
+    pub queue_capacity: Option<usize>,
+    /// How long a tmux pane may take to become quiescent (default 30).
+    pub quiescence_timeout_secs: Option<u64>,
+    /// How long a sync send to an ACP or session member waits for its turn (default 600).
+    pub turn_timeout_secs: Option<u64>,
+}
+
+/// The relay's effective settings.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    pub bundles_dir: PathBuf,
+    pub audit_bodies: bool,
+    pub queue_capacity: usize,
+    pub quiescence_timeout_secs: u64,
+    pub turn_timeout_secs: u64,
 }
 
 /// `[gateway]`: how chat messages map to sessions and approvals.
@@ -175,6 +204,7 @@ pub struct Settings {
     pub gateway: Option<GatewaySettings>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
+    pub relay: RelaySettings,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -266,7 +296,40 @@ impl Settings {
                 .map_err(|_| anyhow::anyhow!("SWITCHBOARD_PERMISSION_MODE={v:?}: expected read-only, workspace-write or full-access"))?,
             None => file.sessions.permission_mode.unwrap_or_default(),
         };
+        let relay = RelaySettings {
+            bundles_dir: env("SWITCHBOARD_BUNDLES_DIR")
+                .map(PathBuf::from)
+                .or(file.relay.bundles_dir.clone())
+                .unwrap_or_else(|| {
+                    path.as_deref()
+                        .and_then(Path::parent)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_else(|| {
+                            default_config_path()
+                                .parent()
+                                .map(Path::to_path_buf)
+                                .unwrap_or_else(|| PathBuf::from("."))
+                        })
+                        .join("bundles")
+                }),
+            audit_bodies: env_parse("SWITCHBOARD_RELAY_AUDIT_BODIES")?
+                .or(file.relay.audit_bodies)
+                .unwrap_or(false),
+            queue_capacity: env_parse("SWITCHBOARD_RELAY_QUEUE_CAPACITY")?
+                .or(file.relay.queue_capacity)
+                .unwrap_or(100)
+                .max(1),
+            quiescence_timeout_secs: env_parse("SWITCHBOARD_RELAY_QUIESCENCE_TIMEOUT_SECS")?
+                .or(file.relay.quiescence_timeout_secs)
+                .unwrap_or(30)
+                .max(1),
+            turn_timeout_secs: env_parse("SWITCHBOARD_RELAY_TURN_TIMEOUT_SECS")?
+                .or(file.relay.turn_timeout_secs)
+                .unwrap_or(600)
+                .max(1),
+        };
         Ok(Self {
+            relay,
             config_path: path,
             listen: listen_flag
                 .map(str::to_string)

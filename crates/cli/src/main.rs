@@ -5,6 +5,7 @@ mod config;
 mod datadir;
 mod doctor;
 mod gateway_cmd;
+mod relay_cmd;
 mod serve;
 
 use std::path::PathBuf;
@@ -58,6 +59,11 @@ enum Command {
     Pairing(gateway_cmd::PairingCommand),
     /// Answer the tool calls a session waits on (accept all, or --deny).
     Approve(commands::ApproveArgs),
+    /// Bundles of agents that message each other: up, down, list, send, look, check.
+    #[command(subcommand)]
+    Relay(relay_cmd::RelayCommand),
+    /// MCP server (stdio) giving an agent in a bundle the tools list, send and look.
+    Mcp(relay_cmd::McpArgs),
     /// Check configuration, data directory, store and provider, with a verdict for each.
     Doctor {
         /// Data directory to check.
@@ -130,6 +136,14 @@ fn main() -> ExitCode {
             Command::Approve(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::approve(&settings, args).await
+            }
+            Command::Relay(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                relay_cmd::relay(&settings, cmd).await
+            }
+            Command::Mcp(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                relay_cmd::mcp(&settings, args).await
             }
             Command::Doctor { data_dir } => {
                 doctor::run(cli.config.as_deref(), data_dir.as_deref()).await

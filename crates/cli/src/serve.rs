@@ -160,10 +160,22 @@ pub async fn run(settings: Settings) -> Result<()> {
         }
         _ => None,
     };
+    // The relay too: sessions and ACP members are reached through the /v1 API.
+    let relay = start_relay(
+        &settings,
+        &format!("http://{addr}"),
+        &token_for_gateway(&settings)?,
+    )
+    .await?;
+    router = router.merge(switchboard_relay::api::router(
+        relay.clone(),
+        token_for_gateway(&settings)?,
+    ));
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
+            relay.shutdown().await;
             if let Some(gw) = gateway {
                 gw.shutdown().await;
             }
@@ -178,6 +190,59 @@ pub async fn run(settings: Settings) -> Result<()> {
 
 fn token_for_gateway(settings: &Settings) -> Result<String> {
     Ok(resolve_token(settings)?.0)
+}
+
+/// Where the relay keeps tmux sockets: `SWITCHBOARD_RUNTIME_DIR`, else `run/` in the data
+/// directory.
+pub fn runtime_dir(settings: &Settings) -> std::path::PathBuf {
+    std::env::var_os("SWITCHBOARD_RUNTIME_DIR")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| settings.data_dir.join("run"))
+}
+
+/// The relay's options from the settings.
+pub fn relay_options(settings: &Settings) -> switchboard_relay::RelayOptions {
+    let r = &settings.relay;
+    let mut o = switchboard_relay::RelayOptions::new(
+        r.bundles_dir.clone(),
+        settings.data_dir.join("relay"),
+        runtime_dir(settings),
+    );
+    o.known_agents = settings.agents.keys().cloned().collect();
+    o.audit_bodies = r.audit_bodies;
+    o.queue_capacity = r.queue_capacity;
+    o.quiescence_timeout = Duration::from_secs(r.quiescence_timeout_secs);
+    o.turn_timeout = Duration::from_secs(r.turn_timeout_secs);
+    o
+}
+
+/// Starts the relay against the server at `server_url`.
+pub async fn start_relay(
+    settings: &Settings,
+    server_url: &str,
+    token: &str,
+) -> Result<switchboard_relay::Relay> {
+    let mut opts = relay_options(settings);
+    // What a member needs to reach this server with `switchboard mcp` or the CLI; the
+    // token itself stays in the token file.
+    opts.member_env = vec![
+        ("SWITCHBOARD_URL".into(), server_url.to_string()),
+        (
+            "SWITCHBOARD_DATA_DIR".into(),
+            settings.data_dir.display().to_string(),
+        ),
+    ];
+    if let Some(p) = &settings.config_path {
+        opts.member_env
+            .push(("SWITCHBOARD_CONFIG".into(), p.display().to_string()));
+    }
+    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    tracing::info!(bundles = %settings.relay.bundles_dir.display(), "relay");
+    switchboard_relay::Relay::start(opts, client)
+        .await
+        .map_err(|e| anyhow::anyhow!("starting the relay: {e}"))
 }
 
 /// Opens the gateway store in the data directory and starts the configured channels.

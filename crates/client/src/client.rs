@@ -194,7 +194,7 @@ impl Client {
     }
 
     /// A request with the auth header and the per-request timeout.
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let req = self
             .http
             .request(method, self.url(path))

@@ -27,10 +27,12 @@
 
 mod client;
 mod error;
+mod relay;
 mod sse;
 mod stream;
 
 pub use client::Client;
 pub use error::ClientError;
+pub use relay::RelayClientError;
 pub use stream::EventStream;
 pub use switchboard_protocol as protocol;

@@ -1,0 +1,1016 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! The relay end to end: the real server, real tmux (its own socket per test), members that
+//! are small shell programs, a session member on the mock LLM, an ACP member on the test
+//! agent, and the MCP server driven by the official Python MCP client.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use switchboard_client::Client;
+use switchboard_protocol::relay::{
+    BundleHealth, BundleState, Delivery, HostingResult, Outcome, SendRequest, SendStatus,
+};
+use switchboard_test_support::mock_llm::MockLlm;
+use switchboard_test_support::process::ServerProcess;
+
+/// A member program: prints a prompt, appends every line it reads to `log`.
+fn echo_member(log: &Path) -> String {
+    format!(
+        "bash -c 'printf \"> \"; while IFS= read -r l; do printf \"%s\\n\" \"$l\" >> {}; printf \"> \"; done'",
+        log.display()
+    )
+}
+
+/// One test's world: data dir, bundles dir, logs, the mock LLM.
+struct World {
+    dir: tempfile::TempDir,
+    llm: MockLlm,
+}
+
+impl World {
+    async fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("bundles")).unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        World {
+            dir,
+            llm: MockLlm::start().await,
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn bundle(&self, name: &str, text: &str) {
+        std::fs::write(self.path("bundles").join(format!("{name}.toml")), text).unwrap();
+    }
+
+    fn config(&self, extra: &str) -> PathBuf {
+        let p = self.path("switchboard.toml");
+        std::fs::write(&p, extra).unwrap();
+        p
+    }
+
+    async fn server(&self) -> ServerProcess {
+        let bundles = self.path("bundles").to_string_lossy().to_string();
+        let config = self
+            .dir
+            .path()
+            .join("switchboard.toml")
+            .to_string_lossy()
+            .to_string();
+        if !Path::new(&config).exists() {
+            std::fs::write(&config, "").unwrap();
+        }
+        start(
+            &self.path("data"),
+            &self.llm.base_url(),
+            &[
+                ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
+                ("SWITCHBOARD_CONFIG", config.as_str()),
+            ],
+        )
+        .await
+    }
+
+    fn socket(&self, bundle: &str) -> PathBuf {
+        self.path("data/run").join(format!("relay-{bundle}.sock"))
+    }
+
+    fn tmux(&self, bundle: &str, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(self.socket(bundle))
+            .arg("-f")
+            .arg("/dev/null")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Never leave a tmux server behind, whatever the test did.
+        if let Ok(rd) = std::fs::read_dir(self.path("data/run")) {
+            for e in rd.flatten() {
+                let _ = std::process::Command::new("tmux")
+                    .arg("-S")
+                    .arg(e.path())
+                    .arg("kill-server")
+                    .output();
+            }
+        }
+    }
+}
+
+fn send_req(sender: &str, targets: &[&str], message: &str, delivery: Delivery) -> SendRequest {
+    SendRequest {
+        sender: sender.into(),
+        message: message.into(),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        delivery,
+        ..SendRequest::default()
+    }
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// Raw HTTP, to check status codes and error bodies exactly.
+async fn raw(
+    server: &ServerProcess,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .request(method, format!("{}{path}", server.url))
+        .bearer_auth(TOKEN);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (status, v)
+}
+
+const SHORT: &str = "quiet_window_ms = 300\nprompt_regex = '^> '";
+
+#[tokio::test]
+async fn tmux_bundle_send_look_broadcast_copy_mode_timeout_and_down() {
+    let w = World::new().await;
+    let (lb, lr, lt) = (
+        w.path("builder.log"),
+        w.path("reviewer.log"),
+        w.path("tester.log"),
+    );
+    let ws = w.path("ws");
+    w.bundle(
+        "dev",
+        &format!(
+            r#"format-version = 1
+[[members]]
+id = "builder"
+name = "Builder"
+directory = "{ws}"
+[members.tmux]
+command = "{b}"
+{SHORT}
+
+[[members]]
+id = "reviewer"
+name = "Reviewer"
+directory = "{ws}"
+[members.tmux]
+command = "{r}"
+{SHORT}
+
+[[members]]
+id = "tester"
+directory = "{ws}"
+[members.tmux]
+command = "{t}"
+{SHORT}
+
+[[members]]
+id = "noisy"
+directory = "{ws}"
+[members.tmux]
+command = "bash -c 'while true; do date +%s%N; sleep 0.1; done'"
+quiet_window_ms = 300
+"#,
+            ws = ws.display(),
+            b = echo_member(&lb).replace('"', "\\\""),
+            r = echo_member(&lr).replace('"', "\\\""),
+            t = echo_member(&lt).replace('"', "\\\""),
+        ),
+    );
+    let server = w.server().await;
+    let c = client(&server);
+
+    // `relay check` validates the file the way start-up does.
+    let out = std::process::Command::new(bin())
+        .args(["relay", "check", "--json"])
+        .env("SWITCHBOARD_BUNDLES_DIR", w.path("bundles"))
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["bundles"], json!(["dev"]));
+
+    // A tmux session the relay did not create, on the bundle's own tmux server.
+    std::fs::create_dir_all(w.path("data/run")).unwrap();
+    let o = w.tmux("dev", &["new-session", "-d", "-s", "foreign", "sleep 600"]);
+    assert!(o.status.success(), "{o:?}");
+
+    let list = c.relay_list("dev", Some("builder")).await.unwrap();
+    assert_eq!(list.state, BundleState::Down);
+    assert_eq!(list.reason_code.as_deref(), Some("bundle_down"));
+    // Sending to a bundle that is down fails at once, with the reason.
+    let r = c
+        .relay_send(
+            "dev",
+            &send_req("builder", &["reviewer"], "hi", Delivery::Async),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Failure);
+    assert_eq!(r.results[0].reason_code.as_deref(), Some("bundle_down"));
+
+    let up = c.relay_up("dev").await.unwrap();
+    assert_eq!(up.result, HostingResult::Hosted, "{up:?}");
+    assert!(up.members.iter().all(|m| m.result == "started"), "{up:?}");
+    let again = c.relay_up("dev").await.unwrap();
+    assert_eq!(again.result, HostingResult::Skipped);
+    assert_eq!(again.reason_code.as_deref(), Some("already_up"));
+    assert!(again.members.iter().all(|m| m.result == "already_running"));
+
+    let list = c.relay_list("dev", Some("builder")).await.unwrap();
+    assert_eq!(list.state, BundleState::Up);
+    assert_eq!(list.health, BundleHealth::Healthy, "{list:?}");
+    assert_eq!(list.members.len(), 4);
+    assert!(list.members.iter().all(|m| m.ready));
+    assert_eq!(list.members[0].name, "Builder");
+
+    // Sync, multi-line, with quotes, $VARS, backslashes and a long line: arrives intact.
+    let long = "x".repeat(3000);
+    let body = format!("first line \"quoted\" $HOME \\back\nsecond line\n{long}\nlast");
+    let r = c
+        .relay_send(
+            "dev",
+            &send_req("builder", &["reviewer"], &body, Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    let mid = r.results[0].message_id.clone();
+    assert_eq!(r.results[0].outcome, Outcome::Delivered);
+    wait_for(
+        "the reviewer to read the message",
+        Duration::from_secs(10),
+        || read(&lr).contains(&format!("[end of message {mid}")),
+    )
+    .await;
+    let got = read(&lr);
+    assert!(got.contains("From: Builder (builder)"), "{got}");
+    assert!(got.contains("To: Reviewer (reviewer)"), "{got}");
+    assert!(
+        got.contains(&format!("[relay message {mid} in bundle dev")),
+        "{got}"
+    );
+    assert!(
+        got.contains(&body),
+        "the body arrives byte for byte:\n{got}"
+    );
+    assert!(read(&lb).is_empty(), "the sender got nothing");
+
+    // Async: queued at once, delivered in the background, outcome stored and pushed.
+    let r = c
+        .relay_send(
+            "dev",
+            &send_req("builder", &["tester"], "async hello", Delivery::Async),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Accepted, "{r:?}");
+    assert_eq!(r.results[0].outcome, Outcome::Queued);
+    let mid = r.results[0].message_id.clone();
+    let start = Instant::now();
+    loop {
+        let m = c.relay_message("dev", &mid).await.unwrap();
+        if m.outcome == Outcome::Delivered {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(15), "{m:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(read(&lt).contains("async hello"));
+    // The outcome reaches the sender on its event stream (replayed from the store).
+    let resp = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/relay/bundles/dev/events?as=builder",
+            server.url
+        ))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !text.contains(&mid) {
+        use futures::StreamExt;
+        let chunk = tokio::time::timeout_at(deadline.into(), stream.next())
+            .await
+            .expect("outcome event")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: relay.outcome"), "{text}");
+    assert!(text.contains("\"outcome\":\"delivered\""), "{text}");
+    drop(stream);
+
+    // Broadcast: everyone but the sender (the noisy pane never settles: timeout).
+    let mut req = send_req("reviewer", &[], "to all", Delivery::Sync);
+    req.broadcast = true;
+    req.quiescence_timeout_ms = Some(2000);
+    let r = c.relay_send("dev", &req).await.unwrap();
+    assert_eq!(r.status, SendStatus::Partial, "{r:?}");
+    let mut targets: Vec<&str> = r.results.iter().map(|t| t.target.as_str()).collect();
+    targets.sort();
+    assert_eq!(targets, vec!["builder", "noisy", "tester"]);
+    for t in &r.results {
+        if t.target == "noisy" {
+            assert_eq!(t.outcome, Outcome::Timeout, "{t:?}");
+            assert_eq!(t.reason_code.as_deref(), Some("quiescence_output_changing"));
+        } else {
+            assert_eq!(t.outcome, Outcome::Delivered, "{t:?}");
+        }
+    }
+    wait_for(
+        "builder and tester to read the broadcast",
+        Duration::from_secs(10),
+        || read(&lb).contains("to all") && read(&lt).contains("to all"),
+    )
+    .await;
+    assert!(
+        read(&lb).contains("To: Builder (builder), tester, noisy"),
+        "{}",
+        read(&lb)
+    );
+
+    // Look: the last lines of a pane.
+    let look = c
+        .relay_look("dev", "reviewer", "builder", Some(5))
+        .await
+        .unwrap();
+    assert!(look.lines.len() <= 5 && !look.lines.is_empty(), "{look:?}");
+    assert!(look.fresh);
+    let look = c
+        .relay_look("dev", "reviewer", "builder", None)
+        .await
+        .unwrap();
+    assert!(look.lines.iter().any(|l| l.contains("to all")), "{look:?}");
+
+    // A human in copy mode holds delivery until they leave it.
+    let o = w.tmux("dev", &["copy-mode", "-t", "=tester:"]);
+    assert!(o.status.success(), "{o:?}");
+    let c2 = c.clone();
+    let pending = tokio::spawn(async move {
+        let mut req = send_req("builder", &["tester"], "after copy mode", Delivery::Sync);
+        req.quiescence_timeout_ms = Some(20_000);
+        let t = Instant::now();
+        (c2.relay_send("dev", &req).await.unwrap(), t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(
+        !read(&lt).contains("after copy mode"),
+        "pasted into copy mode"
+    );
+    let o = w.tmux("dev", &["send-keys", "-t", "=tester:", "-X", "cancel"]);
+    assert!(o.status.success(), "{o:?}");
+    let (r, took) = pending.await.unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    wait_for(
+        "tester to read after copy mode",
+        Duration::from_secs(10),
+        || read(&lt).contains("after copy mode"),
+    )
+    .await;
+
+    // The audit log: requests, outcomes, looks; never a body.
+    let audit = c.relay_audit("dev", Some(1000), None).await.unwrap();
+    let events: Vec<&str> = audit
+        .entries
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    for want in [
+        "relay.up",
+        "relay.send.request",
+        "relay.send.outcome",
+        "relay.look",
+    ] {
+        assert!(events.contains(&want), "{want} missing in {events:?}");
+    }
+    let all = serde_json::to_string(&audit.entries).unwrap();
+    assert!(
+        !all.contains("async hello") && !all.contains("second line"),
+        "{all}"
+    );
+    let req_entry = audit
+        .entries
+        .iter()
+        .find(|e| e["event"] == "relay.send.request" && e["bytes"].as_u64().unwrap() > 3000)
+        .expect("the multi-line request, with its size");
+    assert_eq!(req_entry["requester"], "builder");
+    assert_eq!(req_entry["targets"], json!(["reviewer"]));
+
+    // Down stops what the relay started and leaves the foreign session alone.
+    let down = c.relay_down("dev").await.unwrap();
+    assert_eq!(down.result, HostingResult::Unhosted, "{down:?}");
+    let o = w.tmux("dev", &["list-sessions", "-F", "#{session_name}"]);
+    let names = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(names.trim(), "foreign", "{o:?}");
+    let again = c.relay_down("dev").await.unwrap();
+    assert_eq!(again.result, HostingResult::Skipped);
+    assert_eq!(again.reason_code.as_deref(), Some("already_down"));
+    let list = c.relay_list("dev", None).await.unwrap();
+    assert!(list.members.iter().all(|m| !m.ready));
+}
+
+#[tokio::test]
+async fn validation_codes_and_policies() {
+    let w = World::new().await;
+    let ws = w.path("ws");
+    std::fs::write(
+        w.path("bundles/policies.toml"),
+        r#"format-version = 1
+default = "peer"
+[[policies]]
+id = "mute"
+list = "self"
+send = "none"
+look = "self"
+[[policies]]
+id = "watcher"
+list = "all"
+send = "self"
+look = "all"
+[[principals]]
+id = "alice"
+name = "Alice"
+policy = "operator"
+[[principals]]
+id = "eve"
+policy = "mute"
+"#,
+    )
+    .unwrap();
+    let member = |id: &str, policy: &str| {
+        format!(
+            "[[members]]\nid = \"{id}\"\ndirectory = \"{}\"\npolicy = \"{policy}\"\n[members.tmux]\ncommand = \"{}\"\n{SHORT}\n\n",
+            ws.display(),
+            echo_member(&w.path(&format!("{id}.log"))).replace('"', "\\\"")
+        )
+    };
+    w.bundle(
+        "team",
+        &format!(
+            "format-version = 1\n{}{}{}[[members]]\nid = \"helper\"\ndirectory = \"{}\"\n[members.session]\nbackend = \"builtin\"\n",
+            member("a", "peer"),
+            member("m", "mute"),
+            member("w", "watcher"),
+            ws.display()
+        ),
+    );
+    w.bundle("broken", "format-version = 1\n[[members]]\nid = \"x\"\ndirectory = \"/\"\ncolour = 1\n[members.tmux]\ncommand = \"x\"\n");
+    let server = w.server().await;
+    let c = client(&server);
+    let bundles = c.relay_bundles().await.unwrap();
+    assert_eq!(bundles.bundles.len(), 1);
+    assert_eq!(bundles.invalid.len(), 1);
+    assert!(bundles.invalid[0].error.contains("colour"), "{bundles:?}");
+    assert_eq!(
+        c.relay_up("team").await.unwrap().result,
+        HostingResult::Hosted
+    );
+
+    let send = |body: Value| {
+        raw(
+            &server,
+            reqwest::Method::POST,
+            "/v1/relay/bundles/team/send",
+            Some(body),
+        )
+    };
+    let cases: Vec<(Value, u16, &str)> = vec![
+        (
+            json!({"sender":"a","message":"  ","targets":["w"]}),
+            400,
+            "validation_invalid_arguments",
+        ),
+        (
+            json!({"sender":"a","message":"hi"}),
+            400,
+            "validation_empty_targets",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"broadcast":true}),
+            400,
+            "validation_conflicting_targets",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"quiet_window_ms":0}),
+            400,
+            "validation_invalid_timeout",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"turn_timeout_ms":0}),
+            400,
+            "validation_invalid_timeout",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"quiet_window_ms":500,"quiescence_timeout_ms":400}),
+            400,
+            "validation_conflicting_timeout_fields",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"turn_timeout_ms":500}),
+            400,
+            "validation_invalid_timeout_field_for_transport",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["helper"],"quiescence_timeout_ms":500}),
+            400,
+            "validation_invalid_timeout_field_for_transport",
+        ),
+        (
+            json!({"sender":"zed","message":"hi","targets":["w"]}),
+            400,
+            "validation_unknown_sender",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w","nobody"]}),
+            400,
+            "validation_unknown_target",
+        ),
+        (
+            json!({"sender":"a","message":"hi","to":["w"]}),
+            400,
+            "validation_invalid_arguments",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"delivery":"later"}),
+            400,
+            "validation_invalid_arguments",
+        ),
+        (
+            json!({"sender":"m","message":"hi","targets":["a"]}),
+            403,
+            "authorization_forbidden",
+        ),
+        (
+            json!({"sender":"w","message":"hi","targets":["a","w"]}),
+            403,
+            "authorization_forbidden",
+        ),
+        (
+            json!({"sender":"eve","message":"hi","targets":["a"]}),
+            403,
+            "authorization_forbidden",
+        ),
+    ];
+    for (body, status, code) in cases {
+        let (s, v) = send(body.clone()).await;
+        assert_eq!(
+            (s, v["code"].as_str().unwrap_or("")),
+            (status, code),
+            "{body} → {v}"
+        );
+        assert!(!v["message"].as_str().unwrap_or("").is_empty(), "{v}");
+        assert!(v["details"].is_object(), "{v}");
+    }
+    // A forbidden send names the capability, the requester and the targets it may not reach.
+    let (_, v) = send(json!({"sender":"w","message":"hi","targets":["a","w"]})).await;
+    assert_eq!(
+        v["details"],
+        json!({"capability":"send","requester":"w","targets":["a"]})
+    );
+    // Malformed JSON.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/relay/bundles/team/send", server.url))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["code"], "validation_invalid_arguments");
+
+    // Look and list.
+    let look = |q: &str| {
+        let path = format!("/v1/relay/bundles/team/look?{q}");
+        let server = &server;
+        async move { raw(server, reqwest::Method::GET, &path, None).await }
+    };
+    for (q, status, code) in [
+        (
+            "requester=a&target=w&lines=0",
+            400,
+            "validation_invalid_lines",
+        ),
+        (
+            "requester=a&target=w&lines=1001",
+            400,
+            "validation_invalid_lines",
+        ),
+        (
+            "requester=a&target=w&lines=ten",
+            400,
+            "validation_invalid_lines",
+        ),
+        ("requester=zed&target=w", 400, "validation_unknown_sender"),
+        ("requester=a&target=zed", 400, "validation_unknown_target"),
+        ("requester=m&target=a", 403, "authorization_forbidden"),
+        ("requester=eve&target=a", 403, "authorization_forbidden"),
+    ] {
+        let (s, v) = look(q).await;
+        assert_eq!(
+            (s, v["code"].as_str().unwrap_or("")),
+            (status, code),
+            "{q} → {v}"
+        );
+    }
+    let (s, v) = look("requester=m&target=m&lines=3").await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = look("requester=alice&target=w&lines=1000").await;
+    assert_eq!(s, 200, "{v}");
+    // list: `self` sees itself only; `none`… eve's `mute` policy lists self (nothing: she is
+    // not a member); unknown requester is refused.
+    let mute = c.relay_list("team", Some("m")).await.unwrap();
+    assert_eq!(
+        mute.members
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["m"]
+    );
+    assert_eq!(
+        c.relay_list("team", Some("w")).await.unwrap().members.len(),
+        4
+    );
+    assert_eq!(
+        c.relay_list("team", Some("eve"))
+            .await
+            .unwrap()
+            .members
+            .len(),
+        0
+    );
+    let e = c.relay_list("team", Some("zed")).await.unwrap_err();
+    assert_eq!(e.code(), "validation_unknown_sender");
+    // Principals may send; "watcher" may send to itself only.
+    let r = c
+        .relay_send(
+            "team",
+            &send_req("alice", &["a"], "from alice", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    assert!(read(&w.path("a.log")).contains("From: Alice (alice)"));
+    let (s, v) = raw(
+        &server,
+        reqwest::Method::GET,
+        "/v1/relay/bundles/nope",
+        None,
+    )
+    .await;
+    assert_eq!((s, v["code"].as_str()), (404, Some("bundle_not_found")));
+    let (s, v) = raw(
+        &server,
+        reqwest::Method::GET,
+        "/v1/relay/bundles/broken?as=x",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (422, Some("bundle_invalid")),
+        "{v}"
+    );
+    let (s, v) = raw(
+        &server,
+        reqwest::Method::GET,
+        "/v1/relay/bundles/team?as=a&colour=1",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (s, v["code"].as_str()),
+        (400, Some("validation_invalid_arguments")),
+        "{v}"
+    );
+    // Without the token: refused.
+    let resp = reqwest::get(format!("{}/v1/relay/bundles", server.url))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    // Still serving.
+    assert!(c.health().await.is_ok());
+    c.relay_down("team").await.unwrap();
+}
+
+#[tokio::test]
+async fn session_and_acp_members() {
+    let w = World::new().await;
+    let ws = w.path("ws");
+    let agent_log = w.path("agent.log");
+    w.config(&format!(
+        "[agents.tester]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n",
+        env!("CARGO_BIN_EXE_switchboard-test-agent"),
+        agent_log.display().to_string()
+    ));
+    w.bundle(
+        "mixed",
+        &format!(
+            r#"format-version = 1
+[[members]]
+id = "helper"
+name = "Helper"
+directory = "{ws}"
+[members.session]
+backend = "builtin"
+
+[[members]]
+id = "tester"
+directory = "{ws}"
+[members.acp]
+agent = "tester"
+"#,
+            ws = ws.display()
+        ),
+    );
+    std::fs::write(
+        w.path("bundles/policies.toml"),
+        "format-version = 1\n[[principals]]\nid = \"alice\"\nname = \"Alice\"\npolicy = \"operator\"\n",
+    )
+    .unwrap();
+    let server = w.server().await;
+    let c = client(&server);
+    let up = c.relay_up("mixed").await.unwrap();
+    assert_eq!(up.result, HostingResult::Hosted, "{up:?}");
+    let list = c.relay_list("mixed", Some("alice")).await.unwrap();
+    assert!(list.members.iter().all(|m| m.ready), "{list:?}");
+    let helper_session: uuid::Uuid = list.members[0]
+        .session_id
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let tester_session: uuid::Uuid = list.members[1]
+        .session_id
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Session member: the envelope becomes a message; sync waits for the turn.
+    let r = c
+        .relay_send(
+            "mixed",
+            &send_req("alice", &["helper"], "please summarize", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    let msgs = c.list_messages(helper_session, None, None).await.unwrap();
+    let user = msgs
+        .messages
+        .iter()
+        .find(|m| m.role == switchboard_protocol::Role::User)
+        .unwrap();
+    assert!(
+        user.content.contains("From: Alice (alice)") && user.content.contains("please summarize"),
+        "{}",
+        user.content
+    );
+    let look = c
+        .relay_look("mixed", "alice", "helper", Some(10))
+        .await
+        .unwrap();
+    assert!(
+        look.entries.iter().any(|e| e.role == "assistant"),
+        "{look:?}"
+    );
+    assert!(look.fresh);
+
+    // ACP member: the envelope becomes a session/prompt …
+    let r = c
+        .relay_send(
+            "mixed",
+            &send_req("helper", &["tester"], "hello tester", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    let log = read(&agent_log);
+    assert!(
+        log.contains("From: Helper (helper)") && log.contains("hello tester"),
+        "{log}"
+    );
+    // … and its permission requests become Switchboard approvals.
+    let r = c
+        .relay_send(
+            "mixed",
+            &send_req("alice", &["tester"], "[tool] go", Delivery::Async),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Accepted, "{r:?}");
+    let start = Instant::now();
+    loop {
+        let p = c.pending_tools(tester_session).await.unwrap();
+        if !p.tool_calls.is_empty() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no approval appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let look = c
+        .relay_look("mixed", "helper", "tester", None)
+        .await
+        .unwrap();
+    assert!(!look.fresh, "the member is in a turn: {look:?}");
+    c.relay_down("mixed").await.unwrap();
+}
+
+#[tokio::test]
+async fn async_messages_survive_a_restart_and_arrive_once() {
+    let w = World::new().await;
+    let ws = w.path("ws");
+    let flag = w.path("flag");
+    let log = w.path("slow.log");
+    // Busy (output changing) until the flag file exists, then an echo member.
+    let cmd = format!(
+        "bash -c 'while [ ! -f {f} ]; do date +%s%N; sleep 0.1; done; clear; printf \"> \"; while IFS= read -r l; do printf \"%s\\n\" \"$l\" >> {l}; printf \"> \"; done'",
+        f = flag.display(),
+        l = log.display()
+    );
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"a\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"bash -c 'sleep 600'\"\n\n[[members]]\nid = \"slow\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"{}\"\nquiet_window_ms = 300\n",
+            cmd.replace('"', "\\\""),
+            ws = ws.display()
+        ),
+    );
+    let mut server = w.server().await;
+    let c = client(&server);
+    c.relay_up("dev").await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let mut req = send_req(
+            "a",
+            &["slow"],
+            &format!("queued message {i}"),
+            Delivery::Async,
+        );
+        req.quiescence_timeout_ms = Some(120_000);
+        let r = c.relay_send("dev", &req).await.unwrap();
+        assert_eq!(r.status, SendStatus::Accepted);
+        ids.push(r.results[0].message_id.clone());
+    }
+    assert_eq!(
+        c.relay_list("dev", None).await.unwrap().members[1].queued,
+        3
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.kill().await;
+
+    let server = w.server().await;
+    let c = client(&server);
+    assert_eq!(
+        c.relay_message("dev", &ids[0]).await.unwrap().outcome,
+        Outcome::Queued
+    );
+    std::fs::write(&flag, "").unwrap();
+    let start = Instant::now();
+    for id in &ids {
+        loop {
+            let m = c.relay_message("dev", id).await.unwrap();
+            if m.outcome != Outcome::Queued {
+                assert_eq!(m.outcome, Outcome::Delivered, "{m:?}");
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{m:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    wait_for("all three to be read", Duration::from_secs(10), || {
+        read(&log).contains("queued message 2")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let got = read(&log);
+    for i in 0..3 {
+        assert_eq!(
+            got.matches(&format!("queued message {i}")).count(),
+            1,
+            "{got}"
+        );
+    }
+    // In order.
+    let p: Vec<usize> = (0..3)
+        .map(|i| got.find(&format!("queued message {i}")).unwrap())
+        .collect();
+    assert!(p[0] < p[1] && p[1] < p[2], "{got}");
+    c.relay_down("dev").await.unwrap();
+}
+
+#[tokio::test]
+async fn mcp_server_speaks_to_the_official_python_client() {
+    let w = World::new().await;
+    let ws = w.path("ws");
+    let lr = w.path("reviewer.log");
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"builder\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"bash -c 'sleep 600'\"\n\n[[members]]\nid = \"reviewer\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"{}\"\n{SHORT}\n",
+            echo_member(&lr).replace('"', "\\\""),
+            ws = ws.display()
+        ),
+    );
+    let server = w.server().await;
+    let c: Client = client(&server);
+    c.relay_up("dev").await.unwrap();
+    let script = w.path("client.py");
+    std::fs::write(
+        &script,
+        r#"
+import asyncio, json, os, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "--bundle", "dev", "--member", "builder"], env=dict(os.environ))
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            tools = await s.list_tools()
+            out = {"tools": sorted(t.name for t in tools.tools)}
+            res = await s.call_tool("list", {})
+            out["list"] = json.loads(res.content[0].text)
+            res = await s.call_tool("send", {"to": ["reviewer"], "message": "hello via mcp", "sync": True})
+            out["send"] = json.loads(res.content[0].text)
+            res = await s.call_tool("look", {"target": "reviewer", "lines": 20})
+            out["look"] = json.loads(res.content[0].text)
+            res = await s.call_tool("send", {"to": ["nobody"], "message": "x"})
+            out["error"] = {"is_error": getattr(res, "is_error", None) or getattr(res, "isError", False), "body": json.loads(res.content[0].text)}
+            print(json.dumps(out))
+
+asyncio.run(main())
+"#,
+    )
+    .unwrap();
+    let data = w.path("data");
+    let out = tokio::process::Command::new("python3")
+        .arg(&script)
+        .arg(bin())
+        .env("SWITCHBOARD_URL", &server.url)
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("SWITCHBOARD_DATA_DIR", &data)
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "python MCP client failed (is the `mcp` package installed? .ci/run installs it): {stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tools"], json!(["list", "look", "send"]));
+    assert_eq!(v["list"]["bundle"], "dev");
+    assert_eq!(v["list"]["members"].as_array().unwrap().len(), 2);
+    assert_eq!(v["send"]["status"], "success", "{v}");
+    assert_eq!(v["send"]["sender"], "builder");
+    assert!(read(&lr).contains("hello via mcp"));
+    assert!(
+        v["look"]["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("hello via mcp")),
+        "{v}"
+    );
+    assert_eq!(v["error"]["is_error"], true);
+    assert_eq!(v["error"]["body"]["code"], "validation_unknown_target");
+    c.relay_down("dev").await.unwrap();
+}

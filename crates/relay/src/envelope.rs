@@ -1,0 +1,70 @@
+//! The envelope every relayed message travels in, so the receiving agent can tell who wrote,
+//! to whom, when, and how to answer.
+
+use chrono::{DateTime, Utc};
+
+/// Someone named in an envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Party {
+    pub id: String,
+    pub name: String,
+}
+
+impl Party {
+    fn label(&self) -> String {
+        if self.name == self.id {
+            self.id.clone()
+        } else {
+            format!("{} ({})", self.name, self.id)
+        }
+    }
+}
+
+/// Renders the envelope: a header line, the body unchanged, a footer line that says how to
+/// reply. Plain text that reads well in a terminal pane and in a chat transcript.
+pub fn render(
+    bundle: &str,
+    message_id: &str,
+    sender: &Party,
+    recipients: &[Party],
+    at: DateTime<Utc>,
+    body: &str,
+) -> String {
+    let to: Vec<String> = recipients.iter().map(Party::label).collect();
+    format!(
+        "[relay message {message_id} in bundle {bundle}, {date}]\nFrom: {from}\nTo: {to}\n\n{body}\n\n[end of message {message_id}; reply with the relay send tool to \"{reply}\"]",
+        date = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        from = sender.label(),
+        to = to.join(", "),
+        body = body.trim_end_matches(['\n', '\r']),
+        reply = sender.id,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sender_recipients_id_date_and_body() {
+        let at = DateTime::parse_from_rfc3339("2026-11-29T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let p = |id: &str, name: &str| Party {
+            id: id.into(),
+            name: name.into(),
+        };
+        let e = render(
+            "dev",
+            "msg_1",
+            &p("reviewer", "Reviewer"),
+            &[p("builder", "Builder"), p("tester", "tester")],
+            at,
+            "line 1\nline 2\n",
+        );
+        assert_eq!(
+            e,
+            "[relay message msg_1 in bundle dev, 2026-11-29T10:00:00Z]\nFrom: Reviewer (reviewer)\nTo: Builder (builder), tester\n\nline 1\nline 2\n\n[end of message msg_1; reply with the relay send tool to \"reviewer\"]"
+        );
+    }
+}
