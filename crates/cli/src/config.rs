@@ -177,6 +177,9 @@ pub struct EventsSection {
 #[serde(deny_unknown_fields)]
 pub struct ServerSection {
     pub max_body_bytes: Option<usize>,
+    /// Extra `host[:port]` names browsers may use to reach the server (behind a proxy, on
+    /// a LAN address); loopback names of the listen port are always allowed.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 /// The effective settings after file, environment and defaults.
@@ -204,6 +207,7 @@ pub struct Settings {
     pub gateway: Option<GatewaySettings>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
+    pub allowed_hosts: Vec<String>,
     pub relay: RelaySettings,
 }
 
@@ -328,8 +332,17 @@ impl Settings {
                 .unwrap_or(600)
                 .max(1),
         };
+        let allowed_hosts = match env("SWITCHBOARD_ALLOWED_HOSTS") {
+            Some(v) => v
+                .split(',')
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect(),
+            None => file.server.allowed_hosts.clone().unwrap_or_default(),
+        };
         Ok(Self {
             relay,
+            allowed_hosts,
             config_path: path,
             listen: listen_flag
                 .map(str::to_string)

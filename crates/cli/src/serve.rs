@@ -171,6 +171,33 @@ pub async fn run(settings: Settings) -> Result<()> {
         relay.clone(),
         token_for_gateway(&settings)?,
     ));
+    // The web console, and the guard (Host/Origin checks, cookie → bearer) in front of
+    // every route, the gateway's and the relay's included.
+    let mut allowed_hosts = switchboard_server::web::default_allowed_hosts(addr);
+    allowed_hosts.extend(settings.allowed_hosts.iter().cloned());
+    let console = switchboard_server::web::Console::new(switchboard_server::web::ConsoleConfig {
+        token: token_for_gateway(&settings)?,
+        allowed_hosts,
+        agents: settings.agents.keys().cloned().collect(),
+        default_model: settings.model.clone(),
+        default_cwd: app.engine.config().default_cwd.display().to_string(),
+    });
+    let code = console.new_login_code();
+    let browse_host = if addr.ip().is_unspecified() {
+        format!("127.0.0.1:{}", addr.port())
+    } else {
+        addr.to_string()
+    };
+    println!(
+        "console: http://{browse_host}/login?code={code}  (one-time sign-in link, valid {} min)",
+        switchboard_server::web::LOGIN_LINK_TTL.as_secs() / 60
+    );
+    let router = router
+        .merge(switchboard_server::web::router(console.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            console,
+            switchboard_server::web::guard,
+        ));
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

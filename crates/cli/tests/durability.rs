@@ -140,7 +140,7 @@ async fn sigkill_mid_run_closes_the_run_as_retryable_and_seq_continues() {
     // Wait until the hanging run is visibly running.
     let last_before = loop {
         let env = events.next().await.unwrap().unwrap();
-        if env.event == (AgentEvent::RunStarted { run_id: run2 }) {
+        if matches!(env.event, AgentEvent::RunStarted { run_id, .. } if run_id == run2) {
             break env.id;
         }
     };

@@ -317,6 +317,13 @@ impl Engine {
             },
             active_run_id: active,
             last_event_id: r.last_seq,
+            backend: session_config(r).ok().map(|c| c.backend),
+            pending_approvals: self
+                .inner
+                .approvals
+                .pending(r.id)
+                .map(|(_, calls)| calls.len() as u32)
+                .unwrap_or(0),
         }
     }
 
@@ -628,8 +635,14 @@ impl Engine {
         let log = &self.inner.log;
         let store = &self.inner.store;
         let prepared = async {
-            log.append(session_id, &AgentEvent::RunStarted { run_id })
-                .await?;
+            log.append(
+                session_id,
+                &AgentEvent::RunStarted {
+                    run_id,
+                    content: Some(input.content.clone()),
+                },
+            )
+            .await?;
             store.touch_session(session_id, &now_rfc3339()).await?;
             let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();

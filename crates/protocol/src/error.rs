@@ -32,6 +32,11 @@ pub enum ErrorCode {
     InvalidToken,
     /// Authenticated but not allowed (403).
     Forbidden,
+    /// A browser request (cookie, console page) whose `Host` is not this server's (403):
+    /// DNS-rebinding protection.
+    HostNotAllowed,
+    /// A request whose `Origin` is not this server's own (403): cross-site protection.
+    OriginNotAllowed,
     /// No session with that id (404).
     SessionNotFound,
     /// No such route (404).
@@ -71,6 +76,8 @@ impl ErrorCode {
             Self::Unauthorized => "unauthorized",
             Self::InvalidToken => "invalid_token",
             Self::Forbidden => "forbidden",
+            Self::HostNotAllowed => "host_not_allowed",
+            Self::OriginNotAllowed => "origin_not_allowed",
             Self::SessionNotFound => "session_not_found",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -95,7 +102,7 @@ impl ErrorCode {
             | Self::InvalidHeader
             | Self::InvalidQuery => 400,
             Self::Unauthorized | Self::InvalidToken => 401,
-            Self::Forbidden => 403,
+            Self::Forbidden | Self::HostNotAllowed | Self::OriginNotAllowed => 403,
             Self::SessionNotFound | Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::SessionAlreadyRunning

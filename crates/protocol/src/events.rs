@@ -47,8 +47,13 @@ pub struct PlanEntry {
 /// Something that happened in a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub enum AgentEvent {
-    /// A run began.
-    RunStarted { run_id: Uuid },
+    /// A run began. `content` is the user's message that started it (absent in logs
+    /// written before it was added), so a client can render a transcript from events alone.
+    RunStarted {
+        run_id: Uuid,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+    },
     /// A follow-up was stored; it starts a run when the active one ends.
     FollowUpQueued { run_id: Uuid, content: String },
     /// A piece of the assistant's reply.
@@ -139,7 +144,7 @@ impl AgentEvent {
     /// The run the event belongs to.
     pub fn run_id(&self) -> Uuid {
         match self {
-            Self::RunStarted { run_id }
+            Self::RunStarted { run_id, .. }
             | Self::FollowUpQueued { run_id, .. }
             | Self::TextDelta { run_id, .. }
             | Self::TextComplete { run_id, .. }

@@ -106,6 +106,12 @@ pub struct SessionSummary {
     /// Seq of the newest event in the session's log (0 when none).
     #[serde(default)]
     pub last_event_id: u64,
+    /// The session's backend (absent only when its stored config is unreadable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSpec>,
+    /// Tool calls waiting for a decision.
+    #[serde(default)]
+    pub pending_approvals: u32,
 }
 
 /// How a session is configured.

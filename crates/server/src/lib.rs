@@ -9,6 +9,7 @@ mod error;
 mod extract;
 mod openapi;
 pub mod routes;
+pub mod web;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

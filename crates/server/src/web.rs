@@ -1,0 +1,501 @@
+//! The web console: static files embedded in the binary, sign-in with the token or a
+//! one-time login link (an HttpOnly, SameSite=Strict session cookie), and the guard that
+//! protects browsers: `Host` and `Origin` checks, and cookie → bearer for every API route.
+//!
+//! The session cookie is stateless: `v1.<nonce>.<HMAC-SHA256(token, nonce)>`. It survives a
+//! restart and dies with the token.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+use switchboard_protocol::ErrorCode;
+
+use crate::ApiError;
+
+/// Name of the console's session cookie.
+pub const COOKIE: &str = "switchboard_session";
+/// How long a console sign-in lasts.
+const COOKIE_MAX_AGE: Duration = Duration::from_secs(30 * 86_400);
+/// How long the one-time login link printed by `serve` works.
+pub const LOGIN_LINK_TTL: Duration = Duration::from_secs(15 * 60);
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const APP_JS: &str = include_str!("../web/app.js");
+const MD_JS: &str = include_str!("../web/md.js");
+const STYLE_CSS: &str = include_str!("../web/style.css");
+
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// What the console needs to know.
+#[derive(Clone)]
+pub struct ConsoleConfig {
+    pub token: String,
+    /// `host:port` or `host` (any port) entries a browser may use to reach this server.
+    pub allowed_hosts: Vec<String>,
+    /// Configured ACP agents, offered as session backends.
+    pub agents: Vec<String>,
+    pub default_model: Option<String>,
+    pub default_cwd: String,
+}
+
+impl std::fmt::Debug for ConsoleConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleConfig")
+            .field("token", &"[redacted]")
+            .field("allowed_hosts", &self.allowed_hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The hosts a server listening on `addr` answers to as itself: the address, and for a
+/// loopback or unspecified address `localhost`, `127.0.0.1` and `[::1]`, with its port.
+pub fn default_allowed_hosts(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let mut out = vec![addr.to_string()];
+    let ip = addr.ip();
+    if ip.is_loopback() || ip.is_unspecified() {
+        for h in ["localhost", "127.0.0.1", "[::1]"] {
+            out.push(format!("{h}:{port}"));
+        }
+    }
+    out
+}
+
+/// The console's state: config plus the pending one-time login code.
+#[derive(Clone)]
+pub struct Console {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ConsoleConfig,
+    /// Lower-case `host:port` entries, and `host` entries that allow any port.
+    hosts: HashSet<String>,
+    login: Mutex<Option<(String, Instant)>>,
+}
+
+impl Console {
+    pub fn new(config: ConsoleConfig) -> Self {
+        let hosts = config
+            .allowed_hosts
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                hosts,
+                login: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A new one-time login code (replacing any earlier one), valid for
+    /// [`LOGIN_LINK_TTL`]. Print `…/login?code=CODE`; never log it.
+    pub fn new_login_code(&self) -> String {
+        let code = random_hex(24);
+        *self.lock() = Some((code.clone(), Instant::now() + LOGIN_LINK_TTL));
+        code
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
+        self.inner.login.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the login code if `given` is it and it has not expired (one use only).
+    fn redeem(&self, given: &str) -> bool {
+        let mut slot = self.lock();
+        let ok = match slot.as_ref() {
+            Some((code, until)) => {
+                Instant::now() < *until && bool::from(code.as_bytes().ct_eq(given.as_bytes()))
+            }
+            None => false,
+        };
+        if ok {
+            *slot = None;
+        }
+        ok
+    }
+
+    fn host_allowed(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        if self.inner.hosts.contains(&host) {
+            return true;
+        }
+        // An entry without a port allows the name on any port.
+        let name = match host.rsplit_once(':') {
+            Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+                name
+            }
+            _ => host.as_str(),
+        };
+        self.inner.hosts.contains(name)
+    }
+
+    fn mac(&self, nonce: &str) -> String {
+        // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
+        match Hmac::<Sha256>::new_from_slice(self.inner.config.token.as_bytes()) {
+            Ok(mut m) => {
+                m.update(b"switchboard-console-session:");
+                m.update(nonce.as_bytes());
+                hex::encode(m.finalize().into_bytes())
+            }
+            Err(_) => String::new(),
+        }
+    }
+
+    fn new_cookie_value(&self) -> String {
+        let nonce = random_hex(16);
+        format!("v1.{nonce}.{}", self.mac(&nonce))
+    }
+
+    fn cookie_valid(&self, value: &str) -> bool {
+        let mut parts = value.split('.');
+        let (Some("v1"), Some(nonce), Some(mac), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return false;
+        }
+        let want = self.mac(nonce);
+        !want.is_empty() && bool::from(want.as_bytes().ct_eq(mac.as_bytes()))
+    }
+
+    fn set_cookie(&self, headers: &HeaderMap) -> HeaderValue {
+        let secure = headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"));
+        let v = format!(
+            "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+            self.new_cookie_value(),
+            COOKIE_MAX_AGE.as_secs(),
+            if secure { "; Secure" } else { "" }
+        );
+        HeaderValue::from_str(&v).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let buf: Vec<u8> = (0..bytes).map(|_| rand::random::<u8>()).collect();
+    hex::encode(buf)
+}
+
+fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+}
+
+fn host_of(req: &Request) -> Option<String> {
+    req.headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+}
+
+/// Paths that belong to the console (and so are browser-only).
+fn console_path(path: &str) -> bool {
+    path == "/"
+        || path == "/login"
+        || path.starts_with("/assets/")
+        || path.starts_with("/v1/console/")
+}
+
+/// The guard in front of every route (apply it as the outermost layer):
+///
+/// 1. A request with an `Origin` must come from this server's own origin (same host and
+///    port as its `Host`, and that host allowed); else 403 `origin_not_allowed`.
+/// 2. Browser requests — console pages and anything carrying the session cookie — must
+///    name an allowed `Host`; else 403 `host_not_allowed` (DNS rebinding).
+/// 3. A valid session cookie on a request without `Authorization` becomes
+///    `Authorization: Bearer <token>`, so every API route accepts a signed-in browser.
+pub async fn guard(State(console): State<Console>, mut req: Request, next: Next) -> Response {
+    let host = host_of(&req);
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        let same = match (authority, host.as_deref()) {
+            (Some(a), Some(h)) => a.eq_ignore_ascii_case(h) && console.host_allowed(h),
+            _ => false,
+        };
+        if !same {
+            return ApiError::new(
+                ErrorCode::OriginNotAllowed,
+                format!(
+                    "requests from origin {origin:?} are not accepted: only this server's own pages may call it"
+                ),
+            )
+            .into_response();
+        }
+    }
+    let has_auth = req.headers().contains_key(header::AUTHORIZATION);
+    let cookie = cookie_value(req.headers(), COOKIE).map(str::to_string);
+    if console_path(req.uri().path()) || (cookie.is_some() && !has_auth) {
+        let ok = host.as_deref().is_some_and(|h| console.host_allowed(h));
+        if !ok {
+            return ApiError::new(
+                ErrorCode::HostNotAllowed,
+                format!(
+                    "Host {:?} is not this server's; to reach it under that name add it to [server] allowed_hosts (SWITCHBOARD_ALLOWED_HOSTS)",
+                    host.unwrap_or_default()
+                ),
+            )
+            .into_response();
+        }
+    }
+    if !has_auth
+        && let Some(c) = cookie
+        && console.cookie_valid(&c)
+        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", console.inner.config.token))
+    {
+        req.headers_mut().insert(header::AUTHORIZATION, v);
+    }
+    next.run(req).await
+}
+
+/// The console's routes: the page, its assets, sign-in and sign-out, `me`.
+pub fn router(console: Console) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/assets/{file}", get(asset))
+        .route("/login", get(login_link))
+        .route("/v1/console/login", post(login))
+        .route("/v1/console/logout", post(logout))
+        .route("/v1/console/me", get(me))
+        .with_state(console)
+}
+
+fn with_security_headers(mut resp: Response, content_type: &'static str) -> Response {
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+async fn index() -> Response {
+    with_security_headers(INDEX_HTML.into_response(), "text/html; charset=utf-8")
+}
+
+async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
+    let (body, ty) = match file.as_str() {
+        "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
+        "md.js" => (MD_JS, "text/javascript; charset=utf-8"),
+        "style.css" => (STYLE_CSS, "text/css; charset=utf-8"),
+        _ => {
+            return ApiError::new(ErrorCode::NotFound, format!("no asset {file:?}"))
+                .into_response();
+        }
+    };
+    with_security_headers(body.into_response(), ty)
+}
+
+#[derive(Deserialize)]
+struct LinkQuery {
+    code: Option<String>,
+}
+
+/// `GET /login?code=…`: the one-time link `serve` prints. Signs the browser in once.
+async fn login_link(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<LinkQuery>,
+) -> Response {
+    let ok = q.code.as_deref().is_some_and(|c| console.redeem(c));
+    let mut resp = Response::builder()
+        .status(StatusCode::SEE_OTHER)
+        .header(header::LOCATION, if ok { "/" } else { "/?login=expired" })
+        .header(header::CACHE_CONTROL, "no-store")
+        .header(header::REFERRER_POLICY, "no-referrer")
+        .body(axum::body::Body::empty())
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    if ok {
+        resp.headers_mut()
+            .insert(header::SET_COOKIE, console.set_cookie(&headers));
+    }
+    resp
+}
+
+#[derive(Deserialize)]
+struct LoginBody {
+    token: String,
+}
+
+/// `POST /v1/console/login {"token"}`: 204 with the session cookie, or 401.
+async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(b) = serde_json::from_slice::<LoginBody>(&body) else {
+        return ApiError::new(ErrorCode::InvalidJson, "expected {\"token\": \"…\"}")
+            .into_response();
+    };
+    if !bool::from(
+        b.token
+            .trim()
+            .as_bytes()
+            .ct_eq(console.inner.config.token.as_bytes()),
+    ) {
+        // Slow down guessing; the token is long and random, so this is plenty.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        return ApiError::new(ErrorCode::InvalidToken, "invalid token").into_response();
+    }
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, console.set_cookie(&headers));
+    resp
+}
+
+async fn logout() -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "switchboard_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    resp
+}
+
+#[derive(Serialize)]
+struct Me<'a> {
+    signed_in: bool,
+    agents: &'a [String],
+    default_model: Option<&'a str>,
+    default_cwd: &'a str,
+    version: &'static str,
+}
+
+/// `GET /v1/console/me`: who the console is (after the guard turned a cookie into a bearer
+/// header) and what the new-session form offers.
+async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !bool::from(
+        given
+            .trim()
+            .as_bytes()
+            .ct_eq(console.inner.config.token.as_bytes()),
+    ) {
+        return ApiError::new(ErrorCode::Unauthorized, "not signed in").into_response();
+    }
+    let c = &console.inner.config;
+    Json(Me {
+        signed_in: true,
+        agents: &c.agents,
+        default_model: c.default_model.as_deref(),
+        default_cwd: &c.default_cwd,
+        version: env!("CARGO_PKG_VERSION"),
+    })
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn console(hosts: &[&str]) -> Console {
+        Console::new(ConsoleConfig {
+            token: "secret-token".into(),
+            allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            agents: vec![],
+            default_model: None,
+            default_cwd: "/".into(),
+        })
+    }
+
+    #[test]
+    fn cookies_verify_only_with_the_same_token() {
+        let c = console(&[]);
+        let v = c.new_cookie_value();
+        assert!(c.cookie_valid(&v));
+        let other = Console::new(ConsoleConfig {
+            token: "another".into(),
+            ..c.inner.config.clone()
+        });
+        assert!(!other.cookie_valid(&v));
+        let mut tampered = v.clone();
+        tampered.replace_range(3..4, if &v[3..4] == "a" { "b" } else { "a" });
+        assert!(!c.cookie_valid(&tampered));
+        for bad in ["", "v1", "v1..", "v2.x.y", "v1.zz.yy", &format!("{v}.x")] {
+            assert!(!c.cookie_valid(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn login_codes_work_once_and_only_the_newest() {
+        let c = console(&[]);
+        let first = c.new_login_code();
+        let second = c.new_login_code();
+        assert!(!c.redeem(&first));
+        assert!(c.redeem(&second));
+        assert!(!c.redeem(&second));
+    }
+
+    #[test]
+    fn hosts_match_exactly_or_by_name() {
+        let c = console(&[
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "switchboard.example.com",
+        ]);
+        assert!(c.host_allowed("127.0.0.1:7070"));
+        assert!(c.host_allowed("LOCALHOST:7070"));
+        assert!(!c.host_allowed("localhost:7071"));
+        assert!(c.host_allowed("switchboard.example.com"));
+        assert!(c.host_allowed("switchboard.example.com:443"));
+        assert!(!c.host_allowed("evil.example"));
+        assert!(!c.host_allowed("127.0.0.1.evil.example:7070"));
+        let d = default_allowed_hosts("0.0.0.0:9000".parse().unwrap());
+        assert!(d.contains(&"localhost:9000".to_string()));
+        assert!(d.contains(&"[::1]:9000".to_string()));
+    }
+
+    #[test]
+    fn cookie_header_parsing() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; switchboard_session=v1.x.y; b=2"),
+        );
+        assert_eq!(cookie_value(&h, COOKIE), Some("v1.x.y"));
+        assert_eq!(cookie_value(&h, "c"), None);
+    }
+}
