@@ -26,10 +26,19 @@ pub enum SessionsCommand {
         limit: u32,
         #[arg(long, default_value_t = 0)]
         offset: u32,
+        /// List archived sessions instead.
+        #[arg(long)]
+        archived: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
+    /// Hide a session from the default list (its transcript stays).
+    Archive { id: Uuid },
+    /// Bring an archived session back to the list.
+    Unarchive { id: Uuid },
+    /// Rename a session.
+    Rename { id: Uuid, title: String },
     /// Create a session and print it.
     Create(CreateArgs),
     /// Show one session with its configuration (JSON).
@@ -134,9 +143,14 @@ pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
         SessionsCommand::List {
             limit,
             offset,
+            archived,
             json,
         } => {
-            let list = c.list_sessions(Some(limit), Some(offset)).await?;
+            let list = if archived {
+                c.list_archived_sessions(Some(limit), Some(offset)).await?
+            } else {
+                c.list_sessions(Some(limit), Some(offset)).await?
+            };
             if json {
                 return print_json(&list);
             }
@@ -158,6 +172,22 @@ pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
         }
         SessionsCommand::Create(a) => print_json(&c.create_session(&create_request(&a)).await?)?,
         SessionsCommand::Show { id } => print_json(&c.get_session(id).await?)?,
+        SessionsCommand::Archive { id } | SessionsCommand::Unarchive { id } => {
+            let archive = matches!(cmd, SessionsCommand::Archive { .. });
+            let req = switchboard_protocol::UpdateSessionRequest {
+                title: None,
+                archived: Some(archive),
+            };
+            c.update_session(id, &req).await?;
+            println!("{} {id}", if archive { "archived" } else { "unarchived" });
+        }
+        SessionsCommand::Rename { id, title } => {
+            let req = switchboard_protocol::UpdateSessionRequest {
+                title: Some(title),
+                archived: None,
+            };
+            print_json(&c.update_session(id, &req).await?)?;
+        }
         SessionsCommand::Delete { id } => {
             c.delete_session(id).await?;
             println!("deleted {id}");

@@ -120,8 +120,53 @@ async fn create_subscribe_send_stream_and_transcript() {
 
     let list = c.list_sessions(None, None).await.unwrap();
     assert_eq!(list.total, 1);
+    assert_eq!(
+        list.sessions[0].backend,
+        Some(switchboard_protocol::BackendSpec::Builtin)
+    );
+    assert_eq!(list.sessions[0].pending_approvals, 0);
     let shown = c.get_session(s.id).await.unwrap();
     assert_eq!(shown.session.last_event_id, 14);
+    // The first event of each run carries the user's message.
+    let mut replay = c.subscribe(s.id, None);
+    let first = replay.next().await.unwrap().unwrap();
+    assert!(
+        matches!(&first.event, AgentEvent::RunStarted { content: Some(m), .. } if m == "say hello"),
+        "{first:?}"
+    );
+    drop(replay);
+
+    // Rename, archive (hidden from the default list), unarchive.
+    let upd =
+        |title: Option<&str>, archived: Option<bool>| switchboard_protocol::UpdateSessionRequest {
+            title: title.map(str::to_string),
+            archived,
+        };
+    let r = c
+        .update_session(s.id, &upd(Some("renamed"), Some(true)))
+        .await
+        .unwrap();
+    assert_eq!((r.title.as_str(), r.archived), ("renamed", true));
+    assert_eq!(c.list_sessions(None, None).await.unwrap().total, 0);
+    let archived = c.list_archived_sessions(None, None).await.unwrap();
+    assert_eq!(archived.total, 1);
+    assert!(archived.sessions[0].archived);
+    let r = c
+        .update_session(s.id, &upd(None, Some(false)))
+        .await
+        .unwrap();
+    assert_eq!((r.title.as_str(), r.archived), ("renamed", false));
+    assert_eq!(c.list_sessions(None, None).await.unwrap().total, 1);
+    let e = c
+        .update_session(s.id, &upd(Some("  "), None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("validation_failed"));
+    let e = c
+        .update_session(uuid::Uuid::now_v7(), &upd(Some("x"), None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("session_not_found"));
     c.delete_session(s.id).await.unwrap();
     assert_eq!(
         c.get_session(s.id).await.unwrap_err().code(),

@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use switchboard_protocol::{
     CancelRequest, CancelResponse, CreateSessionRequest, HealthResponse, ListMessagesResponse,
-    ListSessionsResponse, Page, PendingToolsResponse, SendMessageRequest, SendMessageResponse,
-    SessionDetailResponse, SessionSummary, ToolDecisionsRequest, ToolDecisionsResponse,
+    ListSessionsQuery, ListSessionsResponse, Page, PendingToolsResponse, SendMessageRequest,
+    SendMessageResponse, SessionDetailResponse, SessionSummary, ToolDecisionsRequest,
+    ToolDecisionsResponse, UpdateSessionRequest,
 };
 use uuid::Uuid;
 
@@ -109,6 +110,32 @@ impl Client {
     pub async fn get_session(&self, id: Uuid) -> Result<SessionDetailResponse, ClientError> {
         self.json(self.request(reqwest::Method::GET, &format!("/v1/sessions/{id}")))
             .await
+    }
+
+    /// `PATCH /v1/sessions/{id}`: rename, archive or unarchive.
+    pub async fn update_session(
+        &self,
+        id: Uuid,
+        req: &UpdateSessionRequest,
+    ) -> Result<SessionSummary, ClientError> {
+        let path = format!("/v1/sessions/{id}");
+        self.json(self.request(reqwest::Method::PATCH, &path).json(req))
+            .await
+    }
+
+    /// `GET /v1/sessions?archived=true`: archived sessions, newest first.
+    pub async fn list_archived_sessions(
+        &self,
+        limit: Option<u32>,
+        offset: Option<u32>,
+    ) -> Result<ListSessionsResponse, ClientError> {
+        let q = ListSessionsQuery {
+            limit,
+            offset,
+            archived: Some(true),
+        };
+        let req = self.request(reqwest::Method::GET, "/v1/sessions").query(&q);
+        self.json(req).await
     }
 
     /// `DELETE /v1/sessions/{id}`.

@@ -296,6 +296,7 @@ impl Engine {
             created_at: now.clone(),
             updated_at: now,
             last_seq: 0,
+            archived_at: None,
         };
         self.inner.store.create_session(&record).await?;
         tracing::info!(session_id = %record.id, "session created");
@@ -318,6 +319,7 @@ impl Engine {
             active_run_id: active,
             last_event_id: r.last_seq,
             backend: session_config(r).ok().map(|c| c.backend),
+            archived: r.archived_at.is_some(),
             pending_approvals: self
                 .inner
                 .approvals
@@ -343,13 +345,46 @@ impl Engine {
         Ok((self.summary(&r), session_config(&r)?))
     }
 
+    /// A page of sessions, newest first: archived ones or the others.
     pub async fn list_sessions(
         &self,
         limit: u32,
         offset: u32,
+        archived: bool,
     ) -> Result<(Vec<SessionSummary>, u64), EngineError> {
-        let (rows, total) = self.inner.store.list_sessions(limit, offset).await?;
+        let (rows, total) = self
+            .inner
+            .store
+            .list_sessions(limit, offset, archived)
+            .await?;
         Ok((rows.iter().map(|r| self.summary(r)).collect(), total))
+    }
+
+    /// Renames, archives or unarchives a session.
+    pub async fn update_session(
+        &self,
+        id: Uuid,
+        title: Option<String>,
+        archived: Option<bool>,
+    ) -> Result<SessionSummary, EngineError> {
+        if let Some(t) = &title
+            && t.trim().is_empty()
+        {
+            return Err(EngineError::Validation {
+                field: "title".into(),
+                message: "must not be empty".into(),
+            });
+        }
+        let now = now_rfc3339();
+        let update = switchboard_store::SessionUpdate {
+            title,
+            archived_at: archived.map(|a| a.then(|| now.clone())),
+            updated_at: now,
+        };
+        if !self.inner.store.update_session(id, &update).await? {
+            return Err(EngineError::SessionNotFound(id));
+        }
+        Ok(self.summary(&self.record(id).await?))
     }
 
     /// Deletes a session; an active run is cancelled first.

@@ -26,6 +26,7 @@ async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqliteStore>, Even
             created_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
             last_seq: 0,
+            archived_at: None,
         })
         .await
         .unwrap();

@@ -26,7 +26,7 @@ impl Modify for BearerAuth {
     info(title = "Switchboard API", version = "1", description = "Sessions, runs and a durable event log over HTTP + SSE."),
     paths(
         health::health,
-        sessions::create, sessions::list, sessions::show, sessions::delete, sessions::cancel,
+        sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel,
         messages::send, messages::list, messages::transcript,
         events::events,
         tools::pending, tools::decide,
@@ -37,6 +37,7 @@ impl Modify for BearerAuth {
         switchboard_protocol::CreateSessionRequest, switchboard_protocol::SessionSummary,
         switchboard_protocol::SessionDetailResponse, switchboard_protocol::SessionConfig,
         switchboard_protocol::ListSessionsResponse, switchboard_protocol::BackendSpec,
+        switchboard_protocol::UpdateSessionRequest,
         switchboard_protocol::PermissionMode, switchboard_protocol::AutoApprove,
         switchboard_protocol::CancelRequest, switchboard_protocol::CancelResponse,
         switchboard_protocol::SendMessageRequest, switchboard_protocol::SendMessageResponse,

@@ -1,1 +1,744 @@
+// Switchboard web console: sign-in, sessions with a live transcript and approvals, the relay.
+// Plain DOM, no framework. Text from the server is only ever set as textContent, except
+// assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
+import { render } from './md.js';
+
+const $ = (id) => document.getElementById(id);
+
+/** h('div.a.b', {attr: v, tid: 'x', onclick: fn}, ...children) → element. */
+function h(tag, attrs = {}, ...kids) {
+  const [name, ...classes] = tag.split('.');
+  const el = document.createElement(name);
+  if (classes.length) el.className = classes.join(' ');
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v == null || v === false || k === 'value' || k === 'checked') continue;
+    if (k === 'tid') el.dataset.testid = v;
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  el.append(...kids.flat(Infinity).filter((k) => k != null && k !== false));
+  if (attrs.value != null) el.value = attrs.value;
+  if (attrs.checked) el.checked = true;
+  return el;
+}
+
+const time = (ts) => new Date(ts).toLocaleTimeString();
+const backendLabel = (b) => (!b ? '?' : b === 'builtin' ? 'built-in' : `acp: ${b.acp}`);
+
+// ---------- errors, API ----------
+
+function toast(err, kind = 'error') {
+  if (err?.silent) return;
+  const text = typeof err === 'string' ? err : err.code ? `${err.message} (${err.code})` : err.message;
+  const box = $('toasts');
+  if ([...box.children].some((t) => t.textContent === text)) return;
+  const el = h(`div.toast.${kind}`, { tid: 'toast', role: 'alert', title: 'dismiss' }, text);
+  el.addEventListener('click', () => el.remove());
+  setTimeout(() => el.remove(), kind === 'error' ? 10000 : 5000);
+  box.append(el);
+}
+
+/** Wraps an async handler so that its errors reach the user. */
+const guard = (fn) => (...args) => fn(...args).catch(toast);
+
+async function api(method, path, body) {
+  let res;
+  try {
+    res = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new Error(`cannot reach the server: ${e.message}`);
+  }
+  if (res.ok) return res.status === 204 ? null : res.json();
+  const data = await res.json().catch(() => ({}));
+  const err = new Error(data.error || data.message || `${res.status} ${res.statusText}`);
+  Object.assign(err, { status: res.status, code: data.code });
+  if (res.status === 401 && S.me) {
+    err.silent = true;
+    signedOut(`Signed out: ${err.message}`);
+  }
+  throw err;
+}
+
+// ---------- app state, sign-in, routing ----------
+
+const S = {
+  me: null, // GET /v1/console/me while signed in
+  sessions: [],
+  listKey: '',
+  views: new Map(), // session id → view (kept, so coming back resumes after its lastSeq)
+  current: null, // the session view on screen
+};
+
+async function boot() {
+  try {
+    S.me = await api('GET', '/v1/console/me');
+  } catch (e) {
+    if (e.status === 401) return showLogin();
+    toast(e);
+    return setTimeout(boot, 3000);
+  }
+  $('login').hidden = true;
+  $('app').hidden = false;
+  $('version').textContent = S.me.version ? `v${S.me.version}` : '';
+  route();
+  refreshSessions().catch(toast);
+}
+
+function showLogin(message) {
+  $('app').hidden = true;
+  $('login').hidden = false;
+  $('login-error').hidden = !message;
+  $('login-error').textContent = message ?? '';
+  $('login-token').focus();
+}
+
+function signedOut(message) {
+  S.me = null;
+  leaveSession();
+  closeLook();
+  S.views.clear();
+  S.listKey = '';
+  showLogin(message);
+}
+
+$('login-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  try {
+    await api('POST', '/v1/console/login', { token: $('login-token').value.trim() });
+    $('login-token').value = '';
+    boot();
+  } catch (err) {
+    showLogin(err.code ? `${err.message} (${err.code})` : err.message);
+  }
+});
+
+$('logout').addEventListener('click', guard(async () => {
+  await api('POST', '/v1/console/logout');
+  signedOut();
+}));
+
+$('menu').addEventListener('click', () => document.body.classList.toggle('drawer'));
+
+/** #/ · #/new · #/s/<id> · #/relay · #/relay/<bundle> */
+function route() {
+  if (!S.me) return;
+  const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
+  document.body.classList.remove('drawer');
+  document.body.classList.toggle('relay-mode', kind === 'relay');
+  $('sessions-tab').classList.toggle('active', kind !== 'relay');
+  $('relay-tab').classList.toggle('active', kind === 'relay');
+  if (kind !== 's') leaveSession();
+  if (kind !== 'relay') closeLook();
+  if (kind === 's' && arg) openSession(arg);
+  else if (kind === 'relay') openRelay(arg);
+  else if (kind === 'new') $('main').replaceChildren(newSessionForm());
+  else $('main').replaceChildren(h('div.empty', {}, 'Pick a session on the left, or create a new one.'));
+  markActive();
+}
+window.addEventListener('hashchange', route);
+
+setInterval(() => {
+  if (!S.me) return;
+  if (document.body.classList.contains('relay-mode')) refreshRelay().catch(toast);
+  else refreshSessions().catch(toast);
+}, 3000);
+
+// ---------- sessions sidebar, new session ----------
+
+async function refreshSessions() {
+  const { sessions } = await api('GET', '/v1/sessions?limit=100');
+  S.sessions = sessions;
+  const v = S.current;
+  const mine = v && sessions.find((s) => s.id === v.id);
+  if (mine) {
+    v.title.textContent = mine.title;
+    const waiting = [...v.calls.values()].filter((c) => c.waiting).length;
+    if (waiting !== mine.pending_approvals) schedulePending(v);
+  }
+  const key = JSON.stringify(sessions.map((s) => [s.id, s.title, s.run_status, s.pending_approvals, s.backend]));
+  if (key === S.listKey) return;
+  S.listKey = key;
+  $('session-list').replaceChildren(...sessions.map((s) =>
+    h('li', {}, h('a.session', { href: `#/s/${s.id}`, tid: 'session-item', 'data-session-id': s.id },
+      h('span.session-title', {}, s.title),
+      s.pending_approvals > 0 &&
+        h('span.badge', { tid: 'pending-badge', title: 'tool calls waiting for approval' }, String(s.pending_approvals)),
+      h('span.session-meta', {}, backendLabel(s.backend), ' · ',
+        h(`span.run.${s.run_status}`, { tid: 'run-status' }, s.run_status))))));
+  markActive();
+}
+
+function markActive() {
+  for (const a of $('session-list').querySelectorAll('a.session')) {
+    a.classList.toggle('active', a.dataset.sessionId === S.current?.id);
+  }
+}
+
+const field = (label, input) => h('label.field', {}, h('span', {}, label), input);
+
+function newSessionForm() {
+  const { agents = [], default_cwd, default_model } = S.me;
+  const model = h('input', { name: 'model', tid: 'new-model', value: default_model ?? '', placeholder: 'default' });
+  const backend = h('select', { name: 'backend', tid: 'new-backend', onchange: () => { model.disabled = backend.value !== 'builtin'; } },
+    h('option', { value: 'builtin' }, 'built-in agent'),
+    agents.map((a) => h('option', { value: `acp:${a}` }, `ACP: ${a}`)));
+  const form = h('form.new-session.panel', { tid: 'new-session-form' },
+    h('h2', {}, 'New session'),
+    field('Title', h('input', { name: 'title', tid: 'new-title', placeholder: 'New session' })),
+    field('Workspace', h('input', { name: 'cwd', tid: 'new-cwd', value: default_cwd ?? '' })),
+    field('Backend', backend),
+    field('Model', model),
+    field('Permission mode', h('select', { name: 'mode', tid: 'new-mode', value: 'workspace-write' },
+      ['read-only', 'workspace-write', 'full-access'].map((m) => h('option', { value: m }, m)))),
+    h('button.primary', { tid: 'new-create' }, 'Create'));
+  form.addEventListener('submit', guard(async (e) => {
+    e.preventDefault();
+    const f = form.elements;
+    const body = { permission_mode: f.mode.value };
+    if (f.title.value.trim()) body.title = f.title.value.trim();
+    if (f.cwd.value.trim()) body.cwd = f.cwd.value.trim();
+    body.backend = f.backend.value === 'builtin' ? 'builtin' : { acp: f.backend.value.slice(4) };
+    if (!model.disabled && model.value.trim()) body.model = model.value.trim();
+    const s = await api('POST', '/v1/sessions', body);
+    location.hash = `#/s/${s.id}`;
+    refreshSessions().catch(toast);
+  }));
+  return form;
+}
+
+// ---------- session view ----------
+
+const KINDS = ['run_started', 'follow_up_queued', 'text_delta', 'text_complete', 'tool_calls_proposed',
+  'waiting_for_tool_approval', 'tool_execution_started', 'tool_execution_completed', 'tool_rejected',
+  'steering_received', 'thought_delta', 'plan_updated', 'notice', 'usage_report', 'run_completed', 'run_error'];
+
+function openSession(id) {
+  if (S.current?.id !== id) {
+    leaveSession();
+    if (!S.views.has(id)) S.views.set(id, sessionView(id));
+    S.current = S.views.get(id);
+    connect(S.current);
+  }
+  const v = S.current;
+  $('main').replaceChildren(v.root);
+  api('GET', `/v1/sessions/${id}`).then(({ session, config }) => {
+    v.title.textContent = session.title;
+    v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
+      .filter(Boolean).join(' · ');
+    v.download.download = `${session.title}.md`;
+  }, (e) => {
+    toast(e);
+    if (e.status === 404) location.hash = '#/';
+  });
+}
+
+function leaveSession() {
+  S.current?.es?.close();
+  if (S.current) S.current.es = null;
+  S.current = null;
+}
+
+function sessionView(id) {
+  const v = {
+    id, lastSeq: 0, es: null, activeRun: null, ended: new Set(), calls: new Map(), plans: new Map(),
+    tail: null, // the last transcript item, if a text or thought block that deltas extend
+    deltaSeen: false, // a text_delta since the last text_complete
+    dirty: new Set(), flushTimer: 0, pendingTimer: 0,
+  };
+  v.title = h('h2.session-name', { tid: 'session-title' });
+  v.meta = h('span.session-info');
+  v.download = h('a.button', { href: `/v1/sessions/${id}/transcript.md`, download: 'transcript.md', tid: 'download' }, 'Download');
+  v.log = h('div.log', { tid: 'transcript' });
+  v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line)' });
+  const confirm = h('span.confirm', { hidden: true }, 'Delete this session?',
+    h('button.danger', { tid: 'delete-confirm', type: 'button', onclick: guard(() => deleteSession(v)) }, 'Delete'),
+    h('button', { tid: 'delete-cancel', type: 'button', onclick: () => { confirm.hidden = true; } }, 'Cancel'));
+  const btn = (tid, label, onclick, cls = '') => h(`button${cls}`, { tid, type: 'button', onclick: guard(onclick) }, label);
+  v.buttons = [
+    btn('send', 'Send', () => sendMessage(v, 'message'), '.primary.when-idle'),
+    btn('steer', 'Steer', () => sendMessage(v, 'steering'), '.primary.when-running'),
+    btn('queue', 'Queue', () => sendMessage(v, 'follow_up'), '.when-running'),
+  ];
+  v.input.addEventListener('keydown', (e) => {
+    if (e.key !== 'Enter' || e.shiftKey || e.isComposing) return;
+    e.preventDefault();
+    sendMessage(v, v.activeRun ? 'follow_up' : 'message').catch(toast);
+  });
+  v.root = h('section.session-view', { 'data-run-state': 'idle' },
+    h('div.session-head', {}, h('div.session-heading', {}, v.title, v.meta),
+      h('div.session-actions', {}, v.download,
+        h('button', { tid: 'delete', type: 'button', onclick: () => { confirm.hidden = false; } }, 'Delete'), confirm)),
+    v.log,
+    h('div.composer', {}, v.input, h('div.composer-actions', {}, v.buttons,
+      btn('stop', 'Stop', () => api('POST', `/v1/sessions/${id}/cancel`, { run_id: v.activeRun }), '.danger.when-running'))));
+  return v;
+}
+
+async function deleteSession(v) {
+  await api('DELETE', `/v1/sessions/${v.id}`);
+  S.views.delete(v.id);
+  location.hash = '#/';
+  toast('Session deleted.', 'info');
+  await refreshSessions();
+}
+
+async function sendMessage(v, type) {
+  const content = v.input.value;
+  if (!content.trim()) return;
+  const body = { message: { role: 'user', content }, type };
+  if (type === 'steering') body.run_id = v.activeRun;
+  for (const b of v.buttons) b.disabled = true;
+  try {
+    const { run_id } = await api('POST', `/v1/sessions/${v.id}/messages`, body);
+    v.input.value = '';
+    if (type === 'message' && !v.ended.has(run_id)) setRun(v, run_id);
+  } finally {
+    for (const b of v.buttons) b.disabled = false;
+  }
+  refreshSessions().catch(toast);
+}
+
+function setRun(v, run) {
+  v.activeRun = run;
+  v.root.dataset.runState = run ? 'running' : 'idle';
+}
+
+/** Streams the log after v.lastSeq; the browser itself resumes with Last-Event-ID. */
+function connect(v) {
+  const es = new EventSource(`/v1/sessions/${v.id}/events?after=${v.lastSeq}`);
+  for (const kind of KINDS) es.addEventListener(kind, (e) => onEvent(v, kind, JSON.parse(e.data)));
+  es.addEventListener('gap_detected', (e) => {
+    const gap = JSON.parse(e.data);
+    add(v, h('div.notice', {}, `Events up to ${gap.oldest_available_id - 1} were removed by retention.`));
+  });
+  es.addEventListener('error', () => {
+    if (es.readyState !== EventSource.CLOSED || v.es !== es) return;
+    v.es = null;
+    setTimeout(() => reconnect(v), 2000);
+  });
+  v.es = es;
+}
+
+/** After the stream was closed for good (an HTTP error): check the session, then resume. */
+async function reconnect(v) {
+  if (S.current !== v || v.es) return;
+  try {
+    await api('GET', `/v1/sessions/${v.id}`);
+    if (S.current === v && !v.es) connect(v);
+  } catch (e) {
+    toast(e);
+    if (e.status === 404) location.hash = '#/';
+    else if (e.status !== 401) setTimeout(() => reconnect(v), 5000);
+  }
+}
+
+function onEvent(v, kind, env) {
+  if (env.id <= v.lastSeq) return; // already rendered: never show text twice
+  v.lastSeq = env.id;
+  const ev = Object.values(env.event)[0]; // externally tagged: {"TextDelta": {...}}
+  if (!v.flushTimer) v.stick = innerHeight + scrollY >= document.body.scrollHeight - 120;
+  HANDLERS[kind]?.(v, ev);
+  schedule(v);
+}
+
+const HANDLERS = {
+  run_started(v, ev) {
+    if (ev.content) add(v, h('div.msg.user', { tid: 'message-user' }, ev.content));
+    if (!v.ended.has(ev.run_id)) setRun(v, ev.run_id);
+  },
+  follow_up_queued: (v, ev) => add(v, h('div.notice', {}, `Follow-up queued: ${ev.content}`)),
+  steering_received: (v, ev) => add(v, h('div.msg.user.steer', { tid: 'message-steer' }, ev.content)),
+  text_delta(v, ev) {
+    v.deltaSeen = true;
+    extend(v, 'assistant', ev.run_id).src += ev.delta;
+  },
+  text_complete(v, ev) {
+    // Deltas normally carry the text; the complete text only fills in when none came.
+    if (!v.deltaSeen && ev.text) extend(v, 'assistant', ev.run_id).src = ev.text;
+    v.deltaSeen = false;
+    v.tail = null;
+  },
+  thought_delta: (v, ev) => { extend(v, 'thought', ev.run_id).src += ev.delta; },
+  plan_updated(v, ev) {
+    let plan = v.plans.get(ev.run_id);
+    if (!plan) v.plans.set(ev.run_id, (plan = add(v, h('div.plan', { tid: 'plan' }))));
+    plan.replaceChildren(h('strong', {}, 'Plan'), h('ul', {},
+      ev.entries.map((e) => h(`li.${e.status}`, {}, e.content))));
+  },
+  tool_calls_proposed(v, ev) {
+    for (const call of ev.tool_calls) if (!v.calls.has(call.id)) addCard(v, call);
+  },
+  waiting_for_tool_approval(v, ev) {
+    for (const id of ev.tool_call_ids) v.calls.get(id)?.ask(ev.run_id);
+    schedulePending(v);
+  },
+  tool_execution_started(v, ev) {
+    const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: ev.name, arguments: null });
+    card.answered('Allowed', true);
+    card.setStatus('running', 'running');
+  },
+  tool_execution_completed(v, ev) {
+    const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: 'tool', arguments: null });
+    card.answered('Answered', true);
+    card.finish(ev.result, ev.is_error);
+  },
+  tool_rejected(v, ev) {
+    const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: 'tool', arguments: null });
+    card.answered('Denied', true);
+    card.reject(ev.reason);
+  },
+  notice: (v, ev) => add(v, h('div.notice', { tid: 'notice' }, ev.message)),
+  run_completed(v, ev) {
+    const tokens = ev.total_usage?.total_tokens;
+    add(v, h(`div.run-end.${ev.stop_reason}`, {},
+      [ev.stop_reason === 'cancelled' ? 'Run cancelled' : 'Done', `${ev.total_turns} turn(s)`, tokens && `${tokens} tokens`]
+        .filter(Boolean).join(' · ')));
+    endRun(v, ev.run_id);
+  },
+  run_error(v, ev) {
+    add(v, h('div.run-error', { tid: 'run-error' },
+      `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''}`));
+    endRun(v, ev.run_id);
+  },
+};
+
+function endRun(v, run) {
+  v.ended.add(run);
+  v.deltaSeen = false;
+  if (v.activeRun === run) setRun(v, null);
+}
+
+function add(v, el) {
+  v.log.append(el);
+  v.tail = null;
+  return el;
+}
+
+/** The text or thought block that a delta of `run` extends (a new one after anything else). */
+function extend(v, kind, run) {
+  if (v.tail?.kind === kind && v.tail.run === run) return (v.dirty.add(v.tail), v.tail);
+  const el = kind === 'assistant'
+    ? h('div.msg.assistant.md', { tid: 'message-assistant' })
+    : h('details.thought', {}, h('summary', {}, 'Thinking'), h('div.thought-text'));
+  const block = { kind, run, el, src: '' };
+  add(v, el);
+  v.tail = block;
+  v.dirty.add(block);
+  return block;
+}
+
+/** Renders changed text blocks (at most every 30 ms) and keeps the bottom in view. */
+function schedule(v) {
+  v.flushTimer ||= setTimeout(() => {
+    v.flushTimer = 0;
+    for (const b of v.dirty) {
+      if (b.kind === 'assistant') b.el.innerHTML = render(b.src); // md.js escapes all model text
+      else b.el.lastChild.textContent = b.src;
+    }
+    v.dirty.clear();
+    if (v.stick && S.current === v) scrollTo(0, document.body.scrollHeight);
+  }, 30);
+}
+
+// ---------- tool cards and approvals ----------
+
+/** A long text collapses into a <details>. */
+function pre(text, cls = '') {
+  const body = h(`pre${cls}`, {}, text);
+  const lines = text.split('\n').length;
+  return lines > 16 || text.length > 1500 ? h('details', {}, h('summary', {}, `${lines} lines`), body) : body;
+}
+
+function preview({ name, arguments: a }) {
+  const args = a && typeof a === 'object' ? a : {};
+  const path = typeof args.path === 'string' && h('div.path', {}, args.path);
+  if (name === 'run_command' && typeof args.command === 'string') return pre(`$ ${args.command}`, '.cmd');
+  if (name === 'create' && path) return [path, pre(String(args.file_text ?? ''))];
+  if (name === 'str_replace' && path) {
+    const lines = (s, sign, cls) => String(s ?? '').split('\n').map((l) => h(`span.${cls}`, {}, `${sign} ${l}\n`));
+    return [path, h('pre.diff', {}, lines(args.old_str, '-', 'del'), lines(args.new_str, '+', 'ins'))];
+  }
+  if ((name === 'view' || name === 'remove') && path) return path;
+  return a == null ? null : pre(JSON.stringify(a, null, 2));
+}
+
+class ToolCard {
+  constructor(v, call) {
+    Object.assign(this, { v, id: call.id, run: null, waiting: false, final: false, box: null });
+    this.status = h('span.status', { tid: 'tool-status' }, 'proposed');
+    this.el = h('div.tool', { tid: 'tool-card', 'data-call-id': call.id },
+      h('div.tool-head', {}, h('span.tool-name', {}, call.name), this.status), preview(call));
+  }
+
+  setStatus(text, state) {
+    this.status.textContent = text;
+    this.el.dataset.state = state;
+  }
+
+  /** The call waits for a decision in `run`. */
+  ask(run) {
+    if (this.final) return;
+    Object.assign(this, { run, waiting: true });
+    this.box ??= this.approvalBox();
+    for (const b of this.buttons) b.disabled = false;
+    this.label.textContent = '';
+    this.setStatus('waiting for approval', 'waiting');
+  }
+
+  approvalBox() {
+    const reason = h('input', { tid: 'deny-reason-text', placeholder: 'Reason (the model is told)', 'aria-label': 'Reason' });
+    this.form = h('form.reason-form', { hidden: true }, reason, h('button.danger', { tid: 'deny-reason-submit' }, 'Deny'));
+    this.form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      this.decide('reject', reason.value.trim());
+    });
+    this.buttons = [
+      h('button.allow', { tid: 'allow', type: 'button', onclick: () => this.decide('accept') }, 'Allow'),
+      h('button.danger', { tid: 'deny', type: 'button', onclick: () => this.decide('reject') }, 'Deny'),
+      h('button', { tid: 'deny-reason', type: 'button', onclick: () => { this.form.hidden = false; reason.focus(); } },
+        'Deny with reason'),
+      this.form.lastChild,
+    ];
+    this.label = h('span.answer', { tid: 'approval-status' });
+    const box = h('div.approval', { tid: 'approval-card' }, h('div.approval-buttons', {}, this.buttons.slice(0, 3), this.label), this.form);
+    this.el.append(box);
+    return box;
+  }
+
+  async decide(action, content) {
+    for (const b of this.buttons) b.disabled = true;
+    try {
+      await api('POST', `/v1/sessions/${this.v.id}/tools/decisions`, {
+        run_id: this.run,
+        decisions: { [this.id]: content ? { action, content } : { action } },
+      });
+      this.answered(action === 'accept' ? 'Allowed' : 'Denied', true);
+    } catch (e) {
+      if (e.status !== 409) { // 409: answered elsewhere already; pending tells us
+        toast(e);
+        for (const b of this.buttons) b.disabled = false;
+      }
+      schedulePending(this.v);
+    }
+    refreshSessions().catch(toast);
+  }
+
+  /** The call no longer waits; `certain` when we know the answer (not just "gone from pending"). */
+  answered(label, certain) {
+    if (this.final) return;
+    this.final = certain;
+    this.waiting = false;
+    if (!this.box) return;
+    for (const b of this.buttons) b.disabled = true;
+    this.form.hidden = true;
+    this.label.textContent = label;
+    this.box.dataset.answer = label.toLowerCase();
+  }
+
+  finish(result, isError) {
+    this.setStatus(isError ? 'failed' : 'done', isError ? 'error' : 'done');
+    this.el.append(h('div.output', { tid: 'tool-output' }, pre(result)));
+  }
+
+  reject(reason) {
+    this.setStatus('rejected', 'rejected');
+    this.el.append(h('div.reason', { tid: 'tool-reason' }, `Rejected: ${reason}`));
+  }
+}
+
+function addCard(v, call) {
+  const card = new ToolCard(v, call);
+  v.calls.set(call.id, card);
+  add(v, card.el);
+  return card;
+}
+
+/** The pending list is the source of truth for what still waits (coalesced, 200 ms). */
+function schedulePending(v) {
+  clearTimeout(v.pendingTimer);
+  v.pendingTimer = setTimeout(() => syncPending(v).catch(toast), 200);
+}
+
+async function syncPending(v) {
+  const p = await api('GET', `/v1/sessions/${v.id}/tools/pending`);
+  const waiting = new Set(p.tool_calls.map((c) => c.id));
+  for (const call of p.tool_calls) (v.calls.get(call.id) ?? addCard(v, call)).ask(p.run_id);
+  for (const card of v.calls.values()) if (card.waiting && !waiting.has(card.id)) card.answered('Answered', false);
+}
+
+// ---------- relay ----------
+
+const R = { name: null, look: null, lookTimer: 0 }; // the rest is set by relayView()
+
+function relayView() {
+  const from = h('input', { tid: 'relay-from', value: 'alice', list: 'relay-principals', 'aria-label': 'From' });
+  const to = h('select', { tid: 'relay-to', 'aria-label': 'To' });
+  const message = h('textarea', { tid: 'relay-message', rows: 3, placeholder: 'Message' });
+  const sync = h('input', { tid: 'relay-sync', type: 'checkbox', checked: true });
+  const send = h('button.primary', { tid: 'relay-send' }, 'Send');
+  const outcome = h('div.outcome', { tid: 'relay-outcome' });
+  const form = h('form.panel.relay-send', {},
+    h('h3', {}, 'Send a message'),
+    h('div.row', {}, field('From', from), field('To', to)),
+    message,
+    h('div.row', {}, h('label.check', {}, sync, ' wait for delivery (sync)'), send),
+    outcome);
+  form.addEventListener('submit', guard(async (e) => {
+    e.preventDefault();
+    const body = { sender: from.value.trim(), message: message.value, delivery: sync.checked ? 'sync' : 'async' };
+    if (to.value === '*') body.broadcast = true;
+    else body.targets = [to.value];
+    send.disabled = true;
+    outcome.replaceChildren(h('span.muted', {}, 'sending…'));
+    try {
+      const r = await api('POST', `/v1/relay/bundles/${encodeURIComponent(R.name)}/send`, body);
+      outcome.replaceChildren(h('div', {}, `status: ${r.status}`), r.results.map((t) =>
+        h(`div.result.${t.outcome}`, { tid: 'relay-outcome-row' },
+          `${t.target}: ${t.outcome}${t.reason_code ? ` (${t.reason_code}${t.reason ? `: ${t.reason}` : ''})` : ''}`)));
+      message.value = '';
+    } catch (err) {
+      outcome.replaceChildren();
+      throw err;
+    } finally {
+      send.disabled = false;
+    }
+    await refreshRelay();
+  }));
+
+  const hosting = (verb) => guard(async () => {
+    const r = await api('POST', `/v1/relay/bundles/${encodeURIComponent(R.name)}/${verb}`);
+    const failed = r.members.filter((m) => m.result === 'failed');
+    toast(`${verb}: ${r.result}${r.reason_code ? ` (${r.reason_code})` : ''}`, 'info');
+    for (const m of failed) toast(`${m.id} failed to start: ${m.reason ?? m.code}`);
+    await refreshRelay();
+  });
+
+  Object.assign(R, {
+    from, to, outcome,
+    list: h('ul.bundle-list', { tid: 'bundles' }),
+    heading: h('h2'),
+    state: h('span.pill', { tid: 'bundle-state' }),
+    failures: h('div.muted'),
+    members: h('tbody'),
+    principals: h('datalist', { id: 'relay-principals' }),
+    lookTitle: h('strong'),
+    lookInfo: h('span.muted'),
+    lookOut: h('pre.look-output', { tid: 'look-output' }),
+    audit: h('tbody'),
+  });
+  R.lookPanel = h('div.panel.look', { tid: 'look', hidden: true },
+    h('div.row', {}, R.lookTitle, R.lookInfo, h('button', { tid: 'look-close', type: 'button', onclick: closeLook }, 'Close')),
+    R.lookOut);
+  R.detail = h('div.bundle-detail', { hidden: true },
+    h('div.bundle-head', {}, R.heading, R.state,
+      h('button', { tid: 'relay-up', type: 'button', onclick: hosting('up') }, 'Up'),
+      h('button', { tid: 'relay-down', type: 'button', onclick: hosting('down') }, 'Down')),
+    R.failures,
+    h('div.table-wrap', {}, h('table', { tid: 'members' },
+      h('thead', {}, h('tr', {}, ['Member', 'Transport', 'Ready', 'Queued', 'Policy', ''].map((c) => h('th', {}, c)))),
+      R.members)),
+    R.lookPanel, form, R.principals,
+    h('h3', {}, 'Audit log'),
+    h('div.table-wrap', {}, h('table.audit', { tid: 'audit' },
+      h('thead', {}, h('tr', {}, ['Time', 'Event', 'Requester', 'Targets', 'Outcome'].map((c) => h('th', {}, c)))),
+      R.audit)));
+  return h('section.relay', {}, h('aside.bundles', {}, h('h3', {}, 'Bundles'), R.list), R.detail);
+}
+
+function openRelay(name) {
+  R.root ??= relayView();
+  $('main').replaceChildren(R.root);
+  if (name !== R.name) {
+    closeLook();
+    R.name = name ?? null;
+    R.outcome.replaceChildren();
+    R.members.replaceChildren();
+    R.audit.replaceChildren();
+  }
+  refreshRelay().catch(toast);
+}
+
+async function refreshRelay() {
+  const { bundles, invalid = [] } = await api('GET', '/v1/relay/bundles');
+  R.list.replaceChildren(
+    bundles.map((b) => h('li', {}, h(`a.bundle${b.name === R.name ? '.active' : ''}`,
+      { href: `#/relay/${encodeURIComponent(b.name)}`, tid: 'bundle', 'data-bundle': b.name },
+      h('span', {}, b.name), h(`span.pill.${b.state}`, {}, b.state),
+      h('span.muted', {}, `${b.ready}/${b.members} ready${b.health === 'degraded' ? ` · ${b.reason_code ?? 'degraded'}` : ''}`)))),
+    bundles.length ? null : h('li.muted', {}, 'No bundles configured.'),
+    invalid.map((i) => h('li.invalid', { tid: 'bundle-invalid' }, `${i.file}: ${i.error}`)));
+  R.detail.hidden = !R.name;
+  if (!R.name) return;
+  const name = encodeURIComponent(R.name);
+  const [list, audit] = await Promise.all([
+    api('GET', `/v1/relay/bundles/${name}`),
+    api('GET', `/v1/relay/bundles/${name}/audit?limit=100`),
+  ]);
+  R.heading.textContent = list.bundle;
+  R.state.textContent = `${list.state} · ${list.health}`;
+  R.state.className = `pill ${list.state}`;
+  const latest = list.startup_failures.latest;
+  R.failures.textContent = latest
+    ? `${list.startup_failures.count} startup failure(s); latest: ${latest.member} ${latest.code}: ${latest.reason}` : '';
+  R.members.replaceChildren(...list.members.map((m) =>
+    h('tr', { tid: 'member', 'data-member': m.id, 'data-ready': String(m.ready) },
+      h('td', {}, m.name === m.id ? m.id : `${m.name} (${m.id})`),
+      h('td', {}, m.transport),
+      h('td', {}, h(`span.pill.${m.ready ? 'up' : 'down'}`, {}, m.ready ? 'ready' : m.reason_code ?? 'not ready')),
+      h('td', {}, String(m.queued)),
+      h('td', {}, m.policy),
+      h('td', {}, h('button', { tid: 'look-open', type: 'button', onclick: () => openLook(m.id) }, 'Look')))));
+  const ids = list.members.map((m) => m.id);
+  if (ids.join() !== R.memberIds) {
+    R.memberIds = ids.join();
+    const keep = R.to.value;
+    R.to.replaceChildren(...ids.map((id) => h('option', { value: id }, id)), h('option', { value: '*' }, 'broadcast'));
+    if (keep) R.to.value = keep;
+    R.principals.replaceChildren(...['alice', ...ids].map((id) => h('option', { value: id })));
+  }
+  R.audit.replaceChildren(...audit.entries.slice().reverse().map((e) =>
+    h('tr', { tid: 'audit-row', 'data-event': e.event },
+      h('td', {}, e.ts ? time(e.ts) : ''),
+      h('td', {}, e.event),
+      h('td', {}, e.requester ?? ''),
+      h('td', {}, (e.targets ?? (e.target ? [e.target] : [])).join(', ')),
+      h('td', {}, e.outcome ?? e.result ?? ''))));
+}
+
+function openLook(member) {
+  closeLook();
+  R.look = member;
+  R.lookPanel.hidden = false;
+  R.lookTitle.textContent = `Look: ${member}`;
+  R.lookOut.textContent = '';
+  refreshLook();
+  R.lookTimer = setInterval(refreshLook, 2000);
+}
+
+function closeLook() {
+  clearInterval(R.lookTimer);
+  R.look = null;
+  if (R.lookPanel) R.lookPanel.hidden = true;
+}
+
+async function refreshLook() {
+  const target = R.look;
+  const q = new URLSearchParams({ requester: R.from.value.trim() || 'alice', target, lines: '120' });
+  try {
+    const r = await api('GET', `/v1/relay/bundles/${encodeURIComponent(R.name)}/look?${q}`);
+    if (R.look !== target) return;
+    R.lookOut.textContent = r.lines?.length ? r.lines.join('\n')
+      : (r.entries ?? []).map((e) => `[${time(e.at)}] ${e.role}: ${e.content}`).join('\n\n');
+    R.lookInfo.textContent = `${r.transport} · captured ${time(r.captured_at)}${r.fresh ? '' : ` · stale (${r.age_ms} ms)`}`;
+  } catch (e) {
+    if (R.look === target) R.lookInfo.textContent = e.message;
+    toast(e);
+  }
+}
+
+boot();

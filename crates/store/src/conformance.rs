@@ -7,14 +7,15 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::{
-    ApprovalRecord, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord, Store,
-    StoreError,
+    ApprovalRecord, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord,
+    SessionUpdate, Store, StoreError,
 };
 
 /// Runs every check against `store`.
 pub async fn run_all(store: &dyn Store) {
     sessions_round_trip(store).await;
     list_sessions_pages(store).await;
+    sessions_update_and_archive(store).await;
     events_append_and_read(store).await;
     events_duplicate_seq_is_conflict(store).await;
     events_last_seq_survives_pruning(store).await;
@@ -47,6 +48,7 @@ async fn new_session(store: &dyn Store, title: &str) -> SessionRecord {
         created_at: ts(1),
         updated_at: ts(1),
         last_seq: 0,
+        archived_at: None,
     };
     check("create_session", store.create_session(&s).await);
     s
@@ -82,15 +84,50 @@ pub async fn sessions_round_trip(store: &dyn Store) {
 }
 
 pub async fn list_sessions_pages(store: &dyn Store) {
-    let (_, before) = check("list", store.list_sessions(1, 0).await);
+    let (_, before) = check("list", store.list_sessions(1, 0, false).await);
     for i in 0..3 {
         new_session(store, &format!("page {i}")).await;
     }
-    let (page, total) = check("list", store.list_sessions(2, 0).await);
+    let (page, total) = check("list", store.list_sessions(2, 0, false).await);
     assert_eq!(total, before + 3, "total counts every session");
     assert_eq!(page.len(), 2, "limit is respected");
-    let (rest, _) = check("list", store.list_sessions(1000, 2).await);
+    let (rest, _) = check("list", store.list_sessions(1000, 2, false).await);
     assert_eq!(rest.len() as u64, total - 2, "offset skips");
+}
+
+pub async fn sessions_update_and_archive(store: &dyn Store) {
+    let s = new_session(store, "to archive").await;
+    let (_, archived_before) = check("list", store.list_sessions(1000, 0, true).await);
+    let (_, live_before) = check("list", store.list_sessions(1000, 0, false).await);
+    let upd = SessionUpdate {
+        title: Some("renamed".into()),
+        archived_at: Some(Some(ts(9))),
+        updated_at: ts(9),
+    };
+    assert!(check("update", store.update_session(s.id, &upd).await));
+    let got = check("get", store.get_session(s.id).await).expect("exists");
+    assert_eq!(got.title, "renamed");
+    assert_eq!(got.archived_at.as_deref(), Some(ts(9).as_str()));
+    assert_eq!(got.updated_at, ts(9));
+    let (archived, n) = check("list", store.list_sessions(1000, 0, true).await);
+    assert_eq!(n, archived_before + 1, "archived sessions are listed apart");
+    assert!(archived.iter().any(|r| r.id == s.id));
+    let (live, m) = check("list", store.list_sessions(1000, 0, false).await);
+    assert_eq!(m, live_before - 1);
+    assert!(live.iter().all(|r| r.id != s.id));
+    // Unarchive, title untouched.
+    let upd = SessionUpdate {
+        title: None,
+        archived_at: Some(None),
+        updated_at: ts(10),
+    };
+    assert!(check("update", store.update_session(s.id, &upd).await));
+    let got = check("get", store.get_session(s.id).await).expect("exists");
+    assert_eq!((got.title.as_str(), got.archived_at), ("renamed", None));
+    assert!(!check(
+        "update unknown",
+        store.update_session(Uuid::now_v7(), &upd).await
+    ));
 }
 
 pub async fn events_append_and_read(store: &dyn Store) {

@@ -31,8 +31,16 @@ pub trait Store: Send + Sync + 'static {
     /// Inserts a session. Fails with [`StoreError::Conflict`] if the id exists.
     async fn create_session(&self, session: &SessionRecord) -> Result<()>;
     async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>>;
-    /// Newest first; returns the page and the total count.
-    async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionRecord>, u64)>;
+    /// Newest first, archived sessions or the others; returns the page and how many of that
+    /// kind there are.
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        offset: u32,
+        archived: bool,
+    ) -> Result<(Vec<SessionRecord>, u64)>;
+    /// Changes the title and/or archive state. `false` if the session does not exist.
+    async fn update_session(&self, id: Uuid, update: &SessionUpdate) -> Result<bool>;
     /// Deletes the session with its runs, events and messages. `false` if it did not exist.
     async fn delete_session(&self, id: Uuid) -> Result<bool>;
     /// Sets `updated_at`.

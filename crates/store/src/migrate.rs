@@ -15,6 +15,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
         3,
         include_str!("../migrations/sqlite/0003_backend_state.sql"),
     ),
+    (4, include_str!("../migrations/sqlite/0004_archive.sql")),
 ];
 
 pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {

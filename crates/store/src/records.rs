@@ -13,6 +13,18 @@ pub struct SessionRecord {
     pub created_at: String,
     pub updated_at: String,
     pub last_seq: u64,
+    /// When the session was archived (hidden from the default list); `None` when not.
+    pub archived_at: Option<String>,
+}
+
+/// Changes to a session's title or archive state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionUpdate {
+    pub title: Option<String>,
+    /// `Some(Some(t))` archives at `t`, `Some(None)` unarchives, `None` leaves it.
+    pub archived_at: Option<Option<String>>,
+    /// The new `updated_at`.
+    pub updated_at: String,
 }
 
 /// An event to append. `payload` is the JSON of the event, `created_at` RFC 3339.

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::{
     ApprovalRecord, EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord,
-    RunState, SessionRecord, Store, StoreError, StoredEvent,
+    RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
 };
 
 /// Rows per multi-row `INSERT INTO events` (6 parameters each, far below SQLite's limit).
@@ -137,6 +137,7 @@ fn session_from_row(row: &SqliteRow) -> Result<SessionRecord> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         last_seq: u64_col(row, "last_seq")?,
+        archived_at: row.try_get("archived_at")?,
     })
 }
 
@@ -268,18 +269,27 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn list_sessions(&self, limit: u32, offset: u32) -> Result<(Vec<SessionRecord>, u64)> {
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        offset: u32,
+        archived: bool,
+    ) -> Result<(Vec<SessionRecord>, u64)> {
         let rows = sqlx::query(
-            "SELECT * FROM sessions ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+            "SELECT * FROM sessions WHERE (archived_at IS NOT NULL) = ? \
+             ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
         )
+        .bind(archived)
         .bind(i64::from(limit))
         .bind(i64::from(offset))
         .fetch_all(&self.pool)
         .await?;
-        let total: i64 = sqlx::query("SELECT COUNT(*) AS n FROM sessions")
-            .fetch_one(&self.pool)
-            .await?
-            .try_get("n")?;
+        let total: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM sessions WHERE (archived_at IS NOT NULL) = ?")
+                .bind(archived)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get("n")?;
         let sessions = rows
             .iter()
             .map(session_from_row)
@@ -302,6 +312,26 @@ impl Store for SqliteStore {
             .await?
             .rows_affected();
         tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    async fn update_session(&self, id: Uuid, u: &SessionUpdate) -> Result<bool> {
+        let (set_archive, archived_at) = match &u.archived_at {
+            Some(a) => (true, a.clone()),
+            None => (false, None),
+        };
+        let n = sqlx::query(
+            "UPDATE sessions SET title = COALESCE(?1, title), \
+             archived_at = CASE WHEN ?2 THEN ?3 ELSE archived_at END, updated_at = ?4 WHERE id = ?5",
+        )
+        .bind(&u.title)
+        .bind(set_archive)
+        .bind(archived_at)
+        .bind(&u.updated_at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
         Ok(n > 0)
     }
 

@@ -24,6 +24,7 @@ async fn data_survives_reopen_and_migrations_are_idempotent() {
             created_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
             last_seq: 0,
+            archived_at: None,
         };
         store.create_session(&s).await.unwrap();
         store.close().await;

@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use switchboard_protocol::{
-    CancelRequest, CancelResponse, CreateSessionRequest, ErrorBody, ListSessionsResponse, Page,
-    SessionDetailResponse, SessionSummary,
+    CancelRequest, CancelResponse, CreateSessionRequest, ErrorBody, ListSessionsQuery,
+    ListSessionsResponse, Page, SessionDetailResponse, SessionSummary, UpdateSessionRequest,
 };
 
 use crate::extract::{self, Query, SessionId};
@@ -15,7 +15,7 @@ use crate::{ApiError, AppState};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sessions", post(create).get(list))
-        .route("/sessions/{id}", get(show).delete(delete))
+        .route("/sessions/{id}", get(show).delete(delete).patch(update))
         .route("/sessions/{id}/cancel", post(cancel))
 }
 
@@ -31,17 +31,40 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(s)))
 }
 
-/// Lists sessions, newest first.
-#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query)),
+/// Lists sessions, newest first; archived ones only with `archived=true`.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query), ("archived" = Option<bool>, Query)),
     security(("bearer" = [])),
     responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
-    Query(p): Query<Page>,
+    Query(q): Query<ListSessionsQuery>,
 ) -> Result<Json<ListSessionsResponse>, ApiError> {
-    let (limit, offset) = extract::page(p)?;
-    let (sessions, total) = state.engine.list_sessions(limit, offset).await?;
+    let (limit, offset) = extract::page(Page {
+        limit: q.limit,
+        offset: q.offset,
+    })?;
+    let (sessions, total) = state
+        .engine
+        .list_sessions(limit, offset, q.archived.unwrap_or(false))
+        .await?;
     Ok(Json(ListSessionsResponse { sessions, total }))
+}
+
+/// Renames, archives (`{"archived": true}`) or unarchives a session.
+#[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
+    request_body = UpdateSessionRequest, security(("bearer" = [])),
+    responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn update(
+    State(state): State<AppState>,
+    SessionId(id): SessionId,
+    extract::Json(req): extract::Json<UpdateSessionRequest>,
+) -> Result<Json<SessionSummary>, ApiError> {
+    Ok(Json(
+        state
+            .engine
+            .update_session(id, req.title, req.archived)
+            .await?,
+    ))
 }
 
 /// Shows a session and its configuration.
