@@ -320,7 +320,11 @@ async fn send(c: &Client, a: SendArgs) -> Result<ExitCode> {
         }
     };
     let req = SendRequest {
-        request_id: a.request_id,
+        // An id by default, so that a retry after a lost answer cannot deliver twice.
+        request_id: Some(
+            a.request_id
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        ),
         sender: a.from,
         message,
         targets: a.to,
@@ -461,6 +465,7 @@ impl RelayOps for HttpOps {
 
     async fn send(&self, req: McpSend) -> Result<serde_json::Value, RelayCallError> {
         let body = SendRequest {
+            request_id: Some(uuid::Uuid::now_v7().to_string()),
             sender: self.member.clone(),
             message: req.message,
             targets: req.targets,

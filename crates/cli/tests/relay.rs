@@ -57,6 +57,10 @@ impl World {
     }
 
     async fn server(&self) -> ServerProcess {
+        self.server_with(&[]).await
+    }
+
+    async fn server_with(&self, extra: &[(&str, &str)]) -> ServerProcess {
         let bundles = self.path("bundles").to_string_lossy().to_string();
         let config = self
             .dir
@@ -67,15 +71,12 @@ impl World {
         if !Path::new(&config).exists() {
             std::fs::write(&config, "").unwrap();
         }
-        start(
-            &self.path("data"),
-            &self.llm.base_url(),
-            &[
-                ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
-                ("SWITCHBOARD_CONFIG", config.as_str()),
-            ],
-        )
-        .await
+        let mut env = vec![
+            ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
+            ("SWITCHBOARD_CONFIG", config.as_str()),
+        ];
+        env.extend_from_slice(extra);
+        start(&self.path("data"), &self.llm.base_url(), &env).await
     }
 
     fn socket(&self, bundle: &str) -> PathBuf {
@@ -477,15 +478,18 @@ policy = "mute"
     w.bundle(
         "team",
         &format!(
-            "format-version = 1\n{}{}{}[[members]]\nid = \"helper\"\ndirectory = \"{}\"\n[members.session]\nbackend = \"builtin\"\n",
+            "format-version = 1\n{}{}{}[[members]]\nid = \"helper\"\ndirectory = \"{}\"\n[members.session]\nbackend = \"builtin\"\n\n[[members]]\nid = \"n\"\ndirectory = \"{}\"\n[members.tmux]\ncommand = \"bash -c 'while true; do date +%s%N; sleep 0.1; done'\"\nquiet_window_ms = 300\n",
             member("a", "peer"),
             member("m", "mute"),
             member("w", "watcher"),
+            ws.display(),
             ws.display()
         ),
     );
     w.bundle("broken", "format-version = 1\n[[members]]\nid = \"x\"\ndirectory = \"/\"\ncolour = 1\n[members.tmux]\ncommand = \"x\"\n");
-    let server = w.server().await;
+    let server = w
+        .server_with(&[("SWITCHBOARD_RELAY_QUEUE_CAPACITY", "2")])
+        .await;
     let c = client(&server);
     let bundles = c.relay_bundles().await.unwrap();
     assert_eq!(bundles.bundles.len(), 1);
@@ -580,6 +584,37 @@ policy = "mute"
             403,
             "authorization_forbidden",
         ),
+        (
+            json!({"sender":"m","message":"hi","broadcast":true}),
+            403,
+            "authorization_forbidden",
+        ),
+        (
+            json!({"sender":"a","message":"hi \u{1b}[201~ rm -rf /\r","targets":["w"]}),
+            400,
+            "validation_invalid_arguments",
+        ),
+        (
+            json!({"sender":"a","message":"stop\u{3}","targets":["w"]}),
+            400,
+            "validation_invalid_arguments",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"quiescence_timeout_ms":3600001}),
+            400,
+            "validation_invalid_timeout",
+        ),
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"quiet_window_ms":9223372036854775808u64}),
+            400,
+            "validation_invalid_timeout",
+        ),
+        // The member's own quiet window (300 ms) cannot fit in a 200 ms timeout.
+        (
+            json!({"sender":"a","message":"hi","targets":["w"],"quiescence_timeout_ms":200}),
+            400,
+            "validation_conflicting_timeout_fields",
+        ),
     ];
     for (body, status, code) in cases {
         let (s, v) = send(body.clone()).await;
@@ -660,7 +695,7 @@ policy = "mute"
     );
     assert_eq!(
         c.relay_list("team", Some("w")).await.unwrap().members.len(),
-        4
+        5
     );
     assert_eq!(
         c.relay_list("team", Some("eve"))
@@ -682,6 +717,85 @@ policy = "mute"
         .unwrap();
     assert_eq!(r.status, SendStatus::Success, "{r:?}");
     assert!(read(&w.path("a.log")).contains("From: Alice (alice)"));
+    // A message with Windows line ends arrives with plain newlines.
+    let r = c
+        .relay_send(
+            "team",
+            &send_req("alice", &["a"], "one\r\ntwo", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+
+    // Retries with the same request id deliver once; the same id for another message is
+    // refused.
+    let mut req = send_req("a", &["w"], "only once", Delivery::Sync);
+    req.request_id = Some("req-1".into());
+    let first = c.relay_send("team", &req).await.unwrap();
+    assert_eq!(first.status, SendStatus::Success, "{first:?}");
+    let again = c.relay_send("team", &req).await.unwrap();
+    assert_eq!(again.results[0].message_id, first.results[0].message_id);
+    assert_eq!(again.results[0].outcome, Outcome::Delivered);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(read(&w.path("w.log")).matches("only once").count(), 1);
+    req.message = "something else".into();
+    let e = c.relay_send("team", &req).await.unwrap_err();
+    assert_eq!(e.code(), "request_id_reused");
+
+    // A bounded queue: the noisy member never settles, so messages wait; the third is
+    // refused, and the refusal reaches the sender's event stream.
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        let mut req = send_req("a", &["n"], &format!("wait {i}"), Delivery::Async);
+        req.quiescence_timeout_ms = Some(60_000);
+        sent.push(c.relay_send("team", &req).await.unwrap());
+    }
+    assert_eq!(sent[0].status, SendStatus::Accepted);
+    assert_eq!(sent[1].status, SendStatus::Accepted);
+    assert_eq!(sent[2].status, SendStatus::Failure, "{:?}", sent[2]);
+    assert_eq!(
+        sent[2].results[0].reason_code.as_deref(),
+        Some("runtime_queue_full")
+    );
+    let refused_id = sent[2].results[0].message_id.clone();
+    let events = |last: Option<u64>| {
+        let url = format!("{}/v1/relay/bundles/team/events?as=a", server.url);
+        async move {
+            let mut req = reqwest::Client::new().get(url).bearer_auth(TOKEN);
+            if let Some(l) = last {
+                req = req.header("last-event-id", l.to_string());
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            // Read what is replayed, until a pause.
+            let mut stream = resp.bytes_stream();
+            let mut text = String::new();
+            use futures::StreamExt;
+            while let Ok(Some(Ok(chunk))) =
+                tokio::time::timeout(Duration::from_millis(700), stream.next()).await
+            {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            text
+        }
+    };
+    let ids_of = |text: &str| -> Vec<u64> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    let all = events(None).await;
+    assert!(all.contains(&refused_id), "{all}");
+    let seen = ids_of(&all);
+    assert!(seen.len() >= 2, "{all}");
+    assert!(seen.windows(2).all(|p| p[0] < p[1]), "{all}");
+    // Resuming after the first id replays the rest only.
+    let rest = events(Some(seen[0])).await;
+    assert_eq!(ids_of(&rest), seen[1..].to_vec(), "{rest}");
+    // Other senders' outcomes are not in a's stream.
+    assert!(!all.contains("\"sender\":\"alice\""), "{all}");
+
     let (s, v) = raw(
         &server,
         reqwest::Method::GET,

@@ -142,9 +142,12 @@ impl Client {
     ) -> Result<SendResponse, RelayClientError> {
         let path = format!("/v1/relay/bundles/{}/send", seg(bundle));
         let mut req = self.request(reqwest::Method::POST, &path).json(body);
-        if body.delivery == Delivery::Sync {
-            req = req.timeout(SYNC_SEND_TIMEOUT);
-        }
+        req = req.timeout(if body.delivery == Delivery::Sync {
+            SYNC_SEND_TIMEOUT
+        } else {
+            // Readiness is checked target by target before the answer.
+            Duration::from_secs(120)
+        });
         self.relay_json(req).await
     }
 

@@ -274,11 +274,12 @@ pub struct TargetResult {
 pub enum SendStatus {
     /// Every target delivered.
     Success,
-    /// Some delivered, some not.
+    /// Some targets failed or timed out, others were delivered or queued.
     Partial,
-    /// None delivered.
+    /// Every target failed or timed out.
     Failure,
-    /// Async: every target queued.
+    /// Nothing failed, and some targets are still queued (async; or a sync wait that ran
+    /// out before the delivery).
     Accepted,
 }
 

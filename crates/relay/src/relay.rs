@@ -24,7 +24,7 @@ use crate::config::{Bundle, BundleDir, ConfigError, Member, Transport};
 use crate::envelope::{self, Party};
 use crate::error::RelayError;
 use crate::policy::{Capability, Requester};
-use crate::store::{DeliveryRow, NewDelivery, RelayStore};
+use crate::store::{DeliveryRow, NewDelivery, Recorded, Refusal, RelayStore, RequestKey};
 use crate::tmux::{Quiescence, QuiescenceError, StartOutcome, StartSpec, Tmux};
 
 /// Default `lines` of a look.
@@ -102,6 +102,10 @@ struct Inner {
     /// The newest outcome seq, for event streams to wake on.
     outcomes: watch::Sender<u64>,
     tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// One tmux handle per bundle (it serializes its own starts and stops).
+    tmux: std::sync::Mutex<HashMap<String, Tmux>>,
+    /// Serializes `up` and `down` of one bundle.
+    hosting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn mkdir_private(p: &std::path::Path) -> Result<(), StartError> {
@@ -143,26 +147,23 @@ impl Relay {
                 waiters: std::sync::Mutex::new(HashMap::new()),
                 outcomes,
                 tasks: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+                tmux: std::sync::Mutex::new(HashMap::new()),
+                hosting: std::sync::Mutex::new(HashMap::new()),
             }),
         };
-        for row in relay.inner.store.recover().await? {
-            relay
-                .finish(
-                    &row,
-                    Outcome::Failed,
-                    Some("delivery_interrupted"),
-                    Some("the relay stopped while handing this message over; it was not sent again so that it cannot arrive twice"),
-                )
-                .await;
-        }
+        // Attempts that handed nothing over go back to the queue; rows caught mid-hand-over
+        // are closed by their worker without being sent again.
+        relay.inner.store.recover().await?;
         for (bundle, target) in relay.inner.store.pending_targets().await? {
             relay.ensure_worker(&bundle, &target).await;
         }
         Ok(relay)
     }
 
-    /// Stops the delivery workers (unfinished deliveries resume at the next start).
+    /// Stops the delivery workers (unfinished deliveries resume at the next start) and lets
+    /// waiting sync senders answer at once (`queued` / `still_queued`).
     pub async fn shutdown(&self) {
+        lock(&self.inner.waiters).clear();
         let mut set = std::mem::take(&mut *lock(&self.inner.tasks));
         set.abort_all();
         while set.join_next().await.is_some() {}
@@ -174,12 +175,35 @@ impl Relay {
     }
 
     fn tmux(&self, bundle: &str) -> Tmux {
-        Tmux::new(
-            self.inner
-                .opts
-                .runtime_dir
-                .join(format!("relay-{bundle}.sock")),
-        )
+        lock(&self.inner.tmux)
+            .entry(bundle.to_string())
+            .or_insert_with(|| {
+                Tmux::new(
+                    self.inner
+                        .opts
+                        .runtime_dir
+                        .join(format!("relay-{bundle}.sock")),
+                )
+            })
+            .clone()
+    }
+
+    fn hosting_lock(&self, bundle: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.inner.hosting)
+            .entry(bundle.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Whether `member` runs in a tmux session this relay created (a session of that name
+    /// made by someone else is never pasted into, looked at or counted as ready).
+    async fn owned_pane(&self, bundle: &str, member: &str) -> Result<bool, crate::tmux::TmuxError> {
+        Ok(self
+            .tmux(bundle)
+            .owned_sessions()
+            .await?
+            .iter()
+            .any(|s| s == member))
     }
 
     fn load(&self, bundle: &str) -> Result<Bundle, RelayError> {
@@ -229,6 +253,8 @@ impl Relay {
     /// Starts every member that is not running.
     pub async fn up(&self, bundle: &str) -> Result<HostingResponse, RelayError> {
         let b = self.load(bundle)?;
+        let hosting = self.hosting_lock(bundle);
+        let _serial = hosting.lock().await;
         let was = self.inner.store.bundle_state(bundle).await?;
         let tmux = self.tmux(bundle);
         let mut changes = Vec::new();
@@ -308,10 +334,14 @@ impl Relay {
                 }
             }
             Transport::Acp(_) | Transport::Session(_) => {
-                if let Some(id) = self.member_session(&b.name, &m.id).await
-                    && self.inner.client.get_session(id).await.is_ok()
-                {
-                    return Ok(false);
+                if let Some(id) = self.member_session(&b.name, &m.id).await {
+                    match self.inner.client.get_session(id).await {
+                        Ok(_) => return Ok(false),
+                        // Gone: a new session takes its place.
+                        Err(e) if e.status() == Some(404) => {}
+                        // Anything else is not a reason to orphan the member's session.
+                        Err(e) => return Err(("session_unreachable".into(), e.to_string())),
+                    }
                 }
                 if !m.directory.is_dir() {
                     return Err((
@@ -358,12 +388,29 @@ impl Relay {
     /// Stops the bundle's tmux members (only sessions the relay created) and detaches its
     /// session members (their sessions and transcripts stay; an active run is cancelled).
     pub async fn down(&self, bundle: &str) -> Result<HostingResponse, RelayError> {
-        // A bundle whose file went bad can still be taken down.
+        // A bundle whose file went bad, or was removed, can still be taken down.
         let b = match self.inner.dir.load(bundle) {
             Ok(b) => Some(b),
-            Err(ConfigError::Invalid { .. }) => None,
+            Err(ConfigError::Invalid { .. }) if bundle != crate::config::POLICIES => None,
+            Err(ConfigError::NotFound(..)) if crate::config::valid_id(bundle) => {
+                if self.inner.store.bundle_state(bundle).await? == BundleState::Down
+                    && self
+                        .tmux(bundle)
+                        .owned_sessions()
+                        .await
+                        .unwrap_or_default()
+                        .is_empty()
+                {
+                    return Err(self.load(bundle).err().unwrap_or_else(|| {
+                        RelayError::new(404, "bundle_not_found", "no such bundle")
+                    }));
+                }
+                None
+            }
             Err(e) => return Err(e.into()),
         };
+        let hosting = self.hosting_lock(bundle);
+        let _serial = hosting.lock().await;
         let was = self.inner.store.bundle_state(bundle).await?;
         let tmux = self.tmux(bundle);
         let mut changes = Vec::new();
@@ -459,7 +506,11 @@ impl Relay {
         }
         match &m.transport {
             Transport::Tmux(_) => match self.tmux(&b.name).pane_state(&m.id).await {
-                Ok(Some(p)) if !p.dead => (true, None),
+                Ok(Some(p)) if !p.dead => match self.owned_pane(&b.name, &m.id).await {
+                    Ok(true) => (true, None),
+                    Ok(false) => (false, Some("foreign_session".into())),
+                    Err(e) => (false, Some(e.code().to_string())),
+                },
                 Ok(Some(_)) => (false, Some("exited".into())),
                 Ok(None) => (false, Some("not_started".into())),
                 Err(e) => (false, Some(e.code().to_string())),
@@ -536,7 +587,13 @@ impl Relay {
     // --- send -----------------------------------------------------------------------------
 
     /// Validates, authorizes, enqueues one delivery per target, and (sync) waits for them.
-    pub async fn send(&self, bundle: &str, req: SendRequest) -> Result<SendResponse, RelayError> {
+    pub async fn send(
+        &self,
+        bundle: &str,
+        mut req: SendRequest,
+    ) -> Result<SendResponse, RelayError> {
+        // Windows line ends become plain newlines; other control characters are refused.
+        req.message = req.message.replace("\r\n", "\n");
         validate_send(&req)?;
         let b = self.load(bundle)?;
         let sender = Requester::resolve(&b, &req.sender).ok_or_else(|| {
@@ -589,46 +646,20 @@ impl Relay {
             .with_details(json!({"targets": unknown})));
         }
         let members: Vec<&Member> = targets.iter().filter_map(|t| b.member(t)).collect();
+        if let Err(e) = sender.authorize(&b, Capability::Send, &targets) {
+            self.audit_denied(bundle, &e);
+            return Err(e);
+        }
         for m in &members {
-            let tmux = matches!(m.transport, Transport::Tmux(_));
-            let bad = if tmux {
-                req.turn_timeout_ms.map(|_| "turn_timeout_ms")
-            } else if req.quiet_window_ms.is_some() {
-                Some("quiet_window_ms")
-            } else {
-                req.quiescence_timeout_ms.map(|_| "quiescence_timeout_ms")
-            };
-            if let Some(field) = bad {
-                return Err(RelayError::validation(
-                    "invalid_timeout_field_for_transport",
-                    format!(
-                        "{field} does not apply to `{}`, a {} member ({})",
-                        m.id,
-                        m.transport.kind().as_str(),
-                        if tmux {
-                            "tmux members take quiet_window_ms and quiescence_timeout_ms"
-                        } else {
-                            "acp and session members take turn_timeout_ms"
-                        }
-                    ),
-                )
-                .with_details(json!({"field": field, "target": m.id})));
-            }
-        }
-        sender.authorize(&b, Capability::Send, &targets)?;
-
-        // A retry of an earlier request: answer from its deliveries.
-        if let Some(rid) = &req.request_id {
-            let earlier = self
-                .inner
-                .store
-                .request_deliveries(bundle, sender.id(), rid)
-                .await?;
-            if !earlier.is_empty() {
-                return self.answer(bundle, &req, earlier).await;
-            }
+            self.check_timeouts(&req, m)?;
         }
 
+        let sync = req.delivery == Delivery::Sync;
+        let key = req.request_id.as_ref().map(|rid| RequestKey {
+            sender: sender.id().to_string(),
+            request_id: rid.clone(),
+            fingerprint: fingerprint(&req, &targets),
+        });
         let state = self.inner.store.bundle_state(bundle).await?;
         let at = Utc::now();
         let from = Party {
@@ -642,19 +673,16 @@ impl Relay {
                 name: m.name.clone(),
             })
             .collect();
-        let sync = req.delivery == Delivery::Sync;
-        let mut rows = Vec::new();
-        let mut ids = Vec::new();
+        let mut planned = Vec::new();
         for m in &members {
             let message_id = new_message_id();
-            ids.push(message_id.clone());
             let nd = NewDelivery {
-                message_id: message_id.clone(),
+                envelope: envelope::render(bundle, &message_id, &from, &to, at, &req.message),
+                message_id,
                 bundle: bundle.to_string(),
                 target: m.id.clone(),
                 sender: sender.id().to_string(),
                 request_id: req.request_id.clone(),
-                envelope: envelope::render(bundle, &message_id, &from, &to, at, &req.message),
                 body_bytes: req.message.len(),
                 sync,
                 quiet_window_ms: req.quiet_window_ms,
@@ -662,39 +690,51 @@ impl Relay {
                 turn_timeout_ms: req.turn_timeout_ms,
             };
             let (ready, why) = self.readiness(&b, state, m).await;
-            if !ready {
-                let code = if why.as_deref() == Some("bundle_down") {
-                    "bundle_down"
+            let refusal = (!ready).then(|| Refusal {
+                outcome: Outcome::Failed,
+                code: if why.as_deref() == Some("bundle_down") {
+                    "bundle_down".into()
                 } else {
-                    NOT_READY
-                };
-                let reason = format!(
+                    NOT_READY.into()
+                },
+                reason: format!(
                     "`{}` cannot take messages now ({})",
                     m.id,
                     why.as_deref().unwrap_or("not ready")
-                );
-                self.inner
-                    .store
-                    .record_refused(&nd, Outcome::Failed, code, &reason)
-                    .await?;
-                continue;
-            }
-            if !self
-                .inner
-                .store
-                .enqueue(&nd, self.inner.opts.queue_capacity)
-                .await?
-            {
-                let reason = format!(
-                    "`{}` already has {} messages waiting",
-                    m.id, self.inner.opts.queue_capacity
-                );
-                self.inner
-                    .store
-                    .record_refused(&nd, Outcome::Failed, "runtime_queue_full", &reason)
-                    .await?;
-            }
+                ),
+            });
+            planned.push((nd, refusal));
         }
+        let ids: Vec<String> = planned.iter().map(|(d, _)| d.message_id.clone()).collect();
+        let refused = match self
+            .inner
+            .store
+            .record_send(key.as_ref(), &planned, self.inner.opts.queue_capacity)
+            .await?
+        {
+            Recorded::Stored(refused) => refused,
+            Recorded::Duplicate { same: true } => {
+                // A retry: answer from the first request's deliveries.
+                let rid = req.request_id.clone().unwrap_or_default();
+                let earlier = self
+                    .inner
+                    .store
+                    .request_deliveries(bundle, sender.id(), &rid)
+                    .await?;
+                return self.answer(bundle, &req, earlier).await;
+            }
+            Recorded::Duplicate { same: false } => {
+                return Err(RelayError::new(
+                    409,
+                    "request_id_reused",
+                    format!(
+                        "request_id {:?} was used by `{}` for a different message or targets; use a new id",
+                        req.request_id.as_deref().unwrap_or(""),
+                        sender.id()
+                    ),
+                ));
+            }
+        };
         let mut audit = json!({
             "requester": sender.id(),
             "targets": &targets,
@@ -707,6 +747,10 @@ impl Relay {
             audit["body"] = json!(req.message);
         }
         self.inner.audit.record(bundle, "relay.send.request", audit);
+        for ev in &refused {
+            self.published(ev);
+        }
+        let mut rows = Vec::new();
         for id in &ids {
             if let Some(row) = self.inner.store.delivery(bundle, id).await? {
                 if row.state != "done" {
@@ -716,6 +760,88 @@ impl Relay {
             }
         }
         self.answer(bundle, &req, rows).await
+    }
+
+    /// Refuses timeout fields that do not fit the member's transport, or that cannot work
+    /// together with the member's own quiet window.
+    fn check_timeouts(&self, req: &SendRequest, m: &Member) -> Result<(), RelayError> {
+        let wrong = |field: &str, tmux: bool| {
+            RelayError::validation(
+                "invalid_timeout_field_for_transport",
+                format!(
+                    "{field} does not apply to `{}`, a {} member ({})",
+                    m.id,
+                    m.transport.kind().as_str(),
+                    if tmux {
+                        "tmux members take quiet_window_ms and quiescence_timeout_ms"
+                    } else {
+                        "acp and session members take turn_timeout_ms"
+                    }
+                ),
+            )
+            .with_details(json!({"field": field, "target": m.id}))
+        };
+        match &m.transport {
+            Transport::Tmux(t) => {
+                if req.turn_timeout_ms.is_some() {
+                    return Err(wrong("turn_timeout_ms", true));
+                }
+                let window = req
+                    .quiet_window_ms
+                    .or(t.quiet_window_ms)
+                    .unwrap_or(DEFAULT_QUIET_WINDOW.as_millis() as u64);
+                let timeout = req
+                    .quiescence_timeout_ms
+                    .unwrap_or(self.inner.opts.quiescence_timeout.as_millis() as u64);
+                if window >= timeout {
+                    return Err(RelayError::validation(
+                        "conflicting_timeout_fields",
+                        format!(
+                            "`{}` must stay quiet for {window} ms, which does not fit in a quiescence timeout of {timeout} ms",
+                            m.id
+                        ),
+                    )
+                    .with_details(json!({"target": m.id, "quiet_window_ms": window, "quiescence_timeout_ms": timeout})));
+                }
+            }
+            Transport::Acp(_) | Transport::Session(_) => {
+                if req.quiet_window_ms.is_some() {
+                    return Err(wrong("quiet_window_ms", false));
+                }
+                if req.quiescence_timeout_ms.is_some() {
+                    return Err(wrong("quiescence_timeout_ms", false));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn audit_denied(&self, bundle: &str, e: &RelayError) {
+        self.inner.audit.record(
+            bundle,
+            "relay.denied",
+            json!({"code": e.code, "details": e.details}),
+        );
+    }
+
+    /// An outcome is stored: audit it, hand it to sync waiters, wake event streams.
+    fn published(&self, ev: &OutcomeEvent) {
+        self.inner.audit.record(
+            &ev.bundle,
+            "relay.send.outcome",
+            json!({
+                "message_id": ev.message_id,
+                "requester": ev.sender,
+                "target": ev.target,
+                "outcome": ev.outcome,
+                "reason_code": ev.reason_code,
+            }),
+        );
+        let waiters = lock(&self.inner.waiters).remove(&ev.message_id);
+        for w in waiters.into_iter().flatten() {
+            let _ = w.send(ev.clone());
+        }
+        self.inner.outcomes.send_replace(ev.seq);
     }
 
     /// The response for a request's deliveries; sync waits for the unfinished ones.
@@ -787,9 +913,11 @@ impl Relay {
             .iter()
             .filter(|r| r.outcome == Outcome::Queued)
             .count();
+        let failed = results.len() - delivered - queued;
         let status = if delivered == results.len() {
             SendStatus::Success
-        } else if queued == results.len() && !sync {
+        } else if failed == 0 {
+            // Nothing failed, some still in a queue (async, or a sync wait that ran out).
             SendStatus::Accepted
         } else if delivered + queued == 0 {
             SendStatus::Failure
@@ -833,10 +961,20 @@ impl Relay {
                 .quiescence_timeout
                 .max(self.inner.opts.turn_timeout),
         };
-        let bound = attempt * 2 + Duration::from_secs(10);
-        let out = tokio::time::timeout(bound, rx).await.ok()?.ok();
+        let bound = attempt.saturating_mul(2) + Duration::from_secs(10);
+        let out = match tokio::time::timeout(bound, rx).await {
+            Ok(r) => r.ok(),
+            Err(_) => None,
+        };
         if out.is_none() {
-            lock(&self.inner.waiters).remove(&row.message_id);
+            // Drop only this waiter (its receiver is gone now); others may still wait.
+            let mut w = lock(&self.inner.waiters);
+            if let Some(list) = w.get_mut(&row.message_id) {
+                list.retain(|s| !s.is_closed());
+                if list.is_empty() {
+                    w.remove(&row.message_id);
+                }
+            }
         }
         out
     }
@@ -890,7 +1028,10 @@ impl Relay {
         let mut w = self.inner.workers.lock().await;
         if w.insert(key.clone()) {
             let me = self.clone();
-            lock(&self.inner.tasks).spawn(async move { me.worker(key.0, key.1).await });
+            let mut tasks = lock(&self.inner.tasks);
+            // Reap finished workers so the set does not grow with every idle target.
+            while tasks.try_join_next().is_some() {}
+            tasks.spawn(async move { me.worker(key.0, key.1).await });
         }
     }
 
@@ -912,53 +1053,67 @@ impl Relay {
                     }
                 }
             };
-            let (outcome, code, reason) = self.deliver(&row).await;
-            self.finish(&row, outcome, code.as_deref(), reason.as_deref())
-                .await;
+            let (outcome, code, reason) = match row.state.as_str() {
+                // Found mid-hand-over (a crash, or an outcome that could not be stored):
+                // it may have arrived, so it is never sent again.
+                "committing" => (
+                    Outcome::Failed,
+                    Some("delivery_interrupted".to_string()),
+                    Some("the relay stopped while handing this message over; it was not sent again so that it cannot arrive twice".to_string()),
+                ),
+                "handed_over" => (
+                    Outcome::Delivered,
+                    Some("handed_over_before_restart".to_string()),
+                    Some("the message was handed over; the relay restarted before it could record more (for a sync send: before the member's turn ended)".to_string()),
+                ),
+                _ => self.deliver(&row).await,
+            };
+            if !self
+                .finish(&row, outcome, code.as_deref(), reason.as_deref())
+                .await
+            {
+                // The outcome could not be stored: leave the row for the next start (which
+                // closes it without sending again) rather than loop on it.
+                self.inner
+                    .workers
+                    .lock()
+                    .await
+                    .remove(&(bundle.clone(), target.clone()));
+                return;
+            }
         }
     }
 
     /// Closes a delivery: stored, pushed to waiters and event streams, audited.
+    /// Whether the outcome is stored (retried a few times with backoff).
     async fn finish(
         &self,
         row: &DeliveryRow,
         outcome: Outcome,
         code: Option<&str>,
         reason: Option<&str>,
-    ) {
-        match self
-            .inner
-            .store
-            .finish_delivery(row, outcome, code, reason)
-            .await
-        {
-            Ok(Some(ev)) => {
-                self.inner.audit.record(
-                    &row.bundle,
-                    "relay.send.outcome",
-                    json!({
-                        "message_id": row.message_id,
-                        "requester": row.sender,
-                        "target": row.target,
-                        "bytes": row.body_bytes,
-                        "outcome": outcome,
-                        "reason_code": code,
-                    }),
-                );
-                let waiters = lock(&self.inner.waiters).remove(&row.message_id);
-                for w in waiters.into_iter().flatten() {
-                    let _ = w.send(ev.clone());
+    ) -> bool {
+        let mut delay = Duration::from_millis(200);
+        for attempt in 1..=5 {
+            match self
+                .inner
+                .store
+                .finish_delivery(row, outcome, code, reason)
+                .await
+            {
+                Ok(Some(ev)) => {
+                    self.published(&ev);
+                    return true;
                 }
-                self.inner.outcomes.send_replace(ev.seq);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %e, message_id = %row.message_id, "recording a delivery outcome");
-                // Without a stored outcome the row stays unfinished; stop this worker's
-                // loop from spinning on it by giving the store a moment.
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(None) => return true,
+                Err(e) => {
+                    tracing::error!(error = %e, attempt, message_id = %row.message_id, "recording a delivery outcome");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
             }
         }
+        false
     }
 
     /// One delivery attempt: (outcome, reason code, reason).
@@ -982,13 +1137,23 @@ impl Relay {
             }
             Err(e) => return fail("relay_store", e.to_string()),
         }
-        if let Err(e) = self
+        match self
             .inner
             .store
-            .set_delivery_state(row.id, "attempting")
+            .advance(row.id, "queued", "attempting")
             .await
         {
-            return fail("relay_store", e.to_string());
+            Ok(true) => {}
+            Ok(false) => {
+                return fail(
+                    "relay_store",
+                    format!(
+                        "delivery {} changed state underneath its worker",
+                        row.message_id
+                    ),
+                );
+            }
+            Err(e) => return fail("relay_store", e.to_string()),
         }
         match &m.transport {
             Transport::Tmux(t) => {
@@ -1029,16 +1194,38 @@ impl Relay {
                     }
                     Err(QuiescenceError::Tmux(e)) => return fail(e.code(), e.to_string()),
                 }
-                if let Err(e) = self
+                match self.owned_pane(&row.bundle, &m.id).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return fail(
+                            NOT_READY,
+                            format!("`{}` is not a tmux session the relay started", m.id),
+                        );
+                    }
+                    Err(e) => return fail(e.code(), e.to_string()),
+                }
+                match self
                     .inner
                     .store
-                    .set_delivery_state(row.id, "committing")
+                    .advance(row.id, "attempting", "committing")
                     .await
                 {
-                    return fail("relay_store", e.to_string());
+                    Ok(true) => {}
+                    Ok(false) => return fail("relay_store", "delivery state changed".into()),
+                    Err(e) => return fail("relay_store", e.to_string()),
                 }
                 match tmux.paste(&m.id, &row.envelope).await {
-                    Ok(()) => (Outcome::Delivered, None, None),
+                    Ok(()) => {
+                        if let Err(e) = self
+                            .inner
+                            .store
+                            .advance(row.id, "committing", "handed_over")
+                            .await
+                        {
+                            tracing::warn!(error = %e, message_id = %row.message_id, "recording a hand-over");
+                        }
+                        (Outcome::Delivered, None, None)
+                    }
                     Err(e) => fail(e.code(), e.to_string()),
                 }
             }
@@ -1064,13 +1251,15 @@ impl Relay {
             }
             Err(e) => return fail("session_unreachable", e.to_string()),
         };
-        if let Err(e) = self
+        match self
             .inner
             .store
-            .set_delivery_state(row.id, "committing")
+            .advance(row.id, "attempting", "committing")
             .await
         {
-            return fail("relay_store", e.to_string());
+            Ok(true) => {}
+            Ok(false) => return fail("relay_store", "delivery state changed".into()),
+            Err(e) => return fail("relay_store", e.to_string()),
         }
         // A follow-up starts a run at once when the session is idle and queues durably
         // behind the active run otherwise.
@@ -1084,6 +1273,15 @@ impl Relay {
                 );
             }
         };
+        // In the session now: a restart from here on reports it delivered, never resends.
+        if let Err(e) = self
+            .inner
+            .store
+            .advance(row.id, "committing", "handed_over")
+            .await
+        {
+            tracing::warn!(error = %e, message_id = %row.message_id, "recording a hand-over");
+        }
         if !row.sync {
             return (Outcome::Delivered, None, None);
         }
@@ -1345,6 +1543,26 @@ fn resolve<'a>(b: &'a Bundle, id: &str, what: &str) -> Result<Requester<'a>, Rel
     })
 }
 
+/// Longest timeout a request may ask for (one hour): a target's queue waits behind it.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// What a request asks for, so a retry can be told from a different request reusing its id.
+fn fingerprint(req: &SendRequest, targets: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sorted = targets.to_vec();
+    sorted.sort();
+    let canonical = json!({
+        "message": req.message,
+        "targets": sorted,
+        "broadcast": req.broadcast,
+        "delivery": req.delivery,
+        "quiet_window_ms": req.quiet_window_ms,
+        "quiescence_timeout_ms": req.quiescence_timeout_ms,
+        "turn_timeout_ms": req.turn_timeout_ms,
+    });
+    hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
 /// Checks a send request's shape before anything is looked up.
 pub fn validate_send(req: &SendRequest) -> Result<(), RelayError> {
     if req.schema_version != RELAY_SCHEMA_VERSION {
@@ -1360,6 +1578,21 @@ pub fn validate_send(req: &SendRequest) -> Result<(), RelayError> {
         return Err(RelayError::validation(
             "invalid_arguments",
             "message is empty",
+        ));
+    }
+    if let Some((i, c)) = req
+        .message
+        .char_indices()
+        .find(|(_, c)| c.is_control() && *c != '\n' && *c != '\t')
+    {
+        // Escape sequences and control keys would drive a tmux member's terminal (end a
+        // bracketed paste early, press Ctrl-C) instead of arriving as text.
+        return Err(RelayError::validation(
+            "invalid_arguments",
+            format!(
+                "message contains the control character U+{:04X} at byte {i}; only newlines and tabs are allowed",
+                c as u32
+            ),
         ));
     }
     if req.message.len() > MAX_MESSAGE_BYTES {
@@ -1394,10 +1627,10 @@ pub fn validate_send(req: &SendRequest) -> Result<(), RelayError> {
         ("quiescence_timeout_ms", req.quiescence_timeout_ms),
         ("turn_timeout_ms", req.turn_timeout_ms),
     ] {
-        if v == Some(0) {
+        if v == Some(0) || v.is_some_and(|v| v > MAX_TIMEOUT_MS) {
             return Err(RelayError::validation(
                 "invalid_timeout",
-                format!("{field} must be above 0"),
+                format!("{field} must be between 1 and {MAX_TIMEOUT_MS} ms"),
             )
             .with_details(json!({"field": field})));
         }

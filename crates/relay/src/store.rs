@@ -24,7 +24,36 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// How many startup failures are kept per bundle.
 pub const STARTUP_FAILURE_HISTORY: i64 = 20;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_relay.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/0001_relay.sql")),
+    (2, include_str!("../migrations/0002_requests.sql")),
+];
+
+/// Why a delivery never entered its queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub outcome: Outcome,
+    pub code: String,
+    pub reason: String,
+}
+
+/// A send request's id, for idempotent retries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestKey {
+    pub sender: String,
+    pub request_id: String,
+    /// Hash of what the request asks for.
+    pub fingerprint: String,
+}
+
+/// What [`RelayStore::record_send`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// Stored: the outcome events of the deliveries refused on the spot.
+    Stored(Vec<OutcomeEvent>),
+    /// The request id was seen before; `same` tells whether it asked for the same thing.
+    Duplicate { same: bool },
+}
 
 fn now() -> String {
     Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
@@ -71,6 +100,11 @@ pub struct NewDelivery {
     pub quiet_window_ms: Option<u64>,
     pub quiescence_timeout_ms: Option<u64>,
     pub turn_timeout_ms: Option<u64>,
+}
+
+/// Milliseconds as stored (the relay caps them far below `i64::MAX`).
+fn ms_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 fn opt_u64(row: &SqliteRow, col: &str) -> Result<Option<u64>> {
@@ -224,20 +258,76 @@ impl RelayStore {
 
     // --- deliveries -----------------------------------------------------------------------
 
-    /// Enqueues a delivery unless the target already has `capacity` unfinished ones; returns
-    /// whether it was enqueued. The check and the insert are one transaction.
-    pub async fn enqueue(&self, d: &NewDelivery, capacity: usize) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM deliveries WHERE bundle = ? AND target = ? AND state != 'done'",
-        )
-        .bind(&d.bundle)
-        .bind(&d.target)
-        .fetch_one(&mut *tx)
-        .await?;
-        if waiting as usize >= capacity {
-            return Ok(false);
+    /// Stores one send in one immediate transaction: the request id (when given), then per
+    /// target either a queued delivery (unless the target already has `capacity` unfinished
+    /// ones: refused `runtime_queue_full`) or a refused one with its outcome event.
+    pub async fn record_send(
+        &self,
+        key: Option<&RequestKey>,
+        rows: &[(NewDelivery, Option<Refusal>)],
+        capacity: usize,
+    ) -> Result<Recorded> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        if let (Some(k), Some((first, _))) = (key, rows.first()) {
+            let earlier: Option<String> = sqlx::query_scalar(
+                "SELECT fingerprint FROM requests WHERE bundle = ? AND sender = ? AND request_id = ?",
+            )
+            .bind(&first.bundle)
+            .bind(&k.sender)
+            .bind(&k.request_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(f) = earlier {
+                return Ok(Recorded::Duplicate {
+                    same: f == k.fingerprint,
+                });
+            }
+            sqlx::query(
+                "INSERT INTO requests (bundle, sender, request_id, fingerprint, created_at) VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(&first.bundle)
+            .bind(&k.sender)
+            .bind(&k.request_id)
+            .bind(&k.fingerprint)
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
         }
+        let mut refused_events = Vec::new();
+        for (d, refusal) in rows {
+            let refusal = match refusal {
+                Some(r) => Some(r.clone()),
+                None => {
+                    let waiting: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM deliveries WHERE bundle = ? AND target = ? AND state != 'done'",
+                    )
+                    .bind(&d.bundle)
+                    .bind(&d.target)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    (waiting.max(0) as usize >= capacity).then(|| Refusal {
+                        outcome: Outcome::Failed,
+                        code: "runtime_queue_full".into(),
+                        reason: format!("`{}` already has {capacity} messages waiting", d.target),
+                    })
+                }
+            };
+            match refusal {
+                None => Self::insert_queued(&mut tx, d).await?,
+                Some(r) => {
+                    let ev = Self::insert_refused(&mut tx, d, &r).await?;
+                    refused_events.push(ev);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(Recorded::Stored(refused_events))
+    }
+
+    async fn insert_queued(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        d: &NewDelivery,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO deliveries (message_id, bundle, target, sender, request_id, envelope, \
              body_bytes, sync, quiet_window_ms, quiescence_timeout_ms, turn_timeout_ms, state, created_at) \
@@ -251,24 +341,22 @@ impl RelayStore {
         .bind(&d.envelope)
         .bind(d.body_bytes as i64)
         .bind(d.sync as i64)
-        .bind(d.quiet_window_ms.map(|v| v as i64))
-        .bind(d.quiescence_timeout_ms.map(|v| v as i64))
-        .bind(d.turn_timeout_ms.map(|v| v as i64))
+        .bind(d.quiet_window_ms.map(ms_i64))
+        .bind(d.quiescence_timeout_ms.map(ms_i64))
+        .bind(d.turn_timeout_ms.map(ms_i64))
         .bind(now())
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        tx.commit().await?;
-        Ok(true)
+        Ok(())
     }
 
-    /// Records a delivery that never entered the queue (e.g. the queue was full).
-    pub async fn record_refused(
-        &self,
+    /// A delivery that never entered the queue, and its outcome event.
+    async fn insert_refused(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
         d: &NewDelivery,
-        outcome: Outcome,
-        code: &str,
-        reason: &str,
-    ) -> Result<()> {
+        r: &Refusal,
+    ) -> Result<OutcomeEvent> {
+        let at = Utc::now();
         sqlx::query(
             "INSERT INTO deliveries (message_id, bundle, target, sender, request_id, envelope, \
              body_bytes, sync, state, outcome, reason_code, reason, created_at, finished_at) \
@@ -281,14 +369,43 @@ impl RelayStore {
         .bind(&d.request_id)
         .bind(d.body_bytes as i64)
         .bind(d.sync as i64)
-        .bind(outcome.as_str())
-        .bind(code)
-        .bind(reason)
+        .bind(r.outcome.as_str())
+        .bind(&r.code)
+        .bind(&r.reason)
         .bind(now())
         .bind(now())
-        .execute(&self.pool)
+        .execute(&mut **tx)
         .await?;
-        Ok(())
+        let mut ev = OutcomeEvent {
+            seq: 0,
+            bundle: d.bundle.clone(),
+            message_id: d.message_id.clone(),
+            request_id: d.request_id.clone(),
+            sender: d.sender.clone(),
+            target: d.target.clone(),
+            outcome: r.outcome,
+            reason_code: Some(r.code.clone()),
+            reason: Some(r.reason.clone()),
+            at,
+        };
+        ev.seq = Self::append_outcome(tx, &ev).await?;
+        Ok(ev)
+    }
+
+    async fn append_outcome(
+        tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+        ev: &OutcomeEvent,
+    ) -> Result<u64> {
+        let body = serde_json::to_string(ev)
+            .map_err(|e| StoreError::Corrupt(format!("outcome event: {e}")))?;
+        let seq = sqlx::query("INSERT INTO outcomes (bundle, sender, body) VALUES (?, ?, ?)")
+            .bind(&ev.bundle)
+            .bind(&ev.sender)
+            .bind(body)
+            .execute(&mut **tx)
+            .await?
+            .last_insert_rowid();
+        Ok(seq.max(0) as u64)
     }
 
     /// The oldest unfinished delivery to a target.
@@ -361,13 +478,17 @@ impl RelayStore {
         Ok(n.max(0) as u64)
     }
 
-    pub async fn set_delivery_state(&self, id: i64, state: &str) -> Result<()> {
-        sqlx::query("UPDATE deliveries SET state = ? WHERE id = ? AND state != 'done'")
-            .bind(state)
+    /// Moves a delivery from state `from` to `to`; false when it was not in `from` (so a
+    /// step is never taken twice).
+    pub async fn advance(&self, id: i64, from: &str, to: &str) -> Result<bool> {
+        let n = sqlx::query("UPDATE deliveries SET state = ? WHERE id = ? AND state = ?")
+            .bind(to)
             .bind(id)
+            .bind(from)
             .execute(&self.pool)
-            .await?;
-        Ok(())
+            .await?
+            .rows_affected();
+        Ok(n == 1)
     }
 
     /// Closes a delivery with its outcome, forgets its text, and appends the outcome to the
@@ -409,32 +530,21 @@ impl RelayStore {
             reason: reason.map(str::to_string),
             at,
         };
-        let body = serde_json::to_string(&ev)
-            .map_err(|e| StoreError::Corrupt(format!("outcome event: {e}")))?;
-        let seq = sqlx::query("INSERT INTO outcomes (bundle, sender, body) VALUES (?, ?, ?)")
-            .bind(&row.bundle)
-            .bind(&row.sender)
-            .bind(body)
-            .execute(&mut *tx)
-            .await?
-            .last_insert_rowid();
+        ev.seq = Self::append_outcome(&mut tx, &ev).await?;
         tx.commit().await?;
-        ev.seq = seq.max(0) as u64;
         Ok(Some(ev))
     }
 
-    /// After a crash: deliveries that were being attempted go back to the queue; those that
-    /// were being handed over are returned (to be closed as interrupted: at most once).
-    pub async fn recover(&self) -> Result<Vec<DeliveryRow>> {
-        sqlx::query("UPDATE deliveries SET state = 'queued' WHERE state = 'attempting'")
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("SELECT * FROM deliveries WHERE state = 'committing' ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(delivery_from_row)
-            .collect()
+    /// After a crash: deliveries that were being attempted (nothing handed over yet) go back
+    /// to the queue. Rows in `committing` or `handed_over` stay: their worker closes them
+    /// without sending again.
+    pub async fn recover(&self) -> Result<u64> {
+        Ok(
+            sqlx::query("UPDATE deliveries SET state = 'queued' WHERE state = 'attempting'")
+                .execute(&self.pool)
+                .await?
+                .rows_affected(),
+        )
     }
 
     /// Outcome events of a bundle after `after`, optionally only those of one sender.
@@ -450,7 +560,7 @@ impl RelayStore {
              AND (?3 IS NULL OR sender = ?3) ORDER BY seq LIMIT ?4",
         )
         .bind(bundle)
-        .bind(after as i64)
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
         .bind(sender)
         .bind(limit as i64)
         .fetch_all(&self.pool)
@@ -547,39 +657,69 @@ mod tests {
         }
     }
 
+    async fn enqueue(s: &RelayStore, d: NewDelivery, cap: usize) -> Vec<OutcomeEvent> {
+        match s.record_send(None, &[(d, None)], cap).await.unwrap() {
+            Recorded::Stored(ev) => ev,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn queue_is_bounded_ordered_and_recovers() {
         let d = tempfile::tempdir().unwrap();
         let s = RelayStore::open(&d.path().join("relay.db")).await.unwrap();
-        assert!(s.enqueue(&new("b", "m1"), 2).await.unwrap());
-        assert!(s.enqueue(&new("b", "m2"), 2).await.unwrap());
-        assert!(!s.enqueue(&new("b", "m3"), 2).await.unwrap());
-        assert!(s.enqueue(&new("c", "m4"), 2).await.unwrap());
+        assert!(enqueue(&s, new("b", "m1"), 2).await.is_empty());
+        assert!(enqueue(&s, new("b", "m2"), 2).await.is_empty());
+        let full = enqueue(&s, new("b", "m3"), 2).await;
+        assert_eq!(full.len(), 1, "refused, with an outcome event");
+        assert_eq!(full[0].reason_code.as_deref(), Some("runtime_queue_full"));
+        assert!(full[0].seq > 0);
+        assert!(enqueue(&s, new("c", "m4"), 2).await.is_empty());
         assert_eq!(s.queued_count("dev", "b").await.unwrap(), 2);
         let first = s.next_delivery("dev", "b").await.unwrap().unwrap();
         assert_eq!(first.message_id, "m1");
         assert_eq!(first.quiet_window_ms, Some(100));
-        s.set_delivery_state(first.id, "committing").await.unwrap();
-        let second = s.next_delivery("dev", "b").await.unwrap().unwrap();
-        assert_eq!(second.message_id, "m1", "unfinished rows stay first");
+        assert!(s.advance(first.id, "queued", "attempting").await.unwrap());
+        assert!(
+            !s.advance(first.id, "queued", "attempting").await.unwrap(),
+            "a step is taken once"
+        );
+        assert!(
+            s.advance(first.id, "attempting", "committing")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.advance(first.id, "queued", "attempting").await.unwrap(),
+            "never back from committing"
+        );
+        let again = s.next_delivery("dev", "b").await.unwrap().unwrap();
+        assert_eq!(
+            (again.message_id.as_str(), again.state.as_str()),
+            ("m1", "committing")
+        );
         let c = s.next_delivery("dev", "c").await.unwrap().unwrap();
-        s.set_delivery_state(c.id, "attempting").await.unwrap();
+        assert!(s.advance(c.id, "queued", "attempting").await.unwrap());
         s.close().await;
 
         let s = RelayStore::open(&d.path().join("relay.db")).await.unwrap();
-        let interrupted = s.recover().await.unwrap();
-        assert_eq!(interrupted.len(), 1);
-        assert_eq!(interrupted[0].message_id, "m1");
+        assert_eq!(
+            s.recover().await.unwrap(),
+            1,
+            "only the attempting row goes back"
+        );
         let c = s.next_delivery("dev", "c").await.unwrap().unwrap();
         assert_eq!(c.state, "queued");
+        let m1 = s.next_delivery("dev", "b").await.unwrap().unwrap();
+        assert_eq!(m1.state, "committing");
         let ev = s
-            .finish_delivery(&interrupted[0], Outcome::Failed, Some("x"), Some("y"))
+            .finish_delivery(&m1, Outcome::Failed, Some("x"), Some("y"))
             .await
             .unwrap()
             .unwrap();
-        assert!(ev.seq > 0);
+        assert!(ev.seq > full[0].seq);
         assert!(
-            s.finish_delivery(&interrupted[0], Outcome::Delivered, None, None)
+            s.finish_delivery(&m1, Outcome::Delivered, None, None)
                 .await
                 .unwrap()
                 .is_none(),
@@ -597,23 +737,58 @@ mod tests {
             "m2"
         );
         let evs = s.outcomes_after("dev", Some("a"), 0, 10).await.unwrap();
-        assert_eq!(evs.len(), 1);
-        assert_eq!(evs[0].seq, ev.seq);
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[1].seq, ev.seq);
         assert!(
             s.outcomes_after("dev", Some("zz"), 0, 10)
                 .await
                 .unwrap()
                 .is_empty()
         );
-        assert_eq!(
-            s.request_deliveries("dev", "a", "r1").await.unwrap().len(),
-            3
+        assert!(
+            s.outcomes_after("dev", None, u64::MAX, 10)
+                .await
+                .unwrap()
+                .is_empty()
         );
         let mut targets = s.pending_targets().await.unwrap();
         targets.sort();
         assert_eq!(
             targets,
             vec![("dev".into(), "b".into()), ("dev".into(), "c".into())]
+        );
+    }
+
+    #[tokio::test]
+    async fn request_ids_are_recorded_once() {
+        let d = tempfile::tempdir().unwrap();
+        let s = RelayStore::open(&d.path().join("relay.db")).await.unwrap();
+        let key = |f: &str| RequestKey {
+            sender: "a".into(),
+            request_id: "r1".into(),
+            fingerprint: f.into(),
+        };
+        let rows = vec![(new("b", "m1"), None), (new("c", "m2"), None)];
+        assert_eq!(
+            s.record_send(Some(&key("f1")), &rows, 10).await.unwrap(),
+            Recorded::Stored(vec![])
+        );
+        let rows2 = vec![(new("b", "m3"), None)];
+        assert_eq!(
+            s.record_send(Some(&key("f1")), &rows2, 10).await.unwrap(),
+            Recorded::Duplicate { same: true }
+        );
+        assert_eq!(
+            s.record_send(Some(&key("f2")), &rows2, 10).await.unwrap(),
+            Recorded::Duplicate { same: false }
+        );
+        assert!(
+            s.delivery("dev", "m3").await.unwrap().is_none(),
+            "nothing stored for a duplicate"
+        );
+        assert_eq!(
+            s.request_deliveries("dev", "a", "r1").await.unwrap().len(),
+            2
         );
     }
 

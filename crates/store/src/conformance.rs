@@ -105,7 +105,9 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
         updated_at: ts(9),
     };
     assert!(check("update", store.update_session(s.id, &upd).await));
-    let got = check("get", store.get_session(s.id).await).expect("exists");
+    let Some(got) = check("get", store.get_session(s.id).await) else {
+        panic!("the updated session exists");
+    };
     assert_eq!(got.title, "renamed");
     assert_eq!(got.archived_at.as_deref(), Some(ts(9).as_str()));
     assert_eq!(got.updated_at, ts(9));
@@ -122,7 +124,9 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
         updated_at: ts(10),
     };
     assert!(check("update", store.update_session(s.id, &upd).await));
-    let got = check("get", store.get_session(s.id).await).expect("exists");
+    let Some(got) = check("get", store.get_session(s.id).await) else {
+        panic!("the unarchived session exists");
+    };
     assert_eq!((got.title.as_str(), got.archived_at), ("renamed", None));
     assert!(!check(
         "update unknown",
