@@ -17,20 +17,25 @@ function h(tag, attrs = {}, ...kids) {
     else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : v);
   }
-  el.append(...kids.flat(Infinity).filter((k) => k != null && k !== false));
+  el.append(...children(kids));
   if (attrs.value != null) el.value = attrs.value;
   if (attrs.checked) el.checked = true;
   return el;
 }
 
+/** Nested arrays of nodes and strings, without the null/false placeholders of conditionals. */
+const children = (kids) => kids.flat(Infinity).filter((k) => k != null && k !== false);
+const fill = (el, ...kids) => el.replaceChildren(...children(kids));
 const time = (ts) => new Date(ts).toLocaleTimeString();
 const backendLabel = (b) => (!b ? '?' : b === 'builtin' ? 'built-in' : `acp: ${b.acp}`);
 
 // ---------- errors, API ----------
 
+const describe = (err) => (err.code ? `${err.message} (${err.code})` : err.message);
+
 function toast(err, kind = 'error') {
   if (err?.silent) return;
-  const text = typeof err === 'string' ? err : err.code ? `${err.message} (${err.code})` : err.message;
+  const text = typeof err === 'string' ? err : describe(err);
   const box = $('toasts');
   if ([...box.children].some((t) => t.textContent === text)) return;
   const el = h(`div.toast.${kind}`, { tid: 'toast', role: 'alert', title: 'dismiss' }, text);
@@ -68,8 +73,7 @@ async function api(method, path, body) {
 
 const S = {
   me: null, // GET /v1/console/me while signed in
-  sessions: [],
-  listKey: '',
+  listKey: '', // what the sidebar shows, to redraw it only when it changes
   views: new Map(), // session id → view (kept, so coming back resumes after its lastSeq)
   current: null, // the session view on screen
 };
@@ -78,10 +82,12 @@ async function boot() {
   try {
     S.me = await api('GET', '/v1/console/me');
   } catch (e) {
-    if (e.status === 401) return showLogin();
+    const expired = new URLSearchParams(location.search).get('login') === 'expired';
+    if (e.status === 401) return showLogin(expired ? 'That login link was already used or has expired.' : undefined);
     toast(e);
     return setTimeout(boot, 3000);
   }
+  if (location.search) history.replaceState(null, '', `/${location.hash}`);
   $('login').hidden = true;
   $('app').hidden = false;
   $('version').textContent = S.me.version ? `v${S.me.version}` : '';
@@ -113,7 +119,7 @@ $('login-form').addEventListener('submit', async (e) => {
     $('login-token').value = '';
     boot();
   } catch (err) {
-    showLogin(err.code ? `${err.message} (${err.code})` : err.message);
+    showLogin(describe(err));
   }
 });
 
@@ -152,7 +158,6 @@ setInterval(() => {
 
 async function refreshSessions() {
   const { sessions } = await api('GET', '/v1/sessions?limit=100');
-  S.sessions = sessions;
   const v = S.current;
   const mine = v && sessions.find((s) => s.id === v.id);
   if (mine) {
@@ -171,6 +176,13 @@ async function refreshSessions() {
       h('span.session-meta', {}, backendLabel(s.backend), ' · ',
         h(`span.run.${s.run_status}`, { tid: 'run-status' }, s.run_status))))));
   markActive();
+}
+
+let listTimer = 0;
+/** The sidebar after an action or a run state change (coalesced: a replay changes it often). */
+function refreshSoon() {
+  clearTimeout(listTimer);
+  listTimer = setTimeout(() => S.me && refreshSessions().catch(toast), 300);
 }
 
 function markActive() {
@@ -206,7 +218,7 @@ function newSessionForm() {
     if (!model.disabled && model.value.trim()) body.model = model.value.trim();
     const s = await api('POST', '/v1/sessions', body);
     location.hash = `#/s/${s.id}`;
-    refreshSessions().catch(toast);
+    refreshSoon();
   }));
   return form;
 }
@@ -226,6 +238,7 @@ function openSession(id) {
   }
   const v = S.current;
   $('main').replaceChildren(v.root);
+  v.log.scrollTop = v.log.scrollHeight;
   api('GET', `/v1/sessions/${id}`).then(({ session, config }) => {
     v.title.textContent = session.title;
     v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
@@ -295,15 +308,15 @@ async function sendMessage(v, type) {
   for (const b of v.buttons) b.disabled = true;
   try {
     const { run_id } = await api('POST', `/v1/sessions/${v.id}/messages`, body);
-    v.input.value = '';
+    if (v.input.value === content) v.input.value = ''; // unless more was typed meanwhile
     if (type === 'message' && !v.ended.has(run_id)) setRun(v, run_id);
   } finally {
     for (const b of v.buttons) b.disabled = false;
   }
-  refreshSessions().catch(toast);
 }
 
 function setRun(v, run) {
+  if (v.activeRun !== run) refreshSoon(); // the sidebar shows the run state too
   v.activeRun = run;
   v.root.dataset.runState = run ? 'running' : 'idle';
 }
@@ -341,7 +354,7 @@ function onEvent(v, kind, env) {
   if (env.id <= v.lastSeq) return; // already rendered: never show text twice
   v.lastSeq = env.id;
   const ev = Object.values(env.event)[0]; // externally tagged: {"TextDelta": {...}}
-  if (!v.flushTimer) v.stick = innerHeight + scrollY >= document.body.scrollHeight - 120;
+  if (!v.flushTimer) v.stick = v.log.scrollHeight - v.log.scrollTop - v.log.clientHeight < 120;
   HANDLERS[kind]?.(v, ev);
   schedule(v);
 }
@@ -368,7 +381,7 @@ const HANDLERS = {
     let plan = v.plans.get(ev.run_id);
     if (!plan) v.plans.set(ev.run_id, (plan = add(v, h('div.plan', { tid: 'plan' }))));
     plan.replaceChildren(h('strong', {}, 'Plan'), h('ul', {},
-      ev.entries.map((e) => h(`li.${e.status}`, {}, e.content))));
+      ev.entries.map((e) => h('li', { 'data-status': e.status }, e.content))));
   },
   tool_calls_proposed(v, ev) {
     for (const call of ev.tool_calls) if (!v.calls.has(call.id)) addCard(v, call);
@@ -395,7 +408,7 @@ const HANDLERS = {
   notice: (v, ev) => add(v, h('div.notice', { tid: 'notice' }, ev.message)),
   run_completed(v, ev) {
     const tokens = ev.total_usage?.total_tokens;
-    add(v, h(`div.run-end.${ev.stop_reason}`, {},
+    add(v, h('div.run-end', { 'data-stop': ev.stop_reason },
       [ev.stop_reason === 'cancelled' ? 'Run cancelled' : 'Done', `${ev.total_turns} turn(s)`, tokens && `${tokens} tokens`]
         .filter(Boolean).join(' · ')));
     endRun(v, ev.run_id);
@@ -441,23 +454,23 @@ function schedule(v) {
       else b.el.lastChild.textContent = b.src;
     }
     v.dirty.clear();
-    if (v.stick && S.current === v) scrollTo(0, document.body.scrollHeight);
+    if (v.stick) v.log.scrollTop = v.log.scrollHeight;
   }, 30);
 }
 
 // ---------- tool cards and approvals ----------
 
-/** A long text collapses into a <details>. */
-function pre(text, cls = '') {
+/** Monospace text; a long one collapses into a <details> unless it must be seen in full. */
+function pre(text, cls = '', collapse = true) {
   const body = h(`pre${cls}`, {}, text);
   const lines = text.split('\n').length;
-  return lines > 16 || text.length > 1500 ? h('details', {}, h('summary', {}, `${lines} lines`), body) : body;
+  return collapse && (lines > 16 || text.length > 1500) ? h('details', {}, h('summary', {}, `${lines} lines`), body) : body;
 }
 
 function preview({ name, arguments: a }) {
   const args = a && typeof a === 'object' ? a : {};
   const path = typeof args.path === 'string' && h('div.path', {}, args.path);
-  if (name === 'run_command' && typeof args.command === 'string') return pre(`$ ${args.command}`, '.cmd');
+  if (name === 'run_command' && typeof args.command === 'string') return pre(`$ ${args.command}`, '.cmd', false);
   if (name === 'create' && path) return [path, pre(String(args.file_text ?? ''))];
   if (name === 'str_replace' && path) {
     const lines = (s, sign, cls) => String(s ?? '').split('\n').map((l) => h(`span.${cls}`, {}, `${sign} ${l}\n`));
@@ -492,7 +505,8 @@ class ToolCard {
 
   approvalBox() {
     const reason = h('input', { tid: 'deny-reason-text', placeholder: 'Reason (the model is told)', 'aria-label': 'Reason' });
-    this.form = h('form.reason-form', { hidden: true }, reason, h('button.danger', { tid: 'deny-reason-submit' }, 'Deny'));
+    const submit = h('button.danger', { tid: 'deny-reason-submit' }, 'Deny');
+    this.form = h('form.reason-form', { hidden: true }, reason, submit);
     this.form.addEventListener('submit', (e) => {
       e.preventDefault();
       this.decide('reject', reason.value.trim());
@@ -502,7 +516,7 @@ class ToolCard {
       h('button.danger', { tid: 'deny', type: 'button', onclick: () => this.decide('reject') }, 'Deny'),
       h('button', { tid: 'deny-reason', type: 'button', onclick: () => { this.form.hidden = false; reason.focus(); } },
         'Deny with reason'),
-      this.form.lastChild,
+      submit,
     ];
     this.label = h('span.answer', { tid: 'approval-status' });
     const box = h('div.approval', { tid: 'approval-card' }, h('div.approval-buttons', {}, this.buttons.slice(0, 3), this.label), this.form);
@@ -525,7 +539,7 @@ class ToolCard {
       }
       schedulePending(this.v);
     }
-    refreshSessions().catch(toast);
+    refreshSoon();
   }
 
   /** The call no longer waits; `certain` when we know the answer (not just "gone from pending"). */
@@ -547,7 +561,7 @@ class ToolCard {
 
   reject(reason) {
     this.setStatus('rejected', 'rejected');
-    this.el.append(h('div.reason', { tid: 'tool-reason' }, `Rejected: ${reason}`));
+    this.el.append(h('div.reason', { tid: 'tool-reason' }, reason));
   }
 }
 
@@ -597,7 +611,7 @@ function relayView() {
     outcome.replaceChildren(h('span.muted', {}, 'sending…'));
     try {
       const r = await api('POST', `/v1/relay/bundles/${encodeURIComponent(R.name)}/send`, body);
-      outcome.replaceChildren(h('div', {}, `status: ${r.status}`), r.results.map((t) =>
+      fill(outcome, h('div', {}, `status: ${r.status}`), r.results.map((t) =>
         h(`div.result.${t.outcome}`, { tid: 'relay-outcome-row' },
           `${t.target}: ${t.outcome}${t.reason_code ? ` (${t.reason_code}${t.reason ? `: ${t.reason}` : ''})` : ''}`)));
       message.value = '';
@@ -610,11 +624,16 @@ function relayView() {
     await refreshRelay();
   }));
 
-  const hosting = (verb) => guard(async () => {
-    const r = await api('POST', `/v1/relay/bundles/${encodeURIComponent(R.name)}/${verb}`);
-    const failed = r.members.filter((m) => m.result === 'failed');
-    toast(`${verb}: ${r.result}${r.reason_code ? ` (${r.reason_code})` : ''}`, 'info');
-    for (const m of failed) toast(`${m.id} failed to start: ${m.reason ?? m.code}`);
+  const hosting = (verb) => guard(async (e) => {
+    const button = e.currentTarget;
+    button.disabled = true;
+    try {
+      const r = await api('POST', `/v1/relay/bundles/${encodeURIComponent(R.name)}/${verb}`);
+      toast(`${verb}: ${r.result}${r.reason_code ? ` (${r.reason_code})` : ''}`, 'info');
+      for (const m of r.members.filter((m) => m.result === 'failed')) toast(`${m.id}: ${m.reason ?? m.code}`);
+    } finally {
+      button.disabled = false;
+    }
     await refreshRelay();
   });
 
@@ -665,13 +684,13 @@ function openRelay(name) {
 
 async function refreshRelay() {
   const { bundles, invalid = [] } = await api('GET', '/v1/relay/bundles');
-  R.list.replaceChildren(
+  fill(R.list,
     bundles.map((b) => h('li', {}, h(`a.bundle${b.name === R.name ? '.active' : ''}`,
       { href: `#/relay/${encodeURIComponent(b.name)}`, tid: 'bundle', 'data-bundle': b.name },
       h('span', {}, b.name), h(`span.pill.${b.state}`, {}, b.state),
       h('span.muted', {}, `${b.ready}/${b.members} ready${b.health === 'degraded' ? ` · ${b.reason_code ?? 'degraded'}` : ''}`)))),
     bundles.length ? null : h('li.muted', {}, 'No bundles configured.'),
-    invalid.map((i) => h('li.invalid', { tid: 'bundle-invalid' }, `${i.file}: ${i.error}`)));
+    invalid.map((i) => h('li.invalid', { tid: 'bundle-invalid' }, h('strong', {}, `${i.file} is invalid`), h('pre', {}, i.error))));
   R.detail.hidden = !R.name;
   if (!R.name) return;
   const name = encodeURIComponent(R.name);
@@ -703,7 +722,7 @@ async function refreshRelay() {
   }
   R.audit.replaceChildren(...audit.entries.slice().reverse().map((e) =>
     h('tr', { tid: 'audit-row', 'data-event': e.event },
-      h('td', {}, e.ts ? time(e.ts) : ''),
+      h('td', {}, e.ts ? new Date(e.ts).toLocaleString() : ''),
       h('td', {}, e.event),
       h('td', {}, e.requester ?? ''),
       h('td', {}, (e.targets ?? (e.target ? [e.target] : [])).join(', ')),
@@ -732,8 +751,11 @@ async function refreshLook() {
   try {
     const r = await api('GET', `/v1/relay/bundles/${encodeURIComponent(R.name)}/look?${q}`);
     if (R.look !== target) return;
-    R.lookOut.textContent = r.lines?.length ? r.lines.join('\n')
+    const out = R.lookOut;
+    const stick = !out.textContent || out.scrollHeight - out.scrollTop - out.clientHeight < 40;
+    out.textContent = r.lines?.length ? r.lines.join('\n')
       : (r.entries ?? []).map((e) => `[${time(e.at)}] ${e.role}: ${e.content}`).join('\n\n');
+    if (stick) out.scrollTop = out.scrollHeight;
     R.lookInfo.textContent = `${r.transport} · captured ${time(r.captured_at)}${r.fresh ? '' : ` · stale (${r.age_ms} ms)`}`;
   } catch (e) {
     if (R.look === target) R.lookInfo.textContent = e.message;

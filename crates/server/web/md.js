@@ -5,7 +5,7 @@
 // only for http(s) URLs. Unclosed code fences (a reply still streaming) run to the end.
 
 const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
-export const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => ESC[c]);
+const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => ESC[c]);
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*)/;
 const HEADING = /^ {0,3}(#{1,6})\s+(.*?)(?:\s+#+)?\s*$/;
@@ -24,19 +24,18 @@ const link = (url, label) =>
 function inline(text) {
   const keep = [];
   const stash = (html) => `\u0000${keep.push(html) - 1}\u0000`;
+  const restore = (html) => html.replace(/\u0000(\d+)\u0000/g, (_, i) => restore(keep[i])); // a label may hold code
   const s = text
-    .replace(/\u0000/g, '')
     .replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (_, __, code) => stash(`<code>${escapeHtml(code)}</code>`))
     .replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s()<>"']+)\)/g, (_, label, url) => stash(link(url, label)))
     .replace(/\bhttps?:\/\/[^\s<>"'\u0000]*[^\s<>"'\u0000.,:;!?)]/g, (url) => stash(link(url, url)));
-  return escapeHtml(s)
+  return restore(escapeHtml(s)
     .replace(/\*\*(?=\S)([\s\S]*?\S)\*\*/g, '<strong>$1</strong>')
     .replace(/(^|\W)__(?=\S)([\s\S]*?\S)__(?!\w)/g, '$1<strong>$2</strong>')
     .replace(/\*(?=[^\s*])([^*]*?[^\s*])\*/g, '<em>$1</em>')
     .replace(/(^|\W)_(?=[^\s_])([^_]*?[^\s_])_(?!\w)/g, '$1<em>$2</em>')
     .replace(/~~(?=\S)([\s\S]*?\S)~~/g, '<del>$1</del>')
-    .replace(/\n/g, '<br>')
-    .replace(/\u0000(\d+)\u0000/g, (_, i) => keep[i]);
+    .replace(/\n/g, '<br>'));
 }
 
 /** A list starting at lines[i]; returns [html, next index]. */
@@ -62,7 +61,7 @@ function list(lines, i) {
 
 /** Markdown source → HTML string (safe to assign to innerHTML). */
 export function render(src) {
-  const lines = src.replace(/\r\n?/g, '\n').split('\n');
+  const lines = src.replace(/\r\n?/g, '\n').replace(/\u0000/g, '').split('\n'); // NUL marks stashed inline HTML
   const out = [];
   let i = 0;
   while (i < lines.length) {
