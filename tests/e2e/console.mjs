@@ -341,6 +341,21 @@ try {
     await T('bundle-state').filter({ hasText: 'down' }).waitFor();
   });
 
+  await step('archive hides the session from the list; unarchive brings it back', async () => {
+    await T('sessions-tab').click();
+    const item = page.locator(`[data-testid="session-item"][data-session-id="${sid}"]`);
+    await item.click();
+    await T('session-title').filter({ hasText: 'E2E' }).waitFor();
+    await T('archive').filter({ hasText: 'Archive' }).click();
+    await item.waitFor({ state: 'detached' });
+    await T('show-archived').check();
+    await item.waitFor();
+    await T('archive').filter({ hasText: 'Unarchive' }).click();
+    await item.waitFor({ state: 'detached' });
+    await T('show-archived').uncheck();
+    await item.waitFor();
+  });
+
   await step('delete the session after confirming', async () => {
     await T('sessions-tab').click();
     const item = page.locator(`[data-testid="session-item"][data-session-id="${sid}"]`);

@@ -76,6 +76,7 @@ const S = {
   listKey: '', // what the sidebar shows, to redraw it only when it changes
   views: new Map(), // session id → view (kept, so coming back resumes after its lastSeq)
   current: null, // the session view on screen
+  showArchived: false, // the sidebar lists archived sessions instead
 };
 
 async function boot() {
@@ -130,6 +131,11 @@ $('logout').addEventListener('click', guard(async () => {
 
 $('menu').addEventListener('click', () => document.body.classList.toggle('drawer'));
 
+$('show-archived').addEventListener('change', (e) => {
+  S.showArchived = e.target.checked;
+  refreshSessions().catch(toast);
+});
+
 /** #/ · #/new · #/s/<id> · #/relay · #/relay/<bundle> */
 function route() {
   if (!S.me) return;
@@ -157,7 +163,7 @@ setInterval(() => {
 // ---------- sessions sidebar, new session ----------
 
 async function refreshSessions() {
-  const { sessions } = await api('GET', '/v1/sessions?limit=100');
+  const { sessions } = await api('GET', `/v1/sessions?limit=100&archived=${S.showArchived === true}`);
   const v = S.current;
   const mine = v && sessions.find((s) => s.id === v.id);
   if (mine) {
@@ -165,7 +171,8 @@ async function refreshSessions() {
     const waiting = [...v.calls.values()].filter((c) => c.waiting).length;
     if (waiting !== mine.pending_approvals) schedulePending(v);
   }
-  const key = JSON.stringify(sessions.map((s) => [s.id, s.title, s.run_status, s.pending_approvals, s.backend]));
+  const key = JSON.stringify([S.showArchived === true,
+    sessions.map((s) => [s.id, s.title, s.run_status, s.pending_approvals, s.backend])]);
   if (key === S.listKey) return;
   S.listKey = key;
   $('session-list').replaceChildren(...sessions.map((s) =>
@@ -241,6 +248,7 @@ function openSession(id) {
   v.log.scrollTop = v.log.scrollHeight;
   api('GET', `/v1/sessions/${id}`).then(({ session, config }) => {
     v.title.textContent = session.title;
+    setArchived(v, session.archived === true);
     v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
       .filter(Boolean).join(' · ');
     v.download.download = `${session.title}.md`;
@@ -272,6 +280,7 @@ function sessionView(id) {
     h('button.danger', { tid: 'delete-confirm', type: 'button', onclick: guard(() => deleteSession(v)) }, 'Delete'),
     h('button', { tid: 'delete-cancel', type: 'button', onclick: () => { confirm.hidden = true; } }, 'Cancel'));
   const btn = (tid, label, onclick, cls = '') => h(`button${cls}`, { tid, type: 'button', onclick: guard(onclick) }, label);
+  v.archive = btn('archive', 'Archive', () => archiveSession(v, !v.archived));
   v.buttons = [
     btn('send', 'Send', () => sendMessage(v, 'message'), '.primary.when-idle'),
     btn('steer', 'Steer', () => sendMessage(v, 'steering'), '.primary.when-running'),
@@ -284,12 +293,25 @@ function sessionView(id) {
   });
   v.root = h('section.session-view', { 'data-run-state': 'idle' },
     h('div.session-head', {}, h('div.session-heading', {}, v.title, v.meta),
-      h('div.session-actions', {}, v.download,
+      h('div.session-actions', {}, v.download, v.archive,
         h('button', { tid: 'delete', type: 'button', onclick: () => { confirm.hidden = false; } }, 'Delete'), confirm)),
     v.log,
     h('div.composer', {}, v.input, h('div.composer-actions', {}, v.buttons,
       btn('stop', 'Stop', () => api('POST', `/v1/sessions/${id}/cancel`, { run_id: v.activeRun }), '.danger.when-running'))));
   return v;
+}
+
+function setArchived(v, archived) {
+  v.archived = archived;
+  v.archive.textContent = archived ? 'Unarchive' : 'Archive';
+}
+
+/** Archived sessions keep their transcript but leave the default list. */
+async function archiveSession(v, archived) {
+  const s = await api('PATCH', `/v1/sessions/${v.id}`, { archived });
+  setArchived(v, s.archived === true);
+  toast(archived ? 'Session archived.' : 'Session back in the list.', 'info');
+  await refreshSessions();
 }
 
 async function deleteSession(v) {
