@@ -2,7 +2,8 @@
 //!
 //! This crate owns the [`Store`] trait — sessions, runs (with their state; a queued run is a
 //! stored follow-up), the append-only event log, the transcript and pending tool approvals — and its SQLite
-//! implementation ([`SqliteStore`], the embedded default). Migrations are embedded in the
+//! implementation ([`SqliteStore`], the embedded default). [`PostgresStore`] keeps the same
+//! state in a PostgreSQL database. Migrations are embedded in the
 //! binary. [`conformance`] is one test-suite that any `Store` must pass, so every
 //! implementation is held to the same contract.
 //!
@@ -11,6 +12,7 @@
 pub mod conformance;
 mod error;
 mod migrate;
+mod postgres;
 mod records;
 mod sqlite;
 
@@ -18,6 +20,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use error::StoreError;
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use records::*;
 pub use sqlite::{SqliteOptions, SqliteStore};
 
