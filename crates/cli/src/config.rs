@@ -32,6 +32,17 @@ pub struct FileConfig {
     pub channels: ChannelsSection,
     #[serde(default)]
     pub relay: RelaySection,
+    #[serde(default)]
+    pub store: StoreSection,
+}
+
+/// `[store]`: where sessions, runs and events live.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// `sqlite://PATH` or `postgres://user:password@host/db` (default: SQLite in the data
+    /// directory).
+    pub url: Option<String>,
 }
 
 /// `[relay]`: bundles of agents.
@@ -209,6 +220,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     pub allowed_hosts: Vec<String>,
     pub relay: RelaySettings,
+    /// `sqlite://…` or `postgres://…`; `None` means SQLite in the data directory.
+    pub store_url: Option<String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -341,6 +354,7 @@ impl Settings {
             None => file.server.allowed_hosts.clone().unwrap_or_default(),
         };
         Ok(Self {
+            store_url: env("SWITCHBOARD_STORE_URL").or(file.store.url.clone()),
             relay,
             allowed_hosts,
             config_path: path,
@@ -396,8 +410,35 @@ impl Settings {
         self.data_dir.join("token")
     }
 
+    /// The store URL in force (SQLite in the data directory by default).
+    pub fn store_url(&self) -> String {
+        self.store_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.db_path().display()))
+    }
+
+    /// The store URL without its password, for messages.
+    pub fn store_url_redacted(&self) -> String {
+        redact_url(&self.store_url())
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("switchboard.db")
+    }
+}
+
+/// `scheme://user:password@host/…` → `scheme://user:***@host/…`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.split_once('@') {
+        Some((a, h)) if !a.contains('/') => (a, h),
+        _ => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
     }
 }
 

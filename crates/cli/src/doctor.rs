@@ -105,7 +105,29 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
             ),
         }
     }
-    if settings.db_path().exists() {
+    if settings.store_url.is_some() {
+        match switchboard_store::open_url(&settings.store_url()).await {
+            Ok(s) => {
+                let ping = s.ping().await;
+                s.close().await;
+                check(
+                    "store",
+                    match ping {
+                        Ok(()) => Verdict::Ok(format!(
+                            "{} ({}) reachable, schema up to date",
+                            settings.store_url_redacted(),
+                            s.kind()
+                        )),
+                        Err(e) => Verdict::Fail(format!("{}: {e}", settings.store_url_redacted())),
+                    },
+                );
+            }
+            Err(e) => check(
+                "store",
+                Verdict::Fail(format!("{}: {e}", settings.store_url_redacted())),
+            ),
+        }
+    } else if settings.db_path().exists() {
         match SqliteStore::open_path(&settings.db_path()).await {
             Ok(s) => {
                 s.close().await;

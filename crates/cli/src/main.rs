@@ -34,6 +34,10 @@ enum Command {
         /// Data directory holding the database and the token file.
         #[arg(long, env = "SWITCHBOARD_DATA_DIR")]
         data_dir: Option<PathBuf>,
+        /// Store URL: sqlite://PATH or postgres://user:password@host/db (default: SQLite in
+        /// the data directory).
+        #[arg(long, env = "SWITCHBOARD_STORE_URL")]
+        store: Option<String>,
     },
     /// List, create, show or delete sessions on a running server.
     #[command(subcommand)]
@@ -98,12 +102,19 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve { listen, data_dir } => {
-                let settings = config::Settings::load(
+            Command::Serve {
+                listen,
+                data_dir,
+                store,
+            } => {
+                let mut settings = config::Settings::load(
                     cli.config.as_deref(),
                     data_dir.as_deref(),
                     listen.as_deref(),
                 )?;
+                if store.is_some() {
+                    settings.store_url = store;
+                }
                 serve::run(settings).await.map(|_| ExitCode::SUCCESS)
             }
             Command::Sessions(cmd) => {

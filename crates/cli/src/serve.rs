@@ -10,7 +10,7 @@ use switchboard_agent::tools::ToolLimits;
 use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider, Provider};
 use switchboard_engine::{Backends, Engine, EngineConfig};
 use switchboard_server::ServerConfig;
-use switchboard_store::{SqliteOptions, SqliteStore};
+use switchboard_store::Store;
 
 use crate::config::Settings;
 use crate::datadir;
@@ -19,7 +19,7 @@ use crate::datadir;
 pub struct App {
     pub engine: Engine,
     pub router: axum::Router,
-    pub store: SqliteStore,
+    pub store: Arc<dyn Store>,
 }
 
 /// The configured LLM provider (`openai` or `anthropic`).
@@ -52,9 +52,10 @@ pub fn provider(settings: &Settings) -> Result<Arc<dyn Provider>> {
 /// Opens the data directory and store, recovers from a crash, builds the router.
 pub async fn build(settings: &Settings, token: String) -> Result<App> {
     datadir::ensure_data_dir(&settings.data_dir)?;
-    let store = SqliteStore::open(SqliteOptions::new(settings.db_path()))
+    let store = switchboard_store::open_url(&settings.store_url())
         .await
-        .with_context(|| format!("opening store {}", settings.db_path().display()))?;
+        .with_context(|| format!("opening store {}", settings.store_url_redacted()))?;
+    tracing::info!(store = store.kind(), url = %settings.store_url_redacted(), "store opened");
     let mut agent_config = AgentConfig {
         default_model: settings.model.clone(),
         limits: ToolLimits {
@@ -97,7 +98,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
             .map(|d| Duration::from_secs(d * 86_400)),
         ..EngineConfig::default()
     };
-    let engine = Engine::start(Arc::new(store.clone()), backends, engine_config)
+    let engine = Engine::start(store.clone(), backends, engine_config)
         .await
         .map_err(|e| anyhow::anyhow!("starting engine: {e}"))?;
     let mut server_config = ServerConfig::new(token);

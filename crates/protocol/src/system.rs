@@ -12,4 +12,15 @@ pub struct HealthResponse {
     pub version: String,
     /// Seconds since the server started.
     pub uptime_seconds: u64,
+    /// The store: `{"kind": "sqlite" | "postgres", "status": "ok" | "unavailable"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<ComponentHealth>,
+}
+
+/// One dependency's state in [`HealthResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ComponentHealth {
+    pub kind: String,
+    /// `ok` or `unavailable`.
+    pub status: String,
 }

@@ -118,4 +118,33 @@ pub trait Store: Send + Sync + 'static {
         session_id: Uuid,
         state: Option<&serde_json::Value>,
     ) -> Result<()>;
+
+    // --- the store itself -------------------------------------------------------------------
+
+    /// `sqlite` or `postgres`.
+    fn kind(&self) -> &'static str;
+    /// A round trip to the database (for health checks).
+    async fn ping(&self) -> Result<()>;
+    /// Closes the connections, waiting for those in use.
+    async fn close(&self);
+}
+
+/// Opens the store a URL names: `sqlite://PATH` (or a plain path) or `postgres://…` /
+/// `postgresql://…`.
+pub async fn open_url(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(
+            PostgresStore::open(PostgresOptions::new(url)).await?,
+        ))
+    } else {
+        let path = url.strip_prefix("sqlite://").unwrap_or(url);
+        if path.is_empty() || url.contains("://") && !url.starts_with("sqlite://") {
+            return Err(StoreError::Open(format!(
+                "store URL {url:?}: expected sqlite://PATH or postgres://…"
+            )));
+        }
+        Ok(std::sync::Arc::new(
+            SqliteStore::open(SqliteOptions::new(std::path::Path::new(path))).await?,
+        ))
+    }
 }

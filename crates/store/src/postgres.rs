@@ -293,6 +293,19 @@ impl PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn create_session(&self, s: &SessionRecord) -> Result<()> {
         sqlx::query(
             "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq) \

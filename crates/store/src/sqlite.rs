@@ -243,6 +243,19 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn create_session(&self, s: &SessionRecord) -> Result<()> {
         sqlx::query(
             "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq) \

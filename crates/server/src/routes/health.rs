@@ -3,7 +3,10 @@
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use switchboard_protocol::HealthResponse;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use switchboard_protocol::{ComponentHealth, HealthResponse};
 
 use crate::AppState;
 
@@ -11,13 +14,30 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/health", get(health))
 }
 
-/// Liveness: answers as soon as the server accepts connections.
+/// Health: 200 with `status: "ok"` while the store answers; 503 with `status: "degraded"`
+/// when it does not (so a load balancer stops sending traffic here).
 #[utoipa::path(get, path = "/v1/health", tag = "system",
-    responses((status = 200, description = "Server is up", body = HealthResponse)))]
-pub async fn health(State(state): State<AppState>) -> Json<HealthResponse> {
-    Json(HealthResponse {
-        status: "ok".into(),
+    responses((status = 200, description = "Server and store are up", body = HealthResponse),
+              (status = 503, description = "The store does not answer", body = HealthResponse)))]
+pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
+    let store = state.engine.store();
+    let ok = matches!(
+        tokio::time::timeout(Duration::from_secs(2), store.ping()).await,
+        Ok(Ok(()))
+    );
+    let body = HealthResponse {
+        status: if ok { "ok" } else { "degraded" }.into(),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_seconds: state.started.elapsed().as_secs(),
-    })
+        store: Some(ComponentHealth {
+            kind: store.kind().into(),
+            status: if ok { "ok" } else { "unavailable" }.into(),
+        }),
+    };
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body))
 }
