@@ -115,6 +115,17 @@ impl EventBatch {
 struct SeqState {
     /// Highest seq assigned; `None` until loaded from the store.
     last: Option<u64>,
+    /// Bumped each time `last` is dropped after a conflict with another writer.
+    generation: u64,
+}
+
+/// How many times an append is retried after its seqs collided with another writer's.
+const MAX_SEQ_RETRIES: u32 = 16;
+
+enum AppendError {
+    /// Another writer had the seqs; carries the seq state's generation they came from.
+    Conflict(u64),
+    Other(EngineError),
 }
 
 struct WriteReq {
@@ -180,6 +191,11 @@ impl EventLog {
     }
 
     /// Appends several events of one session atomically, in order.
+    ///
+    /// Another process may append to the same session (several instances sharing one
+    /// database): its seqs make ours collide, which the store reports as a conflict. Then
+    /// the session's last seq is read again from the store and the events get new seqs, so
+    /// seqs stay unique and increasing across every writer.
     pub async fn append_many(
         &self,
         session_id: Uuid,
@@ -194,23 +210,59 @@ impl EventLog {
                 .map_err(|e| EngineError::Internal(format!("encoding event: {e}")))?;
             encoded.push((ev.kind(), Some(ev.run_id()), payload));
         }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.append_once(session_id, &encoded).await {
+                Err(AppendError::Conflict(generation)) if attempt < MAX_SEQ_RETRIES => {
+                    // Only the first of our writers to see the conflict reloads; the others
+                    // retry with the seqs it found.
+                    let state = self.seq_state(session_id);
+                    let mut state = state.lock().await;
+                    if state.generation == generation {
+                        state.last = None;
+                        state.generation += 1;
+                    }
+                }
+                Err(AppendError::Conflict(_)) => {
+                    return Err(EngineError::Internal(format!(
+                        "session {session_id}: event seq kept colliding with another writer"
+                    )));
+                }
+                Err(AppendError::Other(e)) => return Err(e),
+                Ok(seqs) => return Ok(seqs),
+            }
+        }
+    }
+
+    async fn append_once(
+        &self,
+        session_id: Uuid,
+        encoded: &[(&'static str, Option<Uuid>, String)],
+    ) -> Result<Vec<u64>, AppendError> {
         let (done_tx, done_rx) = oneshot::channel();
-        let seqs = {
+        let (seqs, generation) = {
             let state = self.seq_state(session_id);
             let mut state = state.lock().await;
             let last = match state.last {
                 Some(l) => l,
-                None => self.store.event_bounds(session_id).await?.last_seq,
+                None => {
+                    self.store
+                        .event_bounds(session_id)
+                        .await
+                        .map_err(|e| AppendError::Other(e.into()))?
+                        .last_seq
+                }
             };
             let created_at = now_rfc3339();
             let mut batch = Vec::with_capacity(encoded.len());
-            for (i, (kind, run_id, payload)) in encoded.into_iter().enumerate() {
+            for (i, (kind, run_id, payload)) in encoded.iter().enumerate() {
                 batch.push(NewEvent {
                     session_id,
                     seq: last + 1 + i as u64,
-                    run_id,
+                    run_id: *run_id,
                     kind: kind.to_string(),
-                    payload,
+                    payload: payload.clone(),
                     created_at: created_at.clone(),
                 });
             }
@@ -223,14 +275,17 @@ impl EventLog {
                     done: done_tx,
                 })
                 .await
-                .map_err(|_| EngineError::ShuttingDown)?;
-            seqs
+                .map_err(|_| AppendError::Other(EngineError::ShuttingDown))?;
+            (seqs, state.generation)
         };
         match done_rx.await {
             Ok(Ok(())) => Ok(seqs),
-            Ok(Err(StoreError::NotFound(_))) => Err(EngineError::SessionNotFound(session_id)),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(EngineError::ShuttingDown),
+            Ok(Err(StoreError::Conflict(_))) => Err(AppendError::Conflict(generation)),
+            Ok(Err(StoreError::NotFound(_))) => {
+                Err(AppendError::Other(EngineError::SessionNotFound(session_id)))
+            }
+            Ok(Err(e)) => Err(AppendError::Other(e.into())),
+            Err(_) => Err(AppendError::Other(EngineError::ShuttingDown)),
         }
     }
 

@@ -222,3 +222,68 @@ async fn a_subscriber_resuming_inside_a_live_batch_gets_only_the_rest() {
     assert_eq!(seqs, vec![5]);
     assert_eq!(&encoded[..], b"5");
 }
+
+/// Two event logs over one database (two instances of the server): their appends to one
+/// session collide on seqs, and each collision is resolved by reloading the last seq, so
+/// every event is stored once, seqs are 1..=N without a gap, and each writer's events keep
+/// their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_writers_on_one_database_never_reuse_a_seq() {
+    let (dir, store, log_a, id) = setup(64).await;
+    let other = Arc::new(
+        SqliteStore::open_path(&dir.path().join("db"))
+            .await
+            .unwrap(),
+    );
+    let log_b = EventLog::new(other.clone(), 64);
+    const N: usize = 150;
+    let write = |log: EventLog, tag: &'static str| {
+        tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..N {
+                let ev = AgentEvent::TextDelta {
+                    run_id: Uuid::nil(),
+                    delta: format!("{tag}{i}"),
+                };
+                seqs.push(log.append(id, &ev).await.unwrap());
+            }
+            seqs
+        })
+    };
+    let (a, b) = tokio::join!(write(log_a.clone(), "a"), write(log_b.clone(), "b"));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(
+        a.windows(2).all(|p| p[0] < p[1]),
+        "writer a's seqs increase"
+    );
+    assert!(
+        b.windows(2).all(|p| p[0] < p[1]),
+        "writer b's seqs increase"
+    );
+    let stored = store.read_events(id, 0, 10_000).await.unwrap();
+    let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=(2 * N) as u64).collect::<Vec<_>>(),
+        "no gap, no repeat"
+    );
+    let mut all: Vec<u64> = a.iter().chain(b.iter()).copied().collect();
+    all.sort();
+    assert_eq!(all, seqs, "every append got the seq it was stored with");
+    // Each writer's own events are stored in the order it wrote them.
+    for tag in ["a", "b"] {
+        let mine: Vec<usize> = stored
+            .iter()
+            .filter_map(|e| {
+                let v: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+                let d = v["TextDelta"]["delta"].as_str()?.to_string();
+                d.strip_prefix(tag).map(|n| n.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(mine, (0..N).collect::<Vec<_>>(), "{tag}'s order");
+    }
+    assert_eq!(
+        other.event_bounds(id).await.unwrap().last_seq,
+        (2 * N) as u64
+    );
+}
