@@ -277,32 +277,20 @@ impl Relay {
             };
             changes.push(change);
         }
-        self.inner
-            .store
-            .set_bundle_state(bundle, BundleState::Up)
+        let resp = self
+            .conclude(
+                bundle,
+                BundleState::Up,
+                was == BundleState::Down || started,
+                changes,
+            )
             .await?;
-        let (result, reason_code) = if was == BundleState::Down || started {
-            (HostingResult::Hosted, None)
-        } else {
-            (HostingResult::Skipped, Some("already_up".to_string()))
-        };
-        self.inner.audit.record(
-            bundle,
-            "relay.up",
-            json!({"result": result, "members": &changes}),
-        );
         for m in &b.members {
             if self.inner.store.queued_count(bundle, &m.id).await? > 0 {
                 self.ensure_worker(bundle, &m.id).await;
             }
         }
-        Ok(HostingResponse {
-            schema_version: RELAY_SCHEMA_VERSION,
-            bundle: bundle.to_string(),
-            result,
-            reason_code,
-            members: changes,
-        })
+        Ok(resp)
     }
 
     /// Starts one member; Ok(true) when it was started, Ok(false) when it already ran.
@@ -461,26 +449,44 @@ impl Relay {
                 changes.push(change(&m.id, r, None));
             }
         }
-        self.inner
-            .store
-            .set_bundle_state(bundle, BundleState::Down)
-            .await?;
-        let (result, reason_code) = if was == BundleState::Up || stopped_any {
-            (HostingResult::Unhosted, None)
+        self.conclude(
+            bundle,
+            BundleState::Down,
+            was == BundleState::Up || stopped_any,
+            changes,
+        )
+        .await
+    }
+
+    /// Stores the bundle's new state and audits and reports what `up` or `down` did.
+    async fn conclude(
+        &self,
+        bundle: &str,
+        state: BundleState,
+        changed: bool,
+        members: Vec<MemberChange>,
+    ) -> Result<HostingResponse, RelayError> {
+        self.inner.store.set_bundle_state(bundle, state).await?;
+        let (done, skipped, event) = match state {
+            BundleState::Up => (HostingResult::Hosted, "already_up", "relay.up"),
+            BundleState::Down => (HostingResult::Unhosted, "already_down", "relay.down"),
+        };
+        let (result, reason_code) = if changed {
+            (done, None)
         } else {
-            (HostingResult::Skipped, Some("already_down".to_string()))
+            (HostingResult::Skipped, Some(skipped.to_string()))
         };
         self.inner.audit.record(
             bundle,
-            "relay.down",
-            json!({"result": result, "members": &changes}),
+            event,
+            json!({"result": result, "members": &members}),
         );
         Ok(HostingResponse {
             schema_version: RELAY_SCHEMA_VERSION,
             bundle: bundle.to_string(),
             result,
             reason_code,
-            members: changes,
+            members,
         })
     }
 
