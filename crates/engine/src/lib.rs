@@ -7,6 +7,7 @@
 
 pub mod approval;
 mod backend;
+mod bus;
 mod config;
 mod engine;
 mod error;
@@ -16,6 +17,7 @@ mod time;
 
 pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
+pub use bus::EventBus;
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::EngineError;

@@ -134,6 +134,11 @@ struct WriteReq {
 }
 
 type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<SharedBatch>>>>>;
+type BusSlot = Arc<OnceLock<Arc<dyn crate::EventBus>>>;
+
+/// With a bus, a subscription that has heard nothing for this long reads the store, so a
+/// batch the bus lost is seen within about this delay.
+const BUS_POLL: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// The event log: append, subscribe, read.
 #[derive(Clone)]
@@ -148,6 +153,8 @@ pub struct EventLog {
     /// session.
     channels: Channels,
     live_buffer: usize,
+    /// Set once when the instance shares its store with others.
+    bus: BusSlot,
 }
 
 impl EventLog {
@@ -157,13 +164,57 @@ impl EventLog {
     pub fn new(store: Arc<dyn Store>, live_buffer: usize) -> Self {
         let (tx, rx) = mpsc::channel::<WriteReq>(4096);
         let channels: Channels = Arc::default();
-        tokio::spawn(writer_task(store.clone(), rx, channels.clone()));
+        let bus: BusSlot = Arc::default();
+        tokio::spawn(writer_task(
+            store.clone(),
+            rx,
+            channels.clone(),
+            bus.clone(),
+        ));
         Self {
             store,
             writer: tx,
             seqs: Arc::default(),
             channels,
             live_buffer: live_buffer.max(16),
+            bus,
+        }
+    }
+
+    /// Publishes every committed batch on `bus` from now on (set once; later calls are
+    /// ignored), and makes subscriptions check the store when the bus is quiet.
+    pub fn attach_bus(&self, bus: Arc<dyn crate::EventBus>) {
+        let _ = self.bus.set(bus);
+    }
+
+    /// The bus, when one is attached.
+    pub fn bus(&self) -> Option<&Arc<dyn crate::EventBus>> {
+        self.bus.get()
+    }
+
+    /// Delivers a batch another instance committed to this instance's live subscribers
+    /// (if any), and moves the session's seq counter past it. Events must be committed and
+    /// in ascending seq; duplicates and out-of-order batches are harmless.
+    pub fn inject(&self, session_id: Uuid, events: Vec<LogEvent>) {
+        let Some(top) = events.last().map(|e| e.seq) else {
+            return;
+        };
+        if let Some(state) = self
+            .seqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session_id)
+            .cloned()
+            && let Ok(mut s) = state.try_lock()
+            && let Some(last) = s.last
+            && last < top
+        {
+            // Our next append would collide with these: start above them.
+            s.last = Some(top);
+        }
+        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = map.get(&session_id) {
+            let _ = tx.send(SharedBatch::new(events));
         }
     }
 
@@ -340,11 +391,17 @@ impl EventLog {
             last,
             replaying: true,
             pending_gap: gap,
+            poll: self.bus.get().map(|_| BUS_POLL),
         })
     }
 }
 
-async fn writer_task(store: Arc<dyn Store>, mut rx: mpsc::Receiver<WriteReq>, channels: Channels) {
+async fn writer_task(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::Receiver<WriteReq>,
+    channels: Channels,
+    bus: BusSlot,
+) {
     let mut reqs: Vec<WriteReq> = Vec::new();
     while let Some(first) = rx.recv().await {
         let mut n = first.events.len();
@@ -391,6 +448,11 @@ async fn writer_task(store: Arc<dyn Store>, mut rx: mpsc::Receiver<WriteReq>, ch
             }
             let _ = req.done.send(result);
         }
+        if let Some(bus) = bus.get() {
+            for (session_id, events) in &by_session {
+                bus.publish(*session_id, events);
+            }
+        }
         publish(&channels, by_session);
     }
 }
@@ -424,6 +486,8 @@ pub struct Subscription {
     /// Reading from the store (at start and after falling behind).
     replaying: bool,
     pending_gap: Option<GapDetected>,
+    /// With a bus: read the store after this long without a live batch.
+    poll: Option<std::time::Duration>,
 }
 
 impl Subscription {
@@ -451,7 +515,18 @@ impl Subscription {
                 }
                 self.replaying = false;
             }
-            let first = match self.rx.recv().await {
+            let received = match self.poll {
+                None => self.rx.recv().await,
+                Some(p) => match tokio::time::timeout(p, self.rx.recv()).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // Quiet: maybe another instance wrote and the bus lost it.
+                        self.replaying = true;
+                        continue;
+                    }
+                },
+            };
+            let first = match received {
                 Ok(b) => b,
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.replaying = true;
@@ -462,7 +537,7 @@ impl Subscription {
             let mut batch = EventBatch::default();
             let mut taken = 0;
             self.take(&mut batch, &mut taken, first);
-            while taken < LIVE_BATCH {
+            while taken < LIVE_BATCH && !self.replaying {
                 match self.rx.try_recv() {
                     Ok(b) => self.take(&mut batch, &mut taken, b),
                     Err(broadcast::error::TryRecvError::Lagged(_)) => {
@@ -478,9 +553,15 @@ impl Subscription {
         }
     }
 
-    /// Adds the part of a live batch above the last yielded seq.
+    /// Adds the part of a live batch above the last yielded seq. A batch that does not
+    /// follow on (another instance's batch overtook one, or one was lost) is not taken: the
+    /// subscription reads the store instead, where everything published is committed.
     fn take(&mut self, out: &mut EventBatch, taken: &mut usize, b: Arc<SharedBatch>) {
         let start = b.events.partition_point(|e| e.seq <= self.last);
+        if b.events.get(start).is_some_and(|e| e.seq != self.last + 1) {
+            self.replaying = true;
+            return;
+        }
         if let Some(last) = b.events.last() {
             self.last = self.last.max(last.seq);
         }

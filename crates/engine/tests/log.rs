@@ -287,3 +287,71 @@ async fn two_writers_on_one_database_never_reuse_a_seq() {
         (2 * N) as u64
     );
 }
+
+/// A bus between two event logs in one test process; drops every `drop_every`-th batch.
+struct TestBus {
+    peer: std::sync::Mutex<Option<EventLog>>,
+    drop_every: usize,
+    n: std::sync::atomic::AtomicUsize,
+}
+
+impl switchboard_engine::EventBus for TestBus {
+    fn publish(&self, session_id: Uuid, events: &[switchboard_engine::LogEvent]) {
+        let n = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.drop_every > 0 && n % self.drop_every == 0 {
+            return; // lost on the way
+        }
+        if let Some(peer) = self.peer.lock().unwrap().as_ref() {
+            peer.inject(session_id, events.to_vec());
+        }
+    }
+    fn kind(&self) -> &'static str {
+        "test"
+    }
+    fn connected(&self) -> bool {
+        true
+    }
+}
+
+/// Events appended through one instance reach a subscriber on another through the bus, in
+/// order and once each — also when the bus loses batches (the subscriber reads the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_on_another_instance_sees_every_event_once() {
+    for drop_every in [0, 2] {
+        let (dir, _store, log_a, id) = setup(64).await;
+        let other = Arc::new(
+            SqliteStore::open_path(&dir.path().join("db"))
+                .await
+                .unwrap(),
+        );
+        let log_b = EventLog::new(other, 64);
+        let bus = Arc::new(TestBus {
+            peer: std::sync::Mutex::new(Some(log_b.clone())),
+            drop_every,
+            n: Default::default(),
+        });
+        log_a.attach_bus(bus.clone());
+        log_b.attach_bus(Arc::new(TestBus {
+            peer: std::sync::Mutex::new(None),
+            drop_every: 0,
+            n: Default::default(),
+        }));
+        let sub = log_b.subscribe(id, 0).await.unwrap();
+        let reader = tokio::spawn(collect(sub, 200));
+        for i in 0..200 {
+            log_a.append(id, &delta(i)).await.unwrap();
+            if i % 20 == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let seqs = tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("the subscriber on B caught up")
+            .unwrap();
+        assert_eq!(
+            seqs,
+            (1..=200).collect::<Vec<u64>>(),
+            "drop_every {drop_every}"
+        );
+    }
+}
