@@ -298,7 +298,7 @@ struct TestBus {
 impl switchboard_engine::EventBus for TestBus {
     fn publish(&self, session_id: Uuid, events: &[switchboard_engine::LogEvent]) {
         let n = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if self.drop_every > 0 && n % self.drop_every == 0 {
+        if self.drop_every > 0 && n.is_multiple_of(self.drop_every) {
             return; // lost on the way
         }
         if let Some(peer) = self.peer.lock().unwrap().as_ref() {
