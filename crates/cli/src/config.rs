@@ -34,6 +34,18 @@ pub struct FileConfig {
     pub relay: RelaySection,
     #[serde(default)]
     pub store: StoreSection,
+    #[serde(default)]
+    pub bus: BusSection,
+}
+
+/// `[bus]`: event fan-out between instances.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusSection {
+    /// `nats://host:4222` (default: none, one instance).
+    pub url: Option<String>,
+    /// This instance's name on the bus (default: host name and pid).
+    pub instance_id: Option<String>,
 }
 
 /// `[store]`: where sessions, runs and events live.
@@ -222,6 +234,9 @@ pub struct Settings {
     pub relay: RelaySettings,
     /// `sqlite://…` or `postgres://…`; `None` means SQLite in the data directory.
     pub store_url: Option<String>,
+    /// `nats://…`; `None` means a single instance (in-process fan-out only).
+    pub bus_url: Option<String>,
+    pub instance_id: String,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -355,6 +370,10 @@ impl Settings {
         };
         Ok(Self {
             store_url: env("SWITCHBOARD_STORE_URL").or(file.store.url.clone()),
+            bus_url: env("SWITCHBOARD_BUS_URL").or(file.bus.url.clone()),
+            instance_id: env("SWITCHBOARD_INSTANCE_ID")
+                .or(file.bus.instance_id.clone())
+                .unwrap_or_else(default_instance_id),
             relay,
             allowed_hosts,
             config_path: path,
@@ -425,6 +444,17 @@ impl Settings {
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("switchboard.db")
     }
+}
+
+/// The host name and the process id.
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| env("HOSTNAME"))
+        .unwrap_or_else(|| "switchboard".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// `scheme://user:password@host/…` → `scheme://user:***@host/…`.

@@ -38,6 +38,9 @@ enum Command {
         /// the data directory).
         #[arg(long, env = "SWITCHBOARD_STORE_URL")]
         store: Option<String>,
+        /// Event bus joining several instances: nats://host:4222 (default: none).
+        #[arg(long, env = "SWITCHBOARD_BUS_URL")]
+        bus: Option<String>,
     },
     /// List, create, show or delete sessions on a running server.
     #[command(subcommand)]
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
                 listen,
                 data_dir,
                 store,
+                bus,
             } => {
                 let mut settings = config::Settings::load(
                     cli.config.as_deref(),
@@ -114,6 +118,9 @@ fn main() -> ExitCode {
                 )?;
                 if store.is_some() {
                     settings.store_url = store;
+                }
+                if bus.is_some() {
+                    settings.bus_url = bus;
                 }
                 serve::run(settings).await.map(|_| ExitCode::SUCCESS)
             }

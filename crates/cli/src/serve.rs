@@ -101,6 +101,11 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let engine = Engine::start(store.clone(), backends, engine_config)
         .await
         .map_err(|e| anyhow::anyhow!("starting engine: {e}"))?;
+    if let Some(url) = &settings.bus_url {
+        switchboard_bus::NatsBus::start(url, &settings.instance_id, engine.log().clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let mut server_config = ServerConfig::new(token);
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);

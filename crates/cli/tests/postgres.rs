@@ -8,47 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use futures::StreamExt;
-use sqlx::Connection;
 use switchboard_protocol::{CreateSessionRequest, MessageType, SendMessageRequest};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
-
-const URL_VAR: &str = "SWITCHBOARD_TEST_POSTGRES_URL";
-
-/// A fresh database on the test server; dropped at the end.
-struct Db {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Db {
-    async fn create() -> Db {
-        let admin = std::env::var(URL_VAR).unwrap_or_else(|_| {
-            panic!("{URL_VAR} is not set: run the tests with scripts/test (it starts PostgreSQL)")
-        });
-        let name = format!("sb_cli_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        conn.close().await.ok();
-        let base = admin.rsplit_once('/').unwrap().0;
-        let url = format!("{base}/{name}");
-        Db { admin, name, url }
-    }
-
-    async fn drop_now(&self) {
-        let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
-        sqlx::raw_sql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    }
-}
 
 #[tokio::test]
 async fn serve_on_postgres_keeps_sessions_across_a_restart() {

@@ -15,6 +15,10 @@ pub struct HealthResponse {
     /// The store: `{"kind": "sqlite" | "postgres", "status": "ok" | "unavailable"}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<ComponentHealth>,
+    /// The event bus between instances (`{"kind": "nats", "status": "ok" | "unavailable"}`);
+    /// absent for a single instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus: Option<ComponentHealth>,
 }
 
 /// One dependency's state in [`HealthResponse`].

@@ -142,3 +142,45 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+// --- PostgreSQL for the tests that need it ------------------------------------------------
+
+use sqlx::Connection;
+
+const URL_VAR: &str = "SWITCHBOARD_TEST_POSTGRES_URL";
+
+/// A fresh database on the test server; dropped at the end.
+pub struct Db {
+    pub admin: String,
+    pub name: String,
+    pub url: String,
+}
+
+impl Db {
+    pub async fn create() -> Db {
+        let admin = std::env::var(URL_VAR).unwrap_or_else(|_| {
+            panic!("{URL_VAR} is not set: run the tests with scripts/test (it starts PostgreSQL)")
+        });
+        let name = format!("sb_cli_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.ok();
+        let base = admin.rsplit_once('/').unwrap().0;
+        let url = format!("{base}/{name}");
+        Db { admin, name, url }
+    }
+
+    pub async fn drop_now(&self) {
+        let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
+        sqlx::raw_sql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+}

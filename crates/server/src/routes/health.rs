@@ -33,6 +33,11 @@ pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthRe
             kind: store.kind().into(),
             status: if ok { "ok" } else { "unavailable" }.into(),
         }),
+        // A bus that is down costs latency, not correctness: reported, not a 503.
+        bus: state.engine.log().bus().map(|b| ComponentHealth {
+            kind: b.kind().into(),
+            status: if b.connected() { "ok" } else { "unavailable" }.into(),
+        }),
     };
     let code = if ok {
         StatusCode::OK

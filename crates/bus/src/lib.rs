@@ -1,0 +1,220 @@
+//! Event fan-out between Switchboard instances over NATS.
+//!
+//! Every instance publishes the batches it commits on `switchboard.events.<session id>`
+//! (plain core NATS: fast, at most once) with its instance id in a header, and subscribes
+//! to `switchboard.events.*`, injecting the other instances' batches into its own event
+//! log. Core NATS may drop messages (a slow consumer, a reconnect); that is fine here,
+//! because the store is the truth: a subscription that sees a seq gap, or a quiet bus,
+//! reads the store (see `switchboard_engine::EventBus`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use switchboard_engine::{EventBus, EventLog, LogEvent};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+/// Subject prefix of event batches.
+pub const SUBJECT_PREFIX: &str = "switchboard.events";
+/// Header naming the instance that published a batch.
+const INSTANCE_HEADER: &str = "Switchboard-Instance";
+/// Batches waiting to be published; beyond this they are dropped (subscribers elsewhere
+/// catch up from the store).
+const PUBLISH_QUEUE: usize = 8192;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("NATS URL {0:?}: expected nats://host:port")]
+    Url(String),
+    #[error("connecting to NATS at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("subscribing to {SUBJECT_PREFIX}.*: {0}")]
+    Subscribe(String),
+}
+
+/// One event on the wire (the stored form: the payload stays the event's JSON).
+#[derive(Debug, Serialize, Deserialize)]
+struct WireEvent {
+    seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run_id: Option<Uuid>,
+    kind: String,
+    payload: String,
+    created_at: String,
+}
+
+/// The NATS bus of one instance.
+pub struct NatsBus {
+    client: async_nats::Client,
+    queue: mpsc::Sender<(Uuid, Bytes)>,
+}
+
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus").finish_non_exhaustive()
+    }
+}
+
+/// `nats://user:password@host:port` → `nats://user:***@host:port`.
+fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((auth, host)) => match auth.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => url.to_string(),
+            },
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+impl NatsBus {
+    /// Connects (retrying in the background if NATS is not up yet), subscribes, and
+    /// attaches itself to `log`: from then on `log`'s committed batches are published and
+    /// other instances' batches are injected into it.
+    pub async fn start(
+        url: &str,
+        instance_id: &str,
+        log: EventLog,
+    ) -> Result<Arc<NatsBus>, BusError> {
+        if !(url.starts_with("nats://") || url.starts_with("tls://")) {
+            return Err(BusError::Url(redact(url)));
+        }
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("switchboard {instance_id}"))
+            .retry_on_initial_connect()
+            .connection_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect {
+                url: redact(url),
+                message: e.to_string(),
+            })?;
+        let mut sub = client
+            .subscribe(format!("{SUBJECT_PREFIX}.*"))
+            .await
+            .map_err(|e| BusError::Subscribe(e.to_string()))?;
+        let (queue, mut rx) = mpsc::channel::<(Uuid, Bytes)>(PUBLISH_QUEUE);
+        let bus = Arc::new(NatsBus {
+            client: client.clone(),
+            queue,
+        });
+        // Publisher: one task, so batches of a session leave in commit order.
+        let publisher = client.clone();
+        let me = instance_id.to_string();
+        tokio::spawn(async move {
+            while let Some((session, payload)) = rx.recv().await {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(INSTANCE_HEADER, me.as_str());
+                let subject = format!("{SUBJECT_PREFIX}.{session}");
+                if let Err(e) = publisher
+                    .publish_with_headers(subject, headers, payload)
+                    .await
+                {
+                    tracing::debug!(error = %e, "publishing an event batch");
+                }
+            }
+        });
+        // Receiver: other instances' batches into the local log.
+        let me = instance_id.to_string();
+        let inject_into = log.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = sub.next().await {
+                let from_me = msg
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(INSTANCE_HEADER))
+                    .is_some_and(|v| v.as_str() == me);
+                if from_me {
+                    continue;
+                }
+                let Some(session) = msg
+                    .subject
+                    .as_str()
+                    .strip_prefix(SUBJECT_PREFIX)
+                    .and_then(|s| s.strip_prefix('.'))
+                    .and_then(|s| Uuid::parse_str(s).ok())
+                else {
+                    continue;
+                };
+                match serde_json::from_slice::<Vec<WireEvent>>(&msg.payload) {
+                    Ok(events) => inject_into.inject(
+                        session,
+                        events
+                            .into_iter()
+                            .map(|e| LogEvent {
+                                session_id: session,
+                                seq: e.seq,
+                                run_id: e.run_id,
+                                kind: e.kind,
+                                payload: e.payload,
+                                created_at: e.created_at,
+                            })
+                            .collect(),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an event batch from the bus did not parse")
+                    }
+                }
+            }
+            tracing::warn!("the NATS subscription ended");
+        });
+        log.attach_bus(bus.clone());
+        tracing::info!(url = %redact(url), instance = instance_id, "event bus connected");
+        Ok(bus)
+    }
+}
+
+impl EventBus for NatsBus {
+    fn publish(&self, session_id: Uuid, events: &[LogEvent]) {
+        let wire: Vec<WireEvent> = events
+            .iter()
+            .map(|e| WireEvent {
+                seq: e.seq,
+                run_id: e.run_id,
+                kind: e.kind.clone(),
+                payload: e.payload.clone(),
+                created_at: e.created_at.clone(),
+            })
+            .collect();
+        let Ok(bytes) = serde_json::to_vec(&wire) else {
+            return;
+        };
+        if self
+            .queue
+            .try_send((session_id, Bytes::from(bytes)))
+            .is_err()
+        {
+            tracing::debug!(%session_id, "event bus queue full; a batch goes by the store");
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "nats"
+    }
+
+    fn connected(&self) -> bool {
+        matches!(
+            self.client.connection_state(),
+            async_nats::connection::State::Connected
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact("nats://sb:secret@nats.internal:4222"),
+            "nats://sb:***@nats.internal:4222"
+        );
+        assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    }
+}
