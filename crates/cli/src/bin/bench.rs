@@ -3,10 +3,15 @@
 //! (a) events appended durably per second with 1, 100 and 1,000 SSE subscribers reading;
 //! (b) time to replay 100,000 stored events to a reconnecting client;
 //! (c) time from process start to `/v1/health` answering (spawns the real binary);
-//! (d) peak memory with 1,000 subscribers, one of them deliberately slow.
+//! (d) peak memory with 1,000 subscribers, one of them deliberately slow;
+//! (e) several instances (`--only e`): three engines on one PostgreSQL database joined by a
+//!     NATS bus: events appended per second across the three, and cross-instance delivery
+//!     latency (append on one, SSE subscriber on another) at a steady 10,000 events/s.
+//!     Needs `SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench` and
+//!     `nats-server` on the PATH (the bench starts its own).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5]`. Results go to stdout
-//! as Markdown rows for `docs/benchmarks.md`.
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e]`.
+//! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -307,6 +312,178 @@ async fn slow_subscriber_memory(n: u64) -> Result<(f64, f64, f64, f64)> {
     ))
 }
 
+/// A NATS server of the bench's own on a free port; killed when dropped.
+struct BenchNats {
+    url: String,
+    _child: tokio::process::Child,
+}
+
+async fn bench_nats() -> Result<BenchNats> {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let bin = ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or("nats-server");
+    let child = tokio::process::Command::new(bin)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting nats-server")?;
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("nats-server did not start");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(BenchNats {
+        url: format!("nats://127.0.0.1:{port}"),
+        _child: child,
+    })
+}
+
+/// One instance: an engine on the shared PostgreSQL store, on the bus, serving HTTP.
+async fn scale_instance(store_url: &str, bus: &str, name: &str) -> Result<(Engine, String)> {
+    let store = switchboard_store::open_url(store_url).await?;
+    let engine = Engine::start(
+        store,
+        Backends {
+            builtin: Some(Arc::new(NoBackend)),
+            ..Backends::default()
+        },
+        EngineConfig::default(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    switchboard_bus::NatsBus::start(bus, name, engine.log().clone()).await?;
+    let mut cfg = ServerConfig::new(TOKEN);
+    cfg.keepalive = Duration::from_secs(3600);
+    let router = switchboard_server::router(engine.clone(), cfg);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok((engine, url))
+}
+
+/// (e) Three instances: (events/s appended across them, p50 ms, p99 ms cross-instance
+/// delivery at `rate` events/s for `secs` seconds).
+async fn scale(store_url: &str, rate: u64, secs: u64) -> Result<(f64, f64, f64)> {
+    let nats = bench_nats().await?;
+    let mut inst = Vec::new();
+    for name in ["bench-a", "bench-b", "bench-c"] {
+        inst.push(scale_instance(store_url, &nats.url, name).await?);
+    }
+    // Throughput: 64 appenders per instance, each instance on a session of its own.
+    let per = 20_000u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (engine, _) in &inst {
+        let id = session(engine).await?;
+        for a in 0..64u64 {
+            let log = engine.log().clone();
+            tasks.push(tokio::spawn(async move {
+                let mut i = a;
+                while i < per {
+                    log.append(id, &delta(i))
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                    i += 64;
+                }
+                anyhow::Ok(())
+            }));
+        }
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let throughput = (per * inst.len() as u64) as f64 / start.elapsed().as_secs_f64();
+
+    // Latency: append on A at a steady rate, read the SSE stream on B; every event carries
+    // the instant it was appended (one process, one clock).
+    let (a, _) = &inst[0];
+    let (_, b_url) = &inst[1];
+    let id = session(a).await?;
+    let base = Instant::now();
+    let total = rate * secs;
+    let reader = {
+        let url = format!("{b_url}/v1/sessions/{id}/events");
+        let http = http()?;
+        tokio::spawn(async move {
+            let mut resp = http.get(url).bearer_auth(TOKEN).send().await?;
+            let mut buf = Vec::<u8>::new();
+            let mut lat = Vec::with_capacity(total as usize);
+            while (lat.len() as u64) < total {
+                let Some(chunk) = resp.chunk().await? else {
+                    bail!("stream ended");
+                };
+                let now = base.elapsed().as_nanos() as u64;
+                buf.extend_from_slice(&chunk);
+                while let Some(pos) = memchr::memmem::find(&buf, b"\n\n") {
+                    let frame: Vec<u8> = buf.drain(..pos + 2).collect();
+                    // `data: {... "delta":"t=<nanos> "...}`
+                    if let Some(p) = memchr::memmem::find(&frame, b"t=") {
+                        let digits: String = frame[p + 2..]
+                            .iter()
+                            .take_while(|c| c.is_ascii_digit())
+                            .map(|&c| c as char)
+                            .collect();
+                        if let Ok(sent) = digits.parse::<u64>() {
+                            lat.push(now.saturating_sub(sent) as f64 / 1e6);
+                        }
+                    }
+                }
+            }
+            anyhow::Ok(lat)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 10 events every millisecond, each batch appended by its own task (as many runs would).
+    let per_tick = (rate / 1000).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0u64;
+    let mut pending = Vec::new();
+    while sent < total {
+        tick.tick().await;
+        for _ in 0..per_tick {
+            let log = a.log().clone();
+            let stamp = base.elapsed().as_nanos() as u64;
+            pending.push(tokio::spawn(async move {
+                log.append(
+                    id,
+                    &AgentEvent::TextDelta {
+                        run_id: Uuid::nil(),
+                        delta: format!("t={stamp} "),
+                    },
+                )
+                .await
+            }));
+            sent += 1;
+        }
+        if pending.len() > 4096 {
+            for p in pending.drain(..) {
+                p.await?.map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+        }
+    }
+    for p in pending {
+        p.await?.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let mut lat = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .context("the subscriber on B did not get every event")???;
+    lat.sort_by(|x, y| x.total_cmp(y));
+    let pct = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+    Ok((throughput, pct(0.50), pct(0.99)))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -392,6 +569,70 @@ async fn main() -> Result<()> {
         );
         println!("| (d) peak RSS once the slow reader caught up (MiB) | {peak:.1} | |");
         println!("| (d) slow reader (64 KiB chunk / 50 ms) caught up after (s) | {slow:.1} | |");
+    }
+    if want("e") && only.as_deref() == Some("e") {
+        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL")
+            .context("(e) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench")?;
+        let (mut tput, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (t, a, b) = scale(&url, 10_000, 5).await?;
+            tput.push(t);
+            p50.push(a);
+            p99.push(b);
+        }
+        let fmt = |v: &[f64], d: usize| {
+            v.iter()
+                .map(|x| format!("{x:.d$}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "| (e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all | {:.0} | {} |",
+            median(tput.clone()),
+            fmt(&tput, 0)
+        );
+        println!(
+            "| (e) append on A, SSE on B at 10,000 events/s: p50 delivery (ms) | {:.2} | {} |",
+            median(p50.clone()),
+            fmt(&p50, 2)
+        );
+        println!(
+            "| (e) … p99 delivery (ms) | {:.2} | {} |",
+            median(p99.clone()),
+            fmt(&p99, 2)
+        );
+    }
+    if want("e") && only.as_deref() == Some("e") {
+        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL")
+            .context("(e) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench")?;
+        let (mut tput, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (t, a, b) = scale(&url, 10_000, 5).await?;
+            tput.push(t);
+            p50.push(a);
+            p99.push(b);
+        }
+        let fmt = |v: &[f64], d: usize| {
+            v.iter()
+                .map(|x| format!("{x:.d$}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "| (e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all | {:.0} | {} |",
+            median(tput.clone()),
+            fmt(&tput, 0)
+        );
+        println!(
+            "| (e) append on A, SSE on B at 10,000 events/s: p50 delivery (ms) | {:.2} | {} |",
+            median(p50.clone()),
+            fmt(&p50, 2)
+        );
+        println!(
+            "| (e) … p99 delivery (ms) | {:.2} | {} |",
+            median(p99.clone()),
+            fmt(&p99, 2)
+        );
     }
     Ok(())
 }
