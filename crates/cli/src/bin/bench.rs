@@ -335,7 +335,10 @@ async fn bench_nats() -> Result<BenchNats> {
         .spawn()
         .context("starting nats-server")?;
     let start = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         if start.elapsed() > Duration::from_secs(10) {
             bail!("nats-server did not start");
         }
@@ -571,40 +574,9 @@ async fn main() -> Result<()> {
         println!("| (d) slow reader (64 KiB chunk / 50 ms) caught up after (s) | {slow:.1} | |");
     }
     if want("e") && only.as_deref() == Some("e") {
-        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL")
-            .context("(e) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench")?;
-        let (mut tput, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..runs {
-            let (t, a, b) = scale(&url, 10_000, 5).await?;
-            tput.push(t);
-            p50.push(a);
-            p99.push(b);
-        }
-        let fmt = |v: &[f64], d: usize| {
-            v.iter()
-                .map(|x| format!("{x:.d$}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        println!(
-            "| (e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all | {:.0} | {} |",
-            median(tput.clone()),
-            fmt(&tput, 0)
-        );
-        println!(
-            "| (e) append on A, SSE on B at 10,000 events/s: p50 delivery (ms) | {:.2} | {} |",
-            median(p50.clone()),
-            fmt(&p50, 2)
-        );
-        println!(
-            "| (e) … p99 delivery (ms) | {:.2} | {} |",
-            median(p99.clone()),
-            fmt(&p99, 2)
-        );
-    }
-    if want("e") && only.as_deref() == Some("e") {
-        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL")
-            .context("(e) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench")?;
+        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL").context(
+            "(e) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench",
+        )?;
         let (mut tput, mut p50, mut p99) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
             let (t, a, b) = scale(&url, 10_000, 5).await?;
