@@ -312,11 +312,15 @@ async fn send(c: &Client, a: SendArgs) -> Result<ExitCode> {
     let message = match a.message {
         Some(m) => m,
         None => {
-            let mut s = String::new();
+            if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                bail!("no message: give it as an argument or pipe it on stdin");
+            }
+            let mut bytes = Vec::new();
             std::io::stdin()
-                .read_to_string(&mut s)
+                .read_to_end(&mut bytes)
                 .context("reading the message from stdin")?;
-            s
+            // Not UTF-8 (say, a diff of a Latin-1 file): keep what can be read.
+            String::from_utf8_lossy(&bytes).into_owned()
         }
     };
     let req = SendRequest {

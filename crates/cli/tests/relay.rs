@@ -1126,5 +1126,35 @@ asyncio.run(main())
     );
     assert_eq!(v["error"]["is_error"], true);
     assert_eq!(v["error"]["body"]["code"], "validation_unknown_target");
+
+    // The CLI: the message from stdin, --sync, --json.
+    let mut child = tokio::process::Command::new(bin())
+        .args([
+            "relay", "send", "dev", "--from", "builder", "--to", "reviewer", "--sync", "--json",
+        ])
+        .env("SWITCHBOARD_URL", &server.url)
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"piped line one\npiped line two\n")
+            .await
+            .unwrap();
+    }
+    let out = child.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "success", "{r}");
+    assert!(
+        r["request_id"].is_string(),
+        "the CLI sends a request id: {r}"
+    );
+    assert!(read(&lr).contains("piped line one\npiped line two"));
     c.relay_down("dev").await.unwrap();
 }
