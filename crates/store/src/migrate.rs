@@ -18,11 +18,12 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     (4, include_str!("../migrations/sqlite/0004_archive.sql")),
 ];
 
+/// Uses `Executor::execute(raw_sql)` (see [`run_postgres`]) so that `SqliteStore::open`
+/// can be spawned.
 pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
-    sqlx::raw_sql(
+    pool.execute(sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
-    )
-    .execute(pool)
+    ))
     .await
     .map_err(|e| StoreError::Open(format!("creating schema_migrations: {e}")))?;
     let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
@@ -42,8 +43,8 @@ pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
             .begin()
             .await
             .map_err(|e| StoreError::Open(e.to_string()))?;
-        sqlx::raw_sql(sql)
-            .execute(&mut *tx)
+        (&mut *tx)
+            .execute(sqlx::raw_sql(sql))
             .await
             .map_err(|e| StoreError::Open(format!("migration {version}: {e}")))?;
         sqlx::query(

@@ -52,3 +52,15 @@ async fn a_file_that_is_not_a_database_is_a_clear_error() {
         "{err:?}"
     );
 }
+
+/// Opening a store can be spawned onto another task (its future is `Send`).
+#[tokio::test]
+async fn open_can_be_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spawned.db");
+    let store = tokio::spawn(async move { SqliteStore::open_path(&path).await })
+        .await
+        .unwrap()
+        .unwrap();
+    store.close().await;
+}
