@@ -1122,6 +1122,25 @@ impl Relay {
         false
     }
 
+    /// Moves a delivery one state forward; a row that is not in `from` (or a store error)
+    /// fails the attempt instead of acting twice.
+    async fn step(
+        &self,
+        row: &DeliveryRow,
+        from: &str,
+        to: &str,
+    ) -> Result<(), (Outcome, Option<String>, Option<String>)> {
+        let reason = match self.inner.store.advance(row.id, from, to).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => format!(
+                "delivery {} changed state underneath its worker",
+                row.message_id
+            ),
+            Err(e) => e.to_string(),
+        };
+        Err((Outcome::Failed, Some("relay_store".into()), Some(reason)))
+    }
+
     /// One delivery attempt: (outcome, reason code, reason).
     async fn deliver(&self, row: &DeliveryRow) -> (Outcome, Option<String>, Option<String>) {
         let fail =
@@ -1143,23 +1162,8 @@ impl Relay {
             }
             Err(e) => return fail("relay_store", e.to_string()),
         }
-        match self
-            .inner
-            .store
-            .advance(row.id, "queued", "attempting")
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                return fail(
-                    "relay_store",
-                    format!(
-                        "delivery {} changed state underneath its worker",
-                        row.message_id
-                    ),
-                );
-            }
-            Err(e) => return fail("relay_store", e.to_string()),
+        if let Err(failed) = self.step(row, "queued", "attempting").await {
+            return failed;
         }
         match &m.transport {
             Transport::Tmux(t) => {
@@ -1210,15 +1214,8 @@ impl Relay {
                     }
                     Err(e) => return fail(e.code(), e.to_string()),
                 }
-                match self
-                    .inner
-                    .store
-                    .advance(row.id, "attempting", "committing")
-                    .await
-                {
-                    Ok(true) => {}
-                    Ok(false) => return fail("relay_store", "delivery state changed".into()),
-                    Err(e) => return fail("relay_store", e.to_string()),
+                if let Err(failed) = self.step(row, "attempting", "committing").await {
+                    return failed;
                 }
                 match tmux.paste(&m.id, &row.envelope).await {
                     Ok(()) => {
@@ -1257,15 +1254,8 @@ impl Relay {
             }
             Err(e) => return fail("session_unreachable", e.to_string()),
         };
-        match self
-            .inner
-            .store
-            .advance(row.id, "attempting", "committing")
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => return fail("relay_store", "delivery state changed".into()),
-            Err(e) => return fail("relay_store", e.to_string()),
+        if let Err(failed) = self.step(row, "attempting", "committing").await {
+            return failed;
         }
         // A follow-up starts a run at once when the session is idle and queues durably
         // behind the active run otherwise.

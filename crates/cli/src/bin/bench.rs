@@ -50,11 +50,14 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn server() -> Result<Server> {
-    let dir = tempfile::tempdir()?;
-    let store = SqliteStore::open_path(&dir.path().join("bench.db")).await?;
+/// An engine on `store` (joined to a NATS bus as `(url, instance)` when given), serving
+/// the API on a free loopback port.
+async fn serve_engine(
+    store: Arc<dyn switchboard_store::Store>,
+    bus: Option<(&str, &str)>,
+) -> Result<(Engine, String)> {
     let engine = Engine::start(
-        Arc::new(store),
+        store,
         Backends {
             builtin: Some(Arc::new(NoBackend)),
             ..Backends::default()
@@ -63,6 +66,9 @@ async fn server() -> Result<Server> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some((url, instance)) = bus {
+        switchboard_bus::NatsBus::start(url, instance, engine.log().clone()).await?;
+    }
     let mut cfg = ServerConfig::new(TOKEN);
     cfg.keepalive = Duration::from_secs(3600);
     let router = switchboard_server::router(engine.clone(), cfg);
@@ -71,6 +77,13 @@ async fn server() -> Result<Server> {
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;
     });
+    Ok((engine, url))
+}
+
+async fn server() -> Result<Server> {
+    let dir = tempfile::tempdir()?;
+    let store = SqliteStore::open_path(&dir.path().join("bench.db")).await?;
+    let (engine, url) = serve_engine(Arc::new(store), None).await?;
     Ok(Server {
         engine,
         url,
@@ -352,27 +365,11 @@ async fn bench_nats() -> Result<BenchNats> {
 
 /// One instance: an engine on the shared PostgreSQL store, on the bus, serving HTTP.
 async fn scale_instance(store_url: &str, bus: &str, name: &str) -> Result<(Engine, String)> {
-    let store = switchboard_store::open_url(store_url).await?;
-    let engine = Engine::start(
-        store,
-        Backends {
-            builtin: Some(Arc::new(NoBackend)),
-            ..Backends::default()
-        },
-        EngineConfig::default(),
+    serve_engine(
+        switchboard_store::open_url(store_url).await?,
+        Some((bus, name)),
     )
     .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    switchboard_bus::NatsBus::start(bus, name, engine.log().clone()).await?;
-    let mut cfg = ServerConfig::new(TOKEN);
-    cfg.keepalive = Duration::from_secs(3600);
-    let router = switchboard_server::router(engine.clone(), cfg);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    Ok((engine, url))
 }
 
 /// (e) Three instances: (events/s appended across them, p50 ms, p99 ms cross-instance
