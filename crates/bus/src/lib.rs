@@ -12,13 +12,33 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use switchboard_engine::{EventBus, EventLog, LogEvent};
+use switchboard_engine::{ControlReply, ControlRequest, Engine, EventBus, LogEvent};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 /// Subject prefix of event batches.
 pub const SUBJECT_PREFIX: &str = "switchboard.events";
+/// Subject prefix of control requests: `switchboard.control.<instance>` reaches the instance
+/// that executes a run (NATS request/reply).
+pub const CONTROL_PREFIX: &str = "switchboard.control";
+/// How long a forwarded control request waits for the owner's answer.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An instance id as one NATS subject token (no dots, spaces or wildcards).
+fn subject_token(instance: &str) -> String {
+    instance
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
 /// Header naming the instance that published a batch.
 const INSTANCE_HEADER: &str = "Switchboard-Instance";
 /// Batches waiting to be published; beyond this they are dropped (subscribers elsewhere
@@ -74,13 +94,15 @@ fn redact(url: &str) -> String {
 
 impl NatsBus {
     /// Connects (retrying in the background if NATS is not up yet), subscribes, and
-    /// attaches itself to `log`: from then on `log`'s committed batches are published and
-    /// other instances' batches are injected into it.
+    /// attaches itself to `engine`'s log: from then on its committed batches are published,
+    /// other instances' batches are injected into it, and control requests for runs that
+    /// execute here (steering, cancel, approval decisions) are answered.
     pub async fn start(
         url: &str,
         instance_id: &str,
-        log: EventLog,
+        engine: Engine,
     ) -> Result<Arc<NatsBus>, BusError> {
+        let log = engine.log().clone();
         if !(url.starts_with("nats://") || url.starts_with("tls://")) {
             return Err(BusError::Url(redact(url)));
         }
@@ -98,10 +120,43 @@ impl NatsBus {
             .subscribe(format!("{SUBJECT_PREFIX}.*"))
             .await
             .map_err(|e| BusError::Subscribe(e.to_string()))?;
+        let mut control = client
+            .subscribe(format!("{CONTROL_PREFIX}.{}", subject_token(instance_id)))
+            .await
+            .map_err(|e| BusError::Subscribe(e.to_string()))?;
         let (queue, mut rx) = mpsc::channel::<(Uuid, Bytes)>(PUBLISH_QUEUE);
         let bus = Arc::new(NatsBus {
             client: client.clone(),
             queue,
+        });
+        // Control requests: each answered on its own task (a decision must not wait behind
+        // a slow steer).
+        let responder = client.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = control.next().await {
+                let Some(reply_to) = msg.reply.clone() else {
+                    continue;
+                };
+                let (engine, responder) = (engine.clone(), responder.clone());
+                tokio::spawn(async move {
+                    let reply = match serde_json::from_slice::<ControlRequest>(&msg.payload) {
+                        Ok(request) => engine.handle_control(request).await,
+                        Err(e) => ControlReply::Error {
+                            code: switchboard_engine::protocol::ErrorCode::ValidationFailed,
+                            message: format!("control request did not parse: {e}"),
+                        },
+                    };
+                    match serde_json::to_vec(&reply) {
+                        Ok(body) => {
+                            if let Err(e) = responder.publish(reply_to, body.into()).await {
+                                tracing::warn!(error = %e, "answering a control request");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "encoding a control reply"),
+                    }
+                });
+            }
+            tracing::warn!("the NATS control subscription ended");
         });
         // Publisher: one task, so batches of a session leave in commit order.
         let publisher = client.clone();
@@ -203,11 +258,37 @@ impl EventBus for NatsBus {
             async_nats::connection::State::Connected
         )
     }
+
+    fn control<'a>(
+        &'a self,
+        instance: &'a str,
+        request: ControlRequest,
+    ) -> BoxFuture<'a, Result<ControlReply, String>> {
+        Box::pin(async move {
+            let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+            let subject = format!("{CONTROL_PREFIX}.{}", subject_token(instance));
+            let answer =
+                tokio::time::timeout(CONTROL_TIMEOUT, self.client.request(subject, body.into()))
+                    .await
+                    .map_err(|_| format!("no answer within {} s", CONTROL_TIMEOUT.as_secs()))?
+                    .map_err(|e| e.to_string())?;
+            serde_json::from_slice(&answer.payload).map_err(|e| format!("bad answer: {e}"))
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instance_ids_become_one_subject_token() {
+        assert_eq!(
+            subject_token("web-1.example.com-42"),
+            "web-1_example_com-42"
+        );
+        assert_eq!(subject_token("a b*>"), "a_b__");
+    }
 
     #[test]
     fn urls_are_redacted() {

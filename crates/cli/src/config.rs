@@ -55,6 +55,10 @@ pub struct StoreSection {
     /// `sqlite://PATH` or `postgres://user:password@host/db` (default: SQLite in the data
     /// directory).
     pub url: Option<String>,
+    /// How long a run's or a chat connection's lease lasts unrenewed, in milliseconds
+    /// (default 10,000): when an instance dies, others take over its work within about
+    /// this time.
+    pub lease_ms: Option<u64>,
 }
 
 /// `[relay]`: bundles of agents.
@@ -237,6 +241,8 @@ pub struct Settings {
     /// `nats://…`; `None` means a single instance (in-process fan-out only).
     pub bus_url: Option<String>,
     pub instance_id: String,
+    /// Lease length of runs and chat connections (see `[store] lease_ms`).
+    pub lease: std::time::Duration,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -371,6 +377,12 @@ impl Settings {
         Ok(Self {
             store_url: env("SWITCHBOARD_STORE_URL").or(file.store.url.clone()),
             bus_url: env("SWITCHBOARD_BUS_URL").or(file.bus.url.clone()),
+            lease: std::time::Duration::from_millis(
+                env_parse::<u64>("SWITCHBOARD_LEASE_MS")?
+                    .or(file.store.lease_ms)
+                    .unwrap_or(10_000)
+                    .max(500),
+            ),
             instance_id: env("SWITCHBOARD_INSTANCE_ID")
                 .or(file.bus.instance_id.clone())
                 .unwrap_or_else(default_instance_id),

@@ -96,13 +96,18 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         event_retention: settings
             .retention_days
             .map(|d| Duration::from_secs(d * 86_400)),
+        instance_id: settings.instance_id.clone(),
+        run_lease_ttl: settings.lease,
+        // SQLite is one machine's file: this instance is alone on it. On PostgreSQL others
+        // may share the store, so runs are only closed when their leases run out.
+        exclusive: store.kind() == "sqlite",
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)
         .await
         .map_err(|e| anyhow::anyhow!("starting engine: {e}"))?;
     if let Some(url) = &settings.bus_url {
-        switchboard_bus::NatsBus::start(url, &settings.instance_id, engine.log().clone())
+        switchboard_bus::NatsBus::start(url, &settings.instance_id, engine.clone())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::StreamExt;
 use switchboard_protocol::{
-    AgentEvent, CreateSessionRequest, EventEnvelope, MessageType, SendMessageRequest,
+    AgentEvent, CreateSessionRequest, DecisionAction, EventEnvelope, MessageType, PermissionMode,
+    SendMessageRequest, ToolDecision, ToolDecisionsRequest,
 };
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
@@ -75,6 +76,9 @@ impl Nats {
     }
 }
 
+/// Run leases in these tests: short, so that failover is quick.
+const LEASE_MS: &str = "2000";
+
 async fn instance(
     dir: &std::path::Path,
     name: &str,
@@ -90,6 +94,7 @@ async fn instance(
             ("SWITCHBOARD_STORE_URL", db.url.as_str()),
             ("SWITCHBOARD_BUS_URL", url.as_str()),
             ("SWITCHBOARD_INSTANCE_ID", name),
+            ("SWITCHBOARD_LEASE_MS", LEASE_MS),
         ],
     )
     .await
@@ -236,6 +241,394 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    drop((a, b, c));
+    db.drop_now().await;
+}
+
+/// Reads `stream` until `pred` holds for an event; returns everything read, that one last.
+async fn until(
+    stream: &mut switchboard_client::EventStream,
+    what: &str,
+    pred: impl Fn(&AgentEvent) -> bool,
+) -> Vec<(EventEnvelope, Instant)> {
+    let mut out = Vec::new();
+    loop {
+        let env = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .unwrap_or_else(|_| panic!("no {what} within 30 s; saw {out:?}"))
+            .expect("stream ended")
+            .unwrap();
+        let hit = pred(&env.event);
+        out.push((env, Instant::now()));
+        if hit {
+            return out;
+        }
+    }
+}
+
+fn signal(server: &ServerProcess, sig: &str) {
+    let pid = server.pid().expect("the instance runs");
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// An instance dies (SIGKILL) mid-run: a survivor closes the run as interrupted within the
+/// lease, the follow-up queued for the session runs on a survivor, and a client whose
+/// stream was on the dead instance resumes on a survivor with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor() {
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let chunks: Vec<String> = (0..80).map(|i| format!("c{i} ")).collect();
+    let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    llm.push(MockReply::text_slow(&chunks, 250));
+    llm.push(MockReply::text(&["after ", "the crash"]));
+    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
+    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
+    let mut c = instance(dir.path(), "c", &llm, &db, &nats).await;
+
+    let session = client(&a)
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let mut on_a = client(&a).subscribe(session.id, None);
+    let mut on_c = client(&c).subscribe(session.id, None);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The run executes on C, the instance that accepted it.
+    let run = client(&c)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("long job", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let seen_on_c = until(&mut on_c, "text", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
+    // Other instances see it running, and a follow-up sent to B waits for it.
+    let summary = client(&b).get_session(session.id).await.unwrap().session;
+    assert_eq!(summary.active_run_id, Some(run), "B sees C's run");
+    let follow_up = client(&b)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("and then this", MessageType::FollowUp),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let busy = client(&a)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("not now", MessageType::Message),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        busy.to_string().contains("session_already_running")
+            || busy.to_string().contains("active run"),
+        "{busy}"
+    );
+
+    let killed = Instant::now();
+    c.kill().await;
+    // The dead instance's stream ends; A's goes on: the run is closed as interrupted within
+    // the lease (2 s) plus the reaper's period, then the follow-up runs on A or B.
+    let closed = until(&mut on_a, "the run's end", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
+    let failover = closed.last().unwrap().1.duration_since(killed);
+    match &closed.last().unwrap().0.event {
+        AgentEvent::RunError {
+            error, retryable, ..
+        } => {
+            assert!(*retryable);
+            assert!(
+                error.contains("interrupted") && error.contains("instance c"),
+                "{error}"
+            );
+        }
+        other => panic!("expected RunError, got {other:?}"),
+    }
+    assert!(
+        failover < Duration::from_millis(2000 * 2 + 1000),
+        "closed {failover:?} after the kill"
+    );
+    eprintln!("run failover after SIGKILL: {failover:?}");
+    let next = until(&mut on_a, "the follow-up's end", |e| {
+        e.is_terminal() && e.run_id() == follow_up
+    })
+    .await;
+    assert!(next.iter().any(|(e, _)| matches!(&e.event,
+        AgentEvent::RunStarted { run_id, .. } if *run_id == follow_up)));
+    assert!(matches!(
+        next.last().unwrap().0.event,
+        AgentEvent::RunCompleted { .. }
+    ));
+    let text: String = next
+        .iter()
+        .filter_map(|(e, _)| match &e.event {
+            AgentEvent::TextDelta { delta, .. } => Some(delta.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "after the crash");
+
+    // The client that followed C reconnects to B from the last id it saw: no gap, no repeat.
+    let mut last = seen_on_c.last().unwrap().0.id;
+    while let Ok(Some(Ok(env))) =
+        tokio::time::timeout(Duration::from_millis(200), on_c.next()).await
+    {
+        assert_eq!(env.id, last + 1);
+        last = env.id;
+    }
+    let mut resumed = client(&b).subscribe(session.id, Some(last));
+    let rest = until(&mut resumed, "the follow-up's end", |e| {
+        e.is_terminal() && e.run_id() == follow_up
+    })
+    .await;
+    check_contiguous(&rest, last + 1);
+    let all = client(&b).get_session(session.id).await.unwrap().session;
+    assert_eq!(all.active_run_id, None);
+    assert_eq!(rest.last().unwrap().0.id, all.last_event_id);
+    drop((a, b, c));
+    db.drop_now().await;
+}
+
+/// A paused instance (SIGSTOP) loses its run to a survivor; when it wakes up (SIGCONT) its
+/// late writes carry a stale fencing token and are refused: the log has nothing of the run
+/// after the survivor closed it. The woken instance goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_instance_s_stale_writes_are_refused() {
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let chunks: Vec<String> = (0..60).map(|i| format!("p{i} ")).collect();
+    let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    llm.push(MockReply::text_slow(&chunks, 100));
+    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
+    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
+    let c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let session = client(&a)
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let mut on_a = client(&a).subscribe(session.id, None);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let run = client(&c)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("pause me", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    until(&mut on_a, "text", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
+    signal(&c, "-STOP");
+    let closed = until(&mut on_a, "the run's end", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
+    let closed_at = closed.last().unwrap().0.id;
+    assert!(
+        matches!(
+            &closed.last().unwrap().0.event,
+            AgentEvent::RunError {
+                retryable: true,
+                ..
+            }
+        ),
+        "{:?}",
+        closed.last()
+    );
+    // The mock model kept streaming into C's socket meanwhile: C has chunks to write.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    signal(&c, "-CONT");
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let mut after = client(&b).subscribe(session.id, Some(closed_at));
+    let mut log = Vec::new();
+    while let Ok(Some(Ok(env))) =
+        tokio::time::timeout(Duration::from_millis(1000), after.next()).await
+    {
+        log.push(env);
+    }
+    assert!(
+        log.iter().all(|e| e.event.run_id() != run),
+        "nothing of the taken-over run after it was closed: {log:?}"
+    );
+    let logs = c.logs();
+    assert!(
+        logs.contains("fenced") || logs.contains("lease lost"),
+        "C noticed it lost the run:\n{logs}"
+    );
+    // C serves on, and runs new work under a new lease.
+    llm.push(MockReply::text(&["awake"]));
+    let mut on_b = client(&b).subscribe(session.id, Some(closed_at));
+    let again = client(&c)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("again", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let events = until_end(&mut on_b, again).await;
+    assert!(matches!(
+        events.last().unwrap().0.event,
+        AgentEvent::RunCompleted { .. }
+    ));
+    drop((a, b, c));
+    db.drop_now().await;
+}
+
+/// Steering, approval decisions, pending calls and cancel work whichever instance receives
+/// them: they are forwarded over the bus to the instance that executes the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    llm.push(MockReply::tool_call(
+        "call_1",
+        "run_command",
+        serde_json::json!({"command": "echo approved-elsewhere"}),
+    ));
+    llm.push(MockReply::text(&["done"]));
+    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
+    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
+    let c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let session = client(&a)
+        .create_session(&CreateSessionRequest {
+            cwd: Some(ws.path().to_string_lossy().into_owned()),
+            permission_mode: Some(PermissionMode::WorkspaceWrite),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap();
+    let mut on_a = client(&a).subscribe(session.id, None);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let run = client(&c)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("run it", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    until(&mut on_a, "the approval request", |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    // B sees the pending call (C holds it), and A's steering reaches C's run.
+    let pending = client(&b).pending_tools(session.id).await.unwrap();
+    assert_eq!(pending.run_id, Some(run));
+    assert_eq!(pending.tool_calls.len(), 1);
+    assert_eq!(pending.tool_calls[0].id, "call_1");
+    let summary = client(&a).get_session(session.id).await.unwrap().session;
+    assert_eq!(summary.pending_approvals, 1);
+    let steered = client(&a)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("mind the tests", MessageType::Steering),
+        )
+        .await
+        .unwrap();
+    assert_eq!(steered.run_id, run);
+    // A wrong run id is refused by C with the usual code, relayed as is.
+    let wrong = client(&b)
+        .decide_tools(
+            session.id,
+            &ToolDecisionsRequest {
+                run_id: uuid::Uuid::now_v7(),
+                decisions: [(
+                    "call_1".to_string(),
+                    ToolDecision {
+                        action: DecisionAction::Accept,
+                        content: None,
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        wrong.to_string().contains("run_mismatch")
+            || wrong.to_string().contains("not the active run"),
+        "{wrong}"
+    );
+    let accepted = client(&b)
+        .decide_tools(
+            session.id,
+            &ToolDecisionsRequest {
+                run_id: run,
+                decisions: [(
+                    "call_1".to_string(),
+                    ToolDecision {
+                        action: DecisionAction::Accept,
+                        content: None,
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(accepted.accepted);
+    let rest = until(&mut on_a, "the run's end", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
+    assert!(rest.iter().any(|(e, _)| matches!(&e.event,
+        AgentEvent::SteeringReceived { content, .. } if content == "mind the tests")));
+    assert!(rest.iter().any(|(e, _)| matches!(&e.event,
+        AgentEvent::ToolExecutionCompleted { result, is_error: false, .. } if result.contains("approved-elsewhere"))));
+    assert!(matches!(
+        rest.last().unwrap().0.event,
+        AgentEvent::RunCompleted { .. }
+    ));
+
+    // Cancel from A of a run executing on C.
+    let chunks: Vec<String> = (0..100).map(|i| format!("x{i} ")).collect();
+    let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    llm.push(MockReply::text_slow(&chunks, 100));
+    let run = client(&c)
+        .send_message(
+            session.id,
+            &SendMessageRequest::user("long", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    until(&mut on_a, "text", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
+    client(&a).cancel(session.id, run).await.unwrap();
+    let end = until(&mut on_a, "the cancelled run's end", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
+    assert!(matches!(
+        &end.last().unwrap().0.event,
+        AgentEvent::RunCompleted { stop_reason, .. } if stop_reason == "cancelled"
+    ));
     drop((a, b, c));
     db.drop_now().await;
 }

@@ -13,7 +13,7 @@ use switchboard_protocol::{
     AgentEvent, AutoApprove, AutoApproveKeyword, DecisionAction, PermissionMode, ToolCall,
     ToolDecision,
 };
-use switchboard_store::{ApprovalRecord, Store};
+use switchboard_store::{ApprovalRecord, Lease, Store};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -248,6 +248,8 @@ pub(crate) struct GateScope<'a> {
     pub timeout: Duration,
     pub log: &'a EventLog,
     pub store: &'a Arc<dyn Store>,
+    /// The run's lease: every event is written under it.
+    pub fence: Option<&'a Lease>,
     pub approvals: &'a Approvals,
     pub cancel: &'a CancellationToken,
 }
@@ -259,13 +261,14 @@ async fn emit_rejected(
 ) -> Result<(), EngineError> {
     scope
         .log
-        .append(
+        .append_fenced(
             scope.session_id,
             &AgentEvent::ToolRejected {
                 run_id: scope.run_id,
                 tool_call_id: call.id.clone(),
                 reason: reason.to_string(),
             },
+            scope.fence,
         )
         .await?;
     Ok(())
@@ -290,12 +293,13 @@ pub(crate) async fn propose(
     }
     scope
         .log
-        .append(
+        .append_fenced(
             scope.session_id,
             &AgentEvent::ToolCallsProposed {
                 run_id: scope.run_id,
                 tool_calls: calls.iter().map(|(c, _)| c.clone()).collect(),
             },
+            scope.fence,
         )
         .await?;
     let mut out = Vec::with_capacity(calls.len());
@@ -351,12 +355,13 @@ pub(crate) async fn ask(
     let waited = async {
         scope
             .log
-            .append(
+            .append_fenced(
                 session_id,
                 &AgentEvent::WaitingForToolApproval {
                     run_id,
                     tool_call_ids: calls.iter().map(|c| c.id.clone()).collect(),
                 },
+                scope.fence,
             )
             .await?;
         tracing::info!(%session_id, %run_id, calls = calls.len(), "waiting for tool approval");

@@ -11,7 +11,7 @@ use switchboard_protocol::{
     AgentEvent, AutoApprove, BackendSpec, ContextItem, ContextPriority, PermissionMode, Role,
     SessionConfig, SteeringDelivery, ToolCall, TranscriptMessage, Usage,
 };
-use switchboard_store::{MessageRecord, Store};
+use switchboard_store::{Lease, MessageRecord, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -164,6 +164,8 @@ pub struct RunHandle {
     pub(crate) run_id: Uuid,
     pub(crate) log: EventLog,
     pub(crate) store: Arc<dyn Store>,
+    /// The run's lease: events and transcript messages are written under it.
+    pub(crate) fence: Option<Lease>,
     pub(crate) steering: mpsc::UnboundedReceiver<String>,
     pub(crate) mode: PermissionMode,
     pub(crate) auto_approve: AutoApprove,
@@ -179,7 +181,9 @@ impl RunHandle {
 
     /// Appends an event to the session's log (durably) and returns its seq.
     pub async fn emit(&self, event: AgentEvent) -> Result<u64, EngineError> {
-        self.log.append(self.session_id, &event).await
+        self.log
+            .append_fenced(self.session_id, &event, self.fence.as_ref())
+            .await
     }
 
     /// Appends a message to the transcript.
@@ -203,6 +207,7 @@ impl RunHandle {
             timeout: self.approval_timeout,
             log: &self.log,
             store: &self.store,
+            fence: self.fence.as_ref(),
             approvals: &self.approvals,
             cancel: &self.cancel,
         }
@@ -361,17 +366,20 @@ impl RunHandle {
             )
         };
         self.store
-            .append_message(&MessageRecord {
-                id: Uuid::now_v7(),
-                session_id: self.session_id,
-                run_id: Some(self.run_id),
-                role: role.as_str().into(),
-                content: content.into(),
-                tool_calls,
-                tool_call_id: tool_call_id.map(str::to_string),
-                is_error,
-                created_at: now_rfc3339(),
-            })
+            .append_message(
+                &MessageRecord {
+                    id: Uuid::now_v7(),
+                    session_id: self.session_id,
+                    run_id: Some(self.run_id),
+                    role: role.as_str().into(),
+                    content: content.into(),
+                    tool_calls,
+                    tool_call_id: tool_call_id.map(str::to_string),
+                    is_error,
+                    created_at: now_rfc3339(),
+                },
+                self.fence.as_ref(),
+            )
             .await?;
         Ok(())
     }

@@ -7,9 +7,59 @@
 //! for a while) reads the store, so a lost or reordered message costs latency, never an
 //! event.
 
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use switchboard_protocol::{
+    ErrorCode, PendingToolsResponse, ToolDecisionsRequest, ToolDecisionsResponse,
+};
 use uuid::Uuid;
 
 use crate::LogEvent;
+
+/// A request for the instance that executes a session's run: a run's steering channel,
+/// cancel token and pending approval live in that instance's memory, so an API call that
+/// reached another instance is forwarded there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControlRequest {
+    Steer {
+        session_id: Uuid,
+        run_id: Option<Uuid>,
+        content: String,
+    },
+    Cancel {
+        session_id: Uuid,
+        run_id: Uuid,
+    },
+    Decide {
+        session_id: Uuid,
+        request: ToolDecisionsRequest,
+    },
+    Pending {
+        session_id: Uuid,
+    },
+}
+
+/// The owner's answer to a [`ControlRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ControlReply {
+    Steered {
+        run_id: Uuid,
+    },
+    Cancelled,
+    Decided {
+        response: ToolDecisionsResponse,
+    },
+    Pending {
+        response: PendingToolsResponse,
+    },
+    /// The owner refused: the same code and message it would have answered itself.
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
 
 /// Carries committed batches to the other instances.
 pub trait EventBus: Send + Sync + 'static {
@@ -21,4 +71,11 @@ pub trait EventBus: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
     /// Whether the bus is connected now.
     fn connected(&self) -> bool;
+    /// Sends a control request to `instance` and waits (bounded) for its reply. `Err` with a
+    /// reason when the instance cannot be reached.
+    fn control<'a>(
+        &'a self,
+        instance: &'a str,
+        request: ControlRequest,
+    ) -> BoxFuture<'a, Result<ControlReply, String>>;
 }

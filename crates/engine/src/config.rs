@@ -19,6 +19,14 @@ pub struct EngineConfig {
     pub live_buffer: usize,
     /// How long a tool call waits for a human decision before it is rejected.
     pub approval_timeout: Duration,
+    /// This instance's name in the shared store: the holder of its runs' leases.
+    pub instance_id: String,
+    /// How long a run's lease lasts unrenewed. It is renewed every third of this; when the
+    /// instance dies, another closes its runs within about this time (plus a quarter).
+    pub run_lease_ttl: Duration,
+    /// This instance is the only one using the store (SQLite): at start it closes every run
+    /// left running at once instead of waiting for their leases to run out.
+    pub exclusive: bool,
 }
 
 impl Default for EngineConfig {
@@ -31,6 +39,9 @@ impl Default for EngineConfig {
             event_retention: None,
             live_buffer: 256,
             approval_timeout: Duration::from_secs(900),
+            instance_id: format!("local-{}", std::process::id()),
+            run_lease_ttl: Duration::from_secs(10),
+            exclusive: true,
         }
     }
 }

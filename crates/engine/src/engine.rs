@@ -11,7 +11,7 @@ use switchboard_protocol::{
     SteeringDelivery, ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage, Usage,
 };
 use switchboard_store::{
-    MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store,
+    Lease, MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store, StoreError,
 };
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::approval::Approvals;
 use crate::backend::{Backends, RunContext, RunHandle, RunInput};
+use crate::bus::{ControlReply, ControlRequest};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::log::{EventLog, Subscription};
@@ -33,9 +34,21 @@ const MAX_CONTENT: usize = 1 << 20;
 /// A run that is executing in this process.
 struct ActiveRun {
     run_id: Uuid,
+    /// The run's lease in the store, renewed while it runs.
+    lease: Lease,
+    /// Fires when the lease could not be renewed because another instance took the run
+    /// over: the run stops without writing anything more.
+    lost: CancellationToken,
     cancel: CancellationToken,
     steering: mpsc::UnboundedSender<String>,
     task: Option<JoinHandle<()>>,
+}
+
+/// Runs and approvals by session, read from the store.
+#[derive(Default)]
+struct SharedState {
+    running: HashMap<Uuid, Uuid>,
+    approvals: HashMap<Uuid, u32>,
 }
 
 /// The engine. Cheap to clone; all clones share state.
@@ -88,78 +101,26 @@ impl Engine {
         if let Some(retention) = engine.inner.config.event_retention {
             tokio::spawn(prune_loop(engine.clone(), retention));
         }
+        tokio::spawn(renew_loop(engine.clone()));
+        tokio::spawn(reap_loop(engine.clone()));
         Ok(engine)
     }
 
+    /// Start-up. Alone on the store (`exclusive`), every run left running is closed at once
+    /// and stored follow-ups start. Sharing it, runs are only closed when their lease runs
+    /// out ([`Engine::reap`]), since another instance may be executing them.
     async fn recover(&self) -> Result<(), EngineError> {
-        let store = &self.inner.store;
-        // Approvals left waiting: their calls are rejected (never run). Only for runs still
-        // marked running, and only calls without a result yet: a stale row (a failed
-        // delete, a crash halfway through this loop) must not answer a call twice.
-        for a in store.list_approvals().await? {
-            let running = store
-                .get_run(a.run_id)
-                .await?
-                .is_some_and(|r| r.state == RunState::Running);
-            if running {
-                let calls: Vec<switchboard_protocol::ToolCall> =
-                    serde_json::from_value(a.tool_calls.clone()).unwrap_or_default();
-                let answered = self.answered_calls(a.session_id).await?;
-                tracing::warn!(session_id = %a.session_id, run_id = %a.run_id, calls = calls.len(), "rejecting tool calls whose approval a restart interrupted");
-                for call in calls.iter().filter(|c| !answered.contains(&c.id)) {
-                    let event = AgentEvent::ToolRejected {
-                        run_id: a.run_id,
-                        tool_call_id: call.id.clone(),
-                        reason: "interrupted by restart".into(),
-                    };
-                    self.close_call(a.session_id, a.run_id, call, event).await?;
-                }
-            }
-            store.delete_approval(a.session_id, a.run_id).await?;
+        if !self.inner.config.exclusive {
+            return self.reap().await;
         }
+        let store = &self.inner.store;
         for run in store.runs_in_state(RunState::Running).await? {
-            // Calls that were running when the process died get an error result, so the
-            // next request to the model has no unanswered call.
-            let answered = self.answered_calls(run.session_id).await?;
-            let (msgs, _) = store.list_messages(run.session_id, u32::MAX, 0).await?;
-            let open: Vec<switchboard_protocol::ToolCall> = msgs
-                .iter()
-                .filter(|m| m.run_id == Some(run.id))
-                .map(transcript_message)
-                .flat_map(|m| m.tool_calls)
-                .filter(|c| !answered.contains(&c.id))
-                .collect();
-            for call in &open {
-                let event = AgentEvent::ToolExecutionCompleted {
-                    run_id: run.id,
-                    tool_call_id: call.id.clone(),
-                    result: "interrupted by restart: no result was recorded".into(),
-                    is_error: true,
-                };
-                self.close_call(run.session_id, run.id, call, event).await?;
-            }
-            let error = "interrupted by restart".to_string();
-            tracing::warn!(run_id = %run.id, session_id = %run.session_id, "closing run interrupted by restart");
-            store
-                .finish_run(
-                    run.id,
-                    &RunOutcome::Failed {
-                        error: error.clone(),
-                    },
-                    &now_rfc3339(),
-                )
+            self.close_interrupted(&run, None, "interrupted by restart")
                 .await?;
-            self.inner
-                .log
-                .append(
-                    run.session_id,
-                    &AgentEvent::RunError {
-                        run_id: run.id,
-                        error,
-                        retryable: true,
-                    },
-                )
-                .await?;
+        }
+        // Approvals whose run is over: a stale row (a failed delete) must not linger.
+        for a in store.list_approvals().await? {
+            store.delete_approval(a.session_id, a.run_id).await?;
         }
         let mut sessions: Vec<Uuid> = store
             .runs_in_state(RunState::Queued)
@@ -176,6 +137,152 @@ impl Engine {
         Ok(())
     }
 
+    /// Closes a run whose executor is gone (a restart, a dead instance) with a retryable
+    /// `RunError`: its pending approval is rejected (the calls never run) and calls that
+    /// were running get an error result, so the next request to the model has no
+    /// unanswered call. Only calls without a result yet: a stale row must not answer a call
+    /// twice. With `fence`, every write is made under the lease taken over.
+    async fn close_interrupted(
+        &self,
+        run: &RunRecord,
+        fence: Option<&Lease>,
+        why: &str,
+    ) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let (session_id, run_id) = (run.session_id, run.id);
+        let answered = self.answered_calls(session_id).await?;
+        if let Some(a) = store.get_approval(session_id).await?
+            && a.run_id == run_id
+        {
+            let calls: Vec<switchboard_protocol::ToolCall> =
+                serde_json::from_value(a.tool_calls.clone()).unwrap_or_default();
+            tracing::warn!(%session_id, %run_id, calls = calls.len(), "rejecting tool calls whose approval was interrupted");
+            for call in calls.iter().filter(|c| !answered.contains(&c.id)) {
+                let event = AgentEvent::ToolRejected {
+                    run_id,
+                    tool_call_id: call.id.clone(),
+                    reason: why.to_string(),
+                };
+                self.close_call(session_id, run_id, call, event, fence, why)
+                    .await?;
+            }
+            store.delete_approval(session_id, run_id).await?;
+        }
+        let answered = self.answered_calls(session_id).await?;
+        let (msgs, _) = store.list_messages(session_id, u32::MAX, 0).await?;
+        let open: Vec<switchboard_protocol::ToolCall> = msgs
+            .iter()
+            .filter(|m| m.run_id == Some(run_id))
+            .map(transcript_message)
+            .flat_map(|m| m.tool_calls)
+            .filter(|c| !answered.contains(&c.id))
+            .collect();
+        for call in &open {
+            let event = AgentEvent::ToolExecutionCompleted {
+                run_id,
+                tool_call_id: call.id.clone(),
+                result: format!("{why}: no result was recorded"),
+                is_error: true,
+            };
+            self.close_call(session_id, run_id, call, event, fence, why)
+                .await?;
+        }
+        tracing::warn!(%run_id, %session_id, reason = why, "closing an interrupted run");
+        let error = why.to_string();
+        store
+            .finish_run(
+                run_id,
+                &RunOutcome::Failed {
+                    error: error.clone(),
+                },
+                &now_rfc3339(),
+                fence,
+            )
+            .await?;
+        // After the run is closed (and its lease gone): nobody else writes for it any more.
+        self.inner
+            .log
+            .append(
+                session_id,
+                &AgentEvent::RunError {
+                    run_id,
+                    error,
+                    retryable: true,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// One pass of the reaper: runs whose lease ran out (their instance died or hangs) are
+    /// taken over and closed, and follow-ups waiting in a session with no running run (their
+    /// instance died before starting them) start here.
+    pub async fn reap(&self) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let me = self.inner.config.instance_id.as_str();
+        for expired in store.expired_leases("run:").await? {
+            let Some(run_id) = expired.run_id() else {
+                continue;
+            };
+            // Our own lease running out while the run is here means a late renewal: the
+            // renewal loop decides, not the reaper.
+            if expired.holder == me && self.is_local_run(run_id) {
+                continue;
+            }
+            let Some(lease) = store
+                .take_over_lease(&expired, me, self.inner.config.run_lease_ttl)
+                .await?
+            else {
+                continue;
+            };
+            match store.get_run(run_id).await? {
+                Some(run) if run.state == RunState::Running => {
+                    let lock = self.session_lock(run.session_id);
+                    let _guard = lock.lock().await;
+                    let holder = if expired.holder.is_empty() {
+                        "an earlier version".to_string()
+                    } else {
+                        expired.holder.clone()
+                    };
+                    let why =
+                        format!("interrupted: instance {holder} stopped renewing the run's lease");
+                    match self.close_interrupted(&run, Some(&lease), &why).await {
+                        Ok(()) | Err(EngineError::Store(StoreError::Fenced(_))) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                _ => {
+                    store.release_lease(&lease).await?;
+                }
+            }
+        }
+        let mut sessions: Vec<Uuid> = store
+            .runs_in_state(RunState::Queued)
+            .await?
+            .iter()
+            .map(|r| r.session_id)
+            .collect();
+        sessions.dedup();
+        for session_id in sessions {
+            if self.active_run_id(session_id).is_some()
+                || store.active_run(session_id).await?.is_some()
+            {
+                continue;
+            }
+            let lock = self.session_lock(session_id);
+            let _guard = lock.lock().await;
+            if self.active_run_id(session_id).is_none() {
+                self.start_next_queued(session_id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn is_local_run(&self, run_id: Uuid) -> bool {
+        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().any(|a| a.run_id == run_id)
+    }
+
     /// Ids of the session's tool calls that have a result in the transcript.
     async fn answered_calls(
         &self,
@@ -189,28 +296,36 @@ impl Engine {
         Ok(msgs.into_iter().filter_map(|m| m.tool_call_id).collect())
     }
 
-    /// Gives a call an "interrupted by restart" error result: the event, then the message.
+    /// Gives a call of an interrupted run an error result: the event, then the message.
     async fn close_call(
         &self,
         session_id: Uuid,
         run_id: Uuid,
         call: &switchboard_protocol::ToolCall,
         event: AgentEvent,
+        fence: Option<&Lease>,
+        why: &str,
     ) -> Result<(), EngineError> {
-        self.inner.log.append(session_id, &event).await?;
+        self.inner
+            .log
+            .append_fenced(session_id, &event, fence)
+            .await?;
         self.inner
             .store
-            .append_message(&MessageRecord {
-                id: Uuid::now_v7(),
-                session_id,
-                run_id: Some(run_id),
-                role: Role::Tool.as_str().into(),
-                content: "The tool call was not run to completion: interrupted by restart".into(),
-                tool_calls: None,
-                tool_call_id: Some(call.id.clone()),
-                is_error: true,
-                created_at: now_rfc3339(),
-            })
+            .append_message(
+                &MessageRecord {
+                    id: Uuid::now_v7(),
+                    session_id,
+                    run_id: Some(run_id),
+                    role: Role::Tool.as_str().into(),
+                    content: format!("The tool call was not run to completion: {why}"),
+                    tool_calls: None,
+                    tool_call_id: Some(call.id.clone()),
+                    is_error: true,
+                    created_at: now_rfc3339(),
+                },
+                fence,
+            )
             .await?;
         Ok(())
     }
@@ -300,11 +415,46 @@ impl Engine {
         };
         self.inner.store.create_session(&record).await?;
         tracing::info!(session_id = %record.id, "session created");
-        Ok(self.summary(&record))
+        Ok(self.summary(&record, None))
     }
 
-    fn summary(&self, r: &SessionRecord) -> SessionSummary {
-        let active = self.active_run_id(r.id);
+    /// Sharing the store, which sessions run and wait for approvals is in the store (the run
+    /// may be on another instance): one session's, or everyone's. `None` when alone, where
+    /// this instance's memory is the whole truth.
+    async fn shared_state(
+        &self,
+        session: Option<Uuid>,
+    ) -> Result<Option<SharedState>, EngineError> {
+        if self.inner.config.exclusive {
+            return Ok(None);
+        }
+        let store = &self.inner.store;
+        let mut out = SharedState::default();
+        let (running, approvals) = match session {
+            Some(id) => (
+                store.active_run(id).await?.into_iter().collect(),
+                store.get_approval(id).await?.into_iter().collect(),
+            ),
+            None => (
+                store.runs_in_state(RunState::Running).await?,
+                store.list_approvals().await?,
+            ),
+        };
+        for r in running {
+            out.running.insert(r.session_id, r.id);
+        }
+        for a in approvals {
+            let n = a.tool_calls.as_array().map_or(0, |v| v.len() as u32);
+            out.approvals.insert(a.session_id, n);
+        }
+        Ok(Some(out))
+    }
+
+    fn summary(&self, r: &SessionRecord, shared: Option<&SharedState>) -> SessionSummary {
+        let active = match shared {
+            Some(s) => s.running.get(&r.id).copied(),
+            None => self.active_run_id(r.id),
+        };
         SessionSummary {
             id: r.id,
             title: r.title.clone(),
@@ -320,12 +470,11 @@ impl Engine {
             last_event_id: r.last_seq,
             backend: session_config(r).ok().map(|c| c.backend),
             archived: r.archived_at.is_some(),
-            pending_approvals: self
-                .inner
-                .approvals
-                .pending(r.id)
-                .map(|(_, calls)| calls.len() as u32)
-                .unwrap_or(0),
+            pending_approvals: match (self.inner.approvals.pending(r.id), shared) {
+                (Some((_, calls)), _) => calls.len() as u32,
+                (None, Some(s)) => s.approvals.get(&r.id).copied().unwrap_or(0),
+                (None, None) => 0,
+            },
         }
     }
 
@@ -342,7 +491,8 @@ impl Engine {
         id: Uuid,
     ) -> Result<(SessionSummary, SessionConfig), EngineError> {
         let r = self.record(id).await?;
-        Ok((self.summary(&r), session_config(&r)?))
+        let shared = self.shared_state(Some(r.id)).await?;
+        Ok((self.summary(&r, shared.as_ref()), session_config(&r)?))
     }
 
     /// A page of sessions, newest first: archived ones or the others.
@@ -357,7 +507,13 @@ impl Engine {
             .store
             .list_sessions(limit, offset, archived)
             .await?;
-        Ok((rows.iter().map(|r| self.summary(r)).collect(), total))
+        let shared = self.shared_state(None).await?;
+        Ok((
+            rows.iter()
+                .map(|r| self.summary(r, shared.as_ref()))
+                .collect(),
+            total,
+        ))
     }
 
     /// Renames, archives or unarchives a session.
@@ -384,7 +540,8 @@ impl Engine {
         if !self.inner.store.update_session(id, &update).await? {
             return Err(EngineError::SessionNotFound(id));
         }
-        Ok(self.summary(&self.record(id).await?))
+        let shared = self.shared_state(Some(id)).await?;
+        Ok(self.summary(&self.record(id).await?, shared.as_ref()))
     }
 
     /// Deletes a session; an active run is cancelled first.
@@ -397,7 +554,7 @@ impl Engine {
             while let Some(run) = self.inner.store.next_queued_run(id).await? {
                 self.inner
                     .store
-                    .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339())
+                    .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339(), None)
                     .await?;
             }
         }
@@ -497,43 +654,48 @@ impl Engine {
         let _guard = lock.lock().await;
         match req.kind {
             MessageType::Steering => {
-                let active = {
-                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-                    map.get(&session_id).map(|a| (a.run_id, a.steering.clone()))
-                };
-                let Some((run_id, tx)) = active else {
-                    return Err(EngineError::SessionNotRunning(session_id));
-                };
-                if let Some(given) = req.run_id
-                    && given != run_id
+                drop(_guard);
+                match self
+                    .steer_local(session_id, req.run_id, req.message.content.clone())
+                    .await
                 {
-                    return Err(EngineError::RunMismatch {
-                        given,
-                        active: Some(run_id),
-                    });
+                    Err(EngineError::SessionNotRunning(_)) => {}
+                    other => return other,
                 }
-                // Durable first: the event is in the log before the agent can see it.
-                self.inner
-                    .log
-                    .append(
+                match self
+                    .forward(
                         session_id,
-                        &AgentEvent::SteeringReceived {
-                            run_id,
-                            content: req.message.content.clone(),
+                        ControlRequest::Steer {
+                            session_id,
+                            run_id: req.run_id,
+                            content: req.message.content,
                         },
                     )
-                    .await?;
-                tx.send(req.message.content)
-                    .map_err(|_| EngineError::SessionNotRunning(session_id))?;
-                Ok(run_id)
+                    .await?
+                {
+                    Some(ControlReply::Steered { run_id }) => Ok(run_id),
+                    Some(other) => Err(unexpected(other)),
+                    None => Err(EngineError::SessionNotRunning(session_id)),
+                }
             }
             MessageType::Message => {
-                if let Some(active) = self.active_run_id(session_id) {
-                    let _ = active;
+                if self.active_run_id(session_id).is_some()
+                    || (!self.inner.config.exclusive
+                        && self.inner.store.active_run(session_id).await?.is_some())
+                {
                     return Err(EngineError::SessionAlreadyRunning(session_id));
                 }
                 let run = self.new_run(session_id, &req, true).await?;
-                self.start_run(session_id, run.id).await?;
+                if let Err(e) = self.start_run(session_id, run.id).await {
+                    // Another instance started a run in between: this one must not linger
+                    // at the front of the queue.
+                    let _ = self
+                        .inner
+                        .store
+                        .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339(), None)
+                        .await;
+                    return Err(e);
+                }
                 Ok(run.id)
             }
             MessageType::FollowUp => {
@@ -589,10 +751,13 @@ impl Engine {
             return Ok(None);
         }
         match self.inner.store.next_queued_run(session_id).await? {
-            Some(run) => {
-                self.start_run(session_id, run.id).await?;
-                Ok(Some(run.id))
-            }
+            Some(run) => match self.start_run(session_id, run.id).await {
+                Ok(()) => Ok(Some(run.id)),
+                // Running elsewhere (another instance), or started there meanwhile: the
+                // follow-up waits for that run's end, like any other.
+                Err(EngineError::SessionAlreadyRunning(_)) => Ok(None),
+                Err(e) => Err(e),
+            },
             None => Ok(None),
         }
     }
@@ -613,10 +778,16 @@ impl Engine {
         let session = self.record(session_id).await?;
         let config = session_config(&session)?;
         let backend = self.inner.backends.resolve(&config.backend)?;
-        let run = self
+        let config_ = &self.inner.config;
+        let (run, lease) = self
             .inner
             .store
-            .start_run(run_id, &now_rfc3339())
+            .start_run(
+                run_id,
+                &now_rfc3339(),
+                &config_.instance_id,
+                config_.run_lease_ttl,
+            )
             .await
             .map_err(|e| match e {
                 switchboard_store::StoreError::Conflict(_) => {
@@ -628,12 +799,15 @@ impl Engine {
             .map_err(|e| EngineError::Internal(format!("stored run input: {e}")))?;
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
         let cancel = self.inner.shutdown.child_token();
+        let lost = CancellationToken::new();
         {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.insert(
                 session_id,
                 ActiveRun {
                     run_id,
+                    lease: lease.clone(),
+                    lost: lost.clone(),
                     cancel: cancel.clone(),
                     steering: steer_tx,
                     task: None,
@@ -643,7 +817,9 @@ impl Engine {
         let engine = self.clone();
         let task = tokio::spawn(async move {
             engine
-                .execute(session, config, run_id, input, backend, steer_rx, cancel)
+                .execute(
+                    session, config, run_id, input, backend, steer_rx, cancel, lease, lost,
+                )
                 .await;
         });
         let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
@@ -665,34 +841,41 @@ impl Engine {
         backend: Arc<dyn crate::Backend>,
         steering: mpsc::UnboundedReceiver<String>,
         cancel: CancellationToken,
+        lease: Lease,
+        lost: CancellationToken,
     ) {
         let session_id = session.id;
+        let fence = Some(&lease);
         let log = &self.inner.log;
         let store = &self.inner.store;
         let prepared = async {
-            log.append(
+            log.append_fenced(
                 session_id,
                 &AgentEvent::RunStarted {
                     run_id,
                     content: Some(input.content.clone()),
                 },
+                fence,
             )
             .await?;
             store.touch_session(session_id, &now_rfc3339()).await?;
             let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();
             store
-                .append_message(&MessageRecord {
-                    id: Uuid::now_v7(),
-                    session_id,
-                    run_id: Some(run_id),
-                    role: Role::User.as_str().into(),
-                    content: input.content.clone(),
-                    tool_calls: None,
-                    tool_call_id: None,
-                    is_error: false,
-                    created_at: now_rfc3339(),
-                })
+                .append_message(
+                    &MessageRecord {
+                        id: Uuid::now_v7(),
+                        session_id,
+                        run_id: Some(run_id),
+                        role: Role::User.as_str().into(),
+                        content: input.content.clone(),
+                        tool_calls: None,
+                        tool_call_id: None,
+                        is_error: false,
+                        created_at: now_rfc3339(),
+                    },
+                    fence,
+                )
                 .await?;
             Ok::<_, EngineError>(history)
         }
@@ -710,6 +893,7 @@ impl Engine {
                         run_id,
                         log: log.clone(),
                         store: store.clone(),
+                        fence: Some(lease.clone()),
                         steering,
                         mode: config.permission_mode,
                         auto_approve: config.auto_approve.clone(),
@@ -724,6 +908,13 @@ impl Engine {
             }
             Err(e) => Err(e.into()),
         };
+        if lost.is_cancelled() {
+            // Another instance took the run over (this one was paused or cut off): it
+            // closes the run; nothing more is written from here.
+            tracing::warn!(%session_id, %run_id, "run lease lost: the run was taken over elsewhere");
+            self.forget_active(session_id, run_id);
+            return;
+        }
         let (outcome, event) = if self.inner.shutdown.is_cancelled() {
             let error = "server shutting down".to_string();
             (
@@ -771,28 +962,45 @@ impl Engine {
                 ),
             }
         };
-        self.finish(session_id, run_id, outcome, event).await;
+        self.finish(session_id, run_id, outcome, event, &lease)
+            .await;
+    }
+
+    fn forget_active(&self, session_id: Uuid, run_id: Uuid) {
+        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&session_id).is_some_and(|a| a.run_id == run_id) {
+            map.remove(&session_id);
+        }
     }
 
     /// Closes a run: store state, the active slot, the terminal event, then the next
     /// follow-up — all under the session lock so nothing slips in between.
-    async fn finish(&self, session_id: Uuid, run_id: Uuid, outcome: RunOutcome, event: AgentEvent) {
+    async fn finish(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        outcome: RunOutcome,
+        event: AgentEvent,
+        lease: &Lease,
+    ) {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        if let Err(e) = self
+        let recorded = self
             .inner
             .store
-            .finish_run(run_id, &outcome, &now_rfc3339())
-            .await
-        {
-            tracing::warn!(%run_id, error = %e, "could not record run outcome");
-        }
-        {
-            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-            if map.get(&session_id).is_some_and(|a| a.run_id == run_id) {
-                map.remove(&session_id);
+            .finish_run(run_id, &outcome, &now_rfc3339(), Some(lease))
+            .await;
+        self.forget_active(session_id, run_id);
+        match recorded {
+            Ok(()) => {}
+            // Taken over (and closed) by another instance: its end is recorded there.
+            Err(StoreError::Fenced(_)) | Err(StoreError::Conflict(_)) => {
+                tracing::warn!(%run_id, "run was taken over by another instance; not recording its end here");
+                return;
             }
+            Err(e) => tracing::warn!(%run_id, error = %e, "could not record run outcome"),
         }
+        // After finish_run: the lease is gone, and nobody else writes for this run.
         match self.inner.log.append(session_id, &event).await {
             Ok(_) | Err(EngineError::SessionNotFound(_)) => {}
             Err(e) => tracing::warn!(%run_id, error = %e, "could not append terminal event"),
@@ -800,6 +1008,172 @@ impl Engine {
         tracing::info!(%session_id, %run_id, kind = event.kind(), "run finished");
         if let Err(e) = self.start_next_queued(session_id).await {
             tracing::warn!(%session_id, error = %e, "could not start queued follow-up");
+        }
+    }
+
+    /// Steers the session's run if it executes here.
+    async fn steer_local(
+        &self,
+        session_id: Uuid,
+        given: Option<Uuid>,
+        content: String,
+    ) -> Result<Uuid, EngineError> {
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let active = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&session_id)
+                .map(|a| (a.run_id, a.steering.clone(), a.lease.clone()))
+        };
+        let Some((run_id, tx, lease)) = active else {
+            return Err(EngineError::SessionNotRunning(session_id));
+        };
+        if let Some(given) = given
+            && given != run_id
+        {
+            return Err(EngineError::RunMismatch {
+                given,
+                active: Some(run_id),
+            });
+        }
+        // Durable first: the event is in the log before the agent can see it.
+        self.inner
+            .log
+            .append_fenced(
+                session_id,
+                &AgentEvent::SteeringReceived {
+                    run_id,
+                    content: content.clone(),
+                },
+                Some(&lease),
+            )
+            .await?;
+        tx.send(content)
+            .map_err(|_| EngineError::SessionNotRunning(session_id))?;
+        Ok(run_id)
+    }
+
+    /// Sends a control request to the instance that executes the session's run, when that
+    /// is another instance and a bus connects them. `None` when there is no such instance
+    /// (no running run, no bus, or the run is ours after all).
+    async fn forward(
+        &self,
+        session_id: Uuid,
+        request: ControlRequest,
+    ) -> Result<Option<ControlReply>, EngineError> {
+        if self.inner.config.exclusive {
+            return Ok(None);
+        }
+        let Some(bus) = self.inner.log.bus().cloned() else {
+            return Ok(None);
+        };
+        let store = &self.inner.store;
+        let Some(run) = store.active_run(session_id).await? else {
+            return Ok(None);
+        };
+        let Some(owner) = store.get_lease(&Lease::run_name(run.id)).await? else {
+            return Ok(None);
+        };
+        if owner.lease.holder == self.inner.config.instance_id {
+            return Ok(None);
+        }
+        tracing::debug!(%session_id, instance = %owner.lease.holder, "forwarding a control request");
+        match bus.control(&owner.lease.holder, request).await {
+            Ok(ControlReply::Error { code, message }) => Err(EngineError::Remote { code, message }),
+            Ok(reply) => Ok(Some(reply)),
+            Err(reason) => Err(EngineError::OwnerUnreachable {
+                instance: owner.lease.holder,
+                reason,
+            }),
+        }
+    }
+
+    /// Answers a control request another instance forwarded: only runs executing here are
+    /// considered (never forwarded again).
+    pub async fn handle_control(&self, request: ControlRequest) -> ControlReply {
+        let result = match request {
+            ControlRequest::Steer {
+                session_id,
+                run_id,
+                content,
+            } => self
+                .steer_local(session_id, run_id, content)
+                .await
+                .map(|run_id| ControlReply::Steered { run_id }),
+            ControlRequest::Cancel { session_id, run_id } => {
+                let active = {
+                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
+                };
+                match active {
+                    Some((id, token)) if id == run_id => {
+                        token.cancel();
+                        Ok(ControlReply::Cancelled)
+                    }
+                    other => Err(EngineError::RunMismatch {
+                        given: run_id,
+                        active: other.map(|o| o.0),
+                    }),
+                }
+            }
+            ControlRequest::Decide {
+                session_id,
+                request,
+            } => self
+                .inner
+                .approvals
+                .decide(session_id, request.run_id, &request.decisions)
+                .map(|()| ControlReply::Decided {
+                    response: ToolDecisionsResponse {
+                        accepted: true,
+                        run_id: request.run_id,
+                    },
+                }),
+            ControlRequest::Pending { session_id } => Ok(ControlReply::Pending {
+                response: match self.inner.approvals.pending(session_id) {
+                    Some((run_id, tool_calls)) => PendingToolsResponse {
+                        run_id: Some(run_id),
+                        tool_calls,
+                    },
+                    None => PendingToolsResponse {
+                        run_id: None,
+                        tool_calls: Vec::new(),
+                    },
+                },
+            }),
+        };
+        result.unwrap_or_else(|e| ControlReply::Error {
+            code: e.code(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Renews the leases of the runs executing here. A lease that cannot be renewed was
+    /// taken over: that run stops at once and writes nothing more.
+    async fn renew_leases(&self) {
+        let runs: Vec<(Uuid, Lease, CancellationToken, CancellationToken)> = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.values()
+                .map(|a| (a.run_id, a.lease.clone(), a.lost.clone(), a.cancel.clone()))
+                .collect()
+        };
+        for (run_id, lease, lost, cancel) in runs {
+            match self
+                .inner
+                .store
+                .renew_lease(&lease, self.inner.config.run_lease_ttl)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    if self.is_local_run(run_id) {
+                        tracing::warn!(%run_id, "run lease lost to another instance; stopping the run here");
+                        lost.cancel();
+                        cancel.cancel();
+                    }
+                }
+                Err(e) => tracing::warn!(%run_id, error = %e, "renewing a run lease failed"),
+            }
         }
     }
 
@@ -821,13 +1195,25 @@ impl Engine {
                 // A queued follow-up of this session can be cancelled before it starts.
                 if let Some(run) = self.inner.store.get_run(run_id).await?
                     && run.session_id == session_id
-                    && run.state == RunState::Queued
                 {
-                    self.inner
-                        .store
-                        .finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339())
-                        .await?;
-                    return Ok(());
+                    if run.state == RunState::Queued {
+                        self.inner
+                            .store
+                            .finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339(), None)
+                            .await?;
+                        return Ok(());
+                    }
+                    if run.state == RunState::Running && other.is_none() {
+                        drop(_guard);
+                        match self
+                            .forward(session_id, ControlRequest::Cancel { session_id, run_id })
+                            .await?
+                        {
+                            Some(ControlReply::Cancelled) => return Ok(()),
+                            Some(other) => return Err(unexpected(other)),
+                            None => {}
+                        }
+                    }
                 }
                 Err(EngineError::RunMismatch {
                     given: run_id,
@@ -843,15 +1229,25 @@ impl Engine {
         session_id: Uuid,
     ) -> Result<PendingToolsResponse, EngineError> {
         self.record(session_id).await?;
-        Ok(match self.inner.approvals.pending(session_id) {
-            Some((run_id, tool_calls)) => PendingToolsResponse {
+        if let Some((run_id, tool_calls)) = self.inner.approvals.pending(session_id) {
+            return Ok(PendingToolsResponse {
                 run_id: Some(run_id),
                 tool_calls,
-            },
-            None => PendingToolsResponse {
-                run_id: None,
-                tool_calls: Vec::new(),
-            },
+            });
+        }
+        if self.active_run_id(session_id).is_none() {
+            match self
+                .forward(session_id, ControlRequest::Pending { session_id })
+                .await?
+            {
+                Some(ControlReply::Pending { response }) => return Ok(response),
+                Some(other) => return Err(unexpected(other)),
+                None => {}
+            }
+        }
+        Ok(PendingToolsResponse {
+            run_id: None,
+            tool_calls: Vec::new(),
         })
     }
 
@@ -863,9 +1259,29 @@ impl Engine {
         req: ToolDecisionsRequest,
     ) -> Result<ToolDecisionsResponse, EngineError> {
         self.record(session_id).await?;
-        self.inner
+        match self
+            .inner
             .approvals
-            .decide(session_id, req.run_id, &req.decisions)?;
+            .decide(session_id, req.run_id, &req.decisions)
+        {
+            Err(EngineError::NoPendingApproval) if self.active_run_id(session_id).is_none() => {
+                match self
+                    .forward(
+                        session_id,
+                        ControlRequest::Decide {
+                            session_id,
+                            request: req,
+                        },
+                    )
+                    .await?
+                {
+                    Some(ControlReply::Decided { response }) => return Ok(response),
+                    Some(other) => return Err(unexpected(other)),
+                    None => return Err(EngineError::NoPendingApproval),
+                }
+            }
+            other => other?,
+        }
         tracing::info!(%session_id, run_id = %req.run_id, decisions = req.decisions.len(), "tool decisions received");
         Ok(ToolDecisionsResponse {
             accepted: true,
@@ -991,6 +1407,41 @@ fn transcript_message(m: &MessageRecord) -> TranscriptMessage {
         tool_call_id: m.tool_call_id.clone(),
         is_error: m.is_error,
         created_at: parse_ts(&m.created_at),
+    }
+}
+
+/// The answer a forwarded request should not get.
+fn unexpected(reply: ControlReply) -> EngineError {
+    EngineError::Internal(format!(
+        "unexpected answer from the run's instance: {reply:?}"
+    ))
+}
+
+async fn renew_loop(engine: Engine) {
+    let period = (engine.inner.config.run_lease_ttl / 3).max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = engine.inner.closed.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        engine.renew_leases().await;
+    }
+}
+
+async fn reap_loop(engine: Engine) {
+    let period = (engine.inner.config.run_lease_ttl / 4).max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = engine.inner.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = engine.reap().await {
+            tracing::warn!(error = %e, "closing runs of stopped instances failed");
+        }
     }
 }
 

@@ -25,6 +25,12 @@ pub enum EngineError {
     ShuttingDown,
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The instance that executes the run answered with an error.
+    #[error("{message}")]
+    Remote { code: ErrorCode, message: String },
+    /// The instance that executes the run could not be reached.
+    #[error("the instance running this session ({instance}) did not answer: {reason}")]
+    OwnerUnreachable { instance: String, reason: String },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -48,6 +54,8 @@ impl EngineError {
             Self::Validation { .. } => ErrorCode::ValidationFailed,
             Self::Unprocessable(_) => ErrorCode::UnprocessableEntity,
             Self::ShuttingDown => ErrorCode::Unavailable,
+            Self::Remote { code, .. } => *code,
+            Self::OwnerUnreachable { .. } => ErrorCode::Unavailable,
             Self::Store(StoreError::NotFound(_)) => ErrorCode::NotFound,
             Self::Store(StoreError::Conflict(_)) => ErrorCode::Internal,
             Self::Store(_) | Self::Internal(_) => ErrorCode::Internal,

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 
 use switchboard_protocol::{AgentEvent, GapDetected};
-use switchboard_store::{NewEvent, Store, StoreError, StoredEvent};
+use switchboard_store::{Lease, NewEvent, Store, StoreError, StoredEvent};
 use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
@@ -130,6 +130,8 @@ enum AppendError {
 
 struct WriteReq {
     events: Vec<NewEvent>,
+    /// The run lease the events are written under, checked in the same transaction.
+    fence: Option<Lease>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -233,8 +235,19 @@ impl EventLog {
     /// Appends one event durably and returns its seq. Returns after the commit; live
     /// subscribers see it after that.
     pub async fn append(&self, session_id: Uuid, event: &AgentEvent) -> Result<u64, EngineError> {
+        self.append_fenced(session_id, event, None).await
+    }
+
+    /// [`EventLog::append`] under a run's lease: refused ([`StoreError::Fenced`]) once another
+    /// instance has taken the run over.
+    pub async fn append_fenced(
+        &self,
+        session_id: Uuid,
+        event: &AgentEvent,
+        fence: Option<&Lease>,
+    ) -> Result<u64, EngineError> {
         let seqs = self
-            .append_many(session_id, std::slice::from_ref(event))
+            .append_many_fenced(session_id, std::slice::from_ref(event), fence)
             .await?;
         seqs.first()
             .copied()
@@ -252,6 +265,16 @@ impl EventLog {
         session_id: Uuid,
         events: &[AgentEvent],
     ) -> Result<Vec<u64>, EngineError> {
+        self.append_many_fenced(session_id, events, None).await
+    }
+
+    /// [`EventLog::append_many`] under a run's lease.
+    pub async fn append_many_fenced(
+        &self,
+        session_id: Uuid,
+        events: &[AgentEvent],
+        fence: Option<&Lease>,
+    ) -> Result<Vec<u64>, EngineError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -264,7 +287,7 @@ impl EventLog {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.append_once(session_id, &encoded).await {
+            match self.append_once(session_id, &encoded, fence).await {
                 Err(AppendError::Conflict(generation)) if attempt < MAX_SEQ_RETRIES => {
                     // Only the first of our writers to see the conflict reloads; the others
                     // retry with the seqs it found.
@@ -290,6 +313,7 @@ impl EventLog {
         &self,
         session_id: Uuid,
         encoded: &[(&'static str, Option<Uuid>, String)],
+        fence: Option<&Lease>,
     ) -> Result<Vec<u64>, AppendError> {
         let (done_tx, done_rx) = oneshot::channel();
         let (seqs, generation) = {
@@ -323,6 +347,7 @@ impl EventLog {
             self.writer
                 .send(WriteReq {
                     events: batch,
+                    fence: fence.cloned(),
                     done: done_tx,
                 })
                 .await
@@ -416,7 +441,10 @@ async fn writer_task(
             }
         }
         let all: Vec<NewEvent> = reqs.iter().flat_map(|r| r.events.iter().cloned()).collect();
-        let outcome = store.append_events(&all).await;
+        let mut fences: Vec<Lease> = reqs.iter().filter_map(|r| r.fence.clone()).collect();
+        fences.sort_by(|a, b| a.name.cmp(&b.name));
+        fences.dedup();
+        let outcome = store.append_events(&all, &fences).await;
         let results: Vec<Result<(), StoreError>> = match outcome {
             Ok(()) => reqs.iter().map(|_| Ok(())).collect(),
             // One bad request (say, for a session deleted meanwhile) must not fail the
@@ -424,7 +452,8 @@ async fn writer_task(
             Err(_) if reqs.len() > 1 => {
                 let mut v = Vec::with_capacity(reqs.len());
                 for r in &reqs {
-                    v.push(store.append_events(&r.events).await);
+                    let fence: &[Lease] = r.fence.as_slice();
+                    v.push(store.append_events(&r.events, fence).await);
                 }
                 v
             }

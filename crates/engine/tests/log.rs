@@ -311,6 +311,13 @@ impl switchboard_engine::EventBus for TestBus {
     fn connected(&self) -> bool {
         true
     }
+    fn control<'a>(
+        &'a self,
+        _instance: &'a str,
+        _request: switchboard_engine::ControlRequest,
+    ) -> futures::future::BoxFuture<'a, Result<switchboard_engine::ControlReply, String>> {
+        Box::pin(async { Err("this test bus carries no control requests".to_string()) })
+    }
 }
 
 /// Events appended through one instance reach a subscriber on another through the bus, in

@@ -6,10 +6,15 @@
 use serde_json::json;
 use uuid::Uuid;
 
+use std::time::Duration;
+
 use crate::{
-    ApprovalRecord, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord,
+    ApprovalRecord, Lease, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord,
     SessionUpdate, Store, StoreError,
 };
+
+/// The lease length the checks use: long enough never to run out during a check.
+const LEASE: Duration = Duration::from_secs(600);
 
 /// Runs every check against `store`.
 pub async fn run_all(store: &dyn Store) {
@@ -26,6 +31,8 @@ pub async fn run_all(store: &dyn Store) {
     unknown_session_is_not_found(store).await;
     approvals_round_trip(store).await;
     backend_state_round_trip(store).await;
+    leases_take_renew_release(store).await;
+    run_lease_fences_writes(store).await;
 }
 
 fn ts(n: u32) -> String {
@@ -138,8 +145,8 @@ pub async fn events_append_and_read(store: &dyn Store) {
     let s = new_session(store, "events").await;
     let run = Some(Uuid::now_v7());
     let batch: Vec<_> = (1..=10).map(|i| event(s.id, i, run)).collect();
-    check("append", store.append_events(&batch[..4]).await);
-    check("append", store.append_events(&batch[4..]).await);
+    check("append", store.append_events(&batch[..4], &[]).await);
+    check("append", store.append_events(&batch[4..], &[]).await);
     let all = check("read", store.read_events(s.id, 0, 100).await);
     assert_eq!(all, batch, "events read back in order, unchanged");
     let tail = check("read", store.read_events(s.id, 7, 100).await);
@@ -160,9 +167,12 @@ pub async fn events_append_and_read(store: &dyn Store) {
 
 pub async fn events_duplicate_seq_is_conflict(store: &dyn Store) {
     let s = new_session(store, "dup events").await;
-    check("append", store.append_events(&[event(s.id, 1, None)]).await);
+    check(
+        "append",
+        store.append_events(&[event(s.id, 1, None)], &[]).await,
+    );
     let r = store
-        .append_events(&[event(s.id, 2, None), event(s.id, 1, None)])
+        .append_events(&[event(s.id, 2, None), event(s.id, 1, None)], &[])
         .await;
     assert!(
         matches!(r, Err(StoreError::Conflict(_))),
@@ -182,7 +192,7 @@ pub async fn events_last_seq_survives_pruning(store: &dyn Store) {
     for e in &mut evs {
         e.created_at = "2000-01-01T00:00:00.000000Z".into();
     }
-    check("append", store.append_events(&evs).await);
+    check("append", store.append_events(&evs, &[]).await);
     let n = check(
         "prune",
         store.prune_events_before("2001-01-01T00:00:00Z").await,
@@ -214,7 +224,12 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
         Some(front.id),
         "front of the queue comes first"
     );
-    let started = check("start", store.start_run(front.id, &ts(4)).await);
+    let (started, lease) = check(
+        "start",
+        store.start_run(front.id, &ts(4), "here", LEASE).await,
+    );
+    assert_eq!(lease.name, Lease::run_name(front.id));
+    assert_eq!(lease.run_id(), Some(front.id));
     assert_eq!(started.state, RunState::Running);
     assert_eq!(started.started_at, Some(ts(4)));
     let active = check("active", store.active_run(s.id).await);
@@ -230,6 +245,7 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
                     stop_reason: "end_turn".into(),
                 },
                 &ts(5),
+                None,
             )
             .await,
     );
@@ -239,13 +255,13 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
     assert_eq!(done.stop_reason.as_deref(), Some("end_turn"));
     assert_eq!(done.finished_at, Some(ts(5)));
     let again = store
-        .finish_run(front.id, &RunOutcome::Cancelled, &ts(6))
+        .finish_run(front.id, &RunOutcome::Cancelled, &ts(6), None)
         .await;
     assert!(
         matches!(again, Err(StoreError::Conflict(_))),
         "a finished run stays finished"
     );
-    check("start", store.start_run(a.id, &ts(7)).await);
+    check("start", store.start_run(a.id, &ts(7), "here", LEASE).await);
     check(
         "fail",
         store
@@ -255,6 +271,7 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
                     error: "boom".into(),
                 },
                 &ts(8),
+                None,
             )
             .await,
     );
@@ -286,13 +303,13 @@ pub async fn one_running_run_per_session(store: &dyn Store) {
     };
     let a = check("enqueue", store.enqueue_run(&mk()).await);
     let b = check("enqueue", store.enqueue_run(&mk()).await);
-    check("start", store.start_run(a.id, &ts(2)).await);
-    let second = store.start_run(b.id, &ts(3)).await;
+    check("start", store.start_run(a.id, &ts(2), "here", LEASE).await);
+    let second = store.start_run(b.id, &ts(3), "here", LEASE).await;
     assert!(
         matches!(second, Err(StoreError::Conflict(_))),
         "second running run refused: {second:?}"
     );
-    let twice = store.start_run(a.id, &ts(3)).await;
+    let twice = store.start_run(a.id, &ts(3), "here", LEASE).await;
     assert!(
         matches!(twice, Err(StoreError::Conflict(_))),
         "a running run cannot start again"
@@ -321,7 +338,7 @@ pub async fn messages_keep_order(store: &dyn Store) {
             is_error: i == 2,
             created_at: ts(i as u32),
         };
-        check("append message", store.append_message(&m).await);
+        check("append message", store.append_message(&m, None).await);
         written.push(m);
     }
     let (all, total) = check("list", store.list_messages(s.id, 100, 0).await);
@@ -333,7 +350,10 @@ pub async fn messages_keep_order(store: &dyn Store) {
 
 pub async fn delete_removes_everything(store: &dyn Store) {
     let s = new_session(store, "delete").await;
-    check("append", store.append_events(&[event(s.id, 1, None)]).await);
+    check(
+        "append",
+        store.append_events(&[event(s.id, 1, None)], &[]).await,
+    );
     let run = NewRun {
         id: Uuid::now_v7(),
         session_id: s.id,
@@ -366,7 +386,7 @@ pub async fn unknown_session_is_not_found(store: &dyn Store) {
         matches!(r, Err(StoreError::NotFound(_))),
         "run for unknown session: {r:?}"
     );
-    let r = store.append_events(&[event(ghost, 1, None)]).await;
+    let r = store.append_events(&[event(ghost, 1, None)], &[]).await;
     assert!(
         matches!(r, Err(StoreError::NotFound(_))),
         "event for unknown session: {r:?}"
@@ -446,4 +466,151 @@ pub async fn backend_state_round_trip(store: &dyn Store) {
         store.get_backend_state(ghost).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+pub async fn leases_take_renew_release(store: &dyn Store) {
+    let name = format!("poller:{}", Uuid::now_v7());
+    let a = check("acquire", store.acquire_lease(&name, "a", LEASE).await);
+    let a = a.unwrap_or_else(|| panic!("a free lease is taken"));
+    assert_eq!((a.holder.as_str(), a.token), ("a", 1));
+    let b = check("acquire", store.acquire_lease(&name, "b", LEASE).await);
+    assert_eq!(b, None, "a held lease is not given to another holder");
+    assert!(check("renew", store.renew_lease(&a, LEASE).await));
+    let again = check("acquire", store.acquire_lease(&name, "a", LEASE).await);
+    let again = again.unwrap_or_else(|| panic!("the holder may take its lease again"));
+    assert_eq!(again.token, 2, "every acquisition is a new token");
+    assert!(
+        !check("renew", store.renew_lease(&a, LEASE).await),
+        "the old token cannot renew"
+    );
+    let state = check("get", store.get_lease(&name).await);
+    assert_eq!(
+        state.map(|s| (s.lease, s.expired)),
+        Some((again.clone(), false))
+    );
+    assert!(
+        check("expired", store.expired_leases("poller:").await)
+            .iter()
+            .all(|l| l.name != name)
+    );
+    // Shorten it to nothing: it runs out, another holder takes it over with a newer token.
+    assert!(check(
+        "renew",
+        store.renew_lease(&again, Duration::ZERO).await
+    ));
+    let expired = check("expired", store.expired_leases("poller:").await);
+    let seen = expired
+        .into_iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("an expired lease is listed"));
+    assert!(
+        check("expired", store.expired_leases("run:").await)
+            .iter()
+            .all(|l| l.name != name),
+        "only names with the prefix"
+    );
+    let taken = check("take over", store.take_over_lease(&seen, "b", LEASE).await);
+    let taken = taken.unwrap_or_else(|| panic!("an expired lease can be taken over"));
+    assert_eq!((taken.holder.as_str(), taken.token), ("b", 3));
+    let twice = check("take over", store.take_over_lease(&seen, "c", LEASE).await);
+    assert_eq!(twice, None, "only one taker wins");
+    assert!(!check("release", store.release_lease(&again).await));
+    assert!(check("release", store.release_lease(&taken).await));
+    assert_eq!(check("get", store.get_lease(&name).await), None);
+}
+
+pub async fn run_lease_fences_writes(store: &dyn Store) {
+    let s = new_session(store, "fenced").await;
+    let run = check(
+        "enqueue",
+        store
+            .enqueue_run(&NewRun {
+                id: Uuid::now_v7(),
+                session_id: s.id,
+                input: json!({}),
+                created_at: ts(1),
+            })
+            .await,
+    );
+    let (_, old) = check(
+        "start",
+        store
+            .start_run(run.id, &ts(2), "paused", Duration::ZERO)
+            .await,
+    );
+    let ev = |seq: u64| NewEvent {
+        run_id: Some(run.id),
+        ..event(s.id, seq, None)
+    };
+    check(
+        "fenced append",
+        store
+            .append_events(&[ev(1)], std::slice::from_ref(&old))
+            .await,
+    );
+    // The lease ran out at once (ttl 0): another instance takes the run over.
+    let expired = check("expired", store.expired_leases("run:").await);
+    assert!(expired.contains(&old), "{expired:?}");
+    let new = check(
+        "take over",
+        store.take_over_lease(&old, "survivor", LEASE).await,
+    );
+    let new = new.unwrap_or_else(|| panic!("the expired run lease is taken over"));
+    let stale = store
+        .append_events(&[ev(2)], std::slice::from_ref(&old))
+        .await;
+    assert!(
+        matches!(stale, Err(StoreError::Fenced(_))),
+        "a stale token's events are refused: {stale:?}"
+    );
+    let msg = MessageRecord {
+        id: Uuid::now_v7(),
+        session_id: s.id,
+        run_id: Some(run.id),
+        role: "assistant".into(),
+        content: "late".into(),
+        tool_calls: None,
+        tool_call_id: None,
+        is_error: false,
+        created_at: ts(3),
+    };
+    let stale = store.append_message(&msg, Some(&old)).await;
+    assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    let stale = store
+        .finish_run(run.id, &RunOutcome::Cancelled, &ts(3), Some(&old))
+        .await;
+    assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    assert_eq!(
+        check("read", store.read_events(s.id, 0, 10).await).len(),
+        1,
+        "nothing of the refused batch was written"
+    );
+    assert_eq!(
+        check("messages", store.list_messages(s.id, 10, 0).await).1,
+        0
+    );
+    check(
+        "current append",
+        store
+            .append_events(&[ev(2)], std::slice::from_ref(&new))
+            .await,
+    );
+    check(
+        "current finish",
+        store
+            .finish_run(
+                run.id,
+                &RunOutcome::Failed {
+                    error: "interrupted".into(),
+                },
+                &ts(4),
+                Some(&new),
+            )
+            .await,
+    );
+    assert_eq!(
+        check("get", store.get_lease(&Lease::run_name(run.id)).await),
+        None,
+        "a finished run's lease is gone"
+    );
 }

@@ -15,6 +15,10 @@ pub enum StoreError {
     /// The database failed or is unreachable.
     #[error("database error: {0}")]
     Database(String),
+    /// A write under a lease that is no longer current: someone else holds a newer fencing
+    /// token (the lease expired and was taken over).
+    #[error("fenced: {0}")]
+    Fenced(String),
     /// Opening the database or running migrations failed.
     #[error("cannot open store: {0}")]
     Open(String),

@@ -16,6 +16,8 @@ mod postgres;
 mod records;
 mod sqlite;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use uuid::Uuid;
 
@@ -53,7 +55,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends events atomically (all or none), in order, and raises each session's
     /// `last_seq`. A `(session_id, seq)` that exists already is a [`StoreError::Conflict`].
-    async fn append_events(&self, events: &[NewEvent]) -> Result<()>;
+    /// Each of `fences` must be a current lease (same holder and token), checked in the
+    /// same transaction; otherwise nothing is written and the answer is
+    /// [`StoreError::Fenced`].
+    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()>;
     /// Events with `seq > after`, ascending, at most `limit`.
     async fn read_events(
         &self,
@@ -73,11 +78,25 @@ pub trait Store: Send + Sync + 'static {
     /// Inserts a run in state `queued` at the front of its session's queue.
     async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord>;
     async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>>;
-    /// Moves a queued run to `running`. [`StoreError::Conflict`] if the session has a running
-    /// run already or the run is not queued.
-    async fn start_run(&self, id: Uuid, at: &str) -> Result<RunRecord>;
-    /// Moves a run to a final state (`completed`, `failed`, `cancelled`).
-    async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()>;
+    /// Moves a queued run to `running` and, in the same transaction, gives `holder` the
+    /// run's lease ([`Lease::run_name`]) for `ttl`. [`StoreError::Conflict`] if the session
+    /// has a running run already or the run is not queued.
+    async fn start_run(
+        &self,
+        id: Uuid,
+        at: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunRecord, Lease)>;
+    /// Moves a run to a final state (`completed`, `failed`, `cancelled`) and drops its lease.
+    /// With a `fence`, only while that lease is current ([`StoreError::Fenced`] otherwise).
+    async fn finish_run(
+        &self,
+        id: Uuid,
+        outcome: &RunOutcome,
+        at: &str,
+        fence: Option<&Lease>,
+    ) -> Result<()>;
     /// The session's running run, if any.
     async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>>;
     /// The front of the session's follow-up queue.
@@ -87,8 +106,9 @@ pub trait Store: Send + Sync + 'static {
 
     // --- transcript -------------------------------------------------------------------------
 
-    /// Appends a message at the end of its session's transcript.
-    async fn append_message(&self, message: &MessageRecord) -> Result<()>;
+    /// Appends a message at the end of its session's transcript; with a `fence`, only while
+    /// that lease is current ([`StoreError::Fenced`] otherwise).
+    async fn append_message(&self, message: &MessageRecord, fence: Option<&Lease>) -> Result<()>;
     /// Oldest first; returns the page and the total count.
     async fn list_messages(
         &self,
@@ -118,6 +138,32 @@ pub trait Store: Send + Sync + 'static {
         session_id: Uuid,
         state: Option<&serde_json::Value>,
     ) -> Result<()>;
+
+    // --- leases -----------------------------------------------------------------------------
+
+    /// Takes the lease `name` for `holder` for `ttl` when nobody holds it, it has expired or
+    /// `holder` holds it already; the token grows every time. `None` when someone else holds
+    /// it. Expiry is judged by the database's clock.
+    async fn acquire_lease(&self, name: &str, holder: &str, ttl: Duration)
+    -> Result<Option<Lease>>;
+    /// Takes over a lease that has expired, if it is still expired and still at the token
+    /// seen (someone else may have taken it over or the holder renewed it meanwhile). The
+    /// token grows, so the old holder's fenced writes are refused from now on.
+    async fn take_over_lease(
+        &self,
+        expired: &Lease,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>>;
+    /// Extends a lease by `ttl` from now, if it is still current; `false` if not (expired
+    /// and taken over, or released).
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<bool>;
+    /// Gives a lease up if it is still current; whether it was.
+    async fn release_lease(&self, lease: &Lease) -> Result<bool>;
+    /// The lease `name`, if anyone holds (or held) it.
+    async fn get_lease(&self, name: &str) -> Result<Option<LeaseState>>;
+    /// Expired leases whose name starts with `prefix`.
+    async fn expired_leases(&self, prefix: &str) -> Result<Vec<Lease>>;
 
     // --- the store itself -------------------------------------------------------------------
 

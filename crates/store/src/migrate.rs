@@ -16,6 +16,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0003_backend_state.sql"),
     ),
     (4, include_str!("../migrations/sqlite/0004_archive.sql")),
+    (5, include_str!("../migrations/sqlite/0005_leases.sql")),
 ];
 
 /// Uses `Executor::execute(raw_sql)` (see [`run_postgres`]) so that `SqliteStore::open`
@@ -71,6 +72,7 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0003_backend_state.sql"),
     ),
     (4, include_str!("../migrations/postgres/0004_archive.sql")),
+    (5, include_str!("../migrations/postgres/0005_leases.sql")),
 ];
 
 /// Key of the transaction-scoped advisory lock that serializes migrations, so that several

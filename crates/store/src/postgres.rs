@@ -23,9 +23,48 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::{
-    ApprovalRecord, EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord,
-    RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
+    ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
+    RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
 };
+
+/// Now, in milliseconds since the Unix epoch, by the database server's clock: instances on
+/// different machines judge lease expiry by one clock.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+fn lease_from_row(r: &PgRow) -> Result<Lease> {
+    Ok(Lease {
+        name: r.try_get("name")?,
+        holder: r.try_get("holder")?,
+        token: u64::try_from(r.try_get::<i64, _>("token")?)
+            .map_err(|_| StoreError::Corrupt("negative lease token".into()))?,
+    })
+}
+
+/// Fails with [`StoreError::Fenced`] unless `fence` is the current holder and token of its
+/// lease. A no-op UPDATE rather than a SELECT: it keeps the lease row locked until the
+/// transaction ends, so a takeover waits for these writes or they wait for it — never both.
+/// Callers check fences before taking any other row lock (sessions), in name order.
+async fn check_fence(tx: &mut Transaction<'_, Postgres>, fence: &Lease) -> Result<()> {
+    let res = sqlx::query(
+        "UPDATE leases SET token = token WHERE name = $1 AND holder = $2 AND token = $3",
+    )
+    .bind(&fence.name)
+    .bind(&fence.holder)
+    .bind(to_i64(fence.token)?)
+    .execute(&mut **tx)
+    .await?;
+    if res.rows_affected() == 0 {
+        return Err(StoreError::Fenced(format!(
+            "lease {} with token {} held by {:?} is no longer current",
+            fence.name, fence.token, fence.holder
+        )));
+    }
+    Ok(())
+}
 
 /// Rows per multi-row `INSERT INTO events` (6 parameters each, far below PostgreSQL's limit
 /// of 65535). Each row count is one prepared statement per connection, so this also bounds
@@ -293,6 +332,99 @@ impl PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "INSERT INTO leases (name, holder, token, expires_at_ms) VALUES ($1, $2, 1, {NOW_MS} + $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
+             WHERE leases.expires_at_ms <= {NOW_MS} OR leases.holder = excluded.holder \
+             RETURNING name, holder, token"
+        ))
+        .bind(name)
+        .bind(holder)
+        .bind(ttl_ms(ttl))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| lease_from_row(&r)).transpose()
+    }
+
+    async fn take_over_lease(
+        &self,
+        expired: &Lease,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let row = sqlx::query(&format!(
+            "UPDATE leases SET holder = $1, token = token + 1, expires_at_ms = {NOW_MS} + $2 \
+             WHERE name = $3 AND token = $4 AND expires_at_ms <= {NOW_MS} \
+             RETURNING name, holder, token"
+        ))
+        .bind(holder)
+        .bind(ttl_ms(ttl))
+        .bind(&expired.name)
+        .bind(to_i64(expired.token)?)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| lease_from_row(&r)).transpose()
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let res = sqlx::query(&format!(
+            "UPDATE leases SET expires_at_ms = {NOW_MS} + $1 \
+             WHERE name = $2 AND holder = $3 AND token = $4"
+        ))
+        .bind(ttl_ms(ttl))
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(to_i64(lease.token)?)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        let res = sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2 AND token = $3")
+            .bind(&lease.name)
+            .bind(&lease.holder)
+            .bind(to_i64(lease.token)?)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    async fn get_lease(&self, name: &str) -> Result<Option<LeaseState>> {
+        let row = sqlx::query(&format!(
+            "SELECT name, holder, token, expires_at_ms <= {NOW_MS} AS expired \
+             FROM leases WHERE name = $1"
+        ))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(LeaseState {
+                lease: lease_from_row(&r)?,
+                expired: r.try_get::<bool, _>("expired")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn expired_leases(&self, prefix: &str) -> Result<Vec<Lease>> {
+        let rows = sqlx::query(&format!(
+            "SELECT name, holder, token FROM leases \
+             WHERE expires_at_ms <= {NOW_MS} AND left(name, length($1)) = $1 ORDER BY name"
+        ))
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(lease_from_row).collect()
+    }
+
     fn kind(&self) -> &'static str {
         "postgres"
     }
@@ -403,7 +535,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
+    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
@@ -413,6 +545,11 @@ impl Store for PostgresStore {
         let mut sorted: Vec<&NewEvent> = events.iter().collect();
         sorted.sort_by_key(|e| (e.session_id, e.seq));
         let mut tx = self.pool.begin().await?;
+        let mut fences: Vec<&Lease> = fences.iter().collect();
+        fences.sort_by(|a, b| a.name.cmp(&b.name));
+        for f in fences {
+            check_fence(&mut tx, f).await?;
+        }
         for chunk in sorted.chunks(INSERT_CHUNK) {
             let sql = insert_events_sql(chunk.len());
             let mut q = sqlx::query(&sql);
@@ -518,7 +655,14 @@ impl Store for PostgresStore {
             .transpose()
     }
 
-    async fn start_run(&self, id: Uuid, at: &str) -> Result<RunRecord> {
+    async fn start_run(
+        &self,
+        id: Uuid,
+        at: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunRecord, Lease)> {
+        let mut tx = self.pool.begin().await?;
         // A second running run in the session violates `runs_one_running`: a Conflict.
         let row = sqlx::query(&format!(
             "UPDATE runs SET state = 'running', started_at = $1 \
@@ -526,15 +670,40 @@ impl Store for PostgresStore {
         ))
         .bind(at)
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?;
-        match row {
-            Some(row) => run_from_row(&row),
-            None => Err(StoreError::Conflict(format!("run {id} is not queued"))),
-        }
+        let run = match row {
+            Some(row) => run_from_row(&row)?,
+            None => return Err(StoreError::Conflict(format!("run {id} is not queued"))),
+        };
+        let name = Lease::run_name(id);
+        let row = sqlx::query(&format!(
+            "INSERT INTO leases (name, holder, token, expires_at_ms) VALUES ($1, $2, 1, {NOW_MS} + $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
+             RETURNING name, holder, token"
+        ))
+        .bind(&name)
+        .bind(holder)
+        .bind(ttl_ms(ttl))
+        .fetch_one(&mut *tx)
+        .await?;
+        let lease = lease_from_row(&row)?;
+        tx.commit().await?;
+        Ok((run, lease))
     }
 
-    async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()> {
+    async fn finish_run(
+        &self,
+        id: Uuid,
+        outcome: &RunOutcome,
+        at: &str,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let (error, stop_reason) = match outcome {
             RunOutcome::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
             RunOutcome::Failed { error } => (Some(error.as_str()), None),
@@ -549,11 +718,16 @@ impl Store for PostgresStore {
         .bind(stop_reason)
         .bind(at)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!("run {id} is not active")));
         }
+        sqlx::query("DELETE FROM leases WHERE name = $1")
+            .bind(Lease::run_name(id))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -590,8 +764,11 @@ impl Store for PostgresStore {
         rows.iter().map(run_from_row).collect()
     }
 
-    async fn append_message(&self, m: &MessageRecord) -> Result<()> {
+    async fn append_message(&self, m: &MessageRecord, fence: Option<&Lease>) -> Result<()> {
         let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         if !lock_session(&mut tx, m.session_id).await? {
             return Err(StoreError::NotFound(format!("session {}", m.session_id)));
         }

@@ -153,3 +153,34 @@ pub struct ApprovalRecord {
     /// When the approval is rejected unanswered (RFC 3339).
     pub expires_at: String,
 }
+
+/// A lease: one holder at a time may act under `name` (execute run X, poll channel Y) until
+/// it expires. Every new holder gets a larger `token` (the fencing token); writes made under
+/// a lease carry it, and the store refuses them once someone else holds a newer one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub token: u64,
+}
+
+impl Lease {
+    /// The name of a run's lease.
+    pub fn run_name(run_id: Uuid) -> String {
+        format!("run:{run_id}")
+    }
+
+    /// The run this lease is for, if it is a run's.
+    pub fn run_id(&self) -> Option<Uuid> {
+        self.name
+            .strip_prefix("run:")
+            .and_then(|s| Uuid::parse_str(s).ok())
+    }
+}
+
+/// A lease as stored, with whether it has run out (by the database's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseState {
+    pub lease: Lease,
+    pub expired: bool,
+}

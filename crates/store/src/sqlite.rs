@@ -12,9 +12,51 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use crate::{
-    ApprovalRecord, EventBounds, MessageRecord, NewEvent, NewRun, Result, RunOutcome, RunRecord,
-    RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
+    ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
+    RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
 };
+
+/// Milliseconds since the Unix epoch. A SQLite file has one machine's clock, so the process
+/// clock is the database's clock.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+fn lease_from_row(r: &SqliteRow) -> Result<Lease> {
+    Ok(Lease {
+        name: r.try_get("name")?,
+        holder: r.try_get("holder")?,
+        token: u64::try_from(r.try_get::<i64, _>("token")?)
+            .map_err(|_| StoreError::Corrupt("negative lease token".into()))?,
+    })
+}
+
+/// Fails with [`StoreError::Fenced`] unless `fence` is the current holder and token of its
+/// lease. A no-op UPDATE rather than a SELECT: it takes SQLite's write lock at once, so the
+/// check and the writes after it are one step no takeover can come between.
+async fn check_fence(conn: &mut sqlx::SqliteConnection, fence: &Lease) -> Result<()> {
+    let res =
+        sqlx::query("UPDATE leases SET token = token WHERE name = ? AND holder = ? AND token = ?")
+            .bind(&fence.name)
+            .bind(&fence.holder)
+            .bind(to_i64(fence.token)?)
+            .execute(&mut *conn)
+            .await?;
+    if res.rows_affected() == 0 {
+        return Err(StoreError::Fenced(format!(
+            "lease {} with token {} held by {:?} is no longer current",
+            fence.name, fence.token, fence.holder
+        )));
+    }
+    Ok(())
+}
 
 /// Rows per multi-row `INSERT INTO events` (6 parameters each, far below SQLite's limit).
 const INSERT_CHUNK: usize = 64;
@@ -243,6 +285,102 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "INSERT INTO leases (name, holder, token, expires_at_ms) VALUES (?1, ?2, 1, ?3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
+             WHERE leases.expires_at_ms <= ?4 OR leases.holder = excluded.holder \
+             RETURNING name, holder, token",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now.saturating_add(ttl_ms(ttl)))
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| lease_from_row(&r)).transpose()
+    }
+
+    async fn take_over_lease(
+        &self,
+        expired: &Lease,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        let now = now_ms();
+        let row = sqlx::query(
+            "UPDATE leases SET holder = ?, token = token + 1, expires_at_ms = ? \
+             WHERE name = ? AND token = ? AND expires_at_ms <= ? RETURNING name, holder, token",
+        )
+        .bind(holder)
+        .bind(now.saturating_add(ttl_ms(ttl)))
+        .bind(&expired.name)
+        .bind(to_i64(expired.token)?)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| lease_from_row(&r)).transpose()
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let res = sqlx::query(
+            "UPDATE leases SET expires_at_ms = ? WHERE name = ? AND holder = ? AND token = ?",
+        )
+        .bind(now_ms().saturating_add(ttl_ms(ttl)))
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(to_i64(lease.token)?)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        let res = sqlx::query("DELETE FROM leases WHERE name = ? AND holder = ? AND token = ?")
+            .bind(&lease.name)
+            .bind(&lease.holder)
+            .bind(to_i64(lease.token)?)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
+    async fn get_lease(&self, name: &str) -> Result<Option<LeaseState>> {
+        let row = sqlx::query(
+            "SELECT name, holder, token, expires_at_ms <= ? AS expired FROM leases WHERE name = ?",
+        )
+        .bind(now_ms())
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(LeaseState {
+                lease: lease_from_row(&r)?,
+                expired: r.try_get::<bool, _>("expired")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn expired_leases(&self, prefix: &str) -> Result<Vec<Lease>> {
+        let rows = sqlx::query(
+            "SELECT name, holder, token FROM leases \
+             WHERE expires_at_ms <= ? AND substr(name, 1, length(?2)) = ?2 ORDER BY name",
+        )
+        .bind(now_ms())
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(lease_from_row).collect()
+    }
+
     fn kind(&self) -> &'static str {
         "sqlite"
     }
@@ -357,11 +495,14 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent]) -> Result<()> {
+    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
+        for f in fences {
+            check_fence(&mut tx, f).await?;
+        }
         // Multi-row INSERTs: per-statement overhead (a round trip to sqlx's SQLite worker
         // thread) dominates single-row inserts. Statements are cached per row count, and
         // there are at most INSERT_CHUNK of them.
@@ -469,23 +610,61 @@ impl Store for SqliteStore {
             .transpose()
     }
 
-    async fn start_run(&self, id: Uuid, at: &str) -> Result<RunRecord> {
+    async fn start_run(
+        &self,
+        id: Uuid,
+        at: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunRecord, Lease)> {
+        let mut tx = self.pool.begin().await?;
         let res = sqlx::query(
             "UPDATE runs SET state = 'running', started_at = ? WHERE id = ? AND state = 'queued'",
         )
         .bind(at)
         .bind(id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!("run {id} is not queued")));
         }
-        self.get_run(id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("run {id}")))
+        let name = Lease::run_name(id);
+        let token: i64 = sqlx::query(
+            "INSERT INTO leases (name, holder, token, expires_at_ms) VALUES (?1, ?2, 1, ?3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+             token = leases.token + 1, expires_at_ms = excluded.expires_at_ms RETURNING token",
+        )
+        .bind(&name)
+        .bind(holder)
+        .bind(now_ms().saturating_add(ttl_ms(ttl)))
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("token")?;
+        let run = sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?"))
+            .bind(id.to_string())
+            .fetch_one(&mut *tx)
+            .await?;
+        let run = run_from_row(&run)?;
+        tx.commit().await?;
+        let lease = Lease {
+            name,
+            holder: holder.to_string(),
+            token: u64::try_from(token).map_err(|_| StoreError::Corrupt("lease token".into()))?,
+        };
+        Ok((run, lease))
     }
 
-    async fn finish_run(&self, id: Uuid, outcome: &RunOutcome, at: &str) -> Result<()> {
+    async fn finish_run(
+        &self,
+        id: Uuid,
+        outcome: &RunOutcome,
+        at: &str,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let (error, stop_reason) = match outcome {
             RunOutcome::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
             RunOutcome::Failed { error } => (Some(error.as_str()), None),
@@ -500,11 +679,16 @@ impl Store for SqliteStore {
         .bind(stop_reason)
         .bind(at)
         .bind(id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!("run {id} is not active")));
         }
+        sqlx::query("DELETE FROM leases WHERE name = ?")
+            .bind(Lease::run_name(id))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -541,7 +725,11 @@ impl Store for SqliteStore {
         rows.iter().map(run_from_row).collect()
     }
 
-    async fn append_message(&self, m: &MessageRecord) -> Result<()> {
+    async fn append_message(&self, m: &MessageRecord, fence: Option<&Lease>) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let res = sqlx::query(
             "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, tool_call_id, created_at, is_error) \
              VALUES (?1, ?2, (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -555,10 +743,10 @@ impl Store for SqliteStore {
         .bind(&m.tool_call_id)
         .bind(&m.created_at)
         .bind(i64::from(m.is_error))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await;
         match res {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(tx.commit().await?),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
                 Err(StoreError::NotFound(format!("session {}", m.session_id)))
             }

@@ -185,7 +185,7 @@ async fn migrations_apply_once_and_data_survives_reopen() {
     let first = db.migrations().await;
     assert_eq!(
         first.iter().map(|m| m.0).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4]
+        vec![1, 2, 3, 4, 5]
     );
     // Opening again applies nothing: same rows, same timestamps.
     for _ in 0..2 {
@@ -235,7 +235,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             .iter()
             .map(|m| m.0)
             .collect::<Vec<_>>(),
-        vec![1, 2, 3, 4],
+        vec![1, 2, 3, 4, 5],
         "each migration applied exactly once"
     );
 }
@@ -261,7 +261,7 @@ async fn concurrent_appenders_get_exactly_one_winner_per_seq() {
                 barrier.wait().await;
                 let mut results = Vec::new();
                 for seq in 1..=N {
-                    results.push(store.append_events(&[event(sid, seq, who)]).await);
+                    results.push(store.append_events(&[event(sid, seq, who)], &[]).await);
                 }
                 results
             })
@@ -319,7 +319,7 @@ async fn concurrent_appenders_get_exactly_one_winner_per_seq() {
                 barrier.wait().await;
                 let mut results = Vec::new();
                 for b in &batches {
-                    results.push(store.append_events(b).await);
+                    results.push(store.append_events(b, &[]).await);
                 }
                 results
             })
@@ -364,7 +364,7 @@ async fn concurrent_appenders_get_exactly_one_winner_per_seq() {
                 barrier.wait().await;
                 for seq in seqs {
                     store
-                        .append_events(&[event(sid, seq, who)])
+                        .append_events(&[event(sid, seq, who)], &[])
                         .await
                         .unwrap_or_else(|e| panic!("seq {seq}: {e}"));
                 }
@@ -417,7 +417,7 @@ async fn concurrent_writers_get_distinct_queue_and_transcript_positions() {
                         is_error: false,
                         created_at: "2026-01-01T00:00:00Z".into(),
                     };
-                    store.append_message(&m).await.unwrap();
+                    store.append_message(&m, None).await.unwrap();
                     let run = NewRun {
                         id: Uuid::now_v7(),
                         session_id: sid,
@@ -466,6 +466,50 @@ async fn concurrent_writers_get_distinct_queue_and_transcript_positions() {
     );
     for store in stores {
         store.close().await;
+    }
+}
+
+/// Two instances race to take over the same expired leases: each lease gets exactly one
+/// new holder, and after it the loser's token (and the old holder's) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_takeovers_of_an_expired_lease_have_one_winner() {
+    let db = TestDb::create().await;
+    let (a, b) = (Arc::new(db.open().await), Arc::new(db.open().await));
+    let names: Vec<String> = (0..20).map(|i| format!("poller:race-{i}")).collect();
+    let mut dead = Vec::new();
+    for n in &names {
+        let l = a.acquire_lease(n, "dead", Duration::ZERO).await.unwrap();
+        dead.push(l.unwrap());
+    }
+    let barrier = Arc::new(Barrier::new(2));
+    let race = |store: Arc<PostgresStore>, who: &'static str| {
+        let (dead, barrier) = (dead.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            let mut won = Vec::new();
+            for l in &dead {
+                if let Some(new) = store
+                    .take_over_lease(l, who, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                {
+                    won.push(new);
+                }
+            }
+            won
+        })
+    };
+    let (wa, wb) = tokio::join!(race(a.clone(), "a"), race(b.clone(), "b"));
+    let (wa, wb) = (wa.unwrap(), wb.unwrap());
+    assert_eq!(wa.len() + wb.len(), names.len(), "{wa:?} {wb:?}");
+    for won in wa.iter().chain(&wb) {
+        assert_eq!(won.token, 2);
+        let now = a.get_lease(&won.name).await.unwrap().unwrap();
+        assert_eq!(now.lease, *won, "the store agrees with the winner");
+        assert!(!now.expired);
+    }
+    for l in &dead {
+        assert!(!b.renew_lease(l, Duration::from_secs(60)).await.unwrap());
     }
 }
 

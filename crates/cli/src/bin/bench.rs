@@ -62,12 +62,16 @@ async fn serve_engine(
             builtin: Some(Arc::new(NoBackend)),
             ..Backends::default()
         },
-        EngineConfig::default(),
+        EngineConfig {
+            instance_id: bus.map_or_else(|| "bench".to_string(), |(_, i)| i.to_string()),
+            exclusive: bus.is_none(),
+            ..EngineConfig::default()
+        },
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some((url, instance)) = bus {
-        switchboard_bus::NatsBus::start(url, instance, engine.log().clone()).await?;
+        switchboard_bus::NatsBus::start(url, instance, engine.clone()).await?;
     }
     let mut cfg = ServerConfig::new(TOKEN);
     cfg.keepalive = Duration::from_secs(3600);
