@@ -3,7 +3,8 @@
 //! It talks to the engine only through the `/v1` API ([`switchboard_client::Client`]), so it
 //! runs inside `switchboard serve` or as its own process pointed at a remote server. Every
 //! piece of its state (routes, queued messages, approval prompts, reply cursors, channel
-//! offsets) is in its own SQLite file, so a restart loses and repeats nothing.
+//! offsets) is in its own store — a SQLite file, or a schema of a PostgreSQL database that
+//! several instances share ([`GatewayStore`]) — so a restart loses and repeats nothing.
 
 pub mod api;
 pub mod channel;

@@ -1,6 +1,38 @@
-//! The gateway's durable state, in its own SQLite file (`gateway.db`): routes, the inbox of
-//! messages waiting for the agent, button presses, the run each route follows with how far
-//! its reply got, approval prompts, notification contexts, pairing, channel state.
+//! The gateway's durable state: routes, the inbox of messages waiting for the agent, button
+//! presses, the run each route follows with how far its reply got, approval prompts,
+//! notification contexts, pairing, allowed chats, channel state and the inbound messages
+//! already taken.
+//!
+//! Two back-ends behind one [`GatewayStore`]:
+//!
+//! - **SQLite** ([`GatewayStore::open`]): its own file, `gateway.db`, for one `switchboard
+//!   serve` (or one standalone gateway).
+//! - **PostgreSQL** ([`GatewayStore::open_postgres`]): for several instances sharing one
+//!   database. The tables live in the schema `gateway` — the engine's tables (`runs`,
+//!   `approvals` …) share the database and their names would collide — which the store
+//!   creates when missing and puts alone on every connection's `search_path`, so the SQL
+//!   below never names it.
+//!
+//! Each operation is written once and run on whichever pool the store has (`with_pool!`):
+//! `$n` placeholders (sqlx binds them on SQLite too), `ON CONFLICT` upserts instead of
+//! SQLite's `INSERT OR IGNORE` / `INSERT OR REPLACE`, named columns instead of `SELECT *`.
+//! What differs is locking that PostgreSQL needs and SQLite's single writer gives for free
+//! (`TxLock`: a no-op on SQLite, an advisory lock on PostgreSQL).
+//!
+//! What instances sharing the PostgreSQL store rely on (SQLite gets the same from its single
+//! writer):
+//!
+//! - [`GatewayStore::first_seen`] is one `INSERT … ON CONFLICT DO NOTHING`: of two instances
+//!   handed the same update, exactly one is told it is new.
+//! - Taking something is one `DELETE`: exactly one caller of [`GatewayStore::take_prompt`],
+//!   [`GatewayStore::take_context`] or [`GatewayStore::approve_pairing`] gets the row.
+//! - [`GatewayStore::enqueue`] serializes the inserts of one routing key, so a route's inbox
+//!   ids commit in id order and [`GatewayStore::dequeue`] (`id <= upto`) never removes a
+//!   message its reader has not seen.
+//! - [`GatewayStore::put_prompt`] serializes the writers of one session: the last one's
+//!   prompt is the one left, as with SQLite's `INSERT OR REPLACE`.
+//! - Migrations are serialized by an advisory lock: instances starting at once on a fresh
+//!   database each find the work done or do it, once.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -8,8 +40,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Serialize, de::DeserializeOwned};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use crate::channel::{ButtonPress, ChannelState, ChatRef, Peer};
@@ -18,6 +51,8 @@ use crate::channel::{ButtonPress, ChannelState, ChatRef, Peer};
 pub enum StoreError {
     #[error("gateway store: {0}")]
     Db(#[from] sqlx::Error),
+    #[error("gateway store: migration {version}: {source}")]
+    Migration { version: i64, source: sqlx::Error },
     #[error("gateway store: corrupt row: {0}")]
     Corrupt(String),
 }
@@ -32,13 +67,39 @@ fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
-fn from_json<T: DeserializeOwned>(row: &SqliteRow, col: &str) -> Result<T> {
-    let s: String = row.try_get(col)?;
+/// Reading columns from either back-end's rows, so that each record is decoded by one
+/// function. The columns are the same on both: TEXT, and INTEGER / BIGINT read as `i64`.
+trait Cols {
+    fn text(&self, col: &str) -> Result<String>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>>;
+    fn int(&self, col: &str) -> Result<i64>;
+}
+
+macro_rules! impl_cols {
+    ($($row:ty),*) => {$(
+        impl Cols for $row {
+            fn text(&self, col: &str) -> Result<String> {
+                Ok(self.try_get(col)?)
+            }
+            fn opt_text(&self, col: &str) -> Result<Option<String>> {
+                Ok(self.try_get(col)?)
+            }
+            fn int(&self, col: &str) -> Result<i64> {
+                Ok(self.try_get(col)?)
+            }
+        }
+    )*};
+}
+
+impl_cols!(SqliteRow, PgRow);
+
+fn from_json<T: DeserializeOwned>(row: &impl Cols, col: &str) -> Result<T> {
+    let s = row.text(col)?;
     serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 
-fn uuid(row: &SqliteRow, col: &str) -> Result<Uuid> {
-    let s: String = row.try_get(col)?;
+fn uuid(row: &impl Cols, col: &str) -> Result<Uuid> {
+    let s = row.text(col)?;
     Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 
@@ -108,16 +169,116 @@ pub struct Pairing {
 /// The gateway store. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct GatewayStore {
-    pool: SqlitePool,
+    db: Db,
 }
 
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../migrations/0001_gateway.sql")),
-    (2, include_str!("../migrations/0002_pending_and_seen.sql")),
+#[derive(Debug, Clone)]
+enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the store's pool, whichever back-end it is: the body is
+/// written once and compiled once per back-end, so its SQL must be valid on both.
+macro_rules! with_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+// The columns each record is read from, named rather than `SELECT *`: a cached prepared
+// statement's result columns must not change under it. On SQLite, a connection that loaded
+// the schema before a migration added columns prepares `SELECT *` with the old column count,
+// and sqlx then indexes past the end of the row once SQLite re-prepares it; on PostgreSQL,
+// an instance still running while another migrates would get "cached plan must not change
+// result type".
+macro_rules! route_cols {
+    () => {
+        "routing_key, session_id, channel, chat, requester, bound"
+    };
+}
+macro_rules! queued_cols {
+    () => {
+        "id, routing_key, channel, peer, chat, text, context"
+    };
+}
+macro_rules! run_cols {
+    () => {
+        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending"
+    };
+}
+macro_rules! prompt_cols {
+    () => {
+        "id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester"
+    };
+}
+macro_rules! pairing_cols {
+    () => {
+        "code, channel, peer, chat, expires_at"
+    };
+}
+
+const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/sqlite/0001_gateway.sql")),
+    (
+        2,
+        include_str!("../migrations/sqlite/0002_pending_and_seen.sql"),
+    ),
 ];
 
+/// One for one with [`SQLITE_MIGRATIONS`]: same tables, same columns.
+const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/postgres/0001_gateway.sql")),
+    (
+        2,
+        include_str!("../migrations/postgres/0002_pending_and_seen.sql"),
+    ),
+];
+
+/// The PostgreSQL schema of the gateway's tables (and of its `schema_migrations`).
+const POSTGRES_SCHEMA: &str = "gateway";
+
+/// Key of the transaction-scoped advisory lock that serializes the gateway's migrations
+/// ("SWBGWMIG"; distinct from the engine store's, which migrates the same database).
+const POSTGRES_MIGRATION_LOCK: i64 = 0x5357_4247_574d_4947;
+
+/// Lock spaces of [`TxLock::lock_until_commit`]: a routing key's inbox inserts, a session's
+/// prompt.
+const INBOX_LOCK: i32 = 0x4757_4951; // "GWIQ"
+const PROMPT_LOCK: i32 = 0x4757_4150; // "GWAP"
+
+/// Holds a lock on `key` (in the lock space `class`) until the transaction ends, so that the
+/// transactions of concurrent writers of one key run one after the other.
+trait TxLock {
+    async fn lock_until_commit(&mut self, class: i32, key: &str) -> Result<()>;
+}
+
+/// Nothing to do: a SQLite write transaction already excludes every other writer.
+impl TxLock for SqliteConnection {
+    async fn lock_until_commit(&mut self, _class: i32, _key: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A transaction-scoped advisory lock on `(class, hash of key)`. Two-key advisory locks never
+/// collide with one-key ones (the migration lock); two keys with the same hash merely wait
+/// for each other.
+impl TxLock for PgConnection {
+    async fn lock_until_commit(&mut self, class: i32, key: &str) -> Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(class)
+            .bind(key)
+            .execute(self)
+            .await?;
+        Ok(())
+    }
+}
+
 impl GatewayStore {
-    /// Opens (creating) the database and applies pending migrations.
+    /// Opens (creating) the SQLite database and applies pending migrations.
     pub async fn open(path: &Path) -> Result<Self> {
         let opts = SqliteConnectOptions::from_str("sqlite://")?
             .filename(path)
@@ -125,352 +286,510 @@ impl GatewayStore {
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        // Migrated on a connection of its own, closed before the pool opens any: a pool
+        // connection opened while the migrations run (the pool opens one whenever the last
+        // is still on its way back) would keep the schema it loaded then.
+        let mut conn = SqliteConnection::connect_with(&opts).await?;
+        migrate_sqlite(&mut conn).await?;
+        conn.close().await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts)
             .await?;
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
-        )
-        .execute(&pool)
-        .await?;
-        let current: i64 =
-            sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
-                .fetch_one(&pool)
-                .await?
-                .try_get("v")?;
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            let mut tx = pool.begin().await?;
-            sqlx::raw_sql(sql).execute(&mut *tx).await?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)")
-                .bind(version)
-                .bind(now())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+        Ok(Self {
+            db: Db::Sqlite(pool),
+        })
+    }
+
+    /// Connects to a PostgreSQL database (`postgres://user:password@host:port/database`, the
+    /// URL forms sqlx accepts) and applies pending migrations, creating the schema `gateway`
+    /// if missing. The database must exist. Several instances may open one database at once.
+    pub async fn open_postgres(url: &str) -> Result<Self> {
+        let mut connect = PgConnectOptions::from_str(url)?;
+        if connect.get_application_name().is_none() {
+            connect = connect.application_name("switchboard-gateway");
         }
-        Ok(Self { pool })
+        // Set at connection start-up (`-c search_path=gateway`), so every connection the
+        // pool ever opens, reconnects included, resolves the unqualified names of the SQL in
+        // this file and of the migrations in the gateway's schema, never in the engine's.
+        // A later `options` wins over one given in the URL.
+        let connect = connect.options([("search_path", POSTGRES_SCHEMA)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect)
+            .await?;
+        migrate_postgres(&pool).await?;
+        Ok(Self {
+            db: Db::Postgres(pool),
+        })
+    }
+
+    /// Which back-end this store is on: `"sqlite"` or `"postgres"`.
+    pub fn kind(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
     }
 
     // --- routes -------------------------------------------------------------------------
 
     pub async fn route(&self, key: &str) -> Result<Option<Route>> {
-        sqlx::query("SELECT * FROM routes WHERE routing_key = ?")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes WHERE routing_key = $1"
+            ))
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .as_ref()
             .map(route_from_row)
             .transpose()
+        })
     }
 
     pub async fn route_of_session(&self, session_id: Uuid) -> Result<Option<Route>> {
-        sqlx::query("SELECT * FROM routes WHERE session_id = ? ORDER BY updated_at DESC LIMIT 1")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes WHERE session_id = $1 ORDER BY updated_at DESC LIMIT 1"
+            ))
             .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .as_ref()
             .map(route_from_row)
             .transpose()
+        })
     }
 
     pub async fn routes(&self) -> Result<Vec<Route>> {
-        sqlx::query("SELECT * FROM routes ORDER BY updated_at DESC")
-            .fetch_all(&self.pool)
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes ORDER BY updated_at DESC"
+            ))
+            .fetch_all(pool)
             .await?
             .iter()
             .map(route_from_row)
             .collect()
+        })
     }
 
     /// Creates or updates a route (the session, and the latest reply target).
     pub async fn put_route(&self, r: &Route) -> Result<()> {
         let t = now();
-        sqlx::query(
-            "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7) \
-             ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, \
-             channel = excluded.channel, chat = excluded.chat, requester = excluded.requester, \
-             bound = excluded.bound, updated_at = excluded.updated_at",
-        )
-        .bind(&r.routing_key)
-        .bind(r.session_id.to_string())
-        .bind(&r.channel)
-        .bind(to_json(&r.chat))
-        .bind(to_json(&r.requester))
-        .bind(r.bound)
-        .bind(t)
-        .execute(&self.pool)
-        .await?;
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+                 ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, \
+                 channel = excluded.channel, chat = excluded.chat, requester = excluded.requester, \
+                 bound = excluded.bound, updated_at = excluded.updated_at",
+            )
+            .bind(&r.routing_key)
+            .bind(r.session_id.to_string())
+            .bind(&r.channel)
+            .bind(to_json(&r.chat))
+            .bind(to_json(&r.requester))
+            // An integer on both back-ends (PostgreSQL would not take a bool for BIGINT).
+            .bind(i64::from(r.bound))
+            .bind(&t)
+            .execute(pool)
+            .await?;
+        });
         Ok(())
     }
 
     /// Removes a route; the next message on it starts a new session. Whether one was.
     pub async fn delete_route(&self, key: &str) -> Result<bool> {
-        let r = sqlx::query("DELETE FROM routes WHERE routing_key = ?")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected() > 0)
+        let n = with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM routes WHERE routing_key = $1")
+                .bind(key)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
     }
 
     // --- inbox --------------------------------------------------------------------------
 
+    /// Queues a message; its id, greater than every id queued before it.
     pub async fn enqueue(&self, q: &Queued) -> Result<i64> {
-        let r = sqlx::query(
-            "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&q.routing_key)
-        .bind(&q.channel)
-        .bind(to_json(&q.peer))
-        .bind(to_json(&q.chat))
-        .bind(&q.text)
-        .bind(q.context.as_ref().map(to_json))
-        .bind(now())
-        .execute(&self.pool)
-        .await?;
-        Ok(r.last_insert_rowid())
+        let (peer, chat, context, t) = (
+            to_json(&q.peer),
+            to_json(&q.chat),
+            q.context.as_ref().map(to_json),
+            now(),
+        );
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            // A PostgreSQL sequence hands out ids when rows are inserted, not when they
+            // commit: without the lock, an instance's message could commit with an id below
+            // one a worker has already read, and `dequeue(upto)` would delete it unread.
+            // Holding the routing key's lock until commit makes each route's ids commit in
+            // order.
+            (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            )
+            .bind(&q.routing_key)
+            .bind(&q.channel)
+            .bind(&peer)
+            .bind(&chat)
+            .bind(&q.text)
+            .bind(&context)
+            .bind(&t)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(id)
+        })
     }
 
     /// Everything queued for a route, oldest first.
     pub async fn queued(&self, key: &str) -> Result<Vec<Queued>> {
-        sqlx::query("SELECT * FROM inbox WHERE routing_key = ? ORDER BY id")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                queued_cols!(),
+                " FROM inbox WHERE routing_key = $1 ORDER BY id"
+            ))
             .bind(key)
-            .fetch_all(&self.pool)
+            .fetch_all(pool)
             .await?
             .iter()
             .map(queued_from_row)
             .collect()
+        })
     }
 
     /// Routing keys with queued messages.
     pub async fn queued_routes(&self) -> Result<Vec<String>> {
-        let rows = sqlx::query("SELECT DISTINCT routing_key FROM inbox")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| r.try_get::<String, _>("routing_key").map_err(Into::into))
-            .collect()
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT DISTINCT routing_key FROM inbox")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.text("routing_key"))
+                .collect()
+        })
     }
 
     /// Removes delivered messages (those with ids up to and including `upto`).
     pub async fn dequeue(&self, key: &str, upto: i64) -> Result<()> {
-        sqlx::query("DELETE FROM inbox WHERE routing_key = ? AND id <= ?")
-            .bind(key)
-            .bind(upto)
-            .execute(&self.pool)
-            .await?;
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
+                .bind(key)
+                .bind(upto)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 
     // --- presses ------------------------------------------------------------------------
 
     pub async fn push_press(&self, p: &ButtonPress) -> Result<i64> {
-        let r = sqlx::query("INSERT INTO presses (press, created_at) VALUES (?, ?)")
-            .bind(to_json(p))
-            .bind(now())
-            .execute(&self.pool)
-            .await?;
-        Ok(r.last_insert_rowid())
+        let (press, t) = (to_json(p), now());
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_scalar(
+                "INSERT INTO presses (press, created_at) VALUES ($1, $2) RETURNING id",
+            )
+            .bind(&press)
+            .bind(&t)
+            .fetch_one(pool)
+            .await?)
+        })
     }
 
     pub async fn presses(&self) -> Result<Vec<(i64, ButtonPress)>> {
-        let rows = sqlx::query("SELECT id, press FROM presses ORDER BY id")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("id")?, from_json(r, "press")?)))
-            .collect()
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT id, press FROM presses ORDER BY id")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| Ok((r.int("id")?, from_json(r, "press")?)))
+                .collect()
+        })
     }
 
     pub async fn drop_press(&self, id: i64) -> Result<()> {
-        sqlx::query("DELETE FROM presses WHERE id = ?")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM presses WHERE id = $1")
+                .bind(id)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 
     // --- followed runs ------------------------------------------------------------------
 
     pub async fn put_run(&self, r: &FollowedRun) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
-             last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
-             streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
-             pending = excluded.pending",
-        )
-        .bind(&r.routing_key)
-        .bind(r.session_id.to_string())
-        .bind(r.run_id.to_string())
-        .bind(i64::try_from(r.last_event_id).unwrap_or(i64::MAX))
-        .bind(&r.stream_message)
-        .bind(&r.streamed)
-        .bind(i64::try_from(r.delivered).unwrap_or(i64::MAX))
-        .bind(&r.deadline)
-        .bind(now())
-        .bind(&r.pending)
-        .execute(&self.pool)
-        .await?;
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
+                 last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
+                 streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
+                 pending = excluded.pending",
+            )
+            .bind(&r.routing_key)
+            .bind(r.session_id.to_string())
+            .bind(r.run_id.to_string())
+            .bind(i64::try_from(r.last_event_id).unwrap_or(i64::MAX))
+            .bind(&r.stream_message)
+            .bind(&r.streamed)
+            .bind(i64::try_from(r.delivered).unwrap_or(i64::MAX))
+            .bind(&r.deadline)
+            .bind(&t)
+            .bind(&r.pending)
+            .execute(pool)
+            .await?;
+        });
         Ok(())
     }
 
     /// Starts following a run and removes the messages that started it, in one
     /// transaction: a crash leaves either both or neither.
     pub async fn start_run(&self, r: &FollowedRun, upto: i64) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "INSERT OR REPLACE INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
-             VALUES (?, ?, ?, ?, NULL, '', 0, ?, ?, '')",
-        )
-        .bind(&r.routing_key)
-        .bind(r.session_id.to_string())
-        .bind(r.run_id.to_string())
-        .bind(i64::try_from(r.last_event_id).unwrap_or(i64::MAX))
-        .bind(&r.deadline)
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("DELETE FROM inbox WHERE routing_key = ? AND id <= ?")
+        let t = now();
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            // A fresh row, as the `INSERT OR REPLACE` this was on SQLite: every column the
+            // insert does not name goes back to its default (NULL for `channel` and `chat`).
+            sqlx::query(
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, channel, chat) \
+                 VALUES ($1, $2, $3, $4, NULL, '', 0, $5, $6, '', NULL, NULL) \
+                 ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
+                 last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
+                 streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
+                 started_at = excluded.started_at, pending = excluded.pending, \
+                 channel = excluded.channel, chat = excluded.chat",
+            )
             .bind(&r.routing_key)
-            .bind(upto)
+            .bind(r.session_id.to_string())
+            .bind(r.run_id.to_string())
+            .bind(i64::try_from(r.last_event_id).unwrap_or(i64::MAX))
+            .bind(&r.deadline)
+            .bind(&t)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
+            sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
+                .bind(&r.routing_key)
+                .bind(upto)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        });
         Ok(())
     }
 
-    /// Records an inbound message; false if it was seen before (a redelivery or a replay).
+    /// Records an inbound message; false if it was seen before (a redelivery or a replay,
+    /// or — with instances sharing a PostgreSQL store — another instance took it: the insert
+    /// either adds the row or, on the primary key, does nothing, atomically).
     /// Entries older than two days are forgotten.
     pub async fn first_seen(&self, channel: &str, chat_id: &str, message_id: &str) -> Result<bool> {
-        let r = sqlx::query(
-            "INSERT OR IGNORE INTO seen (channel, chat_id, message_id, seen_at) VALUES (?, ?, ?, ?)",
-        )
-        .bind(channel)
-        .bind(chat_id)
-        .bind(message_id)
-        .bind(now())
-        .execute(&self.pool)
-        .await?;
+        let t = now();
         let cutoff = (chrono::Utc::now() - chrono::Duration::days(2))
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        sqlx::query("DELETE FROM seen WHERE seen_at < ?")
-            .bind(cutoff)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected() == 1)
+        let inserted = with_pool!(self, |pool| {
+            let inserted = sqlx::query(
+                "INSERT INTO seen (channel, chat_id, message_id, seen_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(channel)
+            .bind(chat_id)
+            .bind(message_id)
+            .bind(&t)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            sqlx::query("DELETE FROM seen WHERE seen_at < $1")
+                .bind(&cutoff)
+                .execute(pool)
+                .await?;
+            inserted
+        });
+        Ok(inserted == 1)
     }
 
     /// Undoes [`GatewayStore::first_seen`] for a message that could not be stored.
     pub async fn forget_seen(&self, channel: &str, chat_id: &str, message_id: &str) -> Result<()> {
-        sqlx::query("DELETE FROM seen WHERE channel = ? AND chat_id = ? AND message_id = ?")
-            .bind(channel)
-            .bind(chat_id)
-            .bind(message_id)
-            .execute(&self.pool)
-            .await?;
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM seen WHERE channel = $1 AND chat_id = $2 AND message_id = $3")
+                .bind(channel)
+                .bind(chat_id)
+                .bind(message_id)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 
     pub async fn run(&self, key: &str) -> Result<Option<FollowedRun>> {
-        sqlx::query("SELECT * FROM runs WHERE routing_key = ?")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                run_cols!(),
+                " FROM runs WHERE routing_key = $1"
+            ))
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .as_ref()
             .map(run_from_row)
             .transpose()
+        })
     }
 
     pub async fn runs(&self) -> Result<Vec<FollowedRun>> {
-        sqlx::query("SELECT * FROM runs")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(run_from_row)
-            .collect()
+        with_pool!(self, |pool| {
+            sqlx::query(concat!("SELECT ", run_cols!(), " FROM runs"))
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(run_from_row)
+                .collect()
+        })
     }
 
     pub async fn finish_run(&self, key: &str) -> Result<()> {
-        sqlx::query("DELETE FROM runs WHERE routing_key = ?")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM runs WHERE routing_key = $1")
+                .bind(key)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 
     // --- approval prompts ---------------------------------------------------------------
 
+    /// Stores a prompt, replacing one with the same id and the one of the same session
+    /// (at most one prompt per session).
     pub async fn put_prompt(&self, p: &Prompt) -> Result<()> {
-        sqlx::query(
-            "INSERT OR REPLACE INTO approvals (id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&p.id)
-        .bind(&p.routing_key)
-        .bind(p.session_id.to_string())
-        .bind(p.run_id.to_string())
-        .bind(to_json(&p.tool_call_ids))
-        .bind(&p.channel)
-        .bind(to_json(&p.chat))
-        .bind(&p.prompt_message)
-        .bind(&p.prompt_text)
-        .bind(to_json(&p.requester))
-        .bind(now())
-        .execute(&self.pool)
-        .await?;
+        let (session_id, t) = (p.session_id.to_string(), now());
+        let (tool_call_ids, chat, requester) = (
+            to_json(&p.tool_call_ids),
+            to_json(&p.chat),
+            to_json(&p.requester),
+        );
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            // This was `INSERT OR REPLACE`, which on SQLite removes the rows that conflict on
+            // any unique constraint — the id and the session — while an `ON CONFLICT` clause
+            // names only one: delete both, then insert. On PostgreSQL the session's lock makes
+            // concurrent writers of one session take turns, so the second one's delete sees
+            // (and removes) the first one's prompt: last writer wins, as before.
+            (*tx).lock_until_commit(PROMPT_LOCK, &session_id).await?;
+            sqlx::query("DELETE FROM approvals WHERE id = $1 OR session_id = $2")
+                .bind(&p.id)
+                .bind(&session_id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO approvals (id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(&p.id)
+            .bind(&p.routing_key)
+            .bind(&session_id)
+            .bind(p.run_id.to_string())
+            .bind(&tool_call_ids)
+            .bind(&p.channel)
+            .bind(&chat)
+            .bind(&p.prompt_message)
+            .bind(&p.prompt_text)
+            .bind(&requester)
+            .bind(&t)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+        });
         Ok(())
     }
 
     /// Records the posted prompt's message id, unless the prompt was settled meanwhile
     /// (then false: it is not brought back).
     pub async fn set_prompt_message(&self, id: &str, message: &str) -> Result<bool> {
-        let r = sqlx::query("UPDATE approvals SET prompt_message = ? WHERE id = ?")
-            .bind(message)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected() > 0)
+        let n = with_pool!(self, |pool| {
+            sqlx::query("UPDATE approvals SET prompt_message = $1 WHERE id = $2")
+                .bind(message)
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
     }
 
     pub async fn prompt(&self, id: &str) -> Result<Option<Prompt>> {
-        sqlx::query("SELECT * FROM approvals WHERE id = ?")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                prompt_cols!(),
+                " FROM approvals WHERE id = $1"
+            ))
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .as_ref()
             .map(prompt_from_row)
             .transpose()
+        })
     }
 
     pub async fn prompt_of_session(&self, session_id: Uuid) -> Result<Option<Prompt>> {
-        sqlx::query("SELECT * FROM approvals WHERE session_id = ?")
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                prompt_cols!(),
+                " FROM approvals WHERE session_id = $1"
+            ))
             .bind(session_id.to_string())
-            .fetch_optional(&self.pool)
+            .fetch_optional(pool)
             .await?
             .as_ref()
             .map(prompt_from_row)
             .transpose()
+        })
     }
 
     pub async fn prompts(&self) -> Result<Vec<Prompt>> {
-        sqlx::query("SELECT * FROM approvals")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(prompt_from_row)
-            .collect()
+        with_pool!(self, |pool| {
+            sqlx::query(concat!("SELECT ", prompt_cols!(), " FROM approvals"))
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(prompt_from_row)
+                .collect()
+        })
     }
 
-    /// Removes a prompt; whether it was there (only one caller settles a prompt).
+    /// Removes a prompt; whether it was there (only one caller settles a prompt: of
+    /// concurrent deletes of the row, on any instance, one deletes it and the others find
+    /// nothing).
     pub async fn take_prompt(&self, id: &str) -> Result<bool> {
-        let r = sqlx::query("DELETE FROM approvals WHERE id = ?")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected() > 0)
+        let n = with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM approvals WHERE id = $1")
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
     }
 
     // --- notification contexts ----------------------------------------------------------
@@ -483,13 +802,20 @@ impl GatewayStore {
         ttl: Duration,
     ) -> Result<()> {
         let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default();
-        sqlx::query("INSERT OR REPLACE INTO contexts (channel, target, context, expires_at) VALUES (?, ?, ?, ?)")
+        let expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO contexts (channel, target, context, expires_at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (channel, target) DO UPDATE SET context = excluded.context, \
+                 expires_at = excluded.expires_at",
+            )
             .bind(channel)
             .bind(target)
             .bind(to_json(context))
-            .bind(expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
-            .execute(&self.pool)
+            .bind(&expires)
+            .execute(pool)
             .await?;
+        });
         Ok(())
     }
 
@@ -499,65 +825,88 @@ impl GatewayStore {
         channel: &str,
         target: &str,
     ) -> Result<Option<serde_json::Value>> {
-        let row = sqlx::query(
-            "DELETE FROM contexts WHERE channel = ? AND target = ? RETURNING context, expires_at",
-        )
-        .bind(channel)
-        .bind(target)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(row) = row else { return Ok(None) };
-        let expires: String = row.try_get("expires_at")?;
+        let taken = with_pool!(self, |pool| {
+            sqlx::query(
+                "DELETE FROM contexts WHERE channel = $1 AND target = $2 RETURNING context, expires_at",
+            )
+            .bind(channel)
+            .bind(target)
+            .fetch_optional(pool)
+            .await?
+            .map(|row| -> Result<_> { Ok((row.text("expires_at")?, from_json(&row, "context")?)) })
+            .transpose()?
+        });
+        let Some((expires, context)) = taken else {
+            return Ok(None);
+        };
         if expires < now() {
             return Ok(None);
         }
-        Ok(Some(from_json(&row, "context")?))
+        Ok(Some(context))
     }
 
     // --- pairing and allowed chats ------------------------------------------------------
 
     pub async fn put_pairing(&self, p: &Pairing) -> Result<()> {
-        sqlx::query("DELETE FROM pairing WHERE expires_at < ?")
-            .bind(now())
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("INSERT OR REPLACE INTO pairing (code, channel, peer, chat, expires_at) VALUES (?, ?, ?, ?, ?)")
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM pairing WHERE expires_at < $1")
+                .bind(&t)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO pairing (code, channel, peer, chat, expires_at) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (code) DO UPDATE SET channel = excluded.channel, peer = excluded.peer, \
+                 chat = excluded.chat, expires_at = excluded.expires_at",
+            )
             .bind(&p.code)
             .bind(&p.channel)
             .bind(to_json(&p.peer))
             .bind(to_json(&p.chat))
             .bind(&p.expires_at)
-            .execute(&self.pool)
+            .execute(pool)
             .await?;
+        });
         Ok(())
     }
 
     /// The pending pairing of a peer on a channel, if any and not expired.
     pub async fn pairing_of(&self, channel: &str, peer_id: &str) -> Result<Option<Pairing>> {
-        let rows = sqlx::query("SELECT * FROM pairing WHERE channel = ? AND expires_at > ?")
+        let pairings: Vec<Pairing> = with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                pairing_cols!(),
+                " FROM pairing WHERE channel = $1 AND expires_at > $2"
+            ))
             .bind(channel)
             .bind(now())
-            .fetch_all(&self.pool)
-            .await?;
-        for r in &rows {
-            let p = pairing_from_row(r)?;
-            if p.peer.id == peer_id {
-                return Ok(Some(p));
-            }
-        }
-        Ok(None)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(pairing_from_row)
+            .collect::<Result<_>>()?
+        });
+        Ok(pairings.into_iter().find(|p| p.peer.id == peer_id))
     }
 
     /// Approves a pairing code: the chat is allowed from now on. The pairing, if the code
     /// was valid and not expired.
     pub async fn approve_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {
-        let row = sqlx::query("DELETE FROM pairing WHERE channel = ? AND code = ? RETURNING *")
+        let code = code.trim().to_ascii_uppercase();
+        let taken = with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "DELETE FROM pairing WHERE channel = $1 AND code = $2 RETURNING ",
+                pairing_cols!()
+            ))
             .bind(channel)
-            .bind(code.trim().to_ascii_uppercase())
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let p = pairing_from_row(&row)?;
+            .bind(&code)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(pairing_from_row)
+            .transpose()?
+        });
+        let Some(p) = taken else { return Ok(None) };
         if p.expires_at < now() {
             return Ok(None);
         }
@@ -566,41 +915,147 @@ impl GatewayStore {
     }
 
     pub async fn allow(&self, channel: &str, chat_id: &str) -> Result<()> {
-        sqlx::query("INSERT OR IGNORE INTO allowed (channel, chat_id, added_at) VALUES (?, ?, ?)")
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO allowed (channel, chat_id, added_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
             .bind(channel)
             .bind(chat_id)
-            .bind(now())
-            .execute(&self.pool)
+            .bind(&t)
+            .execute(pool)
             .await?;
+        });
         Ok(())
     }
 
     pub async fn is_allowed(&self, channel: &str, chat_id: &str) -> Result<bool> {
-        let row = sqlx::query("SELECT 1 AS x FROM allowed WHERE channel = ? AND chat_id = ?")
-            .bind(channel)
-            .bind(chat_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.is_some())
+        let found = with_pool!(self, |pool| {
+            sqlx::query("SELECT 1 AS x FROM allowed WHERE channel = $1 AND chat_id = $2")
+                .bind(channel)
+                .bind(chat_id)
+                .fetch_optional(pool)
+                .await?
+                .is_some()
+        });
+        Ok(found)
     }
 
     // --- kv -----------------------------------------------------------------------------
 
     pub async fn kv_get(&self, key: &str) -> Result<Option<String>> {
-        let row = sqlx::query("SELECT value FROM kv WHERE key = ?")
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|r| r.try_get("value")).transpose()?)
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT value FROM kv WHERE key = $1")
+                .bind(key)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.text("value"))
+                .transpose()
+        })
     }
 
     pub async fn kv_set(&self, key: &str, value: &str) -> Result<()> {
-        sqlx::query("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)")
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO kv (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
             .bind(key)
             .bind(value)
-            .execute(&self.pool)
+            .execute(pool)
             .await?;
+        });
         Ok(())
+    }
+}
+
+/// Applies pending SQLite migrations, one transaction each.
+///
+/// `Executor::execute(raw_sql)` rather than `RawSql::execute`: the latter is a generic
+/// `async fn` whose future the compiler cannot prove `Send`, which would make `open`
+/// impossible to `tokio::spawn`.
+async fn migrate_sqlite(conn: &mut SqliteConnection) -> Result<()> {
+    conn.execute(sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+    ))
+    .await?;
+    let current: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+            .fetch_one(&mut *conn)
+            .await?;
+    for &(version, sql) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        let failed = |source| StoreError::Migration { version, source };
+        let mut tx = conn.begin().await?;
+        (&mut *tx)
+            .execute(sqlx::raw_sql(sql))
+            .await
+            .map_err(failed)?;
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+            .bind(version)
+            .bind(now())
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await?;
+        tracing::info!(version, "applied gateway migration (sqlite)");
+    }
+    Ok(())
+}
+
+/// Applies pending PostgreSQL migrations, one transaction each. Each transaction first takes
+/// an advisory lock, so instances starting at once on one database queue up: the first
+/// applies a migration, the next then finds it recorded and moves on.
+async fn migrate_postgres(pool: &PgPool) -> Result<()> {
+    loop {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(POSTGRES_MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        // Under the lock: two concurrent `CREATE … IF NOT EXISTS` can both find nothing and
+        // one then fails on the catalog's unique index. The schema is looked up first because
+        // `CREATE SCHEMA IF NOT EXISTS` wants the CREATE privilege on the database even when
+        // the schema is there, and a role given only the schema need not have it.
+        let has_schema: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(POSTGRES_SCHEMA)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !has_schema {
+            (&mut *tx)
+                .execute(sqlx::raw_sql("CREATE SCHEMA gateway"))
+                .await?;
+        }
+        // Qualified although `search_path` is `gateway`: the engine's store has a
+        // `schema_migrations` of its own in the same database.
+        (&mut *tx)
+            .execute(sqlx::raw_sql(
+                "CREATE TABLE IF NOT EXISTS gateway.schema_migrations \
+                 (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)",
+            ))
+            .await?;
+        let current: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM gateway.schema_migrations")
+                .fetch_one(&mut *tx)
+                .await?;
+        let Some(&(version, sql)) = POSTGRES_MIGRATIONS.iter().find(|(v, _)| *v > current) else {
+            tx.commit().await?;
+            return Ok(());
+        };
+        let failed = |source| StoreError::Migration { version, source };
+        (&mut *tx)
+            .execute(sqlx::raw_sql(sql))
+            .await
+            .map_err(failed)?;
+        sqlx::query("INSERT INTO gateway.schema_migrations (version, applied_at) VALUES ($1, $2)")
+            .bind(version)
+            .bind(now())
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await?;
+        tracing::info!(version, "applied gateway migration (postgres)");
     }
 }
 
@@ -628,65 +1083,65 @@ impl ChannelState for NamespacedState {
     }
 }
 
-fn route_from_row(r: &SqliteRow) -> Result<Route> {
+fn route_from_row(r: &impl Cols) -> Result<Route> {
     Ok(Route {
-        routing_key: r.try_get("routing_key")?,
+        routing_key: r.text("routing_key")?,
         session_id: uuid(r, "session_id")?,
-        channel: r.try_get("channel")?,
+        channel: r.text("channel")?,
         chat: from_json(r, "chat")?,
         requester: from_json(r, "requester")?,
-        bound: r.try_get::<i64, _>("bound")? != 0,
+        bound: r.int("bound")? != 0,
     })
 }
 
-fn queued_from_row(r: &SqliteRow) -> Result<Queued> {
-    let context: Option<String> = r.try_get("context")?;
+fn queued_from_row(r: &impl Cols) -> Result<Queued> {
+    let context = r.opt_text("context")?;
     Ok(Queued {
-        id: r.try_get("id")?,
-        routing_key: r.try_get("routing_key")?,
-        channel: r.try_get("channel")?,
+        id: r.int("id")?,
+        routing_key: r.text("routing_key")?,
+        channel: r.text("channel")?,
         peer: from_json(r, "peer")?,
         chat: from_json(r, "chat")?,
-        text: r.try_get("text")?,
+        text: r.text("text")?,
         context: context.and_then(|c| serde_json::from_str(&c).ok()),
     })
 }
 
-fn run_from_row(r: &SqliteRow) -> Result<FollowedRun> {
+fn run_from_row(r: &impl Cols) -> Result<FollowedRun> {
     Ok(FollowedRun {
-        routing_key: r.try_get("routing_key")?,
+        routing_key: r.text("routing_key")?,
         session_id: uuid(r, "session_id")?,
         run_id: uuid(r, "run_id")?,
-        last_event_id: u64::try_from(r.try_get::<i64, _>("last_event_id")?).unwrap_or(0),
-        stream_message: r.try_get("stream_message")?,
-        streamed: r.try_get("streamed")?,
-        delivered: usize::try_from(r.try_get::<i64, _>("delivered")?).unwrap_or(0),
-        deadline: r.try_get("deadline")?,
-        pending: r.try_get("pending")?,
+        last_event_id: u64::try_from(r.int("last_event_id")?).unwrap_or(0),
+        stream_message: r.opt_text("stream_message")?,
+        streamed: r.text("streamed")?,
+        delivered: usize::try_from(r.int("delivered")?).unwrap_or(0),
+        deadline: r.opt_text("deadline")?,
+        pending: r.text("pending")?,
     })
 }
 
-fn prompt_from_row(r: &SqliteRow) -> Result<Prompt> {
+fn prompt_from_row(r: &impl Cols) -> Result<Prompt> {
     Ok(Prompt {
-        id: r.try_get("id")?,
-        routing_key: r.try_get("routing_key")?,
+        id: r.text("id")?,
+        routing_key: r.text("routing_key")?,
         session_id: uuid(r, "session_id")?,
         run_id: uuid(r, "run_id")?,
         tool_call_ids: from_json(r, "tool_call_ids")?,
-        channel: r.try_get("channel")?,
+        channel: r.text("channel")?,
         chat: from_json(r, "chat")?,
-        prompt_message: r.try_get("prompt_message")?,
-        prompt_text: r.try_get("prompt_text")?,
+        prompt_message: r.text("prompt_message")?,
+        prompt_text: r.text("prompt_text")?,
         requester: from_json(r, "requester")?,
     })
 }
 
-fn pairing_from_row(r: &SqliteRow) -> Result<Pairing> {
+fn pairing_from_row(r: &impl Cols) -> Result<Pairing> {
     Ok(Pairing {
-        code: r.try_get("code")?,
-        channel: r.try_get("channel")?,
+        code: r.text("code")?,
+        channel: r.text("channel")?,
         peer: from_json(r, "peer")?,
         chat: from_json(r, "chat")?,
-        expires_at: r.try_get("expires_at")?,
+        expires_at: r.text("expires_at")?,
     })
 }
