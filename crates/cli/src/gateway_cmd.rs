@@ -63,9 +63,7 @@ pub async fn channels(settings: &Settings, cmd: ChannelsCommand) -> Result<ExitC
 
 pub async fn pairing(settings: &Settings, cmd: PairingCommand) -> Result<ExitCode> {
     let PairingCommand::Approve { channel, code } = cmd;
-    let store = switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db"))
-        .await
-        .context("opening the gateway store")?;
+    let store = crate::serve::open_gateway_store(settings).await?;
     match store.approve_pairing(&channel, &code).await? {
         Some(p) => {
             println!(
@@ -91,13 +89,13 @@ pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> 
         .or(crate::datadir::read_token(&settings.token_path())?)
         .context("no token for the server: set SWITCHBOARD_TOKEN")?;
     crate::datadir::ensure_data_dir(&settings.data_dir)?;
-    let gw = serve::start_gateway(settings, g, server, &token).await?;
+    let gw = serve::start_gateway(settings, g, server, &token, None).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     println!("gateway listening on http://{addr} for server {server}");
-    let router = switchboard_gateway::api::router(gw.clone(), token);
+    let router = switchboard_gateway::api::router(gw.slot.clone(), token);
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             crate::serve::shutdown_signal().await;

@@ -162,9 +162,16 @@ pub async fn run(settings: Settings) -> Result<()> {
     let gateway = match &settings.gateway {
         Some(g) if g.enabled => {
             let url = format!("http://{addr}");
-            let gw = start_gateway(&settings, g, &url, &token_for_gateway(&settings)?).await?;
+            let gw = start_gateway(
+                &settings,
+                g,
+                &url,
+                &token_for_gateway(&settings)?,
+                Some(app.store.clone()),
+            )
+            .await?;
             router = router.merge(switchboard_gateway::api::router(
-                gw.clone(),
+                gw.slot.clone(),
                 token_for_gateway(&settings)?,
             ));
             Some(gw)
@@ -283,25 +290,206 @@ pub async fn start_relay(
         .map_err(|e| anyhow::anyhow!("starting the relay: {e}"))
 }
 
-/// Opens the gateway store in the data directory and starts the configured channels.
+/// The gateway's store: the schema `gateway` of the PostgreSQL database when the store is
+/// PostgreSQL (shared by every instance), else `gateway.db` in the data directory.
+pub async fn open_gateway_store(settings: &Settings) -> Result<switchboard_gateway::GatewayStore> {
+    let url = settings.store_url();
+    let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        switchboard_gateway::GatewayStore::open_postgres(&url).await
+    } else {
+        switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db")).await
+    };
+    store.with_context(|| {
+        format!(
+            "opening the gateway store ({})",
+            settings.store_url_redacted()
+        )
+    })
+}
+
+/// The lease that decides which instance runs the chat channels.
+const GATEWAY_LEASE: &str = "gateway";
+
+/// This instance's gateway. Alone on its store (SQLite) it runs at once. On a shared
+/// PostgreSQL store exactly one instance runs the channels — the holder of the `gateway`
+/// lease — and the others stand by: they store what reaches them over HTTP (webhooks) for
+/// the active one, and the first to see the lease run out takes over, resuming queues,
+/// followed runs and prompts from the shared store like a restart would.
+pub struct GatewayService {
+    pub slot: switchboard_gateway::api::GatewaySlot,
+    election: Option<(
+        tokio_util::sync::CancellationToken,
+        tokio::task::JoinHandle<()>,
+    )>,
+}
+
+impl GatewayService {
+    /// Stops the gateway. Alone: pending approvals are rejected and followed runs cancelled,
+    /// as before. Sharing: the active gateway stops and gives its lease back, so a standby
+    /// instance takes over at once and finds everything as it was.
+    pub async fn shutdown(self) {
+        match self.election {
+            None => self.slot.get().shutdown().await,
+            Some((cancel, task)) => {
+                cancel.cancel();
+                let _ = task.await;
+            }
+        }
+    }
+}
+
+/// Opens the gateway store and starts the configured channels (or stands by; see
+/// [`GatewayService`]).
 pub async fn start_gateway(
     settings: &Settings,
     g: &crate::config::GatewaySettings,
     server_url: &str,
     token: &str,
-) -> Result<switchboard_gateway::Gateway> {
-    let store = switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db"))
-        .await
-        .context("opening the gateway store")?;
+    leases: Option<Arc<dyn Store>>,
+) -> Result<GatewayService> {
+    let store = open_gateway_store(settings).await?;
     let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let channels = build_channels(g)?;
     for c in &channels {
         tracing::info!(channel = %c.name(), "chat channel configured");
     }
-    switchboard_gateway::Gateway::start(g.config.clone(), client, store, channels)
+    if store.kind() != "postgres" {
+        let gw = switchboard_gateway::Gateway::start(g.config.clone(), client, store, channels)
+            .await
+            .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))?;
+        return Ok(GatewayService {
+            slot: gw.into(),
+            election: None,
+        });
+    }
+    // The lease lives in the engine's store (the same database).
+    let leases = match leases {
+        Some(l) => l,
+        None => switchboard_store::open_url(&settings.store_url())
+            .await
+            .with_context(|| format!("opening {}", settings.store_url_redacted()))?,
+    };
+    let parts = GatewayParts {
+        config: g.config.clone(),
+        client,
+        store,
+        channels,
+    };
+    let slot = switchboard_gateway::api::GatewaySlot::new(parts.standby());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(gateway_election(
+        parts,
+        slot.clone(),
+        leases,
+        settings.instance_id.clone(),
+        settings.lease,
+        cancel.clone(),
+    ));
+    Ok(GatewayService {
+        slot,
+        election: Some((cancel, task)),
+    })
+}
+
+/// What a gateway is built from, for building it again at each change of role.
+struct GatewayParts {
+    config: switchboard_gateway::GatewayConfig,
+    client: switchboard_client::Client,
+    store: switchboard_gateway::GatewayStore,
+    channels: Vec<Arc<dyn switchboard_gateway::Channel>>,
+}
+
+impl GatewayParts {
+    fn standby(&self) -> switchboard_gateway::Gateway {
+        switchboard_gateway::Gateway::standby(
+            self.config.clone(),
+            self.client.clone(),
+            self.store.clone(),
+            self.channels.clone(),
+        )
+    }
+
+    async fn active(&self) -> Result<switchboard_gateway::Gateway> {
+        switchboard_gateway::Gateway::start(
+            self.config.clone(),
+            self.client.clone(),
+            self.store.clone(),
+            self.channels.clone(),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))
+    }
+}
+
+/// Takes the gateway lease when it is free (or has run out), renews it while active, and
+/// steps down when it cannot: when the lease was taken over, or when renewing has failed
+/// for a whole lease length (the others may have taken it over meanwhile).
+async fn gateway_election(
+    parts: GatewayParts,
+    slot: switchboard_gateway::api::GatewaySlot,
+    leases: Arc<dyn Store>,
+    me: String,
+    ttl: Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let period = ttl / 3;
+    let mut held: Option<(switchboard_store::Lease, std::time::Instant)> = None;
+    loop {
+        let step_down = match &held {
+            None => {
+                match leases.acquire_lease(GATEWAY_LEASE, &me, ttl).await {
+                    Ok(Some(lease)) => match parts.active().await {
+                        Ok(gw) => {
+                            tracing::info!(instance = %me, token = lease.token, "gateway lease taken: running the chat channels");
+                            slot.replace(gw).stop().await;
+                            held = Some((lease, std::time::Instant::now()));
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "could not start the gateway");
+                            let _ = leases.release_lease(&lease).await;
+                        }
+                    },
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(error = %e, "taking the gateway lease failed"),
+                }
+                false
+            }
+            Some((lease, renewed)) => match leases.renew_lease(lease, ttl).await {
+                Ok(true) => {
+                    held = Some((lease.clone(), std::time::Instant::now()));
+                    false
+                }
+                Ok(false) => {
+                    tracing::warn!(instance = %me, "gateway lease taken over by another instance: standing by");
+                    true
+                }
+                Err(e) if renewed.elapsed() >= ttl => {
+                    tracing::warn!(error = %e, "gateway lease not renewed for a whole lease length: standing by");
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the gateway lease failed");
+                    false
+                }
+            },
+        };
+        if step_down {
+            held = None;
+            slot.replace(parts.standby()).stop().await;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+    // Shutting down: hand over at once.
+    if let Some((lease, _)) = held {
+        slot.get().stop().await;
+        if let Err(e) = leases.release_lease(&lease).await {
+            tracing::warn!(error = %e, "giving the gateway lease back failed");
+        }
+    }
 }
 
 /// The configured channel connections.

@@ -86,18 +86,26 @@ async fn instance(
     db: &Db,
     nats: &Nats,
 ) -> ServerProcess {
+    instance_with(dir, name, llm, db, nats, &[]).await
+}
+
+async fn instance_with(
+    dir: &std::path::Path,
+    name: &str,
+    llm: &MockLlm,
+    db: &Db,
+    nats: &Nats,
+    extra: &[(&str, &str)],
+) -> ServerProcess {
     let url = nats.url();
-    start(
-        &dir.join(name),
-        &llm.base_url(),
-        &[
-            ("SWITCHBOARD_STORE_URL", db.url.as_str()),
-            ("SWITCHBOARD_BUS_URL", url.as_str()),
-            ("SWITCHBOARD_INSTANCE_ID", name),
-            ("SWITCHBOARD_LEASE_MS", LEASE_MS),
-        ],
-    )
-    .await
+    let mut env = vec![
+        ("SWITCHBOARD_STORE_URL", db.url.as_str()),
+        ("SWITCHBOARD_BUS_URL", url.as_str()),
+        ("SWITCHBOARD_INSTANCE_ID", name),
+        ("SWITCHBOARD_LEASE_MS", LEASE_MS),
+    ];
+    env.extend_from_slice(extra);
+    start(&dir.join(name), &llm.base_url(), &env).await
 }
 
 async fn health(server: &ServerProcess) -> serde_json::Value {
@@ -630,5 +638,149 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         AgentEvent::RunCompleted { stop_reason, .. } if stop_reason == "cancelled"
     ));
     drop((a, b, c));
+    db.drop_now().await;
+}
+
+async fn gateway_role(server: &ServerProcess) -> String {
+    let status: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/gateway/status", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    status["role"].as_str().unwrap_or_default().to_string()
+}
+
+/// The last user message of each request the model got (what each run was asked).
+fn asked(llm: &MockLlm) -> Vec<String> {
+    llm.chat_requests()
+        .iter()
+        .filter_map(|r| {
+            r.body["messages"]
+                .as_array()?
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "user")
+                .and_then(|m| m["content"].as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// The Telegram poller is held by one instance under the gateway lease. Killed (SIGKILL)
+/// right after taking a message, a standby instance takes the poller over within the lease:
+/// every update is handled, none twice (the shared store has the polling offset and the
+/// messages already taken).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_poller_is_taken_over_and_no_update_is_lost_or_handled_twice() {
+    use switchboard_test_support::fake_telegram::FakeTelegram;
+    const ALICE: i64 = 42;
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    llm.set_default(MockReply::text(&["noted"]));
+    let tg = FakeTelegram::start().await;
+    let base = tg.base_url();
+    let env = [
+        ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", base.as_str()),
+        ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "42"),
+        ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+    ];
+    let mut a = instance_with(dir.path(), "a", &llm, &db, &nats, &env).await;
+    let start = Instant::now();
+    while gateway_role(&a).await != "active" {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "A never took the gateway"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = instance_with(dir.path(), "b", &llm, &db, &nats, &env).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gateway_role(&b).await, "standby", "one poller at a time");
+
+    // A handles the first messages.
+    for i in 0..3 {
+        tg.dm(ALICE, "Alice", &format!("m{i}"));
+        let want = format!("m{i}");
+        let start = Instant::now();
+        while !asked(&llm).iter().any(|t| t.contains(&want)) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{want} never reached the model"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tg.wait_until(Duration::from_secs(20), "a reply", |tg| {
+            tg.bot_messages(ALICE).len() > i
+        })
+        .await;
+    }
+    // m3 is taken by A (it reaches the model), and A dies before its next poll could
+    // confirm it to Telegram.
+    tg.dm(ALICE, "Alice", "m3");
+    let start = Instant::now();
+    while !asked(&llm).iter().any(|t| t.contains("m3")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "m3 never reached the model"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed = Instant::now();
+    a.kill().await;
+    for i in 4..8 {
+        tg.dm(ALICE, "Alice", &format!("m{i}"));
+    }
+    while gateway_role(&b).await != "active" {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "B did not take the poller over"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took_over = killed.elapsed();
+    eprintln!("poller failover after SIGKILL: {took_over:?}");
+    assert!(
+        took_over < Duration::from_millis(2000 * 2 + 1000),
+        "{took_over:?}"
+    );
+    let start = Instant::now();
+    loop {
+        let asked = asked(&llm);
+        if (4..8).all(|i| asked.iter().any(|t| t.contains(&format!("m{i}")))) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "messages sent while no one polled were lost: {asked:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tg.wait_until(Duration::from_secs(20), "every update confirmed", |tg| {
+        tg.pending_updates() == 0
+    })
+    .await;
+    // Settle, then count: each message reached the model in exactly one run's question.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked = asked(&llm);
+    for i in 0..8 {
+        let marker = format!("m{i}");
+        let n: usize = asked
+            .iter()
+            .map(|t| {
+                t.lines()
+                    .filter(|l| l.trim_end().ends_with(&marker))
+                    .count()
+            })
+            .sum();
+        assert_eq!(n, 1, "{marker} handled {n} times: {asked:?}");
+    }
+    drop((a, b));
     db.drop_now().await;
 }

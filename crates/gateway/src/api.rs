@@ -11,13 +11,47 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 use switchboard_protocol::{ErrorBody, ErrorCode};
 
+use std::sync::{Arc, RwLock};
+
 use crate::channel::{ChatKind, ChatRef, InboundSink};
 use crate::dispatcher::Gateway;
 
+/// The gateway the routes serve: swapped when this instance takes over or hands over the
+/// gateway lease (active ↔ standby).
+#[derive(Clone)]
+pub struct GatewaySlot(Arc<RwLock<Gateway>>);
+
+impl GatewaySlot {
+    pub fn new(gw: Gateway) -> Self {
+        Self(Arc::new(RwLock::new(gw)))
+    }
+
+    pub fn get(&self) -> Gateway {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `gw` in place and returns the one it replaced.
+    pub fn replace(&self, gw: Gateway) -> Gateway {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|p| p.into_inner()), gw)
+    }
+}
+
+impl From<Gateway> for GatewaySlot {
+    fn from(gw: Gateway) -> Self {
+        Self::new(gw)
+    }
+}
+
 #[derive(Clone)]
 struct ApiState {
-    gw: Gateway,
+    slot: GatewaySlot,
     token: String,
+}
+
+impl ApiState {
+    fn gw(&self) -> Gateway {
+        self.slot.get()
+    }
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Response {
@@ -56,9 +90,9 @@ async fn require_token(State(state): State<ApiState>, req: Request, next: Next) 
 
 /// The gateway's routes. All but the inbound webhook need `token`; the webhook is
 /// authenticated by its HMAC signature.
-pub fn router(gw: Gateway, token: impl Into<String>) -> Router {
+pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
     let state = ApiState {
-        gw,
+        slot: gw.into(),
         token: token.into(),
     };
     let protected = Router::new()
@@ -86,6 +120,10 @@ pub struct ChannelStatus {
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub struct GatewayStatus {
+    /// `active` (this instance runs the channels) or `standby` (another instance holds the
+    /// gateway lease; this one only stores what reaches it over HTTP).
+    #[serde(default)]
+    pub role: String,
     pub channels: Vec<ChannelStatus>,
     pub sessions: usize,
     pub active_runs: usize,
@@ -94,7 +132,8 @@ pub struct GatewayStatus {
 }
 
 async fn status(State(s): State<ApiState>) -> Response {
-    let store = s.gw.store();
+    let gw = s.gw();
+    let store = gw.store();
     let result = async {
         let routes = store.routes().await?;
         let runs = store.runs().await?;
@@ -108,16 +147,21 @@ async fn status(State(s): State<ApiState>) -> Response {
     .await;
     match result {
         Ok((sessions, active_runs, pending_approvals, queued_messages)) => {
-            let mut channels: Vec<ChannelStatus> =
-                s.gw.channels()
-                    .iter()
-                    .map(|c| ChannelStatus {
-                        name: c.name().to_string(),
-                        status: c.status(),
-                    })
-                    .collect();
+            let mut channels: Vec<ChannelStatus> = gw
+                .channels()
+                .iter()
+                .map(|c| ChannelStatus {
+                    name: c.name().to_string(),
+                    status: if gw.is_standby() {
+                        "standby".to_string()
+                    } else {
+                        c.status()
+                    },
+                })
+                .collect();
             channels.sort_by(|a, b| a.name.cmp(&b.name));
             Json(GatewayStatus {
+                role: if gw.is_standby() { "standby" } else { "active" }.to_string(),
                 channels,
                 sessions,
                 active_runs,
@@ -143,7 +187,7 @@ pub struct GatewaySession {
 }
 
 async fn sessions(State(s): State<ApiState>) -> Response {
-    match s.gw.store().routes().await {
+    match s.gw().store().routes().await {
         Ok(routes) => Json(serde_json::json!({
             "sessions": routes.into_iter().map(|r| GatewaySession {
                 routing_key: r.routing_key,
@@ -162,7 +206,7 @@ async fn sessions(State(s): State<ApiState>) -> Response {
 }
 
 async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response {
-    match s.gw.store().delete_route(&key).await {
+    match s.gw().store().delete_route(&key).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => error(
             ErrorCode::NotFound,
@@ -220,12 +264,13 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
             "invalid text: must not be empty",
         );
     }
-    let Some(ch) = s.gw.channel(&req.channel) else {
-        let mut names: Vec<String> =
-            s.gw.channels()
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect();
+    let Some(ch) = s.gw().channel(&req.channel) else {
+        let mut names: Vec<String> = s
+            .gw()
+            .channels()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
         names.sort();
         return error(
             ErrorCode::UnprocessableEntity,
@@ -249,11 +294,12 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
     match ch.send(&chat, &text, &[]).await {
         Ok(message_id) => {
             if let Some(ctx) = req.context {
-                let ttl = s.gw.config().context_ttl;
-                if let Err(e) =
-                    s.gw.store()
-                        .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
-                        .await
+                let ttl = s.gw().config().context_ttl;
+                if let Err(e) = s
+                    .gw()
+                    .store()
+                    .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
+                    .await
                 {
                     tracing::error!(error = %e, "storing a notification context");
                     return error(ErrorCode::Internal, "internal error");
@@ -273,7 +319,8 @@ async fn webhook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let cfg = s.gw.config();
+    let gw = s.gw();
+    let cfg = gw.config();
     let Some(secret) = cfg.webhook_secrets.get(&name) else {
         return error(
             ErrorCode::NotFound,
@@ -289,7 +336,7 @@ async fn webhook(
         Ok(i) => i,
         Err(e) => return error(ErrorCode::ValidationFailed, e),
     };
-    match s.gw.accept(inbound).await {
+    match s.gw().accept(inbound).await {
         Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
         Err(e) => {
             tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
@@ -306,7 +353,7 @@ async fn channel_push(
     body: Bytes,
 ) -> Response {
     use crate::channel::InboundHttpError;
-    let Some(ch) = s.gw.channel(&name) else {
+    let Some(ch) = s.gw().channel(&name) else {
         return error(ErrorCode::NotFound, format!("no channel named {name:?}"));
     };
     if let Some(answer) = ch.http_challenge(&headers, &body) {
@@ -314,7 +361,7 @@ async fn channel_push(
     }
     match ch.inbound_http(&headers, &body).await {
         Ok(None) => Json(serde_json::json!({"ok": true})).into_response(),
-        Ok(Some(item)) => match s.gw.accept(item).await {
+        Ok(Some(item)) => match s.gw().accept(item).await {
             Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
             Err(e) => {
                 tracing::error!(channel = %name, error = %e, "storing a pushed update");

@@ -44,6 +44,10 @@ pub(crate) struct Inner {
     presses: mpsc::UnboundedSender<()>,
     pub cancel: CancellationToken,
     tasks: StdMutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// A standby gateway (another instance holds the gateway lease) stores what reaches it
+    /// over HTTP — webhooks, pushes — but runs no channel, worker or press handler: the
+    /// active instance's scan picks the stored work up.
+    standby: bool,
 }
 
 /// The running gateway. Cheap to clone.
@@ -83,22 +87,7 @@ impl Gateway {
         store: GatewayStore,
         channels: Vec<Arc<dyn Channel>>,
     ) -> Result<Gateway, GatewayError> {
-        let (press_tx, press_rx) = mpsc::unbounded_channel();
-        let gw = Gateway {
-            inner: Arc::new(Inner {
-                client,
-                store,
-                config,
-                channels: channels
-                    .into_iter()
-                    .map(|c| (c.name().to_string(), c))
-                    .collect(),
-                workers: StdMutex::default(),
-                presses: press_tx,
-                cancel: CancellationToken::new(),
-                tasks: StdMutex::default(),
-            }),
-        };
+        let (gw, press_rx) = Self::build(config, client, store, channels, false);
         let sink: Arc<dyn InboundSink> = Arc::new(gw.clone());
         for (name, ch) in &gw.inner.channels {
             let ctx = ChannelContext {
@@ -133,7 +122,68 @@ impl Gateway {
             gw.kick(&key);
         }
         let _ = gw.inner.presses.send(());
+        // A shared store: standby instances store inbound work without running it; look for
+        // it every second.
+        if gw.inner.store.kind() == "postgres" {
+            gw.spawn(scan_loop(gw.clone()));
+        }
         Ok(gw)
+    }
+
+    /// A gateway on standby: it accepts what reaches this instance over HTTP into the
+    /// (shared) store and runs nothing; the instance holding the gateway lease handles it.
+    pub fn standby(
+        config: GatewayConfig,
+        client: Client,
+        store: GatewayStore,
+        channels: Vec<Arc<dyn Channel>>,
+    ) -> Gateway {
+        Self::build(config, client, store, channels, true).0
+    }
+
+    fn build(
+        config: GatewayConfig,
+        client: Client,
+        store: GatewayStore,
+        channels: Vec<Arc<dyn Channel>>,
+        standby: bool,
+    ) -> (Gateway, mpsc::UnboundedReceiver<()>) {
+        let (press_tx, press_rx) = mpsc::unbounded_channel();
+        let gw = Gateway {
+            inner: Arc::new(Inner {
+                client,
+                store,
+                config,
+                channels: channels
+                    .into_iter()
+                    .map(|c| (c.name().to_string(), c))
+                    .collect(),
+                workers: StdMutex::default(),
+                presses: press_tx,
+                cancel: CancellationToken::new(),
+                tasks: StdMutex::default(),
+                standby,
+            }),
+        };
+        (gw, press_rx)
+    }
+
+    /// Whether this gateway is on standby (see [`Gateway::standby`]).
+    pub fn is_standby(&self) -> bool {
+        self.inner.standby
+    }
+
+    /// Stops channels and workers at once, leaving approvals, followed runs and queues as
+    /// they are in the store: for handing the gateway over to another instance, which
+    /// resumes them like a restart would.
+    pub async fn stop(&self) {
+        self.inner.cancel.cancel();
+        let tasks: Vec<_> =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            t.abort();
+            let _ = t.await;
+        }
     }
 
     fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -163,6 +213,9 @@ impl Gateway {
 
     /// Wakes (or starts) the worker of a routing key.
     fn kick(&self, key: &str) {
+        if self.inner.standby {
+            return;
+        }
         let mut map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = map.get(key)
             && tx.send(()).is_ok()
@@ -808,6 +861,29 @@ impl InboundSink for Gateway {
                 let _ = self.inner.presses.send(());
                 Ok(())
             }
+        }
+    }
+}
+
+/// On a shared store: picks up messages and presses that standby instances stored.
+async fn scan_loop(gw: Gateway) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = gw.inner.cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match gw.inner.store.queued_routes().await {
+            Ok(keys) => {
+                for key in keys {
+                    gw.kick(&key);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "scanning the shared inbox"),
+        }
+        if gw.inner.store.presses().await.is_ok_and(|p| !p.is_empty()) {
+            let _ = gw.inner.presses.send(());
         }
     }
 }
