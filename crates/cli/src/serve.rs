@@ -433,7 +433,6 @@ async fn gateway_election(
     ttl: Duration,
     cancel: tokio_util::sync::CancellationToken,
 ) {
-    let period = ttl / 3;
     let mut held: Option<(switchboard_store::Lease, std::time::Instant)> = None;
     loop {
         let step_down = match &held {
@@ -478,6 +477,9 @@ async fn gateway_election(
             held = None;
             slot.replace(parts.standby()).stop().await;
         }
+        // Renew every third of the lease; while standing by, try every eighth, so that a
+        // dead holder is replaced soon after its lease runs out.
+        let period = if held.is_some() { ttl / 3 } else { ttl / 8 };
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(period) => {}

@@ -170,14 +170,7 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
     let mut on_b = client(&b).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let sent = Instant::now();
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("hello from C", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "hello from C", MessageType::Message).await;
     let events = until_end(&mut on_b, run).await;
     check_contiguous(&events, 1);
     assert!(
@@ -202,14 +195,7 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
 
     // NATS restarted mid-stream: B catches up from the store, nothing lost or repeated.
     llm.push(MockReply::text_slow(&chunks, 100));
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("again", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "again", MessageType::Message).await;
     let mut seen = Vec::new();
     loop {
         let env = tokio::time::timeout(Duration::from_secs(30), on_b.next())
@@ -251,6 +237,36 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
     }
     drop((a, b, c));
     db.drop_now().await;
+}
+
+/// Sends `text` to the session through `server`; the run id.
+async fn send(
+    server: &ServerProcess,
+    session: uuid::Uuid,
+    text: &str,
+    kind: MessageType,
+) -> uuid::Uuid {
+    client(server)
+        .send_message(session, &SendMessageRequest::user(text, kind))
+        .await
+        .unwrap()
+        .run_id
+}
+
+/// Accepts the pending call `id` of `run`.
+fn accept(run: uuid::Uuid, id: &str) -> ToolDecisionsRequest {
+    ToolDecisionsRequest {
+        run_id: run,
+        decisions: [(
+            id.to_string(),
+            ToolDecision {
+                action: DecisionAction::Accept,
+                content: None,
+            },
+        )]
+        .into_iter()
+        .collect(),
+    }
 }
 
 /// Reads `stream` until `pred` holds for an event; returns everything read, that one last.
@@ -309,14 +325,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     let mut on_c = client(&c).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The run executes on C, the instance that accepted it.
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("long job", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "long job", MessageType::Message).await;
     let seen_on_c = until(&mut on_c, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })
@@ -324,14 +333,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     // Other instances see it running, and a follow-up sent to B waits for it.
     let summary = client(&b).get_session(session.id).await.unwrap().session;
     assert_eq!(summary.active_run_id, Some(run), "B sees C's run");
-    let follow_up = client(&b)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("and then this", MessageType::FollowUp),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let follow_up = send(&b, session.id, "and then this", MessageType::FollowUp).await;
     let busy = client(&a)
         .send_message(
             session.id,
@@ -432,14 +434,7 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
         .unwrap();
     let mut on_a = client(&a).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("pause me", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "pause me", MessageType::Message).await;
     until(&mut on_a, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })
@@ -484,14 +479,7 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
     // C serves on, and runs new work under a new lease.
     llm.push(MockReply::text(&["awake"]));
     let mut on_b = client(&b).subscribe(session.id, Some(closed_at));
-    let again = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("again", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let again = send(&c, session.id, "again", MessageType::Message).await;
     let events = until_end(&mut on_b, again).await;
     assert!(matches!(
         events.last().unwrap().0.event,
@@ -529,14 +517,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         .unwrap();
     let mut on_a = client(&a).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("run it", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "run it", MessageType::Message).await;
     until(&mut on_a, "the approval request", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
@@ -558,21 +539,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     assert_eq!(steered.run_id, run);
     // A wrong run id is refused by C with the usual code, relayed as is.
     let wrong = client(&b)
-        .decide_tools(
-            session.id,
-            &ToolDecisionsRequest {
-                run_id: uuid::Uuid::now_v7(),
-                decisions: [(
-                    "call_1".to_string(),
-                    ToolDecision {
-                        action: DecisionAction::Accept,
-                        content: None,
-                    },
-                )]
-                .into_iter()
-                .collect(),
-            },
-        )
+        .decide_tools(session.id, &accept(uuid::Uuid::now_v7(), "call_1"))
         .await
         .unwrap_err();
     assert!(
@@ -581,21 +548,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         "{wrong}"
     );
     let accepted = client(&b)
-        .decide_tools(
-            session.id,
-            &ToolDecisionsRequest {
-                run_id: run,
-                decisions: [(
-                    "call_1".to_string(),
-                    ToolDecision {
-                        action: DecisionAction::Accept,
-                        content: None,
-                    },
-                )]
-                .into_iter()
-                .collect(),
-            },
-        )
+        .decide_tools(session.id, &accept(run, "call_1"))
         .await
         .unwrap();
     assert!(accepted.accepted);
@@ -616,14 +569,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     let chunks: Vec<String> = (0..100).map(|i| format!("x{i} ")).collect();
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 100));
-    let run = client(&c)
-        .send_message(
-            session.id,
-            &SendMessageRequest::user("long", MessageType::Message),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = send(&c, session.id, "long", MessageType::Message).await;
     until(&mut on_a, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })

@@ -122,19 +122,7 @@ impl Engine {
         for a in store.list_approvals().await? {
             store.delete_approval(a.session_id, a.run_id).await?;
         }
-        let mut sessions: Vec<Uuid> = store
-            .runs_in_state(RunState::Queued)
-            .await?
-            .iter()
-            .map(|r| r.session_id)
-            .collect();
-        sessions.dedup();
-        for session_id in sessions {
-            let lock = self.session_lock(session_id);
-            let _guard = lock.lock().await;
-            self.start_next_queued(session_id).await?;
-        }
-        Ok(())
+        self.start_waiting_follow_ups().await
     }
 
     /// Closes a run whose executor is gone (a restart, a dead instance) with a retryable
@@ -214,7 +202,7 @@ impl Engine {
         Ok(())
     }
 
-    /// One pass of the reaper: runs whose lease ran out (their instance died or hangs) are
+    /// One pass of the reaper (every eighth of the lease): runs whose lease ran out (their instance died or hangs) are
     /// taken over and closed, and follow-ups waiting in a session with no running run (their
     /// instance died before starting them) start here.
     pub async fn reap(&self) -> Result<(), EngineError> {
@@ -256,6 +244,13 @@ impl Engine {
                 }
             }
         }
+        self.start_waiting_follow_ups().await
+    }
+
+    /// Starts the follow-ups of sessions that have some queued and no running run (after a
+    /// restart, or when the instance that would have started them died).
+    async fn start_waiting_follow_ups(&self) -> Result<(), EngineError> {
+        let store = &self.inner.store;
         let mut sessions: Vec<Uuid> = store
             .runs_in_state(RunState::Queued)
             .await?
@@ -1431,7 +1426,9 @@ async fn renew_loop(engine: Engine) {
 }
 
 async fn reap_loop(engine: Engine) {
-    let period = (engine.inner.config.run_lease_ttl / 4).max(Duration::from_millis(100));
+    // An eighth of the lease: a dead instance's runs are closed at most that long after
+    // their leases ran out (one indexed query per tick when there is nothing to do).
+    let period = (engine.inner.config.run_lease_ttl / 8).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

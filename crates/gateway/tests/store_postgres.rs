@@ -21,75 +21,31 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnection;
-use sqlx::{Connection, Row};
+use sqlx::Row;
 use switchboard_gateway::GatewayStore;
+use switchboard_test_support::postgres::TestDatabase;
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-const URL_VAR: &str = "SWITCHBOARD_TEST_POSTGRES_URL";
-
-fn admin_url() -> String {
-    std::env::var(URL_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{URL_VAR} is not set. These tests need a PostgreSQL server and a role that may \
-             create databases; from the repository root run\n\n    \
-             eval \"$(scripts/test-services)\"\n\nand run the tests again."
-        )
-    })
-}
-
-/// `url` with its database replaced by `db` (query string kept).
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority..].find('/') {
-        Some(i) => &base[..authority + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{db}?{q}"),
-        None => format!("{base}/{db}"),
-    }
-}
-
 /// A fresh database for one test, dropped when the test ends, whether it passed or not.
-struct TestDb {
-    admin: String,
-    name: String,
-    url: String,
+struct TestDb(TestDatabase);
+
+impl std::ops::Deref for TestDb {
+    type Target = TestDatabase;
+    fn deref(&self) -> &TestDatabase {
+        &self.0
+    }
 }
 
 impl TestDb {
     async fn create() -> Self {
-        let admin = admin_url();
-        let name = format!("sb_gw_{}", Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-            panic!(
-                "cannot connect with {URL_VAR}: {e} (is the server up? see scripts/test-services)"
-            )
-        });
-        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-        conn.close().await.ok();
-        let url = with_database(&admin, &name);
-        Self { admin, name, url }
+        Self(TestDatabase::create("sb_gw").await)
     }
 
     async fn open(&self) -> GatewayStore {
         let store = GatewayStore::open_postgres(&self.url).await.unwrap();
         assert_eq!(store.kind(), "postgres");
         store
-    }
-
-    /// A plain connection: the server's default `search_path`, not the gateway's.
-    async fn connect(&self) -> PgConnection {
-        PgConnection::connect(&self.url).await.unwrap()
     }
 
     /// `(version, applied_at)` of each of the gateway's migrations.
@@ -111,34 +67,6 @@ impl TestDb {
             .fetch_all(&mut conn)
             .await
             .unwrap()
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let (admin, name) = (self.admin.clone(), self.name.clone());
-        // Drop runs on the test's runtime, which cannot block on another one: use a thread.
-        let dropped = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async {
-                let mut conn = PgConnection::connect(&admin)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                // FORCE: the stores' pools may still be connected.
-                sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                conn.close().await.map_err(|e| e.to_string())
-            })
-        })
-        .join();
-        if let Ok(Err(e)) | Err(e) = dropped.map_err(|_| "panicked".to_string()) {
-            eprintln!("could not drop test database {}: {e}", self.name);
-        }
     }
 }
 
@@ -473,17 +401,4 @@ async fn a_bad_url_is_an_error() {
     assert!(GatewayStore::open_postgres("not a url").await.is_err());
     let unreachable = GatewayStore::open_postgres("postgres://sb:pw@127.0.0.1:1/nowhere").await;
     assert!(unreachable.is_err());
-}
-
-#[test]
-fn database_is_swapped_in_the_url() {
-    assert_eq!(
-        with_database("postgres://u:p@h:5432/postgres", "x"),
-        "postgres://u:p@h:5432/x"
-    );
-    assert_eq!(
-        with_database("postgres://u:p@h/postgres?sslmode=disable", "x"),
-        "postgres://u:p@h/x?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h:1", "x"), "postgres://h:1/x");
 }

@@ -10,7 +10,12 @@
 //!     Needs `SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench` and
 //!     `nats-server` on the PATH (the bench starts its own).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e]`.
+//! (f) failover (`--only f`): two real `switchboard serve` processes on that database and a
+//!     NATS bus, default lease (10 s); the one executing a run and holding the gateway lease
+//!     is SIGKILLed: time until the survivor has closed the run, and until it runs the
+//!     chat channels. Same `SWITCHBOARD_BENCH_STORE_URL`.
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 
 use std::process::Stdio;
@@ -488,6 +493,167 @@ async fn scale(store_url: &str, rate: u64, secs: u64) -> Result<(f64, f64, f64)>
     Ok((throughput, pct(0.50), pct(0.99)))
 }
 
+/// A `switchboard serve` process of the failover bench; killed when dropped.
+struct Proc {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn spawn_instance(
+    store_url: &str,
+    bus: &str,
+    name: &str,
+    hang: &str,
+    dir: &std::path::Path,
+) -> Result<Proc> {
+    let bin = std::env::current_exe()?.with_file_name("switchboard");
+    let mut child = tokio::process::Command::new(&bin)
+        .arg("serve")
+        .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
+        .env("SWITCHBOARD_DATA_DIR", dir.join(name))
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .env("SWITCHBOARD_LOG", "warn")
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("SWITCHBOARD_STORE_URL", store_url)
+        .env("SWITCHBOARD_BUS_URL", bus)
+        .env("SWITCHBOARD_INSTANCE_ID", name)
+        // A model and a Telegram API that accept connections and never answer: the run
+        // stays running, the poller stays connected.
+        .env("SWITCHBOARD_OPENAI_BASE_URL", hang)
+        .env("SWITCHBOARD_MODEL", "bench")
+        .env("SWITCHBOARD_TELEGRAM_TOKEN", "123:bench")
+        .env("SWITCHBOARD_TELEGRAM_BASE_URL", hang)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("{} (build it with `cargo build --release`)", bin.display()))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines.next_line().await?.context("server exited")?;
+        if let Some(u) = line.strip_prefix("listening on ") {
+            break u.to_string();
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Proc { child, url })
+}
+
+async fn gateway_role(http: &reqwest::Client, p: &Proc) -> String {
+    let status: Option<serde_json::Value> = match http
+        .get(format!("{}/v1/gateway/status", p.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+    {
+        Ok(r) => r.json().await.ok(),
+        Err(_) => None,
+    };
+    status
+        .and_then(|s| s["role"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+async fn wait_for(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> bool) -> Result<()> {
+    let start = Instant::now();
+    while !f().await {
+        if start.elapsed() > limit {
+            bail!("{what}: not within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// (f) One failover: (seconds until the run is closed, seconds until the poller runs on
+/// the survivor) after SIGKILL.
+async fn failover_once(store_url: &str, bus: &str, hang: &str, i: usize) -> Result<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let http = http()?;
+    let (na, nb) = (format!("fa-{i}"), format!("fb-{i}"));
+    let mut a = spawn_instance(store_url, bus, &na, hang, dir.path()).await?;
+    wait_for("A runs the gateway", Duration::from_secs(30), async || {
+        gateway_role(&http, &a).await == "active"
+    })
+    .await?;
+    let mut b = spawn_instance(store_url, bus, &nb, hang, dir.path()).await?;
+    wait_for("B stands by", Duration::from_secs(10), async || {
+        gateway_role(&http, &b).await == "standby"
+    })
+    .await?;
+    let ca = switchboard_client::Client::new(a.url.clone(), Some(TOKEN.into()))?;
+    let cb = switchboard_client::Client::new(b.url.clone(), Some(TOKEN.into()))?;
+    let id = ca
+        .create_session(&CreateSessionRequest::default())
+        .await?
+        .id;
+    let run = ca
+        .send_message(
+            id,
+            &switchboard_protocol::SendMessageRequest::user(
+                "hang",
+                switchboard_protocol::MessageType::Message,
+            ),
+        )
+        .await?
+        .run_id;
+    wait_for("B sees the run", Duration::from_secs(10), async || {
+        cb.get_session(id)
+            .await
+            .is_ok_and(|s| s.session.active_run_id == Some(run))
+    })
+    .await?;
+    let killed = Instant::now();
+    a.child.kill().await?;
+    let (mut run_s, mut poll_s) = (None, None);
+    while run_s.is_none() || poll_s.is_none() {
+        if killed.elapsed() > Duration::from_secs(60) {
+            bail!("no failover within 60 s");
+        }
+        if run_s.is_none()
+            && cb
+                .get_session(id)
+                .await
+                .is_ok_and(|s| s.session.active_run_id.is_none())
+        {
+            run_s = Some(killed.elapsed().as_secs_f64());
+        }
+        if poll_s.is_none() && gateway_role(&http, &b).await == "active" {
+            poll_s = Some(killed.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A graceful stop gives the gateway lease back for the next round.
+    if let Some(pid) = b.child.id() {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(15), b.child.wait()).await;
+    Ok((run_s.unwrap_or(f64::NAN), poll_s.unwrap_or(f64::NAN)))
+}
+
+async fn failover(store_url: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let nats = bench_nats().await?;
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let hang_url = format!("http://{}", hang.local_addr()?);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = hang.accept().await {
+            held.push(sock);
+        }
+    });
+    let (mut r, mut p) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let (a, b) = failover_once(store_url, &nats.url, &hang_url, i).await?;
+        r.push(a);
+        p.push(b);
+    }
+    Ok((r, p))
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -573,6 +739,28 @@ async fn main() -> Result<()> {
         );
         println!("| (d) peak RSS once the slow reader caught up (MiB) | {peak:.1} | |");
         println!("| (d) slow reader (64 KiB chunk / 50 ms) caught up after (s) | {slow:.1} | |");
+    }
+    if only.as_deref() == Some("f") {
+        let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL").context(
+            "(f) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench",
+        )?;
+        let (run, poll) = failover(&url, runs).await?;
+        let fmt = |v: &[f64]| {
+            v.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "| (f) SIGKILL of the instance running a run: run closed on the survivor after (s) | {:.2} | {} |",
+            median(run.clone()),
+            fmt(&run)
+        );
+        println!(
+            "| (f) … and of the instance polling Telegram: survivor polling after (s) | {:.2} | {} |",
+            median(poll.clone()),
+            fmt(&poll)
+        );
     }
     if want("e") && only.as_deref() == Some("e") {
         let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL").context(
