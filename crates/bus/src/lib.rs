@@ -26,19 +26,27 @@ pub const CONTROL_PREFIX: &str = "switchboard.control";
 /// How long a forwarded control request waits for the owner's answer.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// An instance id as one NATS subject token (no dots, spaces or wildcards).
+/// An instance id as one NATS subject token (no dots, spaces or wildcards), one-to-one:
+/// letters, digits and `-` stay, `_` becomes `__`, anything else `_` and its UTF-8 bytes
+/// in hex (`a.b` → `a_2eb`).
 fn subject_token(instance: &str) -> String {
-    instance
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
+    let mut out = String::with_capacity(instance.len());
+    for c in instance.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            out.push(c);
+        } else if c == '_' {
+            out.push_str("__");
+        } else {
+            let mut buf = [0u8; 4];
+            out.push('_');
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("{b:02x}"));
             }
-        })
-        .collect()
+        }
+    }
+    out
 }
+
 /// Header naming the instance that published a batch.
 const INSTANCE_HEADER: &str = "Switchboard-Instance";
 /// Batches waiting to be published; beyond this they are dropped (subscribers elsewhere
@@ -224,6 +232,28 @@ impl NatsBus {
     }
 }
 
+/// Connects once, without retrying, and returns the server's version: for
+/// `switchboard doctor`.
+pub async fn probe(url: &str) -> Result<String, BusError> {
+    if !(url.starts_with("nats://") || url.starts_with("tls://")) {
+        return Err(BusError::Url(redact(url)));
+    }
+    let failed = |message: String| BusError::Connect {
+        url: redact(url),
+        message,
+    };
+    let connect = async_nats::ConnectOptions::new()
+        .name("switchboard doctor")
+        .connection_timeout(Duration::from_secs(3))
+        .connect(url);
+    let client = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| failed("no answer within 5 s".into()))?
+        .map_err(|e| failed(e.to_string()))?;
+    client.flush().await.map_err(|e| failed(e.to_string()))?;
+    Ok(client.server_info().version)
+}
+
 impl EventBus for NatsBus {
     fn publish(&self, session_id: Uuid, events: &[LogEvent]) {
         let wire: Vec<WireEvent> = events
@@ -285,9 +315,12 @@ mod tests {
     fn instance_ids_become_one_subject_token() {
         assert_eq!(
             subject_token("web-1.example.com-42"),
-            "web-1_example_com-42"
+            "web-1_2eexample_2ecom-42"
         );
-        assert_eq!(subject_token("a b*>"), "a_b__");
+        assert_eq!(subject_token("a b*>"), "a_20b_2a_3e");
+        assert_eq!(subject_token("a_b"), "a__b");
+        assert_ne!(subject_token("a.b"), subject_token("a_b"));
+        assert_ne!(subject_token("a_2eb"), subject_token("a.b"));
     }
 
     #[test]

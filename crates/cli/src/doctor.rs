@@ -150,6 +150,16 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
             Verdict::Warn(format!("{} not created yet", settings.db_path().display())),
         );
     }
+    if let Some(url) = &settings.bus_url {
+        let shown = crate::config::redact_url(url);
+        check(
+            "bus",
+            match switchboard_bus::probe(url).await {
+                Ok(version) => Verdict::Ok(format!("{shown} reachable (NATS {version})")),
+                Err(e) => Verdict::Fail(e.to_string()),
+            },
+        );
+    }
     match &settings.model {
         Some(m) => check("model", Verdict::Ok(m.clone())),
         None => check(

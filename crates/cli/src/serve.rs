@@ -454,24 +454,34 @@ async fn gateway_election(
                 }
                 false
             }
-            Some((lease, renewed)) => match leases.renew_lease(lease, ttl).await {
-                Ok(true) => {
-                    held = Some((lease.clone(), std::time::Instant::now()));
-                    false
+            Some((lease, renewed)) => {
+                let started = std::time::Instant::now();
+                // Bounded, and timed from before the call: the lease may run out (and be
+                // taken over) from then on, so step down well before a lease has passed.
+                let result = tokio::time::timeout(ttl / 4, leases.renew_lease(lease, ttl)).await;
+                match result {
+                    Ok(Ok(true)) => {
+                        held = Some((lease.clone(), started));
+                        false
+                    }
+                    Ok(Ok(false)) => {
+                        tracing::warn!(instance = %me, "gateway lease taken over by another instance: standing by");
+                        true
+                    }
+                    failed if renewed.elapsed() >= ttl * 2 / 3 => {
+                        tracing::warn!(outcome = ?failed.map(|r| r.map(|_| ())), "gateway lease not renewed for two thirds of a lease: standing by");
+                        true
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "renewing the gateway lease failed");
+                        false
+                    }
+                    Err(_) => {
+                        tracing::warn!("renewing the gateway lease timed out");
+                        false
+                    }
                 }
-                Ok(false) => {
-                    tracing::warn!(instance = %me, "gateway lease taken over by another instance: standing by");
-                    true
-                }
-                Err(e) if renewed.elapsed() >= ttl => {
-                    tracing::warn!(error = %e, "gateway lease not renewed for a whole lease length: standing by");
-                    true
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing the gateway lease failed");
-                    false
-                }
-            },
+            }
         };
         if step_down {
             held = None;

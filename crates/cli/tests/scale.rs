@@ -471,9 +471,18 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
         log.iter().all(|e| e.event.run_id() != run),
         "nothing of the taken-over run after it was closed: {log:?}"
     );
+    // Nor in the transcript: the run's question is there, no late answer from C.
+    let messages = client(&b)
+        .list_messages(session.id, Some(100), None)
+        .await
+        .unwrap()
+        .messages;
+    let of_run: Vec<_> = messages.iter().filter(|m| m.run_id == Some(run)).collect();
+    assert_eq!(of_run.len(), 1, "{of_run:?}");
+    assert_eq!(of_run[0].content, "pause me");
     let logs = c.logs();
     assert!(
-        logs.contains("fenced") || logs.contains("lease lost"),
+        logs.contains("is no longer current") || logs.contains("run lease lost"),
         "C noticed it lost the run:\n{logs}"
     );
     // C serves on, and runs new work under a new lease.
@@ -728,5 +737,41 @@ async fn a_killed_poller_is_taken_over_and_no_update_is_lost_or_handled_twice() 
         assert_eq!(n, 1, "{marker} handled {n} times: {asked:?}");
     }
     drop((a, b));
+    db.drop_now().await;
+}
+
+/// `switchboard doctor` checks the configured store and bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_the_store_and_the_bus() {
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let doctor = |bus: String| {
+        let out = std::process::Command::new(bin())
+            .arg("doctor")
+            .env("SWITCHBOARD_CONFIG", "/dev/null")
+            .env("SWITCHBOARD_DATA_DIR", dir.path())
+            .env("SWITCHBOARD_MODEL", "mock-model")
+            .env("SWITCHBOARD_STORE_URL", &db.url)
+            .env("SWITCHBOARD_BUS_URL", bus)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let good = doctor(nats.url());
+    assert!(
+        good.contains("[ok  ] store: postgres://switchboard:***@"),
+        "{good}"
+    );
+    assert!(good.contains("[ok  ] bus: nats://127.0.0.1:"), "{good}");
+    assert!(good.contains("reachable (NATS 2."), "{good}");
+    let bad = doctor(format!("nats://127.0.0.1:{}", free_port()));
+    assert!(
+        bad.contains("[FAIL] bus: connecting to NATS at nats://127.0.0.1:"),
+        "{bad}"
+    );
+    let wrong = doctor("http://127.0.0.1:4222".into());
+    assert!(wrong.contains("[FAIL] bus: NATS URL"), "{wrong}");
+    drop(nats);
     db.drop_now().await;
 }

@@ -332,14 +332,17 @@ pub(crate) async fn ask(
     let expires = now + chrono::Duration::from_std(scope.timeout).unwrap_or_default();
     scope
         .store
-        .put_approval(&ApprovalRecord {
-            session_id,
-            run_id,
-            tool_calls: serde_json::to_value(calls)
-                .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
-            created_at: now_rfc3339(),
-            expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-        })
+        .put_approval(
+            &ApprovalRecord {
+                session_id,
+                run_id,
+                tool_calls: serde_json::to_value(calls)
+                    .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
+                created_at: now_rfc3339(),
+                expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            },
+            scope.fence,
+        )
         .await?;
     let mut rx = scope.approvals.register(session_id, run_id, calls.to_vec());
     // If the caller stops waiting (drops this future: its agent died, say), the approval is

@@ -291,7 +291,10 @@ impl RunHandle {
         &self,
         state: Option<&serde_json::Value>,
     ) -> Result<(), EngineError> {
-        Ok(self.store.set_backend_state(self.session_id, state).await?)
+        Ok(self
+            .store
+            .set_backend_state(self.session_id, state, self.fence.as_ref())
+            .await?)
     }
 
     /// Emits `ToolExecutionStarted`.

@@ -39,6 +39,8 @@ struct ActiveRun {
     /// Fires when the lease could not be renewed because another instance took the run
     /// over: the run stops without writing anything more.
     lost: CancellationToken,
+    /// When the last successful renewal started.
+    renewed: Arc<StdMutex<std::time::Instant>>,
     cancel: CancellationToken,
     steering: mpsc::UnboundedSender<String>,
     task: Option<JoinHandle<()>>,
@@ -69,6 +71,8 @@ struct Inner {
     active: StdMutex<HashMap<Uuid, ActiveRun>>,
     /// Tool calls waiting for a human decision, by session.
     approvals: Arc<Approvals>,
+    /// Sessions the reaper found with follow-ups and no running run in its last pass.
+    waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
     /// Fires once shutdown has finished recording run outcomes; live streams end then.
@@ -93,6 +97,7 @@ impl Engine {
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),
                 approvals: Arc::default(),
+                waiting_follow_ups: StdMutex::default(),
                 shutdown: CancellationToken::new(),
                 closed: CancellationToken::new(),
             }),
@@ -122,7 +127,7 @@ impl Engine {
         for a in store.list_approvals().await? {
             store.delete_approval(a.session_id, a.run_id).await?;
         }
-        self.start_waiting_follow_ups().await
+        self.start_waiting_follow_ups(false).await
     }
 
     /// Closes a run whose executor is gone (a restart, a dead instance) with a retryable
@@ -202,26 +207,38 @@ impl Engine {
         Ok(())
     }
 
-    /// One pass of the reaper (every eighth of the lease): runs whose lease ran out (their instance died or hangs) are
-    /// taken over and closed, and follow-ups waiting in a session with no running run (their
-    /// instance died before starting them) start here.
+    /// One pass of the reaper (every eighth of the lease): runs whose lease ran out (their
+    /// instance died or hangs) are taken over and closed, and follow-ups waiting in a
+    /// session with no running run (their instance died before starting them) start here.
+    /// One failing item does not stop the pass.
     pub async fn reap(&self) -> Result<(), EngineError> {
         let store = &self.inner.store;
-        let me = self.inner.config.instance_id.as_str();
         for expired in store.expired_leases("run:").await? {
+            if let Err(e) = self.reap_one(&expired).await {
+                tracing::warn!(lease = %expired.name, error = %e, "closing a run of a stopped instance failed");
+            }
+        }
+        self.start_waiting_follow_ups(true).await
+    }
+
+    /// Takes over one expired run lease and closes its run.
+    async fn reap_one(&self, expired: &Lease) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let me = self.inner.config.instance_id.as_str();
+        {
             let Some(run_id) = expired.run_id() else {
-                continue;
+                return Ok(());
             };
             // Our own lease running out while the run is here means a late renewal: the
             // renewal loop decides, not the reaper.
             if expired.holder == me && self.is_local_run(run_id) {
-                continue;
+                return Ok(());
             }
             let Some(lease) = store
-                .take_over_lease(&expired, me, self.inner.config.run_lease_ttl)
+                .take_over_lease(expired, me, self.inner.config.run_lease_ttl)
                 .await?
             else {
-                continue;
+                return Ok(());
             };
             match store.get_run(run_id).await? {
                 Some(run) if run.state == RunState::Running => {
@@ -244,12 +261,14 @@ impl Engine {
                 }
             }
         }
-        self.start_waiting_follow_ups().await
+        Ok(())
     }
 
     /// Starts the follow-ups of sessions that have some queued and no running run (after a
-    /// restart, or when the instance that would have started them died).
-    async fn start_waiting_follow_ups(&self) -> Result<(), EngineError> {
+    /// restart, or when the instance that would have started them died). With `settled`,
+    /// only sessions found so in the previous pass too: an instance that is finishing a run
+    /// starts the next one itself a moment later, and must not be raced.
+    async fn start_waiting_follow_ups(&self, settled: bool) -> Result<(), EngineError> {
         let store = &self.inner.store;
         let mut sessions: Vec<Uuid> = store
             .runs_in_state(RunState::Queued)
@@ -258,12 +277,29 @@ impl Engine {
             .map(|r| r.session_id)
             .collect();
         sessions.dedup();
+        let mut idle = Vec::new();
         for session_id in sessions {
-            if self.active_run_id(session_id).is_some()
-                || store.active_run(session_id).await?.is_some()
+            if self.active_run_id(session_id).is_none()
+                && store.active_run(session_id).await?.is_none()
             {
-                continue;
+                idle.push(session_id);
             }
+        }
+        let ready: Vec<Uuid> = {
+            let mut seen = self
+                .inner
+                .waiting_follow_ups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let ready = idle
+                .iter()
+                .copied()
+                .filter(|s| !settled || seen.contains(s))
+                .collect();
+            *seen = idle.into_iter().collect();
+            ready
+        };
+        for session_id in ready {
             let lock = self.session_lock(session_id);
             let _guard = lock.lock().await;
             if self.active_run_id(session_id).is_none() {
@@ -547,11 +583,32 @@ impl Engine {
             let lock = self.session_lock(id);
             let _guard = lock.lock().await;
             while let Some(run) = self.inner.store.next_queued_run(id).await? {
-                self.inner
+                // Not cancelled: started meanwhile (by another instance); stopped below.
+                if !self
+                    .inner
                     .store
-                    .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339(), None)
-                    .await?;
+                    .cancel_queued_run(run.id, &now_rfc3339())
+                    .await?
+                {
+                    break;
+                }
             }
+        }
+        // A run executing on another instance is cancelled there (best effort: the session
+        // is going, and that run's next write fails once it is gone).
+        if self.active_run_id(id).is_none()
+            && let Some(run) = self.inner.store.active_run(id).await?
+            && let Err(e) = self
+                .forward(
+                    id,
+                    ControlRequest::Cancel {
+                        session_id: id,
+                        run_id: run.id,
+                    },
+                )
+                .await
+        {
+            tracing::warn!(session_id = %id, error = %e, "cancelling the session's run on its instance failed");
         }
         let task = {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
@@ -683,13 +740,17 @@ impl Engine {
                 let run = self.new_run(session_id, &req, true).await?;
                 if let Err(e) = self.start_run(session_id, run.id).await {
                     // Another instance started a run in between: this one must not linger
-                    // at the front of the queue.
-                    let _ = self
+                    // at the front of the queue. If it is not queued any more, another
+                    // instance took it from the front of the queue and runs it: fine.
+                    return match self
                         .inner
                         .store
-                        .finish_run(run.id, &RunOutcome::Cancelled, &now_rfc3339(), None)
-                        .await;
-                    return Err(e);
+                        .cancel_queued_run(run.id, &now_rfc3339())
+                        .await
+                    {
+                        Ok(false) => Ok(run.id),
+                        _ => Err(e),
+                    };
                 }
                 Ok(run.id)
             }
@@ -803,6 +864,7 @@ impl Engine {
                     run_id,
                     lease: lease.clone(),
                     lost: lost.clone(),
+                    renewed: Arc::new(StdMutex::new(std::time::Instant::now())),
                     cancel: cancel.clone(),
                     steering: steer_tx,
                     task: None,
@@ -1069,7 +1131,8 @@ impl Engine {
         let Some(owner) = store.get_lease(&Lease::run_name(run.id)).await? else {
             return Ok(None);
         };
-        if owner.lease.holder == self.inner.config.instance_id {
+        // Ours after all, or left by an earlier version (no holder): nobody to ask.
+        if owner.lease.holder == self.inner.config.instance_id || owner.lease.holder.is_empty() {
             return Ok(None);
         }
         tracing::debug!(%session_id, instance = %owner.lease.holder, "forwarding a control request");
@@ -1146,28 +1209,54 @@ impl Engine {
     /// Renews the leases of the runs executing here. A lease that cannot be renewed was
     /// taken over: that run stops at once and writes nothing more.
     async fn renew_leases(&self) {
-        let runs: Vec<(Uuid, Lease, CancellationToken, CancellationToken)> = {
+        type Renewing = (
+            Uuid,
+            Lease,
+            CancellationToken,
+            CancellationToken,
+            Arc<StdMutex<std::time::Instant>>,
+        );
+        let ttl = self.inner.config.run_lease_ttl;
+        let runs: Vec<Renewing> = {
             let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.values()
-                .map(|a| (a.run_id, a.lease.clone(), a.lost.clone(), a.cancel.clone()))
+                .map(|a| {
+                    (
+                        a.run_id,
+                        a.lease.clone(),
+                        a.lost.clone(),
+                        a.cancel.clone(),
+                        a.renewed.clone(),
+                    )
+                })
                 .collect()
         };
-        for (run_id, lease, lost, cancel) in runs {
-            match self
-                .inner
-                .store
-                .renew_lease(&lease, self.inner.config.run_lease_ttl)
+        for (run_id, lease, lost, cancel, renewed) in runs {
+            let started = std::time::Instant::now();
+            // Bounded: a renewal stuck longer than this is as good as failed.
+            let result = tokio::time::timeout(ttl / 4, self.inner.store.renew_lease(&lease, ttl))
                 .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    if self.is_local_run(run_id) {
-                        tracing::warn!(%run_id, "run lease lost to another instance; stopping the run here");
-                        lost.cancel();
-                        cancel.cancel();
-                    }
+                .unwrap_or_else(|_| Err(StoreError::Database("renewing timed out".into())));
+            let stop = match result {
+                Ok(true) => {
+                    *renewed.lock().unwrap_or_else(|p| p.into_inner()) = started;
+                    false
                 }
-                Err(e) => tracing::warn!(%run_id, error = %e, "renewing a run lease failed"),
+                Ok(false) => {
+                    tracing::warn!(%run_id, "run lease lost to another instance; stopping the run here");
+                    true
+                }
+                Err(e) => {
+                    let since = renewed.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+                    tracing::warn!(%run_id, error = %e, "renewing a run lease failed");
+                    // Past the lease another instance may have taken the run over: stop
+                    // rather than act next to it.
+                    since >= ttl
+                }
+            };
+            if stop && self.is_local_run(run_id) {
+                lost.cancel();
+                cancel.cancel();
             }
         }
     }
@@ -1191,14 +1280,23 @@ impl Engine {
                 if let Some(run) = self.inner.store.get_run(run_id).await?
                     && run.session_id == session_id
                 {
-                    if run.state == RunState::Queued {
-                        self.inner
+                    if run.state == RunState::Queued
+                        && self
+                            .inner
                             .store
-                            .finish_run(run_id, &RunOutcome::Cancelled, &now_rfc3339(), None)
-                            .await?;
+                            .cancel_queued_run(run_id, &now_rfc3339())
+                            .await?
+                    {
                         return Ok(());
                     }
-                    if run.state == RunState::Running && other.is_none() {
+                    // Started meanwhile, maybe elsewhere: read it again.
+                    let running = self
+                        .inner
+                        .store
+                        .get_run(run_id)
+                        .await?
+                        .is_some_and(|r| r.state == RunState::Running);
+                    if running && other.is_none() {
                         drop(_guard);
                         match self
                             .forward(session_id, ControlRequest::Cancel { session_id, run_id })

@@ -57,6 +57,8 @@ impl EngineError {
             Self::Remote { code, .. } => *code,
             Self::OwnerUnreachable { .. } => ErrorCode::Unavailable,
             Self::Store(StoreError::NotFound(_)) => ErrorCode::NotFound,
+            // The run was taken over by another instance: not running here any more.
+            Self::Store(StoreError::Fenced(_)) => ErrorCode::SessionNotRunning,
             Self::Store(StoreError::Conflict(_)) => ErrorCode::Internal,
             Self::Store(_) | Self::Internal(_) => ErrorCode::Internal,
         }

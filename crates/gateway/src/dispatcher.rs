@@ -30,6 +30,9 @@ use crate::routing::{routing_key, title};
 use crate::store::{FollowedRun, GatewayStore, NamespacedState, Pairing, Prompt, Queued, Route};
 use crate::text::{StreamBuffer, split_message, truncate};
 
+/// How long [`Gateway::stop`] lets tasks finish what they are doing.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// Reason given to the agent when a new chat message overrides a pending approval.
 const NEW_MESSAGE_REASON: &str = "new message received";
 
@@ -87,6 +90,11 @@ impl Gateway {
         store: GatewayStore,
         channels: Vec<Arc<dyn Channel>>,
     ) -> Result<Gateway, GatewayError> {
+        // The store first: when it fails, nothing has been started.
+        let mut keys: Vec<String> = store.queued_routes().await?;
+        keys.extend(store.runs().await?.into_iter().map(|r| r.routing_key));
+        keys.sort();
+        keys.dedup();
         let (gw, press_rx) = Self::build(config, client, store, channels, false);
         let sink: Arc<dyn InboundSink> = Arc::new(gw.clone());
         for (name, ch) in &gw.inner.channels {
@@ -107,17 +115,6 @@ impl Gateway {
             });
         }
         gw.spawn(press_loop(gw.clone(), press_rx));
-        let mut keys: Vec<String> = gw.inner.store.queued_routes().await?;
-        keys.extend(
-            gw.inner
-                .store
-                .runs()
-                .await?
-                .into_iter()
-                .map(|r| r.routing_key),
-        );
-        keys.sort();
-        keys.dedup();
         for key in keys {
             gw.kick(&key);
         }
@@ -180,9 +177,17 @@ impl Gateway {
         self.inner.cancel.cancel();
         let tasks: Vec<_> =
             std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        for t in tasks {
-            t.abort();
-            let _ = t.await;
+        // Tasks end at the next await that watches the cancel token; one in the middle of
+        // taking a message (seen, then queued) gets a moment to finish it. Aborted only
+        // after that.
+        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+        if tokio::time::timeout(STOP_GRACE, futures::future::join_all(tasks))
+            .await
+            .is_err()
+        {
+            for a in aborts {
+                a.abort();
+            }
         }
     }
 

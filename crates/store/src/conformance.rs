@@ -291,6 +291,16 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
         Some(json!({"content": "m2"})),
         "input survives"
     );
+    assert!(check(
+        "cancel queued",
+        store.cancel_queued_run(b.id, &ts(9)).await
+    ));
+    let cancelled = check("get", store.get_run(b.id).await);
+    assert_eq!(cancelled.map(|r| r.state), Some(RunState::Cancelled));
+    assert!(
+        !check("cancel again", store.cancel_queued_run(b.id, &ts(9)).await),
+        "only a queued run"
+    );
 }
 
 pub async fn one_running_run_per_session(store: &dyn Store) {
@@ -406,7 +416,7 @@ pub async fn approvals_round_trip(store: &dyn Store) {
         created_at: ts(1),
         expires_at: ts(2),
     };
-    check("put", store.put_approval(&a).await);
+    check("put", store.put_approval(&a, None).await);
     assert_eq!(
         check("get", store.get_approval(s.id).await),
         Some(a.clone())
@@ -417,7 +427,7 @@ pub async fn approvals_round_trip(store: &dyn Store) {
         tool_calls: json!([]),
         ..a.clone()
     };
-    check("put again", store.put_approval(&b).await);
+    check("put again", store.put_approval(&b, None).await);
     assert_eq!(
         check("get", store.get_approval(s.id).await),
         Some(b.clone())
@@ -435,10 +445,10 @@ pub async fn approvals_round_trip(store: &dyn Store) {
         ..a.clone()
     };
     assert!(matches!(
-        store.put_approval(&ghost).await,
+        store.put_approval(&ghost, None).await,
         Err(StoreError::NotFound(_))
     ));
-    check("put", store.put_approval(&a).await);
+    check("put", store.put_approval(&a, None).await);
     check("delete session", store.delete_session(s.id).await);
     assert!(check("gone with session", store.get_approval(s.id).await).is_none());
 }
@@ -450,16 +460,16 @@ pub async fn backend_state_round_trip(store: &dyn Store) {
         None
     );
     let v = json!({"acp_session_id": "sess-1", "agent": "claude"});
-    check("set", store.set_backend_state(s.id, Some(&v)).await);
+    check("set", store.set_backend_state(s.id, Some(&v), None).await);
     assert_eq!(check("get", store.get_backend_state(s.id).await), Some(v));
-    check("clear", store.set_backend_state(s.id, None).await);
+    check("clear", store.set_backend_state(s.id, None, None).await);
     assert_eq!(
         check("get cleared", store.get_backend_state(s.id).await),
         None
     );
     let ghost = Uuid::now_v7();
     assert!(matches!(
-        store.set_backend_state(ghost, Some(&json!({}))).await,
+        store.set_backend_state(ghost, Some(&json!({})), None).await,
         Err(StoreError::NotFound(_))
     ));
     assert!(matches!(
@@ -580,6 +590,40 @@ pub async fn run_lease_fences_writes(store: &dyn Store) {
         .finish_run(run.id, &RunOutcome::Cancelled, &ts(3), Some(&old))
         .await;
     assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    let approval = ApprovalRecord {
+        session_id: s.id,
+        run_id: run.id,
+        tool_calls: json!([]),
+        created_at: ts(3),
+        expires_at: ts(9),
+    };
+    let stale = store.put_approval(&approval, Some(&old)).await;
+    assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    assert_eq!(check("approval", store.get_approval(s.id).await), None);
+    let stale = store
+        .set_backend_state(s.id, Some(&json!({"zombie": true})), Some(&old))
+        .await;
+    assert!(matches!(stale, Err(StoreError::Fenced(_))), "{stale:?}");
+    assert_eq!(check("state", store.get_backend_state(s.id).await), None);
+    check(
+        "current approval",
+        store.put_approval(&approval, Some(&new)).await,
+    );
+    check(
+        "current state",
+        store
+            .set_backend_state(s.id, Some(&json!({"ok": true})), Some(&new))
+            .await,
+    );
+    // A running run is not a queued one: cancelling "if still queued" leaves it alone.
+    assert!(!check(
+        "cancel queued",
+        store.cancel_queued_run(run.id, &ts(3)).await
+    ));
+    assert_eq!(
+        check("get", store.get_run(run.id).await).map(|r| r.state),
+        Some(RunState::Running)
+    );
     assert_eq!(
         check("read", store.read_events(s.id, 0, 10).await).len(),
         1,

@@ -97,6 +97,9 @@ pub trait Store: Send + Sync + 'static {
         at: &str,
         fence: Option<&Lease>,
     ) -> Result<()>;
+    /// Cancels a run only if it is still queued (not started meanwhile, here or by another
+    /// instance); whether it was.
+    async fn cancel_queued_run(&self, id: Uuid, at: &str) -> Result<bool>;
     /// The session's running run, if any.
     async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>>;
     /// The front of the session's follow-up queue.
@@ -119,8 +122,9 @@ pub trait Store: Send + Sync + 'static {
 
     // --- approvals --------------------------------------------------------------------------
 
-    /// Stores the pending approval of a session, replacing any previous one.
-    async fn put_approval(&self, approval: &ApprovalRecord) -> Result<()>;
+    /// Stores the pending approval of a session, replacing any previous one; with a
+    /// `fence`, only while that lease is current.
+    async fn put_approval(&self, approval: &ApprovalRecord, fence: Option<&Lease>) -> Result<()>;
     /// The pending approval of a session, if any.
     async fn get_approval(&self, session_id: Uuid) -> Result<Option<ApprovalRecord>>;
     /// Removes the session's pending approval if it belongs to `run_id`; whether one was.
@@ -132,11 +136,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The JSON a session's backend stored to resume later, if any.
     async fn get_backend_state(&self, session_id: Uuid) -> Result<Option<serde_json::Value>>;
-    /// Replaces the session's backend state (`None` clears it).
+    /// Replaces the session's backend state (`None` clears it); with a `fence`, only while
+    /// that lease is current.
     async fn set_backend_state(
         &self,
         session_id: Uuid,
         state: Option<&serde_json::Value>,
+        fence: Option<&Lease>,
     ) -> Result<()>;
 
     // --- leases -----------------------------------------------------------------------------

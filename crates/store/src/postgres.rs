@@ -731,6 +731,17 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn cancel_queued_run(&self, id: Uuid, at: &str) -> Result<bool> {
+        let res = sqlx::query(
+            "UPDATE runs SET state = 'cancelled', stop_reason = 'cancelled', finished_at = $1 WHERE id = $2 AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
     async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
         sqlx::query(&format!(
             "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND state = 'running'"
@@ -825,7 +836,11 @@ impl Store for PostgresStore {
         Ok((msgs, total.max(0) as u64))
     }
 
-    async fn put_approval(&self, a: &ApprovalRecord) -> Result<()> {
+    async fn put_approval(&self, a: &ApprovalRecord, fence: Option<&Lease>) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let res = sqlx::query(
             "INSERT INTO approvals (session_id, run_id, tool_calls, created_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5) \
@@ -838,10 +853,10 @@ impl Store for PostgresStore {
         .bind(a.tool_calls.to_string())
         .bind(&a.created_at)
         .bind(&a.expires_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await;
         match res {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(tx.commit().await?),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
                 Err(StoreError::NotFound(format!("session {}", a.session_id)))
             }
@@ -897,15 +912,21 @@ impl Store for PostgresStore {
         &self,
         session_id: Uuid,
         state: Option<&serde_json::Value>,
+        fence: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let res = sqlx::query("UPDATE sessions SET backend_state = $1 WHERE id = $2")
             .bind(state.map(|v| v.to_string()))
             .bind(session_id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("session {session_id}")));
         }
+        tx.commit().await?;
         Ok(())
     }
 }

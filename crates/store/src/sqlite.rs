@@ -692,6 +692,17 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn cancel_queued_run(&self, id: Uuid, at: &str) -> Result<bool> {
+        let res = sqlx::query(
+            "UPDATE runs SET state = 'cancelled', stop_reason = 'cancelled', finished_at = ? WHERE id = ? AND state = 'queued'",
+        )
+        .bind(at)
+        .bind(id.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
+
     async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
         sqlx::query(&format!(
             "SELECT {RUN_COLS} FROM runs WHERE session_id = ? AND state = 'running'"
@@ -781,7 +792,11 @@ impl Store for SqliteStore {
         Ok((msgs, total.max(0) as u64))
     }
 
-    async fn put_approval(&self, a: &ApprovalRecord) -> Result<()> {
+    async fn put_approval(&self, a: &ApprovalRecord, fence: Option<&Lease>) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let res = sqlx::query(
             "INSERT INTO approvals (session_id, run_id, tool_calls, created_at, expires_at) \
              VALUES (?, ?, ?, ?, ?) \
@@ -794,10 +809,10 @@ impl Store for SqliteStore {
         .bind(a.tool_calls.to_string())
         .bind(&a.created_at)
         .bind(&a.expires_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await;
         match res {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(tx.commit().await?),
             Err(sqlx::Error::Database(db)) if db.is_foreign_key_violation() => {
                 Err(StoreError::NotFound(format!("session {}", a.session_id)))
             }
@@ -849,15 +864,21 @@ impl Store for SqliteStore {
         &self,
         session_id: Uuid,
         state: Option<&serde_json::Value>,
+        fence: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(f) = fence {
+            check_fence(&mut tx, f).await?;
+        }
         let res = sqlx::query("UPDATE sessions SET backend_state = ? WHERE id = ?")
             .bind(state.map(|v| v.to_string()))
             .bind(session_id.to_string())
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
         if res.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("session {session_id}")));
         }
+        tx.commit().await?;
         Ok(())
     }
 }
