@@ -1042,11 +1042,22 @@ impl Engine {
     ) {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        let recorded = self
-            .inner
-            .store
-            .finish_run(run_id, &outcome, &now_rfc3339(), Some(lease))
-            .await;
+        // A database hiccup is retried a few times; the outcome is worth it.
+        let mut attempt = 0;
+        let recorded = loop {
+            let r = self
+                .inner
+                .store
+                .finish_run(run_id, &outcome, &now_rfc3339(), Some(lease))
+                .await;
+            match r {
+                Err(StoreError::Database(_)) if attempt < 3 => {
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
         self.forget_active(session_id, run_id);
         match recorded {
             Ok(()) => {}
@@ -1055,7 +1066,13 @@ impl Engine {
                 tracing::warn!(%run_id, "run was taken over by another instance; not recording its end here");
                 return;
             }
-            Err(e) => tracing::warn!(%run_id, error = %e, "could not record run outcome"),
+            // Still running in the store, under a lease nobody renews any more: the reaper
+            // closes it (with a retryable RunError) once the lease runs out, so the run gets
+            // exactly one terminal event.
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "could not record the run's end; it is closed when its lease runs out");
+                return;
+            }
         }
         // After finish_run: the lease is gone, and nobody else writes for this run.
         match self.inner.log.append(session_id, &event).await {
