@@ -11,7 +11,8 @@ use switchboard_protocol::{
     SteeringDelivery, ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage, Usage,
 };
 use switchboard_store::{
-    Lease, MessageRecord, NewRun, RunOutcome, RunRecord, RunState, SessionRecord, Store, StoreError,
+    Lease, MessageRecord, NewRun, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, Store,
+    StoreError,
 };
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
@@ -182,26 +183,22 @@ impl Engine {
         }
         tracing::warn!(%run_id, %session_id, reason = why, "closing an interrupted run");
         let error = why.to_string();
-        store
-            .finish_run(
-                run_id,
-                &RunOutcome::Failed {
-                    error: error.clone(),
-                },
-                &now_rfc3339(),
-                fence,
-            )
-            .await?;
-        // After the run is closed (and its lease gone): nobody else writes for it any more.
+        // The RunError and the run's end in one transaction (under the lease taken over).
         self.inner
             .log
-            .append(
+            .append_finishing(
                 session_id,
                 &AgentEvent::RunError {
                     run_id,
-                    error,
+                    error: error.clone(),
                     retryable: true,
                 },
+                RunFinish {
+                    run_id,
+                    outcome: RunOutcome::Failed { error },
+                    at: now_rfc3339(),
+                },
+                fence,
             )
             .await?;
         Ok(())
@@ -1042,30 +1039,39 @@ impl Engine {
     ) {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        // A database hiccup is retried a few times; the outcome is worth it.
+        // The terminal event and the run's end commit together, under the run's lease. A
+        // database hiccup is retried a few times; the outcome is worth it.
+        let finish = RunFinish {
+            run_id,
+            outcome,
+            at: now_rfc3339(),
+        };
+        // Not active here from now on: whoever sees the terminal event finds the session idle
+        // (requests for it wait for the session lock held here).
+        self.forget_active(session_id, run_id);
         let mut attempt = 0;
         let recorded = loop {
             let r = self
                 .inner
-                .store
-                .finish_run(run_id, &outcome, &now_rfc3339(), Some(lease))
+                .log
+                .append_finishing(session_id, &event, finish.clone(), Some(lease))
                 .await;
             match r {
-                Err(StoreError::Database(_)) if attempt < 3 => {
+                Err(EngineError::Store(StoreError::Database(_))) if attempt < 3 => {
                     tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
                     attempt += 1;
                 }
                 other => break other,
             }
         };
-        self.forget_active(session_id, run_id);
         match recorded {
-            Ok(()) => {}
+            Ok(_) => {}
             // Taken over (and closed) by another instance: its end is recorded there.
-            Err(StoreError::Fenced(_)) | Err(StoreError::Conflict(_)) => {
+            Err(EngineError::Store(StoreError::Fenced(_) | StoreError::RunNotActive(_))) => {
                 tracing::warn!(%run_id, "run was taken over by another instance; not recording its end here");
                 return;
             }
+            Err(EngineError::SessionNotFound(_)) => return,
             // Still running in the store, under a lease nobody renews any more: the reaper
             // closes it (with a retryable RunError) once the lease runs out, so the run gets
             // exactly one terminal event.
@@ -1073,11 +1079,6 @@ impl Engine {
                 tracing::error!(%run_id, error = %e, "could not record the run's end; it is closed when its lease runs out");
                 return;
             }
-        }
-        // After finish_run: the lease is gone, and nobody else writes for this run.
-        match self.inner.log.append(session_id, &event).await {
-            Ok(_) | Err(EngineError::SessionNotFound(_)) => {}
-            Err(e) => tracing::warn!(%run_id, error = %e, "could not append terminal event"),
         }
         tracing::info!(%session_id, %run_id, kind = event.kind(), "run finished");
         if let Err(e) = self.start_next_queued(session_id).await {

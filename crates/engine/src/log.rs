@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 
 use switchboard_protocol::{AgentEvent, GapDetected};
-use switchboard_store::{Lease, NewEvent, Store, StoreError, StoredEvent};
+use switchboard_store::{Lease, NewEvent, RunFinish, Store, StoreError, StoredEvent};
 use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
@@ -132,6 +132,8 @@ struct WriteReq {
     events: Vec<NewEvent>,
     /// The run lease the events are written under, checked in the same transaction.
     fence: Option<Lease>,
+    /// A run closed in the same transaction (the events are its terminal event).
+    finish: Option<RunFinish>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
@@ -268,12 +270,42 @@ impl EventLog {
         self.append_many_fenced(session_id, events, None).await
     }
 
+    /// Appends a run's terminal event and closes the run in the same transaction: no
+    /// reader sees the event while the run still counts as running, and no crash leaves a
+    /// closed run without its terminal event. A run that is no longer active is
+    /// [`StoreError::RunNotActive`] (wrapped in [`EngineError::Store`]), and nothing is
+    /// written.
+    pub async fn append_finishing(
+        &self,
+        session_id: Uuid,
+        event: &AgentEvent,
+        finish: RunFinish,
+        fence: Option<&Lease>,
+    ) -> Result<u64, EngineError> {
+        let seqs = self
+            .append_inner(session_id, std::slice::from_ref(event), fence, Some(finish))
+            .await?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| EngineError::Internal("append lost its event".into()))
+    }
+
     /// [`EventLog::append_many`] under a run's lease.
     pub async fn append_many_fenced(
         &self,
         session_id: Uuid,
         events: &[AgentEvent],
         fence: Option<&Lease>,
+    ) -> Result<Vec<u64>, EngineError> {
+        self.append_inner(session_id, events, fence, None).await
+    }
+
+    async fn append_inner(
+        &self,
+        session_id: Uuid,
+        events: &[AgentEvent],
+        fence: Option<&Lease>,
+        finish: Option<RunFinish>,
     ) -> Result<Vec<u64>, EngineError> {
         if events.is_empty() {
             return Ok(Vec::new());
@@ -287,7 +319,10 @@ impl EventLog {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.append_once(session_id, &encoded, fence).await {
+            match self
+                .append_once(session_id, &encoded, fence, finish.as_ref())
+                .await
+            {
                 Err(AppendError::Conflict(generation)) if attempt < MAX_SEQ_RETRIES => {
                     // Only the first of our writers to see the conflict reloads; the others
                     // retry with the seqs it found.
@@ -314,6 +349,7 @@ impl EventLog {
         session_id: Uuid,
         encoded: &[(&'static str, Option<Uuid>, String)],
         fence: Option<&Lease>,
+        finish: Option<&RunFinish>,
     ) -> Result<Vec<u64>, AppendError> {
         let (done_tx, done_rx) = oneshot::channel();
         let (seqs, generation) = {
@@ -348,6 +384,7 @@ impl EventLog {
                 .send(WriteReq {
                     events: batch,
                     fence: fence.cloned(),
+                    finish: finish.cloned(),
                     done: done_tx,
                 })
                 .await
@@ -444,7 +481,8 @@ async fn writer_task(
         let mut fences: Vec<Lease> = reqs.iter().filter_map(|r| r.fence.clone()).collect();
         fences.sort_by(|a, b| a.name.cmp(&b.name));
         fences.dedup();
-        let outcome = store.append_events(&all, &fences).await;
+        let finishes: Vec<RunFinish> = reqs.iter().filter_map(|r| r.finish.clone()).collect();
+        let outcome = store.write_events(&all, &fences, &finishes).await;
         let results: Vec<Result<(), StoreError>> = match outcome {
             Ok(()) => reqs.iter().map(|_| Ok(())).collect(),
             // One bad request (say, for a session deleted meanwhile) must not fail the
@@ -453,7 +491,8 @@ async fn writer_task(
                 let mut v = Vec::with_capacity(reqs.len());
                 for r in &reqs {
                     let fence: &[Lease] = r.fence.as_slice();
-                    v.push(store.append_events(&r.events, fence).await);
+                    let finish: &[RunFinish] = r.finish.as_slice();
+                    v.push(store.write_events(&r.events, fence, finish).await);
                 }
                 v
             }

@@ -9,8 +9,8 @@ use uuid::Uuid;
 use std::time::Duration;
 
 use crate::{
-    ApprovalRecord, Lease, MessageRecord, NewEvent, NewRun, RunOutcome, RunState, SessionRecord,
-    SessionUpdate, Store, StoreError,
+    ApprovalRecord, Lease, MessageRecord, NewEvent, NewRun, RunFinish, RunOutcome, RunState,
+    SessionRecord, SessionUpdate, Store, StoreError,
 };
 
 /// The lease length the checks use: long enough never to run out during a check.
@@ -33,6 +33,7 @@ pub async fn run_all(store: &dyn Store) {
     backend_state_round_trip(store).await;
     leases_take_renew_release(store).await;
     run_lease_fences_writes(store).await;
+    a_run_s_end_and_its_event_commit_together(store).await;
 }
 
 fn ts(n: u32) -> String {
@@ -657,4 +658,64 @@ pub async fn run_lease_fences_writes(store: &dyn Store) {
         None,
         "a finished run's lease is gone"
     );
+}
+
+pub async fn a_run_s_end_and_its_event_commit_together(store: &dyn Store) {
+    let s = new_session(store, "ends").await;
+    let run = check(
+        "enqueue",
+        store
+            .enqueue_run(&NewRun {
+                id: Uuid::now_v7(),
+                session_id: s.id,
+                input: json!({}),
+                created_at: ts(1),
+            })
+            .await,
+    );
+    let (_, lease) = check(
+        "start",
+        store.start_run(run.id, &ts(2), "here", LEASE).await,
+    );
+    let end = RunFinish {
+        run_id: run.id,
+        outcome: RunOutcome::Completed {
+            stop_reason: "end_turn".into(),
+        },
+        at: ts(3),
+    };
+    let terminal = |seq: u64| NewEvent {
+        run_id: Some(run.id),
+        ..event(s.id, seq, None)
+    };
+    check(
+        "write",
+        store
+            .write_events(
+                &[terminal(1)],
+                std::slice::from_ref(&lease),
+                std::slice::from_ref(&end),
+            )
+            .await,
+    );
+    let done = check("get", store.get_run(run.id).await);
+    assert_eq!(done.map(|r| r.state), Some(RunState::Completed));
+    assert_eq!(check("read", store.read_events(s.id, 0, 10).await).len(), 1);
+    assert_eq!(
+        check("lease", store.get_lease(&Lease::run_name(run.id)).await),
+        None,
+        "the lease went with the run"
+    );
+    // Closing it again fails the whole write: its event is not stored either.
+    let again = store.write_events(&[terminal(2)], &[], &[end]).await;
+    assert!(
+        matches!(again, Err(StoreError::RunNotActive(id)) if id == run.id),
+        "{again:?}"
+    );
+    assert_eq!(
+        check("read", store.read_events(s.id, 0, 10).await).len(),
+        1,
+        "all or nothing"
+    );
+    assert_eq!(check("bounds", store.event_bounds(s.id).await).last_seq, 1);
 }

@@ -19,6 +19,10 @@ pub enum StoreError {
     /// token (the lease expired and was taken over).
     #[error("fenced: {0}")]
     Fenced(String),
+    /// A run to close is not queued or running (closed already, perhaps by another
+    /// instance that took it over).
+    #[error("run {0} is not active")]
+    RunNotActive(uuid::Uuid),
     /// Opening the database or running migrations failed.
     #[error("cannot open store: {0}")]
     Open(String),

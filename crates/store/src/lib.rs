@@ -58,7 +58,18 @@ pub trait Store: Send + Sync + 'static {
     /// Each of `fences` must be a current lease (same holder and token), checked in the
     /// same transaction; otherwise nothing is written and the answer is
     /// [`StoreError::Fenced`].
-    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()>;
+    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()> {
+        self.write_events(events, fences, &[]).await
+    }
+    /// [`Store::append_events`], and in the same transaction closes each of `finishes` (as
+    /// [`Store::finish_run`] does, lease included). A run that is not active fails the
+    /// whole write with [`StoreError::RunNotActive`].
+    async fn write_events(
+        &self,
+        events: &[NewEvent],
+        fences: &[Lease],
+        finishes: &[RunFinish],
+    ) -> Result<()>;
     /// Events with `seq > after`, ascending, at most `limit`.
     async fn read_events(
         &self,

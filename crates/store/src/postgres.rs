@@ -24,7 +24,8 @@ use uuid::Uuid;
 
 use crate::{
     ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
-    RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
+    RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError,
+    StoredEvent,
 };
 
 /// Now, in milliseconds since the Unix epoch, by the database server's clock: instances on
@@ -42,6 +43,36 @@ fn lease_from_row(r: &PgRow) -> Result<Lease> {
         token: u64::try_from(r.try_get::<i64, _>("token")?)
             .map_err(|_| StoreError::Corrupt("negative lease token".into()))?,
     })
+}
+
+/// Moves a queued or running run to its final state and drops its lease; `false` if it was
+/// neither.
+async fn close_run(
+    tx: &mut Transaction<'_, Postgres>,
+    id: Uuid,
+    outcome: &RunOutcome,
+    at: &str,
+) -> Result<bool> {
+    let (error, stop_reason) = outcome.columns();
+    let res = sqlx::query(
+        "UPDATE runs SET state = $1, error = $2, stop_reason = $3, finished_at = $4 \
+         WHERE id = $5 AND state IN ('queued', 'running')",
+    )
+    .bind(outcome.state().as_str())
+    .bind(error)
+    .bind(stop_reason)
+    .bind(at)
+    .bind(id)
+    .execute(&mut **tx)
+    .await?;
+    if res.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query("DELETE FROM leases WHERE name = $1")
+        .bind(Lease::run_name(id))
+        .execute(&mut **tx)
+        .await?;
+    Ok(true)
 }
 
 /// Fails with [`StoreError::Fenced`] unless `fence` is the current holder and token of its
@@ -535,8 +566,13 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()> {
-        if events.is_empty() {
+    async fn write_events(
+        &self,
+        events: &[NewEvent],
+        fences: &[Lease],
+        finishes: &[RunFinish],
+    ) -> Result<()> {
+        if events.is_empty() && finishes.is_empty() {
             return Ok(());
         }
         // Rows go in sorted by (session, seq). The batch commits as a whole, so the order of
@@ -587,6 +623,11 @@ impl Store for PostgresStore {
                 .bind(session_id)
                 .execute(&mut *tx)
                 .await?;
+        }
+        for f in finishes {
+            if !close_run(&mut tx, f.run_id, &f.outcome, &f.at).await? {
+                return Err(StoreError::RunNotActive(f.run_id));
+            }
         }
         tx.commit().await?;
         Ok(())
@@ -704,29 +745,9 @@ impl Store for PostgresStore {
         if let Some(f) = fence {
             check_fence(&mut tx, f).await?;
         }
-        let (error, stop_reason) = match outcome {
-            RunOutcome::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
-            RunOutcome::Failed { error } => (Some(error.as_str()), None),
-            RunOutcome::Cancelled => (None, Some("cancelled")),
-        };
-        let res = sqlx::query(
-            "UPDATE runs SET state = $1, error = $2, stop_reason = $3, finished_at = $4 \
-             WHERE id = $5 AND state IN ('queued', 'running')",
-        )
-        .bind(outcome.state().as_str())
-        .bind(error)
-        .bind(stop_reason)
-        .bind(at)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        if res.rows_affected() == 0 {
+        if !close_run(&mut tx, id, outcome, at).await? {
             return Err(StoreError::Conflict(format!("run {id} is not active")));
         }
-        sqlx::query("DELETE FROM leases WHERE name = $1")
-            .bind(Lease::run_name(id))
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(())
     }

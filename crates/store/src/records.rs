@@ -118,6 +118,15 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// The `(error, stop_reason)` columns of a finished run.
+    pub fn columns(&self) -> (Option<&str>, Option<&str>) {
+        match self {
+            Self::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
+            Self::Failed { error } => (Some(error.as_str()), None),
+            Self::Cancelled => (None, Some("cancelled")),
+        }
+    }
+
     pub fn state(&self) -> RunState {
         match self {
             Self::Completed { .. } => RunState::Completed,
@@ -183,4 +192,14 @@ impl Lease {
 pub struct LeaseState {
     pub lease: Lease,
     pub expired: bool,
+}
+
+/// A run to close in the same transaction as a batch of events — its terminal event — so
+/// that nobody ever sees the one without the other (see [`crate::Store::write_events`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFinish {
+    pub run_id: Uuid,
+    pub outcome: RunOutcome,
+    /// When it ended (RFC 3339).
+    pub at: String,
 }

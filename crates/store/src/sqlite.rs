@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::{
     ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
-    RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError, StoredEvent,
+    RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError,
+    StoredEvent,
 };
 
 /// Milliseconds since the Unix epoch. A SQLite file has one machine's clock, so the process
@@ -36,6 +37,36 @@ fn lease_from_row(r: &SqliteRow) -> Result<Lease> {
         token: u64::try_from(r.try_get::<i64, _>("token")?)
             .map_err(|_| StoreError::Corrupt("negative lease token".into()))?,
     })
+}
+
+/// Moves a queued or running run to its final state and drops its lease; `false` if it was
+/// neither.
+async fn close_run(
+    conn: &mut sqlx::SqliteConnection,
+    id: Uuid,
+    outcome: &RunOutcome,
+    at: &str,
+) -> Result<bool> {
+    let (error, stop_reason) = outcome.columns();
+    let res = sqlx::query(
+        "UPDATE runs SET state = ?, error = ?, stop_reason = ?, finished_at = ? \
+         WHERE id = ? AND state IN ('queued', 'running')",
+    )
+    .bind(outcome.state().as_str())
+    .bind(error)
+    .bind(stop_reason)
+    .bind(at)
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
+    if res.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query("DELETE FROM leases WHERE name = ?")
+        .bind(Lease::run_name(id))
+        .execute(&mut *conn)
+        .await?;
+    Ok(true)
 }
 
 /// Fails with [`StoreError::Fenced`] unless `fence` is the current holder and token of its
@@ -495,8 +526,13 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn append_events(&self, events: &[NewEvent], fences: &[Lease]) -> Result<()> {
-        if events.is_empty() {
+    async fn write_events(
+        &self,
+        events: &[NewEvent],
+        fences: &[Lease],
+        finishes: &[RunFinish],
+    ) -> Result<()> {
+        if events.is_empty() && finishes.is_empty() {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
@@ -542,6 +578,11 @@ impl Store for SqliteStore {
                 .bind(session_id.to_string())
                 .execute(&mut *tx)
                 .await?;
+        }
+        for f in finishes {
+            if !close_run(&mut tx, f.run_id, &f.outcome, &f.at).await? {
+                return Err(StoreError::RunNotActive(f.run_id));
+            }
         }
         tx.commit().await?;
         Ok(())
@@ -665,29 +706,9 @@ impl Store for SqliteStore {
         if let Some(f) = fence {
             check_fence(&mut tx, f).await?;
         }
-        let (error, stop_reason) = match outcome {
-            RunOutcome::Completed { stop_reason } => (None, Some(stop_reason.as_str())),
-            RunOutcome::Failed { error } => (Some(error.as_str()), None),
-            RunOutcome::Cancelled => (None, Some("cancelled")),
-        };
-        let res = sqlx::query(
-            "UPDATE runs SET state = ?, error = ?, stop_reason = ?, finished_at = ? \
-             WHERE id = ? AND state IN ('queued', 'running')",
-        )
-        .bind(outcome.state().as_str())
-        .bind(error)
-        .bind(stop_reason)
-        .bind(at)
-        .bind(id.to_string())
-        .execute(&mut *tx)
-        .await?;
-        if res.rows_affected() == 0 {
+        if !close_run(&mut tx, id, outcome, at).await? {
             return Err(StoreError::Conflict(format!("run {id} is not active")));
         }
-        sqlx::query("DELETE FROM leases WHERE name = ?")
-            .bind(Lease::run_name(id))
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(())
     }
