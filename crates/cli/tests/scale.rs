@@ -108,6 +108,25 @@ async fn instance_with(
     start(&dir.join(name), &llm.base_url(), &env).await
 }
 
+/// Instances `a`, `b` and `c`.
+async fn three(
+    dir: &std::path::Path,
+    llm: &MockLlm,
+    db: &Db,
+    nats: &Nats,
+) -> (ServerProcess, ServerProcess, ServerProcess) {
+    (
+        instance(dir, "a", llm, db, nats).await,
+        instance(dir, "b", llm, db, nats).await,
+        instance(dir, "c", llm, db, nats).await,
+    )
+}
+
+/// `n` chunks of model text: `<prefix>0 `, `<prefix>1 ` …
+fn numbered(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i} ")).collect()
+}
+
 async fn health(server: &ServerProcess) -> serde_json::Value {
     reqwest::get(format!("{}/v1/health", server.url))
         .await
@@ -149,12 +168,10 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
     let mut nats = Nats::start().await;
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let chunks: Vec<String> = (0..20).map(|i| format!("c{i} ")).collect();
+    let chunks = numbered("c", 20);
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 20));
-    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
-    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
-    let c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let (a, b, c) = three(dir.path(), &llm, &db, &nats).await;
     for s in [&a, &b, &c] {
         let h = health(s).await;
         assert_eq!(h["store"]["kind"], "postgres", "{h}");
@@ -309,13 +326,11 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     let nats = Nats::start().await;
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let chunks: Vec<String> = (0..80).map(|i| format!("c{i} ")).collect();
+    let chunks = numbered("c", 80);
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 250));
     llm.push(MockReply::text(&["after ", "the crash"]));
-    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
-    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
-    let mut c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let (a, b, mut c) = three(dir.path(), &llm, &db, &nats).await;
 
     let session = client(&a)
         .create_session(&CreateSessionRequest::default())
@@ -422,12 +437,10 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
     let nats = Nats::start().await;
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
-    let chunks: Vec<String> = (0..60).map(|i| format!("p{i} ")).collect();
+    let chunks = numbered("p", 60);
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 100));
-    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
-    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
-    let c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let (a, b, c) = three(dir.path(), &llm, &db, &nats).await;
     let session = client(&a)
         .create_session(&CreateSessionRequest::default())
         .await
@@ -513,9 +526,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         serde_json::json!({"command": "echo approved-elsewhere"}),
     ));
     llm.push(MockReply::text(&["done"]));
-    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
-    let b = instance(dir.path(), "b", &llm, &db, &nats).await;
-    let c = instance(dir.path(), "c", &llm, &db, &nats).await;
+    let (a, b, c) = three(dir.path(), &llm, &db, &nats).await;
     let session = client(&a)
         .create_session(&CreateSessionRequest {
             cwd: Some(ws.path().to_string_lossy().into_owned()),
@@ -575,7 +586,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     ));
 
     // Cancel from A of a run executing on C.
-    let chunks: Vec<String> = (0..100).map(|i| format!("x{i} ")).collect();
+    let chunks = numbered("x", 100);
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 100));
     let run = send(&c, session.id, "long", MessageType::Message).await;

@@ -222,40 +222,38 @@ impl Engine {
     async fn reap_one(&self, expired: &Lease) -> Result<(), EngineError> {
         let store = &self.inner.store;
         let me = self.inner.config.instance_id.as_str();
-        {
-            let Some(run_id) = expired.run_id() else {
-                return Ok(());
-            };
-            // Our own lease running out while the run is here means a late renewal: the
-            // renewal loop decides, not the reaper.
-            if expired.holder == me && self.is_local_run(run_id) {
-                return Ok(());
+        let Some(run_id) = expired.run_id() else {
+            return Ok(());
+        };
+        // Our own lease running out while the run is here means a late renewal: the
+        // renewal loop decides, not the reaper.
+        if expired.holder == me && self.is_local_run(run_id) {
+            return Ok(());
+        }
+        let Some(lease) = store
+            .take_over_lease(expired, me, self.inner.config.run_lease_ttl)
+            .await?
+        else {
+            return Ok(());
+        };
+        match store.get_run(run_id).await? {
+            Some(run) if run.state == RunState::Running => {
+                let lock = self.session_lock(run.session_id);
+                let _guard = lock.lock().await;
+                let holder = if expired.holder.is_empty() {
+                    "an earlier version".to_string()
+                } else {
+                    expired.holder.clone()
+                };
+                let why =
+                    format!("interrupted: instance {holder} stopped renewing the run's lease");
+                match self.close_interrupted(&run, Some(&lease), &why).await {
+                    Ok(()) | Err(EngineError::Store(StoreError::Fenced(_))) => {}
+                    Err(e) => return Err(e),
+                }
             }
-            let Some(lease) = store
-                .take_over_lease(expired, me, self.inner.config.run_lease_ttl)
-                .await?
-            else {
-                return Ok(());
-            };
-            match store.get_run(run_id).await? {
-                Some(run) if run.state == RunState::Running => {
-                    let lock = self.session_lock(run.session_id);
-                    let _guard = lock.lock().await;
-                    let holder = if expired.holder.is_empty() {
-                        "an earlier version".to_string()
-                    } else {
-                        expired.holder.clone()
-                    };
-                    let why =
-                        format!("interrupted: instance {holder} stopped renewing the run's lease");
-                    match self.close_interrupted(&run, Some(&lease), &why).await {
-                        Ok(()) | Err(EngineError::Store(StoreError::Fenced(_))) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                _ => {
-                    store.release_lease(&lease).await?;
-                }
+            _ => {
+                store.release_lease(&lease).await?;
             }
         }
         Ok(())

@@ -530,8 +530,14 @@ pub async fn leases_take_renew_release(store: &dyn Store) {
     assert_eq!(check("get", store.get_lease(&name).await), None);
 }
 
-pub async fn run_lease_fences_writes(store: &dyn Store) {
-    let s = new_session(store, "fenced").await;
+/// A session with one run, started by `holder` under a lease of `ttl`.
+async fn started_run(
+    store: &dyn Store,
+    title: &str,
+    holder: &str,
+    ttl: Duration,
+) -> (SessionRecord, crate::RunRecord, Lease) {
+    let s = new_session(store, title).await;
     let run = check(
         "enqueue",
         store
@@ -543,12 +549,13 @@ pub async fn run_lease_fences_writes(store: &dyn Store) {
             })
             .await,
     );
-    let (_, old) = check(
-        "start",
-        store
-            .start_run(run.id, &ts(2), "paused", Duration::ZERO)
-            .await,
-    );
+    let (run, lease) = check("start", store.start_run(run.id, &ts(2), holder, ttl).await);
+    (s, run, lease)
+}
+
+pub async fn run_lease_fences_writes(store: &dyn Store) {
+    // The lease runs out at once (ttl 0), as if its holder were paused.
+    let (s, run, old) = started_run(store, "fenced", "paused", Duration::ZERO).await;
     let ev = |seq: u64| NewEvent {
         run_id: Some(run.id),
         ..event(s.id, seq, None)
@@ -661,22 +668,7 @@ pub async fn run_lease_fences_writes(store: &dyn Store) {
 }
 
 pub async fn a_run_s_end_and_its_event_commit_together(store: &dyn Store) {
-    let s = new_session(store, "ends").await;
-    let run = check(
-        "enqueue",
-        store
-            .enqueue_run(&NewRun {
-                id: Uuid::now_v7(),
-                session_id: s.id,
-                input: json!({}),
-                created_at: ts(1),
-            })
-            .await,
-    );
-    let (_, lease) = check(
-        "start",
-        store.start_run(run.id, &ts(2), "here", LEASE).await,
-    );
+    let (s, run, lease) = started_run(store, "ends", "here", LEASE).await;
     let end = RunFinish {
         run_id: run.id,
         outcome: RunOutcome::Completed {
