@@ -466,6 +466,29 @@ impl AcpBackend {
     }
 }
 
+/// The run options an ACP agent cannot be given (the protocol has no model, system prompt
+/// or turn limit per prompt), said to the user as a notice rather than dropped in silence.
+/// `auto_approve` needs no notice: Switchboard's own gate applies it.
+fn ignored_options(input: &switchboard_engine::RunInput) -> Option<String> {
+    let o = input.overrides.clone().unwrap_or_default();
+    let mut ignored = Vec::new();
+    if input.model.is_some() {
+        ignored.push("model");
+    }
+    if o.system_prompt.is_some_and(|p| !p.trim().is_empty()) {
+        ignored.push("system_prompt");
+    }
+    if o.max_turns.is_some() {
+        ignored.push("max_turns");
+    }
+    (!ignored.is_empty()).then(|| {
+        format!(
+            "this agent is driven over ACP, which cannot take {} for a run: ignored",
+            ignored.join(", ")
+        )
+    })
+}
+
 #[async_trait]
 impl Backend for AcpBackend {
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {
@@ -473,6 +496,14 @@ impl Backend for AcpBackend {
         let mut slot = slot.lock().await;
         slot.last_used = Instant::now();
         self.ensure(&mut slot, &ctx).await?;
+        if let Some(message) = ignored_options(&ctx.input) {
+            ctx.handle
+                .emit(AgentEvent::Notice {
+                    run_id: ctx.run_id,
+                    message,
+                })
+                .await?;
+        }
         let mut text = ctx.input.prompt_text();
         let mut prompts = 0;
         let mut stop_reason;
@@ -619,5 +650,36 @@ mod tests {
             ToolClass::Execute
         );
         assert_eq!(tool_class(None, true, WorkspaceWrite), ToolClass::Other);
+    }
+
+    #[test]
+    fn ignored_options_are_named() {
+        let mut input = switchboard_engine::RunInput {
+            content: "hi".into(),
+            model: None,
+            context: vec![],
+            overrides: None,
+        };
+        assert_eq!(ignored_options(&input), None);
+        input.overrides = Some(switchboard_protocol::RunOverrides {
+            auto_approve: Some(switchboard_protocol::AutoApprove::Tools(vec![
+                "view".into(),
+            ])),
+            system_prompt: Some("  ".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            ignored_options(&input),
+            None,
+            "auto_approve is applied, blank prompt is none"
+        );
+        input.model = Some("m".into());
+        input.overrides = Some(switchboard_protocol::RunOverrides {
+            max_turns: Some(3),
+            system_prompt: Some("be brief".into()),
+            ..Default::default()
+        });
+        let m = ignored_options(&input).unwrap();
+        assert!(m.contains("model, system_prompt, max_turns"), "{m}");
     }
 }

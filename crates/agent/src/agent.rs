@@ -219,6 +219,13 @@ impl Backend for BuiltinAgent {
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
         messages.push(ChatMessage::user(ctx.input.prompt_text()));
+        // A run's overrides replace the system prompt (when not blank) and the turn limit.
+        let overrides = ctx.input.overrides.clone().unwrap_or_default();
+        let system_prompt = overrides
+            .system_prompt
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or_else(|| self.config.system_prompt.clone());
+        let max_turns = overrides.max_turns.unwrap_or(self.config.max_turns);
         let run_id = ctx.run_id;
         let mut usage = Usage::default();
         let mut turns = 0;
@@ -229,7 +236,7 @@ impl Backend for BuiltinAgent {
             if ctx.cancel.is_cancelled() {
                 return Ok(Self::summary("cancelled", turns, usage));
             }
-            if turns >= self.config.max_turns {
+            if turns >= max_turns {
                 return Ok(Self::summary("max_turns", turns, usage));
             }
             turns += 1;
@@ -241,7 +248,7 @@ impl Backend for BuiltinAgent {
                 .provider
                 .stream(
                     &model,
-                    &self.config.system_prompt,
+                    &system_prompt,
                     &messages,
                     &specs,
                     &ctx.cancel,

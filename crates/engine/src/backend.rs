@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use switchboard_protocol::{
     AgentEvent, AutoApprove, BackendSpec, ContextItem, ContextPriority, PermissionMode, Role,
-    SessionConfig, SteeringDelivery, ToolCall, TranscriptMessage, Usage,
+    RunOverrides, SessionConfig, SteeringDelivery, ToolCall, TranscriptMessage, Usage,
 };
 use switchboard_store::{Lease, MessageRecord, Store};
 use tokio::sync::mpsc;
@@ -25,12 +25,29 @@ use crate::time::now_rfc3339;
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInput {
     pub content: String,
+    /// The run's model: `overrides.model`, else the request's `model`, else none (the
+    /// session's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub context: Vec<ContextItem>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overrides: Option<serde_json::Value>,
+    /// The request's run overrides. Runs stored before they were typed held free-form JSON
+    /// that nothing read: what does not parse is read as none, so such a queued run still
+    /// starts.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_overrides"
+    )]
+    pub overrides: Option<RunOverrides>,
+}
+
+fn lenient_overrides<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<RunOverrides>, D::Error> {
+    use serde::Deserialize as _;
+    let v = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(v.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 impl RunInput {

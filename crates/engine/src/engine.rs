@@ -668,34 +668,7 @@ impl Engine {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
         }
-        if req.message.role != Role::User {
-            return Err(EngineError::validation("message.role", "must be \"user\""));
-        }
-        if req.message.content.trim().is_empty() {
-            return Err(EngineError::validation(
-                "message.content",
-                "must not be empty",
-            ));
-        }
-        if req.message.content.len() > MAX_CONTENT {
-            return Err(EngineError::validation(
-                "message.content",
-                format!("longer than {MAX_CONTENT} bytes"),
-            ));
-        }
-        if let Some(m) = &req.model
-            && m.trim().is_empty()
-        {
-            return Err(EngineError::validation("model", "must not be empty"));
-        }
-        for (i, c) in req.context.iter().enumerate() {
-            if c.name.trim().is_empty() {
-                return Err(EngineError::validation(
-                    &format!("context[{i}].name"),
-                    "must not be empty",
-                ));
-            }
-        }
+        validate_message(&req)?;
         self.record(session_id).await?;
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
@@ -775,11 +748,16 @@ impl Engine {
         req: &SendMessageRequest,
         front: bool,
     ) -> Result<RunRecord, EngineError> {
+        let overrides = req.overrides.clone().filter(|o| !o.is_empty());
         let input = RunInput {
             content: req.message.content.clone(),
-            model: req.model.clone(),
+            // As on the stakpak server, the overrides' model wins over the top-level one.
+            model: overrides
+                .as_ref()
+                .and_then(|o| o.model.clone())
+                .or_else(|| req.model.clone()),
             context: req.context.clone(),
-            overrides: req.overrides.clone(),
+            overrides,
         };
         let new = NewRun {
             id: Uuid::now_v7(),
@@ -934,6 +912,13 @@ impl Engine {
         .await;
         let result = match prepared {
             Ok(history) => {
+                // A run's `auto_approve` override stands in for the session's; the
+                // permission mode still bounds it (see `approval::settle`).
+                let auto_approve = input
+                    .overrides
+                    .as_ref()
+                    .and_then(|o| o.auto_approve.clone())
+                    .unwrap_or_else(|| config.auto_approve.clone());
                 let ctx = RunContext {
                     session_id,
                     run_id,
@@ -948,7 +933,7 @@ impl Engine {
                         fence: Some(lease.clone()),
                         steering,
                         mode: config.permission_mode,
-                        auto_approve: config.auto_approve.clone(),
+                        auto_approve,
                         approvals: self.inner.approvals.clone(),
                         approval_timeout: self.inner.config.approval_timeout,
                         cancel: cancel.clone(),
@@ -1476,6 +1461,104 @@ impl Engine {
     pub fn closed(&self) -> CancellationToken {
         self.inner.closed.clone()
     }
+}
+
+/// Checks a message before anything is stored: every refusal names the field.
+fn validate_message(req: &SendMessageRequest) -> Result<(), EngineError> {
+    use switchboard_protocol::{
+        MAX_CONTEXT_CONTENT_CHARS, MAX_CONTEXT_ITEMS, MAX_CONTEXT_NAME_CHARS,
+        MAX_CONTEXT_TOTAL_CHARS, MAX_SYSTEM_PROMPT_CHARS, MAX_TURNS_RANGE,
+    };
+    if req.message.role != Role::User {
+        return Err(EngineError::validation("message.role", "must be \"user\""));
+    }
+    if req.message.content.trim().is_empty() {
+        return Err(EngineError::validation(
+            "message.content",
+            "must not be empty",
+        ));
+    }
+    if req.message.content.len() > MAX_CONTENT {
+        return Err(EngineError::validation(
+            "message.content",
+            format!("longer than {MAX_CONTENT} bytes"),
+        ));
+    }
+    if let Some(m) = &req.model
+        && m.trim().is_empty()
+    {
+        return Err(EngineError::validation("model", "must not be empty"));
+    }
+    if req.context.len() > MAX_CONTEXT_ITEMS {
+        return Err(EngineError::validation(
+            "context",
+            format!("at most {MAX_CONTEXT_ITEMS} items"),
+        ));
+    }
+    let mut total = 0usize;
+    for (i, c) in req.context.iter().enumerate() {
+        if c.name.trim().is_empty() {
+            return Err(EngineError::validation(
+                &format!("context[{i}].name"),
+                "must not be empty",
+            ));
+        }
+        if c.name.chars().count() > MAX_CONTEXT_NAME_CHARS {
+            return Err(EngineError::validation(
+                &format!("context[{i}].name"),
+                format!("longer than {MAX_CONTEXT_NAME_CHARS} characters"),
+            ));
+        }
+        let len = c.content.chars().count();
+        if len > MAX_CONTEXT_CONTENT_CHARS {
+            return Err(EngineError::validation(
+                &format!("context[{i}].content"),
+                format!("longer than {MAX_CONTEXT_CONTENT_CHARS} characters"),
+            ));
+        }
+        total += len;
+    }
+    if total > MAX_CONTEXT_TOTAL_CHARS {
+        return Err(EngineError::validation(
+            "context",
+            format!("more than {MAX_CONTEXT_TOTAL_CHARS} characters of content in all"),
+        ));
+    }
+    if let Some(o) = &req.overrides {
+        if let Some(m) = &o.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation(
+                "overrides.model",
+                "must not be empty",
+            ));
+        }
+        if let Some(n) = o.max_turns
+            && !MAX_TURNS_RANGE.contains(&n)
+        {
+            return Err(EngineError::validation(
+                "overrides.max_turns",
+                format!(
+                    "must be between {} and {}",
+                    MAX_TURNS_RANGE.start(),
+                    MAX_TURNS_RANGE.end()
+                ),
+            ));
+        }
+        if let Some(p) = &o.system_prompt
+            && p.chars().count() > MAX_SYSTEM_PROMPT_CHARS
+        {
+            return Err(EngineError::validation(
+                "overrides.system_prompt",
+                format!("longer than {MAX_SYSTEM_PROMPT_CHARS} characters"),
+            ));
+        }
+    }
+    // Refused, never ignored: a caller who asked for a sandbox must not get a run without.
+    if req.sandbox == Some(true) {
+        return Err(EngineError::SandboxUnsupported);
+    }
+    Ok(())
 }
 
 fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {

@@ -21,6 +21,10 @@ pub enum EngineError {
     Validation { field: String, message: String },
     #[error("{0}")]
     Unprocessable(String),
+    #[error(
+        "sandbox: true was asked for, but this server has no sandbox; send the message without it (or with sandbox: false) to run unsandboxed"
+    )]
+    SandboxUnsupported,
     #[error("the engine is shutting down")]
     ShuttingDown,
     #[error("store: {0}")]
@@ -53,6 +57,7 @@ impl EngineError {
             Self::NoPendingApproval => ErrorCode::NoPendingApproval,
             Self::Validation { .. } => ErrorCode::ValidationFailed,
             Self::Unprocessable(_) => ErrorCode::UnprocessableEntity,
+            Self::SandboxUnsupported => ErrorCode::SandboxUnsupported,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Remote { code, .. } => *code,
             Self::OwnerUnreachable { .. } => ErrorCode::Unavailable,

@@ -57,6 +57,8 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// Semantically invalid request, e.g. an unknown backend (422).
     UnprocessableEntity,
+    /// `sandbox: true` asked for a sandbox this server does not have (422).
+    SandboxUnsupported,
     /// Too many requests (429).
     RateLimited,
     /// Something failed inside the server; details are in its log, not here (500).
@@ -88,6 +90,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::UnprocessableEntity => "unprocessable_entity",
+            Self::SandboxUnsupported => "sandbox_unsupported",
             Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
@@ -111,7 +114,7 @@ impl ErrorCode {
             | Self::NoPendingApproval => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
-            Self::UnprocessableEntity => 422,
+            Self::UnprocessableEntity | Self::SandboxUnsupported => 422,
             Self::RateLimited => 429,
             Self::Internal => 500,
             Self::Unavailable => 503,
@@ -137,6 +140,7 @@ mod tests {
             ErrorCode::RunMismatch,
             ErrorCode::PayloadTooLarge,
             ErrorCode::NoPendingApproval,
+            ErrorCode::SandboxUnsupported,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

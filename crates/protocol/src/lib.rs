@@ -8,6 +8,7 @@
 pub mod error;
 pub mod events;
 pub mod messages;
+pub mod nullable;
 pub mod relay;
 pub mod sessions;
 pub mod system;

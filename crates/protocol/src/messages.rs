@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::nullable;
+use crate::sessions::AutoApprove;
 use crate::tools::ToolCall;
 
 /// Who said a message.
@@ -61,7 +63,11 @@ pub enum MessageType {
 }
 
 /// Importance of a piece of caller context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+///
+/// Read leniently, as the stakpak agent server does (its clients may send any string):
+/// `high`, `normal` and `low` in any case; `critical` (a level stakpak keeps for itself) is
+/// `high`; anything else is `normal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ContextPriority {
     High,
@@ -70,33 +76,103 @@ pub enum ContextPriority {
     Low,
 }
 
+impl ContextPriority {
+    /// The priority a caller's string stands for (see the type's doc).
+    pub fn parse_lenient(s: &str) -> Self {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "high" | "critical" => Self::High,
+            "low" => Self::Low,
+            _ => Self::Normal,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ContextPriority {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self::parse_lenient(&String::deserialize(d)?))
+    }
+}
+
 /// Extra context a caller attaches to a message (e.g. the output of a check).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ContextItem {
+    /// At most 256 characters; must not be empty.
     pub name: String,
+    /// At most 50,000 characters.
     pub content: String,
+    /// `high`, `normal` (the default) or `low`; any other string is read as `normal`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, example = "high")]
     pub priority: Option<ContextPriority>,
 }
 
-/// `POST /v1/sessions/{id}/messages`.
+/// Most context items one message may carry (the stakpak server's limits, so a client that
+/// checks against them is never refused here).
+pub const MAX_CONTEXT_ITEMS: usize = 32;
+/// Longest context item name, in characters.
+pub const MAX_CONTEXT_NAME_CHARS: usize = 256;
+/// Longest context item content, in characters.
+pub const MAX_CONTEXT_CONTENT_CHARS: usize = 50_000;
+/// Most context content of one message, in characters.
+pub const MAX_CONTEXT_TOTAL_CHARS: usize = 500_000;
+/// Longest `overrides.system_prompt`, in characters.
+pub const MAX_SYSTEM_PROMPT_CHARS: usize = 100_000;
+/// Range of `overrides.max_turns`.
+pub const MAX_TURNS_RANGE: std::ops::RangeInclusive<u32> = 1..=256;
+
+/// Options for one run — the stakpak agent server's run-overrides object.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunOverrides {
+    /// Model for this run; wins over the top-level `model` (as on the stakpak server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Which tool calls of this run go without asking, instead of the session's setting.
+    /// The permission mode still applies: this never allows what the mode refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_approve: Option<AutoApprove>,
+    /// Replaces the built-in agent's system prompt for this run (empty: not replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// Most model calls in this run (1–256) for the built-in agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+}
+
+impl RunOverrides {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// `POST /v1/sessions/{id}/messages`. Every optional field may also be `null`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SendMessageRequest {
     pub message: InputMessage,
-    #[serde(default, rename = "type")]
+    #[serde(default, rename = "type", deserialize_with = "nullable::or_default")]
+    #[schema(nullable)]
     pub kind: MessageType,
     /// For `steering`: the run it is meant for (409 `run_mismatch` if not the active one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<Uuid>,
-    /// Model for this run only.
+    /// Model for this run only (`overrides.model` wins when both are given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub context: Vec<ContextItem>,
-    /// Backend-specific run options (e.g. `{"timeout_secs": 600}`).
+    /// Run in a sandbox. Switchboard has none: `true` is refused with 422
+    /// `sandbox_unsupported` rather than run unsandboxed; `false` and `null` are accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub overrides: Option<serde_json::Value>,
+    pub sandbox: Option<bool>,
+    /// Caller context, shown to the agent before the message (at most 32 items).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "nullable::or_default"
+    )]
+    #[schema(nullable)]
+    pub context: Vec<ContextItem>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<RunOverrides>,
 }
 
 impl SendMessageRequest {
@@ -110,6 +186,7 @@ impl SendMessageRequest {
             kind,
             run_id: None,
             model: None,
+            sandbox: None,
             context: Vec::new(),
             overrides: None,
         }
@@ -178,5 +255,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(req.kind, MessageType::FollowUp);
+    }
+
+    #[test]
+    fn null_means_absent() {
+        let with_nulls: SendMessageRequest = serde_json::from_str(
+            r#"{"message":{"role":"user","content":"hi"},"type":null,"run_id":null,"model":null,
+                "sandbox":null,"context":null,"overrides":null}"#,
+        )
+        .unwrap();
+        let bare: SendMessageRequest =
+            serde_json::from_str(r#"{"message":{"role":"user","content":"hi"}}"#).unwrap();
+        assert_eq!(with_nulls, bare);
+        assert_eq!(bare, SendMessageRequest::user("hi", MessageType::Message));
+    }
+
+    #[test]
+    fn any_priority_string_is_accepted() {
+        let p = |s: &str| serde_json::from_value::<ContextPriority>(s.into()).unwrap();
+        assert_eq!(p("high"), ContextPriority::High);
+        assert_eq!(p(" HIGH "), ContextPriority::High);
+        assert_eq!(p("critical"), ContextPriority::High);
+        assert_eq!(p("low"), ContextPriority::Low);
+        assert_eq!(p("normal"), ContextPriority::Normal);
+        assert_eq!(p("urgent"), ContextPriority::Normal);
+        assert_eq!(p(""), ContextPriority::Normal);
+        assert!(serde_json::from_value::<ContextPriority>(3.into()).is_err());
+        assert_eq!(
+            serde_json::to_string(&ContextPriority::High).unwrap(),
+            "\"high\""
+        );
+    }
+
+    #[test]
+    fn overrides_are_the_stakpak_object() {
+        let o: RunOverrides = serde_json::from_str(
+            r#"{"model":"m","auto_approve":["view"],"system_prompt":"s","max_turns":3}"#,
+        )
+        .unwrap();
+        assert_eq!(o.model.as_deref(), Some("m"));
+        assert_eq!(o.max_turns, Some(3));
+        assert!(!o.is_empty());
+        assert!(RunOverrides::default().is_empty());
+        let err = serde_json::from_str::<RunOverrides>(r#"{"timeout":3}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `timeout`"), "{err}");
     }
 }

@@ -15,6 +15,10 @@ fn schema_version() -> u32 {
     RELAY_SCHEMA_VERSION
 }
 
+fn schema_version_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    crate::nullable::or_else(d, schema_version)
+}
+
 /// How a member is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -181,7 +185,11 @@ pub enum Delivery {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendRequest {
-    #[serde(default = "schema_version")]
+    #[serde(
+        default = "schema_version",
+        deserialize_with = "schema_version_or_null"
+    )]
+    #[schema(nullable)]
     pub schema_version: u32,
     /// The caller's id for this request (echoed back; a retry with the same id and sender is
     /// answered from the first delivery instead of sending twice).
@@ -190,12 +198,23 @@ pub struct SendRequest {
     /// A member id or a principal id.
     pub sender: String,
     pub message: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::nullable::or_default"
+    )]
+    #[schema(nullable)]
     pub targets: Vec<String>,
     /// Every member but the sender.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "crate::nullable::or_default"
+    )]
+    #[schema(nullable)]
     pub broadcast: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::nullable::or_default")]
+    #[schema(nullable)]
     pub delivery: Delivery,
     /// tmux targets: how long the pane must stay unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -395,5 +414,18 @@ mod tests {
         let e = serde_json::from_str::<SendRequest>(r#"{"sender":"a","message":"hi","to":["b"]}"#)
             .unwrap_err();
         assert!(e.to_string().contains("unknown field `to`"), "{e}");
+    }
+
+    #[test]
+    fn send_request_reads_null_as_absent() {
+        let nulls: SendRequest = serde_json::from_str(
+            r#"{"schema_version":null,"request_id":null,"sender":"a","message":"hi",
+                "targets":null,"broadcast":null,"delivery":null,"quiet_window_ms":null,
+                "quiescence_timeout_ms":null,"turn_timeout_ms":null}"#,
+        )
+        .unwrap();
+        let bare: SendRequest = serde_json::from_str(r#"{"sender":"a","message":"hi"}"#).unwrap();
+        assert_eq!(nulls, bare);
+        assert_eq!(bare.schema_version, RELAY_SCHEMA_VERSION);
     }
 }

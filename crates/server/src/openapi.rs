@@ -41,6 +41,7 @@ impl Modify for BearerAuth {
         switchboard_protocol::PermissionMode, switchboard_protocol::AutoApprove,
         switchboard_protocol::CancelRequest, switchboard_protocol::CancelResponse,
         switchboard_protocol::SendMessageRequest, switchboard_protocol::SendMessageResponse,
+        switchboard_protocol::RunOverrides, switchboard_protocol::ContextItem,
         switchboard_protocol::ListMessagesResponse, switchboard_protocol::TranscriptMessage,
         switchboard_protocol::EventEnvelope, switchboard_protocol::AgentEvent, switchboard_protocol::GapDetected,
         switchboard_protocol::ToolCall, switchboard_protocol::PendingToolsResponse,

@@ -22,8 +22,12 @@ pub fn router() -> Router<AppState> {
 /// `follow_up` is queued).
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "runs", params(("id" = uuid::Uuid, Path)),
     request_body = SendMessageRequest, security(("bearer" = [])),
-    responses((status = 200, body = SendMessageResponse), (status = 400, body = ErrorBody),
-              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = SendMessageResponse),
+              (status = 400, description = "`invalid_json` or `validation_failed` (the field is named)", body = ErrorBody),
+              (status = 404, body = ErrorBody),
+              (status = 409, description = "`session_already_running`, `session_not_running` or `run_mismatch`", body = ErrorBody),
+              (status = 422, description = "`sandbox_unsupported`, or `unprocessable_entity` (the session's backend is not configured)", body = ErrorBody),
+              (status = 503, description = "`unavailable`: shutting down", body = ErrorBody)))]
 pub async fn send(
     State(state): State<AppState>,
     SessionId(id): SessionId,
