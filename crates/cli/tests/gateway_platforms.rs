@@ -91,7 +91,7 @@ impl World {
 
     fn max_chars(&self) -> usize {
         match self.fake {
-            Fake::Slack(_) => 3000,
+            Fake::Slack(_) => 4000,
             Fake::Discord(_) => 2000,
         }
     }

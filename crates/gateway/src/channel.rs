@@ -164,6 +164,12 @@ pub trait Channel: Send + Sync + 'static {
     fn max_chars(&self) -> usize;
     /// Whether sent messages can be edited (streaming by edits).
     fn can_edit(&self) -> bool;
+    /// How often one chat's messages may be edited. The dispatcher shows a streaming reply
+    /// at this pace, each edit with all the text there is by then; [`Channel::edit`] itself
+    /// also waits for its chat's turn.
+    fn edit_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+    }
     /// Receives until `cancel` fires, handing everything to `ctx.sink`. Returns an error
     /// only for a failure that retrying will not fix; transient errors are retried inside.
     async fn run(&self, ctx: ChannelContext, cancel: CancellationToken)

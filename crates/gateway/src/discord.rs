@@ -1451,6 +1451,10 @@ impl Channel for DiscordChannel {
         true
     }
 
+    fn edit_interval(&self) -> Duration {
+        self.cfg.edit_interval
+    }
+
     async fn run(
         &self,
         ctx: ChannelContext,

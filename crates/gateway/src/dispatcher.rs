@@ -27,8 +27,10 @@ use crate::channel::{
 };
 use crate::config::{ApprovalMode, GatewayConfig};
 use crate::routing::{routing_key, title};
-use crate::store::{FollowedRun, GatewayStore, NamespacedState, Pairing, Prompt, Queued, Route};
-use crate::text::{StreamBuffer, split_message, truncate};
+use crate::store::{
+    FollowedRun, GatewayStore, NamespacedState, Pairing, Prompt, Queued, Route, ShownPage,
+};
+use crate::text::{StreamBuffer, paginate, showable, split_message, truncate};
 
 /// How long [`Gateway::stop`] lets tasks finish what they are doing.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -1099,6 +1101,7 @@ async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> {
         delivered: 0,
         deadline,
         pending: String::new(),
+        pages: Vec::new(),
     };
     // An intent, stored before sending: if the process dies after the server took the
     // message but before the run was recorded, the restart finds the run instead of
@@ -1250,12 +1253,31 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
         .inner
         .client
         .subscribe(run.session_id, Some(run.last_event_id));
+    // A platform that edits shows the reply in messages edited as it grows (see `render`);
+    // one that cannot gets it in readable chunks (`StreamBuffer`, `deliver`).
+    let edits = ch.can_edit();
+    if edits
+        && run.pages.is_empty()
+        && let Some(id) = run.stream_message.take()
+    {
+        // Stored by a version that tracked one message: it shows the start of the reply.
+        run.pages.push(ShownPage {
+            id,
+            text: String::new(),
+        });
+    }
     let mut buf = StreamBuffer::new();
-    if !run.pending.is_empty() {
+    if !edits && !run.pending.is_empty() {
         buf.push(&run.pending, Instant::now());
     }
+    let edit_interval = ch.edit_interval();
+    // When the reply was last shown, and whether text arrived since.
+    let mut shown_at: Option<Instant> = None;
+    let mut unshown = edits && !run.streamed.is_empty();
     let mut dirty = false;
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(
+        edit_interval.clamp(Duration::from_millis(50), Duration::from_millis(250)),
+    );
     loop {
         // The deadline is read from the store (a decision may have moved it) and does not
         // run while a prompt of this run waits.
@@ -1275,7 +1297,15 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
         let item = tokio::select! {
             _ = gw.inner.cancel.cancelled() => return Ok(()),
             _ = tick.tick() => {
-                if let Some(chunk) = buf.take_ready(Instant::now()) {
+                if edits {
+                    if unshown && shown_at.is_none_or(|t| t.elapsed() >= edit_interval) {
+                        if render(&*ch, &route.chat, &mut run, false).await? {
+                            shown_at = Some(Instant::now());
+                        }
+                        unshown = false;
+                        dirty = true;
+                    }
+                } else if let Some(chunk) = buf.take_ready(Instant::now()) {
                     deliver(&*ch, &route.chat, &mut run, &chunk).await?;
                     dirty = true;
                 }
@@ -1314,6 +1344,20 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
             continue;
         }
         match env.event {
+            AgentEvent::TextDelta { delta, .. } if edits => {
+                run.streamed.push_str(&delta);
+                unshown = true;
+                // The first showing waits for the next tick (a short reply then arrives in
+                // one message, not a post and an edit); later ones come at the edit pace.
+                if shown_at.is_some_and(|t| t.elapsed() >= edit_interval) {
+                    if render(&*ch, &route.chat, &mut run, false).await? {
+                        shown_at = Some(Instant::now());
+                    }
+                    unshown = false;
+                    gw.inner.store.put_run(&run).await?;
+                    dirty = false;
+                }
+            }
             AgentEvent::TextDelta { delta, .. } => {
                 buf.push(&delta, Instant::now());
                 if let Some(chunk) = buf.take_ready(Instant::now()) {
@@ -1324,13 +1368,18 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
                 }
             }
             AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
-                if let Some(rest) = buf.take_rest() {
+                if edits {
+                    render(&*ch, &route.chat, &mut run, true).await?;
+                    run.delivered += run.streamed.chars().count();
+                    unshown = false;
+                } else if let Some(rest) = buf.take_rest() {
                     deliver(&*ch, &route.chat, &mut run, &rest).await?;
                 }
                 // The reply continues in a new message below the prompt.
                 run.stream_message = None;
                 run.streamed.clear();
                 run.pending.clear();
+                run.pages.clear();
                 gw.inner.store.put_run(&run).await?;
                 dirty = false;
                 gw.on_waiting(&route, &run, &tool_call_ids).await?;
@@ -1361,7 +1410,10 @@ async fn follow(gw: &Gateway, key: &str, mut run: FollowedRun) -> Result<(), Gat
                 }
             }
             AgentEvent::RunCompleted { .. } | AgentEvent::RunError { .. } => {
-                if let Some(rest) = buf.take_rest() {
+                if edits {
+                    // The final edit always lands: the whole text, not only whole words.
+                    render(&*ch, &route.chat, &mut run, true).await?;
+                } else if let Some(rest) = buf.take_rest() {
                     deliver(&*ch, &route.chat, &mut run, &rest).await?;
                 }
                 // Finished first, notices after: a crash in between loses a notice rather
@@ -1410,9 +1462,66 @@ fn permanent(e: &crate::channel::ChannelError) -> bool {
     matches!(e, crate::channel::ChannelError::Api { code, .. } if (400..500).contains(code) && *code != 429)
 }
 
-/// Shows more reply text: appended to the message being edited while it fits the platform's
-/// limit, else split (fences kept whole) into the current message and new ones. `streamed`
-/// keeps the text as received (line breaks included), so the next chunk joins it exactly.
+/// Shows the reply as it stands, on a platform that edits: [`paginate`] of all the text
+/// received (while it streams, up to its last whole word), each page posted once and then
+/// edited whenever its text changes — so every edit carries all there is, and pages that an
+/// earlier, shorter text laid out differently are edited to their final form. Returns
+/// whether the platform was called.
+async fn render(
+    ch: &dyn Channel,
+    chat: &ChatRef,
+    run: &mut FollowedRun,
+    done: bool,
+) -> Result<bool, GatewayError> {
+    let text = if done {
+        run.streamed.as_str()
+    } else {
+        showable(&run.streamed)
+    };
+    let mut called = false;
+    for (i, page) in paginate(text, ch.max_chars()).into_iter().enumerate() {
+        let shown = page.text();
+        match run.pages.get(i) {
+            Some(p) if p.text == shown || p.id.is_empty() => continue,
+            Some(p) => {
+                called = true;
+                match ch.edit(chat, &p.id, &shown, &[]).await {
+                    Ok(()) => {
+                        run.pages[i].text = shown;
+                        continue;
+                    }
+                    // Deleted or too old to edit: this page goes on in a new message.
+                    Err(e) if permanent(&e) => {
+                        tracing::warn!(error = %e, "could not edit the reply; continuing in a new message");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            None => {}
+        }
+        called = true;
+        let id = match ch.send(chat, &shown, &[]).await {
+            Ok(id) => id,
+            Err(e) if permanent(&e) => {
+                // The chat refuses us (bot blocked, chat gone): this page is dropped rather
+                // than retried on every edit.
+                tracing::warn!(error = %e, "could not post the reply; dropping it");
+                String::new()
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let shown = ShownPage { id, text: shown };
+        match run.pages.get_mut(i) {
+            Some(slot) => *slot = shown,
+            None => run.pages.push(shown),
+        }
+    }
+    Ok(called)
+}
+
+/// Shows a chunk of reply text on a platform that cannot edit: each flushed chunk is posted,
+/// split (fences kept whole) to fit the platform's limit. Platforms that edit go through
+/// [`render`] instead.
 async fn deliver(
     ch: &dyn Channel,
     chat: &ChatRef,

@@ -77,8 +77,11 @@ use crate::channel::{
 
 /// The public Web API.
 pub const DEFAULT_API_BASE: &str = "https://slack.com/api";
-/// Longest text of one `section` block (Slack's limit), and so of one message.
+/// Longest text of one `section` block (Slack's limit).
 pub const MAX_CHARS: usize = 3000;
+/// Longest reply text of one message: Slack shows about this much before it folds a message
+/// behind "Show more" (a message's text is cut into sections of [`MAX_CHARS`]).
+pub const MESSAGE_CHARS: usize = 4000;
 /// Most blocks in one message (Slack's limit).
 pub const MAX_BLOCKS: usize = 50;
 /// Longest `header` block text (Slack's limit).
@@ -1797,11 +1800,15 @@ impl Channel for SlackChannel {
     }
 
     fn max_chars(&self) -> usize {
-        MAX_CHARS
+        MESSAGE_CHARS
     }
 
     fn can_edit(&self) -> bool {
         true
+    }
+
+    fn edit_interval(&self) -> Duration {
+        self.cfg.edit_interval
     }
 
     async fn run(

@@ -39,7 +39,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
 use sqlx::{Connection, Executor, PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
@@ -137,8 +137,19 @@ pub struct FollowedRun {
     pub streamed: String,
     pub delivered: usize,
     pub deadline: Option<String>,
-    /// Reply text received but not yet shown.
+    /// Reply text received but not yet shown (channels that cannot edit).
     pub pending: String,
+    /// Channels that edit: the messages showing the current reply, one per page.
+    pub pages: Vec<ShownPage>,
+}
+
+/// One message showing a page of a reply, and the text it shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShownPage {
+    /// The platform's message id; empty when the platform refused the message for good
+    /// (it is not tried again).
+    pub id: String,
+    pub text: String,
 }
 
 /// An approval prompt shown in a chat.
@@ -207,7 +218,7 @@ macro_rules! queued_cols {
 }
 macro_rules! run_cols {
     () => {
-        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending"
+        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending, pages"
     };
 }
 macro_rules! prompt_cols {
@@ -227,6 +238,7 @@ const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("../migrations/sqlite/0002_pending_and_seen.sql"),
     ),
+    (3, include_str!("../migrations/sqlite/0003_reply_pages.sql")),
 ];
 
 /// One for one with [`SQLITE_MIGRATIONS`]: same tables, same columns.
@@ -235,6 +247,10 @@ const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
     (
         2,
         include_str!("../migrations/postgres/0002_pending_and_seen.sql"),
+    ),
+    (
+        3,
+        include_str!("../migrations/postgres/0003_reply_pages.sql"),
     ),
 ];
 
@@ -538,12 +554,12 @@ impl GatewayStore {
         let t = now();
         with_pool!(self, |pool| {
             sqlx::query(
-                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, pages) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
                  last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
                  streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
-                 pending = excluded.pending",
+                 pending = excluded.pending, pages = excluded.pages",
             )
             .bind(&r.routing_key)
             .bind(r.session_id.to_string())
@@ -555,6 +571,7 @@ impl GatewayStore {
             .bind(&r.deadline)
             .bind(&t)
             .bind(&r.pending)
+            .bind(serde_json::to_string(&r.pages).unwrap_or_else(|_| "[]".into()))
             .execute(pool)
             .await?;
         });
@@ -570,13 +587,13 @@ impl GatewayStore {
             // A fresh row, as the `INSERT OR REPLACE` this was on SQLite: every column the
             // insert does not name goes back to its default (NULL for `channel` and `chat`).
             sqlx::query(
-                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, channel, chat) \
-                 VALUES ($1, $2, $3, $4, NULL, '', 0, $5, $6, '', NULL, NULL) \
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, channel, chat, pages) \
+                 VALUES ($1, $2, $3, $4, NULL, '', 0, $5, $6, '', NULL, NULL, '[]') \
                  ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
                  last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
                  streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
                  started_at = excluded.started_at, pending = excluded.pending, \
-                 channel = excluded.channel, chat = excluded.chat",
+                 channel = excluded.channel, chat = excluded.chat, pages = excluded.pages",
             )
             .bind(&r.routing_key)
             .bind(r.session_id.to_string())
@@ -1118,6 +1135,7 @@ fn run_from_row(r: &impl Cols) -> Result<FollowedRun> {
         delivered: usize::try_from(r.int("delivered")?).unwrap_or(0),
         deadline: r.opt_text("deadline")?,
         pending: r.text("pending")?,
+        pages: from_json(r, "pages")?,
     })
 }
 

@@ -828,6 +828,10 @@ impl Channel for TelegramChannel {
         true
     }
 
+    fn edit_interval(&self) -> Duration {
+        self.cfg.edit_interval
+    }
+
     async fn run(
         &self,
         ctx: ChannelContext,

@@ -285,6 +285,150 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
     out
 }
 
+/// One message of a reply split at a platform's limit (see [`paginate`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// The opening line of a code block that the page before left open (`"```rust\n"`), or
+    /// empty.
+    pub reopen: String,
+    /// This page's slice of the reply, exactly as the reply has it.
+    pub body: String,
+    /// A line closing a code block the body leaves open (`"\n```"`), or empty.
+    pub close: String,
+}
+
+impl Page {
+    /// What to post: `reopen`, `body` and `close`, without the body's trailing whitespace
+    /// (every platform drops it, some refuse a message that is only that, and before `close`
+    /// it would push the closing fence down).
+    pub fn text(&self) -> String {
+        let body = self.body.trim_end();
+        let mut s = String::with_capacity(self.reopen.len() + body.len() + self.close.len());
+        s.push_str(&self.reopen);
+        s.push_str(body);
+        s.push_str(&self.close);
+        s
+    }
+}
+
+/// Splits a reply into the messages that show it on a platform whose messages hold at most
+/// `limit` characters: a pure function of the whole text, recomputed as the text grows, so
+/// that messages already posted are edited to their final form rather than patched.
+///
+/// - The bodies, concatenated, are the text: nothing is dropped or glued at a seam; the
+///   whitespace where a page ends stays at the end of that page's body.
+/// - Each page's [`Page::text`] has at most `limit` characters.
+/// - Cuts prefer a paragraph break, then a line break, then a space, in the latter half of
+///   the room a page has, outside code fences; then the same inside a fence; then earlier
+///   ones; then a hard cut. Blank lines after a cut stay with the page before, so no page
+///   starts with one; no page is only whitespace (a text that is has no pages).
+/// - A page that ends inside an open ```` ``` ```` fence is closed (`close`) and the next
+///   page reopens it with the same opening line, info string included (`reopen`) — nothing
+///   else is added. The last page is closed too while its fence is open (a reply still
+///   streaming), which a later call, with more text, replaces.
+/// - Below [`MIN_FENCE_REPAIR_LIMIT`] fences are not repaired; a `limit` of 0 counts as 1.
+pub fn paginate(text: &str, limit: usize) -> Vec<Page> {
+    let limit = limit.max(1);
+    let repair = limit >= MIN_FENCE_REPAIR_LIMIT;
+    let chars: Vec<char> = text.chars().collect();
+    let len = chars.len();
+    let mut pages = Vec::new();
+    let mut pos = 0;
+    // Where the text ends, trailing whitespace aside: the rest cannot fit while it is longer.
+    let text_end = trimmed_end(&chars, 0, len);
+    // The fence open at `pos` (its opening line).
+    let mut open: Option<String> = None;
+    while pos < len && !chars[pos..].iter().all(|c| c.is_whitespace()) {
+        let reopen = match &open {
+            Some(opener) if repair => reopen_prefix(opener, limit),
+            _ => String::new(),
+        };
+        let page_for = |end: usize| -> (Page, Option<String>) {
+            let body: String = chars[pos..end].iter().collect();
+            let state = if repair {
+                fence_state(&body, open.clone())
+            } else {
+                None
+            };
+            let close = state
+                .as_deref()
+                .map(|opener| close_fence(opener, limit))
+                .unwrap_or_default();
+            let page = Page {
+                reopen: reopen.clone(),
+                body,
+                close,
+            };
+            (page, state)
+        };
+        if text_end - pos <= limit {
+            let (whole, _) = page_for(len);
+            if whole.text().chars().count() <= limit {
+                pages.push(whole);
+                break;
+            }
+        }
+        let mut budget = limit.saturating_sub(reopen.chars().count()).max(1);
+        let (page, state, next) = loop {
+            let (end, cut_next) = choose_cut(&chars, pos, budget, open.is_some() && repair);
+            let next = if cut_next > end {
+                let before: String = chars[pos..end].iter().collect();
+                let in_fence = repair && fence_state(&before, open.clone()).is_some();
+                absorb_whitespace(&chars, end, in_fence)
+            } else if chars[pos..cut_next].iter().all(|c| c.is_whitespace()) {
+                // A hard cut inside indentation wider than the room: take the first
+                // character after it too, so that no page is only whitespace.
+                (cut_next..len)
+                    .find(|&i| !chars[i].is_whitespace())
+                    .map_or(len, |i| i + 1)
+            } else {
+                cut_next
+            };
+            let (page, state) = page_for(next);
+            let need = page.text().chars().count();
+            if need <= limit || budget <= 1 {
+                break (page, state, next);
+            }
+            budget = budget.saturating_sub(need - limit).max(1);
+        };
+        pages.push(page);
+        open = state;
+        pos = next;
+    }
+    pages
+}
+
+/// Where the page after a cut at the whitespace `chars[end]` starts: after the whole run of
+/// whitespace there (so it starts with text), but inside a code fence only after the run's
+/// last line break (the next line's indentation is code). A run that reaches the end of the
+/// text is taken whole.
+fn absorb_whitespace(chars: &[char], end: usize, in_fence: bool) -> usize {
+    let mut j = end;
+    let mut last_newline = None;
+    while j < chars.len() && chars[j].is_whitespace() {
+        if chars[j] == '\n' {
+            last_newline = Some(j);
+        }
+        j += 1;
+    }
+    if j >= chars.len() || !in_fence {
+        return j;
+    }
+    match last_newline {
+        Some(n) => n + 1,
+        None => j,
+    }
+}
+
+/// The part of a reply still being written that is worth showing: everything up to its last
+/// whitespace, so a word is never shown cut (nothing while the reply is one unfinished word).
+pub fn showable(text: &str) -> &str {
+    match text.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+        Some((i, c)) => &text[..i + c.len_utf8()],
+        None => "",
+    }
+}
+
 /// Cuts `text` to at most `max` chars, ending with "…" when it was cut.
 pub fn truncate(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -1097,5 +1241,192 @@ mod tests {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod paginate_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Telegram, Discord, Slack (practical per message), and small limits that make short
+    /// texts split often.
+    fn limits() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            Just(4096usize),
+            Just(2000usize),
+            Just(4000usize),
+            16usize..300,
+            1usize..16,
+        ]
+    }
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            6 => "[a-z]{1,8}".prop_map(|w| w),
+            4 => Just(" ".to_string()),
+            3 => Just("\n".to_string()),
+            2 => Just("\n\n".to_string()),
+            1 => Just("\n \n".to_string()),
+            1 => prop_oneof![
+                Just("\n```\n"), Just("\n```python\n"), Just("\n  ```rust\n"),
+                Just("\n````\n"), Just("\n```a-very-long-info-string-here\n"),
+            ].prop_map(str::to_string),
+            1 => "[a-zé✓]{20,300}".prop_map(|w| w), // a long line without spaces
+            1 => Just("    indented code\n".to_string()),
+        ]
+    }
+
+    fn texts() -> impl Strategy<Value = String> {
+        prop::collection::vec(segment(), 0..700).prop_map(|v| v.concat())
+    }
+
+    fn check(text: &str, limit: usize) -> Result<(), TestCaseError> {
+        let pages = paginate(text, limit);
+        if is_blank(text) {
+            prop_assert!(pages.is_empty(), "nothing to show");
+            return Ok(());
+        }
+        let joined: String = pages.iter().map(|p| p.body.as_str()).collect();
+        prop_assert_eq!(&joined, text, "bodies are the text");
+        let repair = limit.max(1) >= MIN_FENCE_REPAIR_LIMIT;
+        let mut start = 0;
+        let mut open_at_start: Option<String> = None;
+        for (i, p) in pages.iter().enumerate() {
+            let shown = p.text();
+            // Only indentation wider than a tiny limit can push a page past it.
+            let indent = p.body.chars().take_while(|c| c.is_whitespace()).count();
+            prop_assert!(
+                shown.chars().count() <= limit.max(1)
+                    || (limit < MIN_FENCE_REPAIR_LIMIT && shown.chars().count() <= indent + 1),
+                "page {} has {} chars > {}",
+                i,
+                shown.chars().count(),
+                limit
+            );
+            prop_assert!(!is_blank(&p.body), "page {} is blank", i);
+            match &open_at_start {
+                Some(opener) => {
+                    prop_assert!(!p.reopen.is_empty(), "page {} continues a fence", i);
+                    prop_assert!(p.reopen.ends_with('\n'));
+                    let line = p.reopen.trim_end();
+                    prop_assert!(fence_body(line).is_some(), "reopen is a fence line");
+                    if opener.chars().count() < limit / 2 {
+                        prop_assert_eq!(line, opener.as_str(), "same info string");
+                    }
+                }
+                None => prop_assert!(p.reopen.is_empty()),
+            }
+            let end = start + p.body.len();
+            let open_at_end = if repair {
+                fence_state(&p.body, open_at_start.clone())
+            } else {
+                None
+            };
+            match &open_at_end {
+                Some(_) => {
+                    let c = p.close.trim_start_matches('\n');
+                    prop_assert!(fence_body(c).is_some() && c.chars().all(|ch| ch == '`'));
+                    prop_assert!(shown.ends_with(c));
+                }
+                None => prop_assert!(p.close.is_empty()),
+            }
+            if i + 1 < pages.len() {
+                prop_assert_eq!(!p.close.is_empty(), !pages[i + 1].reopen.is_empty());
+            }
+            start = end;
+            open_at_start = open_at_end;
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn pages_are_the_text_within_the_limit(text in texts(), limit in limits()) {
+            check(&text, limit)?;
+        }
+
+        /// As the text grows, every page but the last of a shorter text is already final,
+        /// so posted messages are edited to their final form, never patched back.
+        #[test]
+        fn earlier_pages_are_final(text in texts(), limit in 200usize..4100, cut in 0.0f64..1.0) {
+            let chars: Vec<char> = text.chars().collect();
+            let prefix: String = chars[..(chars.len() as f64 * cut) as usize].iter().collect();
+            let prefix = showable(&prefix);
+            let early = paginate(prefix, limit);
+            let full = paginate(&text, limit);
+            for (i, p) in early.iter().enumerate().take(early.len().saturating_sub(1)) {
+                prop_assert_eq!(p, &full[i], "page {} of {}", i, early.len());
+            }
+        }
+    }
+
+    #[test]
+    fn words_are_never_glued_at_a_seam() {
+        let text: String = (1..=900).map(|i| format!("t{i} ")).collect();
+        for limit in [4096, 2000, 4000, 100] {
+            let pages = paginate(&text, limit);
+            assert!(pages.len() > 1);
+            let words: Vec<String> = pages
+                .iter()
+                .flat_map(|p| {
+                    p.text()
+                        .split_whitespace()
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let expected: Vec<String> = (1..=900).map(|i| format!("t{i}")).collect();
+            assert_eq!(words, expected, "limit {limit}");
+        }
+    }
+
+    #[test]
+    fn a_code_block_is_closed_and_reopened_with_its_info_string() {
+        let code: String = (0..200)
+            .map(|i| format!("print({i})  # line {i}\n"))
+            .collect();
+        let text = format!("Here it is:\n\n```python\n{code}```\n\nDone.");
+        let pages = paginate(&text, 2000);
+        assert!(pages.len() >= 3, "{}", pages.len());
+        for (i, p) in pages.iter().enumerate() {
+            let shown = p.text();
+            assert!(!shown.contains("``````"), "page {i}: {shown}");
+            if i > 0 {
+                assert!(
+                    shown.starts_with("```python\n"),
+                    "page {i} reopens: {shown:.40}"
+                );
+            }
+            if i + 1 < pages.len() {
+                assert!(shown.ends_with("\n```"), "page {i} closes");
+            }
+            // Every page is balanced: an even number of fence lines.
+            let fences = shown.lines().filter(|l| l.starts_with("```")).count();
+            assert_eq!(fences % 2, 0, "page {i}");
+        }
+        assert!(pages.last().unwrap().text().ends_with("Done."));
+    }
+
+    #[test]
+    fn a_streaming_fence_is_closed_for_now_and_continued_later() {
+        let partial = "Look:\n\n```sh\nls -la\n";
+        let p = paginate(partial, 4096);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].text(), "Look:\n\n```sh\nls -la\n```");
+        let done = "Look:\n\n```sh\nls -la\n```\n\nThat lists files.";
+        assert_eq!(paginate(done, 4096)[0].text(), done);
+    }
+
+    #[test]
+    fn showable_stops_at_the_last_whitespace() {
+        assert_eq!(showable("hello wor"), "hello ");
+        assert_eq!(showable("hello\nwor"), "hello\n");
+        assert_eq!(showable("unfinished"), "");
+        assert_eq!(showable("done. "), "done. ");
+        assert_eq!(showable("é✓ x"), "é✓ ");
     }
 }

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use switchboard_gateway::store::{FollowedRun, NamespacedState, Pairing, Prompt, Queued, Route};
+use switchboard_gateway::store::{
+    FollowedRun, NamespacedState, Pairing, Prompt, Queued, Route, ShownPage,
+};
 use switchboard_gateway::{ButtonPress, ChannelState, ChatKind, ChatRef, GatewayStore, Peer};
 use uuid::Uuid;
 
@@ -98,6 +100,16 @@ pub fn followed(key: &str) -> FollowedRun {
         delivered: 3,
         deadline: Some("2030-01-01T00:00:00.000000Z".into()),
         pending: "ld".into(),
+        pages: vec![
+            ShownPage {
+                id: "msg-6".into(),
+                text: "Page one, \"quoted\" ✓".into(),
+            },
+            ShownPage {
+                id: "msg-7".into(),
+                text: "Hello, wor".into(),
+            },
+        ],
     }
 }
 
@@ -273,6 +285,7 @@ pub async fn start_run_resets_the_cursor_and_takes_the_batch(s: &GatewayStore) {
             streamed: String::new(),
             delivered: 0,
             pending: String::new(),
+            pages: vec![],
             ..next
         }
     );
