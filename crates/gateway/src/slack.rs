@@ -1787,10 +1787,13 @@ fn actions_blocks(buttons: &[Button]) -> Result<Vec<Value>, String> {
         .collect())
 }
 
+/// Longest `text` field Slack keeps (it truncates longer ones).
+const TEXT_FIELD_CHARS: usize = 40_000;
+
 /// The `text` fallback (notifications, clients without blocks): the reply, escaped, cut to
-/// [`MAX_CHARS`].
+/// what Slack keeps.
 fn fallback_text(text: &str) -> String {
-    crate::text::truncate(&escape_keep_mentions(text), MAX_CHARS)
+    crate::text::truncate(&escape_keep_mentions(text), TEXT_FIELD_CHARS)
 }
 
 #[async_trait]

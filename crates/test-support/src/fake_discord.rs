@@ -154,6 +154,8 @@ struct Inner {
     interactions: HashMap<String, Interaction>,
     callbacks: Vec<(String, Value)>,
     calls: Vec<(String, Value)>,
+    /// When each of `calls` arrived.
+    call_times: Vec<std::time::Instant>,
     /// (route prefix, calls still to refuse, retry_after).
     rate_limits: Vec<(String, usize, f64)>,
 }
@@ -525,6 +527,18 @@ impl FakeDiscord {
             .collect()
     }
 
+    /// Every call in arrival order, refused ones too: when it came, its route, its params.
+    /// For asserting on the exact sequence of posts and edits.
+    pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
+        let inner = self.state.lock();
+        inner
+            .call_times
+            .iter()
+            .zip(&inner.calls)
+            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
+            .collect()
+    }
+
     /// The next `n` REST calls whose route starts with `route_prefix` answer 429 with
     /// `retry_after` seconds.
     pub fn rate_limit(&self, route_prefix: &str, n: usize, retry_after: f64) {
@@ -696,6 +710,7 @@ async fn rest(
     {
         let mut inner = state.lock();
         inner.calls.push((route.clone(), body.clone()));
+        inner.call_times.push(std::time::Instant::now());
         if let Some(limit) = inner
             .rate_limits
             .iter_mut()

@@ -107,6 +107,8 @@ struct Inner {
     /// Posted messages per channel, in order.
     messages: HashMap<String, Vec<SlackMessage>>,
     calls: Vec<(String, Value)>,
+    /// When each of `calls` arrived.
+    call_times: Vec<std::time::Instant>,
     reactions: Vec<(String, String, String)>,
     /// method → (calls still to refuse, retry_after).
     rate_limits: HashMap<String, (usize, u64)>,
@@ -455,6 +457,18 @@ impl FakeSlack {
             .collect()
     }
 
+    /// Every call in arrival order, refused ones too: when it came, its method, its params.
+    /// For asserting on the exact sequence of posts and edits.
+    pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
+        let inner = self.state.lock();
+        inner
+            .call_times
+            .iter()
+            .zip(&inner.calls)
+            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
+            .collect()
+    }
+
     /// `(channel, timestamp, name)` of every reaction added.
     pub fn reactions(&self) -> Vec<(String, String, String)> {
         self.state.lock().reactions.clone()
@@ -717,6 +731,7 @@ async fn api(
     inner
         .calls
         .push((method.clone(), Value::Object(params.clone())));
+    inner.call_times.push(std::time::Instant::now());
     if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
         && *left > 0
     {

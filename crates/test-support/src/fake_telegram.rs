@@ -97,6 +97,8 @@ struct Inner {
     /// The bot's messages per chat, in the order sent.
     bot_messages: HashMap<i64, Vec<StoredMessage>>,
     calls: Vec<(String, Value)>,
+    /// When each of `calls` arrived.
+    call_times: Vec<std::time::Instant>,
     /// Callback queries pressed and not answered yet.
     open_queries: Vec<String>,
     answered: Vec<String>,
@@ -419,6 +421,18 @@ impl FakeTelegram {
             .collect()
     }
 
+    /// Every call in arrival order, refused ones too: when it came, its method, its params.
+    /// For asserting on the exact sequence of posts and edits.
+    pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
+        let inner = self.state.lock();
+        inner
+            .call_times
+            .iter()
+            .zip(&inner.calls)
+            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
+            .collect()
+    }
+
     /// Callback query ids answered so far.
     pub fn answered(&self) -> Vec<String> {
         self.state.lock().answered.clone()
@@ -692,6 +706,7 @@ async fn api(
     {
         let mut inner = state.lock();
         inner.calls.push((method.clone(), params.clone()));
+        inner.call_times.push(std::time::Instant::now());
         if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
             && *left > 0
         {
