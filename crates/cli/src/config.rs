@@ -601,6 +601,55 @@ pub struct GatewaySettings {
     pub enabled: bool,
 }
 
+/// The access and approval settings of a platform channel's TOML section.
+struct ChannelAccess<'a> {
+    chats: &'a Option<Vec<String>>,
+    users: &'a Option<Vec<String>>,
+    approvers: &'a Option<Vec<String>>,
+    mode: &'a Option<String>,
+}
+
+/// Applies a platform channel's access and approval settings, each overridden by its
+/// environment variable: `{prefix}_ALLOWED_CHATS`, `{prefix}_ALLOWED_USERS`,
+/// `{prefix}_APPROVERS` (comma-separated) and `{prefix}_APPROVAL_MODE`.
+fn channel_access(
+    config: &mut switchboard_gateway::GatewayConfig,
+    name: &str,
+    prefix: &str,
+    file: ChannelAccess<'_>,
+) -> Result<()> {
+    let list = |suffix: &str, from_file: &Option<Vec<String>>| {
+        env(&format!("{prefix}_{suffix}"))
+            .map(|v| csv(&v))
+            .or(from_file.clone())
+    };
+    config.allowed_chats.insert(
+        name.to_string(),
+        list("ALLOWED_CHATS", file.chats).unwrap_or_default(),
+    );
+    config.allowed_peers.insert(
+        name.to_string(),
+        list("ALLOWED_USERS", file.users).unwrap_or_default(),
+    );
+    if let Some(a) = list("APPROVERS", file.approvers) {
+        config.approvers.insert(name.to_string(), a);
+    }
+    let mode_var = format!("{prefix}_APPROVAL_MODE");
+    let mode = match env(&mode_var) {
+        Some(m) => Some((mode_var, m)),
+        None => file
+            .mode
+            .clone()
+            .map(|m| (format!("[channels.{name}] approval_mode"), m)),
+    };
+    if let Some((what, m)) = mode {
+        config
+            .channel_modes
+            .insert(name.to_string(), approval_mode(&what, &m)?);
+    }
+    Ok(())
+}
+
 fn csv(v: &str) -> Vec<String> {
     v.split(',')
         .map(|s| s.trim().to_string())
@@ -671,31 +720,25 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
                 );
             }
             let name = "telegram".to_string();
-            let allowed = match env("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS") {
-                Some(v) => csv(&v),
-                None => file_tg.allowed_chats.clone().unwrap_or_default(),
-            };
-            config.allowed_chats.insert(name.clone(), allowed);
-            let users = match env("SWITCHBOARD_TELEGRAM_ALLOWED_USERS") {
-                Some(v) => csv(&v),
-                None => file_tg.allowed_users.clone().unwrap_or_default(),
-            };
-            config.allowed_peers.insert(name.clone(), users);
-            if let Some(a) = &file_tg.approvers {
-                config.approvers.insert(name.clone(), a.clone());
-            }
-            if let Some(m) = &file_tg.approval_mode {
-                config.channel_modes.insert(
-                    name.clone(),
-                    approval_mode("[channels.telegram] approval_mode", m)?,
-                );
-            }
+            channel_access(
+                &mut config,
+                &name,
+                "SWITCHBOARD_TELEGRAM",
+                ChannelAccess {
+                    chats: &file_tg.allowed_chats,
+                    users: &file_tg.allowed_users,
+                    approvers: &file_tg.approvers,
+                    mode: &file_tg.approval_mode,
+                },
+            )?;
             let mut tg = switchboard_gateway::telegram::TelegramConfig::new(token);
             tg.name = name;
             if let Some(b) = env("SWITCHBOARD_TELEGRAM_BASE_URL").or(file_tg.base_url.clone()) {
                 tg.base_url = b;
             }
-            if let Some(r) = file_tg.require_mention {
+            if let Some(r) = env_parse::<bool>("SWITCHBOARD_TELEGRAM_REQUIRE_MENTION")?
+                .or(file_tg.require_mention)
+            {
                 tg.require_mention_in_groups = r;
             }
             if let Some(p) = env_parse::<u64>("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS")? {
@@ -732,36 +775,6 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             Some(tg)
         }
     };
-    // Access and approval settings shared by every platform channel.
-    let mut access = |name: &str,
-                      chats_env: &str,
-                      users_env: &str,
-                      chats: &Option<Vec<String>>,
-                      users: &Option<Vec<String>>,
-                      approvers: &Option<Vec<String>>,
-                      mode: &Option<String>|
-     -> Result<()> {
-        let chats = env(chats_env)
-            .map(|v| csv(&v))
-            .or(chats.clone())
-            .unwrap_or_default();
-        let users = env(users_env)
-            .map(|v| csv(&v))
-            .or(users.clone())
-            .unwrap_or_default();
-        config.allowed_chats.insert(name.to_string(), chats);
-        config.allowed_peers.insert(name.to_string(), users);
-        if let Some(a) = approvers {
-            config.approvers.insert(name.to_string(), a.clone());
-        }
-        if let Some(m) = mode {
-            config.channel_modes.insert(
-                name.to_string(),
-                approval_mode(&format!("[channels.{name}] approval_mode"), m)?,
-            );
-        }
-        Ok(())
-    };
     let file_slack = file.channels.slack.clone().unwrap_or_default();
     let slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
         None => {
@@ -790,14 +803,16 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             if let Some(b) = env("SWITCHBOARD_SLACK_API_BASE").or(file_slack.api_base.clone()) {
                 c.api_base = b;
             }
-            access(
-                &c.name.clone(),
-                "SWITCHBOARD_SLACK_ALLOWED_CHATS",
-                "SWITCHBOARD_SLACK_ALLOWED_USERS",
-                &file_slack.allowed_chats,
-                &file_slack.allowed_users,
-                &file_slack.approvers,
-                &file_slack.approval_mode,
+            channel_access(
+                &mut config,
+                &c.name,
+                "SWITCHBOARD_SLACK",
+                ChannelAccess {
+                    chats: &file_slack.allowed_chats,
+                    users: &file_slack.allowed_users,
+                    approvers: &file_slack.approvers,
+                    mode: &file_slack.approval_mode,
+                },
             )?;
             Some(c)
         }
@@ -819,16 +834,24 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
                 c.api_base = b;
             }
             c.gateway_url = env("SWITCHBOARD_DISCORD_GATEWAY_URL").or(file_dc.gateway_url.clone());
-            c.guilds = file_dc.guilds.clone().unwrap_or_default();
-            c.channels = file_dc.channels.clone().unwrap_or_default();
-            access(
-                &c.name.clone(),
-                "SWITCHBOARD_DISCORD_ALLOWED_CHATS",
-                "SWITCHBOARD_DISCORD_ALLOWED_USERS",
-                &file_dc.allowed_chats,
-                &file_dc.allowed_users,
-                &file_dc.approvers,
-                &file_dc.approval_mode,
+            c.guilds = env("SWITCHBOARD_DISCORD_GUILDS")
+                .map(|v| csv(&v))
+                .or(file_dc.guilds.clone())
+                .unwrap_or_default();
+            c.channels = env("SWITCHBOARD_DISCORD_CHANNELS")
+                .map(|v| csv(&v))
+                .or(file_dc.channels.clone())
+                .unwrap_or_default();
+            channel_access(
+                &mut config,
+                &c.name,
+                "SWITCHBOARD_DISCORD",
+                ChannelAccess {
+                    chats: &file_dc.allowed_chats,
+                    users: &file_dc.allowed_users,
+                    approvers: &file_dc.approvers,
+                    mode: &file_dc.approval_mode,
+                },
             )?;
             Some(c)
         }

@@ -12,7 +12,7 @@ use crate::serve;
 pub enum ChannelsCommand {
     /// Check each configured channel (or one): prints the bot identity or the exact failure.
     Test {
-        /// `telegram` or `webhook:NAME`; default: all.
+        /// `telegram`, `slack`, `discord` or `webhook:NAME`; default: all configured.
         name: Option<String>,
     },
 }

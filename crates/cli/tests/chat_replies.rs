@@ -130,7 +130,11 @@ impl World {
     /// Every post and edit of the bot in the DM, in the order the fake received them.
     fn ops(&self) -> Vec<Op> {
         let ids: Vec<String> = self.messages().into_iter().map(|(id, _)| id).collect();
-        let index = |id: &str| ids.iter().position(|i| i == id).expect("edit of a known message");
+        let index = |id: &str| {
+            ids.iter()
+                .position(|i| i == id)
+                .expect("edit of a known message")
+        };
         let mut posts = 0;
         let mut out = Vec::new();
         let mut push = |at, edit: Option<String>, text: &str| {
@@ -157,7 +161,11 @@ impl World {
                     let text = p["text"].as_str().unwrap_or_default();
                     match method.as_str() {
                         "sendMessage" => push(at, None, text),
-                        "editMessageText" => push(at, Some(p["message_id"].to_string().trim_matches('"').to_string()), text),
+                        "editMessageText" => push(
+                            at,
+                            Some(p["message_id"].to_string().trim_matches('"').to_string()),
+                            text,
+                        ),
                         _ => {}
                     }
                 }
@@ -170,7 +178,9 @@ impl World {
                     let text = p["text"].as_str().unwrap_or_default();
                     match method.as_str() {
                         "chat.postMessage" => push(at, None, text),
-                        "chat.update" => push(at, Some(p["ts"].as_str().unwrap().to_string()), text),
+                        "chat.update" => {
+                            push(at, Some(p["ts"].as_str().unwrap().to_string()), text)
+                        }
                         _ => {}
                     }
                 }
@@ -197,7 +207,10 @@ impl World {
             if f(&m) {
                 return Instant::now();
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}: {m:?}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {m:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -226,7 +239,8 @@ async fn a_fast_long_reply_is_shown_soon_after_the_model_finishes(platform: &str
     w.dm("write twenty paragraphs");
     let shown = w
         .wait_until("all twenty paragraphs", |m| {
-            m.iter().any(|(_, t)| t.contains("Paragraph 20 says something short."))
+            m.iter()
+                .any(|(_, t)| t.contains("Paragraph 20 says something short."))
         })
         .await;
     // The model takes about 2 s; everything is on screen within 2 s more (one edit
@@ -240,13 +254,19 @@ async fn a_fast_long_reply_is_shown_soon_after_the_model_finishes(platform: &str
     assert_eq!(w.messages().len(), 1, "one message, edited");
     let texts = history(&ops, 0);
     // Each edit carries everything there is: a few edits, not one per paragraph.
-    assert!(texts.len() <= 6, "{platform}: {} edits: {texts:#?}", texts.len());
+    assert!(
+        texts.len() <= 6,
+        "{platform}: {} edits: {texts:#?}",
+        texts.len()
+    );
     let paragraphs_in = |t: &str| t.matches("says something short.").count();
     for pair in texts.windows(2) {
         assert!(paragraphs_in(&pair[1]) >= paragraphs_in(&pair[0]));
     }
     assert!(
-        texts.windows(2).any(|p| paragraphs_in(&p[1]) - paragraphs_in(&p[0]) >= 3),
+        texts
+            .windows(2)
+            .any(|p| paragraphs_in(&p[1]) - paragraphs_in(&p[0]) >= 3),
         "{platform}: some edit adds several paragraphs: {texts:#?}"
     );
     assert_eq!(paragraphs_in(texts.last().unwrap()), 20);
@@ -293,14 +313,20 @@ async fn a_one_line_reply_is_visible_growing(platform: &str) {
         first - sent
     );
     let done = w
-        .wait_until("the whole line", |m| m.iter().any(|(_, t)| t.ends_with("word20 end.")))
+        .wait_until("the whole line", |m| {
+            m.iter().any(|(_, t)| t.ends_with("word20 end."))
+        })
         .await;
     assert!(done - sent > Duration::from_secs(9), "the model took ~10 s");
     let texts = history(&w.ops(), 0);
     let final_text = texts.last().unwrap().clone();
     assert_eq!(final_text, format!("{}end.", words.concat()));
     // Growing: many showings, each a longer prefix of the line made of whole words.
-    assert!(texts.len() >= 6, "{platform}: only {} showings: {texts:?}", texts.len());
+    assert!(
+        texts.len() >= 6,
+        "{platform}: only {} showings: {texts:?}",
+        texts.len()
+    );
     for pair in texts.windows(2) {
         assert!(pair[1].len() > pair[0].len(), "{pair:?}");
     }
@@ -334,18 +360,30 @@ async fn discord_a_one_line_reply_grows() {
 
 fn words_and_code() -> String {
     let words: String = (1..=900).map(|i| format!("t{i} ")).collect();
-    let code: String = (0..200).map(|i| format!("print({i})  # line {i}\n")).collect();
+    let code: String = (0..200)
+        .map(|i| format!("print({i})  # line {i}\n"))
+        .collect();
     format!("{}\n\n```python\n{code}```\n\nDone.\n", words.trim_end())
 }
 
 /// Checks one shown text: no glued words, no glued fences, only whole code lines.
 fn check_shown(platform: &str, text: &str, limit: usize) {
-    assert!(text.chars().count() <= limit, "{platform}: {} chars", text.chars().count());
-    assert!(!text.contains("``````"), "{platform}: glued fences in {text:.80}");
+    assert!(
+        text.chars().count() <= limit,
+        "{platform}: {} chars",
+        text.chars().count()
+    );
+    assert!(
+        !text.contains("``````"),
+        "{platform}: glued fences in {text:.80}"
+    );
     let mut last: Option<u32> = None;
     for line in text.lines() {
         if line.starts_with("```") {
-            assert!(line == "```" || line == "```python", "{platform}: fence line {line:?}");
+            assert!(
+                line == "```" || line == "```python",
+                "{platform}: fence line {line:?}"
+            );
             continue;
         }
         if line.starts_with("print(") {
@@ -373,20 +411,31 @@ async fn long_replies_are_split_whole(platform: &str) {
     let w = World::new(platform).await;
     let _server = w.server().await;
     let reply = words_and_code();
-    let expected: Vec<String> = paginate(&reply, w.limit()).iter().map(|p| p.text()).collect();
+    let expected: Vec<String> = paginate(&reply, w.limit())
+        .iter()
+        .map(|p| p.text())
+        .collect();
     assert!(expected.len() >= 3, "{}", expected.len());
 
     // Arriving in one piece (it ends with a line break, so it is whole words): the pages are
     // posted once each, in order, already in their final form — nothing else.
     w.llm.push(MockReply::text(&[&reply]));
     w.dm("all at once");
-    w.wait_until("every page", |m| m.len() >= expected.len() && m.last().unwrap().1.ends_with("Done."))
-        .await;
+    w.wait_until("every page", |m| {
+        m.len() >= expected.len() && m.last().unwrap().1.ends_with("Done.")
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // no late edit comes
     let ops = w.ops();
-    let seq: Vec<(bool, usize, String)> = ops.iter().map(|o| (o.edit, o.message, o.text.clone())).collect();
-    let want: Vec<(bool, usize, String)> =
-        expected.iter().enumerate().map(|(i, t)| (false, i, t.clone())).collect();
+    let seq: Vec<(bool, usize, String)> = ops
+        .iter()
+        .map(|o| (o.edit, o.message, o.text.clone()))
+        .collect();
+    let want: Vec<(bool, usize, String)> = expected
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (false, i, t.clone()))
+        .collect();
     assert_eq!(seq, want, "{platform}: the exact posts");
 
     // Streaming in small pieces: every post and every edit is whole, and the messages end
@@ -402,17 +451,28 @@ async fn long_replies_are_split_whole(platform: &str) {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let ops: Vec<Op> = w.ops().into_iter().filter(|o| o.message >= before).collect();
+    let ops: Vec<Op> = w
+        .ops()
+        .into_iter()
+        .filter(|o| o.message >= before)
+        .collect();
     for op in &ops {
         check_shown(platform, &op.text, w.limit());
     }
-    let finals: Vec<String> = w.messages()[before..].iter().map(|(_, t)| t.clone()).collect();
+    let finals: Vec<String> = w.messages()[before..]
+        .iter()
+        .map(|(_, t)| t.clone())
+        .collect();
     assert_eq!(finals, expected, "{platform}: final pages");
     // Posted in order, each once, and only ever edited to more of itself or its final form.
     let mut posted = Vec::new();
     for op in &ops {
         if !op.edit {
-            assert_eq!(op.message, before + posted.len(), "{platform}: posts in order");
+            assert_eq!(
+                op.message,
+                before + posted.len(),
+                "{platform}: posts in order"
+            );
             posted.push(op.message);
         }
     }

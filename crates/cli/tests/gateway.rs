@@ -142,6 +142,14 @@ async fn a_tool_call_is_approved_or_denied_with_buttons() {
         tg.answered().contains(&stranger)
     })
     .await;
+    // Told privately, as an alert only the presser sees.
+    let answer =
+        w.tg.calls("answerCallbackQuery")
+            .into_iter()
+            .find(|c| c["callback_query_id"] == stranger.as_str())
+            .unwrap();
+    assert_eq!(answer["text"], switchboard_gateway::NOT_AN_APPROVER);
+    assert_eq!(answer["show_alert"], true);
     assert!(!w.ws.path().join("proof.txt").exists());
     let press = w.tg.press(ALICE, prompt.message_id, ALICE, "Alice", &allow);
     w.wait_message(ALICE, "the final reply", |m| m.text.contains("It ran."))
@@ -971,6 +979,12 @@ async fn group_approvers_stop_allow_all_allowed_users_and_config_errors() {
         tg.answered().contains(&by_alice)
     })
     .await;
+    let answer =
+        w.tg.calls("answerCallbackQuery")
+            .into_iter()
+            .find(|c| c["callback_query_id"] == by_alice.as_str())
+            .unwrap();
+    assert_eq!(answer["text"], switchboard_gateway::NOT_AN_APPROVER);
     assert!(
         !w.ws.path().join("group.txt").exists(),
         "the requester is not an approver here"
@@ -1051,4 +1065,17 @@ async fn allow_all_accepts_without_asking() {
         .await;
     assert!(w.ws.path().join("all.txt").exists());
     assert!(w.messages(ALICE).iter().all(|m| prompt_of(m).is_none()));
+}
+
+#[test]
+fn channels_test_help_names_every_platform() {
+    let out = std::process::Command::new(bin())
+        .args(["channels", "test", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in ["telegram", "slack", "discord", "webhook:NAME"] {
+        assert!(help.contains(name), "{name} missing from:\n{help}");
+    }
 }

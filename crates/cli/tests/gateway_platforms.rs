@@ -54,8 +54,13 @@ impl World {
     }
 
     async fn server(&self) -> ServerProcess {
+        self.server_with(&[]).await
+    }
+
+    async fn server_with(&self, extra: &[(&str, &str)]) -> ServerProcess {
         let ws = self.ws.path().to_string_lossy().to_string();
         let mut env: Vec<(String, String)> = vec![("SWITCHBOARD_DEFAULT_CWD".into(), ws)];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         match &self.fake {
             Fake::Slack(f) => {
                 env.push((
@@ -67,7 +72,10 @@ impl World {
                     FakeSlack::APP_TOKEN.into(),
                 ));
                 env.push(("SWITCHBOARD_SLACK_API_BASE".into(), f.api_base()));
-                env.push(("SWITCHBOARD_SLACK_ALLOWED_USERS".into(), "U42,U1,U2".into()));
+                env.push((
+                    "SWITCHBOARD_SLACK_ALLOWED_USERS".into(),
+                    "U42,U1,U2,U7,U9".into(),
+                ));
             }
             Fake::Discord(f) => {
                 env.push((
@@ -75,7 +83,10 @@ impl World {
                     FakeDiscord::TOKEN.into(),
                 ));
                 env.push(("SWITCHBOARD_DISCORD_API_BASE".into(), f.api_base()));
-                env.push(("SWITCHBOARD_DISCORD_ALLOWED_USERS".into(), "42,1,2".into()));
+                env.push((
+                    "SWITCHBOARD_DISCORD_ALLOWED_USERS".into(),
+                    "42,1,2,7".into(),
+                ));
             }
         }
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -444,4 +455,159 @@ async fn slack_events_api_checks_signatures_and_answers_url_verification() {
         1,
         "the retried event reached the agent once"
     );
+
+    // A slash command comes as a signed form; the answer to the request is empty (Slack
+    // would post a body in the chat) and the command's answer is a message in the channel.
+    let form = "token=x&team_id=T1&channel_id=DU42&channel_name=directmessage&user_id=U42&user_name=alice\
+                &command=%2Fstatus&text=&response_url=http%3A%2F%2Fexample.invalid%2Fr&trigger_id=1.2.abc";
+    let sig = switchboard_gateway::slack::signature(secret, &now.to_string(), form.as_bytes());
+    let r = http
+        .post(&url)
+        .header("x-slack-request-timestamp", now.to_string())
+        .header("x-slack-signature", sig)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "", "nothing for Slack to post");
+    fake.wait_until(WAIT, "the /status answer", |f| {
+        f.bot_messages("DU42")
+            .iter()
+            .any(|m| m.text.contains("Run: idle"))
+    })
+    .await;
+    assert_eq!(llm.chat_requests().len(), 1, "a command is not a prompt");
+}
+
+/// Slack's client sends a message starting with `/` as a slash command, never as text: the
+/// commands come over Socket Mode as `slash_commands` envelopes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_slash_commands_over_socket_mode_reach_the_dispatcher() {
+    let w = World::slack().await;
+    let _server = w.server().await;
+    let Fake::Slack(f) = &w.fake else {
+        unreachable!()
+    };
+    let env = f.slash_command("DU42", "U42", "/status", "");
+    let m = w
+        .wait("DU42", "the /status answer", |m| {
+            m.text.contains("No session yet")
+        })
+        .await;
+    assert!(m.buttons.is_empty());
+    assert!(f.acked().contains(&env), "the envelope is acknowledged");
+
+    // A run, then /stop ends it.
+    w.llm.push(MockReply::text_slow(
+        &["Thinking", " very", " slowly", " now."],
+        1500,
+    ));
+    w.dm("start something long");
+    f.wait_until(WAIT, "the run started", |_| {
+        w.llm.chat_requests().len() == 1
+    })
+    .await;
+    f.slash_command("DU42", "U42", "/stop", "");
+    w.wait("DU42", "the /stop answer", |m| {
+        m.text.contains("Stopping the current run.")
+    })
+    .await;
+    f.slash_command("DU42", "U42", "/new", "");
+    w.wait("DU42", "the /new answer", |m| {
+        m.text.contains("starts a new session")
+    })
+    .await;
+    assert_eq!(w.llm.chat_requests().len(), 1, "commands are not prompts");
+}
+
+/// The person who may not decide is told so where only they see it, and the prompt stays
+/// for those who may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_press_by_someone_who_may_not_decide_gets_a_private_answer() {
+    use switchboard_gateway::NOT_AN_APPROVER;
+
+    // Slack: in a channel thread, U7 presses U1's prompt: an ephemeral message to U7 there.
+    // The approvers come from the environment: U1 asked, U9 decides.
+    let w = World::slack().await;
+    let _server = w
+        .server_with(&[("SWITCHBOARD_SLACK_APPROVERS", "U9")])
+        .await;
+    let Fake::Slack(f) = &w.fake else {
+        unreachable!()
+    };
+    f.set_user("U1", "Alice A.", "Alice Anderson");
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo hi > slack.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Done in Slack."]));
+    let thread = f.channel_message("C1", "U1", "<@UBOT> make a file", None);
+    let prompt = w.wait("C1", "the prompt", |m| prompt_of(m).is_some()).await;
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    f.press("C1", &prompt.id, "U7", &allow);
+    f.wait_until(WAIT, "the ephemeral answer", |f| !f.ephemerals().is_empty())
+        .await;
+    assert_eq!(
+        f.ephemerals(),
+        vec![(
+            "C1".to_string(),
+            "U7".to_string(),
+            NOT_AN_APPROVER.to_string(),
+            Some(thread.clone())
+        )]
+    );
+    assert!(!w.ws.path().join("slack.txt").exists());
+    // The session is titled with the requester's display name (users.info), not `U1`.
+    let sessions: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/sessions", _server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(sessions.to_string().contains("Alice A."), "{sessions}");
+    // Not the requester either, here: only the configured approver.
+    f.press("C1", &prompt.id, "U1", &allow);
+    f.wait_until(WAIT, "the requester's refusal", |f| {
+        f.ephemerals().len() == 2
+    })
+    .await;
+    assert_eq!(f.ephemerals()[1].1, "U1");
+    f.press("C1", &prompt.id, "U9", &allow);
+    w.wait("C1", "the reply", |m| m.text.contains("Done in Slack."))
+        .await;
+    assert!(w.ws.path().join("slack.txt").exists());
+
+    // Discord: in a guild channel, user 7 presses user 1's prompt: an ephemeral follow-up.
+    let w = World::discord().await;
+    let _server = w.server().await;
+    let Fake::Discord(f) = &w.fake else {
+        unreachable!()
+    };
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo hi > discord.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Done in Discord."]));
+    f.guild_message("G1", "C1", "1", "alice", "make a file", true);
+    let prompt = w.wait("C1", "the prompt", |m| prompt_of(m).is_some()).await;
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    f.press("C1", &prompt.id, "7", &allow);
+    f.wait_until(WAIT, "the follow-up", |f| !f.follow_ups().is_empty())
+        .await;
+    let ups = f.follow_ups();
+    assert_eq!(ups.len(), 1);
+    assert_eq!(ups[0].1["content"], NOT_AN_APPROVER);
+    assert_eq!(ups[0].1["flags"], 64, "ephemeral");
+    assert!(!w.ws.path().join("discord.txt").exists());
+    f.press("C1", &prompt.id, "1", &allow);
+    w.wait("C1", "the reply", |m| m.text.contains("Done in Discord."))
+        .await;
+    assert!(w.ws.path().join("discord.txt").exists());
 }

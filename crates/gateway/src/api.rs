@@ -359,10 +359,14 @@ async fn channel_push(
     if let Some(answer) = ch.http_challenge(&headers, &body) {
         return ([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response();
     }
+    let taken = || match ch.http_answer(&headers, &body) {
+        Some(answer) => answer.into_response(),
+        None => Json(serde_json::json!({"ok": true})).into_response(),
+    };
     match ch.inbound_http(&headers, &body).await {
-        Ok(None) => Json(serde_json::json!({"ok": true})).into_response(),
+        Ok(None) => taken(),
         Ok(Some(item)) => match s.gw().accept(item).await {
-            Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+            Ok(()) => taken(),
             Err(e) => {
                 tracing::error!(channel = %name, error = %e, "storing a pushed update");
                 error(ErrorCode::Unavailable, "could not store the update; retry")

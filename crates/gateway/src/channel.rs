@@ -195,6 +195,12 @@ pub trait Channel: Send + Sync + 'static {
         press: &ButtonPress,
         text: Option<&str>,
     ) -> Result<(), ChannelError>;
+    /// Tells the person who pressed a button something only they see — why their press was
+    /// refused: Telegram's callback answer as an alert, Slack's ephemeral message, Discord's
+    /// ephemeral follow-up. The default answers the press with the text.
+    async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
+        self.answer_press(press, Some(text)).await
+    }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;
     /// Connection state for `/v1/gateway/status` (`connected`, `polling`, an error …).
@@ -219,6 +225,13 @@ pub trait Channel: Send + Sync + 'static {
     /// and, on `Some`, answers 200 with that text (`text/plain`) and nothing else. The
     /// challenge is only echoed, so it needs no signature check.
     fn http_challenge(&self, _headers: &axum::http::HeaderMap, _body: &[u8]) -> Option<String> {
+        None
+    }
+
+    /// For a push that [`Channel::inbound_http`] took: the body to answer it with, when the
+    /// platform shows the answer (Slack posts a slash command's answer in the chat, so that
+    /// one is empty). `None`: the gateway's usual `{"ok": true}`.
+    fn http_answer(&self, _headers: &axum::http::HeaderMap, _body: &[u8]) -> Option<String> {
         None
     }
 }

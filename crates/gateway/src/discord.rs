@@ -84,6 +84,10 @@ pub const THREADS_KEY: &str = "threads";
 
 /// Longest `custom_id` of a button.
 const MAX_CUSTOM_ID: usize = 100;
+/// How long an interaction's token takes follow-ups (Discord's 15 minutes).
+const INTERACTION_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
+/// Message flag: only the interaction's user sees it.
+const EPHEMERAL: u64 = 1 << 6;
 /// Longest label of a button (longer ones are cut).
 const MAX_LABEL: usize = 80;
 /// Buttons per action row, and rows per message.
@@ -190,6 +194,11 @@ pub struct DiscordChannel {
     bot_id: Mutex<Option<String>>,
     /// The Gateway URL from `GET /gateway/bot`, asked once.
     gateway: Mutex<Option<String>>,
+    /// Per press (interaction id): its application id and token, to send it an ephemeral
+    /// follow-up. Memory only (a token is a credential, valid 15 minutes): after a restart
+    /// a refused press is still refused, just without the private note.
+    /// Also whether the press was acknowledged yet: a follow-up must come after that.
+    press_tokens: Mutex<HashMap<String, PressToken>>,
 }
 
 impl fmt::Debug for DiscordChannel {
@@ -198,6 +207,15 @@ impl fmt::Debug for DiscordChannel {
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
+}
+
+/// What answering a press later takes (see `DiscordChannel::press_tokens`).
+#[derive(Clone)]
+struct PressToken {
+    application_id: String,
+    token: String,
+    at: Instant,
+    acked: bool,
 }
 
 /// An id as it may appear in a URL path (Discord's are numeric snowflakes).
@@ -304,6 +322,7 @@ impl DiscordChannel {
             threads: Mutex::new(HashMap::new()),
             bot_id: Mutex::new(None),
             gateway: Mutex::new(None),
+            press_tokens: Mutex::new(HashMap::new()),
         })
     }
 
@@ -683,6 +702,19 @@ impl DiscordChannel {
                 thread: None,
             },
         };
+        if let Some(app) = i.application_id.filter(|a| valid_id(a)) {
+            let mut tokens = lock(&self.press_tokens);
+            tokens.retain(|_, t| t.at.elapsed() < INTERACTION_TOKEN_TTL);
+            tokens.insert(
+                i.id.clone(),
+                PressToken {
+                    application_id: app,
+                    token: i.token.clone(),
+                    at: Instant::now(),
+                    acked: false,
+                },
+            );
+        }
         Some((
             ButtonPress {
                 channel: self.cfg.name.clone(),
@@ -697,6 +729,57 @@ impl DiscordChannel {
     }
 
     /// Acknowledges an interaction (DEFERRED_UPDATE_MESSAGE), once, within Discord's 3 s.
+    /// An ephemeral follow-up (only the presser sees it) to an acknowledged interaction.
+    async fn follow_up(&self, press_id: &str, text: &str) -> Result<(), ChannelError> {
+        // The dispatcher may get to the press before it is acknowledged: wait for that.
+        let mut waited = Duration::ZERO;
+        let entry = loop {
+            let entry = lock(&self.press_tokens)
+                .get(press_id)
+                .filter(|t| t.at.elapsed() < INTERACTION_TOKEN_TTL)
+                .cloned();
+            match entry {
+                Some(t) if !t.acked && waited < INTERACTION_TIMEOUT => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    waited += Duration::from_millis(50);
+                }
+                other => break other,
+            }
+        };
+        let Some(PressToken {
+            application_id: app,
+            token,
+            ..
+        }) = entry
+        else {
+            tracing::debug!(channel = %self.cfg.name, press = %press_id, "no interaction token for this press (expired, or before a restart); no private note");
+            return Ok(());
+        };
+        if token.is_empty() || token.contains(['/', '?', '#']) {
+            return Err(self.other("an interaction with a malformed token"));
+        }
+        let body = json!({
+            "content": crate::text::truncate(text, MAX_CHARS),
+            "flags": EPHEMERAL,
+        });
+        let mut req = Req::new(
+            reqwest::Method::POST,
+            format!("/webhooks/{app}/{token}"),
+            Some(body),
+        );
+        req.label = format!("POST /webhooks/{app}");
+        req.bucket = "POST /webhooks".into();
+        req.secret = Some(token);
+        match self.call_once(&req, INTERACTION_TIMEOUT).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Failed(e)) => Err(e),
+            Err(CallError::Limited(wait)) => Err(ChannelError::RateLimited {
+                channel: self.cfg.name.clone(),
+                retry_after_secs: wait.as_secs_f64().ceil() as u64,
+            }),
+        }
+    }
+
     async fn ack_interaction(&self, id: &str, token: &str) -> Result<(), ChannelError> {
         if !valid_id(id) || token.is_empty() || token.contains(['/', '?', '#']) {
             return Err(self.other("an interaction with a malformed id or token"));
@@ -710,7 +793,12 @@ impl DiscordChannel {
         req.bucket = "POST /interactions".into();
         req.secret = Some(token.to_owned());
         match self.call_once(&req, INTERACTION_TIMEOUT).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                if let Some(t) = lock(&self.press_tokens).get_mut(id) {
+                    t.acked = true;
+                }
+                Ok(())
+            }
             Err(CallError::Failed(e)) => Err(e),
             Err(CallError::Limited(wait)) => Err(ChannelError::RateLimited {
                 channel: self.cfg.name.clone(),
@@ -1556,6 +1644,10 @@ impl Channel for DiscordChannel {
         Ok(())
     }
 
+    async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
+        self.follow_up(&press.press_id, text).await
+    }
+
     async fn test(&self) -> Result<String, ChannelError> {
         let (id, username) = self.get_me().await?;
         Ok(format!("@{username} (id {id})"))
@@ -1648,6 +1740,8 @@ struct ApiInteraction {
     #[serde(rename = "type")]
     kind: u64,
     token: String,
+    #[serde(default)]
+    application_id: Option<String>,
     #[serde(default)]
     channel_id: Option<String>,
     #[serde(default)]

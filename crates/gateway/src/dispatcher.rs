@@ -73,6 +73,9 @@ pub enum GatewayError {
     Other(String),
 }
 
+/// The private answer to a press by someone who may not decide.
+pub const NOT_AN_APPROVER: &str = "Only the requester or an approver can decide this.";
+
 fn log_err<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Option<T> {
     match r {
         Ok(v) => Some(v),
@@ -630,8 +633,8 @@ impl Gateway {
         if press.channel != prompt.channel || press.chat.id != prompt.chat.id {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press from another chat refused");
             log_err(
-                "answering a press",
-                ch.answer_press(press, Some("This approval belongs to another chat"))
+                "answering a refused press",
+                ch.tell_presser(press, "This approval belongs to another chat.")
                     .await,
             );
             return Ok(());
@@ -639,12 +642,8 @@ impl Gateway {
         if !self.may_approve(&prompt, &press.peer) {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
             log_err(
-                "answering a press",
-                ch.answer_press(
-                    press,
-                    Some(&format!("Only {} can answer this", prompt.requester.name)),
-                )
-                .await,
+                "answering a refused press",
+                ch.tell_presser(press, NOT_AN_APPROVER).await,
             );
             return Ok(());
         }

@@ -25,5 +25,5 @@ pub use channel::{
     ChatRef, Inbound, InboundMessage, InboundSink, Peer,
 };
 pub use config::{ApprovalMode, DmScope, GatewayConfig};
-pub use dispatcher::{Gateway, GatewayError, batch_context, batch_text};
+pub use dispatcher::{Gateway, GatewayError, NOT_AN_APPROVER, batch_context, batch_text};
 pub use store::GatewayStore;

@@ -55,7 +55,7 @@
 //! every error text; the websocket URL (it carries a connection ticket) is never logged.
 
 use crate::util::{Backoff, lock};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -82,6 +82,9 @@ pub const MAX_CHARS: usize = 3000;
 /// Longest reply text of one message: Slack shows about this much before it folds a message
 /// behind "Show more" (a message's text is cut into sections of [`MAX_CHARS`]).
 pub const MESSAGE_CHARS: usize = 4000;
+/// How long a user whose name Slack did not give is shown by id before `users.info` is
+/// asked again.
+const NAME_RETRY: Duration = Duration::from_secs(600);
 /// Most blocks in one message (Slack's limit).
 pub const MAX_BLOCKS: usize = 50;
 /// Longest `header` block text (Slack's limit).
@@ -276,6 +279,10 @@ pub struct SlackChannel {
     threads: Mutex<HashSet<String>>,
     /// The context `run` got (Events API mode hands items to its sink).
     ctx: Mutex<Option<ChannelContext>>,
+    /// Display names by user id, from `users.info` (a cache: names change rarely, and a
+    /// stale one only shows in a title or a batch line). `None`: Slack did not say (no
+    /// `users:read` scope, an unknown user); asked again after [`NAME_RETRY`].
+    names: Mutex<HashMap<String, (Option<String>, std::time::Instant)>>,
 }
 
 impl fmt::Debug for SlackChannel {
@@ -361,7 +368,39 @@ impl SlackChannel {
             seen: Mutex::new(Seen::default()),
             threads: Mutex::new(HashSet::new()),
             ctx: Mutex::new(None),
+            names: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The name to show for `user`: the profile's display name, else the real name, from
+    /// `users.info` (needs the `users:read` scope), cached. `None` when Slack does not say
+    /// (the caller shows the id).
+    async fn display_name(&self, user: &str) -> Option<String> {
+        match lock(&self.names).get(user) {
+            Some((Some(n), _)) => return Some(n.clone()),
+            Some((None, at)) if at.elapsed() < NAME_RETRY => return None,
+            _ => {}
+        }
+        let name = match self.call("users.info", &json!({ "user": user })).await {
+            Ok(info) => [
+                &["user", "profile", "display_name"][..],
+                &["user", "profile", "real_name"],
+                &["user", "real_name"],
+                &["user", "name"],
+            ]
+            .iter()
+            .find_map(|path| str_at(&info, path).filter(|n| !n.trim().is_empty())),
+            Err(e) => {
+                tracing::debug!(channel = %self.cfg.name, user, error = %e, "users.info failed; showing the user id");
+                None
+            }
+        };
+        let mut names = lock(&self.names);
+        if names.len() > 10_000 {
+            names.clear();
+        }
+        names.insert(user.to_owned(), (name.clone(), std::time::Instant::now()));
+        name
     }
 
     /// The configuration (its `Debug` hides the secrets).
@@ -856,7 +895,7 @@ impl SlackChannel {
                         .await
                 }
                 "interactive" => self.map_interactive(payload),
-                _ => self.map_slash_command(payload),
+                _ => self.map_slash_command(payload).await,
             };
             if let Some(mapped) = mapped {
                 if let Err(reason) = self.deliver(ctx, mapped).await {
@@ -953,16 +992,20 @@ impl SlackChannel {
             )
         };
         let profile = event.get("user_profile");
-        let name = ["display_name", "real_name"]
-            .iter()
-            .find_map(|k| {
-                profile
-                    .and_then(|p| p.get(*k))
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.trim().is_empty())
-            })
-            .unwrap_or(user)
-            .to_owned();
+        let from_event = ["display_name", "real_name"].iter().find_map(|k| {
+            profile
+                .and_then(|p| p.get(*k))
+                .and_then(Value::as_str)
+                .filter(|n| !n.trim().is_empty())
+                .map(str::to_owned)
+        });
+        let name = match from_event {
+            Some(n) => n,
+            None => self
+                .display_name(user)
+                .await
+                .unwrap_or_else(|| user.to_owned()),
+        };
         let username = profile
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
@@ -1004,13 +1047,6 @@ impl SlackChannel {
             tracing::debug!(channel = %self.cfg.name, kind = ?payload.get("type"), "interactive payload ignored");
             return None;
         }
-        let str_at = |v: &Value, path: &[&str]| -> Option<String> {
-            let mut cur = v;
-            for p in path {
-                cur = cur.get(*p)?;
-            }
-            cur.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
-        };
         let action = payload.get("actions")?.as_array()?.first()?;
         let data = str_at(action, &["value"]).or_else(|| str_at(action, &["action_id"]))?;
         let user_id = str_at(payload, &["user", "id"])?;
@@ -1066,7 +1102,7 @@ impl SlackChannel {
     }
 
     /// A slash command (Socket Mode): a message `"/cmd text"` in the chat it was typed in.
-    fn map_slash_command(&self, payload: &Value) -> Option<Mapped> {
+    async fn map_slash_command(&self, payload: &Value) -> Option<Mapped> {
         let s = |k: &str| {
             payload
                 .get(k)
@@ -1085,13 +1121,17 @@ impl SlackChannel {
         } else {
             ChatKind::Group
         };
+        let name = match self.display_name(user).await {
+            Some(n) => n,
+            None => s("user_name").unwrap_or(user).to_owned(),
+        };
         Some(Mapped {
             keys: vec![format!("press:{trigger}")],
             item: Inbound::Message(InboundMessage {
                 channel: self.cfg.name.clone(),
                 peer: Peer {
                     id: user.to_owned(),
-                    name: s("user_name").unwrap_or(user).to_owned(),
+                    name,
                     username: s("user_name").map(str::to_owned),
                 },
                 chat: ChatRef {
@@ -1286,6 +1326,15 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// An Events API body: JSON, or form-encoded `payload=<json>` (interactive payloads).
+/// The non-empty string at `path` in `v`.
+fn str_at(v: &Value, path: &[&str]) -> Option<String> {
+    let mut cur = v;
+    for p in path {
+        cur = cur.get(*p)?;
+    }
+    cur.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
 fn parse_http_body(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Value, String> {
     let form = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -1293,8 +1342,31 @@ fn parse_http_body(headers: &axum::http::HeaderMap, body: &[u8]) -> Result<Value
         .is_some_and(|ct| ct.starts_with("application/x-www-form-urlencoded"))
         || body.starts_with(b"payload=");
     if form {
-        let payload = form_field(body, "payload").ok_or("a form without `payload`")?;
-        return serde_json::from_str(&payload).map_err(|e| format!("payload: {e}"));
+        if let Some(payload) = form_field(body, "payload") {
+            return serde_json::from_str(&payload).map_err(|e| format!("payload: {e}"));
+        }
+        // A slash command: its fields are the form itself.
+        if form_field(body, "command").is_some() {
+            let mut fields = serde_json::Map::new();
+            fields.insert("type".into(), json!("slash_command"));
+            for k in [
+                "command",
+                "text",
+                "user_id",
+                "user_name",
+                "channel_id",
+                "channel_name",
+                "team_id",
+                "trigger_id",
+                "response_url",
+            ] {
+                if let Some(v) = form_field(body, k) {
+                    fields.insert(k.into(), json!(v));
+                }
+            }
+            return Ok(Value::Object(fields));
+        }
+        return Err("a form without `payload` or `command`".into());
     }
     serde_json::from_slice(body).map_err(|e| e.to_string())
 }
@@ -1906,6 +1978,19 @@ impl Channel for SlackChannel {
         Ok(())
     }
 
+    async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
+        // Only `user` sees it, where they pressed (in the thread, if the prompt is in one).
+        let mut params = json!({
+            "channel": press.chat.id,
+            "user": press.peer.id,
+            "text": fallback_text(text),
+        });
+        if let Some(thread) = &press.chat.thread {
+            params["thread_ts"] = json!(thread);
+        }
+        self.call("chat.postEphemeral", &params).await.map(|_| ())
+    }
+
     async fn test(&self) -> Result<String, ChannelError> {
         let me = self.auth_test().await?;
         // The app-level token too: a wrong xapp- token would otherwise pass here and fail
@@ -1926,6 +2011,14 @@ impl Channel for SlackChannel {
 
     fn status(&self) -> String {
         lock(&self.status).clone()
+    }
+
+    fn http_answer(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<String> {
+        // A slash command's answer would be posted in the chat: an empty 200 shows nothing
+        // (the dispatcher answers with a message of its own).
+        let slash = parse_http_body(headers, body)
+            .is_ok_and(|v| v.get("type").and_then(Value::as_str) == Some("slash_command"));
+        slash.then(String::new)
     }
 
     async fn inbound_http(
@@ -1951,6 +2044,7 @@ impl Channel for SlackChannel {
                 self.map_event_callback(&payload, &me, state).await
             }
             Some("block_actions") => self.map_interactive(&payload),
+            Some("slash_command") => self.map_slash_command(&payload).await,
             _ => None,
         };
         let Some(mapped) = mapped else {

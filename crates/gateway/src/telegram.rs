@@ -932,6 +932,16 @@ impl Channel for TelegramChannel {
         self.call("answerCallbackQuery", &params).await.map(|_| ())
     }
 
+    async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
+        // An alert the presser must dismiss, not a toast that is easily missed.
+        let params = json!({
+            "callback_query_id": press.press_id,
+            "text": crate::text::truncate(text, 200),
+            "show_alert": true,
+        });
+        self.call("answerCallbackQuery", &params).await.map(|_| ())
+    }
+
     async fn test(&self) -> Result<String, ChannelError> {
         let me = self.get_me(false).await?;
         Ok(format!("@{} (id {})", me.username, me.id))

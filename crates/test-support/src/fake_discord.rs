@@ -13,6 +13,9 @@
 //! - `POST /interactions/{id}/{token}/callback` (no bot token, the interaction's token in
 //!   the path): 204; 404 `Unknown interaction` (10062) after 3 s or for a wrong token, 400
 //!   (40060) when already acknowledged.
+//! - `POST /webhooks/{application_id}/{token}` (an acknowledged interaction's follow-up,
+//!   e.g. an ephemeral one with `flags: 64`): the message; 404 `Unknown Webhook` (10015)
+//!   for an unknown token or application, or after 15 minutes.
 //!
 //! The Gateway (`ws://127.0.0.1:PORT/gateway/?v=10&encoding=json`): HELLO with a short
 //! `heartbeat_interval`, HEARTBEAT → HEARTBEAT_ACK (unless [`FakeDiscord::withhold_acks`]),
@@ -125,6 +128,8 @@ struct Interaction {
 
 #[derive(Default)]
 struct Inner {
+    /// Interaction follow-ups: (interaction token, body).
+    follow_ups: Vec<(String, Value)>,
     heartbeat_interval: Option<Duration>,
     next_id: u64,
     session: Option<Session>,
@@ -514,6 +519,11 @@ impl FakeDiscord {
         self.state.lock().callbacks.clone()
     }
 
+    /// Interaction follow-ups accepted: (interaction token, body).
+    pub fn follow_ups(&self) -> Vec<(String, Value)> {
+        self.state.lock().follow_ups.clone()
+    }
+
     /// JSON bodies (`null` when none) of every REST call whose route (`METHOD /path`
     /// below `/api/v10`, e.g. `POST /channels/dm-42/messages`) starts with `route`, in
     /// order, refused ones too.
@@ -706,7 +716,8 @@ async fn rest(
         }
     };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let is_callback = segments.first() == Some(&"interactions");
+    // Interaction callbacks and follow-ups are authorized by the interaction's token.
+    let is_callback = matches!(segments.first(), Some(&"interactions" | &"webhooks"));
     {
         let mut inner = state.lock();
         inner.calls.push((route.clone(), body.clone()));
@@ -755,6 +766,7 @@ async fn rest(
         ("POST", ["channels", channel, "messages"]) => create_message(&state, channel, &body),
         ("PATCH", ["channels", channel, "messages", id]) => edit_message(&state, channel, id, &body),
         ("POST", ["interactions", id, token, "callback"]) => callback(&state, id, token, &body),
+        ("POST", ["webhooks", app, token]) => follow_up(&state, app, token, &body),
         _ => error(StatusCode::NOT_FOUND, 0, "404: Not Found"),
     }
 }
@@ -987,6 +999,33 @@ fn callback(state: &Shared, id: &str, token: &str, body: &Value) -> Response {
     i.answered = true;
     inner.callbacks.push((id.to_owned(), body.clone()));
     StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /webhooks/{application_id}/{token}`: a follow-up message of an acknowledged
+/// interaction, within its 15 minutes (10015 `Unknown Webhook` otherwise).
+fn follow_up(state: &Shared, app: &str, token: &str, body: &Value) -> Response {
+    let mut inner = state.lock();
+    let known = inner
+        .interactions
+        .values()
+        .any(|i| i.token == token && i.answered && i.created.elapsed() <= INTERACTION_WINDOW);
+    if app != APPLICATION_ID || !known {
+        return error(StatusCode::NOT_FOUND, 10015, "Unknown Webhook");
+    }
+    let content = body
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if content.is_empty() || content.chars().count() > 2000 {
+        return form_error(
+            "content",
+            "BASE_TYPE_BAD_LENGTH",
+            "Must be between 1 and 2000 in length.",
+        );
+    }
+    inner.follow_ups.push((token.to_owned(), body.clone()));
+    let n = inner.next_id();
+    axum::Json(json!({"id": n, "content": content, "flags": body.get("flags")})).into_response()
 }
 
 // ---- the Gateway ----

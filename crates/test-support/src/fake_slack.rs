@@ -15,6 +15,9 @@
 //!   for channel ids not starting with `C`, `D` or `G`; `message_not_found` for an
 //!   unknown `ts`.
 //! - `reactions.add`.
+//! - `chat.postEphemeral` (`channel`, `user`, `text`, `thread_ts`): recorded
+//!   ([`FakeSlack::ephemerals`]); `user_not_in_channel` for a DM channel of another user.
+//! - `users.info` (`user`): the user set with [`FakeSlack::set_user`], else `user_not_found`.
 //!
 //! Only [`FakeSlack::BOT_TOKEN`] is accepted for Web API methods and only
 //! [`FakeSlack::APP_TOKEN`] for `apps.connections.open` (the other one:
@@ -22,7 +25,7 @@
 //!
 //! The Socket Mode websocket sends `hello`, then the envelopes the test injects
 //! ([`FakeSlack::dm`], [`FakeSlack::channel_message`], [`FakeSlack::press`],
-//! [`FakeSlack::push_event`]), and records acknowledgements ([`FakeSlack::acked`]). Envelopes
+//! [`FakeSlack::slash_command`], [`FakeSlack::push_event`]), and records acknowledgements ([`FakeSlack::acked`]). Envelopes
 //! are delivered only while a socket is connected (queued otherwise); envelopes a closed
 //! connection left unacknowledged are delivered again on the next connection (same
 //! `envelope_id`, `retry_attempt` + 1). As on Slack, a channel message that mentions the
@@ -110,6 +113,10 @@ struct Inner {
     /// When each of `calls` arrived.
     call_times: Vec<std::time::Instant>,
     reactions: Vec<(String, String, String)>,
+    /// Ephemeral messages: (channel, user, text, thread_ts).
+    ephemerals: Vec<(String, String, String, Option<String>)>,
+    /// Known users: id → (display name, real name).
+    users: HashMap<String, (String, String)>,
     /// method → (calls still to refuse, retry_after).
     rate_limits: HashMap<String, (usize, u64)>,
 }
@@ -314,6 +321,45 @@ impl FakeSlack {
             inner.deliver(envelope);
         }
         ts
+    }
+
+    /// A slash command (`/new`, `/stop` …) typed by `user` in `channel`, in a
+    /// `slash_commands` envelope as Socket Mode delivers it; returns the envelope id.
+    pub fn slash_command(&self, channel: &str, user: &str, command: &str, text: &str) -> String {
+        let mut inner = self.state.lock();
+        let n = inner.next();
+        let payload = json!({
+            "token": "verification-token",
+            "team_id": TEAM_ID,
+            "team_domain": "test",
+            "channel_id": channel,
+            "channel_name": if channel.starts_with('D') { "directmessage" } else { "general" },
+            "user_id": user,
+            "user_name": user.to_lowercase(),
+            "command": command,
+            "text": text,
+            "api_app_id": APP_ID,
+            "is_enterprise_install": "false",
+            "response_url": format!("http://{}/commands/{n}", self.addr),
+            "trigger_id": format!("{n}.1.slash{n}"),
+        });
+        let envelope = inner.envelope("slash_commands", payload);
+        let id = envelope_id(&envelope);
+        inner.deliver(envelope);
+        id
+    }
+
+    /// Makes `users.info` know `user`.
+    pub fn set_user(&self, user: &str, display_name: &str, real_name: &str) {
+        self.state.lock().users.insert(
+            user.to_owned(),
+            (display_name.to_owned(), real_name.to_owned()),
+        );
+    }
+
+    /// Ephemeral messages posted: (channel, user, text, thread_ts).
+    pub fn ephemerals(&self) -> Vec<(String, String, String, Option<String>)> {
+        self.state.lock().ephemerals.clone()
     }
 
     /// Delivers `event` (any Events API event object) in an `events_api` envelope; returns
@@ -775,6 +821,40 @@ async fn api(
         }
         "chat.postMessage" => post_message(&mut inner, &params),
         "chat.update" => update_message(&mut inner, &params),
+        "chat.postEphemeral" => {
+            let (Some(channel), Some(user), Some(text)) = (
+                str_param(&params, "channel"),
+                str_param(&params, "user"),
+                str_param(&params, "text"),
+            ) else {
+                return fail("invalid_arguments");
+            };
+            if !channel_ok(channel) {
+                return fail("channel_not_found");
+            }
+            // A DM channel `D{user}` has only that user (and the bot) in it.
+            if channel.starts_with('D') && channel != format!("D{user}") {
+                return fail("user_not_in_channel");
+            }
+            let thread = str_param(&params, "thread_ts").map(str::to_owned);
+            inner
+                .ephemerals
+                .push((channel.to_owned(), user.to_owned(), text.to_owned(), thread));
+            let ts = inner.ts();
+            ok(json!({"message_ts": ts}))
+        }
+        "users.info" => {
+            let Some(user) = str_param(&params, "user") else {
+                return fail("user_not_found");
+            };
+            match inner.users.get(user) {
+                Some((display, real)) => ok(json!({"user": {
+                    "id": user, "team_id": TEAM_ID, "name": user.to_lowercase(), "real_name": real,
+                    "is_bot": false, "profile": {"display_name": display, "real_name": real},
+                }})),
+                None => fail("user_not_found"),
+            }
+        }
         "reactions.add" => {
             let (Some(channel), Some(ts), Some(name)) = (
                 str_param(&params, "channel"),
