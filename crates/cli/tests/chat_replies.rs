@@ -244,10 +244,11 @@ async fn a_fast_long_reply_is_shown_soon_after_the_model_finishes(platform: &str
         })
         .await;
     // The model takes about 2 s; everything is on screen within 2 s more (one edit
-    // interval, plus the time it takes the fake platforms to deliver the DM).
+    // interval, plus the time it takes the fake platforms to deliver the DM), with room for
+    // a loaded CI machine — the paragraph-per-edit pace this replaced took about 18 s.
     let took = shown - sent;
     assert!(
-        took < Duration::from_millis(4_800),
+        took < Duration::from_millis(6_000),
         "{platform}: shown {took:?} after the DM (before: about 18 s)"
     );
     let ops = w.ops();
@@ -308,7 +309,7 @@ async fn a_one_line_reply_is_visible_growing(platform: &str) {
     w.dm("one long line please");
     let first = w.wait_until("the first words", |m| !m.is_empty()).await;
     assert!(
-        first - sent < Duration::from_secs(3),
+        first - sent < Duration::from_secs(4),
         "{platform}: first words after {:?}",
         first - sent
     );

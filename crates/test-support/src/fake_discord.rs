@@ -158,9 +158,7 @@ struct Inner {
     channel_guild: HashMap<String, String>,
     interactions: HashMap<String, Interaction>,
     callbacks: Vec<(String, Value)>,
-    calls: Vec<(String, Value)>,
-    /// When each of `calls` arrived.
-    call_times: Vec<std::time::Instant>,
+    calls: crate::call_log::CallLog,
     /// (route prefix, calls still to refuse, retry_after).
     rate_limits: Vec<(String, usize, f64)>,
 }
@@ -528,25 +526,13 @@ impl FakeDiscord {
     /// below `/api/v10`, e.g. `POST /channels/dm-42/messages`) starts with `route`, in
     /// order, refused ones too.
     pub fn calls(&self, route: &str) -> Vec<Value> {
-        self.state
-            .lock()
-            .calls
-            .iter()
-            .filter(|(r, _)| r.starts_with(route))
-            .map(|(_, body)| body.clone())
-            .collect()
+        self.state.lock().calls.starting_with(route)
     }
 
     /// Every call in arrival order, refused ones too: when it came, its route, its params.
     /// For asserting on the exact sequence of posts and edits.
     pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
-        let inner = self.state.lock();
-        inner
-            .call_times
-            .iter()
-            .zip(&inner.calls)
-            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
-            .collect()
+        self.state.lock().calls.timeline()
     }
 
     /// The next `n` REST calls whose route starts with `route_prefix` answer 429 with
@@ -720,8 +706,7 @@ async fn rest(
     let is_callback = matches!(segments.first(), Some(&"interactions" | &"webhooks"));
     {
         let mut inner = state.lock();
-        inner.calls.push((route.clone(), body.clone()));
-        inner.call_times.push(std::time::Instant::now());
+        inner.calls.push(&route, body.clone());
         if let Some(limit) = inner
             .rate_limits
             .iter_mut()

@@ -109,9 +109,7 @@ struct Inner {
     next_id: u64,
     /// Posted messages per channel, in order.
     messages: HashMap<String, Vec<SlackMessage>>,
-    calls: Vec<(String, Value)>,
-    /// When each of `calls` arrived.
-    call_times: Vec<std::time::Instant>,
+    calls: crate::call_log::CallLog,
     reactions: Vec<(String, String, String)>,
     /// Ephemeral messages: (channel, user, text, thread_ts).
     ephemerals: Vec<(String, String, String, Option<String>)>,
@@ -494,25 +492,13 @@ impl FakeSlack {
 
     /// Raw params of every call to `method` (also refused ones), in order.
     pub fn calls(&self, method: &str) -> Vec<Value> {
-        self.state
-            .lock()
-            .calls
-            .iter()
-            .filter(|(m, _)| m == method)
-            .map(|(_, p)| p.clone())
-            .collect()
+        self.state.lock().calls.of(method)
     }
 
     /// Every call in arrival order, refused ones too: when it came, its method, its params.
     /// For asserting on the exact sequence of posts and edits.
     pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
-        let inner = self.state.lock();
-        inner
-            .call_times
-            .iter()
-            .zip(&inner.calls)
-            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
-            .collect()
+        self.state.lock().calls.timeline()
     }
 
     /// `(channel, timestamp, name)` of every reaction added.
@@ -774,10 +760,7 @@ async fn api(
                 .map(str::to_owned)
         });
     let mut inner = state.lock();
-    inner
-        .calls
-        .push((method.clone(), Value::Object(params.clone())));
-    inner.call_times.push(std::time::Instant::now());
+    inner.calls.push(&method, Value::Object(params.clone()));
     if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
         && *left > 0
     {

@@ -96,9 +96,7 @@ struct Inner {
     chats: HashMap<i64, Chat>,
     /// The bot's messages per chat, in the order sent.
     bot_messages: HashMap<i64, Vec<StoredMessage>>,
-    calls: Vec<(String, Value)>,
-    /// When each of `calls` arrived.
-    call_times: Vec<std::time::Instant>,
+    calls: crate::call_log::CallLog,
     /// Callback queries pressed and not answered yet.
     open_queries: Vec<String>,
     answered: Vec<String>,
@@ -412,25 +410,13 @@ impl FakeTelegram {
 
     /// Raw params of every call to `method` (also refused ones), in order.
     pub fn calls(&self, method: &str) -> Vec<Value> {
-        self.state
-            .lock()
-            .calls
-            .iter()
-            .filter(|(m, _)| m == method)
-            .map(|(_, params)| params.clone())
-            .collect()
+        self.state.lock().calls.of(method)
     }
 
     /// Every call in arrival order, refused ones too: when it came, its method, its params.
     /// For asserting on the exact sequence of posts and edits.
     pub fn timeline(&self) -> Vec<(std::time::Instant, String, Value)> {
-        let inner = self.state.lock();
-        inner
-            .call_times
-            .iter()
-            .zip(&inner.calls)
-            .map(|(at, (m, p))| (*at, m.clone(), p.clone()))
-            .collect()
+        self.state.lock().calls.timeline()
     }
 
     /// Callback query ids answered so far.
@@ -705,8 +691,7 @@ async fn api(
     };
     {
         let mut inner = state.lock();
-        inner.calls.push((method.clone(), params.clone()));
-        inner.call_times.push(std::time::Instant::now());
+        inner.calls.push(&method, params.clone());
         if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
             && *left > 0
         {

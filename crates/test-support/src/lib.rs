@@ -6,6 +6,7 @@
 //! [`process::ServerProcess`], which runs the `switchboard` binary as a child process for
 //! end-to-end tests, and [`postgres::TestDatabase`], a throwaway database on the test server. It is test-only code, used as a dev-dependency.
 
+pub mod call_log;
 pub mod fake_discord;
 pub mod fake_slack;
 pub mod fake_telegram;
