@@ -603,7 +603,7 @@ async fn approvals_pending_reject_with_reason_and_accept() {
         proposed.tool_calls[0].arguments["command"],
         "echo one > one.txt"
     );
-    let pending = wait_pending(&c, id).await;
+    let pending = wait_pending(c, id).await;
     assert_eq!(pending.run_id, Some(run));
     assert_eq!(pending.tool_calls[0].id, "call_1");
 
@@ -631,7 +631,7 @@ async fn approvals_pending_reject_with_reason_and_accept() {
     assert!(!ws.path().join("one.txt").exists());
 
     // Accept (the gateway's Allow: no content).
-    wait_pending(&c, id).await;
+    wait_pending(c, id).await;
     let answer = c
         .resolve_tools(id, run, r#"{"call_2":{"action":"accept"}}"#)
         .await;
@@ -664,7 +664,7 @@ async fn cancel_ends_the_run_as_the_stakpak_server_does() {
     ));
     let run = run_id_of(&c.send_message(id, "do something").await);
     stream.until_proposed(run).await;
-    wait_pending(&c, id).await;
+    wait_pending(c, id).await;
 
     // A cancel for another run is refused.
     let wrong = c.cancel_run(id, Uuid::now_v7()).await;
@@ -877,13 +877,13 @@ async fn every_optional_field_may_be_null_on_every_route() {
     };
     // In the order that builds the state each needs; the body is the smallest valid one.
     let (status, text) = walk
-        .send(&c, "post", "/v1/sessions", "/v1/sessions", json!({}))
+        .send(c, "post", "/v1/sessions", "/v1/sessions", json!({}))
         .await;
     assert_eq!(status, 201, "{text}");
     let id: Uuid = serde_json::from_str::<SessionResponse>(&text).unwrap().id;
     let (status, text) = walk
         .send(
-            &c,
+            c,
             "patch",
             "/v1/sessions/{id}",
             &format!("/v1/sessions/{id}"),
@@ -905,7 +905,7 @@ async fn every_optional_field_may_be_null_on_every_route() {
     ));
     let (status, text) = walk
         .send(
-            &c,
+            c,
             "post",
             "/v1/sessions/{id}/messages",
             &format!("/v1/sessions/{id}/messages"),
@@ -915,10 +915,10 @@ async fn every_optional_field_may_be_null_on_every_route() {
         .await;
     let run = run_id_of(&(status, text));
     stream.until_proposed(run).await;
-    wait_pending(&c, id).await;
+    wait_pending(c, id).await;
     let (status, text) = walk
         .send(
-            &c,
+            c,
             "post",
             "/v1/sessions/{id}/tools/decisions",
             &format!("/v1/sessions/{id}/tools/decisions"),
@@ -927,10 +927,10 @@ async fn every_optional_field_may_be_null_on_every_route() {
         .await;
     assert_eq!(status, 200, "{text}");
     stream.until_proposed(run).await;
-    wait_pending(&c, id).await;
+    wait_pending(c, id).await;
     let (status, text) = walk
         .send(
-            &c,
+            c,
             "post",
             "/v1/sessions/{id}/cancel",
             &format!("/v1/sessions/{id}/cancel"),
@@ -942,7 +942,7 @@ async fn every_optional_field_may_be_null_on_every_route() {
     // The message again with nothing but the message: now `context` itself is `null`.
     let (status, text) = walk
         .send(
-            &c,
+            c,
             "post",
             "/v1/sessions/{id}/messages",
             &format!("/v1/sessions/{id}/messages"),
