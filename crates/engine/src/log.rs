@@ -120,7 +120,15 @@ struct SeqState {
 }
 
 /// How many times an append is retried after its seqs collided with another writer's.
-const MAX_SEQ_RETRIES: u32 = 16;
+const MAX_SEQ_RETRIES: u32 = 32;
+
+/// How long to wait before retrying after the `attempt`-th collision: random, up to a bound
+/// that doubles with each attempt (from 0.2 ms to about 13 ms), so two writers racing for
+/// the same seqs drift apart instead of colliding in lockstep until one gives up.
+fn collision_backoff(attempt: u32) -> std::time::Duration {
+    let bound_us = 200u64 << attempt.min(6);
+    std::time::Duration::from_micros(rand::random_range(0..bound_us))
+}
 
 enum AppendError {
     /// Another writer had the seqs; carries the seq state's generation they came from.
@@ -326,12 +334,15 @@ impl EventLog {
                 Err(AppendError::Conflict(generation)) if attempt < MAX_SEQ_RETRIES => {
                     // Only the first of our writers to see the conflict reloads; the others
                     // retry with the seqs it found.
-                    let state = self.seq_state(session_id);
-                    let mut state = state.lock().await;
-                    if state.generation == generation {
-                        state.last = None;
-                        state.generation += 1;
+                    {
+                        let state = self.seq_state(session_id);
+                        let mut state = state.lock().await;
+                        if state.generation == generation {
+                            state.last = None;
+                            state.generation += 1;
+                        }
                     }
+                    tokio::time::sleep(collision_backoff(attempt)).await;
                 }
                 Err(AppendError::Conflict(_)) => {
                     return Err(EngineError::Internal(format!(
