@@ -327,6 +327,9 @@ impl Page {
 ///   else is added. The last page is closed too while its fence is open (a reply still
 ///   streaming), which a later call, with more text, replaces.
 /// - Below [`MIN_FENCE_REPAIR_LIMIT`] fences are not repaired; a `limit` of 0 counts as 1.
+/// - The one way past the limit: whitespace at a page's start (a code line's indentation)
+///   wider than the room the fence lines leave. A page must show a character, so that page
+///   holds the whitespace and one character — only with limits far below any platform's.
 pub fn paginate(text: &str, limit: usize) -> Vec<Page> {
     let limit = limit.max(1);
     let repair = limit >= MIN_FENCE_REPAIR_LIMIT;
@@ -1295,11 +1298,12 @@ mod paginate_tests {
         let mut open_at_start: Option<String> = None;
         for (i, p) in pages.iter().enumerate() {
             let shown = p.text();
-            // Only indentation wider than a tiny limit can push a page past it.
+            // Only leading whitespace wider than the room (a page must show a character)
+            // can push a page past the limit: the page is then the least it can be.
             let indent = p.body.chars().take_while(|c| c.is_whitespace()).count();
+            let least = p.reopen.chars().count() + indent + 1 + p.close.chars().count();
             prop_assert!(
-                shown.chars().count() <= limit.max(1)
-                    || (limit < MIN_FENCE_REPAIR_LIMIT && shown.chars().count() <= indent + 1),
+                shown.chars().count() <= limit.max(1) || shown.chars().count() <= least,
                 "page {} has {} chars > {}",
                 i,
                 shown.chars().count(),
@@ -1362,6 +1366,13 @@ mod paginate_tests {
                 prop_assert_eq!(p, &full[i], "page {} of {}", i, early.len());
             }
         }
+    }
+
+    /// Found by proptest on CI: indentation inside a fence wider than a 16-char page's room.
+    #[test]
+    fn wide_indentation_in_a_fence_at_a_tiny_limit() {
+        let text = "\n```\n\n```\n\n```\n\n```\n\n```\n\n```\n\n```\n\n```\n\n  ```rust\n\n    indented code\n";
+        check(text, 16).unwrap();
     }
 
     #[test]
