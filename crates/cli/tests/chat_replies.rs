@@ -378,6 +378,9 @@ fn check_shown(platform: &str, text: &str, limit: usize) {
         !text.contains("``````"),
         "{platform}: glued fences in {text:.80}"
     );
+    // Every message is balanced: a code block it cuts is closed in it and reopened after.
+    let fences = text.lines().filter(|l| l.starts_with("```")).count();
+    assert_eq!(fences % 2, 0, "{platform}: unbalanced fences in {text:.80}");
     let mut last: Option<u32> = None;
     for line in text.lines() {
         if line.starts_with("```") {
@@ -428,6 +431,9 @@ async fn long_replies_are_split_whole(platform: &str) {
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // no late edit comes
     let ops = w.ops();
+    for op in &ops {
+        check_shown(platform, &op.text, w.limit());
+    }
     let seq: Vec<(bool, usize, String)> = ops
         .iter()
         .map(|o| (o.edit, o.message, o.text.clone()))
