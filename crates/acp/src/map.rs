@@ -167,14 +167,12 @@ impl Turn {
                 if let Some(delta) = text_of(&chunk.content).filter(|d| !d.is_empty()) {
                     self.pending_text.push_str(&delta);
                     self.full_text.push_str(&delta);
-                    handle.emit(AgentEvent::TextDelta { run_id, delta }).await?;
+                    handle.stream_text(delta).await?;
                 }
             }
             SessionUpdate::AgentThoughtChunk(chunk) => {
                 if let Some(delta) = text_of(&chunk.content).filter(|d| !d.is_empty()) {
-                    handle
-                        .emit(AgentEvent::ThoughtDelta { run_id, delta })
-                        .await?;
+                    handle.stream_thought(delta).await?;
                 }
             }
             SessionUpdate::Plan(plan) => {

@@ -101,17 +101,13 @@ fn fail(p: &dyn Provider, e: ProviderError) -> BackendError {
 /// Streams text deltas of a reply into the session's log.
 struct DeltaSink<'a> {
     handle: &'a switchboard_engine::RunHandle,
-    run_id: uuid::Uuid,
 }
 
 #[async_trait]
 impl TextSink for DeltaSink<'_> {
     async fn text(&self, delta: String) {
-        let ev = AgentEvent::TextDelta {
-            run_id: self.run_id,
-            delta,
-        };
-        if let Err(e) = self.handle.emit(ev).await {
+        if let Err(e) = self.handle.stream_text(delta).await {
+            // The run learns it at its next emit, and the engine when it ends.
             tracing::warn!(error = %e, "could not append text delta");
         }
     }
@@ -242,7 +238,6 @@ impl Backend for BuiltinAgent {
             turns += 1;
             let sink = DeltaSink {
                 handle: &ctx.handle,
-                run_id,
             };
             let result = self
                 .provider

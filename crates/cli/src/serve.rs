@@ -216,7 +216,7 @@ pub async fn run(settings: Settings) -> Result<()> {
             console,
             switchboard_server::web::guard,
         ));
-    axum::serve(listener, router)
+    axum::serve(switchboard_server::listener(listener), router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");

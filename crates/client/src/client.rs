@@ -61,6 +61,9 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            // reqwest's default too; said here because a request's first bytes must not
+            // wait for the server's delayed ACK.
+            .tcp_nodelay(true)
             .user_agent(concat!("switchboard-client/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ClientError::Transport(crate::error::error_chain(&e)))?;

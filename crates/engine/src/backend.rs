@@ -183,6 +183,8 @@ pub struct RunHandle {
     pub(crate) store: Arc<dyn Store>,
     /// The run's lease: events and transcript messages are written under it.
     pub(crate) fence: Option<Lease>,
+    /// The run's text and thought deltas, written without waiting for each commit.
+    pub(crate) deltas: crate::Pipeline,
     pub(crate) steering: mpsc::UnboundedReceiver<String>,
     pub(crate) mode: PermissionMode,
     pub(crate) auto_approve: AutoApprove,
@@ -196,11 +198,30 @@ impl RunHandle {
         self.run_id
     }
 
-    /// Appends an event to the session's log (durably) and returns its seq.
+    /// Appends an event to the session's log (durably) and returns its seq, once it and
+    /// every delta streamed before it are committed; fails if one of those deltas could not
+    /// be stored.
     pub async fn emit(&self, event: AgentEvent) -> Result<u64, EngineError> {
-        self.log
+        let seq = self
+            .log
             .append_fenced(self.session_id, &event, self.fence.as_ref())
-            .await
+            .await?;
+        self.deltas.check()?;
+        Ok(seq)
+    }
+
+    /// Streams a piece of the reply's text (a `TextDelta`) without waiting for its commit:
+    /// subscribers see it once it is stored, and consecutive pieces that fall into one
+    /// commit are stored as one event. Waits only when the log's writer is saturated
+    /// (back-pressure). A failure to store it is returned by this or a later call, or by the
+    /// next [`RunHandle::emit`]; the engine checks once more when the run ends.
+    pub async fn stream_text(&self, delta: String) -> Result<(), EngineError> {
+        self.deltas.send(self.run_id, false, delta).await
+    }
+
+    /// [`RunHandle::stream_text`] for the model's reasoning (`ThoughtDelta`).
+    pub async fn stream_thought(&self, delta: String) -> Result<(), EngineError> {
+        self.deltas.send(self.run_id, true, delta).await
     }
 
     /// Appends a message to the transcript.

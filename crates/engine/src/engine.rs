@@ -910,6 +910,7 @@ impl Engine {
             Ok::<_, EngineError>(history)
         }
         .await;
+        let deltas = log.pipeline(session_id, fence);
         let result = match prepared {
             Ok(history) => {
                 // A run's `auto_approve` override stands in for the session's; the
@@ -931,6 +932,7 @@ impl Engine {
                         log: log.clone(),
                         store: store.clone(),
                         fence: Some(lease.clone()),
+                        deltas: deltas.clone(),
                         steering,
                         mode: config.permission_mode,
                         auto_approve,
@@ -941,7 +943,17 @@ impl Engine {
                     config,
                     cancel: cancel.clone(),
                 };
-                backend.run(ctx).await
+                let result = backend.run(ctx).await;
+                // Every delta the run streamed is committed before its end is written; one
+                // that could not be stored fails the run (retryable) rather than leave a
+                // reply with a hole in it looking complete.
+                match (result, deltas.flush().await) {
+                    (Ok(_), Err(e)) => Err(crate::BackendError::new(
+                        format!("the reply could not be stored: {e}"),
+                        true,
+                    )),
+                    (r, _) => r,
+                }
             }
             Err(e) => Err(e.into()),
         };

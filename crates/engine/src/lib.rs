@@ -21,7 +21,7 @@ pub use bus::{ControlReply, ControlRequest, EventBus};
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::EngineError;
-pub use log::{EventBatch, EventLog, LogEvent, SubItem, Subscription};
+pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};
 pub use markdown::render_transcript;
 pub use time::now_rfc3339;
 

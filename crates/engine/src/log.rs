@@ -1,19 +1,23 @@
 //! The durable event log and its live fan-out.
 //!
-//! Appending assigns the session's next `seq` and hands the event to one writer task, which
-//! commits waiting events in batches (group commit) and only then publishes them on the
-//! session's live channel, in `seq` order. A [`Subscription`] subscribes to the live channel
-//! first, then replays `seq > n` from the store, then follows live events, dropping anything
-//! at or below the last `seq` it yielded: no gap and no duplicate at the seam. A subscriber
-//! that falls behind the bounded live channel is told so by the channel and goes back to
-//! reading the store, so a slow reader never makes memory grow.
+//! Appending hands events to one writer task, which assigns each session's next `seq`s,
+//! commits whatever has accumulated in one transaction (group commit) and only then
+//! publishes the events on the session's live channel, in `seq` order: no subscriber ever
+//! sees an event that is not stored. An append either waits for its commit (and gets its
+//! seqs) or is pipelined ([`Pipeline`], a run's text and thought deltas): queued without
+//! waiting, so a model streams as fast as the store commits batches, not as fast as it
+//! commits one event. A [`Subscription`] subscribes to the live channel first, then replays
+//! `seq > n` from the store, then follows live events, dropping anything at or below the
+//! last `seq` it yielded: no gap and no duplicate at the seam. A subscriber that falls
+//! behind the bounded live channel is told so by the channel and goes back to reading the
+//! store, so a slow reader never makes memory grow.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 
 use switchboard_protocol::{AgentEvent, GapDetected};
 use switchboard_store::{Lease, NewEvent, RunFinish, Store, StoreError, StoredEvent};
-use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::error::EngineError;
@@ -110,57 +114,165 @@ impl EventBatch {
     }
 }
 
-/// Per-session state that makes `seq` assignment and hand-over to the writer one step.
-#[derive(Default)]
-struct SeqState {
-    /// Highest seq assigned; `None` until loaded from the store.
-    last: Option<u64>,
-    /// Bumped each time `last` is dropped after a conflict with another writer.
-    generation: u64,
-}
-
-/// How many times an append is retried after its seqs collided with another writer's.
+/// How many times the writer retries a request whose seqs collided with another writer's.
 const MAX_SEQ_RETRIES: u32 = 32;
+
+/// Longest text a run of coalesced deltas grows to in one stored event (bytes).
+const MAX_MERGED_DELTA: usize = 16 * 1024;
 
 /// How long to wait before retrying after the `attempt`-th collision: random, up to a bound
 /// that doubles with each attempt (from 0.2 ms to about 13 ms), so two writers racing for
-/// the same seqs drift apart instead of colliding in lockstep until one gives up.
+/// the same seqs drift apart instead of colliding in lockstep.
 fn collision_backoff(attempt: u32) -> std::time::Duration {
     let bound_us = 200u64 << attempt.min(6);
     std::time::Duration::from_micros(rand::random_range(0..bound_us))
 }
 
-enum AppendError {
-    /// Another writer had the seqs; carries the seq state's generation they came from.
-    Conflict(u64),
-    Other(EngineError),
+/// An event handed to the writer, before it has a seq.
+#[derive(Debug)]
+struct Pending {
+    kind: &'static str,
+    run_id: Option<Uuid>,
+    body: Body,
+}
+
+#[derive(Debug)]
+enum Body {
+    /// The event, serialized.
+    Json(String),
+    /// A pipelined text or thought delta, kept as text so that consecutive deltas of one
+    /// run that fall into one commit can be stored as one event; serialized by the writer.
+    Delta { thought: bool, text: String },
+}
+
+impl Pending {
+    fn encode(self, session_id: Uuid, seq: u64, created_at: &str) -> Result<NewEvent, StoreError> {
+        let payload = match self.body {
+            Body::Json(s) => s,
+            Body::Delta { thought, text } => {
+                let run_id = self.run_id.unwrap_or_default();
+                let ev = if thought {
+                    AgentEvent::ThoughtDelta {
+                        run_id,
+                        delta: text,
+                    }
+                } else {
+                    AgentEvent::TextDelta {
+                        run_id,
+                        delta: text,
+                    }
+                };
+                serde_json::to_string(&ev)
+                    .map_err(|e| StoreError::Corrupt(format!("encoding event: {e}")))?
+            }
+        };
+        Ok(NewEvent {
+            session_id,
+            seq,
+            run_id: self.run_id,
+            kind: self.kind.to_string(),
+            payload,
+            created_at: created_at.to_string(),
+        })
+    }
+}
+
+/// Where the outcome of a write goes.
+enum Reply {
+    /// The appender waits for the commit and the seqs it got.
+    Wait(oneshot::Sender<Result<Vec<u64>, StoreError>>),
+    /// Pipelined: the appender did not wait. A failure is kept in the pipeline, and the
+    /// pipeline's later requests are dropped unwritten (see [`Pipeline`]).
+    Pipe(Arc<PipeState>),
 }
 
 struct WriteReq {
-    events: Vec<NewEvent>,
+    session_id: Uuid,
+    /// Written atomically, with consecutive seqs. Empty for a barrier ([`Pipeline::flush`]).
+    events: Vec<Pending>,
     /// The run lease the events are written under, checked in the same transaction.
     fence: Option<Lease>,
     /// A run closed in the same transaction (the events are its terminal event).
     finish: Option<RunFinish>,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    reply: Reply,
+}
+
+impl WriteReq {
+    fn pipe(&self) -> Option<&Arc<PipeState>> {
+        match &self.reply {
+            Reply::Pipe(p) => Some(p),
+            Reply::Wait(_) => None,
+        }
+    }
+
+    /// Takes `next`'s delta into this request's last event when both are pipelined deltas
+    /// of the same kind from one pipeline (so one run, one session, one fence).
+    fn absorb(&mut self, next: &mut WriteReq) -> bool {
+        let (Some(a), Some(b)) = (self.pipe(), next.pipe()) else {
+            return false;
+        };
+        if !Arc::ptr_eq(a, b) || self.finish.is_some() || next.events.len() != 1 {
+            return false;
+        }
+        let Some(Pending {
+            run_id: run_a,
+            body:
+                Body::Delta {
+                    thought: ta,
+                    text: into,
+                },
+            ..
+        }) = self.events.last_mut()
+        else {
+            return false;
+        };
+        let Some(Pending {
+            run_id: run_b,
+            body:
+                Body::Delta {
+                    thought: tb,
+                    text: from,
+                },
+            ..
+        }) = next.events.first_mut()
+        else {
+            return false;
+        };
+        if run_a != run_b || ta != tb || into.len() + from.len() > MAX_MERGED_DELTA {
+            return false;
+        }
+        into.push_str(from);
+        true
+    }
+}
+
+/// A pipeline's shared state: the first failure of one of its writes.
+#[derive(Default)]
+struct PipeState {
+    failed: OnceLock<StoreError>,
 }
 
 type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<SharedBatch>>>>>;
 type BusSlot = Arc<OnceLock<Arc<dyn crate::EventBus>>>;
+/// Highest seq stored per session, as the writer knows it (it is the only one here that
+/// assigns seqs). A missing entry is read from the store before the next write.
+type Seqs = Arc<StdMutex<HashMap<Uuid, u64>>>;
 
 /// With a bus, a subscription that has heard nothing for this long reads the store, so a
 /// batch the bus lost is seen within about this delay.
 const BUS_POLL: std::time::Duration = std::time::Duration::from_millis(1000);
 
+/// Requests the writer's queue holds before appenders wait (back-pressure): with pipelined
+/// deltas this bounds the memory a model faster than the store can take.
+const QUEUE: usize = 4096;
+
 /// The event log: append, subscribe, read.
 #[derive(Clone)]
 pub struct EventLog {
     store: Arc<dyn Store>,
-    /// Queue of the single writer task; bounded, so appenders feel back-pressure.
+    /// Queue of the single writer task, in order; bounded, so appenders feel back-pressure.
     writer: mpsc::Sender<WriteReq>,
-    /// Per-session seq counters. The tokio mutex is held while a seq is assigned *and* the
-    /// event is queued to the writer, so queue order is seq order.
-    seqs: Arc<StdMutex<HashMap<Uuid, Arc<Mutex<SeqState>>>>>,
+    seqs: Seqs,
     /// Live channels; bounded rings of committed batches shared by all subscribers of a
     /// session.
     channels: Channels,
@@ -169,24 +281,103 @@ pub struct EventLog {
     bus: BusSlot,
 }
 
+/// A stream of events one writer appends to one session without waiting for each commit
+/// (a run's text and thought deltas).
+///
+/// [`Pipeline::send`] returns once the event is queued for the writer (it waits only when
+/// the writer's queue is full: back-pressure, not memory growth). The writer commits what
+/// has accumulated as one transaction and publishes after the commit, as for every append,
+/// so no subscriber ever sees an event that is not stored. Consecutive deltas of one kind
+/// that fall into one commit are stored as one event, their text concatenated in order.
+///
+/// If one of its writes fails, the failure is kept, every later write of the pipeline is
+/// dropped unwritten (the log holds a prefix of what was sent, never a gap inside it), and
+/// the next [`Pipeline::send`] or [`Pipeline::flush`] returns the error. Events appended
+/// any other way after a `send` are written after it (the writer's queue is in order).
+#[derive(Clone)]
+pub struct Pipeline {
+    log: EventLog,
+    session_id: Uuid,
+    fence: Option<Lease>,
+    state: Arc<PipeState>,
+}
+
+impl Pipeline {
+    /// Queues a text delta (`thought: false`) or a thought delta.
+    pub async fn send(&self, run_id: Uuid, thought: bool, text: String) -> Result<(), EngineError> {
+        self.check()?;
+        let req = WriteReq {
+            session_id: self.session_id,
+            events: vec![Pending {
+                kind: if thought {
+                    "thought_delta"
+                } else {
+                    "text_delta"
+                },
+                run_id: Some(run_id),
+                body: Body::Delta { thought, text },
+            }],
+            fence: self.fence.clone(),
+            finish: None,
+            reply: Reply::Pipe(self.state.clone()),
+        };
+        self.log
+            .writer
+            .send(req)
+            .await
+            .map_err(|_| EngineError::ShuttingDown)
+    }
+
+    /// Waits until everything sent so far is committed (or dropped after a failure), and
+    /// returns the pipeline's failure if there was one.
+    pub async fn flush(&self) -> Result<(), EngineError> {
+        self.log
+            .write(self.session_id, Vec::new(), None, None)
+            .await?;
+        self.check()
+    }
+
+    /// The pipeline's failure, if one of its writes failed.
+    pub fn check(&self) -> Result<(), EngineError> {
+        match self.state.failed.get() {
+            None => Ok(()),
+            Some(e) => Err(engine_error(self.session_id, e.clone())),
+        }
+    }
+}
+
+fn engine_error(session_id: Uuid, e: StoreError) -> EngineError {
+    match e {
+        StoreError::NotFound(_) => EngineError::SessionNotFound(session_id),
+        StoreError::Conflict(_) => EngineError::Internal(format!(
+            "session {session_id}: event seq kept colliding with another writer"
+        )),
+        e => e.into(),
+    }
+}
+
 impl EventLog {
     /// Starts the writer task. Must be called inside a tokio runtime. `live_buffer` is the
     /// number of committed batches (each at most 1,024 events) a session's live ring holds
     /// before a reader that lags behind it goes back to reading the store.
     pub fn new(store: Arc<dyn Store>, live_buffer: usize) -> Self {
-        let (tx, rx) = mpsc::channel::<WriteReq>(4096);
+        let (tx, rx) = mpsc::channel::<WriteReq>(QUEUE);
         let channels: Channels = Arc::default();
         let bus: BusSlot = Arc::default();
-        tokio::spawn(writer_task(
-            store.clone(),
-            rx,
-            channels.clone(),
-            bus.clone(),
-        ));
+        let seqs: Seqs = Arc::default();
+        tokio::spawn(
+            Writer {
+                store: store.clone(),
+                seqs: seqs.clone(),
+                channels: channels.clone(),
+                bus: bus.clone(),
+            }
+            .run(rx),
+        );
         Self {
             store,
             writer: tx,
-            seqs: Arc::default(),
+            seqs,
             channels,
             live_buffer: live_buffer.max(16),
             bus,
@@ -211,18 +402,14 @@ impl EventLog {
         let Some(top) = events.last().map(|e| e.seq) else {
             return;
         };
-        if let Some(state) = self
+        if let Some(last) = self
             .seqs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&session_id)
-            .cloned()
-            && let Ok(mut s) = state.try_lock()
-            && let Some(last) = s.last
-            && last < top
+            .get_mut(&session_id)
         {
             // Our next append would collide with these: start above them.
-            s.last = Some(top);
+            *last = (*last).max(top);
         }
         let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(tx) = map.get(&session_id) {
@@ -230,16 +417,21 @@ impl EventLog {
         }
     }
 
-    fn seq_state(&self, session_id: Uuid) -> Arc<Mutex<SeqState>> {
-        let mut map = self.seqs.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(session_id).or_default().clone()
-    }
-
     fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<SharedBatch>> {
         let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(session_id)
             .or_insert_with(|| broadcast::channel(self.live_buffer).0)
             .clone()
+    }
+
+    /// A pipeline for one writer's stream of deltas into a session, under `fence`.
+    pub fn pipeline(&self, session_id: Uuid, fence: Option<&Lease>) -> Pipeline {
+        Pipeline {
+            log: self.clone(),
+            session_id,
+            fence: fence.cloned(),
+            state: Arc::default(),
+        }
     }
 
     /// Appends one event durably and returns its seq. Returns after the commit; live
@@ -264,11 +456,11 @@ impl EventLog {
             .ok_or_else(|| EngineError::Internal("append lost its event".into()))
     }
 
-    /// Appends several events of one session atomically, in order.
+    /// Appends several events of one session atomically, in order, with consecutive seqs.
     ///
     /// Another process may append to the same session (several instances sharing one
     /// database): its seqs make ours collide, which the store reports as a conflict. Then
-    /// the session's last seq is read again from the store and the events get new seqs, so
+    /// the writer reads the session's last seq again and gives the events new seqs, so
     /// seqs stay unique and increasing across every writer.
     pub async fn append_many(
         &self,
@@ -291,7 +483,12 @@ impl EventLog {
         fence: Option<&Lease>,
     ) -> Result<u64, EngineError> {
         let seqs = self
-            .append_inner(session_id, std::slice::from_ref(event), fence, Some(finish))
+            .write(
+                session_id,
+                encode(std::slice::from_ref(event))?,
+                fence,
+                Some(finish),
+            )
             .await?;
         seqs.first()
             .copied()
@@ -305,111 +502,34 @@ impl EventLog {
         events: &[AgentEvent],
         fence: Option<&Lease>,
     ) -> Result<Vec<u64>, EngineError> {
-        self.append_inner(session_id, events, fence, None).await
-    }
-
-    async fn append_inner(
-        &self,
-        session_id: Uuid,
-        events: &[AgentEvent],
-        fence: Option<&Lease>,
-        finish: Option<RunFinish>,
-    ) -> Result<Vec<u64>, EngineError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut encoded = Vec::with_capacity(events.len());
-        for ev in events {
-            let payload = serde_json::to_string(ev)
-                .map_err(|e| EngineError::Internal(format!("encoding event: {e}")))?;
-            encoded.push((ev.kind(), Some(ev.run_id()), payload));
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self
-                .append_once(session_id, &encoded, fence, finish.as_ref())
-                .await
-            {
-                Err(AppendError::Conflict(generation)) if attempt < MAX_SEQ_RETRIES => {
-                    // Only the first of our writers to see the conflict reloads; the others
-                    // retry with the seqs it found.
-                    {
-                        let state = self.seq_state(session_id);
-                        let mut state = state.lock().await;
-                        if state.generation == generation {
-                            state.last = None;
-                            state.generation += 1;
-                        }
-                    }
-                    tokio::time::sleep(collision_backoff(attempt)).await;
-                }
-                Err(AppendError::Conflict(_)) => {
-                    return Err(EngineError::Internal(format!(
-                        "session {session_id}: event seq kept colliding with another writer"
-                    )));
-                }
-                Err(AppendError::Other(e)) => return Err(e),
-                Ok(seqs) => return Ok(seqs),
-            }
-        }
+        self.write(session_id, encode(events)?, fence, None).await
     }
 
-    async fn append_once(
+    async fn write(
         &self,
         session_id: Uuid,
-        encoded: &[(&'static str, Option<Uuid>, String)],
+        events: Vec<Pending>,
         fence: Option<&Lease>,
-        finish: Option<&RunFinish>,
-    ) -> Result<Vec<u64>, AppendError> {
-        let (done_tx, done_rx) = oneshot::channel();
-        let (seqs, generation) = {
-            let state = self.seq_state(session_id);
-            let mut state = state.lock().await;
-            let last = match state.last {
-                Some(l) => l,
-                None => {
-                    self.store
-                        .event_bounds(session_id)
-                        .await
-                        .map_err(|e| AppendError::Other(e.into()))?
-                        .last_seq
-                }
-            };
-            let created_at = now_rfc3339();
-            let mut batch = Vec::with_capacity(encoded.len());
-            for (i, (kind, run_id, payload)) in encoded.iter().enumerate() {
-                batch.push(NewEvent {
-                    session_id,
-                    seq: last + 1 + i as u64,
-                    run_id: *run_id,
-                    kind: kind.to_string(),
-                    payload: payload.clone(),
-                    created_at: created_at.clone(),
-                });
-            }
-            let seqs: Vec<u64> = batch.iter().map(|e| e.seq).collect();
-            // Seqs are consumed even if the write fails: a seq is never reused.
-            state.last = Some(last + batch.len() as u64);
-            self.writer
-                .send(WriteReq {
-                    events: batch,
-                    fence: fence.cloned(),
-                    finish: finish.cloned(),
-                    done: done_tx,
-                })
-                .await
-                .map_err(|_| AppendError::Other(EngineError::ShuttingDown))?;
-            (seqs, state.generation)
-        };
-        match done_rx.await {
-            Ok(Ok(())) => Ok(seqs),
-            Ok(Err(StoreError::Conflict(_))) => Err(AppendError::Conflict(generation)),
-            Ok(Err(StoreError::NotFound(_))) => {
-                Err(AppendError::Other(EngineError::SessionNotFound(session_id)))
-            }
-            Ok(Err(e)) => Err(AppendError::Other(e.into())),
-            Err(_) => Err(AppendError::Other(EngineError::ShuttingDown)),
+        finish: Option<RunFinish>,
+    ) -> Result<Vec<u64>, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.writer
+            .send(WriteReq {
+                session_id,
+                events,
+                fence: fence.cloned(),
+                finish,
+                reply: Reply::Wait(tx),
+            })
+            .await
+            .map_err(|_| EngineError::ShuttingDown)?;
+        match rx.await {
+            Ok(Ok(seqs)) => Ok(seqs),
+            Ok(Err(e)) => Err(engine_error(session_id, e)),
+            Err(_) => Err(EngineError::ShuttingDown),
         }
     }
 
@@ -469,81 +589,318 @@ impl EventLog {
     }
 }
 
-async fn writer_task(
+fn encode(events: &[AgentEvent]) -> Result<Vec<Pending>, EngineError> {
+    events
+        .iter()
+        .map(|ev| {
+            Ok(Pending {
+                kind: ev.kind(),
+                run_id: Some(ev.run_id()),
+                body: Body::Json(
+                    serde_json::to_string(ev)
+                        .map_err(|e| EngineError::Internal(format!("encoding event: {e}")))?,
+                ),
+            })
+        })
+        .collect()
+}
+
+/// The single writer task. It owns seq assignment: a request gets its seqs when it is
+/// written, so a failed write consumes none and seqs stay contiguous.
+///
+/// Invariants:
+/// - requests are written in queue order, and a session's seqs follow that order;
+/// - a batch is published (live channel, bus) only after its commit, and in seq order;
+/// - a request's events are written in one transaction with its fence check and run end;
+/// - a pipelined request after a failed one of the same pipeline is never written.
+struct Writer {
     store: Arc<dyn Store>,
-    mut rx: mpsc::Receiver<WriteReq>,
+    seqs: Seqs,
     channels: Channels,
     bus: BusSlot,
-) {
-    let mut reqs: Vec<WriteReq> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut n = first.events.len();
-        reqs.push(first);
-        while n < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(r) => {
-                    n += r.events.len();
-                    reqs.push(r);
+}
+
+/// A request with the seqs it was written with, and its outcome.
+struct Written {
+    req: WriteReq,
+    result: Result<Vec<NewEvent>, StoreError>,
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<WriteReq>) {
+        let mut reqs: Vec<WriteReq> = Vec::new();
+        while let Some(first) = rx.recv().await {
+            // Group commit: everything that accumulated while the last batch committed.
+            let mut n = first.events.len();
+            reqs.push(first);
+            while n < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        n += r.events.len();
+                        reqs.push(r);
+                    }
+                    Err(_) => break,
                 }
-                Err(_) => break,
+            }
+            let written = self.write(coalesce(std::mem::take(&mut reqs))).await;
+            self.finish(written);
+        }
+    }
+
+    /// The session's highest seq, from the store when not known yet.
+    async fn last_seq(&self, session_id: Uuid) -> Result<u64, StoreError> {
+        let known = self
+            .seqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&session_id)
+            .copied();
+        match known {
+            Some(l) => Ok(l),
+            None => {
+                let l = self.store.event_bounds(session_id).await?.last_seq;
+                let mut map = self.seqs.lock().unwrap_or_else(|p| p.into_inner());
+                let e = map.entry(session_id).or_insert(l);
+                *e = (*e).max(l);
+                Ok(*e)
             }
         }
-        let all: Vec<NewEvent> = reqs.iter().flat_map(|r| r.events.iter().cloned()).collect();
-        let mut fences: Vec<Lease> = reqs.iter().filter_map(|r| r.fence.clone()).collect();
-        fences.sort_by(|a, b| a.name.cmp(&b.name));
-        fences.dedup();
-        let finishes: Vec<RunFinish> = reqs.iter().filter_map(|r| r.finish.clone()).collect();
-        let outcome = store.write_events(&all, &fences, &finishes).await;
-        let results: Vec<Result<(), StoreError>> = match outcome {
-            Ok(()) => reqs.iter().map(|_| Ok(())).collect(),
-            // One bad request (say, for a session deleted meanwhile) must not fail the
-            // others that shared its transaction: retry each on its own.
-            Err(_) if reqs.len() > 1 => {
-                let mut v = Vec::with_capacity(reqs.len());
-                for r in &reqs {
-                    let fence: &[Lease] = r.fence.as_slice();
-                    let finish: &[RunFinish] = r.finish.as_slice();
-                    v.push(store.write_events(&r.events, fence, finish).await);
-                }
-                v
+    }
+
+    fn set_last(&self, session_id: Uuid, last: u64) {
+        self.seqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session_id, last);
+    }
+
+    fn drop_last(&self, session_id: Uuid) {
+        self.seqs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session_id);
+    }
+
+    /// Writes a batch as one transaction; if that fails, each request on its own, so one
+    /// bad request (say, for a session deleted meanwhile) fails alone.
+    async fn write(&self, reqs: Vec<WriteReq>) -> Vec<Written> {
+        // Seqs for every request, session by session, in queue order.
+        let mut next: Vec<(Uuid, u64)> = Vec::new();
+        let mut assigned: Vec<Option<Vec<NewEvent>>> = Vec::with_capacity(reqs.len());
+        let created_at = now_rfc3339();
+        let mut ok = true;
+        for r in &reqs {
+            if r.events.is_empty() {
+                assigned.push(Some(Vec::new()));
+                continue;
             }
-            Err(e) => vec![Err(e)],
-        };
-        // Publish after the commit, one shared batch per session, in queue (= seq) order.
-        let mut by_session: Vec<(Uuid, Vec<LogEvent>)> = Vec::new();
-        for (req, result) in reqs.drain(..).zip(results) {
-            match &result {
+            let last = match next.iter().find(|(s, _)| *s == r.session_id) {
+                Some((_, l)) => *l,
+                None => match self.last_seq(r.session_id).await {
+                    Ok(l) => l,
+                    Err(_) => {
+                        ok = false;
+                        break;
+                    }
+                },
+            };
+            let events = assign(&r.events, r.session_id, last, &created_at);
+            match events {
+                Ok(evs) => {
+                    let top = last + evs.len() as u64;
+                    match next.iter_mut().find(|(s, _)| *s == r.session_id) {
+                        Some((_, l)) => *l = top,
+                        None => next.push((r.session_id, top)),
+                    }
+                    assigned.push(Some(evs));
+                }
+                Err(_) => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok && reqs.len() > 1 {
+            let counts: Vec<usize> = assigned
+                .iter()
+                .map(|a| a.as_ref().map_or(0, Vec::len))
+                .collect();
+            let mut all: Vec<NewEvent> = assigned.into_iter().flatten().flatten().collect();
+            let mut fences: Vec<Lease> = reqs.iter().filter_map(|r| r.fence.clone()).collect();
+            fences.sort_by(|a, b| a.name.cmp(&b.name));
+            fences.dedup();
+            let finishes: Vec<RunFinish> = reqs.iter().filter_map(|r| r.finish.clone()).collect();
+            if self
+                .store
+                .write_events(&all, &fences, &finishes)
+                .await
+                .is_ok()
+            {
+                for (s, l) in next {
+                    self.set_last(s, l);
+                }
+                let mut out = Vec::with_capacity(reqs.len());
+                let mut rest = all.drain(..);
+                for (req, n) in reqs.into_iter().zip(counts) {
+                    out.push(Written {
+                        req,
+                        result: Ok(rest.by_ref().take(n).collect()),
+                    });
+                }
+                return out;
+            }
+            // Whatever made it fail, the seqs it was given are free again: read them anew.
+            for (s, _) in next {
+                self.drop_last(s);
+            }
+        }
+        let mut out = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let result = self.write_one(&req, &created_at).await;
+            if let (Err(e), Some(p)) = (&result, req.pipe()) {
+                // Later requests of this pipeline, in this batch too, are not written.
+                let _ = p.failed.set(e.clone());
+            }
+            out.push(Written { req, result });
+        }
+        out
+    }
+
+    /// Writes one request in its own transaction, retrying seq collisions with another
+    /// writer of the same database.
+    async fn write_one(
+        &self,
+        req: &WriteReq,
+        created_at: &str,
+    ) -> Result<Vec<NewEvent>, StoreError> {
+        if let Some(p) = req.pipe()
+            && let Some(e) = p.failed.get()
+        {
+            return Err(e.clone());
+        }
+        if req.events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = self.last_seq(req.session_id).await?;
+            let events = assign(&req.events, req.session_id, last, created_at)?;
+            let fence: &[Lease] = req.fence.as_slice();
+            let finish: &[RunFinish] = req.finish.as_slice();
+            match self.store.write_events(&events, fence, finish).await {
                 Ok(()) => {
-                    for ev in req.events {
-                        let sid = ev.session_id;
-                        let stored = ev;
+                    self.set_last(req.session_id, last + events.len() as u64);
+                    return Ok(events);
+                }
+                Err(StoreError::Conflict(m)) => {
+                    self.drop_last(req.session_id);
+                    if attempt >= MAX_SEQ_RETRIES {
+                        return Err(StoreError::Conflict(m));
+                    }
+                    // Blocks the writer for this long: collisions happen only between
+                    // instances writing one session at once, and back off quickly.
+                    tokio::time::sleep(collision_backoff(attempt)).await;
+                }
+                Err(e) => {
+                    self.drop_last(req.session_id);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Answers every request and publishes what was committed: one shared batch per
+    /// session, in seq order.
+    fn finish(&self, written: Vec<Written>) {
+        let mut by_session: Vec<(Uuid, Vec<LogEvent>)> = Vec::new();
+        for Written { req, result } in written {
+            let result = match result {
+                Ok(events) => {
+                    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+                    if let Some(first) = events.first() {
+                        let sid = first.session_id;
                         match by_session.iter_mut().find(|(s, _)| *s == sid) {
-                            Some((_, v)) => v.push(stored),
-                            None => by_session.push((sid, vec![stored])),
+                            Some((_, v)) => v.extend(events),
+                            None => by_session.push((sid, events)),
                         }
                     }
+                    Ok(seqs)
                 }
-                Err(e) => tracing::warn!(error = %e, "event append failed"),
+                Err(e) => {
+                    tracing::warn!(session_id = %req.session_id, error = %e, "event append failed");
+                    Err(e)
+                }
+            };
+            match req.reply {
+                Reply::Wait(tx) => {
+                    let _ = tx.send(result);
+                }
+                Reply::Pipe(state) => {
+                    if let Err(e) = result {
+                        let _ = state.failed.set(e);
+                    }
+                }
             }
-            let _ = req.done.send(result);
         }
-        if let Some(bus) = bus.get() {
+        if let Some(bus) = self.bus.get() {
             for (session_id, events) in &by_session {
                 bus.publish(*session_id, events);
             }
         }
-        publish(&channels, by_session);
+        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        for (session_id, events) in by_session {
+            if let Some(tx) = map.get(&session_id) {
+                // No receivers is fine: nobody is listening live.
+                let _ = tx.send(SharedBatch::new(events));
+            }
+        }
     }
 }
 
-fn publish(channels: &Channels, batches: Vec<(Uuid, Vec<LogEvent>)>) {
-    let map = channels.lock().unwrap_or_else(|p| p.into_inner());
-    for (session_id, events) in batches {
-        if let Some(tx) = map.get(&session_id) {
-            // No receivers is fine: nobody is listening live.
-            let _ = tx.send(SharedBatch::new(events));
+/// Merges consecutive pipelined deltas (see [`WriteReq::absorb`]), and drops the requests
+/// of pipelines that failed already.
+fn coalesce(reqs: Vec<WriteReq>) -> Vec<WriteReq> {
+    let mut out: Vec<WriteReq> = Vec::with_capacity(reqs.len());
+    for mut r in reqs {
+        if r.pipe().is_some_and(|p| p.failed.get().is_some()) {
+            continue;
         }
+        if let Some(prev) = out.last_mut()
+            && prev.absorb(&mut r)
+        {
+            continue;
+        }
+        out.push(r);
     }
+    out
+}
+
+/// The events of one request with seqs `last + 1 ..`.
+fn assign(
+    events: &[Pending],
+    session_id: Uuid,
+    last: u64,
+    created_at: &str,
+) -> Result<Vec<NewEvent>, StoreError> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Pending {
+                kind: p.kind,
+                run_id: p.run_id,
+                body: match &p.body {
+                    Body::Json(s) => Body::Json(s.clone()),
+                    Body::Delta { thought, text } => Body::Delta {
+                        thought: *thought,
+                        text: text.clone(),
+                    },
+                },
+            }
+            .encode(session_id, last + 1 + i as u64, created_at)
+        })
+        .collect()
 }
 
 /// What a subscription yields.

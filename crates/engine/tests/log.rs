@@ -362,3 +362,205 @@ async fn a_subscriber_on_another_instance_sees_every_event_once() {
         );
     }
 }
+
+/// The log over a store that can be slowed down or broken.
+async fn faulty_setup() -> (
+    tempfile::TempDir,
+    Arc<SqliteStore>,
+    switchboard_test_support::faulty_store::FaultyStore,
+    EventLog,
+    Uuid,
+) {
+    let (dir, store, _, id) = setup(64).await;
+    let faulty = switchboard_test_support::faulty_store::FaultyStore::new(store.clone());
+    let log = EventLog::new(Arc::new(faulty.clone()), 64);
+    (dir, store, faulty, log, id)
+}
+
+fn delta_text(e: &switchboard_engine::LogEvent) -> String {
+    let v: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+    v["TextDelta"]["delta"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Pipelined deltas are queued without waiting for their commit, yet every event a
+/// subscriber receives was committed before it was published (the store reports each
+/// commit to the test before the writer hears of it), seqs stay contiguous, and the text
+/// arrives whole and in order even where deltas were merged into one event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_never_sees_an_uncommitted_pipelined_event() {
+    use switchboard_test_support::faulty_store::{Action, Fault};
+    let (_dir, store, faulty, log, id) = faulty_setup().await;
+    let committed = Arc::new(std::sync::Mutex::new(
+        std::collections::HashSet::<u64>::new(),
+    ));
+    {
+        let committed = committed.clone();
+        faulty.observe_commits(move |evs| {
+            committed.lock().unwrap().extend(evs.iter().map(|e| e.seq));
+        });
+    }
+    // Slow commits: many deltas pile up behind each one.
+    faulty.set(
+        "write_events",
+        Fault::always(Action::Delay(Duration::from_millis(3))),
+    );
+    let mut sub = log.subscribe(id, 0).await.unwrap();
+    let reader = {
+        let committed = committed.clone();
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut text = String::new();
+            let mut seqs = Vec::new();
+            loop {
+                let item = tokio::time::timeout(Duration::from_secs(20), sub.next())
+                    .await
+                    .expect("stalled")
+                    .unwrap();
+                let Some(SubItem::Events(batch)) = item else {
+                    panic!("unexpected {item:?}");
+                };
+                for e in batch.iter() {
+                    assert!(
+                        committed.lock().unwrap().contains(&e.seq),
+                        "seq {} was published before its commit",
+                        e.seq
+                    );
+                    seqs.push(e.seq);
+                    if e.kind == "text_complete" {
+                        // And the store holds it (another connection reads it back).
+                        let back = store.read_events(id, e.seq - 1, 1).await.unwrap();
+                        assert_eq!(back[0].seq, e.seq);
+                        return (text, seqs);
+                    }
+                    text.push_str(&delta_text(e));
+                }
+            }
+        })
+    };
+    let run_id = Uuid::nil();
+    let pipe = log.pipeline(id, None);
+    let mut sent = String::new();
+    const K: usize = 2000;
+    for i in 0..K {
+        let piece = format!("chunk{i:05} ");
+        sent.push_str(&piece);
+        pipe.send(run_id, false, piece).await.unwrap();
+    }
+    pipe.flush().await.unwrap();
+    log.append(
+        id,
+        &AgentEvent::TextComplete {
+            run_id,
+            text: sent.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    let (seen, seqs) = reader.await.unwrap();
+    assert_eq!(seen, sent, "the subscriber's text is the text sent");
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let stored = store.read_events(id, 0, 100_000).await.unwrap();
+    let stored_text: String = stored
+        .iter()
+        .filter(|e| e.kind == "text_delta")
+        .map(delta_text)
+        .collect();
+    assert_eq!(stored_text, sent, "the stored text is the text sent");
+    assert!(
+        stored.len() < K / 4,
+        "deltas that share a commit are stored as one event: {} events for {K} deltas",
+        stored.len()
+    );
+    assert!(
+        faulty.calls("write_events") < (K / 4) as u64,
+        "commits carry many deltas each: {} commits",
+        faulty.calls("write_events")
+    );
+}
+
+/// A pipelined write that fails is reported to the pipeline's next call, and nothing the
+/// pipeline sent after it is written: the log holds a prefix of the stream, with contiguous
+/// seqs, and takes appends again once the store recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pipelined_write_stops_its_pipeline_and_is_reported() {
+    use switchboard_test_support::faulty_store::{Action, Fault};
+    let (_dir, store, faulty, log, id) = faulty_setup().await;
+    let pipe = log.pipeline(id, None);
+    let run_id = Uuid::nil();
+    for i in 0..10 {
+        pipe.send(run_id, false, format!("a{i} ")).await.unwrap();
+    }
+    pipe.flush().await.unwrap();
+    faulty.set("write_events", Fault::always(Action::Fail));
+    for i in 0..10 {
+        // Queued: the failure is not known yet, or already (then the send says so).
+        if pipe.send(run_id, false, format!("b{i} ")).await.is_err() {
+            break;
+        }
+    }
+    let err = pipe.flush().await.unwrap_err();
+    assert!(err.to_string().contains("injected fault"), "{err}");
+    faulty.heal();
+    assert!(pipe.send(run_id, false, "c ".into()).await.is_err());
+    assert!(
+        pipe.flush().await.is_err(),
+        "a failed pipeline stays failed"
+    );
+    // Another pipeline, and plain appends, work again.
+    let seq = log
+        .append(
+            id,
+            &AgentEvent::TextDelta {
+                run_id,
+                delta: "after".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let fresh = log.pipeline(id, None);
+    fresh.send(run_id, false, " more".into()).await.unwrap();
+    fresh.flush().await.unwrap();
+    let stored = store.read_events(id, 0, 1000).await.unwrap();
+    let seqs: Vec<u64> = stored.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        (1..=stored.len() as u64).collect::<Vec<_>>(),
+        "contiguous"
+    );
+    assert_eq!(seq, stored[stored.len() - 2].seq);
+    let text: String = stored.iter().map(delta_text).collect();
+    assert_eq!(
+        text, "a0 a1 a2 a3 a4 a5 a6 a7 a8 a9 after more",
+        "the stream's prefix, nothing of it after the failure"
+    );
+}
+
+/// A store slower than the model makes the sender wait once the writer's queue is full:
+/// memory stays bounded instead of growing with the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_store_pushes_back_on_the_sender() {
+    use switchboard_test_support::faulty_store::{Action, Fault};
+    let (_dir, _store, faulty, log, id) = faulty_setup().await;
+    faulty.set("write_events", Fault::always(Action::Hang));
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sender = {
+        let pipe = log.pipeline(id, None);
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            for i in 0..100_000 {
+                pipe.send(Uuid::nil(), false, format!("{i}")).await.unwrap();
+                sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(!sender.is_finished(), "the sender waits");
+    // The queue (4,096 requests) and the batch stuck in the store (at most 1,024).
+    assert!(n <= 4096 + 1024, "{n} deltas queued in memory");
+    assert!(n >= 4096, "the queue filled: {n}");
+    sender.abort();
+}

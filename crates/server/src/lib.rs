@@ -60,6 +60,20 @@ pub struct AppState {
     pub started: Instant,
 }
 
+/// The listener every Switchboard HTTP surface serves on: accepted connections get
+/// `TCP_NODELAY`, so a small write (an SSE frame, a short JSON answer) leaves at once
+/// instead of waiting for the client's delayed ACK (up to 40 ms on Linux).
+pub fn listener(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt as _;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    })
+}
+
 /// Builds the whole router.
 pub fn router(engine: Engine, config: ServerConfig) -> Router {
     let max_body = config.max_body_bytes;
@@ -85,4 +99,20 @@ pub fn router(engine: Engine, config: ServerConfig) -> Router {
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn(error::request_id))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay() {
+        use axum::serve::Listener as _;
+        let raw = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = raw.local_addr().unwrap();
+        let mut l = super::listener(raw);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (io, _) = l.accept().await;
+        assert!(io.nodelay().unwrap());
+    }
 }

@@ -1,7 +1,7 @@
 use thiserror::Error;
 
 /// What can go wrong in a store.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum StoreError {
     /// A uniqueness or state rule was violated (duplicate id, second running run, …).
     #[error("conflict: {0}")]

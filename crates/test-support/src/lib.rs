@@ -4,12 +4,14 @@
 //! format once and well: [`mock_llm::MockLlm`], an OpenAI-compatible and Anthropic Messages server on
 //! real TCP with scripted replies (text, tool calls, errors, broken streams, hangs), and
 //! [`process::ServerProcess`], which runs the `switchboard` binary as a child process for
-//! end-to-end tests, and [`postgres::TestDatabase`], a throwaway database on the test server. It is test-only code, used as a dev-dependency.
+//! end-to-end tests, [`postgres::TestDatabase`], a throwaway database on the test server, and
+//! [`faulty_store::FaultyStore`], a store that fails, hangs or slows down on cue. It is test-only code, used as a dev-dependency.
 
 pub mod call_log;
 pub mod fake_discord;
 pub mod fake_slack;
 pub mod fake_telegram;
+pub mod faulty_store;
 pub mod mock_llm;
 pub mod postgres;
 pub mod process;

@@ -84,7 +84,7 @@ async fn serve_engine(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
+        let _ = axum::serve(switchboard_server::listener(listener), router).await;
     });
     Ok((engine, url))
 }
