@@ -585,6 +585,7 @@ impl EventLog {
             replaying: true,
             pending_gap: gap,
             poll: self.bus.get().map(|_| BUS_POLL),
+            prefetch: None,
         })
     }
 }
@@ -924,6 +925,16 @@ pub struct Subscription {
     pending_gap: Option<GapDetected>,
     /// With a bus: read the store after this long without a live batch.
     poll: Option<std::time::Duration>,
+    /// The next replay page, read while the caller sends the current one.
+    prefetch: Option<tokio::task::JoinHandle<Result<Vec<LogEvent>, StoreError>>>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(p) = self.prefetch.take() {
+            p.abort();
+        }
+    }
 }
 
 impl Subscription {
@@ -939,12 +950,26 @@ impl Subscription {
         }
         loop {
             if self.replaying {
-                let page = self
-                    .store
-                    .read_events(self.session_id, self.last, REPLAY_PAGE)
-                    .await?;
+                let page = match self.prefetch.take() {
+                    Some(p) => p
+                        .await
+                        .map_err(|e| EngineError::Internal(format!("replay read: {e}")))??,
+                    None => {
+                        self.store
+                            .read_events(self.session_id, self.last, REPLAY_PAGE)
+                            .await?
+                    }
+                };
                 if let Some(last) = page.last() {
                     self.last = last.seq;
+                    if page.len() == REPLAY_PAGE as usize {
+                        // More is likely stored: read it while this page goes out, so the
+                        // database and the socket work at the same time.
+                        let (store, sid, after) = (self.store.clone(), self.session_id, self.last);
+                        self.prefetch = Some(tokio::spawn(async move {
+                            store.read_events(sid, after, REPLAY_PAGE).await
+                        }));
+                    }
                     let mut batch = EventBatch::default();
                     batch.push(SharedBatch::new(page), 0);
                     return Ok(Some(SubItem::Events(batch)));

@@ -56,7 +56,9 @@ pub enum AgentEvent {
     },
     /// A follow-up was stored; it starts a run when the active one ends.
     FollowUpQueued { run_id: Uuid, content: String },
-    /// A piece of the assistant's reply.
+    /// A piece of the assistant's reply. Pieces the model streamed close together may be
+    /// stored as one `TextDelta` (their text concatenated, in order): concatenating a run's
+    /// deltas gives the reply, however they were cut.
     TextDelta { run_id: Uuid, delta: String },
     /// The assistant's reply of one step, complete.
     TextComplete { run_id: Uuid, text: String },
@@ -91,7 +93,8 @@ pub enum AgentEvent {
     },
     /// A steering message reached the agent.
     SteeringReceived { run_id: Uuid, content: String },
-    /// A piece of the agent's visible reasoning (not part of the reply text).
+    /// A piece of the agent's visible reasoning (not part of the reply text); merged like
+    /// `TextDelta`.
     ThoughtDelta { run_id: Uuid, delta: String },
     /// The agent's plan, complete each time (entries replace the previous plan).
     PlanUpdated {

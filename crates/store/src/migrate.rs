@@ -3,7 +3,7 @@
 //! Written by hand rather than with `sqlx::migrate!` to avoid the macro crate's build cost
 //! and to keep the SQLite and PostgreSQL lists side by side as plain files.
 
-use sqlx::{Executor, PgPool, Row, SqlitePool};
+use sqlx::{Connection as _, Executor, PgPool, Row, SqliteConnection};
 
 use crate::StoreError;
 
@@ -21,14 +21,19 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
 
 /// Uses `Executor::execute(raw_sql)` (see [`run_postgres`]) so that `SqliteStore::open`
 /// can be spawned.
-pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
-    pool.execute(sqlx::raw_sql(
+///
+/// Runs on a connection of its own, opened and closed before the pool's: a pool connection
+/// that had read the schema before a migration changed it would keep the old column list of
+/// a statement that SQLite silently re-prepares, and sqlx then reads a row past its end
+/// (a panic in sqlx's worker, seen under load as "index out of bounds: the len is 7").
+pub(crate) async fn run_sqlite(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    conn.execute(sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
     ))
     .await
     .map_err(|e| StoreError::Open(format!("creating schema_migrations: {e}")))?;
     let current: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(|e| StoreError::Open(e.to_string()))?
         .try_get("v")
@@ -40,7 +45,7 @@ pub(crate) async fn run_sqlite(pool: &SqlitePool) -> Result<(), StoreError> {
         )));
     }
     for (version, sql) in SQLITE.iter().filter(|(v, _)| *v > current) {
-        let mut tx = pool
+        let mut tx = conn
             .begin()
             .await
             .map_err(|e| StoreError::Open(e.to_string()))?;

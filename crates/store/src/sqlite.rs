@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, SqlitePool};
+use sqlx::{Connection as _, Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use crate::{
@@ -147,14 +147,25 @@ impl SqliteStore {
                 SqliteSynchronous::Normal
             })
             .busy_timeout(Duration::from_secs(10))
+            // Rows come from sqlx's worker thread through a bounded channel; at the default
+            // (50) a replay page of 2,000 events makes the worker block and be woken 40
+            // times. A page's worth lets it read the page in one go.
+            .row_buffer_size(2048)
             .foreign_keys(true);
+        let open_err = |e: sqlx::Error| StoreError::Open(format!("{}: {e}", opts.path.display()));
+        let mut migrator = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(open_err)?;
+        crate::migrate::run_sqlite(&mut migrator).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(opts.max_connections.max(1))
             .min_connections(1)
             .connect_with(connect)
             .await
-            .map_err(|e| StoreError::Open(format!("{}: {e}", opts.path.display())))?;
-        crate::migrate::run_sqlite(&pool).await?;
+            .map_err(open_err)?;
+        // Closed after the pool has a connection: closing the last connection of a WAL
+        // database checkpoints it, which costs the start-up a few fsyncs.
+        migrator.close().await.map_err(open_err)?;
         Ok(Self {
             pool,
             path: opts.path,

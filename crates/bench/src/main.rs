@@ -15,13 +15,21 @@
 //!     is SIGKILLed: time until the survivor has closed the run, and until it runs the
 //!     chat channels. Same `SWITCHBOARD_BENCH_STORE_URL`.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f]`.
+//! (g) streaming (`--only g`): a mock model streams K chunks of 20 characters into one
+//!     session of a separate `switchboard serve` process while M SSE subscribers read it:
+//!     the server's CPU per delivered chunk (from `/proc`), chunks/s on one stream, time to
+//!     the first event and the first `TextDelta`, loss and duplicate checks; and resume of
+//!     1,000 and 100,000 events from a log written before the server started.
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod streaming;
 
 use anyhow::{Context, Result, bail};
 use switchboard_engine::{Backends, Engine, EngineConfig};
@@ -499,30 +507,20 @@ struct Proc {
     url: String,
 }
 
-async fn spawn_instance(
-    store_url: &str,
-    bus: &str,
-    name: &str,
-    hang: &str,
-    dir: &std::path::Path,
-) -> Result<Proc> {
+/// A `switchboard serve` process (the release build next to this binary) on a free
+/// loopback port with `envs` on top of a minimal environment; killed when dropped.
+async fn spawn_serve(envs: &[(&str, &str)]) -> Result<Proc> {
     let bin = std::env::current_exe()?.with_file_name("switchboard");
-    let mut child = tokio::process::Command::new(&bin)
-        .arg("serve")
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.arg("serve")
         .env("SWITCHBOARD_LISTEN", "127.0.0.1:0")
-        .env("SWITCHBOARD_DATA_DIR", dir.join(name))
         .env("SWITCHBOARD_CONFIG", "/dev/null")
         .env("SWITCHBOARD_LOG", "warn")
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("SWITCHBOARD_STORE_URL", store_url)
-        .env("SWITCHBOARD_BUS_URL", bus)
-        .env("SWITCHBOARD_INSTANCE_ID", name)
-        // A model and a Telegram API that accept connections and never answer: the run
-        // stays running, the poller stays connected.
-        .env("SWITCHBOARD_OPENAI_BASE_URL", hang)
-        .env("SWITCHBOARD_MODEL", "bench")
-        .env("SWITCHBOARD_TELEGRAM_TOKEN", "123:bench")
-        .env("SWITCHBOARD_TELEGRAM_BASE_URL", hang)
+        .env("SWITCHBOARD_TOKEN", TOKEN);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -538,6 +536,30 @@ async fn spawn_instance(
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok(Proc { child, url })
+}
+
+/// An instance of the failover bench: on the shared database and bus, with a model and a
+/// Telegram API that accept connections and never answer (the run stays running, the
+/// poller stays connected).
+async fn spawn_instance(
+    store_url: &str,
+    bus: &str,
+    name: &str,
+    hang: &str,
+    dir: &std::path::Path,
+) -> Result<Proc> {
+    let data = dir.join(name);
+    spawn_serve(&[
+        ("SWITCHBOARD_DATA_DIR", data.to_str().context("path")?),
+        ("SWITCHBOARD_STORE_URL", store_url),
+        ("SWITCHBOARD_BUS_URL", bus),
+        ("SWITCHBOARD_INSTANCE_ID", name),
+        ("SWITCHBOARD_OPENAI_BASE_URL", hang),
+        ("SWITCHBOARD_MODEL", "bench"),
+        ("SWITCHBOARD_TELEGRAM_TOKEN", "123:bench"),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", hang),
+    ])
+    .await
 }
 
 async fn gateway_role(http: &reqwest::Client, p: &Proc) -> String {
@@ -739,6 +761,28 @@ async fn main() -> Result<()> {
         );
         println!("| (d) peak RSS once the slow reader caught up (MiB) | {peak:.1} | |");
         println!("| (d) slow reader (64 KiB chunk / 50 ms) caught up after (s) | {slow:.1} | |");
+    }
+    if want("g") || only.as_deref() == Some("g-resume") {
+        if want("g") {
+            streaming::streaming(runs).await?;
+        }
+        let (tail, all) = streaming::resume(100_000, runs.max(5)).await?;
+        let fmt = |v: &[f64], d: usize| {
+            v.iter()
+                .map(|x| format!("{x:.d$}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "| (g) resume the last 1,000 of 100,000 events, separate server process (ms) | {:.2} | {} |",
+            median(tail.clone()),
+            fmt(&tail, 2)
+        );
+        println!(
+            "| (g) resume all 100,000 events, separate server process (s) | {:.3} | {} |",
+            median(all.clone()),
+            fmt(&all, 3)
+        );
     }
     if only.as_deref() == Some("f") {
         let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL").context(
