@@ -21,7 +21,7 @@
 //!     the first event and the first `TextDelta`, loss and duplicate checks; and resume of
 //!     1,000 and 100,000 events from a log written before the server started.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume]`.
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume] [--grid KxM]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 
 use std::process::Stdio;
@@ -676,6 +676,14 @@ async fn failover(store_url: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> 
     Ok((r, p))
 }
 
+/// Every run's figure with `d` decimals, for the "all runs" column.
+fn fmt(v: &[f64], d: usize) -> String {
+    v.iter()
+        .map(|x| format!("{x:.d$}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -764,15 +772,19 @@ async fn main() -> Result<()> {
     }
     if want("g") || only.as_deref() == Some("g-resume") {
         if want("g") {
-            streaming::streaming(runs).await?;
+            // `--grid 10000x1`: one (K, M) case only.
+            let grid = args
+                .iter()
+                .position(|a| a == "--grid")
+                .and_then(|i| args.get(i + 1))
+                .and_then(|v| v.split_once('x'))
+                .and_then(|(k, m)| Some((k.parse().ok()?, m.parse().ok()?)));
+            streaming::streaming(runs, grid).await?;
+            if grid.is_some() {
+                return Ok(());
+            }
         }
         let (tail, all) = streaming::resume(100_000, runs.max(5)).await?;
-        let fmt = |v: &[f64], d: usize| {
-            v.iter()
-                .map(|x| format!("{x:.d$}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         println!(
             "| (g) resume the last 1,000 of 100,000 events, separate server process (ms) | {:.2} | {} |",
             median(tail.clone()),
@@ -789,21 +801,15 @@ async fn main() -> Result<()> {
             "(f) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench",
         )?;
         let (run, poll) = failover(&url, runs).await?;
-        let fmt = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         println!(
             "| (f) SIGKILL of the instance running a run: run closed on the survivor after (s) | {:.2} | {} |",
             median(run.clone()),
-            fmt(&run)
+            fmt(&run, 2)
         );
         println!(
             "| (f) … and of the instance polling Telegram: survivor polling after (s) | {:.2} | {} |",
             median(poll.clone()),
-            fmt(&poll)
+            fmt(&poll, 2)
         );
     }
     if want("e") && only.as_deref() == Some("e") {
@@ -817,12 +823,6 @@ async fn main() -> Result<()> {
             p50.push(a);
             p99.push(b);
         }
-        let fmt = |v: &[f64], d: usize| {
-            v.iter()
-                .map(|x| format!("{x:.d$}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         println!(
             "| (e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all | {:.0} | {} |",
             median(tput.clone()),

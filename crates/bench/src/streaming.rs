@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-use crate::{Proc, TOKEN, http, median, read_frames, spawn_serve};
+use crate::{Proc, TOKEN, fmt, http, median, read_frames, spawn_serve};
 
 /// CPU time the process has used, in nanoseconds: the sum over its threads of
 /// `/proc/PID/task/TID/schedstat` (nanosecond resolution; `/proc/PID/stat` counts 10 ms
@@ -248,20 +248,14 @@ async fn one_run(
     })
 }
 
-fn fmt(v: &[f64], d: usize) -> String {
-    v.iter()
-        .map(|x| format!("{x:.d$}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// (g) for every (K, M), `runs` times each, printed as rows.
-pub async fn streaming(runs: usize) -> Result<()> {
+/// The whole grid, or only `grid` (`--grid KxM`, say to profile one case).
+pub async fn streaming(runs: usize, grid: Option<(usize, usize)>) -> Result<()> {
     let s = stream_server().await?;
     let http = http()?;
     // Warm up: connections, the model client, SQLite's cache.
     one_run(&s, &http, 200, 1).await?;
-    for (k, m) in [
+    let all = [
         (2000usize, 1usize),
         (2000, 10),
         (2000, 100),
@@ -270,7 +264,12 @@ pub async fn streaming(runs: usize) -> Result<()> {
         (10_000, 10),
         (10_000, 100),
         (10_000, 1000),
-    ] {
+    ];
+    let cases: Vec<(usize, usize)> = match grid {
+        Some(g) => vec![g],
+        None => all.to_vec(),
+    };
+    for (k, m) in cases {
         let mut f = Vec::new();
         for _ in 0..runs {
             f.push(one_run(&s, &http, k, m).await?);
@@ -364,39 +363,21 @@ pub async fn resume(n: u64, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> {
     .await?;
     let http = http()?;
     let url = format!("{}/v1/sessions/{id}/events", proc.url);
-    let (mut tail, mut all) = (Vec::new(), Vec::new());
-    // Warm up the connection and the page cache.
-    read_frames(
-        http.clone(),
-        format!("{url}?after={}", n - 1000),
-        1000,
-        None,
-        Arc::default(),
-    )
-    .await?;
-    for _ in 0..runs {
+    // Seconds to read `count` events after `after`.
+    let timed = async |after: u64, count: u64| -> Result<f64> {
         let start = Instant::now();
-        read_frames(
-            http.clone(),
-            format!("{url}?after={}", n - 1000),
-            1000,
-            None,
-            Arc::default(),
-        )
-        .await?;
-        tail.push(start.elapsed().as_secs_f64() * 1000.0);
+        let url = format!("{url}?after={after}");
+        read_frames(http.clone(), url, count, None, Arc::default()).await?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    // Warm up the connection and the page cache.
+    timed(n - 1000, 1000).await?;
+    let (mut tail, mut all) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        tail.push(timed(n - 1000, 1000).await? * 1000.0);
     }
     for _ in 0..runs {
-        let start = Instant::now();
-        read_frames(
-            http.clone(),
-            format!("{url}?after=0"),
-            n,
-            None,
-            Arc::default(),
-        )
-        .await?;
-        all.push(start.elapsed().as_secs_f64());
+        all.push(timed(0, n).await?);
     }
     Ok((tail, all))
 }
