@@ -676,6 +676,11 @@ async fn failover(store_url: &str, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> 
     Ok((r, p))
 }
 
+/// One table row: `what`, the median and every run, with `d` decimals.
+fn row(what: &str, v: &[f64], d: usize) {
+    println!("| {what} | {:.d$} | {} |", median(v.to_vec()), fmt(v, d));
+}
+
 /// Every run's figure with `d` decimals, for the "all runs" column.
 fn fmt(v: &[f64], d: usize) -> String {
     v.iter()
@@ -722,44 +727,37 @@ async fn main() -> Result<()> {
                 rates.push(rate);
                 catch.push(caught);
             }
-            let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
-            println!(
-                "| (a) append {n} events ({appenders} appenders), {subs} subscribers: events/s | {:.0} | {} |",
-                median(rates.clone()),
-                all.join(", ")
+            row(
+                &format!(
+                    "(a) append {n} events ({appenders} appenders), {subs} subscribers: events/s"
+                ),
+                &rates,
+                0,
             );
-            println!(
-                "| (a) … all {subs} subscribers ({appenders} appenders) have every event after (s) | {:.3} | {} |",
-                median(catch.clone()),
-                catch
-                    .iter()
-                    .map(|c| format!("{c:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            row(
+                &format!(
+                    "(a) … all {subs} subscribers ({appenders} appenders) have every event after (s)"
+                ),
+                &catch,
+                3,
             );
         }
     }
     if want("b") {
         let t = replay(100_000, runs).await?;
-        println!(
-            "| (b) replay 100,000 events to a reconnecting client (s) | {:.3} | {} |",
-            median(t.clone()),
-            t.iter()
-                .map(|c| format!("{c:.3}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+        row(
+            "(b) replay 100,000 events to a reconnecting client (s)",
+            &t,
+            3,
         );
     }
     if want("c") {
-        let t = start_to_healthy(runs * 2).await?;
-        println!(
-            "| (c) process start to /v1/health 200 (ms) | {:.1} | {} |",
-            median(t.clone()) * 1000.0,
-            t.iter()
-                .map(|c| format!("{:.1}", c * 1000.0))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let t: Vec<f64> = start_to_healthy(runs * 2)
+            .await?
+            .iter()
+            .map(|s| s * 1000.0)
+            .collect();
+        row("(c) process start to /v1/health 200 (ms)", &t, 1);
     }
     if want("d") {
         let (connected, after_fast, peak, slow) = slow_subscriber_memory(20_000).await?;
@@ -785,15 +783,15 @@ async fn main() -> Result<()> {
             }
         }
         let (tail, all) = streaming::resume(100_000, runs.max(5)).await?;
-        println!(
-            "| (g) resume the last 1,000 of 100,000 events, separate server process (ms) | {:.2} | {} |",
-            median(tail.clone()),
-            fmt(&tail, 2)
+        row(
+            "(g) resume the last 1,000 of 100,000 events, separate server process (ms)",
+            &tail,
+            2,
         );
-        println!(
-            "| (g) resume all 100,000 events, separate server process (s) | {:.3} | {} |",
-            median(all.clone()),
-            fmt(&all, 3)
+        row(
+            "(g) resume all 100,000 events, separate server process (s)",
+            &all,
+            3,
         );
     }
     if only.as_deref() == Some("f") {
@@ -801,15 +799,15 @@ async fn main() -> Result<()> {
             "(f) needs SWITCHBOARD_BENCH_STORE_URL=postgres://…/a_database_for_the_bench",
         )?;
         let (run, poll) = failover(&url, runs).await?;
-        println!(
-            "| (f) SIGKILL of the instance running a run: run closed on the survivor after (s) | {:.2} | {} |",
-            median(run.clone()),
-            fmt(&run, 2)
+        row(
+            "(f) SIGKILL of the instance running a run: run closed on the survivor after (s)",
+            &run,
+            2,
         );
-        println!(
-            "| (f) … and of the instance polling Telegram: survivor polling after (s) | {:.2} | {} |",
-            median(poll.clone()),
-            fmt(&poll, 2)
+        row(
+            "(f) … and of the instance polling Telegram: survivor polling after (s)",
+            &poll,
+            2,
         );
     }
     if want("e") && only.as_deref() == Some("e") {
@@ -823,21 +821,17 @@ async fn main() -> Result<()> {
             p50.push(a);
             p99.push(b);
         }
-        println!(
-            "| (e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all | {:.0} | {} |",
-            median(tput.clone()),
-            fmt(&tput, 0)
+        row(
+            "(e) 3 instances (PostgreSQL + NATS), 64 appenders each: events/s in all",
+            &tput,
+            0,
         );
-        println!(
-            "| (e) append on A, SSE on B at 10,000 events/s: p50 delivery (ms) | {:.2} | {} |",
-            median(p50.clone()),
-            fmt(&p50, 2)
+        row(
+            "(e) append on A, SSE on B at 10,000 events/s: p50 delivery (ms)",
+            &p50,
+            2,
         );
-        println!(
-            "| (e) … p99 delivery (ms) | {:.2} | {} |",
-            median(p99.clone()),
-            fmt(&p99, 2)
-        );
+        row("(e) … p99 delivery (ms)", &p99, 2);
     }
     Ok(())
 }

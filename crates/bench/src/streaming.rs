@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-use crate::{Proc, TOKEN, fmt, http, median, read_frames, spawn_serve};
+use crate::{Proc, TOKEN, http, median, read_frames, row, spawn_serve};
 
 /// CPU time the process has used, in nanoseconds: the sum over its threads of
 /// `/proc/PID/task/TID/schedstat` (nanosecond resolution; `/proc/PID/stat` counts 10 ms
@@ -296,11 +296,7 @@ pub async fn streaming(runs: usize, grid: Option<(usize, usize)>) -> Result<()> 
             ),
         ];
         for (what, v, d) in rows {
-            println!(
-                "| (g) K={k}, M={m}: {what} | {:.d$} | {} |",
-                median(v.clone()),
-                fmt(&v, d)
-            );
+            row(&format!("(g) K={k}, M={m}: {what}"), &v, d);
         }
     }
     Ok(())

@@ -146,21 +146,17 @@ enum Body {
 }
 
 impl Pending {
-    fn encode(self, session_id: Uuid, seq: u64, created_at: &str) -> Result<NewEvent, StoreError> {
-        let payload = match self.body {
-            Body::Json(s) => s,
+    /// The stored form with seq `seq`. Borrows, because a request whose write fails is
+    /// written again with other seqs.
+    fn encode(&self, session_id: Uuid, seq: u64, created_at: &str) -> Result<NewEvent, StoreError> {
+        let payload = match &self.body {
+            Body::Json(s) => s.clone(),
             Body::Delta { thought, text } => {
-                let run_id = self.run_id.unwrap_or_default();
-                let ev = if thought {
-                    AgentEvent::ThoughtDelta {
-                        run_id,
-                        delta: text,
-                    }
+                let (run_id, delta) = (self.run_id.unwrap_or_default(), text.clone());
+                let ev = if *thought {
+                    AgentEvent::ThoughtDelta { run_id, delta }
                 } else {
-                    AgentEvent::TextDelta {
-                        run_id,
-                        delta: text,
-                    }
+                    AgentEvent::TextDelta { run_id, delta }
                 };
                 serde_json::to_string(&ev)
                     .map_err(|e| StoreError::Corrupt(format!("encoding event: {e}")))?
@@ -887,20 +883,7 @@ fn assign(
     events
         .iter()
         .enumerate()
-        .map(|(i, p)| {
-            Pending {
-                kind: p.kind,
-                run_id: p.run_id,
-                body: match &p.body {
-                    Body::Json(s) => Body::Json(s.clone()),
-                    Body::Delta { thought, text } => Body::Delta {
-                        thought: *thought,
-                        text: text.clone(),
-                    },
-                },
-            }
-            .encode(session_id, last + 1 + i as u64, created_at)
-        })
+        .map(|(i, p)| p.encode(session_id, last + 1 + i as u64, created_at))
         .collect()
 }
 
