@@ -22,9 +22,12 @@
 //!
 //! The bot token is a secret: it is never logged, and it is removed from every error text.
 
-use crate::util::{BACKOFF_START, Backoff, lock};
+use crate::platform::{
+    self, Answer, BOT, Call, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy, Verdict,
+    pause,
+};
+use crate::util::{BACKOFF_START, Backoff};
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -51,13 +54,17 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time a `getUpdates` request gets beyond its long-poll timeout.
 const POLL_GRACE: Duration = Duration::from_secs(15);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest `retry_after` waited out inside one call.
-const MAX_RETRY_AFTER_SECS: u64 = 60;
 
-/// `retry_after` assumed when a 429 names none.
-const DEFAULT_RETRY_AFTER: u64 = 5;
-/// What replaces the token in error texts.
-const REDACTED: &str = "<redacted>";
+/// Telegram's published limits: about 30 messages a second per bot, about one a second in
+/// one chat (short bursts pass), 20 a minute in a group; edits in one chat at most one per
+/// `edit_interval`.
+fn limits(edit_interval: Duration) -> Limits {
+    Limits::new()
+        .with("bot", Rate::per(30, Duration::from_secs(1)))
+        .with("chat", Rate::per(20, Duration::from_secs(20)))
+        .with("group", Rate::per(20, Duration::from_secs(60)))
+        .with("edit", Rate::spaced(edit_interval))
+}
 
 /// How to reach a Telegram bot.
 #[derive(Clone)]
@@ -74,6 +81,10 @@ pub struct TelegramConfig {
     pub poll_timeout_secs: u64,
     /// How often one call is retried after 429 before giving up (default 3).
     pub max_retries: u32,
+    /// The longest `retry_after` waited out inside one call (default 60 s).
+    pub max_retry_after: Duration,
+    /// What a longer one does (default: the call fails as rate limited).
+    pub over_cap: OverCap,
     /// Least time between two edits of messages in one chat (default 1 s).
     pub edit_interval: Duration,
     /// Webhook mode instead of long polling: Telegram POSTs updates to `url` (public,
@@ -91,6 +102,15 @@ pub struct TelegramWebhook {
 }
 
 impl TelegramConfig {
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            max_retry_after: self.max_retry_after,
+            over_cap: self.over_cap,
+            ..RetryPolicy::default()
+        }
+    }
+
     /// The defaults, with `token`.
     pub fn new(token: impl Into<String>) -> Self {
         Self {
@@ -110,6 +130,8 @@ impl Default for TelegramConfig {
             require_mention_in_groups: true,
             poll_timeout_secs: 30,
             max_retries: 3,
+            max_retry_after: Duration::from_secs(60),
+            over_cap: OverCap::Fail,
             edit_interval: Duration::from_secs(1),
             webhook: None,
         }
@@ -125,6 +147,8 @@ impl fmt::Debug for TelegramConfig {
             .field("require_mention_in_groups", &self.require_mention_in_groups)
             .field("poll_timeout_secs", &self.poll_timeout_secs)
             .field("max_retries", &self.max_retries)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("over_cap", &self.over_cap)
             .field("edit_interval", &self.edit_interval)
             .finish()
     }
@@ -140,12 +164,8 @@ struct BotIdentity {
 /// A Telegram bot connection; see the module docs.
 pub struct TelegramChannel {
     cfg: TelegramConfig,
-    /// `base_url` without a trailing `/`.
-    base: String,
-    http: reqwest::Client,
-    status: Mutex<String>,
-    /// Per chat id: the earliest instant the next edit may go out.
-    next_edit: crate::util::EditSpacer,
+    /// The Bot API, its retry policy and the bot's outbox.
+    client: PlatformClient,
     /// The bot's identity, learned once (webhook mode needs it per update).
     me: tokio::sync::OnceCell<BotIdentity>,
 }
@@ -195,12 +215,23 @@ impl TelegramChannel {
             token: token.to_owned(),
             ..cfg
         };
+        let mut secrets = vec![cfg.token.clone()];
+        if let Some((_, secret)) = cfg.token.split_once(':')
+            && secret.len() >= 8
+        {
+            secrets.push(secret.to_owned());
+        }
+        let client = PlatformClient::new(
+            cfg.name.clone(),
+            &base,
+            http,
+            secrets,
+            cfg.retry_policy(),
+            limits(cfg.edit_interval),
+        );
         Ok(Self {
             cfg,
-            base,
-            http,
-            status: Mutex::new("configured".into()),
-            next_edit: crate::util::EditSpacer::default(),
+            client,
             me: tokio::sync::OnceCell::new(),
         })
     }
@@ -211,162 +242,135 @@ impl TelegramChannel {
     }
 
     fn set_status(&self, status: impl Into<String>) {
-        *lock(&self.status) = status.into();
-    }
-
-    /// `text` with the token (and its secret half) replaced.
-    fn redact(&self, text: &str) -> String {
-        let mut out = text.replace(&self.cfg.token, REDACTED);
-        if let Some((_, secret)) = self.cfg.token.split_once(':')
-            && secret.len() >= 8
-        {
-            out = out.replace(secret, REDACTED);
-        }
-        out
-    }
-
-    fn unreachable(&self, method: &str, err: reqwest::Error) -> ChannelError {
-        let timeout = err.is_timeout();
-        let err = err.without_url();
-        let mut reason = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(s) = source {
-            reason.push_str(": ");
-            reason.push_str(&s.to_string());
-            source = s.source();
-        }
-        if timeout && !reason.contains("timed out") {
-            reason.push_str(" (timed out)");
-        }
-        ChannelError::Unreachable {
-            channel: self.cfg.name.clone(),
-            reason: self.redact(&format!("{method}: {reason}")),
-        }
+        self.client.set_status(status);
     }
 
     fn other(&self, reason: impl Into<String>) -> ChannelError {
-        ChannelError::Other {
-            channel: self.cfg.name.clone(),
-            reason: reason.into(),
-        }
+        self.client.other(reason)
     }
 
-    /// One call, without retries. 429 is [`ChannelError::RateLimited`]; 409 on `getUpdates`
-    /// is [`ChannelError::Conflict`].
+    /// One call. 429 is retried as the retry policy says (then
+    /// [`ChannelError::RateLimited`]); 409 on `getUpdates` is [`ChannelError::Conflict`].
+    /// `keys`: the outbox keys it counts against; `once`: no retries.
+    async fn call_on(
+        &self,
+        method: &str,
+        params: &Value,
+        keys: &[String],
+        timeout: Duration,
+        once: bool,
+    ) -> Result<Value, ChannelError> {
+        let policy = once.then(|| self.client.policy().once());
+        let call = Call {
+            label: method,
+            keys,
+            timeout,
+            policy,
+        };
+        self.client
+            .call(
+                call,
+                |http, base| {
+                    http.post(format!("{base}/bot{}/{method}", self.cfg.token))
+                        .json(params)
+                },
+                |answer| self.read(method, answer),
+            )
+            .await
+    }
+
+    /// What a Bot API answer means.
+    fn read(&self, method: &str, answer: Answer) -> Verdict<Value> {
+        let status = answer.status;
+        let parsed = match serde_json::from_slice::<ApiAnswer>(&answer.body) {
+            Ok(parsed) => parsed,
+            Err(_) if status.is_server_error() => {
+                return Verdict::Transient(self.client.server_error(method, status));
+            }
+            Err(_) => {
+                return Verdict::Failed(self.client.api_error(
+                    method,
+                    status.as_u16(),
+                    &format!("HTTP {status}; the answer is not a Bot API response"),
+                ));
+            }
+        };
+        if parsed.ok {
+            return Verdict::Done(parsed.result.unwrap_or(Value::Null));
+        }
+        let code = parsed
+            .error_code
+            .and_then(|c| u16::try_from(c).ok())
+            .unwrap_or(status.as_u16());
+        if code == 429 {
+            return Verdict::RateLimited(
+                parsed
+                    .parameters
+                    .and_then(|p| p.retry_after)
+                    .map(Duration::from_secs),
+            );
+        }
+        let description = parsed
+            .description
+            .as_deref()
+            .unwrap_or(status.canonical_reason().unwrap_or("error"));
+        if code == 409 && method == "getUpdates" {
+            tracing::error!(
+                channel = %self.cfg.name,
+                description = %self.client.redact(description),
+                "getUpdates answered 409: another poller is running with this bot token (or a webhook is set)"
+            );
+            return Verdict::Failed(ChannelError::Conflict {
+                channel: self.cfg.name.clone(),
+            });
+        }
+        if status.is_server_error() || code >= 500 {
+            return Verdict::Transient(self.client.api_error(method, code, description));
+        }
+        Verdict::Failed(self.client.api_error(method, code, description))
+    }
+
+    /// An edit in `chat` of `message_id`; `None` when a newer edit of it took its place.
+    async fn edit_call(
+        &self,
+        chat: &str,
+        message_id: &str,
+        params: &Value,
+    ) -> Result<Option<Value>, ChannelError> {
+        let method = "editMessageText";
+        let call = Call {
+            label: method,
+            keys: &platform::edit_keys(chat),
+            timeout: CALL_TIMEOUT,
+            policy: None,
+        };
+        self.client
+            .edit(
+                call,
+                &platform::message_key(chat, message_id),
+                |http, base| {
+                    http.post(format!("{base}/bot{}/{method}", self.cfg.token))
+                        .json(params)
+                },
+                |answer| self.read(method, answer),
+            )
+            .await
+    }
+
+    /// One call that is not a message in a chat, with the policy's retries.
+    async fn call(&self, method: &str, params: &Value) -> Result<Value, ChannelError> {
+        self.call_on(method, params, &[BOT.to_owned()], CALL_TIMEOUT, false)
+            .await
+    }
+
+    /// One call, without retries.
     async fn call_once(
         &self,
         method: &str,
         params: &Value,
         timeout: Duration,
     ) -> Result<Value, ChannelError> {
-        let url = format!("{}/bot{}/{method}", self.base, self.cfg.token);
-        let resp = self
-            .http
-            .post(url)
-            .json(params)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(method, e))?;
-        let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| self.unreachable(method, e))?;
-        let answer = match serde_json::from_slice::<ApiAnswer>(&body) {
-            Ok(answer) => answer,
-            Err(_) if status.is_server_error() => {
-                return Err(ChannelError::Unreachable {
-                    channel: self.cfg.name.clone(),
-                    reason: format!("{method}: HTTP {status}"),
-                });
-            }
-            Err(_) => {
-                return Err(ChannelError::Api {
-                    channel: self.cfg.name.clone(),
-                    method: method.to_owned(),
-                    code: status.as_u16(),
-                    description: format!("HTTP {status}; the answer is not a Bot API response"),
-                });
-            }
-        };
-        if answer.ok {
-            return Ok(answer.result.unwrap_or(Value::Null));
-        }
-        let code = answer
-            .error_code
-            .and_then(|c| u16::try_from(c).ok())
-            .unwrap_or(status.as_u16());
-        if code == 429 {
-            return Err(ChannelError::RateLimited {
-                channel: self.cfg.name.clone(),
-                retry_after_secs: answer
-                    .parameters
-                    .and_then(|p| p.retry_after)
-                    .unwrap_or(DEFAULT_RETRY_AFTER),
-            });
-        }
-        let description = self.redact(
-            answer
-                .description
-                .as_deref()
-                .unwrap_or(status.canonical_reason().unwrap_or("error")),
-        );
-        if code == 409 && method == "getUpdates" {
-            tracing::error!(
-                channel = %self.cfg.name,
-                %description,
-                "getUpdates answered 409: another poller is running with this bot token (or a webhook is set)"
-            );
-            return Err(ChannelError::Conflict {
-                channel: self.cfg.name.clone(),
-            });
-        }
-        Err(ChannelError::Api {
-            channel: self.cfg.name.clone(),
-            method: method.to_owned(),
-            code,
-            description,
-        })
-    }
-
-    /// One call, retried after 429 up to `max_retries` times.
-    async fn call(&self, method: &str, params: &Value) -> Result<Value, ChannelError> {
-        let mut retries = 0u32;
-        loop {
-            match self.call_once(method, params, CALL_TIMEOUT).await {
-                Err(ChannelError::RateLimited {
-                    channel,
-                    retry_after_secs,
-                }) => {
-                    // A flood wait of minutes is not waited out inside one call: the caller
-                    // retries later (a worker backs off) instead of blocking.
-                    if retries >= self.cfg.max_retries || retry_after_secs > MAX_RETRY_AFTER_SECS {
-                        tracing::warn!(
-                            channel = %self.cfg.name,
-                            method,
-                            retry_after_secs,
-                            retries,
-                            "rate limited; giving up"
-                        );
-                        return Err(ChannelError::RateLimited {
-                            channel,
-                            retry_after_secs,
-                        });
-                    }
-                    retries += 1;
-                    tracing::info!(
-                        channel = %self.cfg.name,
-                        method,
-                        retry_after_secs,
-                        retry = retries,
-                        "rate limited; waiting"
-                    );
-                    tokio::time::sleep(Duration::from_secs(retry_after_secs)).await;
-                }
-                other => return other,
-            }
-        }
+        self.call_on(method, params, &[], timeout, true).await
     }
 
     async fn get_me(&self, once: bool) -> Result<BotIdentity, ChannelError> {
@@ -385,11 +389,6 @@ impl TelegramChannel {
             id: me.id,
             username,
         })
-    }
-
-    /// Waits until the next edit in `chat_id` may go out, reserving that slot.
-    async fn edit_slot(&self, chat_id: &str) {
-        self.next_edit.wait(chat_id, self.cfg.edit_interval).await;
     }
 
     fn keyboard(&self, buttons: &[Button]) -> Result<Value, ChannelError> {
@@ -418,15 +417,6 @@ impl TelegramChannel {
             .map_err(|_| self.other(format!("{what} {id:?} is not a Telegram id")))
     }
 
-    /// Sleeps `d` unless `cancel` fires first; false when cancelled.
-    async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => false,
-            _ = tokio::time::sleep(d) => true,
-        }
-    }
-
     async fn run_inner(
         &self,
         ctx: &ChannelContext,
@@ -444,7 +434,7 @@ impl TelegramChannel {
                 Err(ChannelError::RateLimited {
                     retry_after_secs, ..
                 }) => {
-                    if !Self::pause(Duration::from_secs(retry_after_secs), cancel).await {
+                    if !pause(Duration::from_secs(retry_after_secs), cancel).await {
                         return Ok(());
                     }
                 }
@@ -453,7 +443,7 @@ impl TelegramChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "getMe failed; retrying");
                     self.set_status(format!("error: {e}"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(());
                     }
                 }
@@ -498,7 +488,7 @@ impl TelegramChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "polling failed; retrying");
                     self.set_status(format!("error: {e}"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(());
                     }
                     continue;
@@ -507,7 +497,7 @@ impl TelegramChannel {
                     retry_after_secs, ..
                 }) => {
                     tracing::info!(channel = %self.cfg.name, retry_after_secs, "getUpdates rate limited; waiting");
-                    if !Self::pause(Duration::from_secs(retry_after_secs), cancel).await {
+                    if !pause(Duration::from_secs(retry_after_secs), cancel).await {
                         return Ok(());
                     }
                     continue;
@@ -517,7 +507,7 @@ impl TelegramChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "polling failed; retrying");
                     self.set_status(format!("error: {e}"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(());
                     }
                     continue;
@@ -526,7 +516,7 @@ impl TelegramChannel {
             self.set_status("polling");
             if updates.is_empty() && self.cfg.poll_timeout_secs == 0 {
                 // short polling: don't spin
-                if !Self::pause(BACKOFF_START, cancel).await {
+                if !pause(BACKOFF_START, cancel).await {
                     return Ok(());
                 }
                 continue;
@@ -560,7 +550,7 @@ impl TelegramChannel {
                 }
             }
             if sink_failed {
-                if !Self::pause(backoff.next_wait(), cancel).await {
+                if !pause(backoff.next_wait(), cancel).await {
                     return Ok(());
                 }
             } else {
@@ -887,7 +877,15 @@ impl Channel for TelegramChannel {
         if !buttons.is_empty() {
             params["reply_markup"] = self.keyboard(buttons)?;
         }
-        let result = self.call("sendMessage", &params).await?;
+        let result = self
+            .call_on(
+                "sendMessage",
+                &params,
+                &platform::send_keys(chat),
+                CALL_TIMEOUT,
+                false,
+            )
+            .await?;
         result
             .get("message_id")
             .and_then(Value::as_i64)
@@ -908,8 +906,7 @@ impl Channel for TelegramChannel {
             "text": text,
             "reply_markup": self.keyboard(buttons)?,
         });
-        self.edit_slot(&chat.id).await;
-        match self.call("editMessageText", &params).await {
+        match self.edit_call(&chat.id, message_id, &params).await {
             Ok(_) => Ok(()),
             Err(ChannelError::Api {
                 code: 400,
@@ -983,7 +980,7 @@ impl Channel for TelegramChannel {
     }
 
     fn status(&self) -> String {
-        lock(&self.status).clone()
+        self.client.status()
     }
 }
 
@@ -1189,7 +1186,7 @@ mod tests {
         let ch = TelegramChannel::new(cfg).unwrap();
         assert!(!format!("{ch:?}").contains("SECRET"));
         assert_eq!(
-            ch.redact("http://x/bot123456:SECRET-SECRET/getMe"),
+            ch.client.redact("http://x/bot123456:SECRET-SECRET/getMe"),
             "http://x/bot<redacted>/getMe"
         );
     }

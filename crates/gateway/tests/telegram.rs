@@ -646,9 +646,11 @@ async fn edits_in_one_chat_are_spaced() {
     assert_eq!(fake.bot_messages(-1)[0].text, "a3");
     assert_eq!(fake.bot_messages(-1)[0].edits, 3);
 
-    // concurrent edits in one chat are spaced too
+    // concurrent edits in one chat are spaced too (of two messages: two edits of one
+    // message asked at once coalesce, see `pending_edits_of_one_message_coalesce`)
+    let mb2 = ch.send(&b, "b'0", &[]).await.unwrap();
     let t = Instant::now();
-    let (r1, r2) = tokio::join!(ch.edit(&b, &mb, "b2", &[]), ch.edit(&b, &mb, "b3", &[]));
+    let (r1, r2) = tokio::join!(ch.edit(&b, &mb, "b2", &[]), ch.edit(&b, &mb2, "b'1", &[]));
     r1.unwrap();
     r2.unwrap();
     assert!(
@@ -709,4 +711,48 @@ async fn bots_captions_and_files() {
     })
     .await;
     running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn pending_edits_of_one_message_coalesce() {
+    let fake = FakeTelegram::start().await;
+    let mut cfg = config(&fake);
+    cfg.edit_interval = Duration::from_millis(300);
+    let ch = TelegramChannel::new(cfg).unwrap();
+    let chat = group(-5);
+    let m = ch.send(&chat, "v0", &[]).await.unwrap();
+    ch.edit(&chat, &m, "v1", &[]).await.unwrap();
+    // five edits of the message asked at once, while the next edit slot is 300 ms away
+    let texts: Vec<String> = (2..=6).map(|i| format!("v{i}")).collect();
+    let results = futures::future::join_all(texts.iter().map(|t| ch.edit(&chat, &m, t, &[]))).await;
+    for r in results {
+        r.unwrap();
+    }
+    let shown = &fake.bot_messages(-5)[0];
+    assert_eq!(shown.text, "v6", "the newest edit goes out");
+    assert_eq!(shown.edits, 2, "v1, then only the newest of the five");
+}
+
+#[tokio::test]
+async fn flood_control_is_not_answered_with_a_storm_of_retries() {
+    let fake = FakeTelegram::start().await;
+    // Telegram's flood control: at most 3 messages a second in one chat
+    fake.flood_control(3, Duration::from_secs(1));
+    let ch = channel(&fake);
+    let dm = ChatRef {
+        id: "42".into(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    let texts: Vec<String> = (0..8).map(|i| format!("part {i}")).collect();
+    let results = futures::future::join_all(texts.iter().map(|t| ch.send(&dm, t, &[]))).await;
+    for r in results {
+        r.unwrap();
+    }
+    let mut got: Vec<String> = fake.bot_messages(42).into_iter().map(|m| m.text).collect();
+    got.sort();
+    assert_eq!(got, texts, "every part arrives");
+    // 5 refused at first; after the wait the held calls go one a second, so none again
+    // (retrying them all at once would be refused again, and again)
+    assert_eq!(fake.refused("sendMessage"), 5);
 }

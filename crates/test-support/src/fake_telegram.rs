@@ -103,6 +103,12 @@ struct Inner {
     next_query: u64,
     /// method → (calls still to refuse, retry_after).
     rate_limits: HashMap<String, (usize, u64)>,
+    /// Flood control: at most `.0` sendMessage calls per chat within any `.1`.
+    flood: Option<(usize, Duration)>,
+    /// When each chat's recent sendMessage calls were let through.
+    flood_seen: HashMap<String, Vec<tokio::time::Instant>>,
+    /// 429 answers given, by method.
+    refused: HashMap<String, usize>,
     conflict_next_poll: bool,
 }
 
@@ -437,6 +443,18 @@ impl FakeTelegram {
             .insert(method.to_owned(), (n, retry_after));
     }
 
+    /// Flood control as Telegram's: a `sendMessage` to a chat that already had `n` within
+    /// the last `window` answers 429 with `retry_after` = the seconds until one of them ages
+    /// out (at least 1).
+    pub fn flood_control(&self, n: usize, window: Duration) {
+        self.state.lock().flood = Some((n, window));
+    }
+
+    /// How many calls to `method` were answered 429.
+    pub fn refused(&self, method: &str) -> usize {
+        self.state.lock().refused.get(method).copied().unwrap_or(0)
+    }
+
     /// The next call to getUpdates answers 409 Conflict.
     pub fn conflict_next_poll(&self) {
         self.state.lock().conflict_next_poll = true;
@@ -692,11 +710,34 @@ async fn api(
     {
         let mut inner = state.lock();
         inner.calls.push(&method, params.clone());
+        let mut limited = None;
         if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
             && *left > 0
         {
             *left -= 1;
-            let retry_after = *retry_after;
+            limited = Some(*retry_after);
+        }
+        if limited.is_none()
+            && method == "sendMessage"
+            && let Some((n, window)) = inner.flood
+        {
+            let chat = params
+                .get("chat_id")
+                .map(|c| c.to_string())
+                .unwrap_or_default();
+            let now = tokio::time::Instant::now();
+            let seen = inner.flood_seen.entry(chat).or_default();
+            seen.retain(|t| now.duration_since(*t) < window);
+            if seen.len() >= n {
+                let oldest = seen.first().copied().unwrap_or(now);
+                let left = window.saturating_sub(now.duration_since(oldest));
+                limited = Some(left.as_secs_f64().ceil().max(1.0) as u64);
+            } else {
+                seen.push(now);
+            }
+        }
+        if let Some(retry_after) = limited {
+            *inner.refused.entry(method.clone()).or_default() += 1;
             return reply(Err((
                 StatusCode::TOO_MANY_REQUESTS,
                 format!("Too Many Requests: retry after {retry_after}"),
