@@ -106,6 +106,10 @@ pub struct GatewaySection {
     pub session_permission_mode: Option<PermissionMode>,
     pub context_ttl_secs: Option<u64>,
     pub pairing_ttl_secs: Option<u64>,
+    /// The longest rate-limit wait a platform call waits out (default 60).
+    pub rate_limit_max_wait_secs: Option<u64>,
+    /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
+    pub rate_limit_over_cap: Option<String>,
     /// Routing key → session id.
     #[serde(default)]
     pub bindings: std::collections::BTreeMap<String, uuid::Uuid>,
@@ -704,7 +708,7 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
 
     let file_tg = file.channels.telegram.clone().unwrap_or_default();
     let token = env("SWITCHBOARD_TELEGRAM_TOKEN").or(file_tg.token.clone());
-    let telegram = match token {
+    let mut telegram = match token {
         None => {
             if file.channels.telegram.is_some() {
                 bail!(
@@ -776,7 +780,7 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
         }
     };
     let file_slack = file.channels.slack.clone().unwrap_or_default();
-    let slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
+    let mut slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
         None => {
             if file.channels.slack.is_some() {
                 bail!(
@@ -818,7 +822,7 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
         }
     };
     let file_dc = file.channels.discord.clone().unwrap_or_default();
-    let discord = match env("SWITCHBOARD_DISCORD_TOKEN").or(file_dc.token.clone()) {
+    let mut discord = match env("SWITCHBOARD_DISCORD_TOKEN").or(file_dc.token.clone()) {
         None => {
             if file.channels.discord.is_some() {
                 bail!("[channels.discord]: no bot token: set `token` or SWITCHBOARD_DISCORD_TOKEN");
@@ -886,12 +890,48 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
             config.approvers.insert(channel.clone(), a.clone());
         }
         webhooks.push(switchboard_gateway::webhook::WebhookConfig {
-            name: name.clone(),
-            secret: w.secret.clone(),
-            outbound_url: w.url.clone(),
             tolerance: config.webhook_tolerance,
             max_chars: 4000,
+            ..switchboard_gateway::webhook::WebhookConfig::new(
+                name.clone(),
+                w.secret.clone(),
+                w.url.clone(),
+            )
         });
+    }
+    // One retry policy for every platform: the cap on a rate-limit wait, and what a longer
+    // one does.
+    let max_wait = env_parse::<u64>("SWITCHBOARD_GATEWAY_RATE_LIMIT_MAX_WAIT_SECS")?
+        .or(g.rate_limit_max_wait_secs)
+        .map(std::time::Duration::from_secs);
+    let over_cap = match env("SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP")
+        .or(g.rate_limit_over_cap.clone())
+        .as_deref()
+    {
+        None => None,
+        Some("fail") => Some(switchboard_gateway::platform::OverCap::Fail),
+        Some("wait") => Some(switchboard_gateway::platform::OverCap::Wait),
+        Some(other) => bail!(
+            "[gateway] rate_limit_over_cap / SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP: {other:?} is not `fail` or `wait`"
+        ),
+    };
+    macro_rules! retry_settings {
+        ($($c:expr),*) => {$(
+            if let Some(w) = max_wait { $c.max_retry_after = w; }
+            if let Some(o) = over_cap { $c.over_cap = o; }
+        )*};
+    }
+    if let Some(c) = telegram.as_mut() {
+        retry_settings!(c);
+    }
+    if let Some(c) = slack.as_mut() {
+        retry_settings!(c);
+    }
+    if let Some(c) = discord.as_mut() {
+        retry_settings!(c);
+    }
+    for c in webhooks.iter_mut() {
+        retry_settings!(c);
     }
     if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
         if g.enabled == Some(true) {
@@ -937,6 +977,31 @@ pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_rate_limit_policy_reaches_every_channel() {
+        // (env vars named SWITCHBOARD_GATEWAY_RATE_LIMIT_* are not set in tests)
+        let file = parse_config(
+            "[gateway]\nrate_limit_max_wait_secs = 5\nrate_limit_over_cap = \"wait\"\n\
+             [channels.webhook.ops]\nsecret = \"0123456789abcdef\"\nurl = \"https://example.com/h\"\n",
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        let g = gateway_settings(&file).unwrap().unwrap();
+        let w = &g.webhooks[0];
+        assert_eq!(w.max_retry_after, std::time::Duration::from_secs(5));
+        assert_eq!(w.over_cap, switchboard_gateway::platform::OverCap::Wait);
+        let bad = parse_config(
+            "[gateway]\nrate_limit_over_cap = \"sometimes\"\n[channels.webhook.ops]\nsecret = \"0123456789abcdef\"\nurl = \"https://example.com/h\"\n",
+            Path::new("s.toml"),
+        )
+        .unwrap();
+        let err = gateway_settings(&bad).err().unwrap().to_string();
+        assert!(
+            err.contains("rate_limit_over_cap") && err.contains("sometimes"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn unknown_keys_are_named() {

@@ -47,6 +47,10 @@
 //! The bot token (and an interaction's token) is a secret: it is never logged, and it is
 //! removed from every error text.
 
+use crate::platform::{
+    self, Answer, BOT, Call, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy, Verdict,
+    pause,
+};
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::fmt;
@@ -102,16 +106,26 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(20);
 const INTERACTION_TIMEOUT: Duration = Duration::from_secs(3);
 /// A connection that lasted this long was fine: the next one starts without back-off.
 const STABLE: Duration = Duration::from_secs(5);
-/// Longest `retry_after` waited out inside one call.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-/// `retry_after` assumed when a 429 names none.
-const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Longest wait for a bucket to reset that is believed.
+const MAX_BUCKET_WAIT: Duration = Duration::from_secs(60);
 /// Dispatches that carry nothing for us store their sequence number at most this often.
 const SEQ_STORE_INTERVAL: Duration = Duration::from_secs(10);
 /// Close code that keeps the session resumable (1000/1001 would end it).
 const CLOSE_RESUMABLE: u16 = 4000;
-/// What replaces a token in error texts.
-const REDACTED: &str = "<redacted>";
+
+/// Discord's published limits: 50 requests a second per bot (the global limit); per route
+/// the `X-RateLimit-*` buckets it reports (see `note_bucket`); edits in one chat at most one
+/// per `edit_interval`.
+fn limits(edit_interval: Duration) -> Limits {
+    Limits::new()
+        .with("bot", Rate::per(50, Duration::from_secs(1)))
+        .with("edit", Rate::spaced(edit_interval))
+}
+
+/// The outbox key of a REST rate-limit bucket.
+fn bucket_key(bucket: &str) -> String {
+    format!("bucket:{bucket}")
+}
 
 /// How to reach a Discord bot.
 #[derive(Clone)]
@@ -130,11 +144,24 @@ pub struct DiscordConfig {
     pub channels: Vec<String>,
     /// How often one REST call is retried after 429 before giving up (default 3).
     pub max_retries: u32,
+    /// The longest `retry_after` waited out inside one call (default 60 s).
+    pub max_retry_after: Duration,
+    /// What a longer one does (default: the call fails as rate limited).
+    pub over_cap: OverCap,
     /// Least time between two edits of messages in one chat (default 1 s).
     pub edit_interval: Duration,
 }
 
 impl DiscordConfig {
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            max_retry_after: self.max_retry_after,
+            over_cap: self.over_cap,
+            ..RetryPolicy::default()
+        }
+    }
+
     /// The defaults, with `token`.
     pub fn new(token: impl Into<String>) -> Self {
         Self {
@@ -155,6 +182,8 @@ impl Default for DiscordConfig {
             guilds: Vec::new(),
             channels: Vec::new(),
             max_retries: 3,
+            max_retry_after: Duration::from_secs(60),
+            over_cap: OverCap::Fail,
             edit_interval: Duration::from_secs(1),
         }
     }
@@ -170,6 +199,8 @@ impl fmt::Debug for DiscordConfig {
             .field("guilds", &self.guilds)
             .field("channels", &self.channels)
             .field("max_retries", &self.max_retries)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("over_cap", &self.over_cap)
             .field("edit_interval", &self.edit_interval)
             .finish()
     }
@@ -178,14 +209,9 @@ impl fmt::Debug for DiscordConfig {
 /// A Discord bot connection; see the module docs.
 pub struct DiscordChannel {
     cfg: DiscordConfig,
-    /// `api_base` without a trailing `/`.
-    base: String,
-    http: reqwest::Client,
-    status: Mutex<String>,
-    /// Per chat id: the earliest instant the next edit may go out.
-    next_edit: crate::util::EditSpacer,
-    /// Per REST bucket: not before this instant (it reported no remaining calls).
-    bucket_wait: Mutex<HashMap<String, Instant>>,
+    /// The REST API, its retry policy and the bot's outbox (which also holds a bucket
+    /// that reported no calls left until it resets).
+    client: PlatformClient,
     /// Per chat id: the last inbound message not replied to yet.
     reply_to: Mutex<HashMap<String, String>>,
     /// Known thread channel ids → their parent channel id.
@@ -227,13 +253,6 @@ fn valid_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
 }
 
-/// Why one REST call failed.
-enum CallError {
-    /// 429: wait this long.
-    Limited(Duration),
-    Failed(ChannelError),
-}
-
 /// One REST request.
 struct Req {
     method: reqwest::Method,
@@ -246,6 +265,10 @@ struct Req {
     body: Option<Value>,
     /// An extra secret in the path (an interaction token).
     secret: Option<String>,
+    /// The outbox keys besides the bucket's (default: the bot's).
+    keys: Vec<String>,
+    /// The message an edit is of (pending edits of one message coalesce).
+    edit_of: Option<String>,
 }
 
 impl Req {
@@ -258,6 +281,8 @@ impl Req {
             path,
             body,
             secret: None,
+            keys: vec![BOT.to_owned()],
+            edit_of: None,
         }
     }
 }
@@ -311,13 +336,17 @@ impl DiscordChannel {
             token: token.to_owned(),
             ..cfg
         };
+        let client = PlatformClient::new(
+            cfg.name.clone(),
+            &base,
+            http,
+            vec![cfg.token.clone()],
+            cfg.retry_policy(),
+            limits(cfg.edit_interval),
+        );
         Ok(Self {
             cfg,
-            base,
-            http,
-            status: Mutex::new("configured".into()),
-            next_edit: crate::util::EditSpacer::default(),
-            bucket_wait: Mutex::new(HashMap::new()),
+            client,
             reply_to: Mutex::new(HashMap::new()),
             threads: Mutex::new(HashMap::new()),
             bot_id: Mutex::new(None),
@@ -332,130 +361,58 @@ impl DiscordChannel {
     }
 
     fn set_status(&self, status: impl Into<String>) {
-        *lock(&self.status) = status.into();
-    }
-
-    /// `text` with the bot token (and `also`) replaced.
-    fn redact(&self, text: &str, also: Option<&str>) -> String {
-        let mut out = text.replace(&self.cfg.token, REDACTED);
-        if let Some(s) = also.filter(|s| !s.is_empty()) {
-            out = out.replace(s, REDACTED);
-        }
-        out
+        self.client.set_status(status);
     }
 
     fn other(&self, reason: impl Into<String>) -> ChannelError {
-        ChannelError::Other {
-            channel: self.cfg.name.clone(),
-            reason: reason.into(),
-        }
+        self.client.other(reason)
     }
 
-    fn unreachable(&self, label: &str, err: reqwest::Error, secret: Option<&str>) -> ChannelError {
-        let timeout = err.is_timeout();
-        let err = err.without_url();
-        let mut reason = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(s) = source {
-            reason.push_str(": ");
-            reason.push_str(&s.to_string());
-            source = s.source();
-        }
-        if timeout && !reason.contains("timed out") {
-            reason.push_str(" (timed out)");
-        }
-        ChannelError::Unreachable {
-            channel: self.cfg.name.clone(),
-            reason: self.redact(&format!("{label}: {reason}"), secret),
-        }
-    }
-
-    /// Waits while `bucket` has no calls left.
-    async fn bucket_pause(&self, bucket: &str) {
-        let at = lock(&self.bucket_wait).get(bucket).copied();
-        if let Some(at) = at {
-            tokio::time::sleep_until(at).await;
-        }
-    }
-
-    /// Notes `X-RateLimit-Remaining: 0` / `X-RateLimit-Reset-After` of an answer.
+    /// Notes `X-RateLimit-Remaining: 0` / `X-RateLimit-Reset-After` of an answer: the
+    /// bucket is held in the outbox until it resets.
     fn note_bucket(&self, bucket: &str, headers: &reqwest::header::HeaderMap) {
-        let header = |name: &str| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let mut waits = lock(&self.bucket_wait);
-        let now = Instant::now();
-        if waits.len() > 256 {
-            waits.retain(|_, t| *t > now);
-        }
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
         let empty = header("x-ratelimit-remaining").is_some_and(|r| r.trim() == "0");
         let reset = header("x-ratelimit-reset-after")
             .and_then(|r| r.trim().parse::<f64>().ok())
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .map(|d| d.min(MAX_RETRY_AFTER));
+            .map(|d| d.min(MAX_BUCKET_WAIT));
+        let key = bucket_key(bucket);
         match (empty, reset) {
-            (true, Some(d)) => {
-                waits.insert(bucket.to_owned(), now + d);
-            }
-            _ => {
-                waits.remove(bucket);
-            }
+            (true, Some(d)) => self.client.outbox().hold(&key, d),
+            _ => self.client.outbox().release(&key),
         }
     }
 
-    /// One REST call, without retries.
-    async fn call_once(&self, req: &Req, timeout: Duration) -> Result<Value, CallError> {
+    /// What a REST answer means.
+    fn read(&self, req: &Req, answer: Answer) -> Verdict<Value> {
         let secret = req.secret.as_deref();
-        let url = format!("{}{}", self.base, req.path);
-        let mut builder = self
-            .http
-            .request(req.method.clone(), url)
-            .header(
-                reqwest::header::AUTHORIZATION,
-                format!("Bot {}", self.cfg.token),
-            )
-            .timeout(timeout);
-        if let Some(body) = &req.body {
-            builder = builder.json(body);
-        }
-        let resp = builder
-            .send()
-            .await
-            .map_err(|e| CallError::Failed(self.unreachable(&req.label, e, secret)))?;
-        let status = resp.status();
-        self.note_bucket(&req.bucket, resp.headers());
-        let retry_header = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| CallError::Failed(self.unreachable(&req.label, e, secret)))?;
-        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        let status = answer.status;
+        self.note_bucket(&req.bucket, &answer.headers);
+        let json = answer.json();
         if status.is_success() {
-            return Ok(json.unwrap_or(Value::Null));
+            return Verdict::Done(json.unwrap_or(Value::Null));
         }
-        if status.as_u16() == 429 {
-            let secs = json
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            let wait = json
                 .as_ref()
                 .and_then(|j| j.get("retry_after"))
                 .and_then(Value::as_f64)
-                .or(retry_header);
-            let wait = secs
                 .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
-                .unwrap_or(DEFAULT_RETRY_AFTER);
-            return Err(CallError::Limited(wait));
+                .or_else(|| answer.retry_after());
+            if json
+                .as_ref()
+                .and_then(|j| j.get("global"))
+                .and_then(Value::as_bool)
+                == Some(true)
+            {
+                let d = wait.unwrap_or(self.client.policy().default_retry_after);
+                self.client.outbox().hold(BOT, d);
+            }
+            return Verdict::RateLimited(wait);
         }
         if status.is_server_error() {
-            return Err(CallError::Failed(ChannelError::Unreachable {
-                channel: self.cfg.name.clone(),
-                reason: format!("{}: HTTP {status}", req.label),
-            }));
+            return Verdict::Transient(self.client.server_error(&req.label, status));
         }
         let message = json
             .as_ref()
@@ -472,36 +429,69 @@ impl DiscordChannel {
             (Some(m), None) => m,
             (None, _) => format!("HTTP {status}; the answer is not a Discord API error"),
         };
-        Err(CallError::Failed(ChannelError::Api {
+        Verdict::Failed(ChannelError::Api {
             channel: self.cfg.name.clone(),
             method: req.label.clone(),
             code: status.as_u16(),
-            description: self.redact(&description, secret),
-        }))
+            description: self.client.redact_also(&description, secret),
+        })
     }
 
-    /// One REST call, retried after 429 up to `max_retries` times.
-    async fn call(&self, req: &Req) -> Result<Value, ChannelError> {
-        let mut retries = 0u32;
-        loop {
-            self.bucket_pause(&req.bucket).await;
-            match self.call_once(req, CALL_TIMEOUT).await {
-                Ok(v) => return Ok(v),
-                Err(CallError::Failed(e)) => return Err(e),
-                Err(CallError::Limited(wait)) => {
-                    if retries >= self.cfg.max_retries || wait > MAX_RETRY_AFTER {
-                        tracing::warn!(channel = %self.cfg.name, call = %req.label, ?wait, retries, "rate limited; giving up");
-                        return Err(ChannelError::RateLimited {
-                            channel: self.cfg.name.clone(),
-                            retry_after_secs: wait.as_secs_f64().ceil() as u64,
-                        });
-                    }
-                    retries += 1;
-                    tracing::info!(channel = %self.cfg.name, call = %req.label, ?wait, retry = retries, "rate limited; waiting");
-                    tokio::time::sleep(wait).await;
-                }
-            }
+    /// One REST call, retried as the policy says (`once`: not at all, with `timeout`).
+    /// `None` when it was an edit that a newer edit of the same message took the place of.
+    async fn call_on(
+        &self,
+        req: &Req,
+        timeout: Duration,
+        once: bool,
+    ) -> Result<Option<Value>, ChannelError> {
+        let mut keys = req.keys.clone();
+        if !once {
+            keys.push(bucket_key(&req.bucket));
         }
+        let call = Call {
+            label: &req.label,
+            keys: &keys,
+            timeout,
+            policy: once.then(|| self.client.policy().once()),
+        };
+        let build = |http: &reqwest::Client, base: &str| {
+            let mut builder = http
+                .request(req.method.clone(), format!("{base}{}", req.path))
+                .header(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bot {}", self.cfg.token),
+                );
+            if let Some(body) = &req.body {
+                builder = builder.json(body);
+            }
+            builder
+        };
+        let read = |answer| self.read(req, answer);
+        match &req.edit_of {
+            Some(message) => self.client.edit(call, message, build, read).await,
+            None => self
+                .client
+                .call_also(call, req.secret.as_deref(), build, read)
+                .await
+                .map(Some),
+        }
+    }
+
+    /// One REST call, retried as the policy says.
+    async fn call(&self, req: &Req) -> Result<Value, ChannelError> {
+        Ok(self
+            .call_on(req, CALL_TIMEOUT, false)
+            .await?
+            .unwrap_or(Value::Null))
+    }
+
+    /// One REST call, without retries, within `timeout`.
+    async fn call_once(&self, req: &Req, timeout: Duration) -> Result<Value, ChannelError> {
+        Ok(self
+            .call_on(req, timeout, true)
+            .await?
+            .unwrap_or(Value::Null))
     }
 
     async fn get_me(&self) -> Result<(String, String), ChannelError> {
@@ -535,11 +525,6 @@ impl DiscordChannel {
             .to_owned();
         *lock(&self.gateway) = Some(url.clone());
         Ok(url)
-    }
-
-    /// Waits until the next edit in `chat_id` may go out, reserving that slot.
-    async fn edit_slot(&self, chat_id: &str) {
-        self.next_edit.wait(chat_id, self.cfg.edit_interval).await;
     }
 
     /// Action rows of buttons (the first primary, the others secondary).
@@ -770,14 +755,7 @@ impl DiscordChannel {
         req.label = format!("POST /webhooks/{app}");
         req.bucket = "POST /webhooks".into();
         req.secret = Some(token);
-        match self.call_once(&req, INTERACTION_TIMEOUT).await {
-            Ok(_) => Ok(()),
-            Err(CallError::Failed(e)) => Err(e),
-            Err(CallError::Limited(wait)) => Err(ChannelError::RateLimited {
-                channel: self.cfg.name.clone(),
-                retry_after_secs: wait.as_secs_f64().ceil() as u64,
-            }),
-        }
+        self.call_once(&req, INTERACTION_TIMEOUT).await.map(|_| ())
     }
 
     async fn ack_interaction(&self, id: &str, token: &str) -> Result<(), ChannelError> {
@@ -792,19 +770,11 @@ impl DiscordChannel {
         req.label = format!("POST /interactions/{id}/callback");
         req.bucket = "POST /interactions".into();
         req.secret = Some(token.to_owned());
-        match self.call_once(&req, INTERACTION_TIMEOUT).await {
-            Ok(_) => {
-                if let Some(t) = lock(&self.press_tokens).get_mut(id) {
-                    t.acked = true;
-                }
-                Ok(())
-            }
-            Err(CallError::Failed(e)) => Err(e),
-            Err(CallError::Limited(wait)) => Err(ChannelError::RateLimited {
-                channel: self.cfg.name.clone(),
-                retry_after_secs: wait.as_secs_f64().ceil() as u64,
-            }),
+        self.call_once(&req, INTERACTION_TIMEOUT).await?;
+        if let Some(t) = lock(&self.press_tokens).get_mut(id) {
+            t.acked = true;
         }
+        Ok(())
     }
 
     fn note_threads(&self, t: &str, d: &Value) {
@@ -848,15 +818,6 @@ impl DiscordChannel {
             map.clear();
         }
         map.insert(chat.to_owned(), message_id.to_owned());
-    }
-}
-
-/// Sleeps `d` unless `cancel` fires first; false when cancelled.
-async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        biased;
-        _ = cancel.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
     }
 }
 
@@ -1166,7 +1127,7 @@ impl Runner<'_> {
 
     /// What a close code from Discord means.
     fn closed(&self, code: Option<u16>, reason: &str, established: bool) -> End {
-        let reason = self.ch.redact(reason, None);
+        let reason = self.ch.client.redact(reason);
         match code {
             Some(4004) => self.fatal(
                 4004,
@@ -1216,7 +1177,7 @@ impl Runner<'_> {
                 Ok(Ok((ws, _))) => ws,
                 Ok(Err(e)) => return End::Reconnect {
                     established: false,
-                    reason: self.ch.redact(&format!("cannot connect to the gateway: {e}"), None),
+                    reason: self.ch.client.redact(&format!("cannot connect to the gateway: {e}")),
                 },
                 Err(_) => return End::Reconnect {
                     established: false,
@@ -1337,7 +1298,8 @@ impl Runner<'_> {
                         established,
                         reason: self
                             .ch
-                            .redact(&format!("gateway connection failed: {e}"), None),
+                            .client
+                            .redact(&format!("gateway connection failed: {e}")),
                     };
                 }
                 Some(Ok(Message::Close(frame))) => {
@@ -1594,6 +1556,7 @@ impl Channel for DiscordChannel {
             Some(body),
         );
         req.bucket = format!("POST /channels/{target}/messages");
+        req.keys = platform::send_keys(chat);
         let result = self.call(&req).await?;
         if let Some(mid) = reply_to {
             let mut map = lock(&self.reply_to);
@@ -1630,7 +1593,8 @@ impl Channel for DiscordChannel {
             Some(body),
         );
         req.bucket = format!("PATCH /channels/{target}/messages");
-        self.edit_slot(&chat.id).await;
+        req.keys = platform::edit_keys(&chat.id);
+        req.edit_of = Some(platform::message_key(&chat.id, message_id));
         self.call(&req).await.map(|_| ())
     }
 
@@ -1654,7 +1618,7 @@ impl Channel for DiscordChannel {
     }
 
     fn status(&self) -> String {
-        lock(&self.status).clone()
+        self.client.status()
     }
 }
 
@@ -1786,7 +1750,8 @@ mod tests {
         let ch = DiscordChannel::new(cfg).unwrap();
         assert!(!format!("{ch:?}").contains("SECRET"));
         assert_eq!(
-            ch.redact("x MTIz.SECRET.SECRET y tok", Some("tok")),
+            ch.client
+                .redact_also("x MTIz.SECRET.SECRET y tok", Some("tok")),
             "x <redacted> y <redacted>"
         );
     }

@@ -3,8 +3,9 @@
 //! Web API calls are `POST {api_base}/{method}` with `Authorization: Bearer <token>` and a
 //! JSON body; the answer is `{"ok":true,…}` or `{"ok":false,"error":"invalid_auth"}` (HTTP
 //! 200, surfaced as [`ChannelError::Api`] with `code: 200` and the error as description), or
-//! HTTP 429 with `Retry-After` (waited out, at most 60 s a time, up to
-//! [`SlackConfig::max_retries`] times, then [`ChannelError::RateLimited`]).
+//! HTTP 429 with `Retry-After` (handled by the [`crate::platform`] kit: waited out up to
+//! [`SlackConfig::max_retry_after`], up to [`SlackConfig::max_retries`] times, then
+//! [`ChannelError::RateLimited`]).
 //!
 //! # Receiving
 //!
@@ -54,6 +55,10 @@
 //! Tokens and the signing secret are secrets: `Debug` hides them and they are removed from
 //! every error text; the websocket URL (it carries a connection ticket) is never logged.
 
+use crate::platform::{
+    self, Answer, BOT, Call, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy, Verdict,
+    pause,
+};
 use crate::util::{Backoff, lock};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -108,16 +113,23 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After this long without a frame the socket is pinged; after twice this, it is dropped.
 const SOCKET_IDLE: Duration = Duration::from_secs(60);
-/// Longest `Retry-After` waited out inside one call (a longer one is capped to this).
-const MAX_RETRY_AFTER_SECS: u64 = 60;
-/// `Retry-After` assumed when a 429 names none.
-const DEFAULT_RETRY_AFTER: u64 = 5;
 /// Taken event ids remembered in memory, and in the channel state.
 const SEEN_MEMORY: usize = 2000;
 const SEEN_PERSISTED: usize = 500;
 /// Known threads remembered in memory (the state keeps all).
 const THREADS_MEMORY: usize = 10_000;
-const REDACTED: &str = "<redacted>";
+
+/// Slack's published limits: `chat.postMessage` about one a second per channel (short
+/// bursts pass), `chat.update` in Tier 3 (about 50 a minute per workspace), edits in one
+/// channel at most one per `edit_interval`.
+fn limits(edit_interval: Duration) -> Limits {
+    let per_second = Rate::per(20, Duration::from_secs(20));
+    Limits::new()
+        .with("chat", per_second)
+        .with("group", per_second)
+        .with("update", Rate::per(50, Duration::from_secs(60)))
+        .with("edit", Rate::spaced(edit_interval))
+}
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -136,11 +148,24 @@ pub struct SlackConfig {
     pub name: String,
     /// How often one call is retried after 429 before giving up (default 3).
     pub max_retries: u32,
+    /// The longest `Retry-After` waited out inside one call (default 60 s).
+    pub max_retry_after: Duration,
+    /// What a longer one does (default: the call fails as rate limited).
+    pub over_cap: OverCap,
     /// Least time between two edits of messages in one Slack channel (default 1 s).
     pub edit_interval: Duration,
 }
 
 impl SlackConfig {
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            max_retry_after: self.max_retry_after,
+            over_cap: self.over_cap,
+            ..RetryPolicy::default()
+        }
+    }
+
     /// The defaults, with `bot_token` (set `app_token` or `signing_secret` too).
     pub fn new(bot_token: impl Into<String>) -> Self {
         Self {
@@ -160,6 +185,8 @@ impl Default for SlackConfig {
             api_base: DEFAULT_API_BASE.into(),
             name: "slack".into(),
             max_retries: 3,
+            max_retry_after: Duration::from_secs(60),
+            over_cap: OverCap::Fail,
             edit_interval: Duration::from_secs(1),
         }
     }
@@ -177,6 +204,8 @@ impl fmt::Debug for SlackConfig {
             .field("api_base", &self.api_base)
             .field("name", &self.name)
             .field("max_retries", &self.max_retries)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("over_cap", &self.over_cap)
             .field("edit_interval", &self.edit_interval)
             .finish()
     }
@@ -267,12 +296,8 @@ enum SessionEnd {
 /// A Slack app connection; see the module docs.
 pub struct SlackChannel {
     cfg: SlackConfig,
-    /// `api_base` without a trailing `/`.
-    base: String,
-    http: reqwest::Client,
-    status: Mutex<String>,
-    /// Per Slack channel id: the earliest instant the next edit may go out.
-    next_edit: crate::util::EditSpacer,
+    /// The Web API, its retry policy and the bot's outbox.
+    client: PlatformClient,
     me: tokio::sync::OnceCell<BotIdentity>,
     seen: Mutex<Seen>,
     /// Known threads (`thread:{channel}:{ts}`), a cache of the channel state.
@@ -358,12 +383,25 @@ impl SlackChannel {
             signing_secret,
             ..cfg
         };
+        let secrets = [
+            Some(cfg.bot_token.clone()),
+            cfg.app_token.clone(),
+            cfg.signing_secret.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let client = PlatformClient::new(
+            cfg.name.clone(),
+            &base,
+            http,
+            secrets,
+            cfg.retry_policy(),
+            limits(cfg.edit_interval),
+        );
         Ok(Self {
             cfg,
-            base,
-            http,
-            status: Mutex::new("configured".into()),
-            next_edit: crate::util::EditSpacer::default(),
+            client,
             me: tokio::sync::OnceCell::new(),
             seen: Mutex::new(Seen::default()),
             threads: Mutex::new(HashSet::new()),
@@ -414,125 +452,85 @@ impl SlackChannel {
     }
 
     fn set_status(&self, status: impl Into<String>) {
-        *lock(&self.status) = status.into();
+        self.client.set_status(status);
     }
 
     /// `text` without any of the secrets.
     fn redact(&self, text: &str) -> String {
-        let mut out = text.replace(&self.cfg.bot_token, REDACTED);
-        for secret in [&self.cfg.app_token, &self.cfg.signing_secret]
-            .into_iter()
-            .flatten()
-        {
-            out = out.replace(secret.as_str(), REDACTED);
-        }
-        out
+        self.client.redact(text)
     }
 
     fn other(&self, reason: impl Into<String>) -> ChannelError {
-        ChannelError::Other {
-            channel: self.cfg.name.clone(),
-            reason: reason.into(),
-        }
+        self.client.other(reason)
     }
 
-    fn unreachable(&self, method: &str, err: reqwest::Error) -> ChannelError {
-        let timeout = err.is_timeout();
-        let err = err.without_url();
-        let mut reason = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(s) = source {
-            reason.push_str(": ");
-            reason.push_str(&s.to_string());
-            source = s.source();
+    /// What a Web API answer means: 429 (or `ok: false, error: ratelimited`) is a rate
+    /// limit; `ok: false` is [`ChannelError::Api`].
+    fn read(&self, method: &str, answer: Answer) -> Verdict<Value> {
+        let status = answer.status;
+        if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            return Verdict::RateLimited(answer.retry_after());
         }
-        if timeout && !reason.contains("timed out") {
-            reason.push_str(" (timed out)");
-        }
-        ChannelError::Unreachable {
-            channel: self.cfg.name.clone(),
-            reason: self.redact(&format!("{method}: {reason}")),
-        }
-    }
-
-    /// One Web API call with `token`, without retries. 429 is
-    /// [`ChannelError::RateLimited`]; `ok: false` is [`ChannelError::Api`].
-    async fn call_once(
-        &self,
-        method: &str,
-        params: &Value,
-        token: &str,
-    ) -> Result<Value, ChannelError> {
-        let url = format!("{}/{method}", self.base);
-        let resp = self
-            .http
-            .post(url)
-            .bearer_auth(token)
-            .json(params)
-            .timeout(CALL_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| self.unreachable(method, e))?;
-        let status = resp.status();
-        if status.as_u16() == 429 {
-            let retry_after_secs = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(DEFAULT_RETRY_AFTER);
-            return Err(ChannelError::RateLimited {
-                channel: self.cfg.name.clone(),
-                retry_after_secs,
-            });
-        }
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| self.unreachable(method, e))?;
-        let answer = match serde_json::from_slice::<Value>(&body) {
-            Ok(v @ Value::Object(_)) if v.get("ok").is_some_and(Value::is_boolean) => v,
+        let parsed = match answer.json() {
+            Some(v @ Value::Object(_)) if v.get("ok").is_some_and(Value::is_boolean) => v,
             _ if status.is_server_error() => {
-                return Err(ChannelError::Unreachable {
-                    channel: self.cfg.name.clone(),
-                    reason: format!("{method}: HTTP {status}"),
-                });
+                return Verdict::Transient(self.client.server_error(method, status));
             }
             _ => {
-                return Err(ChannelError::Api {
-                    channel: self.cfg.name.clone(),
-                    method: method.to_owned(),
-                    code: status.as_u16(),
-                    description: format!("HTTP {status}; the answer is not a Web API response"),
-                });
+                return Verdict::Failed(self.client.api_error(
+                    method,
+                    status.as_u16(),
+                    &format!("HTTP {status}; the answer is not a Web API response"),
+                ));
             }
         };
-        if answer.get("ok").and_then(Value::as_bool) == Some(true) {
-            return Ok(answer);
+        if parsed.get("ok").and_then(Value::as_bool) == Some(true) {
+            return Verdict::Done(parsed);
         }
-        let mut description = answer
+        let mut description = parsed
             .get("error")
             .and_then(Value::as_str)
             .unwrap_or("unknown_error")
             .to_owned();
         if description == "ratelimited" {
-            return Err(ChannelError::RateLimited {
-                channel: self.cfg.name.clone(),
-                retry_after_secs: DEFAULT_RETRY_AFTER,
-            });
+            return Verdict::RateLimited(None);
         }
-        if let Some(needed) = answer.get("needed").and_then(Value::as_str) {
+        if let Some(needed) = parsed.get("needed").and_then(Value::as_str) {
             description.push_str(&format!(" (needed: {needed})"));
         }
-        Err(ChannelError::Api {
-            channel: self.cfg.name.clone(),
-            method: method.to_owned(),
-            code: status.as_u16(),
-            description: self.redact(&description),
-        })
+        Verdict::Failed(self.client.api_error(method, status.as_u16(), &description))
     }
 
-    /// One call with the bot token, retried after 429 up to `max_retries` times.
+    /// One Web API call with `token` on the outbox `keys`, retried as the policy says.
+    /// `edit_of`: the message this call edits (pending edits of it coalesce; `None` when a
+    /// newer one took its place).
+    async fn call_on(
+        &self,
+        method: &str,
+        params: &Value,
+        token: &str,
+        keys: &[String],
+        edit_of: Option<&str>,
+    ) -> Result<Option<Value>, ChannelError> {
+        let call = Call {
+            label: method,
+            keys,
+            timeout: CALL_TIMEOUT,
+            policy: None,
+        };
+        let build = |http: &reqwest::Client, base: &str| {
+            http.post(format!("{base}/{method}"))
+                .bearer_auth(token)
+                .json(params)
+        };
+        let read = |answer| self.read(method, answer);
+        match edit_of {
+            Some(message) => self.client.edit(call, message, build, read).await,
+            None => self.client.call(call, build, read).await.map(Some),
+        }
+    }
+
+    /// One call with the bot token that is not a message in a channel.
     async fn call(&self, method: &str, params: &Value) -> Result<Value, ChannelError> {
         self.call_with(method, params, &self.cfg.bot_token).await
     }
@@ -543,28 +541,10 @@ impl SlackChannel {
         params: &Value,
         token: &str,
     ) -> Result<Value, ChannelError> {
-        let mut retries = 0u32;
-        loop {
-            match self.call_once(method, params, token).await {
-                Err(ChannelError::RateLimited {
-                    channel,
-                    retry_after_secs,
-                }) => {
-                    if retries >= self.cfg.max_retries {
-                        tracing::warn!(channel = %self.cfg.name, method, retry_after_secs, retries, "rate limited; giving up");
-                        return Err(ChannelError::RateLimited {
-                            channel,
-                            retry_after_secs,
-                        });
-                    }
-                    retries += 1;
-                    let wait = retry_after_secs.min(MAX_RETRY_AFTER_SECS);
-                    tracing::info!(channel = %self.cfg.name, method, retry_after_secs, retry = retries, "rate limited; waiting");
-                    tokio::time::sleep(Duration::from_secs(wait)).await;
-                }
-                other => return other,
-            }
-        }
+        let answer = self
+            .call_on(method, params, token, &[BOT.to_owned()], None)
+            .await?;
+        Ok(answer.unwrap_or(Value::Null))
     }
 
     async fn auth_test(&self) -> Result<BotIdentity, ChannelError> {
@@ -591,20 +571,6 @@ impl SlackChannel {
         self.me.get_or_try_init(|| self.auth_test()).await.cloned()
     }
 
-    /// Waits until the next edit in `channel` may go out, reserving that slot.
-    async fn edit_slot(&self, channel: &str) {
-        self.next_edit.wait(channel, self.cfg.edit_interval).await;
-    }
-
-    /// Sleeps `d` unless `cancel` fires first; false when cancelled.
-    async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => false,
-            _ = tokio::time::sleep(d) => true,
-        }
-    }
-
     /// Learns the bot identity, retrying transient failures; `None` when cancelled.
     async fn identify(
         &self,
@@ -624,7 +590,7 @@ impl SlackChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "auth.test failed; retrying");
                     self.set_status(format!("error: {e}"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(None);
                     }
                 }
@@ -747,7 +713,7 @@ impl SlackChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "cannot open a Socket Mode connection; retrying");
                     self.set_status(format!("socket: reconnecting ({e})"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(());
                     }
                     continue;
@@ -771,7 +737,7 @@ impl SlackChannel {
                     let wait = disconnects.next_wait();
                     tracing::info!(channel = %self.cfg.name, ?wait, "Slack asked to reconnect");
                     self.set_status("socket: reconnecting");
-                    if !Self::pause(
+                    if !pause(
                         wait.saturating_sub(std::time::Duration::from_secs(1)),
                         cancel,
                     )
@@ -784,7 +750,7 @@ impl SlackChannel {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, %reason, ?wait, "Socket Mode connection lost; reconnecting");
                     self.set_status(format!("socket: reconnecting ({reason})"));
-                    if !Self::pause(wait, cancel).await {
+                    if !pause(wait, cancel).await {
                         return Ok(());
                     }
                 }
@@ -1286,43 +1252,9 @@ fn strip_mention(text: &str, user_id: &str) -> (String, bool) {
 
 /// The value of field `name` of a form-encoded body.
 fn form_field(body: &[u8], name: &str) -> Option<String> {
-    let body = std::str::from_utf8(body).ok()?;
-    body.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k) == name).then(|| percent_decode(v))
-    })
-}
-
-fn percent_decode(s: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            b'A'..=b'F' => Some(b - b'A' + 10),
-            _ => None,
-        }
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            ) {
-                (Some(hi), Some(lo)) => {
-                    out.push(hi * 16 + lo);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(body)
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 /// An Events API body: JSON, or form-encoded `payload=<json>` (interactive payloads).
@@ -1941,7 +1873,16 @@ impl Channel for SlackChannel {
         {
             params["thread_ts"] = json!(thread);
         }
-        let answer = self.call("chat.postMessage", &params).await?;
+        let answer = self
+            .call_on(
+                "chat.postMessage",
+                &params,
+                &self.cfg.bot_token,
+                &platform::send_keys(chat),
+                None,
+            )
+            .await?
+            .unwrap_or(Value::Null);
         answer
             .get("ts")
             .and_then(Value::as_str)
@@ -1963,8 +1904,17 @@ impl Channel for SlackChannel {
             "text": fallback_text(text),
             "blocks": blocks,
         });
-        self.edit_slot(&chat.id).await;
-        self.call("chat.update", &params).await.map(|_| ())
+        let mut keys = platform::edit_keys(&chat.id);
+        keys.push("update".into());
+        self.call_on(
+            "chat.update",
+            &params,
+            &self.cfg.bot_token,
+            &keys,
+            Some(&platform::message_key(&chat.id, message_id)),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn answer_press(
@@ -2010,7 +1960,7 @@ impl Channel for SlackChannel {
     }
 
     fn status(&self) -> String {
-        lock(&self.status).clone()
+        self.client.status()
     }
 
     fn http_answer(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<String> {

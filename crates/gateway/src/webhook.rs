@@ -86,7 +86,8 @@
 //! Answer any 2xx to accept. For `send`, answer `200 {"message_id": "…"}` with the id you
 //! will use for that message in `edit` and in presses; without one the gateway makes up a
 //! UUID. `429` with `Retry-After: <seconds>` (1 s when absent) makes the gateway wait and
-//! retry, at most 3 times and only for waits up to 60 s; any other status is a failure.
+//! retry, at most [`WebhookConfig::max_retries`] times (3) and only for waits up to
+//! [`WebhookConfig::max_retry_after`] (60 s); any other status is a failure.
 //! Redirects are not followed (a signed body goes only to the configured URL).
 //!
 //! # Receiving (for the gateway's route)
@@ -111,6 +112,7 @@ use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
     Inbound, InboundMessage, Peer,
 };
+use crate::platform::{self, Call, Limits, OverCap, PlatformClient, RetryPolicy, Verdict};
 
 /// The header with the request's unix time in seconds (lower case, as `HeaderMap` keys are).
 pub const TIMESTAMP_HEADER: &str = "x-switchboard-timestamp";
@@ -127,12 +129,10 @@ pub const MAX_ID_BYTES: usize = 512;
 /// A body limit for the inbound route: above this a request cannot be valid anyway.
 pub const MAX_INBOUND_BODY_BYTES: usize = 256 * 1024;
 
-/// Retries after a 429 before giving up with [`ChannelError::RateLimited`].
-const MAX_RATE_LIMIT_RETRIES: u32 = 3;
 /// The wait after a 429 without a usable `Retry-After`.
-const DEFAULT_RETRY_AFTER_SECS: u64 = 1;
-/// A `Retry-After` longer than this is not waited for (the call fails as rate limited).
-const MAX_RETRY_AFTER_SECS: u64 = 60;
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Timeout of one POST.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a receiver's response is read.
 const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 /// How much of a failed response's body goes into the error.
@@ -153,6 +153,12 @@ pub struct WebhookConfig {
     pub tolerance: Duration,
     /// Longest text of one outbound message ([`DEFAULT_MAX_CHARS`]).
     pub max_chars: usize,
+    /// How often one POST is retried after 429 before giving up (default 3).
+    pub max_retries: u32,
+    /// The longest `Retry-After` waited out inside one POST (default 60 s).
+    pub max_retry_after: Duration,
+    /// What a longer one does (default: the POST fails as rate limited).
+    pub over_cap: OverCap,
 }
 
 impl WebhookConfig {
@@ -168,6 +174,9 @@ impl WebhookConfig {
             outbound_url: outbound_url.into(),
             tolerance: DEFAULT_TOLERANCE,
             max_chars: DEFAULT_MAX_CHARS,
+            max_retries: 3,
+            max_retry_after: Duration::from_secs(60),
+            over_cap: OverCap::Fail,
         }
     }
 
@@ -470,24 +479,6 @@ fn redact_url_str(url: &str) -> String {
         .unwrap_or_else(|_| "[unparsable url]".into())
 }
 
-/// The reason a request failed, down to its root cause, without the URL.
-fn describe_send_error(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    if e.is_timeout() {
-        return "timed out".into();
-    }
-    let mut msg = e.to_string();
-    let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
-    while let Some(s) = src {
-        let part = s.to_string();
-        if !msg.contains(&part) {
-            msg = format!("{msg}: {part}");
-        }
-        src = s.source();
-    }
-    msg
-}
-
 fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     text.trim().chars().take(ERROR_EXCERPT_CHARS).collect()
@@ -508,7 +499,8 @@ pub struct WebhookChannel {
     channel_name: String,
     url: reqwest::Url,
     url_shown: String,
-    http: reqwest::Client,
+    /// Posts, with the retry policy (no rates of its own: the receiver says with 429).
+    client: PlatformClient,
     running: AtomicBool,
     last_error: Mutex<Option<String>>,
 }
@@ -558,19 +550,39 @@ impl WebhookChannel {
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(30))
             // A signed body must not be forwarded to wherever a redirect points.
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("switchboard-gateway/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| other(format!("cannot build the HTTP client: {e}")))?;
         let url_shown = redact_url(&url);
+        let mut secrets = vec![cfg.secret.clone()];
+        secrets.extend(url.password().map(str::to_owned));
+        secrets.extend(url.query().map(str::to_owned));
+        let policy = RetryPolicy {
+            max_retries: cfg.max_retries,
+            max_retry_after: cfg.max_retry_after,
+            over_cap: cfg.over_cap,
+            default_retry_after: DEFAULT_RETRY_AFTER,
+            // A receiver's 5xx is its answer to this delivery (with its text in the error);
+            // the gateway's worker decides whether to deliver again.
+            transient_retries: 0,
+            ..RetryPolicy::default()
+        };
+        let client = PlatformClient::new(
+            channel_name.clone(),
+            url.as_str(),
+            http,
+            secrets,
+            policy,
+            Limits::new(),
+        );
         Ok(Self {
             cfg,
             channel_name,
             url,
             url_shown,
-            http,
+            client,
             running: AtomicBool::new(false),
             last_error: Mutex::new(None),
         })
@@ -603,83 +615,56 @@ impl WebhookChannel {
                 reason: format!("cannot encode the {method} request: {e}"),
             })?,
         );
-        let mut retries = 0;
-        loop {
-            let timestamp = chrono::Utc::now().timestamp();
-            let signature = sign(&self.cfg.secret, timestamp, &body);
-            let sent = self
-                .http
-                .post(self.url.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header(TIMESTAMP_HEADER, timestamp.to_string())
-                .header(SIGNATURE_HEADER, signature)
-                .body(body.clone())
-                .send()
-                .await;
-            let mut resp = sent.map_err(|e| self.unreachable(method, e))?;
-            let status = resp.status();
-            if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
-                let wait = resp
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(DEFAULT_RETRY_AFTER_SECS);
-                if retries >= MAX_RATE_LIMIT_RETRIES || wait > MAX_RETRY_AFTER_SECS {
-                    return Err(ChannelError::RateLimited {
-                        channel: self.channel_name.clone(),
-                        retry_after_secs: wait,
-                    });
-                }
-                retries += 1;
-                tracing::debug!(
-                    channel = %self.channel_name,
-                    method,
-                    wait_secs = wait,
-                    retries,
-                    "webhook receiver rate limited us; retrying"
-                );
-                tokio::time::sleep(Duration::from_secs(wait)).await;
-                continue;
-            }
-            let mut received = Vec::new();
-            loop {
-                match resp.chunk().await {
-                    Ok(Some(chunk)) => {
-                        let room = MAX_RESPONSE_BYTES.saturating_sub(received.len());
-                        received.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                        if received.len() >= MAX_RESPONSE_BYTES {
-                            break;
-                        }
+        let label = format!("{method} to {}", self.url_shown);
+        let call = Call {
+            label: &label,
+            keys: &[platform::BOT.to_owned()],
+            timeout: CALL_TIMEOUT,
+            policy: None,
+        };
+        self.client
+            .call(
+                call,
+                |http, _| {
+                    // Signed again on every try: the timestamp is part of the signature.
+                    let timestamp = chrono::Utc::now().timestamp();
+                    let signature = sign(&self.cfg.secret, timestamp, &body);
+                    http.post(self.url.clone())
+                        .header(reqwest::header::CONTENT_TYPE, "application/json")
+                        .header(TIMESTAMP_HEADER, timestamp.to_string())
+                        .header(SIGNATURE_HEADER, signature)
+                        .body(body.clone())
+                },
+                |answer| {
+                    let status = answer.status;
+                    if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                        return Verdict::RateLimited(answer.retry_after());
                     }
-                    Ok(None) => break,
-                    Err(e) => return Err(self.unreachable(method, e)),
-                }
-            }
-            if !status.is_success() {
-                let mut description = excerpt(&received);
-                if description.is_empty() {
-                    description = format!("HTTP {status}");
-                }
-                return Err(ChannelError::Api {
-                    channel: self.channel_name.clone(),
-                    method: method.to_string(),
-                    code: status.as_u16(),
-                    description,
-                });
-            }
-            return Ok(Reply {
-                status: status.as_u16(),
-                body: Bytes::from(received),
-            });
-        }
-    }
-
-    fn unreachable(&self, method: &str, e: reqwest::Error) -> ChannelError {
-        ChannelError::Unreachable {
-            channel: self.channel_name.clone(),
-            reason: format!("{method} to {}: {}", self.url_shown, describe_send_error(e)),
-        }
+                    let received = &answer.body[..answer.body.len().min(MAX_RESPONSE_BYTES)];
+                    if !status.is_success() {
+                        let mut description = excerpt(received);
+                        if description.is_empty() {
+                            description = format!("HTTP {status}");
+                        }
+                        let err = ChannelError::Api {
+                            channel: self.channel_name.clone(),
+                            method: method.to_string(),
+                            code: status.as_u16(),
+                            description,
+                        };
+                        return if status.is_server_error() {
+                            Verdict::Transient(err)
+                        } else {
+                            Verdict::Failed(err)
+                        };
+                    }
+                    Verdict::Done(Reply {
+                        status: status.as_u16(),
+                        body: Bytes::copy_from_slice(received),
+                    })
+                },
+            )
+            .await
     }
 }
 

@@ -689,3 +689,49 @@ async fn server_heartbeat_requests_and_reconnects_are_honoured() {
     assert_eq!(fake.identifies(), 1);
     running.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_rate_limit_holds_the_route_for_the_calls_behind_it() {
+    let fake = FakeDiscord::start().await;
+    let ch = channel_with(config(&fake));
+    let chat = dm_chat("42");
+    fake.rate_limit("POST /channels/dm-42/messages", 1, 1.0);
+    let first = {
+        let (ch, chat) = (ch.clone(), chat.clone());
+        tokio::spawn(async move { ch.send(&chat, "first", &[]).await })
+    };
+    until("the first send refused", || {
+        fake.calls("POST /channels/dm-42/messages").len() == 1
+    })
+    .await;
+    let t0 = Instant::now();
+    ch.send(&chat, "second", &[]).await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        t0.elapsed()
+    );
+    first.await.unwrap().unwrap();
+    assert_eq!(fake.calls("POST /channels/dm-42/messages").len(), 3);
+    assert_eq!(fake.bot_messages("dm-42").len(), 2);
+}
+
+#[tokio::test]
+async fn pending_edits_of_one_message_coalesce() {
+    let fake = FakeDiscord::start().await;
+    let mut cfg = config(&fake);
+    cfg.edit_interval = Duration::from_millis(300);
+    let ch = channel_with(cfg);
+    let chat = dm_chat("42");
+    let id = ch.send(&chat, "v0", &[]).await.unwrap();
+    ch.edit(&chat, &id, "v1", &[]).await.unwrap();
+    let texts: Vec<String> = (2..=6).map(|i| format!("v{i}")).collect();
+    let results =
+        futures::future::join_all(texts.iter().map(|t| ch.edit(&chat, &id, t, &[]))).await;
+    for r in results {
+        r.unwrap();
+    }
+    let m = &fake.bot_messages("dm-42")[0];
+    assert_eq!(m.content, "v6", "the newest edit goes out");
+    assert_eq!(m.edits, 2, "v1, then only the newest of the five");
+}

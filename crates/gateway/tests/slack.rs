@@ -959,3 +959,54 @@ async fn events_api_while_running_takes_each_event_once() {
     running.stop().await.unwrap();
     assert_eq!(ch.status(), "stopped");
 }
+
+#[tokio::test]
+async fn a_rate_limit_holds_the_channel_for_the_calls_behind_it() {
+    let fake = FakeSlack::start().await;
+    let ch = channel(&fake);
+    let dm = ChatRef {
+        id: "DU1".into(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    fake.rate_limit("chat.postMessage", 1, 1);
+    let first = {
+        let (ch, dm) = (ch.clone(), dm.clone());
+        tokio::spawn(async move { ch.send(&dm, "first", &[]).await })
+    };
+    until("the first send refused", || {
+        fake.calls("chat.postMessage").len() == 1
+    })
+    .await;
+    // a send queued behind the 429 waits for it instead of going out at once
+    let t0 = Instant::now();
+    ch.send(&dm, "second", &[]).await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        t0.elapsed()
+    );
+    first.await.unwrap().unwrap();
+    assert_eq!(fake.calls("chat.postMessage").len(), 3);
+    assert_eq!(fake.bot_messages("DU1").len(), 2);
+}
+
+#[tokio::test]
+async fn pending_edits_of_one_message_coalesce() {
+    let fake = FakeSlack::start().await;
+    let mut cfg = config(&fake);
+    cfg.edit_interval = Duration::from_millis(300);
+    let ch = SlackChannel::new(cfg).unwrap();
+    let chat = thread("C1", "1.1");
+    let ts = ch.send(&chat, "v0", &[]).await.unwrap();
+    ch.edit(&chat, &ts, "v1", &[]).await.unwrap();
+    let texts: Vec<String> = (2..=6).map(|i| format!("v{i}")).collect();
+    let results =
+        futures::future::join_all(texts.iter().map(|t| ch.edit(&chat, &ts, t, &[]))).await;
+    for r in results {
+        r.unwrap();
+    }
+    let m = &fake.bot_messages("C1")[0];
+    assert_eq!(m.text, "v6", "the newest edit goes out");
+    assert_eq!(m.updates, 2, "v1, then only the newest of the five");
+}

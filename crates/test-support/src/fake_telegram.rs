@@ -649,49 +649,11 @@ fn params(query: Option<&str>, body: &[u8]) -> Result<Value, String> {
         };
     }
     let mut map = Map::new();
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v);
-        let value = serde_json::from_str::<Value>(&v).unwrap_or(Value::String(v));
-        map.insert(percent_decode(k), value);
+    for (k, v) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let value = serde_json::from_str::<Value>(&v).unwrap_or(Value::String(v.into_owned()));
+        map.insert(k.into_owned(), value);
     }
     Ok(Value::Object(map))
-}
-
-fn percent_decode(s: &str) -> String {
-    fn hex(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            b'A'..=b'F' => Some(b - b'A' + 10),
-            _ => None,
-        }
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            ) {
-                (Some(hi), Some(lo)) => {
-                    out.push(hi * 16 + lo);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn api(
