@@ -114,12 +114,27 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let mut server_config = ServerConfig::new(token);
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
+    server_config.api_doc = Some(api_doc(settings));
     let router = switchboard_server::router(engine.clone(), server_config);
     Ok(App {
         engine,
         router,
         store,
     })
+}
+
+/// The document `/openapi.json` serves: every route `serve` mounts — the server's, the
+/// console's, the relay's, and the gateway's when it runs.
+pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi as _;
+    let mut doc = switchboard_server::ApiDoc::openapi();
+    doc.merge(switchboard_server::web::ConsoleDoc::openapi());
+    doc.merge(switchboard_relay::api::RelayDoc::openapi());
+    if matches!(&settings.gateway, Some(g) if g.enabled) {
+        doc.merge(switchboard_gateway::api::GatewayDoc::openapi());
+    }
+    switchboard_server::common_responses(&mut doc);
+    doc
 }
 
 /// The token to require: configured, else the token file, else a new token file.
@@ -210,12 +225,22 @@ pub async fn run(settings: Settings) -> Result<()> {
         "console: http://{browse_host}/login?code={code}  (one-time sign-in link, valid {} min)",
         switchboard_server::web::LOGIN_LINK_TTL.as_secs() / 60
     );
+    // Outermost, in front of every route: the guard, the body limit (a declared
+    // `Content-Length` over it is answered 413 before the body is read) and the request id.
     let router = router
         .merge(switchboard_server::web::router(console.clone()))
         .layer(axum::middleware::from_fn_with_state(
             console,
             switchboard_server::web::guard,
-        ));
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            settings.max_body_bytes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            switchboard_http::BodyLimit(settings.max_body_bytes),
+            switchboard_http::reject_oversized,
+        ))
+        .layer(axum::middleware::from_fn(switchboard_http::request_id));
     axum::serve(switchboard_server::listener(listener), router)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;

@@ -69,3 +69,9 @@ impl EngineError {
         }
     }
 }
+
+impl switchboard_protocol::Coded for EngineError {
+    fn code(&self) -> ErrorCode {
+        EngineError::code(self)
+    }
+}

@@ -1,20 +1,44 @@
 //! `/v1/gateway/*`: status, sessions, bindings, notifications, and inbound webhooks.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Request, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
+use switchboard_http::{ApiError, BearerToken, Path};
+use switchboard_protocol::gateway::{
+    Accepted, ChannelStatus, GatewaySendRequest, GatewaySendResponse, GatewaySession,
+    GatewaySessionsResponse, GatewayStatus,
+};
 use switchboard_protocol::{ErrorBody, ErrorCode};
 
 use std::sync::{Arc, RwLock};
 
 use crate::channel::{ChatKind, ChatRef, InboundSink};
 use crate::dispatcher::Gateway;
+
+pub use switchboard_protocol::gateway as wire;
+
+/// The OpenAPI document of the gateway's routes (merged into the server's `/openapi.json`
+/// when the gateway runs in `switchboard serve`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(status, sessions, unbind, send, webhook, channel_push, slack_events),
+    components(schemas(
+        GatewayStatus,
+        switchboard_protocol::gateway::ChannelStatus,
+        GatewaySessionsResponse,
+        GatewaySession,
+        ChatRef,
+        ChatKind,
+        GatewaySendRequest,
+        GatewaySendResponse,
+        Accepted,
+        ErrorBody,
+    ))
+)]
+pub struct GatewayDoc;
 
 /// The gateway the routes serve: swapped when this instance takes over or hands over the
 /// gateway lease (active ↔ standby).
@@ -45,7 +69,6 @@ impl From<Gateway> for GatewaySlot {
 #[derive(Clone)]
 struct ApiState {
     slot: GatewaySlot,
-    token: String,
 }
 
 impl ApiState {
@@ -55,82 +78,40 @@ impl ApiState {
 }
 
 fn error(code: ErrorCode, message: impl Into<String>) -> Response {
-    let body = ErrorBody {
-        error: message.into(),
-        code: code.as_str().to_string(),
-        request_id: uuid::Uuid::now_v7().to_string(),
-    };
-    let status =
-        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(body)).into_response()
+    ApiError::new(code, message).into_response()
 }
 
-async fn require_token(State(state): State<ApiState>, req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        });
-    match given {
-        None => error(
-            ErrorCode::Unauthorized,
-            "missing Authorization: Bearer <token> header",
-        ),
-        Some(t) if !bool::from(t.as_bytes().ct_eq(state.token.as_bytes())) => {
-            error(ErrorCode::InvalidToken, "invalid token")
-        }
-        Some(_) => next.run(req).await,
-    }
+fn internal(what: &str, e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "{what}");
+    error(ErrorCode::Internal, "internal error")
 }
 
 /// The gateway's routes. All but the inbound webhook need `token`; the webhook is
 /// authenticated by its HMAC signature.
 pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
-    let state = ApiState {
-        slot: gw.into(),
-        token: token.into(),
-    };
+    let state = ApiState { slot: gw.into() };
     let protected = Router::new()
         .route("/v1/gateway/status", get(status))
         .route("/v1/gateway/sessions", get(sessions))
         .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
         .route("/v1/gateway/send", post(send))
         .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_token,
+            BearerToken::new(token),
+            switchboard_http::require_bearer,
         ));
     Router::new()
         .merge(protected)
         .route("/v1/gateway/webhook/{name}", post(webhook))
         .route("/v1/gateway/channels/{name}/webhook", post(channel_push))
         .route("/v1/gateway/slack/events", post(slack_events))
+        .layer(axum::middleware::from_fn(switchboard_http::request_id))
         .with_state(state)
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub struct ChannelStatus {
-    pub name: String,
-    pub status: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub struct GatewayStatus {
-    /// `active` (this instance runs the channels) or `standby` (another instance holds the
-    /// gateway lease; this one only stores what reaches it over HTTP).
-    #[serde(default)]
-    pub role: String,
-    pub channels: Vec<ChannelStatus>,
-    pub sessions: usize,
-    pub active_runs: usize,
-    pub queued_messages: usize,
-    pub pending_approvals: usize,
-}
-
+#[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn status(State(s): State<ApiState>) -> Response {
     let gw = s.gw();
     let store = gw.store();
@@ -170,41 +151,41 @@ async fn status(State(s): State<ApiState>) -> Response {
             })
             .into_response()
         }
-        Err(e) => {
-            tracing::error!(error = %e, "gateway status");
-            error(ErrorCode::Internal, "internal error")
-        }
+        Err(e) => internal("gateway status", e),
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub struct GatewaySession {
-    pub routing_key: String,
-    pub session_id: uuid::Uuid,
-    pub channel: String,
-    pub chat: ChatRef,
-    pub bound: bool,
-}
-
+/// The chats bound to sessions.
+#[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, body = GatewaySessionsResponse),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn sessions(State(s): State<ApiState>) -> Response {
     match s.gw().store().routes().await {
-        Ok(routes) => Json(serde_json::json!({
-            "sessions": routes.into_iter().map(|r| GatewaySession {
-                routing_key: r.routing_key,
-                session_id: r.session_id,
-                channel: r.channel,
-                chat: r.chat,
-                bound: r.bound,
-            }).collect::<Vec<_>>()
-        }))
+        Ok(routes) => Json(GatewaySessionsResponse {
+            sessions: routes
+                .into_iter()
+                .map(|r| GatewaySession {
+                    routing_key: r.routing_key,
+                    session_id: r.session_id,
+                    channel: r.channel,
+                    chat: r.chat,
+                    bound: r.bound,
+                })
+                .collect(),
+        })
         .into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "gateway sessions");
-            error(ErrorCode::Internal, "internal error")
-        }
+        Err(e) => internal("gateway sessions", e),
     }
 }
 
+/// Unbinds the chat of a routing key from its session (the next message starts a new one).
+#[utoipa::path(delete, path = "/v1/gateway/bindings/{routing_key}", tag = "gateway",
+    params(("routing_key" = String, Path)), security(("bearer" = [])),
+    responses((status = 204, description = "Unbound"),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response {
     match s.gw().store().delete_route(&key).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
@@ -212,28 +193,8 @@ async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response 
             ErrorCode::NotFound,
             format!("no session is bound to routing key {key:?}"),
         ),
-        Err(e) => {
-            tracing::error!(error = %e, "unbind");
-            error(ErrorCode::Internal, "internal error")
-        }
+        Err(e) => internal("unbind", e),
     }
-}
-
-/// `POST /v1/gateway/send`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SendRequest {
-    pub channel: String,
-    /// The chat id on that channel.
-    pub target: String,
-    pub text: String,
-    /// Attached once, as high-priority caller context, to the next message from that chat
-    /// (within the context TTL).
-    #[serde(default)]
-    pub context: Option<serde_json::Value>,
-    /// For a thread chat: the thread id.
-    #[serde(default)]
-    pub thread: Option<String>,
 }
 
 /// Longest field of a stored notification context.
@@ -253,8 +214,18 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
     }
 }
 
+/// Sends a notification to a chat.
+#[utoipa::path(post, path = "/v1/gateway/send", tag = "gateway", request_body = GatewaySendRequest,
+    security(("bearer" = [])),
+    responses((status = 200, description = "Sent", body = GatewaySendResponse),
+              (status = 400, description = "`invalid_json` (not a send request) or `validation_failed` (empty text)", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
+              (status = 500, description = "`internal`: the context could not be stored", body = ErrorBody),
+              (status = 503, description = "`unavailable`: the platform refused or did not answer", body = ErrorBody)))]
 async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
-    let req: SendRequest = match serde_json::from_slice(&body) {
+    let req: GatewaySendRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
     };
@@ -301,11 +272,10 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
                     .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
                     .await
                 {
-                    tracing::error!(error = %e, "storing a notification context");
-                    return error(ErrorCode::Internal, "internal error");
+                    return internal("storing a notification context", e);
                 }
             }
-            Json(serde_json::json!({"message_id": message_id})).into_response()
+            Json(GatewaySendResponse { message_id }).into_response()
         }
         Err(e) => error(ErrorCode::Unavailable, e.to_string()),
     }
@@ -313,6 +283,16 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
 
 /// Inbound signed webhook (`webhook:<name>`): 401 for a missing or wrong signature or a
 /// stale timestamp, 400 for a malformed body, 200 once stored.
+#[utoipa::path(post, path = "/v1/gateway/webhook/{name}", tag = "gateway",
+    params(("name" = String, Path, description = "The webhook channel's name")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "The signed JSON of the inbound message, checked against `X-Switchboard-Signature` before it is read"),
+    responses((status = 200, description = "Stored", body = Accepted),
+              (status = 400, description = "`validation_failed`: signed, but not an inbound message", body = ErrorBody),
+              (status = 401, description = "`unauthorized`: missing or wrong signature, or a stale timestamp", body = ErrorBody),
+              (status = 404, description = "`not_found`: no webhook channel of that name", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 503, description = "`unavailable`: not stored; retry", body = ErrorBody)))]
 async fn webhook(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -337,7 +317,7 @@ async fn webhook(
         Err(e) => return error(ErrorCode::ValidationFailed, e),
     };
     match s.gw().accept(inbound).await {
-        Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+        Ok(()) => Json(Accepted { ok: true }).into_response(),
         Err(e) => {
             tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
             error(ErrorCode::Unavailable, "could not store the message; retry")
@@ -346,6 +326,16 @@ async fn webhook(
 }
 
 /// Updates a platform pushes over HTTP (Telegram's webhook mode), checked by the channel.
+#[utoipa::path(post, path = "/v1/gateway/channels/{name}/webhook", tag = "gateway",
+    params(("name" = String, Path, description = "The channel's name")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "The platform's update, as it pushes it (the channel checks its secret token or signature)"),
+    responses((status = 200, description = "Taken: `{\"ok\": true}`, the platform's challenge (text/plain) or the answer the platform expects", body = Accepted),
+              (status = 400, description = "`validation_failed`: authenticated, but not an update", body = ErrorBody),
+              (status = 401, description = "`unauthorized`: missing or wrong secret token or signature", body = ErrorBody),
+              (status = 404, description = "`not_found`: no such channel, or it does not receive updates over HTTP", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 503, description = "`unavailable`: not stored; retry", body = ErrorBody)))]
 async fn channel_push(
     State(s): State<ApiState>,
     Path(name): Path<String>,
@@ -361,7 +351,7 @@ async fn channel_push(
     }
     let taken = || match ch.http_answer(&headers, &body) {
         Some(answer) => answer.into_response(),
-        None => Json(serde_json::json!({"ok": true})).into_response(),
+        None => Json(Accepted { ok: true }).into_response(),
     };
     match ch.inbound_http(&headers, &body).await {
         Ok(None) => taken(),
@@ -386,6 +376,15 @@ async fn channel_push(
 
 /// `POST /v1/gateway/slack/events`: the Slack Events API's usual path, for the channel
 /// named `slack`.
+#[utoipa::path(post, path = "/v1/gateway/slack/events", tag = "gateway",
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "An Events API request, checked against Slack's signature"),
+    responses((status = 200, description = "Taken: `{\"ok\": true}`, the platform's challenge (text/plain) or the answer the platform expects", body = Accepted),
+              (status = 400, description = "`validation_failed`: authenticated, but not an update", body = ErrorBody),
+              (status = 401, description = "`unauthorized`: missing or wrong secret token or signature", body = ErrorBody),
+              (status = 404, description = "`not_found`: no such channel, or it does not receive updates over HTTP", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 503, description = "`unavailable`: not stored; retry", body = ErrorBody)))]
 async fn slack_events(state: State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
     channel_push(state, Path("slack".to_string()), headers, body).await
 }

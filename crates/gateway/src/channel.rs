@@ -17,35 +17,7 @@ pub struct Peer {
     pub username: Option<String>,
 }
 
-/// The kind of conversation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChatKind {
-    Direct,
-    Group,
-    Thread,
-}
-
-impl ChatKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Direct => "direct",
-            Self::Group => "group",
-            Self::Thread => "thread",
-        }
-    }
-}
-
-/// Where a conversation happens, and so where replies go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatRef {
-    /// The platform's chat id (Telegram chat id, Slack channel …).
-    pub id: String,
-    pub kind: ChatKind,
-    /// The thread or forum topic inside the chat, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thread: Option<String>,
-}
+pub use switchboard_protocol::gateway::{ChatKind, ChatRef};
 
 /// Metadata of a file sent with a message (content is not fetched).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -122,6 +122,12 @@ impl ErrorCode {
     }
 }
 
+/// An error that knows its stable code (the engine's errors): the HTTP kit turns any such
+/// error into its error answer, so handlers use `?`.
+pub trait Coded: std::fmt::Display {
+    fn code(&self) -> ErrorCode;
+}
+
 impl std::fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -172,6 +172,19 @@ impl AgentEvent {
     }
 }
 
+/// One Server-Sent Events frame as a client's parser sees it: `data` is JSON (an
+/// [`EventEnvelope`] on the session event stream, an `OutcomeEvent` on the relay's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SseFrame {
+    /// The `seq` of the event (absent on a `gap_detected` frame).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The event's type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    pub data: String,
+}
+
 /// The `data:` of an SSE frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventEnvelope {

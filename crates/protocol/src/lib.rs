@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod messages;
 pub mod nullable;
 pub mod relay;
@@ -14,8 +15,10 @@ pub mod sessions;
 pub mod system;
 pub mod tools;
 
-pub use error::{ErrorBody, ErrorCode};
-pub use events::{AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, Usage};
+pub use error::{Coded, ErrorBody, ErrorCode};
+pub use events::{
+    AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,
+};
 pub use messages::*;
 pub use sessions::*;
 pub use system::*;

@@ -44,9 +44,18 @@ impl Role {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct InputMessage {
     /// Must be `user`.
+    #[schema(value_type = InputRole)]
     pub role: Role,
     /// The text; must not be empty or whitespace only.
+    #[schema(pattern = r"\S")]
     pub content: String,
+}
+
+/// The one role a client may send (documents [`InputMessage::role`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputRole {
+    User,
 }
 
 /// How a sent message relates to the session's active run.
@@ -97,6 +106,7 @@ impl<'de> Deserialize<'de> for ContextPriority {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ContextItem {
     /// At most 256 characters; must not be empty.
+    #[schema(pattern = r"\S")]
     pub name: String,
     /// At most 50,000 characters.
     pub content: String,

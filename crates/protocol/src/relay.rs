@@ -189,7 +189,7 @@ pub struct SendRequest {
         default = "schema_version",
         deserialize_with = "schema_version_or_null"
     )]
-    #[schema(nullable)]
+    #[schema(nullable, minimum = 1, maximum = 1)]
     pub schema_version: u32,
     /// The caller's id for this request (echoed back; a retry with the same id and sender is
     /// answered from the first delivery instead of sending twice).
@@ -197,6 +197,8 @@ pub struct SendRequest {
     pub request_id: Option<String>,
     /// A member id or a principal id.
     pub sender: String,
+    /// Not empty or blank.
+    #[schema(pattern = r"\S")]
     pub message: String,
     #[serde(
         default,

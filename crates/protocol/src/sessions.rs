@@ -66,8 +66,9 @@ pub enum AutoApproveKeyword {
 /// `POST /v1/sessions`. Every field is optional.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct CreateSessionRequest {
-    /// Display title; defaults to "New session".
+    /// Display title; defaults to "New session". Not empty or blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub title: Option<String>,
     /// Workspace directory of the session; defaults to the server's workspace root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,7 +122,9 @@ pub struct SessionSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSessionRequest {
+    /// Not empty or blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<bool>,

@@ -6,14 +6,20 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use subtle::ConstantTimeEq;
-use switchboard_protocol::relay::{RELAY_SCHEMA_VERSION, RelayErrorBody, SendRequest};
+use switchboard_http::{ApiError, BearerToken};
+use switchboard_protocol::relay::{
+    AuditResponse, BundlesResponse, HostingResponse, ListResponse, LookResponse, RelayErrorBody,
+    SendRequest, SendResponse, TargetResult,
+};
+
+use switchboard_protocol::relay::OutcomeEvent;
 
 use crate::error::RelayError;
 use crate::relay::Relay;
@@ -21,55 +27,60 @@ use crate::relay::Relay;
 #[derive(Clone)]
 struct ApiState {
     relay: Relay,
-    token: String,
     keepalive: Duration,
 }
 
-impl IntoResponse for RelayError {
-    fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = RelayErrorBody {
-            schema_version: RELAY_SCHEMA_VERSION,
-            code: self.code,
-            error: self.message.clone(),
-            message: self.message,
-            details: self.details,
-            request_id: uuid::Uuid::now_v7().to_string(),
-        };
-        (status, Json(body)).into_response()
+type ApiResult = Result<Response, ApiError>;
+
+/// The kit's bearer check, answered in the relay's error shape.
+async fn require_token(State(token): State<BearerToken>, req: Request, next: Next) -> Response {
+    match token.check(req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => ApiError::from(RelayError::new(e.status().as_u16(), e.code(), e.message()))
+            .into_response(),
     }
 }
 
-async fn require_token(State(state): State<ApiState>, req: Request, next: Next) -> Response {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        });
-    match given {
-        None => RelayError::new(
-            401,
-            "unauthorized",
-            "missing Authorization: Bearer <token> header",
-        )
-        .into_response(),
-        Some(t) if !bool::from(t.as_bytes().ct_eq(state.token.as_bytes())) => {
-            RelayError::new(401, "invalid_token", "invalid token").into_response()
-        }
-        Some(_) => next.run(req).await,
+/// The kit's extractors, their rejections in the relay's shape
+/// (`validation_invalid_arguments`).
+struct Path<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        switchboard_http::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|e| RelayError::validation("invalid_arguments", e.message()).into())
     }
 }
+
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        switchboard_http::Query::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map(|q| Params(q.0))
+            .map_err(|e| RelayError::validation("invalid_arguments", e.message()).into())
+    }
+}
+
+/// The OpenAPI document of the relay's routes (merged into the server's `/openapi.json`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(bundles, list, up, down, send, look, audit, message, events),
+    components(schemas(RelayErrorBody, OutcomeEvent, switchboard_protocol::ErrorBody))
+)]
+pub struct RelayDoc;
 
 /// The relay's routes, all behind `token`.
 pub fn router(relay: Relay, token: impl Into<String>) -> Router {
     let state = ApiState {
         relay,
-        token: token.into(),
         keepalive: Duration::from_secs(15),
     };
     Router::new()
@@ -86,13 +97,12 @@ pub fn router(relay: Relay, token: impl Into<String>) -> Router {
             get(message),
         )
         .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            BearerToken::new(token),
             require_token,
         ))
+        .layer(axum::middleware::from_fn(switchboard_http::request_id))
         .with_state(state)
 }
-
-type Params = Query<HashMap<String, String>>;
 
 /// Query parameters are read by hand so that a malformed one gets the relay's own error
 /// code instead of the framework's plain-text 400.
@@ -109,15 +119,23 @@ fn only(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), RelayE
     }
 }
 
-async fn bundles(State(s): State<ApiState>) -> Result<Response, RelayError> {
+/// The bundles in the bundles directory, with their state.
+#[utoipa::path(get, path = "/v1/relay/bundles", tag = "relay", security(("bearer" = [])),
+    responses((status = 200, body = BundlesResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+async fn bundles(State(s): State<ApiState>) -> ApiResult {
     Ok(Json(s.relay.bundles().await?).into_response())
 }
 
+/// The bundle's members, as `as` may see them under its policy.
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name"), ("as" = Option<String>, Query, description = "List as this member (its policy's `list` scope)")),
+    responses((status = 200, body = ListResponse), (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
+              (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn list(
     State(s): State<ApiState>,
     Path(bundle): Path<String>,
-    Query(q): Params,
-) -> Result<Response, RelayError> {
+    Params(q): Params,
+) -> ApiResult {
     only(&q, &["as"])?;
     Ok(Json(
         s.relay
@@ -127,33 +145,56 @@ async fn list(
     .into_response())
 }
 
-async fn up(State(s): State<ApiState>, Path(bundle): Path<String>) -> Result<Response, RelayError> {
+/// Starts the bundle's members.
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/up", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name")),
+    responses((status = 200, body = HostingResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+async fn up(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResult {
     Ok(Json(s.relay.up(&bundle).await?).into_response())
 }
 
-async fn down(
-    State(s): State<ApiState>,
-    Path(bundle): Path<String>,
-) -> Result<Response, RelayError> {
+/// Stops the bundle's members.
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/down", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name")),
+    responses((status = 200, body = HostingResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+async fn down(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResult {
     Ok(Json(s.relay.down(&bundle).await?).into_response())
 }
 
-async fn send(
-    State(s): State<ApiState>,
-    Path(bundle): Path<String>,
-    body: Bytes,
-) -> Result<Response, RelayError> {
+/// Sends a message from one member to others, under the sender's policy.
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/send", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name")), request_body = SendRequest,
+    responses((status = 200, description = "Each target's result", body = SendResponse),
+              (status = 400, description = "`validation_*`: not a send request, an unknown sender or target", body = RelayErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
+              (status = 403, description = "`authorization_forbidden`: the policy does not allow it (`details` names the capability, requester and targets)", body = RelayErrorBody),
+              (status = 404, description = "`bundle_not_found`", body = RelayErrorBody),
+              (status = 409, description = "`bundle_down`, `request_id_reused`", body = RelayErrorBody),
+              (status = 413, description = "`payload_too_large`", body = switchboard_protocol::ErrorBody),
+              (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+async fn send(State(s): State<ApiState>, Path(bundle): Path<String>, body: Bytes) -> ApiResult {
     let req: SendRequest = serde_json::from_slice(&body).map_err(|e| {
         RelayError::validation("invalid_arguments", format!("invalid send request: {e}"))
     })?;
     Ok(Json(s.relay.send(&bundle, req).await?).into_response())
 }
 
+/// The last lines of a member's screen (or session transcript).
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/look", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name"), ("requester" = String, Query), ("target" = String, Query),
+           ("lines" = Option<u32>, Query, minimum = 1, maximum = 1000)),
+    responses((status = 200, body = LookResponse),
+              (status = 400, description = "`validation_*`: requester or target missing or unknown, bad `lines`", body = RelayErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
+              (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody),
+              (status = 409, description = "`bundle_down` or the target is not ready", body = RelayErrorBody),
+              (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody),
+              (status = 502, description = "`session_unreachable`", body = RelayErrorBody)))]
 async fn look(
     State(s): State<ApiState>,
     Path(bundle): Path<String>,
-    Query(q): Params,
-) -> Result<Response, RelayError> {
+    Params(q): Params,
+) -> ApiResult {
     only(&q, &["requester", "target", "lines"])?;
     let lines = match q.get("lines") {
         None => None,
@@ -173,11 +214,16 @@ async fn look(
     Ok(Json(s.relay.look(&bundle, requester, target, lines).await?).into_response())
 }
 
+/// The bundle's audit log, newest last.
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/audit", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000),
+           ("event" = Option<String>, Query, description = "Keep one kind of event")),
+    responses((status = 200, body = AuditResponse), (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn audit(
     State(s): State<ApiState>,
     Path(bundle): Path<String>,
-    Query(q): Params,
-) -> Result<Response, RelayError> {
+    Params(q): Params,
+) -> ApiResult {
     only(&q, &["limit", "event"])?;
     let limit = match q.get("limit") {
         None => None,
@@ -196,22 +242,34 @@ async fn audit(
     .into_response())
 }
 
+/// One message's outcome per target.
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/messages/{message_id}", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name"), ("message_id" = String, Path)),
+    responses((status = 200, body = TargetResult), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
+              (status = 404, description = "`bundle_not_found` or `message_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn message(
     State(s): State<ApiState>,
     Path((bundle, message_id)): Path<(String, String)>,
-) -> Result<Response, RelayError> {
+) -> ApiResult {
     Ok(Json(s.relay.message(&bundle, &message_id).await?).into_response())
 }
 
 /// SSE of the bundle's delivery outcomes (`event: relay.outcome`, `id:` = seq), replayed from
 /// the store after `Last-Event-ID` (or `?after=`), then live. `?as=SENDER` keeps one
 /// sender's messages.
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/events", tag = "relay", security(("bearer" = [])),
+    params(("bundle" = String, Path, description = "The bundle's name"), ("as" = Option<String>, Query, description = "Keep one sender's messages"),
+           ("after" = Option<u64>, Query, description = "Replay outcomes with a greater seq"),
+           ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Replay outcomes with a greater seq (wins over `after`)")),
+    responses((status = 200, description = "`event: relay.outcome` frames", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
+              (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
+              (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn events(
     State(s): State<ApiState>,
     Path(bundle): Path<String>,
-    Query(q): Params,
+    Params(q): Params,
     headers: HeaderMap,
-) -> Result<Response, RelayError> {
+) -> ApiResult {
     only(&q, &["as", "after"])?;
     let who = q.get("as").cloned();
     s.relay.check_follower(&bundle, who.as_deref())?;
@@ -221,12 +279,18 @@ async fn events(
         .map(str::to_string);
     let after = match from_header.or_else(|| q.get("after").cloned()) {
         None => 0,
-        Some(v) => v.trim().parse::<u64>().map_err(|_| {
-            RelayError::validation(
-                "invalid_arguments",
-                format!("Last-Event-ID / after must be a number (got {v:?})"),
-            )
-        })?,
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(|n| n as u64)
+            .ok_or_else(|| {
+                RelayError::validation(
+                    "invalid_arguments",
+                    format!("Last-Event-ID / after must be a number (got {v:?})"),
+                )
+            })?,
     };
     let relay = s.relay.clone();
     let keepalive = s.keepalive;

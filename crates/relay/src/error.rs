@@ -73,3 +73,17 @@ impl From<crate::store::StoreError> for RelayError {
         Self::internal(format!("relay store: {e}"))
     }
 }
+
+/// The relay's errors in the common error body, with the relay's fields beside
+/// `error`, `code` and `request_id`: a [`switchboard_protocol::relay::RelayErrorBody`].
+impl From<RelayError> for switchboard_http::ApiError {
+    fn from(e: RelayError) -> Self {
+        switchboard_http::ApiError::custom(e.status, e.code, e.message.clone())
+            .with_field(
+                "schema_version",
+                json!(switchboard_protocol::relay::RELAY_SCHEMA_VERSION),
+            )
+            .with_field("message", Value::String(e.message))
+            .with_field("details", e.details)
+    }
+}

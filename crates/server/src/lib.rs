@@ -4,7 +4,6 @@
 //! one [`ApiError`] type every handler returns, SSE framing of the event log, and the
 //! OpenAPI document. The work itself lives in the engine; handlers parse, call, encode.
 
-mod auth;
 mod error;
 mod extract;
 mod openapi;
@@ -19,7 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use switchboard_engine::Engine;
 
 pub use error::ApiError;
-pub use openapi::ApiDoc;
+pub use openapi::{ApiDoc, common_responses};
 
 /// Settings of the HTTP layer.
 #[derive(Clone)]
@@ -30,6 +29,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Interval of SSE keep-alive comments.
     pub keepalive: Duration,
+    /// The document served at `/openapi.json`: [`ApiDoc`] unless the binary mounts more
+    /// routes beside these and documents them too.
+    pub api_doc: Option<utoipa::openapi::OpenApi>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -38,7 +40,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("token", &"[redacted]")
             .field("max_body_bytes", &self.max_body_bytes)
             .field("keepalive", &self.keepalive)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -48,6 +50,7 @@ impl ServerConfig {
             token: token.into(),
             max_body_bytes: 2 * 1024 * 1024,
             keepalive: Duration::from_secs(15),
+            api_doc: None,
         }
     }
 }
@@ -75,8 +78,13 @@ pub fn listener(
 }
 
 /// Builds the whole router.
-pub fn router(engine: Engine, config: ServerConfig) -> Router {
+pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
     let max_body = config.max_body_bytes;
+    let doc = config.api_doc.take().unwrap_or_else(|| {
+        use utoipa::OpenApi as _;
+        ApiDoc::openapi()
+    });
+    let token = switchboard_http::BearerToken::new(config.token.clone());
     let state = AppState {
         engine,
         config: Arc::new(config),
@@ -87,16 +95,20 @@ pub fn router(engine: Engine, config: ServerConfig) -> Router {
         .merge(routes::events::router())
         .merge(routes::tools::router())
         .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
+            token,
+            switchboard_http::require_bearer,
         ));
     Router::new()
         .merge(routes::health::router())
-        .merge(openapi::router())
-        .nest("/v1", protected)
+        .merge(openapi::router(doc))
+        .merge(protected)
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            switchboard_http::BodyLimit(max_body),
+            switchboard_http::reject_oversized,
+        ))
         .layer(axum::middleware::from_fn(error::request_id))
         .with_state(state)
 }

@@ -18,6 +18,67 @@ impl Modify for BearerAuth {
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
             );
         }
+        common_responses(openapi);
+    }
+}
+
+/// The answers every route of a kind gives, added to each operation that does not document
+/// them itself: 401 where the bearer token is required, 400 where a path parameter is a
+/// UUID, and 400, 413 and 415 where the body is JSON (the kit's extractors and limit). Run
+/// it again on a document merged from several (`switchboard serve` does).
+pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let error = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let ops = [
+            item.get.as_mut(),
+            item.put.as_mut(),
+            item.post.as_mut(),
+            item.delete.as_mut(),
+            item.patch.as_mut(),
+        ];
+        for op in ops.into_iter().flatten() {
+            let mut add = |status: &str, description: &str| {
+                op.responses
+                    .responses
+                    .entry(status.to_string())
+                    .or_insert_with(|| error(description));
+            };
+            let bearer = serde_json::to_value(&op.security).is_ok_and(|v| {
+                v.as_array()
+                    .is_some_and(|reqs| reqs.iter().any(|r| r.get("bearer").is_some()))
+            });
+            let json_body = op
+                .request_body
+                .as_ref()
+                .is_some_and(|b| b.content.contains_key("application/json"));
+            let uuid_param = path.contains("/sessions/{id}");
+            if bearer {
+                add("401", "`unauthorized` (no bearer token) or `invalid_token`");
+            }
+            if json_body {
+                add(
+                    "400",
+                    "`invalid_json` or `validation_failed` (the field is named)",
+                );
+                add("413", "`payload_too_large`: the body is over the limit");
+                add("415", "`unsupported_media_type`: the body is not JSON");
+            } else if uuid_param {
+                add("400", "`validation_failed`: the id is not a UUID");
+            }
+        }
     }
 }
 
@@ -53,9 +114,13 @@ impl Modify for BearerAuth {
 )]
 pub struct ApiDoc;
 
-pub fn router() -> Router<AppState> {
+pub fn router(doc: utoipa::openapi::OpenApi) -> Router<AppState> {
+    let doc = std::sync::Arc::new(doc);
     Router::new().route(
         "/openapi.json",
-        get(|| async { axum::Json(ApiDoc::openapi()) }),
+        get(move || {
+            let doc = doc.clone();
+            async move { axum::Json(doc) }
+        }),
     )
 }

@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
-use switchboard_protocol::ErrorCode;
+use switchboard_protocol::{ErrorBody, ErrorCode};
 
 use crate::ApiError;
 
@@ -278,6 +278,14 @@ pub async fn guard(State(console): State<Console>, mut req: Request, next: Next)
     next.run(req).await
 }
 
+/// The OpenAPI document of the console's routes.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(index, asset, login_link, login, logout, me),
+    components(schemas(LoginBody, Me, ErrorBody))
+)]
+pub struct ConsoleDoc;
+
 /// The console's routes: the page, its assets, sign-in and sign-out, `me`.
 pub fn router(console: Console) -> Router {
     Router::new()
@@ -310,10 +318,17 @@ fn with_security_headers(mut resp: Response, content_type: &'static str) -> Resp
     resp
 }
 
+/// The console's page.
+#[utoipa::path(get, path = "/", tag = "console",
+    responses((status = 200, content_type = "text/html", body = String), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn index() -> Response {
     with_security_headers(INDEX_HTML.into_response(), "text/html; charset=utf-8")
 }
 
+/// The console's scripts and styles.
+#[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
+    responses((status = 200, description = "`app.js`, `md.js` or `style.css`", content_type = "text/plain", body = String),
+              (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     let (body, ty) = match file.as_str() {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
@@ -333,6 +348,9 @@ struct LinkQuery {
 }
 
 /// `GET /login?code=…`: the one-time link `serve` prints. Signs the browser in once.
+#[utoipa::path(get, path = "/login", tag = "console",
+    params(("code" = Option<String>, Query, description = "The one-time code `serve` printed")),
+    responses((status = 303, description = "To `/` with the session cookie when the code is good, else to `/?login=expired`"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn login_link(
     State(console): State<Console>,
     headers: HeaderMap,
@@ -353,12 +371,19 @@ async fn login_link(
     resp
 }
 
-#[derive(Deserialize)]
-struct LoginBody {
+/// `POST /v1/console/login`.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct LoginBody {
+    /// The server's token.
     token: String,
 }
 
 /// `POST /v1/console/login {"token"}`: 204 with the session cookie, or 401.
+#[utoipa::path(post, path = "/v1/console/login", tag = "console", request_body = LoginBody,
+    responses((status = 204, description = "Signed in: the session cookie is set"),
+              (status = 400, description = "`invalid_json`: not `{\"token\": …}`", body = ErrorBody),
+              (status = 401, description = "`invalid_token`", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody)))]
 async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) -> Response {
     let Ok(b) = serde_json::from_slice::<LoginBody>(&body) else {
         return ApiError::new(ErrorCode::InvalidJson, "expected {\"token\": \"…\"}")
@@ -380,6 +405,9 @@ async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) 
     resp
 }
 
+/// Signs the browser out (clears the cookie).
+#[utoipa::path(post, path = "/v1/console/logout", tag = "console",
+    responses((status = 204, description = "The cookie is cleared"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn logout() -> Response {
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(
@@ -391,17 +419,22 @@ async fn logout() -> Response {
     resp
 }
 
-#[derive(Serialize)]
-struct Me<'a> {
+/// `GET /v1/console/me`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Me {
     signed_in: bool,
-    agents: &'a [String],
-    default_model: Option<&'a str>,
-    default_cwd: &'a str,
-    version: &'static str,
+    /// The configured ACP agents, offered as session backends.
+    agents: Vec<String>,
+    default_model: Option<String>,
+    default_cwd: String,
+    version: String,
 }
 
 /// `GET /v1/console/me`: who the console is (after the guard turned a cookie into a bearer
 /// header) and what the new-session form offers.
+#[utoipa::path(get, path = "/v1/console/me", tag = "console", security((), ("bearer" = [])),
+    responses((status = 200, body = Me),
+              (status = 401, description = "`unauthorized`: not signed in", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
     let given = headers
         .get(header::AUTHORIZATION)
@@ -419,10 +452,10 @@ async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
     let c = &console.inner.config;
     Json(Me {
         signed_in: true,
-        agents: &c.agents,
-        default_model: c.default_model.as_deref(),
-        default_cwd: &c.default_cwd,
-        version: env!("CARGO_PKG_VERSION"),
+        agents: c.agents.clone(),
+        default_model: c.default_model.clone(),
+        default_cwd: c.default_cwd.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
     })
     .into_response()
 }

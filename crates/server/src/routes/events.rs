@@ -24,7 +24,7 @@ use crate::extract::{Query, SessionId};
 use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/sessions/{id}/events", get(events))
+    Router::new().route("/v1/sessions/{id}/events", get(events))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -34,21 +34,27 @@ pub struct EventsQuery {
 }
 
 fn parse_cursor(raw: &str, what: &str) -> Result<u64, ApiError> {
-    raw.trim().parse::<u64>().map_err(|_| {
-        ApiError::new(
-            ErrorCode::InvalidHeader,
-            format!("{what} must be a non-negative integer, got {raw:?}"),
-        )
-    })
+    // Seqs are stored as signed 64-bit integers: a larger cursor names no event.
+    raw.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(|n| n as u64)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidHeader,
+                format!("{what} must be a non-negative integer, got {raw:?}"),
+            )
+        })
 }
 
 /// Streams the session's events: every stored event with `seq` greater than `Last-Event-ID`
 /// (or `?after=`), then live ones; `: ping` comments keep the connection alive.
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "events",
     params(("id" = uuid::Uuid, Path), EventsQuery,
-           ("Last-Event-ID" = Option<u64>, Header, description = "resume after this seq")),
+           ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "resume after this seq")),
     security(("bearer" = [])),
-    responses((status = 200, content_type = "text/event-stream", body = switchboard_protocol::EventEnvelope),
+    responses((status = 200, description = "SSE frames; each `data:` is an `EventEnvelope` (a `gap_detected` frame's is a `GapDetected`)", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,

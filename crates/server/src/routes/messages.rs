@@ -14,8 +14,8 @@ use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sessions/{id}/messages", post(send).get(list))
-        .route("/sessions/{id}/transcript.md", get(transcript))
+        .route("/v1/sessions/{id}/messages", post(send).get(list))
+        .route("/v1/sessions/{id}/transcript.md", get(transcript))
 }
 
 /// Sends a message (`type`: `message` starts a run, `steering` reaches the active run,
@@ -38,7 +38,7 @@ pub async fn send(
 
 /// The transcript, oldest first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "runs",
-    params(("id" = uuid::Uuid, Path), ("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query)),
+    params(("id" = uuid::Uuid, Path), ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("offset" = Option<u64>, Query, maximum = 4294967295.0)),
     security(("bearer" = [])),
     responses((status = 200, body = ListMessagesResponse), (status = 404, body = ErrorBody)))]
 pub async fn list(

@@ -14,9 +14,9 @@ use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sessions", post(create).get(list))
-        .route("/sessions/{id}", get(show).delete(delete).patch(update))
-        .route("/sessions/{id}/cancel", post(cancel))
+        .route("/v1/sessions", post(create).get(list))
+        .route("/v1/sessions/{id}", get(show).delete(delete).patch(update))
+        .route("/v1/sessions/{id}/cancel", post(cancel))
 }
 
 /// Creates a session.
@@ -32,7 +32,7 @@ pub async fn create(
 }
 
 /// Lists sessions, newest first; archived ones only with `archived=true`.
-#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query), ("offset" = Option<u32>, Query), ("archived" = Option<bool>, Query)),
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("offset" = Option<u64>, Query, maximum = 4294967295.0), ("archived" = Option<bool>, Query)),
     security(("bearer" = [])),
     responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
 pub async fn list(

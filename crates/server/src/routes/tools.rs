@@ -12,8 +12,8 @@ use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/sessions/{id}/tools/pending", get(pending))
-        .route("/sessions/{id}/tools/decisions", post(decide))
+        .route("/v1/sessions/{id}/tools/pending", get(pending))
+        .route("/v1/sessions/{id}/tools/decisions", post(decide))
 }
 
 /// The tool calls awaiting a decision (`run_id: null` and no calls when nothing waits).

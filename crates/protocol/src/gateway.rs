@@ -1,0 +1,103 @@
+//! Wire types of the chat gateway's routes (`/v1/gateway/*`).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// The kind of conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatKind {
+    Direct,
+    Group,
+    Thread,
+}
+
+impl ChatKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Group => "group",
+            Self::Thread => "thread",
+        }
+    }
+}
+
+/// Where a conversation happens, and so where replies go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ChatRef {
+    /// The platform's chat id (Telegram chat id, Slack channel …).
+    pub id: String,
+    pub kind: ChatKind,
+    /// The thread or forum topic inside the chat, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<String>,
+}
+
+/// One configured channel and how it is doing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct ChannelStatus {
+    pub name: String,
+    pub status: String,
+}
+
+/// `GET /v1/gateway/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewayStatus {
+    /// `active` (this instance runs the channels) or `standby` (another instance holds the
+    /// gateway lease; this one only stores what reaches it over HTTP).
+    #[serde(default)]
+    pub role: String,
+    pub channels: Vec<ChannelStatus>,
+    pub sessions: usize,
+    pub active_runs: usize,
+    pub queued_messages: usize,
+    pub pending_approvals: usize,
+}
+
+/// A chat bound to a session.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewaySession {
+    pub routing_key: String,
+    pub session_id: uuid::Uuid,
+    pub channel: String,
+    pub chat: ChatRef,
+    pub bound: bool,
+}
+
+/// `GET /v1/gateway/sessions`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewaySessionsResponse {
+    pub sessions: Vec<GatewaySession>,
+}
+
+/// `POST /v1/gateway/send`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySendRequest {
+    pub channel: String,
+    /// The chat id on that channel.
+    pub target: String,
+    /// Not empty or blank.
+    #[schema(pattern = r"\S")]
+    pub text: String,
+    /// Attached once, as high-priority caller context, to the next message from that chat
+    /// (within the context TTL).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub context: Option<serde_json::Value>,
+    /// For a thread chat: the thread id.
+    #[serde(default)]
+    pub thread: Option<String>,
+}
+
+/// Answer to [`GatewaySendRequest`]: the platform's id of the message sent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewaySendResponse {
+    pub message_id: String,
+}
+
+/// An inbound update taken (stored for the dispatcher).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct Accepted {
+    pub ok: bool,
+}
