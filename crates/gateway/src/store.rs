@@ -41,8 +41,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
-use sqlx::{Connection, Executor, PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqlitePoolOptions, SqliteRow};
+use sqlx::{PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use crate::channel::{ButtonPress, ChannelState, ChatRef, Peer};
@@ -51,17 +51,15 @@ use crate::channel::{ButtonPress, ChannelState, ChatRef, Peer};
 pub enum StoreError {
     #[error("gateway store: {0}")]
     Db(#[from] sqlx::Error),
-    #[error("gateway store: migration {version}: {source}")]
-    Migration { version: i64, source: sqlx::Error },
+    #[error("gateway store: {0}")]
+    Open(#[from] switchboard_db::DbError),
     #[error("gateway store: corrupt row: {0}")]
     Corrupt(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
+use switchboard_db::now;
 
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
@@ -232,34 +230,36 @@ macro_rules! pairing_cols {
     };
 }
 
-const SQLITE_MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../migrations/sqlite/0001_gateway.sql")),
-    (
-        2,
-        include_str!("../migrations/sqlite/0002_pending_and_seen.sql"),
-    ),
-    (3, include_str!("../migrations/sqlite/0003_reply_pages.sql")),
-];
-
-/// One for one with [`SQLITE_MIGRATIONS`]: same tables, same columns.
-const POSTGRES_MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../migrations/postgres/0001_gateway.sql")),
-    (
-        2,
-        include_str!("../migrations/postgres/0002_pending_and_seen.sql"),
-    ),
-    (
-        3,
-        include_str!("../migrations/postgres/0003_reply_pages.sql"),
-    ),
-];
+/// The gateway's tables: the same tables and columns on both back-ends; on PostgreSQL in
+/// the schema `gateway` (the engine's store may use the same database), migrated under an
+/// advisory lock of its own ("SWBGWMIG").
+const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
+    owner: "gateway",
+    sqlite: &[
+        (1, include_str!("../migrations/sqlite/0001_gateway.sql")),
+        (
+            2,
+            include_str!("../migrations/sqlite/0002_pending_and_seen.sql"),
+        ),
+        (3, include_str!("../migrations/sqlite/0003_reply_pages.sql")),
+    ],
+    postgres: &[
+        (1, include_str!("../migrations/postgres/0001_gateway.sql")),
+        (
+            2,
+            include_str!("../migrations/postgres/0002_pending_and_seen.sql"),
+        ),
+        (
+            3,
+            include_str!("../migrations/postgres/0003_reply_pages.sql"),
+        ),
+    ],
+    postgres_schema: Some(POSTGRES_SCHEMA),
+    postgres_lock: 0x5357_4247_574d_4947,
+};
 
 /// The PostgreSQL schema of the gateway's tables (and of its `schema_migrations`).
 const POSTGRES_SCHEMA: &str = "gateway";
-
-/// Key of the transaction-scoped advisory lock that serializes the gateway's migrations
-/// ("SWBGWMIG"; distinct from the engine store's, which migrates the same database).
-const POSTGRES_MIGRATION_LOCK: i64 = 0x5357_4247_574d_4947;
 
 /// Lock spaces of [`TxLock::lock_until_commit`]: a routing key's inbox inserts, a session's
 /// prompt.
@@ -296,22 +296,12 @@ impl TxLock for PgConnection {
 impl GatewayStore {
     /// Opens (creating) the SQLite database and applies pending migrations.
     pub async fn open(path: &Path) -> Result<Self> {
-        let opts = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        // Migrated on a connection of its own, closed before the pool opens any: a pool
-        // connection opened while the migrations run (the pool opens one whenever the last
-        // is still on its way back) would keep the schema it loaded then.
-        let mut conn = SqliteConnection::connect_with(&opts).await?;
-        migrate_sqlite(&mut conn).await?;
-        conn.close().await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
+        let pool = switchboard_db::open_sqlite(
+            switchboard_db::sqlite_options(path),
+            SqlitePoolOptions::new().max_connections(4),
+            &MIGRATIONS,
+        )
+        .await?;
         Ok(Self {
             db: Db::Sqlite(pool),
         })
@@ -335,7 +325,7 @@ impl GatewayStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(connect)
             .await?;
-        migrate_postgres(&pool).await?;
+        switchboard_db::migrate_postgres(&pool, &MIGRATIONS).await?;
         Ok(Self {
             db: Db::Postgres(pool),
         })
@@ -984,95 +974,6 @@ impl GatewayStore {
             .await?;
         });
         Ok(())
-    }
-}
-
-/// Applies pending SQLite migrations, one transaction each.
-///
-/// `Executor::execute(raw_sql)` rather than `RawSql::execute`: the latter is a generic
-/// `async fn` whose future the compiler cannot prove `Send`, which would make `open`
-/// impossible to `tokio::spawn`.
-async fn migrate_sqlite(conn: &mut SqliteConnection) -> Result<()> {
-    conn.execute(sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
-    ))
-    .await?;
-    let current: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
-            .fetch_one(&mut *conn)
-            .await?;
-    for &(version, sql) in SQLITE_MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        let failed = |source| StoreError::Migration { version, source };
-        let mut tx = conn.begin().await?;
-        (&mut *tx)
-            .execute(sqlx::raw_sql(sql))
-            .await
-            .map_err(failed)?;
-        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-            .bind(version)
-            .bind(now())
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        tx.commit().await?;
-        tracing::info!(version, "applied gateway migration (sqlite)");
-    }
-    Ok(())
-}
-
-/// Applies pending PostgreSQL migrations, one transaction each. Each transaction first takes
-/// an advisory lock, so instances starting at once on one database queue up: the first
-/// applies a migration, the next then finds it recorded and moves on.
-async fn migrate_postgres(pool: &PgPool) -> Result<()> {
-    loop {
-        let mut tx = pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(POSTGRES_MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        // Under the lock: two concurrent `CREATE … IF NOT EXISTS` can both find nothing and
-        // one then fails on the catalog's unique index. The schema is looked up first because
-        // `CREATE SCHEMA IF NOT EXISTS` wants the CREATE privilege on the database even when
-        // the schema is there, and a role given only the schema need not have it.
-        let has_schema: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-                .bind(POSTGRES_SCHEMA)
-                .fetch_one(&mut *tx)
-                .await?;
-        if !has_schema {
-            (&mut *tx)
-                .execute(sqlx::raw_sql("CREATE SCHEMA gateway"))
-                .await?;
-        }
-        // Qualified although `search_path` is `gateway`: the engine's store has a
-        // `schema_migrations` of its own in the same database.
-        (&mut *tx)
-            .execute(sqlx::raw_sql(
-                "CREATE TABLE IF NOT EXISTS gateway.schema_migrations \
-                 (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)",
-            ))
-            .await?;
-        let current: i64 =
-            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM gateway.schema_migrations")
-                .fetch_one(&mut *tx)
-                .await?;
-        let Some(&(version, sql)) = POSTGRES_MIGRATIONS.iter().find(|(v, _)| *v > current) else {
-            tx.commit().await?;
-            return Ok(());
-        };
-        let failed = |source| StoreError::Migration { version, source };
-        (&mut *tx)
-            .execute(sqlx::raw_sql(sql))
-            .await
-            .map_err(failed)?;
-        sqlx::query("INSERT INTO gateway.schema_migrations (version, applied_at) VALUES ($1, $2)")
-            .bind(version)
-            .bind(now())
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        tx.commit().await?;
-        tracing::info!(version, "applied gateway migration (postgres)");
     }
 }
 

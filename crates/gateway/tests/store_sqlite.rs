@@ -56,3 +56,24 @@ async fn open_can_be_spawned() {
         .unwrap();
     store.kv_set("a", "b").await.unwrap();
 }
+
+#[tokio::test]
+async fn a_database_newer_than_the_binary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.db");
+    drop(GatewayStore::open(&path).await.unwrap());
+    // a later binary applied migration 99
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let err = GatewayStore::open(&path).await.err().unwrap().to_string();
+    assert!(
+        err.contains("gateway") && err.contains("newer than this binary"),
+        "{err}"
+    );
+}

@@ -3,11 +3,9 @@
 //! startup failures.
 
 use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
+use sqlx::sqlite::{SqlitePoolOptions, SqliteRow};
 use sqlx::{Row, SqlitePool};
 use switchboard_protocol::relay::{BundleState, Outcome, OutcomeEvent, StartupFailure};
 
@@ -15,6 +13,8 @@ use switchboard_protocol::relay::{BundleState, Outcome, OutcomeEvent, StartupFai
 pub enum StoreError {
     #[error("{0}")]
     Db(#[from] sqlx::Error),
+    #[error("{0}")]
+    Open(#[from] switchboard_db::DbError),
     #[error("corrupt row: {0}")]
     Corrupt(String),
 }
@@ -24,10 +24,17 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// How many startup failures are kept per bundle.
 pub const STARTUP_FAILURE_HISTORY: i64 = 20;
 
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../migrations/0001_relay.sql")),
-    (2, include_str!("../migrations/0002_requests.sql")),
-];
+/// The relay's tables (SQLite only: the relay is per instance).
+const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
+    owner: "relay",
+    sqlite: &[
+        (1, include_str!("../migrations/0001_relay.sql")),
+        (2, include_str!("../migrations/0002_requests.sql")),
+    ],
+    postgres: &[],
+    postgres_schema: None,
+    postgres_lock: 0x5357_4252_4d49_4752, // "SWBRMIGR"
+};
 
 /// Why a delivery never entered its queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,9 +62,7 @@ pub enum Recorded {
     Duplicate { same: bool },
 }
 
-fn now() -> String {
-    Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
+use switchboard_db::now;
 
 fn parse_time(s: &str) -> Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
@@ -149,35 +154,12 @@ pub struct RelayStore {
 impl RelayStore {
     /// Opens (creating) the database and applies pending migrations.
     pub async fn open(path: &Path) -> Result<Self> {
-        let opts = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
-        sqlx::raw_sql(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+        let pool = switchboard_db::open_sqlite(
+            switchboard_db::sqlite_options(path),
+            SqlitePoolOptions::new().max_connections(4),
+            &MIGRATIONS,
         )
-        .execute(&pool)
         .await?;
-        let current: i64 =
-            sqlx::query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations")
-                .fetch_one(&pool)
-                .await?
-                .try_get("v")?;
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-            let mut tx = pool.begin().await?;
-            sqlx::raw_sql(sql).execute(&mut *tx).await?;
-            sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)")
-                .bind(version)
-                .bind(now())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        }
         Ok(Self { pool })
     }
 
@@ -662,6 +644,26 @@ mod tests {
             Recorded::Stored(ev) => ev,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_database_newer_than_the_binary_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay.db");
+        RelayStore::open(&path).await.unwrap().close().await;
+        let pool = SqlitePool::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        let err = RelayStore::open(&path).await.err().unwrap().to_string();
+        assert!(
+            err.contains("relay") && err.contains("newer than this binary"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -1,14 +1,11 @@
 //! The embedded default store: one SQLite file in WAL mode.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{Connection as _, Row, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use crate::{
@@ -136,36 +133,25 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database and applies pending migrations.
     pub async fn open(opts: SqliteOptions) -> Result<Self> {
-        let connect = SqliteConnectOptions::from_str("sqlite://")
-            .map_err(|e| StoreError::Open(e.to_string()))?
-            .filename(&opts.path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
+        let connect = switchboard_db::sqlite_options(&opts.path)
             .synchronous(if opts.synchronous_full {
                 SqliteSynchronous::Full
             } else {
                 SqliteSynchronous::Normal
             })
-            .busy_timeout(Duration::from_secs(10))
             // Rows come from sqlx's worker thread through a bounded channel; at the default
             // (50) a replay page of 2,000 events makes the worker block and be woken 40
             // times. A page's worth lets it read the page in one go.
-            .row_buffer_size(2048)
-            .foreign_keys(true);
-        let open_err = |e: sqlx::Error| StoreError::Open(format!("{}: {e}", opts.path.display()));
-        let mut migrator = SqliteConnection::connect_with(&connect)
-            .await
-            .map_err(open_err)?;
-        crate::migrate::run_sqlite(&mut migrator).await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(opts.max_connections.max(1))
-            .min_connections(1)
-            .connect_with(connect)
-            .await
-            .map_err(open_err)?;
-        // Closed after the pool has a connection: closing the last connection of a WAL
-        // database checkpoints it, which costs the start-up a few fsyncs.
-        migrator.close().await.map_err(open_err)?;
+            .row_buffer_size(2048);
+        let pool = switchboard_db::open_sqlite(
+            connect,
+            SqlitePoolOptions::new()
+                .max_connections(opts.max_connections.max(1))
+                .min_connections(1),
+            &crate::migrate::MIGRATIONS,
+        )
+        .await
+        .map_err(|e| StoreError::Open(e.to_string()))?;
         Ok(Self {
             pool,
             path: opts.path,

@@ -64,3 +64,24 @@ async fn open_can_be_spawned() {
         .unwrap();
     store.close().await;
 }
+
+#[tokio::test]
+async fn a_database_newer_than_the_binary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchboard.db");
+    SqliteStore::open_path(&path).await.unwrap().close().await;
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let err = SqliteStore::open_path(&path)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("newer than this binary"), "{err}");
+}

@@ -1,0 +1,333 @@
+//! One way to open a database and apply a crate's migrations, for every store in the
+//! workspace (the engine's, the gateway's and the relay's). Each crate keeps its own tables
+//! and migration files; this crate only knows how to apply them:
+//!
+//! - **SQLite**: WAL, foreign keys on, a 10 s busy timeout, created when missing
+//!   ([`sqlite_options`]). Migrations run on a connection of their own that is opened before
+//!   the pool ([`open_sqlite`]): a pool connection that had read the schema before a
+//!   migration changed it would keep the old column list of a statement SQLite silently
+//!   re-prepares, and sqlx then reads a row past its end (a panic in its worker).
+//! - **PostgreSQL**: each migration in its own transaction that first takes a
+//!   transaction-scoped advisory lock ([`Migrations::postgres_lock`]), so instances starting
+//!   at once on one database apply each migration exactly once; a crate's tables may live in
+//!   a schema of their own ([`Migrations::postgres_schema`]).
+//! - **Newer than the binary**: a database whose recorded version is above the newest
+//!   migration this binary has is refused with [`DbError::Newer`] — an older binary must not
+//!   write to a schema it does not know.
+//! - One time format for what the stores write as text: [`now`].
+//!
+//! Written by hand rather than with `sqlx::migrate!`, to avoid the macro crate's build cost
+//! and to keep each crate's SQLite and PostgreSQL lists side by side as plain files.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+};
+use sqlx::{Connection as _, Executor};
+
+/// A crate's migrations: `(version, sql)` in the order they apply, one list per back-end.
+#[derive(Debug, Clone, Copy)]
+pub struct Migrations {
+    /// Whose they are, for errors and logs (`engine`, `gateway`, `relay`).
+    pub owner: &'static str,
+    pub sqlite: &'static [(i64, &'static str)],
+    pub postgres: &'static [(i64, &'static str)],
+    /// The PostgreSQL schema the crate's tables and its `schema_migrations` live in (created
+    /// when missing); `None`: the connection's default.
+    pub postgres_schema: Option<&'static str>,
+    /// The key of the advisory lock that serializes the crate's PostgreSQL migrations.
+    pub postgres_lock: i64,
+}
+
+/// Why a database could not be opened or migrated.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{owner} database {target}: {source}")]
+    Connect {
+        owner: &'static str,
+        target: String,
+        source: sqlx::Error,
+    },
+    #[error("{owner} database: migration {version}: {source}")]
+    Migration {
+        owner: &'static str,
+        version: i64,
+        source: sqlx::Error,
+    },
+    #[error(
+        "{owner} database: schema version {found} is newer than this binary knows ({known}); upgrade switchboard"
+    )]
+    Newer {
+        owner: &'static str,
+        found: i64,
+        known: i64,
+    },
+    #[error("{owner} database: {source}")]
+    Db {
+        owner: &'static str,
+        source: sqlx::Error,
+    },
+}
+
+/// The time as the stores write it in text columns: RFC 3339, UTC, microseconds
+/// (`2026-12-01T16:04:20.123456Z`; sorts as it reads).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// The options every store opens a SQLite file with (see the crate docs).
+pub fn sqlite_options(path: &Path) -> SqliteConnectOptions {
+    // "sqlite://" always parses; the fallback only keeps this panic-free.
+    SqliteConnectOptions::from_str("sqlite://")
+        .unwrap_or_default()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10))
+        .foreign_keys(true)
+}
+
+/// Opens a pool on `connect` after applying `migrations` on a connection of its own.
+pub async fn open_sqlite(
+    connect: SqliteConnectOptions,
+    pool: SqlitePoolOptions,
+    migrations: &Migrations,
+) -> Result<SqlitePool, DbError> {
+    let target = connect.get_filename().display().to_string();
+    let failed = |source| DbError::Connect {
+        owner: migrations.owner,
+        target: target.clone(),
+        source,
+    };
+    let mut migrator = SqliteConnection::connect_with(&connect)
+        .await
+        .map_err(failed)?;
+    migrate_sqlite(&mut migrator, migrations).await?;
+    let pool = pool.connect_with(connect).await.map_err(failed)?;
+    // Closed after the pool has a connection: closing the last connection of a WAL database
+    // checkpoints it, which costs the start-up a few fsyncs.
+    migrator.close().await.map_err(failed)?;
+    Ok(pool)
+}
+
+/// Applies pending SQLite migrations, one transaction each.
+///
+/// `Executor::execute(raw_sql)` rather than `RawSql::execute`: the latter is a generic
+/// `async fn` whose future the compiler cannot prove `Send`, which would make the stores'
+/// `open` impossible to `tokio::spawn`.
+pub async fn migrate_sqlite(
+    conn: &mut SqliteConnection,
+    migrations: &Migrations,
+) -> Result<(), DbError> {
+    let owner = migrations.owner;
+    let db = |source| DbError::Db { owner, source };
+    conn.execute(sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+    ))
+    .await
+    .map_err(db)?;
+    let current: i64 =
+        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+    refuse_newer(owner, current, migrations.sqlite)?;
+    for &(version, sql) in migrations.sqlite.iter().filter(|(v, _)| *v > current) {
+        let failed = |source| DbError::Migration {
+            owner,
+            version,
+            source,
+        };
+        let mut tx = conn.begin().await.map_err(db)?;
+        (&mut *tx)
+            .execute(sqlx::raw_sql(sql))
+            .await
+            .map_err(failed)?;
+        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+            .bind(version)
+            .bind(now())
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        tracing::info!(owner, version, "applied migration (sqlite)");
+    }
+    Ok(())
+}
+
+/// Applies pending PostgreSQL migrations, one transaction each. Each transaction takes the
+/// advisory lock before it looks at the version, so a second instance waits and then finds
+/// the work done.
+pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<(), DbError> {
+    let owner = migrations.owner;
+    let db = |source| DbError::Db { owner, source };
+    let table = match migrations.postgres_schema {
+        Some(schema) => format!("{schema}.schema_migrations"),
+        None => "schema_migrations".to_owned(),
+    };
+    loop {
+        let mut tx = pool.begin().await.map_err(db)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(migrations.postgres_lock)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        // Under the lock: two concurrent `CREATE … IF NOT EXISTS` can both find nothing and
+        // one then fails on the catalog's unique index. The schema is looked up first because
+        // `CREATE SCHEMA IF NOT EXISTS` wants the CREATE privilege on the database even when
+        // the schema is there, and a role given only the schema need not have it.
+        if let Some(schema) = migrations.postgres_schema {
+            let has_schema: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                    .bind(schema)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            if !has_schema {
+                (&mut *tx)
+                    .execute(sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")))
+                    .await
+                    .map_err(db)?;
+            }
+        }
+        // Qualified when the crate has a schema: another crate may have a
+        // `schema_migrations` of its own in the same database.
+        (&mut *tx)
+            .execute(sqlx::raw_sql(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL \
+                 DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
+            )))
+            .await
+            .map_err(db)?;
+        let current: i64 =
+            sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+        refuse_newer(owner, current, migrations.postgres)?;
+        let Some(&(version, sql)) = migrations.postgres.iter().find(|(v, _)| *v > current) else {
+            tx.commit().await.map_err(db)?;
+            return Ok(());
+        };
+        let failed = |source| DbError::Migration {
+            owner,
+            version,
+            source,
+        };
+        (&mut *tx)
+            .execute(sqlx::raw_sql(sql))
+            .await
+            .map_err(failed)?;
+        // The time as an untyped literal (it is ours, RFC 3339): a `schema_migrations` made
+        // by an older binary may have `applied_at` as TIMESTAMPTZ rather than TEXT, and a
+        // literal fits either (a bound TEXT parameter would not).
+        sqlx::query(&format!(
+            "INSERT INTO {table} (version, applied_at) VALUES ($1, '{}')",
+            now()
+        ))
+        .bind(version)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        tracing::info!(owner, version, "applied migration (postgres)");
+    }
+}
+
+fn refuse_newer(owner: &'static str, found: i64, list: &[(i64, &str)]) -> Result<(), DbError> {
+    let known = list.last().map_or(0, |m| m.0);
+    if found > known {
+        return Err(DbError::Newer {
+            owner,
+            found,
+            known,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const V1: &[(i64, &str)] = &[(1, "CREATE TABLE a (x INTEGER)")];
+    const V2: &[(i64, &str)] = &[
+        (1, "CREATE TABLE a (x INTEGER)"),
+        (2, "ALTER TABLE a ADD COLUMN y TEXT"),
+    ];
+
+    fn migrations(sqlite: &'static [(i64, &'static str)]) -> Migrations {
+        Migrations {
+            owner: "test",
+            sqlite,
+            postgres: &[],
+            postgres_schema: None,
+            postgres_lock: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn migrations_apply_once_and_a_newer_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let pool = open_sqlite(
+            sqlite_options(&path),
+            SqlitePoolOptions::new(),
+            &migrations(V2),
+        )
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO a (x, y) VALUES (1, 'one')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        // again: nothing to apply, the row is still there
+        let pool = open_sqlite(
+            sqlite_options(&path),
+            SqlitePoolOptions::new(),
+            &migrations(V2),
+        )
+        .await
+        .unwrap();
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM a")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        pool.close().await;
+        // an older binary (knows version 1 only) refuses the version-2 database
+        let err = open_sqlite(
+            sqlite_options(&path),
+            SqlitePoolOptions::new(),
+            &migrations(V1),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DbError::Newer {
+                    found: 2,
+                    known: 1,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("newer than this binary"), "{err}");
+    }
+
+    #[test]
+    fn now_is_rfc3339_utc_with_microseconds() {
+        let t = now();
+        assert_eq!(t.len(), "2026-12-01T16:04:20.123456Z".len(), "{t}");
+        assert!(t.ends_with('Z'));
+        assert!(chrono::DateTime::parse_from_rfc3339(&t).is_ok());
+    }
+}
