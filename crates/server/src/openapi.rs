@@ -86,6 +86,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
 #[openapi(
     info(title = "Switchboard API", version = "1", description = "Sessions, runs and a durable event log over HTTP + SSE."),
     paths(
+        openapi_json,
         health::health,
         sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel,
         messages::send, messages::list, messages::transcript,
@@ -114,13 +115,18 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
 )]
 pub struct ApiDoc;
 
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "system",
+    responses((status = 200, description = "The OpenAPI 3.1 document of every route", content_type = "application/json", body = Object),
+              (status = 405, description = "`method_not_allowed`", body = switchboard_protocol::ErrorBody)))]
+async fn openapi_json(
+    axum::Extension(doc): axum::Extension<std::sync::Arc<utoipa::openapi::OpenApi>>,
+) -> axum::Json<std::sync::Arc<utoipa::openapi::OpenApi>> {
+    axum::Json(doc)
+}
+
 pub fn router(doc: utoipa::openapi::OpenApi) -> Router<AppState> {
-    let doc = std::sync::Arc::new(doc);
-    Router::new().route(
-        "/openapi.json",
-        get(move || {
-            let doc = doc.clone();
-            async move { axum::Json(doc) }
-        }),
-    )
+    Router::new()
+        .route("/openapi.json", get(openapi_json))
+        .layer(axum::Extension(std::sync::Arc::new(doc)))
 }
