@@ -1,0 +1,272 @@
+//! Steering, cancel and approvals of a run: applied here when the run executes here, else
+//! forwarded to the instance that executes it.
+
+use super::*;
+
+impl Engine {
+    /// Steers the session's run if it executes here.
+    pub(super) async fn steer_local(
+        &self,
+        session_id: Uuid,
+        given: Option<Uuid>,
+        content: String,
+    ) -> Result<Uuid, EngineError> {
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let active = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&session_id)
+                .map(|a| (a.run_id, a.steering.clone(), a.lease.clone()))
+        };
+        let Some((run_id, tx, lease)) = active else {
+            return Err(EngineError::SessionNotRunning(session_id));
+        };
+        if let Some(given) = given
+            && given != run_id
+        {
+            return Err(EngineError::RunMismatch {
+                given,
+                active: Some(run_id),
+            });
+        }
+        // Durable first: the event is in the log before the agent can see it.
+        self.inner
+            .log
+            .append_fenced(
+                session_id,
+                &AgentEvent::SteeringReceived {
+                    run_id,
+                    content: content.clone(),
+                },
+                Some(&lease),
+            )
+            .await?;
+        tx.send(content)
+            .map_err(|_| EngineError::SessionNotRunning(session_id))?;
+        Ok(run_id)
+    }
+
+    /// Sends a control request to the instance that executes the session's run, when that
+    /// is another instance and a bus connects them. `None` when there is no such instance
+    /// (no running run, no bus, or the run is ours after all).
+    pub(super) async fn forward(
+        &self,
+        session_id: Uuid,
+        request: ControlRequest,
+    ) -> Result<Option<ControlReply>, EngineError> {
+        if self.inner.config.exclusive {
+            return Ok(None);
+        }
+        let Some(bus) = self.inner.log.bus().cloned() else {
+            return Ok(None);
+        };
+        let store = &self.inner.store;
+        let Some(run) = store.active_run(session_id).await? else {
+            return Ok(None);
+        };
+        let Some(owner) = store.get_lease(&Lease::run_name(run.id)).await? else {
+            return Ok(None);
+        };
+        // Ours after all, or left by an earlier version (no holder): nobody to ask.
+        if owner.lease.holder == self.inner.config.instance_id || owner.lease.holder.is_empty() {
+            return Ok(None);
+        }
+        tracing::debug!(%session_id, instance = %owner.lease.holder, "forwarding a control request");
+        match bus.control(&owner.lease.holder, request).await {
+            Ok(ControlReply::Error { code, message }) => Err(EngineError::Remote { code, message }),
+            Ok(reply) => Ok(Some(reply)),
+            Err(reason) => Err(EngineError::OwnerUnreachable {
+                instance: owner.lease.holder,
+                reason,
+            }),
+        }
+    }
+
+    /// Answers a control request another instance forwarded: only runs executing here are
+    /// considered (never forwarded again).
+    pub async fn handle_control(&self, request: ControlRequest) -> ControlReply {
+        let result = match request {
+            ControlRequest::Steer {
+                session_id,
+                run_id,
+                content,
+            } => self
+                .steer_local(session_id, run_id, content)
+                .await
+                .map(|run_id| ControlReply::Steered { run_id }),
+            ControlRequest::Cancel { session_id, run_id } => {
+                let active = {
+                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
+                };
+                match active {
+                    Some((id, token)) if id == run_id => {
+                        token.cancel();
+                        Ok(ControlReply::Cancelled)
+                    }
+                    other => Err(EngineError::RunMismatch {
+                        given: run_id,
+                        active: other.map(|o| o.0),
+                    }),
+                }
+            }
+            ControlRequest::Decide {
+                session_id,
+                request,
+            } => self
+                .inner
+                .approvals
+                .decide(session_id, request.run_id, &request.decisions)
+                .map(|()| ControlReply::Decided {
+                    response: ToolDecisionsResponse {
+                        accepted: true,
+                        run_id: request.run_id,
+                    },
+                }),
+            ControlRequest::Pending { session_id } => Ok(ControlReply::Pending {
+                response: match self.inner.approvals.pending(session_id) {
+                    Some((run_id, tool_calls)) => PendingToolsResponse {
+                        run_id: Some(run_id),
+                        tool_calls,
+                    },
+                    None => PendingToolsResponse {
+                        run_id: None,
+                        tool_calls: Vec::new(),
+                    },
+                },
+            }),
+        };
+        result.unwrap_or_else(|e| ControlReply::Error {
+            code: e.code(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Cancels the active run (or a queued follow-up) with this id.
+    pub async fn cancel(&self, session_id: Uuid, run_id: Uuid) -> Result<(), EngineError> {
+        self.record(session_id).await?;
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        let active = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
+        };
+        match active {
+            Some((id, token)) if id == run_id => {
+                token.cancel();
+                Ok(())
+            }
+            other => {
+                // A queued follow-up of this session can be cancelled before it starts.
+                if let Some(run) = self.inner.store.get_run(run_id).await?
+                    && run.session_id == session_id
+                {
+                    if run.state == RunState::Queued
+                        && self
+                            .inner
+                            .store
+                            .cancel_queued_run(run_id, &now_rfc3339())
+                            .await?
+                    {
+                        return Ok(());
+                    }
+                    // Started meanwhile, maybe elsewhere: read it again.
+                    let running = self
+                        .inner
+                        .store
+                        .get_run(run_id)
+                        .await?
+                        .is_some_and(|r| r.state == RunState::Running);
+                    if running && other.is_none() {
+                        drop(_guard);
+                        match self
+                            .forward(session_id, ControlRequest::Cancel { session_id, run_id })
+                            .await?
+                        {
+                            Some(ControlReply::Cancelled) => return Ok(()),
+                            Some(other) => return Err(unexpected(other)),
+                            None => {}
+                        }
+                    }
+                }
+                Err(EngineError::RunMismatch {
+                    given: run_id,
+                    active: other.map(|o| o.0),
+                })
+            }
+        }
+    }
+
+    /// The tool calls of the session that wait for a decision.
+    pub async fn pending_tools(
+        &self,
+        session_id: Uuid,
+    ) -> Result<PendingToolsResponse, EngineError> {
+        self.record(session_id).await?;
+        if let Some((run_id, tool_calls)) = self.inner.approvals.pending(session_id) {
+            return Ok(PendingToolsResponse {
+                run_id: Some(run_id),
+                tool_calls,
+            });
+        }
+        if self.active_run_id(session_id).is_none() {
+            match self
+                .forward(session_id, ControlRequest::Pending { session_id })
+                .await?
+            {
+                Some(ControlReply::Pending { response }) => return Ok(response),
+                Some(other) => return Err(unexpected(other)),
+                None => {}
+            }
+        }
+        Ok(PendingToolsResponse {
+            run_id: None,
+            tool_calls: Vec::new(),
+        })
+    }
+
+    /// Decides pending tool calls. Calls not named stay pending; the run goes on once all
+    /// are decided.
+    pub async fn decide_tools(
+        &self,
+        session_id: Uuid,
+        req: ToolDecisionsRequest,
+    ) -> Result<ToolDecisionsResponse, EngineError> {
+        self.record(session_id).await?;
+        match self
+            .inner
+            .approvals
+            .decide(session_id, req.run_id, &req.decisions)
+        {
+            Err(EngineError::NoPendingApproval) if self.active_run_id(session_id).is_none() => {
+                match self
+                    .forward(
+                        session_id,
+                        ControlRequest::Decide {
+                            session_id,
+                            request: req,
+                        },
+                    )
+                    .await?
+                {
+                    Some(ControlReply::Decided { response }) => return Ok(response),
+                    Some(other) => return Err(unexpected(other)),
+                    None => return Err(EngineError::NoPendingApproval),
+                }
+            }
+            other => other?,
+        }
+        tracing::info!(%session_id, run_id = %req.run_id, decisions = req.decisions.len(), "tool decisions received");
+        Ok(ToolDecisionsResponse {
+            accepted: true,
+            run_id: req.run_id,
+        })
+    }
+}
+
+/// The answer a forwarded request should not get.
+pub(super) fn unexpected(reply: ControlReply) -> EngineError {
+    EngineError::Internal(format!(
+        "unexpected answer from the run's instance: {reply:?}"
+    ))
+}

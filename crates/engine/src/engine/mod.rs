@@ -1,0 +1,234 @@
+//! Sessions and runs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use switchboard_protocol::{
+    AgentEvent, CreateSessionRequest, MessageType, PendingToolsResponse, Role, RunStatus,
+    SendMessageRequest, SendMessageResponse, SessionConfig, SessionSummary, SteeringDelivery,
+    ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage,
+};
+use switchboard_store::{
+    Lease, MessageRecord, NewRun, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, Store,
+    StoreError,
+};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::approval::Approvals;
+use crate::backend::{Backends, RunContext, RunHandle, RunInput};
+use crate::bus::{ControlReply, ControlRequest};
+use crate::config::EngineConfig;
+use crate::error::EngineError;
+use crate::log::{EventLog, Subscription};
+use crate::time::{now_rfc3339, parse_ts};
+
+mod control;
+mod leases;
+mod recovery;
+mod runs;
+mod sessions;
+
+use control::unexpected;
+use leases::renew_loop;
+use recovery::{prune_loop, reap_loop};
+
+/// Most characters in a session title.
+const MAX_TITLE: usize = 200;
+/// Most bytes in one message's content.
+const MAX_CONTENT: usize = 1 << 20;
+
+/// A run that is executing in this process.
+struct ActiveRun {
+    run_id: Uuid,
+    /// The run's lease in the store, renewed while it runs.
+    lease: Lease,
+    /// Fires when the lease could not be renewed because another instance took the run
+    /// over: the run stops without writing anything more.
+    lost: CancellationToken,
+    /// When the last successful renewal started.
+    renewed: Arc<StdMutex<std::time::Instant>>,
+    cancel: CancellationToken,
+    steering: mpsc::UnboundedSender<String>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Runs and approvals by session, read from the store.
+#[derive(Default)]
+struct SharedState {
+    running: HashMap<Uuid, Uuid>,
+    approvals: HashMap<Uuid, u32>,
+}
+
+/// The engine. Cheap to clone; all clones share state.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    log: EventLog,
+    backends: Backends,
+    config: EngineConfig,
+    /// Serializes decisions about one session's runs (start, end, queue hand-over), so
+    /// "at most one active run" holds without races.
+    session_locks: StdMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
+    /// Runs executing here, by session.
+    active: StdMutex<HashMap<Uuid, ActiveRun>>,
+    /// Tool calls waiting for a human decision, by session.
+    approvals: Arc<Approvals>,
+    /// Sessions the reaper found with follow-ups and no running run in its last pass.
+    waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
+    /// Fires on shutdown: running runs end with a retryable error.
+    shutdown: CancellationToken,
+    /// Fires once shutdown has finished recording run outcomes; live streams end then.
+    closed: CancellationToken,
+}
+
+impl Engine {
+    /// Builds the engine and recovers from a previous crash: runs left `running` are closed
+    /// with a retryable `RunError`, and stored follow-ups start.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        backends: Backends,
+        config: EngineConfig,
+    ) -> Result<Self, EngineError> {
+        let log = EventLog::new(store.clone(), config.live_buffer);
+        let engine = Self {
+            inner: Arc::new(Inner {
+                store,
+                log,
+                backends,
+                config,
+                session_locks: StdMutex::default(),
+                active: StdMutex::default(),
+                approvals: Arc::default(),
+                waiting_follow_ups: StdMutex::default(),
+                shutdown: CancellationToken::new(),
+                closed: CancellationToken::new(),
+            }),
+        };
+        engine.recover().await?;
+        if let Some(retention) = engine.inner.config.event_retention {
+            tokio::spawn(prune_loop(engine.clone(), retention));
+        }
+        tokio::spawn(renew_loop(engine.clone()));
+        tokio::spawn(reap_loop(engine.clone()));
+        Ok(engine)
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn log(&self) -> &EventLog {
+        &self.inner.log
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {
+        let mut map = self
+            .inner
+            .session_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.entry(id).or_default().clone()
+    }
+
+    fn active_run_id(&self, session_id: Uuid) -> Option<Uuid> {
+        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&session_id).map(|a| a.run_id)
+    }
+
+    async fn record(&self, id: Uuid) -> Result<SessionRecord, EngineError> {
+        self.inner
+            .store
+            .get_session(id)
+            .await?
+            .ok_or(EngineError::SessionNotFound(id))
+    }
+
+    fn is_local_run(&self, run_id: Uuid) -> bool {
+        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().any(|a| a.run_id == run_id)
+    }
+
+    fn forget_active(&self, session_id: Uuid, run_id: Uuid) {
+        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&session_id).is_some_and(|a| a.run_id == run_id) {
+            map.remove(&session_id);
+        }
+    }
+
+    /// Waits until the session's active run (if any) has finished.
+    pub async fn wait_idle(&self, session_id: Uuid) {
+        loop {
+            let task = {
+                let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                map.get_mut(&session_id).and_then(|a| a.task.take())
+            };
+            match task {
+                Some(t) => {
+                    let _ = t.await;
+                }
+                None if self.active_run_id(session_id).is_some() => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Stops accepting work, ends running runs with a retryable error and waits (bounded)
+    /// for them to record it.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.cancel();
+        let tasks: Vec<JoinHandle<()>> = {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.values_mut().filter_map(|a| a.task.take()).collect()
+        };
+        let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;
+        let backends = self.inner.backends.all();
+        let _ = tokio::time::timeout(
+            grace,
+            futures::future::join_all(backends.iter().map(|b| b.shutdown())),
+        )
+        .await;
+        self.inner.closed.cancel();
+    }
+
+    /// Fires when shutdown is complete; long-lived streams should end then.
+    pub fn closed(&self) -> CancellationToken {
+        self.inner.closed.clone()
+    }
+}
+
+fn session_config(r: &SessionRecord) -> Result<SessionConfig, EngineError> {
+    serde_json::from_value(r.config.clone())
+        .map_err(|e| EngineError::Internal(format!("stored config of session {}: {e}", r.id)))
+}
+
+fn transcript_message(m: &MessageRecord) -> TranscriptMessage {
+    TranscriptMessage {
+        id: m.id,
+        run_id: m.run_id,
+        role: Role::parse(&m.role).unwrap_or(Role::System),
+        content: m.content.clone(),
+        tool_calls: m
+            .tool_calls
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        tool_call_id: m.tool_call_id.clone(),
+        is_error: m.is_error,
+        created_at: parse_ts(&m.created_at),
+    }
+}

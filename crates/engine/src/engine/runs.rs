@@ -1,0 +1,590 @@
+//! Runs: a message starts, queues or steers one; a run executes, then finishes under the
+//! session lock.
+
+use super::*;
+
+impl Engine {
+    // --- messages and runs ----------------------------------------------------------------
+
+    /// Handles `POST /sessions/{id}/messages`: the run started, queued or steered (and, for
+    /// steering, when the agent will see it).
+    pub async fn send_message(
+        &self,
+        session_id: Uuid,
+        req: SendMessageRequest,
+    ) -> Result<SendMessageResponse, EngineError> {
+        let delivery = match req.kind {
+            MessageType::Steering => Some(self.steering_delivery(session_id).await?),
+            _ => None,
+        };
+        let run_id = self.send_message_inner(session_id, req).await?;
+        Ok(SendMessageResponse {
+            run_id,
+            steering: delivery,
+        })
+    }
+
+    pub(super) async fn steering_delivery(
+        &self,
+        session_id: Uuid,
+    ) -> Result<SteeringDelivery, EngineError> {
+        let config = session_config(&self.record(session_id).await?)?;
+        Ok(self.inner.backends.resolve(&config.backend)?.steering())
+    }
+
+    pub(super) async fn send_message_inner(
+        &self,
+        session_id: Uuid,
+        req: SendMessageRequest,
+    ) -> Result<Uuid, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(EngineError::ShuttingDown);
+        }
+        validate_message(&req)?;
+        self.record(session_id).await?;
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        match req.kind {
+            MessageType::Steering => {
+                drop(_guard);
+                match self
+                    .steer_local(session_id, req.run_id, req.message.content.clone())
+                    .await
+                {
+                    Err(EngineError::SessionNotRunning(_)) => {}
+                    other => return other,
+                }
+                match self
+                    .forward(
+                        session_id,
+                        ControlRequest::Steer {
+                            session_id,
+                            run_id: req.run_id,
+                            content: req.message.content,
+                        },
+                    )
+                    .await?
+                {
+                    Some(ControlReply::Steered { run_id }) => Ok(run_id),
+                    Some(other) => Err(unexpected(other)),
+                    None => Err(EngineError::SessionNotRunning(session_id)),
+                }
+            }
+            MessageType::Message => {
+                if self.active_run_id(session_id).is_some()
+                    || (!self.inner.config.exclusive
+                        && self.inner.store.active_run(session_id).await?.is_some())
+                {
+                    return Err(EngineError::SessionAlreadyRunning(session_id));
+                }
+                let run = self.new_run(session_id, &req, true).await?;
+                if let Err(e) = self.start_run(session_id, run.id).await {
+                    // Another instance started a run in between: this one must not linger
+                    // at the front of the queue. If it is not queued any more, another
+                    // instance took it from the front of the queue and runs it: fine.
+                    return match self
+                        .inner
+                        .store
+                        .cancel_queued_run(run.id, &now_rfc3339())
+                        .await
+                    {
+                        Ok(false) => Ok(run.id),
+                        _ => Err(e),
+                    };
+                }
+                Ok(run.id)
+            }
+            MessageType::FollowUp => {
+                let run = self.new_run(session_id, &req, false).await?;
+                self.inner
+                    .log
+                    .append(
+                        session_id,
+                        &AgentEvent::FollowUpQueued {
+                            run_id: run.id,
+                            content: req.message.content,
+                        },
+                    )
+                    .await?;
+                if self.active_run_id(session_id).is_none() {
+                    self.start_next_queued(session_id).await?;
+                }
+                Ok(run.id)
+            }
+        }
+    }
+
+    pub(super) async fn new_run(
+        &self,
+        session_id: Uuid,
+        req: &SendMessageRequest,
+        front: bool,
+    ) -> Result<RunRecord, EngineError> {
+        let overrides = req.overrides.clone().filter(|o| !o.is_empty());
+        let input = RunInput {
+            content: req.message.content.clone(),
+            // As on the stakpak server, the overrides' model wins over the top-level one.
+            model: overrides
+                .as_ref()
+                .and_then(|o| o.model.clone())
+                .or_else(|| req.model.clone()),
+            context: req.context.clone(),
+            overrides,
+        };
+        let new = NewRun {
+            id: Uuid::now_v7(),
+            session_id,
+            input: serde_json::to_value(&input)
+                .map_err(|e| EngineError::Internal(e.to_string()))?,
+            created_at: now_rfc3339(),
+        };
+        let run = if front {
+            self.inner.store.enqueue_run_front(&new).await?
+        } else {
+            self.inner.store.enqueue_run(&new).await?
+        };
+        Ok(run)
+    }
+
+    /// Starts the front of the follow-up queue, if any. Caller holds the session lock.
+    pub(super) async fn start_next_queued(
+        &self,
+        session_id: Uuid,
+    ) -> Result<Option<Uuid>, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Ok(None);
+        }
+        match self.inner.store.next_queued_run(session_id).await? {
+            Some(run) => match self.start_run(session_id, run.id).await {
+                Ok(()) => Ok(Some(run.id)),
+                // Running elsewhere (another instance), or started there meanwhile: the
+                // follow-up waits for that run's end, like any other.
+                Err(EngineError::SessionAlreadyRunning(_)) => Ok(None),
+                Err(e) => Err(e),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// Marks a queued run running and spawns its task. Caller holds the session lock.
+    ///
+    /// Boxed with an explicit `Send` bound: a run's end starts the next run, so this future
+    /// is part of its own type and the compiler needs the bound spelled out.
+    pub(super) fn start_run(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+    ) -> futures::future::BoxFuture<'_, Result<(), EngineError>> {
+        Box::pin(self.start_run_inner(session_id, run_id))
+    }
+
+    pub(super) async fn start_run_inner(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+    ) -> Result<(), EngineError> {
+        let session = self.record(session_id).await?;
+        let config = session_config(&session)?;
+        let backend = self.inner.backends.resolve(&config.backend)?;
+        let config_ = &self.inner.config;
+        let (run, lease) = self
+            .inner
+            .store
+            .start_run(
+                run_id,
+                &now_rfc3339(),
+                &config_.instance_id,
+                config_.run_lease_ttl,
+            )
+            .await
+            .map_err(|e| match e {
+                switchboard_store::StoreError::Conflict(_) => {
+                    EngineError::SessionAlreadyRunning(session_id)
+                }
+                other => other.into(),
+            })?;
+        let input: RunInput = serde_json::from_value(run.input.clone())
+            .map_err(|e| EngineError::Internal(format!("stored run input: {e}")))?;
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let cancel = self.inner.shutdown.child_token();
+        let lost = CancellationToken::new();
+        {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.insert(
+                session_id,
+                ActiveRun {
+                    run_id,
+                    lease: lease.clone(),
+                    lost: lost.clone(),
+                    renewed: Arc::new(StdMutex::new(std::time::Instant::now())),
+                    cancel: cancel.clone(),
+                    steering: steer_tx,
+                    task: None,
+                },
+            );
+        }
+        let engine = self.clone();
+        let task = tokio::spawn(async move {
+            engine
+                .execute(
+                    session, config, run_id, input, backend, steer_rx, cancel, lease, lost,
+                )
+                .await;
+        });
+        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = map.get_mut(&session_id)
+            && a.run_id == run_id
+        {
+            a.task = Some(task);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn execute(
+        &self,
+        session: SessionRecord,
+        config: SessionConfig,
+        run_id: Uuid,
+        input: RunInput,
+        backend: Arc<dyn crate::Backend>,
+        steering: mpsc::UnboundedReceiver<String>,
+        cancel: CancellationToken,
+        lease: Lease,
+        lost: CancellationToken,
+    ) {
+        let session_id = session.id;
+        let fence = Some(&lease);
+        let log = &self.inner.log;
+        let store = &self.inner.store;
+        let prepared = async {
+            log.append_fenced(
+                session_id,
+                &AgentEvent::RunStarted {
+                    run_id,
+                    content: Some(input.content.clone()),
+                },
+                fence,
+            )
+            .await?;
+            store.touch_session(session_id, &now_rfc3339()).await?;
+            let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
+            let history = history.iter().map(transcript_message).collect::<Vec<_>>();
+            store
+                .append_message(
+                    &MessageRecord {
+                        id: Uuid::now_v7(),
+                        session_id,
+                        run_id: Some(run_id),
+                        role: Role::User.as_str().into(),
+                        content: input.content.clone(),
+                        tool_calls: None,
+                        tool_call_id: None,
+                        is_error: false,
+                        created_at: now_rfc3339(),
+                    },
+                    fence,
+                )
+                .await?;
+            Ok::<_, EngineError>(history)
+        }
+        .await;
+        let deltas = log.pipeline(session_id, fence);
+        let result = match prepared {
+            Ok(history) => {
+                // A run's `auto_approve` override stands in for the session's; the
+                // permission mode still bounds it (see `approval::settle`).
+                let auto_approve = input
+                    .overrides
+                    .as_ref()
+                    .and_then(|o| o.auto_approve.clone())
+                    .unwrap_or_else(|| config.auto_approve.clone());
+                let ctx = RunContext {
+                    session_id,
+                    run_id,
+                    cwd: PathBuf::from(&session.cwd),
+                    input,
+                    history,
+                    handle: RunHandle {
+                        session_id,
+                        run_id,
+                        log: log.clone(),
+                        store: store.clone(),
+                        fence: Some(lease.clone()),
+                        deltas: deltas.clone(),
+                        steering,
+                        mode: config.permission_mode,
+                        auto_approve,
+                        approvals: self.inner.approvals.clone(),
+                        approval_timeout: self.inner.config.approval_timeout,
+                        cancel: cancel.clone(),
+                    },
+                    config,
+                    cancel: cancel.clone(),
+                };
+                let result = backend.run(ctx).await;
+                // Every delta the run streamed is committed before its end is written; one
+                // that could not be stored fails the run (retryable) rather than leave a
+                // reply with a hole in it looking complete.
+                match (result, deltas.flush().await) {
+                    (Ok(_), Err(e)) => Err(crate::BackendError::new(
+                        format!("the reply could not be stored: {e}"),
+                        true,
+                    )),
+                    (r, _) => r,
+                }
+            }
+            Err(e) => Err(e.into()),
+        };
+        if lost.is_cancelled() {
+            // Another instance took the run over (this one was paused or cut off): it
+            // closes the run; nothing more is written from here.
+            tracing::warn!(%session_id, %run_id, "run lease lost: the run was taken over elsewhere");
+            self.forget_active(session_id, run_id);
+            return;
+        }
+        let (outcome, event) = if self.inner.shutdown.is_cancelled() {
+            let error = "server shutting down".to_string();
+            (
+                RunOutcome::Failed {
+                    error: error.clone(),
+                },
+                AgentEvent::RunError {
+                    run_id,
+                    error,
+                    retryable: true,
+                },
+            )
+        } else if cancel.is_cancelled() {
+            (
+                RunOutcome::Cancelled,
+                AgentEvent::RunCompleted {
+                    run_id,
+                    total_turns: result.as_ref().map(|s| s.total_turns).unwrap_or(0),
+                    total_usage: result.as_ref().map(|s| s.usage).unwrap_or_default(),
+                    stop_reason: "cancelled".into(),
+                },
+            )
+        } else {
+            match result {
+                Ok(s) => (
+                    RunOutcome::Completed {
+                        stop_reason: s.stop_reason.clone(),
+                    },
+                    AgentEvent::RunCompleted {
+                        run_id,
+                        total_turns: s.total_turns,
+                        total_usage: s.usage,
+                        stop_reason: s.stop_reason,
+                    },
+                ),
+                Err(e) => (
+                    RunOutcome::Failed {
+                        error: e.message.clone(),
+                    },
+                    AgentEvent::RunError {
+                        run_id,
+                        error: e.message,
+                        retryable: e.retryable,
+                    },
+                ),
+            }
+        };
+        self.finish(session_id, run_id, outcome, event, &lease)
+            .await;
+    }
+
+    /// Closes a run: store state, the active slot, the terminal event, then the next
+    /// follow-up — all under the session lock so nothing slips in between.
+    pub(super) async fn finish(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        outcome: RunOutcome,
+        event: AgentEvent,
+        lease: &Lease,
+    ) {
+        let lock = self.session_lock(session_id);
+        let _guard = lock.lock().await;
+        // The terminal event and the run's end commit together, under the run's lease. A
+        // database hiccup is retried a few times; the outcome is worth it.
+        let finish = RunFinish {
+            run_id,
+            outcome,
+            at: now_rfc3339(),
+        };
+        // Not active here from now on: whoever sees the terminal event finds the session idle
+        // (requests for it wait for the session lock held here).
+        self.forget_active(session_id, run_id);
+        let mut attempt = 0;
+        let recorded = loop {
+            let r = self
+                .inner
+                .log
+                .append_finishing(session_id, &event, finish.clone(), Some(lease))
+                .await;
+            match r {
+                Err(EngineError::Store(StoreError::Database(_))) if attempt < 3 => {
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
+        match recorded {
+            Ok(_) => {}
+            // Taken over (and closed) by another instance: its end is recorded there.
+            Err(EngineError::Store(StoreError::Fenced(_) | StoreError::RunNotActive(_))) => {
+                tracing::warn!(%run_id, "run was taken over by another instance; not recording its end here");
+                return;
+            }
+            Err(EngineError::SessionNotFound(_)) => return,
+            // Still running in the store, under a lease nobody renews any more: the reaper
+            // closes it (with a retryable RunError) once the lease runs out, so the run gets
+            // exactly one terminal event.
+            Err(e) => {
+                tracing::error!(%run_id, error = %e, "could not record the run's end; it is closed when its lease runs out");
+                return;
+            }
+        }
+        tracing::info!(%session_id, %run_id, kind = event.kind(), "run finished");
+        if let Err(e) = self.start_next_queued(session_id).await {
+            tracing::warn!(%session_id, error = %e, "could not start queued follow-up");
+        }
+    }
+
+    pub async fn messages(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<TranscriptMessage>, u64), EngineError> {
+        self.record(session_id).await?;
+        let (rows, total) = self
+            .inner
+            .store
+            .list_messages(session_id, limit, offset)
+            .await?;
+        Ok((rows.iter().map(transcript_message).collect(), total))
+    }
+
+    /// Renders the whole transcript as Markdown.
+    pub async fn transcript_markdown(&self, session_id: Uuid) -> Result<String, EngineError> {
+        let r = self.record(session_id).await?;
+        let (rows, _) = self
+            .inner
+            .store
+            .list_messages(session_id, u32::MAX, 0)
+            .await?;
+        let msgs: Vec<_> = rows.iter().map(transcript_message).collect();
+        Ok(crate::markdown::render_transcript(&r.title, &msgs))
+    }
+
+    /// Follows a session's events from `seq > after`.
+    pub async fn subscribe(
+        &self,
+        session_id: Uuid,
+        after: u64,
+    ) -> Result<Subscription, EngineError> {
+        self.record(session_id).await?;
+        self.inner.log.subscribe(session_id, after).await
+    }
+}
+
+/// Checks a message before anything is stored: every refusal names the field.
+pub(super) fn validate_message(req: &SendMessageRequest) -> Result<(), EngineError> {
+    use switchboard_protocol::{
+        MAX_CONTEXT_CONTENT_CHARS, MAX_CONTEXT_ITEMS, MAX_CONTEXT_NAME_CHARS,
+        MAX_CONTEXT_TOTAL_CHARS, MAX_SYSTEM_PROMPT_CHARS, MAX_TURNS_RANGE,
+    };
+    if req.message.role != Role::User {
+        return Err(EngineError::validation("message.role", "must be \"user\""));
+    }
+    if req.message.content.trim().is_empty() {
+        return Err(EngineError::validation(
+            "message.content",
+            "must not be empty",
+        ));
+    }
+    if req.message.content.len() > MAX_CONTENT {
+        return Err(EngineError::validation(
+            "message.content",
+            format!("longer than {MAX_CONTENT} bytes"),
+        ));
+    }
+    if let Some(m) = &req.model
+        && m.trim().is_empty()
+    {
+        return Err(EngineError::validation("model", "must not be empty"));
+    }
+    if req.context.len() > MAX_CONTEXT_ITEMS {
+        return Err(EngineError::validation(
+            "context",
+            format!("at most {MAX_CONTEXT_ITEMS} items"),
+        ));
+    }
+    let mut total = 0usize;
+    for (i, c) in req.context.iter().enumerate() {
+        if c.name.trim().is_empty() {
+            return Err(EngineError::validation(
+                &format!("context[{i}].name"),
+                "must not be empty",
+            ));
+        }
+        if c.name.chars().count() > MAX_CONTEXT_NAME_CHARS {
+            return Err(EngineError::validation(
+                &format!("context[{i}].name"),
+                format!("longer than {MAX_CONTEXT_NAME_CHARS} characters"),
+            ));
+        }
+        let len = c.content.chars().count();
+        if len > MAX_CONTEXT_CONTENT_CHARS {
+            return Err(EngineError::validation(
+                &format!("context[{i}].content"),
+                format!("longer than {MAX_CONTEXT_CONTENT_CHARS} characters"),
+            ));
+        }
+        total += len;
+    }
+    if total > MAX_CONTEXT_TOTAL_CHARS {
+        return Err(EngineError::validation(
+            "context",
+            format!("more than {MAX_CONTEXT_TOTAL_CHARS} characters of content in all"),
+        ));
+    }
+    if let Some(o) = &req.overrides {
+        if let Some(m) = &o.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation(
+                "overrides.model",
+                "must not be empty",
+            ));
+        }
+        if let Some(n) = o.max_turns
+            && !MAX_TURNS_RANGE.contains(&n)
+        {
+            return Err(EngineError::validation(
+                "overrides.max_turns",
+                format!(
+                    "must be between {} and {}",
+                    MAX_TURNS_RANGE.start(),
+                    MAX_TURNS_RANGE.end()
+                ),
+            ));
+        }
+        if let Some(p) = &o.system_prompt
+            && p.chars().count() > MAX_SYSTEM_PROMPT_CHARS
+        {
+            return Err(EngineError::validation(
+                "overrides.system_prompt",
+                format!("longer than {MAX_SYSTEM_PROMPT_CHARS} characters"),
+            ));
+        }
+    }
+    // Refused, never ignored: a caller who asked for a sandbox must not get a run without.
+    if req.sandbox == Some(true) {
+        return Err(EngineError::SandboxUnsupported);
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! Sessions: create, read, list, update, delete.
+
+use super::*;
+
+impl Engine {
+    // --- sessions -------------------------------------------------------------------------
+
+    pub async fn create_session(
+        &self,
+        req: CreateSessionRequest,
+    ) -> Result<SessionSummary, EngineError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let title = match req.title.as_deref().map(str::trim) {
+            Some("") => return Err(EngineError::validation("title", "must not be empty")),
+            Some(t) if t.chars().count() > MAX_TITLE => {
+                return Err(EngineError::validation(
+                    "title",
+                    format!("longer than {MAX_TITLE} characters"),
+                ));
+            }
+            Some(t) => t.to_string(),
+            None => "New session".to_string(),
+        };
+        let cwd = match req.cwd.as_deref() {
+            Some(c) => validate_cwd(Path::new(c))?,
+            None => self.inner.config.default_cwd.clone(),
+        };
+        let backend = req.backend.unwrap_or_default();
+        // An unknown backend is refused now rather than at the first message.
+        self.inner.backends.resolve(&backend)?;
+        if let Some(m) = &req.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation("model", "must not be empty"));
+        }
+        let config = SessionConfig {
+            backend,
+            model: req
+                .model
+                .or_else(|| self.inner.config.default_model.clone()),
+            permission_mode: req
+                .permission_mode
+                .unwrap_or(self.inner.config.default_permission_mode),
+            auto_approve: match req.auto_approve {
+                Some(a) => a,
+                None => self.inner.config.default_auto_approve.clone(),
+            },
+        };
+        let now = now_rfc3339();
+        let record = SessionRecord {
+            id: Uuid::now_v7(),
+            title,
+            cwd: cwd.to_string_lossy().into_owned(),
+            config: serde_json::to_value(&config)
+                .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?,
+            created_at: now.clone(),
+            updated_at: now,
+            last_seq: 0,
+            archived_at: None,
+        };
+        self.inner.store.create_session(&record).await?;
+        tracing::info!(session_id = %record.id, "session created");
+        Ok(self.summary(&record, None))
+    }
+
+    /// Sharing the store, which sessions run and wait for approvals is in the store (the run
+    /// may be on another instance): one session's, or everyone's. `None` when alone, where
+    /// this instance's memory is the whole truth.
+    pub(super) async fn shared_state(
+        &self,
+        session: Option<Uuid>,
+    ) -> Result<Option<SharedState>, EngineError> {
+        if self.inner.config.exclusive {
+            return Ok(None);
+        }
+        let store = &self.inner.store;
+        let mut out = SharedState::default();
+        let (running, approvals) = match session {
+            Some(id) => (
+                store.active_run(id).await?.into_iter().collect(),
+                store.get_approval(id).await?.into_iter().collect(),
+            ),
+            None => (
+                store.runs_in_state(RunState::Running).await?,
+                store.list_approvals().await?,
+            ),
+        };
+        for r in running {
+            out.running.insert(r.session_id, r.id);
+        }
+        for a in approvals {
+            let n = a.tool_calls.as_array().map_or(0, |v| v.len() as u32);
+            out.approvals.insert(a.session_id, n);
+        }
+        Ok(Some(out))
+    }
+
+    pub(super) fn summary(
+        &self,
+        r: &SessionRecord,
+        shared: Option<&SharedState>,
+    ) -> SessionSummary {
+        let active = match shared {
+            Some(s) => s.running.get(&r.id).copied(),
+            None => self.active_run_id(r.id),
+        };
+        SessionSummary {
+            id: r.id,
+            title: r.title.clone(),
+            cwd: r.cwd.clone(),
+            created_at: parse_ts(&r.created_at),
+            updated_at: parse_ts(&r.updated_at),
+            run_status: if active.is_some() {
+                RunStatus::Running
+            } else {
+                RunStatus::Idle
+            },
+            active_run_id: active,
+            last_event_id: r.last_seq,
+            backend: session_config(r).ok().map(|c| c.backend),
+            archived: r.archived_at.is_some(),
+            pending_approvals: match (self.inner.approvals.pending(r.id), shared) {
+                (Some((_, calls)), _) => calls.len() as u32,
+                (None, Some(s)) => s.approvals.get(&r.id).copied().unwrap_or(0),
+                (None, None) => 0,
+            },
+        }
+    }
+
+    pub async fn get_session(
+        &self,
+        id: Uuid,
+    ) -> Result<(SessionSummary, SessionConfig), EngineError> {
+        let r = self.record(id).await?;
+        let shared = self.shared_state(Some(r.id)).await?;
+        Ok((self.summary(&r, shared.as_ref()), session_config(&r)?))
+    }
+
+    /// A page of sessions, newest first: archived ones or the others.
+    pub async fn list_sessions(
+        &self,
+        limit: u32,
+        offset: u32,
+        archived: bool,
+    ) -> Result<(Vec<SessionSummary>, u64), EngineError> {
+        let (rows, total) = self
+            .inner
+            .store
+            .list_sessions(limit, offset, archived)
+            .await?;
+        let shared = self.shared_state(None).await?;
+        Ok((
+            rows.iter()
+                .map(|r| self.summary(r, shared.as_ref()))
+                .collect(),
+            total,
+        ))
+    }
+
+    /// Renames, archives or unarchives a session.
+    pub async fn update_session(
+        &self,
+        id: Uuid,
+        title: Option<String>,
+        archived: Option<bool>,
+    ) -> Result<SessionSummary, EngineError> {
+        if let Some(t) = &title
+            && t.trim().is_empty()
+        {
+            return Err(EngineError::Validation {
+                field: "title".into(),
+                message: "must not be empty".into(),
+            });
+        }
+        let now = now_rfc3339();
+        let update = switchboard_store::SessionUpdate {
+            title,
+            archived_at: archived.map(|a| a.then(|| now.clone())),
+            updated_at: now,
+        };
+        if !self.inner.store.update_session(id, &update).await? {
+            return Err(EngineError::SessionNotFound(id));
+        }
+        let shared = self.shared_state(Some(id)).await?;
+        Ok(self.summary(&self.record(id).await?, shared.as_ref()))
+    }
+
+    /// Deletes a session; an active run is cancelled first.
+    pub async fn delete_session(&self, id: Uuid) -> Result<(), EngineError> {
+        let record = self.record(id).await?;
+        // Queued follow-ups first, so the end of the active run does not start one.
+        {
+            let lock = self.session_lock(id);
+            let _guard = lock.lock().await;
+            while let Some(run) = self.inner.store.next_queued_run(id).await? {
+                // Not cancelled: started meanwhile (by another instance); stopped below.
+                if !self
+                    .inner
+                    .store
+                    .cancel_queued_run(run.id, &now_rfc3339())
+                    .await?
+                {
+                    break;
+                }
+            }
+        }
+        // A run executing on another instance is cancelled there (best effort: the session
+        // is going, and that run's next write fails once it is gone).
+        if self.active_run_id(id).is_none()
+            && let Some(run) = self.inner.store.active_run(id).await?
+            && let Err(e) = self
+                .forward(
+                    id,
+                    ControlRequest::Cancel {
+                        session_id: id,
+                        run_id: run.id,
+                    },
+                )
+                .await
+        {
+            tracing::warn!(session_id = %id, error = %e, "cancelling the session's run on its instance failed");
+        }
+        let task = {
+            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get_mut(&id).and_then(|a| {
+                a.cancel.cancel();
+                a.task.take()
+            })
+        };
+        if let Some(task) = task {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let lock = self.session_lock(id);
+        let _guard = lock.lock().await;
+        if !self.inner.store.delete_session(id).await? {
+            return Err(EngineError::SessionNotFound(id));
+        }
+        self.inner.log.forget(id);
+        if let Ok(config) = session_config(&record)
+            && let Ok(backend) = self.inner.backends.resolve(&config.backend)
+        {
+            backend.forget(id).await;
+        }
+        self.inner
+            .session_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        tracing::info!(session_id = %id, "session deleted");
+        Ok(())
+    }
+}
+
+pub(super) fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
+    if !p.is_absolute() {
+        return Err(EngineError::validation("cwd", "must be an absolute path"));
+    }
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => p
+            .canonicalize()
+            .map_err(|e| EngineError::validation("cwd", format!("{}: {e}", p.display()))),
+        Ok(_) => Err(EngineError::validation(
+            "cwd",
+            format!("{} is not a directory", p.display()),
+        )),
+        Err(e) => Err(EngineError::validation(
+            "cwd",
+            format!("{}: {e}", p.display()),
+        )),
+    }
+}
