@@ -1,0 +1,288 @@
+//! The relay service: up/down, list, send with per-target durable queues, look, audit.
+//!
+//! This file holds the [`Relay`] itself (its options, state and start/shutdown), the audit
+//! log and the outcome stream; each concern has its own file:
+//!
+//! - `hosting.rs`: the bundles' states, `up`, `down`, members' readiness and `list`;
+//! - `send.rs`: validating, authorizing and recording a send, and answering it;
+//! - `delivery.rs`: the per-target workers that hand messages over and record outcomes;
+//! - `look.rs`: a member's pane or transcript.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_client::Client;
+use switchboard_protocol::relay::{AuditResponse, OutcomeEvent, RELAY_SCHEMA_VERSION};
+use tokio::sync::{oneshot, watch};
+use uuid::Uuid;
+
+use crate::audit::AuditLog;
+use crate::config::{Bundle, BundleDir};
+use crate::error::RelayError;
+use crate::policy::Requester;
+use crate::store::RelayStore;
+use crate::tmux::Tmux;
+
+mod delivery;
+mod hosting;
+mod look;
+mod send;
+
+pub use send::{MAX_TIMEOUT_MS, validate_send};
+
+/// Default `lines` of a look.
+pub const DEFAULT_LOOK_LINES: u32 = 120;
+/// Largest message body.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// Default quiet window of a tmux pane.
+pub const DEFAULT_QUIET_WINDOW: Duration = Duration::from_millis(750);
+
+/// How the relay is set up.
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// Where `BUNDLE.toml` and `policies.toml` live.
+    pub bundles_dir: PathBuf,
+    /// Agent names from `[agents.*]`.
+    pub known_agents: Vec<String>,
+    /// Holds `relay.db` and `audit/`.
+    pub state_dir: PathBuf,
+    /// Holds the bundles' tmux sockets (keep the path short: sockets are limited to ~100
+    /// bytes).
+    pub runtime_dir: PathBuf,
+    /// Write message bodies into the audit log.
+    pub audit_bodies: bool,
+    /// Unfinished deliveries one target may have.
+    pub queue_capacity: usize,
+    pub quiescence_timeout: Duration,
+    pub turn_timeout: Duration,
+    /// Extra environment for tmux members (e.g. `SWITCHBOARD_URL`).
+    pub member_env: Vec<(String, String)>,
+    /// How long a started tmux member must stay alive to count as started.
+    pub tmux_settle: Duration,
+}
+
+impl RelayOptions {
+    pub fn new(bundles_dir: PathBuf, state_dir: PathBuf, runtime_dir: PathBuf) -> Self {
+        Self {
+            bundles_dir,
+            known_agents: Vec::new(),
+            state_dir,
+            runtime_dir,
+            audit_bodies: false,
+            queue_capacity: 100,
+            quiescence_timeout: Duration::from_secs(30),
+            turn_timeout: Duration::from_secs(600),
+            member_env: Vec::new(),
+            tmux_settle: Duration::from_millis(300),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("opening the relay store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("creating {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+}
+
+/// The relay. Cheap to clone.
+#[derive(Clone)]
+pub struct Relay {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    opts: RelayOptions,
+    dir: BundleDir,
+    store: RelayStore,
+    audit: AuditLog,
+    client: Client,
+    /// (bundle, target) pairs with a running delivery worker.
+    workers: tokio::sync::Mutex<HashSet<(String, String)>>,
+    /// Sync senders waiting for an outcome, by message id.
+    waiters: std::sync::Mutex<HashMap<String, Vec<oneshot::Sender<OutcomeEvent>>>>,
+    /// The newest outcome seq, for event streams to wake on.
+    outcomes: watch::Sender<u64>,
+    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// One tmux handle per bundle (it serializes its own starts and stops).
+    tmux: std::sync::Mutex<HashMap<String, Tmux>>,
+    /// Serializes `up` and `down` of one bundle.
+    hosting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+fn mkdir_private(p: &std::path::Path) -> Result<(), StartError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| StartError::Dir(p.to_path_buf(), e))
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn new_message_id() -> String {
+    format!("msg_{}", Uuid::now_v7().simple())
+}
+
+/// Why a member cannot take a message now.
+const NOT_READY: &str = "target_not_ready";
+
+impl Relay {
+    /// Opens the relay's store, closes deliveries a crash interrupted mid-hand-over, and
+    /// resumes the queues of bundles that are up.
+    pub async fn start(opts: RelayOptions, client: Client) -> Result<Self, StartError> {
+        mkdir_private(&opts.state_dir)?;
+        mkdir_private(&opts.runtime_dir)?;
+        let store = RelayStore::open(&opts.state_dir.join("relay.db")).await?;
+        let (outcomes, _) = watch::channel(0);
+        let relay = Self {
+            inner: Arc::new(Inner {
+                dir: BundleDir::new(opts.bundles_dir.clone(), opts.known_agents.clone()),
+                audit: AuditLog::new(opts.state_dir.join("audit")),
+                opts,
+                store,
+                client,
+                workers: tokio::sync::Mutex::new(HashSet::new()),
+                waiters: std::sync::Mutex::new(HashMap::new()),
+                outcomes,
+                tasks: std::sync::Mutex::new(tokio::task::JoinSet::new()),
+                tmux: std::sync::Mutex::new(HashMap::new()),
+                hosting: std::sync::Mutex::new(HashMap::new()),
+            }),
+        };
+        // Attempts that handed nothing over go back to the queue; rows caught mid-hand-over
+        // are closed by their worker without being sent again.
+        relay.inner.store.recover().await?;
+        for (bundle, target) in relay.inner.store.pending_targets().await? {
+            relay.ensure_worker(&bundle, &target).await;
+        }
+        Ok(relay)
+    }
+
+    /// Stops the delivery workers (unfinished deliveries resume at the next start) and lets
+    /// waiting sync senders answer at once (`queued` / `still_queued`).
+    pub async fn shutdown(&self) {
+        lock(&self.inner.waiters).clear();
+        let mut set = std::mem::take(&mut *lock(&self.inner.tasks));
+        set.abort_all();
+        while set.join_next().await.is_some() {}
+        self.inner.store.close().await;
+    }
+
+    pub fn bundle_dir(&self) -> &BundleDir {
+        &self.inner.dir
+    }
+
+    fn tmux(&self, bundle: &str) -> Tmux {
+        lock(&self.inner.tmux)
+            .entry(bundle.to_string())
+            .or_insert_with(|| {
+                Tmux::new(
+                    self.inner
+                        .opts
+                        .runtime_dir
+                        .join(format!("relay-{bundle}.sock")),
+                )
+            })
+            .clone()
+    }
+
+    fn hosting_lock(&self, bundle: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.inner.hosting)
+            .entry(bundle.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Whether `member` runs in a tmux session this relay created (a session of that name
+    /// made by someone else is never pasted into, looked at or counted as ready).
+    async fn owned_pane(&self, bundle: &str, member: &str) -> Result<bool, crate::tmux::TmuxError> {
+        Ok(self
+            .tmux(bundle)
+            .owned_sessions()
+            .await?
+            .iter()
+            .any(|s| s == member))
+    }
+
+    fn load(&self, bundle: &str) -> Result<Bundle, RelayError> {
+        self.inner.dir.load(bundle).map_err(RelayError::from)
+    }
+
+    // --- audit and outcome stream ---------------------------------------------------------
+
+    pub async fn audit(
+        &self,
+        bundle: &str,
+        limit: Option<usize>,
+        event: Option<&str>,
+    ) -> Result<AuditResponse, RelayError> {
+        let limit = limit.unwrap_or(100);
+        if !(1..=crate::audit::MAX_AUDIT_LINES).contains(&limit) {
+            return Err(RelayError::validation(
+                "invalid_arguments",
+                format!("limit must be between 1 and 1000 (got {limit})"),
+            ));
+        }
+        // The bundle must exist (its file), though its log may be empty.
+        self.load(bundle)?;
+        let entries = self
+            .inner
+            .audit
+            .tail(bundle, limit, event)
+            .map_err(|e| RelayError::internal(format!("reading the audit log: {e}")))?;
+        Ok(AuditResponse {
+            schema_version: RELAY_SCHEMA_VERSION,
+            bundle: bundle.to_string(),
+            entries,
+        })
+    }
+
+    /// Checks that `as` may follow a bundle's outcome stream (it sees its own messages).
+    pub fn check_follower(&self, bundle: &str, who: Option<&str>) -> Result<(), RelayError> {
+        let b = self.load(bundle)?;
+        if let Some(id) = who {
+            resolve(&b, id, "requester")?;
+        }
+        Ok(())
+    }
+
+    /// Outcome events after `after` (of one sender when given).
+    pub async fn outcomes_after(
+        &self,
+        bundle: &str,
+        sender: Option<&str>,
+        after: u64,
+    ) -> Result<Vec<OutcomeEvent>, RelayError> {
+        Ok(self
+            .inner
+            .store
+            .outcomes_after(bundle, sender, after, 500)
+            .await?)
+    }
+
+    /// Wakes when a new outcome is recorded.
+    pub fn outcome_signal(&self) -> watch::Receiver<u64> {
+        self.inner.outcomes.subscribe()
+    }
+}
+
+fn resolve<'a>(b: &'a Bundle, id: &str, what: &str) -> Result<Requester<'a>, RelayError> {
+    Requester::resolve(b, id).ok_or_else(|| {
+        RelayError::validation(
+            "unknown_sender",
+            format!(
+                "{what} `{id}` is neither a member of bundle {} nor a principal",
+                b.name
+            ),
+        )
+        .with_details(json!({ what: id }))
+    })
+}
