@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use switchboard_engine::{ControlReply, ControlRequest, Engine, EventBus, LogEvent};
+use switchboard_engine::{ControlReply, RunControl, Engine, EventBus, LogEvent};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -147,7 +147,7 @@ impl NatsBus {
                 };
                 let (engine, responder) = (engine.clone(), responder.clone());
                 tokio::spawn(async move {
-                    let reply = match serde_json::from_slice::<ControlRequest>(&msg.payload) {
+                    let reply = match serde_json::from_slice::<RunControl>(&msg.payload) {
                         Ok(request) => engine.handle_control(request).await,
                         Err(e) => ControlReply::Error {
                             code: switchboard_engine::protocol::ErrorCode::ValidationFailed,
@@ -292,7 +292,7 @@ impl EventBus for NatsBus {
     fn control<'a>(
         &'a self,
         instance: &'a str,
-        request: ControlRequest,
+        request: RunControl,
     ) -> BoxFuture<'a, Result<ControlReply, String>> {
         Box::pin(async move {
             let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;

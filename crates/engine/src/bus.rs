@@ -16,12 +16,14 @@ use uuid::Uuid;
 
 use crate::LogEvent;
 
-/// A request for the instance that executes a session's run: a run's steering channel,
-/// cancel token and pending approval live in that instance's memory, so an API call that
-/// reached another instance is forwarded there.
+/// What can be done to a running run: steer it, cancel it, decide its pending tool calls,
+/// or ask which are pending. A run's steering channel, cancel token and pending approval
+/// live in the memory of the instance that executes it, so one function applies a
+/// `RunControl` there (`Engine::apply_local`), for the API call that reached that instance
+/// and for the one another instance forwarded over the bus.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum ControlRequest {
+pub enum RunControl {
     Steer {
         session_id: Uuid,
         run_id: Option<Uuid>,
@@ -40,7 +42,7 @@ pub enum ControlRequest {
     },
 }
 
-/// The owner's answer to a [`ControlRequest`].
+/// The owner's answer to a [`RunControl`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ControlReply {
@@ -76,6 +78,6 @@ pub trait EventBus: Send + Sync + 'static {
     fn control<'a>(
         &'a self,
         instance: &'a str,
-        request: ControlRequest,
+        request: RunControl,
     ) -> BoxFuture<'a, Result<ControlReply, String>>;
 }

@@ -17,7 +17,7 @@ mod time;
 
 pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
-pub use bus::{ControlReply, ControlRequest, EventBus};
+pub use bus::{ControlReply, EventBus, RunControl};
 pub use config::EngineConfig;
 pub use engine::Engine;
 pub use error::EngineError;

@@ -314,7 +314,7 @@ impl switchboard_engine::EventBus for TestBus {
     fn control<'a>(
         &'a self,
         _instance: &'a str,
-        _request: switchboard_engine::ControlRequest,
+        _request: switchboard_engine::RunControl,
     ) -> futures::future::BoxFuture<'a, Result<switchboard_engine::ControlReply, String>> {
         Box::pin(async { Err("this test bus carries no control requests".to_string()) })
     }

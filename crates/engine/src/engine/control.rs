@@ -52,7 +52,7 @@ impl Engine {
     pub(super) async fn forward(
         &self,
         session_id: Uuid,
-        request: ControlRequest,
+        request: RunControl,
     ) -> Result<Option<ControlReply>, EngineError> {
         if self.inner.config.exclusive {
             return Ok(None);
@@ -82,11 +82,17 @@ impl Engine {
         }
     }
 
-    /// Answers a control request another instance forwarded: only runs executing here are
-    /// considered (never forwarded again).
-    pub async fn handle_control(&self, request: ControlRequest) -> ControlReply {
-        let result = match request {
-            ControlRequest::Steer {
+    /// Applies `control` to the session's run if it executes here — the one place that
+    /// does, for the API call that reached this instance and for the one another instance
+    /// forwarded ([`Self::handle_control`]). Errors say what is not here:
+    /// `SessionNotRunning` (steer), `RunMismatch` (cancel), `NoPendingApproval` (decide);
+    /// `Pending` answers what is pending here (maybe nothing).
+    pub(super) async fn apply_local(
+        &self,
+        control: RunControl,
+    ) -> Result<ControlReply, EngineError> {
+        match control {
+            RunControl::Steer {
                 session_id,
                 run_id,
                 content,
@@ -94,7 +100,7 @@ impl Engine {
                 .steer_local(session_id, run_id, content)
                 .await
                 .map(|run_id| ControlReply::Steered { run_id }),
-            ControlRequest::Cancel { session_id, run_id } => {
+            RunControl::Cancel { session_id, run_id } => {
                 let active = {
                     let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
                     map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
@@ -110,7 +116,7 @@ impl Engine {
                     }),
                 }
             }
-            ControlRequest::Decide {
+            RunControl::Decide {
                 session_id,
                 request,
             } => self
@@ -123,7 +129,7 @@ impl Engine {
                         run_id: request.run_id,
                     },
                 }),
-            ControlRequest::Pending { session_id } => Ok(ControlReply::Pending {
+            RunControl::Pending { session_id } => Ok(ControlReply::Pending {
                 response: match self.inner.approvals.pending(session_id) {
                     Some((run_id, tool_calls)) => PendingToolsResponse {
                         run_id: Some(run_id),
@@ -135,11 +141,18 @@ impl Engine {
                     },
                 },
             }),
-        };
-        result.unwrap_or_else(|e| ControlReply::Error {
-            code: e.code(),
-            message: e.to_string(),
-        })
+        }
+    }
+
+    /// Answers a control request another instance forwarded: only runs executing here are
+    /// considered (never forwarded again).
+    pub async fn handle_control(&self, request: RunControl) -> ControlReply {
+        self.apply_local(request)
+            .await
+            .unwrap_or_else(|e| ControlReply::Error {
+                code: e.code(),
+                message: e.to_string(),
+            })
     }
 
     /// Cancels the active run (or a queued follow-up) with this id.
@@ -147,54 +160,50 @@ impl Engine {
         self.record(session_id).await?;
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
-        let active = {
-            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-            map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
+        let active = match self
+            .apply_local(RunControl::Cancel { session_id, run_id })
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(EngineError::RunMismatch { active, .. }) => active,
+            Err(e) => return Err(e),
         };
-        match active {
-            Some((id, token)) if id == run_id => {
-                token.cancel();
-                Ok(())
+        // A queued follow-up of this session can be cancelled before it starts.
+        if let Some(run) = self.inner.store.get_run(run_id).await?
+            && run.session_id == session_id
+        {
+            if run.state == RunState::Queued
+                && self
+                    .inner
+                    .store
+                    .cancel_queued_run(run_id, &now_rfc3339())
+                    .await?
+            {
+                return Ok(());
             }
-            other => {
-                // A queued follow-up of this session can be cancelled before it starts.
-                if let Some(run) = self.inner.store.get_run(run_id).await?
-                    && run.session_id == session_id
+            // Started meanwhile, maybe elsewhere: read it again.
+            let running = self
+                .inner
+                .store
+                .get_run(run_id)
+                .await?
+                .is_some_and(|r| r.state == RunState::Running);
+            if running && active.is_none() {
+                drop(_guard);
+                match self
+                    .forward(session_id, RunControl::Cancel { session_id, run_id })
+                    .await?
                 {
-                    if run.state == RunState::Queued
-                        && self
-                            .inner
-                            .store
-                            .cancel_queued_run(run_id, &now_rfc3339())
-                            .await?
-                    {
-                        return Ok(());
-                    }
-                    // Started meanwhile, maybe elsewhere: read it again.
-                    let running = self
-                        .inner
-                        .store
-                        .get_run(run_id)
-                        .await?
-                        .is_some_and(|r| r.state == RunState::Running);
-                    if running && other.is_none() {
-                        drop(_guard);
-                        match self
-                            .forward(session_id, ControlRequest::Cancel { session_id, run_id })
-                            .await?
-                        {
-                            Some(ControlReply::Cancelled) => return Ok(()),
-                            Some(other) => return Err(unexpected(other)),
-                            None => {}
-                        }
-                    }
+                    Some(ControlReply::Cancelled) => return Ok(()),
+                    Some(other) => return Err(unexpected(other)),
+                    None => {}
                 }
-                Err(EngineError::RunMismatch {
-                    given: run_id,
-                    active: other.map(|o| o.0),
-                })
             }
         }
+        Err(EngineError::RunMismatch {
+            given: run_id,
+            active,
+        })
     }
 
     /// The tool calls of the session that wait for a decision.
@@ -203,26 +212,21 @@ impl Engine {
         session_id: Uuid,
     ) -> Result<PendingToolsResponse, EngineError> {
         self.record(session_id).await?;
-        if let Some((run_id, tool_calls)) = self.inner.approvals.pending(session_id) {
-            return Ok(PendingToolsResponse {
-                run_id: Some(run_id),
-                tool_calls,
-            });
+        let here = match self.apply_local(RunControl::Pending { session_id }).await? {
+            ControlReply::Pending { response } => response,
+            other => return Err(unexpected(other)),
+        };
+        if here.run_id.is_some() || self.active_run_id(session_id).is_some() {
+            return Ok(here);
         }
-        if self.active_run_id(session_id).is_none() {
-            match self
-                .forward(session_id, ControlRequest::Pending { session_id })
-                .await?
-            {
-                Some(ControlReply::Pending { response }) => return Ok(response),
-                Some(other) => return Err(unexpected(other)),
-                None => {}
-            }
+        match self
+            .forward(session_id, RunControl::Pending { session_id })
+            .await?
+        {
+            Some(ControlReply::Pending { response }) => Ok(response),
+            Some(other) => Err(unexpected(other)),
+            None => Ok(here),
         }
-        Ok(PendingToolsResponse {
-            run_id: None,
-            tool_calls: Vec::new(),
-        })
     }
 
     /// Decides pending tool calls. Calls not named stay pending; the run goes on once all
@@ -233,34 +237,26 @@ impl Engine {
         req: ToolDecisionsRequest,
     ) -> Result<ToolDecisionsResponse, EngineError> {
         self.record(session_id).await?;
-        match self
-            .inner
-            .approvals
-            .decide(session_id, req.run_id, &req.decisions)
-        {
+        let control = RunControl::Decide {
+            session_id,
+            request: req,
+        };
+        let reply = match self.apply_local(control.clone()).await {
             Err(EngineError::NoPendingApproval) if self.active_run_id(session_id).is_none() => {
-                match self
-                    .forward(
-                        session_id,
-                        ControlRequest::Decide {
-                            session_id,
-                            request: req,
-                        },
-                    )
-                    .await?
-                {
-                    Some(ControlReply::Decided { response }) => return Ok(response),
-                    Some(other) => return Err(unexpected(other)),
+                match self.forward(session_id, control).await? {
+                    Some(reply) => reply,
                     None => return Err(EngineError::NoPendingApproval),
                 }
             }
             other => other?,
+        };
+        match reply {
+            ControlReply::Decided { response } => {
+                tracing::info!(%session_id, run_id = %response.run_id, "tool decisions received");
+                Ok(response)
+            }
+            other => Err(unexpected(other)),
         }
-        tracing::info!(%session_id, run_id = %req.run_id, decisions = req.decisions.len(), "tool decisions received");
-        Ok(ToolDecisionsResponse {
-            accepted: true,
-            run_id: req.run_id,
-        })
     }
 }
 

@@ -6,29 +6,19 @@ impl Engine {
     /// Renews the leases of the runs executing here. A lease that cannot be renewed was
     /// taken over: that run stops at once and writes nothing more.
     pub(super) async fn renew_leases(&self) {
-        type Renewing = (
-            Uuid,
-            Lease,
-            CancellationToken,
-            CancellationToken,
-            Arc<StdMutex<std::time::Instant>>,
-        );
         let ttl = self.inner.config.run_lease_ttl;
-        let runs: Vec<Renewing> = {
+        let runs: Vec<Renewal> = {
             let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
-            map.values()
-                .map(|a| {
-                    (
-                        a.run_id,
-                        a.lease.clone(),
-                        a.lost.clone(),
-                        a.cancel.clone(),
-                        a.renewed.clone(),
-                    )
-                })
-                .collect()
+            map.values().map(RunSlot::renewal).collect()
         };
-        for (run_id, lease, lost, cancel, renewed) in runs {
+        for Renewal {
+            run_id,
+            lease,
+            lost,
+            cancel,
+            renewed,
+        } in runs
+        {
             let started = std::time::Instant::now();
             // Bounded: a renewal stuck longer than this is as good as failed.
             let result = tokio::time::timeout(ttl / 4, self.inner.store.renew_lease(&lease, ttl))

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::approval::Approvals;
 use crate::backend::{Backends, RunContext, RunHandle, RunInput};
-use crate::bus::{ControlReply, ControlRequest};
+use crate::bus::{ControlReply, RunControl};
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::log::{EventLog, Subscription};
@@ -42,8 +42,9 @@ const MAX_TITLE: usize = 200;
 /// Most bytes in one message's content.
 const MAX_CONTENT: usize = 1 << 20;
 
-/// A run that is executing in this process.
-struct ActiveRun {
+/// The slot of a run that is executing in this process: what steering, cancel and the
+/// lease renewal need to reach it.
+struct RunSlot {
     run_id: Uuid,
     /// The run's lease in the store, renewed while it runs.
     lease: Lease,
@@ -55,6 +56,41 @@ struct ActiveRun {
     cancel: CancellationToken,
     steering: mpsc::UnboundedSender<String>,
     task: Option<JoinHandle<()>>,
+}
+
+/// What the renewal of one run's lease needs from its slot (taken while the map is locked,
+/// used after).
+struct Renewal {
+    run_id: Uuid,
+    lease: Lease,
+    lost: CancellationToken,
+    cancel: CancellationToken,
+    renewed: Arc<StdMutex<std::time::Instant>>,
+}
+
+impl RunSlot {
+    fn renewal(&self) -> Renewal {
+        Renewal {
+            run_id: self.run_id,
+            lease: self.lease.clone(),
+            lost: self.lost.clone(),
+            cancel: self.cancel.clone(),
+            renewed: self.renewed.clone(),
+        }
+    }
+}
+
+/// Everything one run's execution takes (see `Engine::execute`).
+struct RunJob {
+    session: SessionRecord,
+    config: SessionConfig,
+    run_id: Uuid,
+    input: RunInput,
+    backend: Arc<dyn crate::Backend>,
+    steering: mpsc::UnboundedReceiver<String>,
+    cancel: CancellationToken,
+    lease: Lease,
+    lost: CancellationToken,
 }
 
 /// Runs and approvals by session, read from the store.
@@ -79,7 +115,7 @@ struct Inner {
     /// "at most one active run" holds without races.
     session_locks: StdMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
     /// Runs executing here, by session.
-    active: StdMutex<HashMap<Uuid, ActiveRun>>,
+    active: StdMutex<HashMap<Uuid, RunSlot>>,
     /// Tool calls waiting for a human decision, by session.
     approvals: Arc<Approvals>,
     /// Sessions the reaper found with follow-ups and no running run in its last pass.

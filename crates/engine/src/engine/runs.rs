@@ -47,27 +47,23 @@ impl Engine {
         match req.kind {
             MessageType::Steering => {
                 drop(_guard);
-                match self
-                    .steer_local(session_id, req.run_id, req.message.content.clone())
-                    .await
-                {
-                    Err(EngineError::SessionNotRunning(_)) => {}
-                    other => return other,
-                }
-                match self
-                    .forward(
-                        session_id,
-                        ControlRequest::Steer {
-                            session_id,
-                            run_id: req.run_id,
-                            content: req.message.content,
-                        },
-                    )
-                    .await?
-                {
-                    Some(ControlReply::Steered { run_id }) => Ok(run_id),
-                    Some(other) => Err(unexpected(other)),
-                    None => Err(EngineError::SessionNotRunning(session_id)),
+                let control = RunControl::Steer {
+                    session_id,
+                    run_id: req.run_id,
+                    content: req.message.content,
+                };
+                let reply = match self.apply_local(control.clone()).await {
+                    Err(EngineError::SessionNotRunning(_)) => {
+                        match self.forward(session_id, control).await? {
+                            Some(reply) => reply,
+                            None => return Err(EngineError::SessionNotRunning(session_id)),
+                        }
+                    }
+                    other => other?,
+                };
+                match reply {
+                    ControlReply::Steered { run_id } => Ok(run_id),
+                    other => Err(unexpected(other)),
                 }
             }
             MessageType::Message => {
@@ -212,7 +208,7 @@ impl Engine {
             let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
             map.insert(
                 session_id,
-                ActiveRun {
+                RunSlot {
                     run_id,
                     lease: lease.clone(),
                     lost: lost.clone(),
@@ -226,9 +222,17 @@ impl Engine {
         let engine = self.clone();
         let task = tokio::spawn(async move {
             engine
-                .execute(
-                    session, config, run_id, input, backend, steer_rx, cancel, lease, lost,
-                )
+                .execute(RunJob {
+                    session,
+                    config,
+                    run_id,
+                    input,
+                    backend,
+                    steering: steer_rx,
+                    cancel,
+                    lease,
+                    lost,
+                })
                 .await;
         });
         let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
@@ -240,19 +244,18 @@ impl Engine {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn execute(
-        &self,
-        session: SessionRecord,
-        config: SessionConfig,
-        run_id: Uuid,
-        input: RunInput,
-        backend: Arc<dyn crate::Backend>,
-        steering: mpsc::UnboundedReceiver<String>,
-        cancel: CancellationToken,
-        lease: Lease,
-        lost: CancellationToken,
-    ) {
+    pub(super) async fn execute(&self, job: RunJob) {
+        let RunJob {
+            session,
+            config,
+            run_id,
+            input,
+            backend,
+            steering,
+            cancel,
+            lease,
+            lost,
+        } = job;
         let session_id = session.id;
         let fence = Some(&lease);
         let log = &self.inner.log;

@@ -213,7 +213,7 @@ impl Engine {
             && let Err(e) = self
                 .forward(
                     id,
-                    ControlRequest::Cancel {
+                    RunControl::Cancel {
                         session_id: id,
                         run_id: run.id,
                     },
