@@ -1,0 +1,240 @@
+//! Socket Mode: the websocket session, its envelopes and their acknowledgement, reconnecting.
+
+use crate::platform::pause;
+use crate::util::Backoff;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{ChannelContext, ChannelError};
+
+use super::*;
+
+impl SlackChannel {
+    pub(super) async fn run_socket(
+        &self,
+        ctx: &ChannelContext,
+        cancel: &CancellationToken,
+        app_token: &str,
+    ) -> Result<(), ChannelError> {
+        let Some(me) = self.identify(cancel).await? else {
+            return Ok(());
+        };
+        tracing::info!(channel = %self.cfg.name, bot = %me.user, user_id = %me.user_id, team = %me.team, "slack bot identified; connecting over Socket Mode");
+        let mut backoff = Backoff::default();
+        let mut disconnects = Backoff::default();
+        loop {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
+            let params = json!({});
+            let r = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Ok(()),
+                r = self.call_with("apps.connections.open", &params, app_token) => r,
+            };
+            let url = match r.and_then(|v| {
+                v.get("url")
+                    .and_then(Value::as_str)
+                    .filter(|u| u.starts_with("wss://") || u.starts_with("ws://"))
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        self.other("apps.connections.open: the answer has no websocket url")
+                    })
+            }) {
+                Ok(url) => url,
+                Err(e) if is_fatal(&e) => return Err(e),
+                Err(e) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "cannot open a Socket Mode connection; retrying");
+                    self.set_status(format!("socket: reconnecting ({e})"));
+                    if !pause(wait, cancel).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            let session_started = std::time::Instant::now();
+            let end = self
+                .socket_session(&url, &me, ctx, cancel, &mut backoff)
+                .await;
+            // A connection that lasted is a normal refresh: the next disconnect is answered
+            // at once again.
+            if session_started.elapsed() > std::time::Duration::from_secs(300) {
+                disconnects.reset();
+            }
+            match end {
+                SessionEnd::Cancelled => return Ok(()),
+                SessionEnd::Disconnect => {
+                    // Reconnecting at once is what Slack asks for, but a socket that is
+                    // disconnected again and again (Socket Mode turned off for the app:
+                    // `link_disabled`) must not spin: the waits grow.
+                    let wait = disconnects.next_wait();
+                    tracing::info!(channel = %self.cfg.name, ?wait, "Slack asked to reconnect");
+                    self.set_status("socket: reconnecting");
+                    if !pause(
+                        wait.saturating_sub(std::time::Duration::from_secs(1)),
+                        cancel,
+                    )
+                    .await
+                    {
+                        return Ok(());
+                    }
+                }
+                SessionEnd::Lost(reason) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(channel = %self.cfg.name, %reason, ?wait, "Socket Mode connection lost; reconnecting");
+                    self.set_status(format!("socket: reconnecting ({reason})"));
+                    if !pause(wait, cancel).await {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// One websocket connection, until it ends.
+    pub(super) async fn socket_session(
+        &self,
+        url: &str,
+        me: &BotIdentity,
+        ctx: &ChannelContext,
+        cancel: &CancellationToken,
+        backoff: &mut Backoff,
+    ) -> SessionEnd {
+        let connect = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url));
+        let ws = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return SessionEnd::Cancelled,
+            r = connect => r,
+        };
+        let mut ws = match ws {
+            Ok(Ok((ws, _))) => ws,
+            Ok(Err(e)) => {
+                return SessionEnd::Lost(format!(
+                    "websocket: {}",
+                    self.redact(&e.to_string()).replace(url, "<socket url>")
+                ));
+            }
+            Err(_) => return SessionEnd::Lost("websocket: connect timed out".into()),
+        };
+        self.set_status("socket: connecting");
+        let mut last_frame = Instant::now();
+        let mut pinged = false;
+        loop {
+            let idle_at = last_frame + if pinged { SOCKET_IDLE * 2 } else { SOCKET_IDLE };
+            let frame = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    let _ = ws.close(None).await;
+                    return SessionEnd::Cancelled;
+                }
+                _ = tokio::time::sleep_until(idle_at) => {
+                    if pinged {
+                        return SessionEnd::Lost("no answer from Slack for 2 minutes".into());
+                    }
+                    pinged = true;
+                    if ws.send(WsMessage::Ping(Vec::new().into())).await.is_err() {
+                        return SessionEnd::Lost("websocket: cannot send a ping".into());
+                    }
+                    continue;
+                }
+                f = ws.next() => f,
+            };
+            last_frame = Instant::now();
+            pinged = false;
+            let text = match frame {
+                None => return SessionEnd::Lost("websocket closed".into()),
+                Some(Err(e)) => {
+                    return SessionEnd::Lost(format!(
+                        "websocket: {}",
+                        self.redact(&e.to_string()).replace(url, "<socket url>")
+                    ));
+                }
+                Some(Ok(WsMessage::Close(_))) => {
+                    return SessionEnd::Lost("websocket closed by Slack".into());
+                }
+                Some(Ok(WsMessage::Text(t))) => t,
+                Some(Ok(_)) => continue,
+            };
+            let envelope: Value = match serde_json::from_str(text.as_str()) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(channel = %self.cfg.name, error = %e, "a Socket Mode frame that is not JSON; ignoring it");
+                    continue;
+                }
+            };
+            let kind = envelope
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match kind {
+                "hello" => {
+                    backoff.reset();
+                    self.set_status("socket: connected");
+                    tracing::info!(channel = %self.cfg.name, "Socket Mode connected");
+                    continue;
+                }
+                "disconnect" => {
+                    let _ = ws.close(None).await;
+                    return SessionEnd::Disconnect;
+                }
+                "events_api" | "interactive" | "slash_commands" => {}
+                other => {
+                    tracing::debug!(channel = %self.cfg.name, kind = other, "Socket Mode frame ignored");
+                    continue;
+                }
+            }
+            let Some(envelope_id) = envelope.get("envelope_id").and_then(Value::as_str) else {
+                tracing::warn!(channel = %self.cfg.name, kind, "an envelope without envelope_id; ignoring it");
+                continue;
+            };
+            let payload = envelope.get("payload").unwrap_or(&Value::Null);
+            let mapped = match kind {
+                "events_api" => {
+                    self.map_event_callback(payload, me, Some(ctx.state.as_ref()))
+                        .await
+                }
+                "interactive" => self.map_interactive(payload),
+                _ => self.map_slash_command(payload).await,
+            };
+            if let Some(mapped) = mapped {
+                if let Err(reason) = self.deliver(ctx, mapped).await {
+                    tracing::warn!(channel = %self.cfg.name, envelope_id, %reason, "the gateway did not take an event; not acknowledging it (Slack delivers it again)");
+                    self.set_status(format!("error: inbound not stored: {reason}"));
+                    continue;
+                }
+                self.set_status("socket: connected");
+            }
+            let ack = json!({ "envelope_id": envelope_id }).to_string();
+            if let Err(e) = ws.send(WsMessage::Text(ack.into())).await {
+                return SessionEnd::Lost(format!("websocket: cannot acknowledge: {e}"));
+            }
+        }
+    }
+}
+
+/// Errors that retrying will not fix: bad or revoked tokens, missing scopes.
+pub(super) fn is_fatal(e: &ChannelError) -> bool {
+    match e {
+        ChannelError::Api { description, .. } => {
+            let code = description.split(' ').next().unwrap_or_default();
+            matches!(
+                code,
+                "invalid_auth"
+                    | "not_authed"
+                    | "account_inactive"
+                    | "token_revoked"
+                    | "token_expired"
+                    | "not_allowed_token_type"
+                    | "missing_scope"
+                    | "no_permission"
+                    | "invalid_token"
+            )
+        }
+        _ => false,
+    }
+}
