@@ -35,7 +35,7 @@ pub(super) fn bot_user_json() -> Value {
     })
 }
 
-pub(super) fn components_json(buttons: &[(String, String)]) -> Value {
+fn components_json(buttons: &[(String, String)]) -> Value {
     if buttons.is_empty() {
         return json!([]);
     }
