@@ -200,7 +200,7 @@ pub(super) fn pane_target(session: &str) -> String {
 }
 
 /// The environment of a tmux client, which becomes the server's if it starts one.
-pub(super) fn prepare_env(cmd: &mut Command) {
+fn prepare_env(cmd: &mut Command) {
     let secrets: Vec<OsString> = std::env::vars_os()
         .map(|(key, _)| key)
         .filter(|key| key.to_string_lossy().starts_with(TOKEN_ENV_PREFIX))

@@ -190,10 +190,7 @@ impl Tmux {
     }
 
     /// One look at the pane; the flag says whether tmux knows how a dead pane's process ended.
-    pub(super) async fn pane_state_once(
-        &self,
-        session: &str,
-    ) -> Result<Option<(PaneState, bool)>, TmuxError> {
+    async fn pane_state_once(&self, session: &str) -> Result<Option<(PaneState, bool)>, TmuxError> {
         let fmt = "#{pane_dead}\t#{pane_dead_status}\t#{pane_dead_signal}\t#{pane_in_mode}\t#{pane_pid}\t#{pane_current_command}";
         let Some(line) = self.display(session, fmt).await? else {
             return Ok(None);
@@ -238,7 +235,7 @@ impl Tmux {
 }
 
 /// The output of a dead pane without tmux's "Pane is dead (status …)" line.
-pub(super) fn exit_output(mut lines: Vec<String>, keep: usize) -> String {
+fn exit_output(mut lines: Vec<String>, keep: usize) -> String {
     lines.retain(|line| !line.starts_with("Pane is dead"));
     while lines.last().is_some_and(|line| line.is_empty()) {
         lines.pop();
