@@ -1,0 +1,99 @@
+//! Discord's wire types (only the fields used).
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiUser {
+    pub(super) id: String,
+    #[serde(default)]
+    pub(super) username: String,
+    #[serde(default)]
+    pub(super) global_name: Option<String>,
+    #[serde(default)]
+    pub(super) bot: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiReady {
+    pub(super) session_id: String,
+    pub(super) resume_gateway_url: String,
+    pub(super) user: ApiUser,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiAttachment {
+    #[serde(default)]
+    pub(super) filename: Option<String>,
+    #[serde(default)]
+    pub(super) size: Option<u64>,
+    #[serde(default)]
+    pub(super) content_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiReferenced {
+    #[serde(default)]
+    pub(super) author: Option<ApiUser>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiMessage {
+    pub(super) id: String,
+    pub(super) channel_id: String,
+    #[serde(default)]
+    pub(super) guild_id: Option<String>,
+    pub(super) author: ApiUser,
+    #[serde(default)]
+    pub(super) content: String,
+    #[serde(default)]
+    pub(super) mentions: Vec<ApiUser>,
+    #[serde(default, rename = "type")]
+    pub(super) kind: u64,
+    #[serde(default)]
+    pub(super) attachments: Vec<ApiAttachment>,
+    #[serde(default)]
+    pub(super) webhook_id: Option<String>,
+    #[serde(default)]
+    pub(super) referenced_message: Option<ApiReferenced>,
+    #[serde(default)]
+    pub(super) channel_type: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiMember {
+    #[serde(default)]
+    pub(super) user: Option<ApiUser>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiMessageId {
+    pub(super) id: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiComponentData {
+    #[serde(default)]
+    pub(super) custom_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ApiInteraction {
+    pub(super) id: String,
+    #[serde(rename = "type")]
+    pub(super) kind: u64,
+    pub(super) token: String,
+    #[serde(default)]
+    pub(super) application_id: Option<String>,
+    #[serde(default)]
+    pub(super) channel_id: Option<String>,
+    #[serde(default)]
+    pub(super) guild_id: Option<String>,
+    #[serde(default)]
+    pub(super) member: Option<ApiMember>,
+    #[serde(default)]
+    pub(super) user: Option<ApiUser>,
+    #[serde(default)]
+    pub(super) message: Option<ApiMessageId>,
+    #[serde(default)]
+    pub(super) data: Option<ApiComponentData>,
+}
