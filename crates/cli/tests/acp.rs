@@ -9,11 +9,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
-use futures::StreamExt;
-use switchboard_client::{Client, EventStream};
+use switchboard_client::Client;
 use switchboard_protocol::{
     AgentEvent, BackendSpec, CreateSessionRequest, DecisionAction, EventEnvelope, MessageType,
-    PermissionMode, SendMessageRequest, SteeringDelivery, ToolDecision, ToolDecisionsRequest,
+    PermissionMode, SendMessageRequest, SteeringDelivery,
 };
 use switchboard_test_support::mock_llm::MockLlm;
 use switchboard_test_support::process::ServerProcess;
@@ -91,45 +90,6 @@ impl World {
         .unwrap()
         .id
     }
-}
-
-async fn send(c: &Client, id: Uuid, text: &str) -> (EventStream, Uuid) {
-    let after = c.get_session(id).await.unwrap().session.last_event_id;
-    let events = c.subscribe(id, Some(after));
-    let run = c
-        .send_message(id, &SendMessageRequest::user(text, MessageType::Message))
-        .await
-        .unwrap()
-        .run_id;
-    (events, run)
-}
-
-async fn until(stream: &mut EventStream, what: impl Fn(&AgentEvent) -> bool) -> Vec<EventEnvelope> {
-    let mut out = Vec::new();
-    loop {
-        let env = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("nothing for 30 s")
-            .expect("stream ended")
-            .unwrap();
-        let hit = what(&env.event);
-        out.push(env);
-        if hit {
-            return out;
-        }
-    }
-}
-
-fn decide(run_id: Uuid, id: &str, action: DecisionAction) -> ToolDecisionsRequest {
-    let mut decisions = BTreeMap::new();
-    decisions.insert(
-        id.to_string(),
-        ToolDecision {
-            action,
-            content: None,
-        },
-    );
-    ToolDecisionsRequest { run_id, decisions }
 }
 
 fn stop_reason(events: &[EventEnvelope]) -> String {
@@ -231,7 +191,7 @@ async fn permission_requests_become_approvals_answerable_over_http() {
 
     // Accept → the agent gets allow-once and finishes.
     let (mut events, run) = send(&c, id, "[tool]").await;
-    let seen = until(&mut events, |e| {
+    let seen = until(&mut events, "the event", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
     .await;
@@ -257,7 +217,7 @@ async fn permission_requests_become_approvals_answerable_over_http() {
     let pending = c.pending_tools(id).await.unwrap();
     assert_eq!(pending.run_id, Some(run));
     let call_id = pending.tool_calls[0].id.clone();
-    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Accept))
+    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Accept, None))
         .await
         .unwrap();
     let rest = until_run_ends(&mut events, run).await;
@@ -268,12 +228,12 @@ async fn permission_requests_become_approvals_answerable_over_http() {
 
     // Reject → reject-once.
     let (mut events, run) = send(&c, id, "[tool]").await;
-    until(&mut events, |e| {
+    until(&mut events, "the event", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
     .await;
     let call_id = c.pending_tools(id).await.unwrap().tool_calls[0].id.clone();
-    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Reject))
+    c.decide_tools(id, &decide(run, &call_id, DecisionAction::Reject, None))
         .await
         .unwrap();
     let rest = until_run_ends(&mut events, run).await;
@@ -314,12 +274,12 @@ async fn permission_requests_become_approvals_answerable_over_http() {
     assert!(!kinds(&all).contains(&"waiting_for_tool_approval"));
     assert_eq!(text_of(&all), "The edit ran.");
     let (mut events, run) = send(&c, ww, "[edit-outside]").await;
-    until(&mut events, |e| {
+    until(&mut events, "the event", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
     .await;
     let call_id = c.pending_tools(ww).await.unwrap().tool_calls[0].id.clone();
-    c.decide_tools(ww, &decide(run, &call_id, DecisionAction::Reject))
+    c.decide_tools(ww, &decide(run, &call_id, DecisionAction::Reject, None))
         .await
         .unwrap();
     until_run_ends(&mut events, run).await;
@@ -373,7 +333,10 @@ async fn an_agent_that_ignores_cancel_is_stopped_and_resumed_next_time() {
     let c = client(&server);
     let id = w.session(&c, "tester", None).await;
     let (mut events, run) = send(&c, id, "[stubborn]").await;
-    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    until(&mut events, "the event", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
     let pid = agent_pids(&w)[0];
     c.cancel(id, run).await.unwrap();
     let rest = until_run_ends(&mut events, run).await;
@@ -418,7 +381,10 @@ async fn deleting_a_session_mid_turn_stops_its_agent() {
     let c = client(&server);
     let id = w.session(&c, "tester", None).await;
     let (mut events, _run) = send(&c, id, "[slow]").await;
-    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    until(&mut events, "the event", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
     let pid = agent_pids(&w)[0];
     assert!(pid_alive(pid));
     c.delete_session(id).await.unwrap();
@@ -434,7 +400,7 @@ async fn cancel_mid_turn_sends_session_cancel_and_answers_permissions_cancelled(
 
     // While a permission request waits.
     let (mut events, run) = send(&c, id, "[tool]").await;
-    until(&mut events, |e| {
+    until(&mut events, "the event", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
     .await;
@@ -452,7 +418,10 @@ async fn cancel_mid_turn_sends_session_cancel_and_answers_permissions_cancelled(
 
     // While the agent streams.
     let (mut events, run) = send(&c, id, "[slow]").await;
-    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    until(&mut events, "the event", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
     let t0 = std::time::Instant::now();
     c.cancel(id, run).await.unwrap();
     let rest = until_run_ends(&mut events, run).await;
@@ -608,7 +577,10 @@ async fn steering_during_a_prompt_goes_with_the_next_prompt_and_follow_ups_queue
     let c = client(&server);
     let id = w.session(&c, "tester", None).await;
     let (mut events, run) = send(&c, id, "[slow]").await;
-    until(&mut events, |e| matches!(e, AgentEvent::TextDelta { .. })).await;
+    until(&mut events, "the event", |e| {
+        matches!(e, AgentEvent::TextDelta { .. })
+    })
+    .await;
     let steer = c
         .send_message(
             id,

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,8 +11,7 @@ use common::*;
 use serde_json::{Value, json};
 use switchboard_client::{Client, EventStream};
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, CreateSessionRequest, DecisionAction, EventEnvelope, MessageType,
-    PermissionMode, SendMessageRequest, ToolDecision, ToolDecisionsRequest,
+    AgentEvent, AutoApprove, CreateSessionRequest, DecisionAction, EventEnvelope, PermissionMode,
 };
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use uuid::Uuid;
@@ -27,18 +25,6 @@ async fn session(c: &Client, ws: &Path, mode: Option<PermissionMode>) -> Uuid {
     .await
     .unwrap()
     .id
-}
-
-/// Subscribes from the current end of the log, then sends `text`.
-async fn send(c: &Client, id: Uuid, text: &str) -> (EventStream, Uuid) {
-    let after = c.get_session(id).await.unwrap().session.last_event_id;
-    let events = c.subscribe(id, Some(after));
-    let run = c
-        .send_message(id, &SendMessageRequest::user(text, MessageType::Message))
-        .await
-        .unwrap()
-        .run_id;
-    (events, run)
 }
 
 /// Reads until the run waits for approval; returns what was seen, the waiting event last.
@@ -62,23 +48,6 @@ async fn until_waiting(stream: &mut EventStream, run_id: Uuid) -> Vec<EventEnvel
             return out;
         }
     }
-}
-
-fn decide(
-    run_id: Uuid,
-    id: &str,
-    action: DecisionAction,
-    content: Option<&str>,
-) -> ToolDecisionsRequest {
-    let mut decisions = BTreeMap::new();
-    decisions.insert(
-        id.to_string(),
-        ToolDecision {
-            action,
-            content: content.map(str::to_string),
-        },
-    );
-    ToolDecisionsRequest { run_id, decisions }
 }
 
 /// The tool results the model received in its `n`th request (OpenAI format).

@@ -7,28 +7,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use common::chat::{Fake, World};
 use switchboard_gateway::text::paginate;
-use switchboard_test_support::fake_discord::FakeDiscord;
-use switchboard_test_support::fake_slack::FakeSlack;
-use switchboard_test_support::fake_telegram::FakeTelegram;
-use switchboard_test_support::mock_llm::{MockLlm, MockReply};
-use switchboard_test_support::process::ServerProcess;
+use switchboard_test_support::mock_llm::MockReply;
 
 const WAIT: Duration = Duration::from_secs(40);
-
-enum Fake {
-    Telegram(FakeTelegram),
-    Slack(FakeSlack),
-    Discord(FakeDiscord),
-}
-
-struct World {
-    dir: tempfile::TempDir,
-    ws: tempfile::TempDir,
-    llm: MockLlm,
-    fake: Fake,
-}
 
 /// A post or an edit in the DM: when, which bot message (in posting order), the text.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,97 +22,23 @@ struct Op {
     text: String,
 }
 
-impl World {
-    async fn new(platform: &str) -> World {
-        let fake = match platform {
-            "telegram" => Fake::Telegram(FakeTelegram::start().await),
-            "slack" => Fake::Slack(FakeSlack::start().await),
-            _ => Fake::Discord(FakeDiscord::start().await),
-        };
-        World {
-            dir: tempfile::tempdir().unwrap(),
-            ws: tempfile::tempdir().unwrap(),
-            llm: MockLlm::start().await,
-            fake,
-        }
-    }
+/// The bot's messages in the DM, in posting order: (id, text).
+fn dm_messages(w: &World) -> Vec<(String, String)> {
+    w.messages(w.dm_chat())
+        .into_iter()
+        .map(|m| (m.id, m.text))
+        .collect()
+}
 
-    async fn server(&self) -> ServerProcess {
-        let mut env: Vec<(String, String)> = vec![(
-            "SWITCHBOARD_DEFAULT_CWD".into(),
-            self.ws.path().to_string_lossy().to_string(),
-        )];
-        let mut set = |k: &str, v: String| env.push((k.into(), v));
-        match &self.fake {
-            Fake::Telegram(f) => {
-                set("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN.into());
-                set("SWITCHBOARD_TELEGRAM_BASE_URL", f.base_url());
-                set("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "42".into());
-                set("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1".into());
-            }
-            Fake::Slack(f) => {
-                set("SWITCHBOARD_SLACK_BOT_TOKEN", FakeSlack::BOT_TOKEN.into());
-                set("SWITCHBOARD_SLACK_APP_TOKEN", FakeSlack::APP_TOKEN.into());
-                set("SWITCHBOARD_SLACK_API_BASE", f.api_base());
-                set("SWITCHBOARD_SLACK_ALLOWED_USERS", "U42".into());
-            }
-            Fake::Discord(f) => {
-                set("SWITCHBOARD_DISCORD_TOKEN", FakeDiscord::TOKEN.into());
-                set("SWITCHBOARD_DISCORD_API_BASE", f.api_base());
-                set("SWITCHBOARD_DISCORD_ALLOWED_USERS", "42".into());
-            }
-        }
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        start(self.dir.path(), &self.llm.base_url(), &env).await
-    }
+trait Timeline {
+    fn ops(&self) -> Vec<Op>;
+    async fn wait_until(&self, what: &str, f: impl Fn(&[(String, String)]) -> bool) -> Instant;
+}
 
-    /// The platform's limit for one message of reply text.
-    fn limit(&self) -> usize {
-        match self.fake {
-            Fake::Telegram(_) => 4096,
-            Fake::Slack(_) => 4000,
-            Fake::Discord(_) => 2000,
-        }
-    }
-
-    fn dm(&self, text: &str) {
-        match &self.fake {
-            Fake::Telegram(f) => {
-                f.dm(42, "alice", text);
-            }
-            Fake::Slack(f) => {
-                f.dm("U42", text);
-            }
-            Fake::Discord(f) => {
-                f.dm("42", "alice", text);
-            }
-        }
-    }
-
-    /// The bot's messages in the DM, in posting order: (id, text).
-    fn messages(&self) -> Vec<(String, String)> {
-        match &self.fake {
-            Fake::Telegram(f) => f
-                .bot_messages(42)
-                .into_iter()
-                .map(|m| (m.message_id.to_string(), m.text))
-                .collect(),
-            Fake::Slack(f) => f
-                .bot_messages("DU42")
-                .into_iter()
-                .map(|m| (m.ts, m.text))
-                .collect(),
-            Fake::Discord(f) => f
-                .bot_messages("dm-42")
-                .into_iter()
-                .map(|m| (m.id, m.content))
-                .collect(),
-        }
-    }
-
+impl Timeline for World {
     /// Every post and edit of the bot in the DM, in the order the fake received them.
     fn ops(&self) -> Vec<Op> {
-        let ids: Vec<String> = self.messages().into_iter().map(|(id, _)| id).collect();
+        let ids: Vec<String> = dm_messages(self).into_iter().map(|(id, _)| id).collect();
         let index = |id: &str| {
             ids.iter()
                 .position(|i| i == id)
@@ -203,7 +112,7 @@ impl World {
     async fn wait_until(&self, what: &str, f: impl Fn(&[(String, String)]) -> bool) -> Instant {
         let deadline = Instant::now() + WAIT;
         loop {
-            let m = self.messages();
+            let m = dm_messages(self);
             if f(&m) {
                 return Instant::now();
             }
@@ -252,7 +161,7 @@ async fn a_fast_long_reply_is_shown_soon_after_the_model_finishes(platform: &str
         "{platform}: shown {took:?} after the DM (before: about 18 s)"
     );
     let ops = w.ops();
-    assert_eq!(w.messages().len(), 1, "one message, edited");
+    assert_eq!(dm_messages(&w).len(), 1, "one message, edited");
     let texts = history(&ops, 0);
     // Each edit carries everything there is: a few edits, not one per paragraph.
     assert!(
@@ -415,7 +324,7 @@ async fn long_replies_are_split_whole(platform: &str) {
     let w = World::new(platform).await;
     let _server = w.server().await;
     let reply = words_and_code();
-    let expected: Vec<String> = paginate(&reply, w.limit())
+    let expected: Vec<String> = paginate(&reply, w.max_chars())
         .iter()
         .map(|p| p.text())
         .collect();
@@ -432,7 +341,7 @@ async fn long_replies_are_split_whole(platform: &str) {
     tokio::time::sleep(Duration::from_millis(1500)).await; // no late edit comes
     let ops = w.ops();
     for op in &ops {
-        check_shown(platform, &op.text, w.limit());
+        check_shown(platform, &op.text, w.max_chars());
     }
     let seq: Vec<(bool, usize, String)> = ops
         .iter()
@@ -447,7 +356,7 @@ async fn long_replies_are_split_whole(platform: &str) {
 
     // Streaming in small pieces: every post and every edit is whole, and the messages end
     // as the pages of the whole reply.
-    let before = w.messages().len();
+    let before = dm_messages(&w).len();
     let chars: Vec<char> = reply.chars().collect();
     let pieces: Vec<String> = chars.chunks(97).map(|c| c.iter().collect()).collect();
     let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
@@ -464,9 +373,9 @@ async fn long_replies_are_split_whole(platform: &str) {
         .filter(|o| o.message >= before)
         .collect();
     for op in &ops {
-        check_shown(platform, &op.text, w.limit());
+        check_shown(platform, &op.text, w.max_chars());
     }
-    let finals: Vec<String> = w.messages()[before..]
+    let finals: Vec<String> = dm_messages(&w)[before..]
         .iter()
         .map(|(_, t)| t.clone())
         .collect();

@@ -6,185 +6,14 @@ mod common;
 
 use std::time::Duration;
 
+use common::chat::{Fake, Msg, World};
 use common::*;
 use serde_json::json;
 use switchboard_test_support::fake_discord::FakeDiscord;
 use switchboard_test_support::fake_slack::FakeSlack;
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
-use switchboard_test_support::process::ServerProcess;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-/// One bot message as the scenarios see it.
-#[derive(Debug, Clone)]
-struct Msg {
-    id: String,
-    text: String,
-    buttons: Vec<(String, String)>,
-}
-
-enum Fake {
-    Slack(FakeSlack),
-    Discord(FakeDiscord),
-}
-
-struct World {
-    dir: tempfile::TempDir,
-    ws: tempfile::TempDir,
-    llm: MockLlm,
-    fake: Fake,
-}
-
-impl World {
-    async fn slack() -> World {
-        Self::with(Fake::Slack(FakeSlack::start().await)).await
-    }
-
-    async fn discord() -> World {
-        Self::with(Fake::Discord(FakeDiscord::start().await)).await
-    }
-
-    async fn with(fake: Fake) -> World {
-        World {
-            dir: tempfile::tempdir().unwrap(),
-            ws: tempfile::tempdir().unwrap(),
-            llm: MockLlm::start().await,
-            fake,
-        }
-    }
-
-    async fn server(&self) -> ServerProcess {
-        self.server_with(&[]).await
-    }
-
-    async fn server_with(&self, extra: &[(&str, &str)]) -> ServerProcess {
-        let ws = self.ws.path().to_string_lossy().to_string();
-        let mut env: Vec<(String, String)> = vec![("SWITCHBOARD_DEFAULT_CWD".into(), ws)];
-        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        match &self.fake {
-            Fake::Slack(f) => {
-                env.push((
-                    "SWITCHBOARD_SLACK_BOT_TOKEN".into(),
-                    FakeSlack::BOT_TOKEN.into(),
-                ));
-                env.push((
-                    "SWITCHBOARD_SLACK_APP_TOKEN".into(),
-                    FakeSlack::APP_TOKEN.into(),
-                ));
-                env.push(("SWITCHBOARD_SLACK_API_BASE".into(), f.api_base()));
-                env.push((
-                    "SWITCHBOARD_SLACK_ALLOWED_USERS".into(),
-                    "U42,U1,U2,U7,U9".into(),
-                ));
-            }
-            Fake::Discord(f) => {
-                env.push((
-                    "SWITCHBOARD_DISCORD_TOKEN".into(),
-                    FakeDiscord::TOKEN.into(),
-                ));
-                env.push(("SWITCHBOARD_DISCORD_API_BASE".into(), f.api_base()));
-                env.push((
-                    "SWITCHBOARD_DISCORD_ALLOWED_USERS".into(),
-                    "42,1,2,7".into(),
-                ));
-            }
-        }
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        start(self.dir.path(), &self.llm.base_url(), &env).await
-    }
-
-    fn dm_chat(&self) -> &'static str {
-        match self.fake {
-            Fake::Slack(_) => "DU42",
-            Fake::Discord(_) => "dm-42",
-        }
-    }
-
-    fn max_chars(&self) -> usize {
-        match self.fake {
-            Fake::Slack(_) => 4000,
-            Fake::Discord(_) => 2000,
-        }
-    }
-
-    fn dm(&self, text: &str) {
-        match &self.fake {
-            Fake::Slack(f) => {
-                f.dm("U42", text);
-            }
-            Fake::Discord(f) => {
-                f.dm("42", "alice", text);
-            }
-        }
-    }
-
-    fn messages(&self, chat: &str) -> Vec<Msg> {
-        match &self.fake {
-            Fake::Slack(f) => f
-                .bot_messages(chat)
-                .into_iter()
-                .map(|m| Msg {
-                    id: m.ts,
-                    text: m.text,
-                    buttons: m.buttons,
-                })
-                .collect(),
-            Fake::Discord(f) => f
-                .bot_messages(chat)
-                .into_iter()
-                .map(|m| Msg {
-                    id: m.id,
-                    text: m.content,
-                    buttons: m.components,
-                })
-                .collect(),
-        }
-    }
-
-    fn press(&self, chat: &str, msg: &str, data: &str) {
-        match &self.fake {
-            Fake::Slack(f) => {
-                f.press(chat, msg, "U42", data);
-            }
-            Fake::Discord(f) => {
-                f.press(chat, msg, "42", data);
-            }
-        }
-    }
-
-    fn rate_limit_sends(&self) {
-        match &self.fake {
-            Fake::Slack(f) => f.rate_limit("chat.postMessage", 1, 1),
-            Fake::Discord(f) => f.rate_limit("POST /channels/", 1, 0.5),
-        }
-    }
-
-    async fn wait(&self, chat: &str, what: &str, f: impl Fn(&Msg) -> bool) -> Msg {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if let Some(m) = self.messages(chat).into_iter().find(|m| f(m)) {
-                return m;
-            }
-            if std::time::Instant::now() > deadline {
-                panic!(
-                    "timed out waiting for {what}; messages: {:?}",
-                    self.messages(chat)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn user_text(&self, n: usize) -> String {
-        let reqs = self.llm.chat_requests();
-        let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
-        msgs.iter()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-            .unwrap_or_default()
-    }
-}
 
 fn prompt_of(m: &Msg) -> Option<(String, String)> {
     let allow = m.buttons.iter().find(|(t, _)| t.starts_with("Allow"))?;
@@ -238,6 +67,7 @@ async fn scenarios(w: World) {
     let who = match w.fake {
         Fake::Slack(_) => "Allowed by <@U42>",
         Fake::Discord(_) => "Allowed by user42",
+        Fake::Telegram(_) => unreachable!("these scenarios run on Slack and Discord"),
     };
     w.wait(dm, "the prompt names who decided", |m| {
         m.id == prompt.id && m.text.contains(who) && m.buttons.is_empty()

@@ -12,7 +12,7 @@ use common::*;
 use futures::StreamExt;
 use switchboard_protocol::{
     AgentEvent, CreateSessionRequest, DecisionAction, EventEnvelope, MessageType, PermissionMode,
-    SendMessageRequest, ToolDecision, ToolDecisionsRequest,
+    SendMessageRequest,
 };
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
@@ -136,26 +136,6 @@ async fn health(server: &ServerProcess) -> serde_json::Value {
         .unwrap()
 }
 
-/// Reads `stream` until the run ends; returns the events and when each arrived.
-async fn until_end(
-    stream: &mut switchboard_client::EventStream,
-    run: uuid::Uuid,
-) -> Vec<(EventEnvelope, Instant)> {
-    let mut out = Vec::new();
-    loop {
-        let env = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .expect("nothing for 30 s")
-            .expect("stream ended")
-            .unwrap();
-        let end = env.event.is_terminal() && env.event.run_id() == run;
-        out.push((env, Instant::now()));
-        if end {
-            return out;
-        }
-    }
-}
-
 fn check_contiguous(events: &[(EventEnvelope, Instant)], from: u64) {
     let ids: Vec<u64> = events.iter().map(|(e, _)| e.id).collect();
     let want: Vec<u64> = (from..from + ids.len() as u64).collect();
@@ -188,7 +168,10 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let sent = Instant::now();
     let run = send(&c, session.id, "hello from C", MessageType::Message).await;
-    let events = until_end(&mut on_b, run).await;
+    let events = until_timed(&mut on_b, "end of the run", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
     check_contiguous(&events, 1);
     assert!(
         matches!(&events[0].0.event, AgentEvent::RunStarted { content: Some(m), .. } if m == "hello from C")
@@ -229,7 +212,10 @@ async fn three_instances_one_session_every_event_once_and_in_order() {
     nats.down().await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     nats.up().await;
-    let rest = until_end(&mut on_b, run).await;
+    let rest = until_timed(&mut on_b, "end of the run", |e| {
+        e.is_terminal() && e.run_id() == run
+    })
+    .await;
     seen.extend(rest);
     check_contiguous(&seen, last_id + 1);
     let text: String = seen
@@ -270,43 +256,6 @@ async fn send(
         .run_id
 }
 
-/// Accepts the pending call `id` of `run`.
-fn accept(run: uuid::Uuid, id: &str) -> ToolDecisionsRequest {
-    ToolDecisionsRequest {
-        run_id: run,
-        decisions: [(
-            id.to_string(),
-            ToolDecision {
-                action: DecisionAction::Accept,
-                content: None,
-            },
-        )]
-        .into_iter()
-        .collect(),
-    }
-}
-
-/// Reads `stream` until `pred` holds for an event; returns everything read, that one last.
-async fn until(
-    stream: &mut switchboard_client::EventStream,
-    what: &str,
-    pred: impl Fn(&AgentEvent) -> bool,
-) -> Vec<(EventEnvelope, Instant)> {
-    let mut out = Vec::new();
-    loop {
-        let env = tokio::time::timeout(Duration::from_secs(30), stream.next())
-            .await
-            .unwrap_or_else(|_| panic!("no {what} within 30 s; saw {out:?}"))
-            .expect("stream ended")
-            .unwrap();
-        let hit = pred(&env.event);
-        out.push((env, Instant::now()));
-        if hit {
-            return out;
-        }
-    }
-}
-
 fn signal(server: &ServerProcess, sig: &str) {
     let pid = server.pid().expect("the instance runs");
     let ok = std::process::Command::new("kill")
@@ -341,7 +290,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The run executes on C, the instance that accepted it.
     let run = send(&c, session.id, "long job", MessageType::Message).await;
-    let seen_on_c = until(&mut on_c, "text", |e| {
+    let seen_on_c = until_timed(&mut on_c, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })
     .await;
@@ -366,7 +315,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     c.kill().await;
     // The dead instance's stream ends; A's goes on: the run is closed as interrupted within
     // the lease (2 s) plus the reaper's period, then the follow-up runs on A or B.
-    let closed = until(&mut on_a, "the run's end", |e| {
+    let closed = until_timed(&mut on_a, "the run's end", |e| {
         e.is_terminal() && e.run_id() == run
     })
     .await;
@@ -388,7 +337,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
         "closed {failover:?} after the kill"
     );
     eprintln!("run failover after SIGKILL: {failover:?}");
-    let next = until(&mut on_a, "the follow-up's end", |e| {
+    let next = until_timed(&mut on_a, "the follow-up's end", |e| {
         e.is_terminal() && e.run_id() == follow_up
     })
     .await;
@@ -416,7 +365,7 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
         last = env.id;
     }
     let mut resumed = client(&b).subscribe(session.id, Some(last));
-    let rest = until(&mut resumed, "the follow-up's end", |e| {
+    let rest = until_timed(&mut resumed, "the follow-up's end", |e| {
         e.is_terminal() && e.run_id() == follow_up
     })
     .await;
@@ -448,12 +397,12 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
     let mut on_a = client(&a).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let run = send(&c, session.id, "pause me", MessageType::Message).await;
-    until(&mut on_a, "text", |e| {
+    until_timed(&mut on_a, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })
     .await;
     signal(&c, "-STOP");
-    let closed = until(&mut on_a, "the run's end", |e| {
+    let closed = until_timed(&mut on_a, "the run's end", |e| {
         e.is_terminal() && e.run_id() == run
     })
     .await;
@@ -502,7 +451,10 @@ async fn a_paused_instance_s_stale_writes_are_refused() {
     llm.push(MockReply::text(&["awake"]));
     let mut on_b = client(&b).subscribe(session.id, Some(closed_at));
     let again = send(&c, session.id, "again", MessageType::Message).await;
-    let events = until_end(&mut on_b, again).await;
+    let events = until_timed(&mut on_b, "end of the run", |e| {
+        e.is_terminal() && e.run_id() == again
+    })
+    .await;
     assert!(matches!(
         events.last().unwrap().0.event,
         AgentEvent::RunCompleted { .. }
@@ -538,7 +490,7 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     let mut on_a = client(&a).subscribe(session.id, None);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let run = send(&c, session.id, "run it", MessageType::Message).await;
-    until(&mut on_a, "the approval request", |e| {
+    until_timed(&mut on_a, "the approval request", |e| {
         matches!(e, AgentEvent::WaitingForToolApproval { .. })
     })
     .await;
@@ -559,7 +511,10 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     assert_eq!(steered.run_id, run);
     // A wrong run id is refused by C with the usual code, relayed as is.
     let wrong = client(&b)
-        .decide_tools(session.id, &accept(uuid::Uuid::now_v7(), "call_1"))
+        .decide_tools(
+            session.id,
+            &decide(uuid::Uuid::now_v7(), "call_1", DecisionAction::Accept, None),
+        )
         .await
         .unwrap_err();
     assert!(
@@ -568,11 +523,14 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         "{wrong}"
     );
     let accepted = client(&b)
-        .decide_tools(session.id, &accept(run, "call_1"))
+        .decide_tools(
+            session.id,
+            &decide(run, "call_1", DecisionAction::Accept, None),
+        )
         .await
         .unwrap();
     assert!(accepted.accepted);
-    let rest = until(&mut on_a, "the run's end", |e| {
+    let rest = until_timed(&mut on_a, "the run's end", |e| {
         e.is_terminal() && e.run_id() == run
     })
     .await;
@@ -590,12 +548,12 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
     llm.push(MockReply::text_slow(&chunks, 100));
     let run = send(&c, session.id, "long", MessageType::Message).await;
-    until(&mut on_a, "text", |e| {
+    until_timed(&mut on_a, "text", |e| {
         matches!(e, AgentEvent::TextDelta { .. })
     })
     .await;
     client(&a).cancel(session.id, run).await.unwrap();
-    let end = until(&mut on_a, "the cancelled run's end", |e| {
+    let end = until_timed(&mut on_a, "the cancelled run's end", |e| {
         e.is_terminal() && e.run_id() == run
     })
     .await;

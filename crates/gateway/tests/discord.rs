@@ -14,6 +14,7 @@ use switchboard_gateway::{
     Inbound, InboundMessage, InboundSink,
 };
 use switchboard_test_support::fake_discord::FakeDiscord;
+use switchboard_test_support::wait::until;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -131,14 +132,6 @@ fn run(ch: &Arc<DiscordChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Run
     let c = cancel.clone();
     let handle = tokio::spawn(async move { ch.run(ctx, c).await });
     Running { cancel, handle }
-}
-
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A channel running against `fake`, connected (READY seen).

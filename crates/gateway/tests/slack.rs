@@ -16,6 +16,7 @@ use switchboard_gateway::{
     Inbound, InboundMessage, InboundSink,
 };
 use switchboard_test_support::fake_slack::FakeSlack;
+use switchboard_test_support::wait::until;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -146,14 +147,6 @@ fn run(ch: &Arc<SlackChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Runni
     let c = cancel.clone();
     let handle = tokio::spawn(async move { ch.run(ctx, c).await });
     Running { cancel, handle }
-}
-
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Starts the channel and waits until its socket is connected.

@@ -13,10 +13,10 @@ use switchboard_gateway::{
     Inbound, InboundMessage, InboundSink,
 };
 use switchboard_test_support::fake_telegram::FakeTelegram;
+use switchboard_test_support::wait::until;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-const WAIT: Duration = Duration::from_secs(10);
 const BOT: &str = "switchboard_test_bot";
 
 #[derive(Default)]
@@ -129,14 +129,6 @@ fn run(ch: &Arc<TelegramChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Ru
     let c = cancel.clone();
     let handle = tokio::spawn(async move { ch.run(ctx, c).await });
     Running { cancel, handle }
-}
-
-async fn until(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn update_id(m: &InboundMessage) -> i64 {

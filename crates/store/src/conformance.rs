@@ -1,7 +1,42 @@
 //! The conformance suite every [`Store`] implementation must pass.
 //!
 //! Each check creates its own sessions with fresh ids, so all checks can share one store.
-//! Call [`run_all`] from an implementation's tests; a failing check panics with what broke.
+//! An implementation's tests run them with [`conformance_suite!`](crate::conformance_suite)
+//! — one `#[tokio::test]` per check, each on a fresh store — or all in a row with
+//! [`run_all`]; a failing check panics with what broke.
+
+/// One `#[tokio::test]` per check of the suite, each on the store (and its guard: a temporary
+/// directory, a test database) that `$open().await` returns as `(guard, store)`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($open:path) => {
+        $crate::conformance_suite!(@cases $open;
+            sessions_round_trip,
+            list_sessions_pages,
+            sessions_update_and_archive,
+            events_append_and_read,
+            events_duplicate_seq_is_conflict,
+            events_last_seq_survives_pruning,
+            runs_queue_and_states,
+            one_running_run_per_session,
+            messages_keep_order,
+            delete_removes_everything,
+            unknown_session_is_not_found,
+            approvals_round_trip,
+            backend_state_round_trip,
+            leases_take_renew_release,
+            run_lease_fences_writes,
+            a_run_s_end_and_its_event_commit_together
+        );
+    };
+    (@cases $open:path; $($case:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $case() {
+            let (_guard, store) = $open().await;
+            $crate::conformance::$case(&store).await;
+        }
+    )*};
+}
 
 use serde_json::json;
 use uuid::Uuid;

@@ -20,7 +20,7 @@ use serde_json::json;
 use sqlx::Row;
 use switchboard_store::{
     MessageRecord, NewEvent, NewRun, PostgresOptions, PostgresStore, SessionRecord, Store,
-    StoreError, conformance,
+    StoreError,
 };
 use switchboard_test_support::postgres::TestDatabase;
 use tokio::sync::Barrier;
@@ -94,13 +94,15 @@ fn writer_of(ev: &NewEvent) -> String {
     v["TextDelta"]["delta"].as_str().unwrap().to_string()
 }
 
-#[tokio::test]
-async fn postgres_passes_the_conformance_suite() {
+/// A store on a fresh database, dropped with its guard.
+async fn fresh() -> (TestDb, PostgresStore) {
     let db = TestDb::create().await;
     let store = db.open().await;
-    conformance::run_all(&store).await;
-    store.close().await;
+    (db, store)
 }
+
+// The conformance suite: one test per check, each on a database of its own.
+switchboard_store::conformance_suite!(fresh);
 
 #[tokio::test]
 async fn migrations_apply_once_and_data_survives_reopen() {

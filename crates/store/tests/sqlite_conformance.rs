@@ -1,14 +1,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-use switchboard_store::{SqliteStore, Store, conformance};
+use switchboard_store::{SqliteStore, Store};
 
-#[tokio::test]
-async fn sqlite_passes_the_conformance_suite() {
+/// A store in a fresh directory, kept while the directory is.
+async fn fresh() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open_path(&dir.path().join("switchboard.db"))
         .await
         .unwrap();
-    conformance::run_all(&store).await;
+    (dir, store)
 }
+
+// The conformance suite: one test per check, each on a fresh store.
+switchboard_store::conformance_suite!(fresh);
 
 #[tokio::test]
 async fn data_survives_reopen_and_migrations_are_idempotent() {

@@ -15,3 +15,4 @@ pub mod faulty_store;
 pub mod mock_llm;
 pub mod postgres;
 pub mod process;
+pub mod wait;

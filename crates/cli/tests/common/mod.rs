@@ -10,6 +10,8 @@ use switchboard_protocol::{AgentEvent, EventEnvelope};
 use switchboard_test_support::process::ServerProcess;
 use uuid::Uuid;
 
+pub mod chat;
+
 pub const TOKEN: &str = "test-token-0123456789";
 
 pub fn bin() -> PathBuf {
@@ -96,28 +98,91 @@ impl RawSse {
     }
 }
 
-/// Reads the client stream until the given run ends; returns every envelope seen.
-pub async fn until_run_ends(
+/// Reads `stream` until `pred` holds for an event (transient stream errors are skipped:
+/// the client resumes); returns everything read with when it arrived, that one last.
+/// Panics naming `what` after 30 s without an event.
+pub async fn until_timed(
     stream: &mut switchboard_client::EventStream,
-    run_id: Uuid,
-) -> Vec<EventEnvelope> {
-    let mut out = Vec::new();
+    what: &str,
+    pred: impl Fn(&AgentEvent) -> bool,
+) -> Vec<(EventEnvelope, std::time::Instant)> {
+    let mut out: Vec<(EventEnvelope, std::time::Instant)> = Vec::new();
     loop {
         let item = tokio::time::timeout(Duration::from_secs(30), stream.next())
             .await
-            .expect("run did not end within 30 s")
+            .unwrap_or_else(|_| {
+                let seen: Vec<_> = out.iter().map(|(e, _)| e.event.kind()).collect();
+                panic!("no {what} within 30 s; saw {seen:?}")
+            })
             .expect("stream ended");
         let env = match item {
             Ok(e) => e,
             Err(e) if e.is_transient() => continue,
             Err(e) => panic!("stream error {e}"),
         };
-        let done = env.event.is_terminal() && env.event.run_id() == run_id;
-        out.push(env);
-        if done {
+        let hit = pred(&env.event);
+        out.push((env, std::time::Instant::now()));
+        if hit {
             return out;
         }
     }
+}
+
+/// [`until_timed`] without the times.
+pub async fn until(
+    stream: &mut switchboard_client::EventStream,
+    what: &str,
+    pred: impl Fn(&AgentEvent) -> bool,
+) -> Vec<EventEnvelope> {
+    until_timed(stream, what, pred)
+        .await
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect()
+}
+
+/// Reads the client stream until the given run ends; returns every envelope seen.
+pub async fn until_run_ends(
+    stream: &mut switchboard_client::EventStream,
+    run_id: Uuid,
+) -> Vec<EventEnvelope> {
+    until(stream, "end of the run", |e| {
+        e.is_terminal() && e.run_id() == run_id
+    })
+    .await
+}
+
+/// Subscribes from the current end of the session's log, then sends `text` as a message:
+/// the stream and the run.
+pub async fn send(c: &Client, id: Uuid, text: &str) -> (switchboard_client::EventStream, Uuid) {
+    use switchboard_protocol::{MessageType, SendMessageRequest};
+    let after = c.get_session(id).await.unwrap().session.last_event_id;
+    let events = c.subscribe(id, Some(after));
+    let run = c
+        .send_message(id, &SendMessageRequest::user(text, MessageType::Message))
+        .await
+        .unwrap()
+        .run_id;
+    (events, run)
+}
+
+/// A decision on the pending call `id` of `run_id` (`content`: the reason or the result).
+pub fn decide(
+    run_id: Uuid,
+    id: &str,
+    action: switchboard_protocol::DecisionAction,
+    content: Option<&str>,
+) -> switchboard_protocol::ToolDecisionsRequest {
+    let decisions = [(
+        id.to_string(),
+        switchboard_protocol::ToolDecision {
+            action,
+            content: content.map(str::to_string),
+        },
+    )]
+    .into_iter()
+    .collect();
+    switchboard_protocol::ToolDecisionsRequest { run_id, decisions }
 }
 
 pub fn kinds(events: &[EventEnvelope]) -> Vec<&'static str> {
