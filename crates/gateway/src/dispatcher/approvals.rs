@@ -1,0 +1,354 @@
+//! Approvals: prompts for a run's waiting tool calls, button presses, decisions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use switchboard_protocol::{DecisionAction, ToolCall, ToolDecision, ToolDecisionsRequest};
+use uuid::Uuid;
+
+use crate::channel::{Button, ButtonPress, ChatKind, Peer};
+use crate::config::ApprovalMode;
+use crate::store::{FollowedRun, Prompt, Route};
+use crate::text::truncate;
+
+use super::*;
+
+impl Gateway {
+    /// Decides a prompt's calls (accept or reject for all), edits the prompt to say who
+    /// decided what (or that it expired), and forgets it. Returns whether it decided.
+    pub(super) async fn settle_prompt(
+        &self,
+        p: &Prompt,
+        accept: bool,
+        reason: &str,
+        by: Option<&Peer>,
+    ) -> bool {
+        if !matches!(self.inner.store.take_prompt(&p.id).await, Ok(true)) {
+            return false;
+        }
+        let decisions: BTreeMap<String, ToolDecision> = p
+            .tool_call_ids
+            .iter()
+            .map(|id| {
+                (
+                    id.clone(),
+                    ToolDecision {
+                        action: if accept {
+                            DecisionAction::Accept
+                        } else {
+                            DecisionAction::Reject
+                        },
+                        content: (!accept).then(|| reason.to_string()),
+                    },
+                )
+            })
+            .collect();
+        let result = self
+            .inner
+            .client
+            .decide_tools(
+                p.session_id,
+                &ToolDecisionsRequest {
+                    run_id: p.run_id,
+                    decisions,
+                },
+            )
+            .await;
+        let note = match (&result, by) {
+            (Err(e), _) if e.status() == Some(409) => {
+                "⌛ This approval expired: the run no longer waits for it.".to_string()
+            }
+            (Err(e), _) => format!("⚠️ Could not record the decision: {e}"),
+            (Ok(_), Some(peer)) if accept => format!("✅ Allowed by {}", peer.name),
+            (Ok(_), Some(peer)) => format!("❌ Denied by {}", peer.name),
+            (Ok(_), None) => format!("❌ Rejected: {reason}"),
+        };
+        if let Some(ch) = self.channel(&p.channel) {
+            let room = ch.max_chars().saturating_sub(note.chars().count() + 2);
+            let text = format!("{}\n\n{note}", truncate(&p.prompt_text, room));
+            log_err(
+                "editing an approval prompt",
+                ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+            );
+        }
+        result.is_ok()
+    }
+
+    pub(super) async fn on_press(&self, press: &ButtonPress) -> Result<(), GatewayError> {
+        let Some(ch) = self.channel(&press.channel) else {
+            return Ok(());
+        };
+        let Some((prompt_id, accept)) = parse_button(&press.data) else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("Unknown button")).await,
+            );
+            return Ok(());
+        };
+        let Some(mut prompt) = self.inner.store.prompt(prompt_id).await? else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("This approval is no longer pending"))
+                    .await,
+            );
+            return Ok(());
+        };
+        // A press can come before the prompt's message id was recorded: it is the message
+        // the button is on.
+        if prompt.prompt_message.is_empty() {
+            prompt.prompt_message = press.message_id.clone();
+        }
+        if press.channel != prompt.channel || press.chat.id != prompt.chat.id {
+            tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press from another chat refused");
+            log_err(
+                "answering a refused press",
+                ch.tell_presser(press, "This approval belongs to another chat.")
+                    .await,
+            );
+            return Ok(());
+        }
+        if !self.may_approve(&prompt, &press.peer) {
+            tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
+            log_err(
+                "answering a refused press",
+                ch.tell_presser(press, NOT_AN_APPROVER).await,
+            );
+            return Ok(());
+        }
+        let decided = self
+            .settle_prompt(&prompt, accept, "denied in the chat", Some(&press.peer))
+            .await;
+        let toast = match (decided, accept) {
+            (true, true) => "Allowed",
+            (true, false) => "Denied",
+            (false, _) => "Too late: this approval is no longer pending",
+        };
+        log_err(
+            "answering a press",
+            ch.answer_press(press, Some(toast)).await,
+        );
+        if let Some(mut run) = self.inner.store.run(&prompt.routing_key).await?
+            && let Some(d) = run.deadline.as_deref().and_then(parse_time)
+        {
+            // The wait counted against the run's timeout; a floor remains after a decision.
+            let fixed =
+                deadline_after_decision(d, chrono::Utc::now(), self.inner.config.timeout_floor);
+            if fixed != d {
+                run.deadline = Some(fixed.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+                self.inner.store.put_run(&run).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// In a DM only the requester; in groups the configured approvers (default: the
+    /// requester).
+    pub(super) fn may_approve(&self, p: &Prompt, peer: &Peer) -> bool {
+        if p.chat.kind == ChatKind::Direct {
+            return peer.id == p.requester.id;
+        }
+        match self.inner.config.approvers.get(&p.channel) {
+            Some(list) if !list.is_empty() => list.contains(&peer.id),
+            _ => peer.id == p.requester.id,
+        }
+    }
+
+    /// What the gateway does with calls that wait: by mode and allowlist; the rest become
+    /// one prompt with buttons.
+    pub(super) async fn on_waiting(
+        &self,
+        route: &Route,
+        run: &FollowedRun,
+        ids: &[String],
+    ) -> Result<(), GatewayError> {
+        if let Some(old) = self.inner.store.prompt_of_session(run.session_id).await? {
+            if old.run_id == run.run_id && old.tool_call_ids.iter().all(|i| ids.contains(i)) {
+                if old.prompt_message.is_empty() {
+                    // Stored but not posted before a crash: post it now.
+                    return self.post_prompt(old).await;
+                }
+                return Ok(()); // already shown (a replay after a restart)
+            }
+            // One pending approval per session: an older prompt is marked ignored.
+            if self.inner.store.take_prompt(&old.id).await?
+                && let Some(ch) = self.channel(&old.channel)
+                && !old.prompt_message.is_empty()
+            {
+                let note = "(ignored: a newer approval replaced this one)";
+                let room = ch.max_chars().saturating_sub(note.len() + 2);
+                let text = format!("{}\n\n{note}", truncate(&old.prompt_text, room));
+                log_err(
+                    "marking a prompt ignored",
+                    ch.edit(&old.chat, &old.prompt_message, &text, &[]).await,
+                );
+            }
+        }
+        let pending = self.inner.client.pending_tools(run.session_id).await?;
+        if pending.run_id != Some(run.run_id) {
+            return Ok(()); // decided meanwhile
+        }
+        let calls: Vec<ToolCall> = pending
+            .tool_calls
+            .into_iter()
+            .filter(|c| ids.contains(&c.id))
+            .collect();
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mode = self.inner.config.mode_for(&route.channel);
+        let (auto, ask): (Vec<ToolCall>, Vec<ToolCall>) = match mode {
+            ApprovalMode::AllowAll => (calls, Vec::new()),
+            ApprovalMode::DenyAll => {
+                self.decide(
+                    run,
+                    &calls,
+                    false,
+                    "the chat gateway denies every tool call (approval mode deny_all)",
+                )
+                .await?;
+                return Ok(());
+            }
+            ApprovalMode::Allowlist => calls
+                .into_iter()
+                .partition(|c| self.inner.config.allowlisted(&c.name)),
+        };
+        if !auto.is_empty() {
+            self.decide(run, &auto, true, "").await?;
+        }
+        if ask.is_empty() {
+            return Ok(());
+        }
+        let Some(ch) = self.channel(&route.channel) else {
+            return Ok(());
+        };
+        // Room for the decision note added later.
+        let text =
+            crate::preview::approval_prompt(&ask, auto.len(), ch.max_chars().saturating_sub(120));
+        // Stored before it is posted: a press that comes back at once finds it, and a crash
+        // in between posts it on the replay instead of losing it.
+        let prompt = Prompt {
+            id: short_id(),
+            routing_key: route.routing_key.clone(),
+            session_id: run.session_id,
+            run_id: run.run_id,
+            tool_call_ids: ask.iter().map(|c| c.id.clone()).collect(),
+            channel: route.channel.clone(),
+            chat: route.chat.clone(),
+            prompt_message: String::new(),
+            prompt_text: text,
+            requester: route.requester.clone(),
+        };
+        self.inner.store.put_prompt(&prompt).await?;
+        self.post_prompt(prompt).await
+    }
+
+    /// Posts a stored prompt with its buttons and records the message id.
+    pub(super) async fn post_prompt(&self, mut p: Prompt) -> Result<(), GatewayError> {
+        let Some(ch) = self.channel(&p.channel) else {
+            return Ok(());
+        };
+        let (allow, deny) = if p.tool_call_ids.len() > 1 {
+            ("Allow All", "Deny All")
+        } else {
+            ("Allow", "Deny")
+        };
+        let buttons = vec![
+            Button {
+                text: allow.into(),
+                data: format!("ap:{}:y", p.id),
+            },
+            Button {
+                text: deny.into(),
+                data: format!("ap:{}:n", p.id),
+            },
+        ];
+        p.prompt_message = ch.send(&p.chat, &p.prompt_text, &buttons).await?;
+        if !self
+            .inner
+            .store
+            .set_prompt_message(&p.id, &p.prompt_message)
+            .await?
+        {
+            // Settled while it was being posted (a press raced the send): no live buttons.
+            log_err(
+                "closing a settled prompt",
+                ch.edit(&p.chat, &p.prompt_message, &p.prompt_text, &[])
+                    .await,
+            );
+        }
+        Ok(())
+    }
+
+    pub(super) async fn decide(
+        &self,
+        run: &FollowedRun,
+        calls: &[ToolCall],
+        accept: bool,
+        reason: &str,
+    ) -> Result<(), GatewayError> {
+        let decisions = calls
+            .iter()
+            .map(|c| {
+                (
+                    c.id.clone(),
+                    ToolDecision {
+                        action: if accept {
+                            DecisionAction::Accept
+                        } else {
+                            DecisionAction::Reject
+                        },
+                        content: (!accept).then(|| reason.to_string()),
+                    },
+                )
+            })
+            .collect();
+        match self
+            .inner
+            .client
+            .decide_tools(
+                run.session_id,
+                &ToolDecisionsRequest {
+                    run_id: run.run_id,
+                    decisions,
+                },
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.status() == Some(409) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// `ap:<prompt id>:y|n`.
+pub(super) fn parse_button(data: &str) -> Option<(&str, bool)> {
+    let rest = data.strip_prefix("ap:")?;
+    let (id, choice) = rest.rsplit_once(':')?;
+    match choice {
+        "y" => Some((id, true)),
+        "n" => Some((id, false)),
+        _ => None,
+    }
+}
+
+pub(super) fn parse_time(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|d| d.with_timezone(&chrono::Utc))
+}
+
+/// A run's deadline after an approval decision: the time spent waiting counted against it,
+/// but at least `floor` remains so that what was approved can run.
+pub fn deadline_after_decision(
+    deadline: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+    floor: Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    let min = now + chrono::Duration::from_std(floor).unwrap_or_default();
+    deadline.max(min)
+}
+
+pub(super) fn short_id() -> String {
+    Uuid::new_v4().simple().to_string()[..12].to_string()
+}

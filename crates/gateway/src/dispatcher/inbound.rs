@@ -1,0 +1,199 @@
+//! Inbound messages: the allow list and pairing, then the durable queue of a route.
+
+use std::sync::Arc;
+
+use crate::channel::{Channel, ChatKind, InboundMessage};
+use crate::routing::routing_key;
+use crate::store::{Pairing, Queued};
+
+use super::*;
+
+impl Gateway {
+    pub(super) async fn on_message(&self, m: InboundMessage) -> Result<(), GatewayError> {
+        let Some(channel) = self.channel(&m.channel) else {
+            tracing::warn!(channel = %m.channel, "message from an unknown channel ignored");
+            return Ok(());
+        };
+        // A platform's redelivery (a crash before its offset was stored) or a replayed
+        // webhook is taken once.
+        if !m.message_id.is_empty()
+            && !self
+                .inner
+                .store
+                .first_seen(&m.channel, &m.chat.id, &m.message_id)
+                .await?
+        {
+            tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
+            return Ok(());
+        }
+        if !self.allowed(&m).await? {
+            return self.pairing(&channel, &m).await;
+        }
+        // (Whether a group message is addressed to the bot is the channel's call: Telegram
+        // filters unless `require_mention` is off.)
+        let text = m.text.trim();
+        let key = routing_key(self.inner.config.dm_scope, &m.channel, &m.peer, &m.chat);
+        if let Some(cmd) = command(text) {
+            // A command that fails says so in the chat; it never blocks the channel.
+            if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {
+                tracing::warn!(error = %e, "chat command failed");
+                log_err(
+                    "answering a failed command",
+                    channel
+                        .send(&m.chat, "That did not work; see the server log.", &[])
+                        .await,
+                );
+            }
+            return Ok(());
+        }
+        let mut text = text.to_string();
+        for a in &m.attachments {
+            let size = a.size.map(|b| format!(", {b} bytes")).unwrap_or_default();
+            let name = a
+                .name
+                .as_deref()
+                .map(|n| format!(" {n}"))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "\n[attachment: {}{name}{size}; not downloaded]",
+                a.kind
+            ));
+        }
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(());
+        }
+        let stored = self.store_message(&m, &key, text).await;
+        if let Err(e) = stored {
+            // Not stored: forget that it was seen, so the platform's redelivery is taken.
+            if let Err(e2) = self
+                .inner
+                .store
+                .forget_seen(&m.channel, &m.chat.id, &m.message_id)
+                .await
+            {
+                tracing::warn!(error = %e2, "could not forget a message that was not stored");
+            }
+            return Err(e);
+        }
+        // A pending approval yields to the new message: rejected, the run goes on, and the
+        // message is taken when the run ends. Done in the background: the channel waits for
+        // this call before it acknowledges the message to its platform.
+        let gw = self.clone();
+        let key2 = key.clone();
+        self.spawn(async move {
+            if let Ok(Some(route)) = gw.inner.store.route(&key2).await
+                && let Ok(Some(p)) = gw.inner.store.prompt_of_session(route.session_id).await
+            {
+                gw.settle_prompt(&p, false, NEW_MESSAGE_REASON, None).await;
+            }
+        });
+        self.kick(&key);
+        Ok(())
+    }
+
+    pub(super) async fn store_message(
+        &self,
+        m: &InboundMessage,
+        key: &str,
+        text: &str,
+    ) -> Result<(), GatewayError> {
+        let context = self
+            .inner
+            .store
+            .take_context(&m.channel, &m.chat.id)
+            .await?;
+        self.inner
+            .store
+            .enqueue(&Queued {
+                id: 0,
+                routing_key: key.to_string(),
+                channel: m.channel.clone(),
+                peer: m.peer.clone(),
+                chat: m.chat.clone(),
+                text: text.to_string(),
+                context,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Allowed: an open channel, a configured chat, or a chat paired before.
+    pub(super) async fn allowed(&self, m: &InboundMessage) -> Result<bool, GatewayError> {
+        let cfg = &self.inner.config;
+        if cfg.open_channels.contains(&m.channel) {
+            return Ok(true);
+        }
+        if cfg
+            .allowed_chats
+            .get(&m.channel)
+            .is_some_and(|l| l.contains(&m.chat.id))
+        {
+            return Ok(true);
+        }
+        if cfg
+            .allowed_peers
+            .get(&m.channel)
+            .is_some_and(|l| l.contains(&m.peer.id))
+        {
+            return Ok(true);
+        }
+        Ok(self.inner.store.is_allowed(&m.channel, &m.chat.id).await?)
+    }
+
+    /// An unknown direct message gets a pairing code (once per code); anything else from
+    /// an unknown chat is ignored and logged.
+    pub(super) async fn pairing(
+        &self,
+        channel: &Arc<dyn Channel>,
+        m: &InboundMessage,
+    ) -> Result<(), GatewayError> {
+        if m.chat.kind != ChatKind::Direct {
+            tracing::info!(channel = %m.channel, chat = %m.chat.id, "message from a chat that is not allowed; ignored");
+            return Ok(());
+        }
+        if self
+            .inner
+            .store
+            .pairing_of(&m.channel, &m.peer.id)
+            .await?
+            .is_some()
+        {
+            tracing::info!(channel = %m.channel, peer = %m.peer.id, "unpaired peer wrote again; ignored");
+            return Ok(());
+        }
+        let code = pairing_code();
+        let expires = chrono::Utc::now()
+            + chrono::Duration::from_std(self.inner.config.pairing_ttl).unwrap_or_default();
+        self.inner
+            .store
+            .put_pairing(&Pairing {
+                code: code.clone(),
+                channel: m.channel.clone(),
+                peer: m.peer.clone(),
+                chat: m.chat.clone(),
+                expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            })
+            .await?;
+        tracing::warn!(channel = %m.channel, peer = %m.peer.id, name = %m.peer.name, %code, "pairing requested; approve with `switchboard pairing approve {} {code}`", m.channel);
+        let text = format!(
+            "This bot does not know you yet. Ask its owner to run:\n\nswitchboard pairing approve {} {code}\n\n(the code is valid for {} minutes)",
+            m.channel,
+            self.inner.config.pairing_ttl.as_secs() / 60
+        );
+        log_err(
+            "sending a pairing code",
+            channel.send(&m.chat, &text, &[]).await,
+        );
+        Ok(())
+    }
+}
+
+pub(super) fn pairing_code() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}

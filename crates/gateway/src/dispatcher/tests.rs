@@ -1,0 +1,82 @@
+use super::inbound::pairing_code;
+use super::*;
+use crate::channel::{ChatKind, ChatRef, Peer};
+use crate::store::Queued;
+
+fn q(peer: &str, text: &str, context: Option<serde_json::Value>) -> Queued {
+    Queued {
+        id: 0,
+        routing_key: "k".into(),
+        channel: "telegram".into(),
+        peer: Peer {
+            id: peer.into(),
+            name: peer.into(),
+            username: None,
+        },
+        chat: ChatRef {
+            id: "1".into(),
+            kind: ChatKind::Group,
+            thread: None,
+        },
+        text: text.into(),
+        context,
+    }
+}
+
+#[test]
+fn batches_attribute_senders_only_when_there_are_several() {
+    assert_eq!(
+        batch_text(&[q("alice", "one", None), q("alice", "two", None)]),
+        "one\n\ntwo"
+    );
+    assert_eq!(
+        batch_text(&[q("alice", "one", None), q("bob", "two", None)]),
+        "alice: one\nbob: two"
+    );
+}
+
+#[test]
+fn the_newest_non_empty_context_wins() {
+    let items = [
+        q("a", "1", Some(serde_json::json!({"n": 1}))),
+        q("a", "2", Some(serde_json::json!({"n": 2}))),
+        q("a", "3", None),
+    ];
+    assert_eq!(batch_context(&items), Some(serde_json::json!({"n": 2})));
+    assert_eq!(batch_context(&[q("a", "1", None)]), None);
+}
+
+#[test]
+fn the_remaining_timeout_never_drops_below_the_floor() {
+    let now = chrono::Utc::now();
+    let floor = Duration::from_secs(60);
+    // Plenty left: unchanged (the wait already counted against it).
+    let later = now + chrono::Duration::seconds(600);
+    assert_eq!(deadline_after_decision(later, now, floor), later);
+    // Little or nothing left after a long wait: the floor.
+    let soon = now + chrono::Duration::seconds(10);
+    assert_eq!(
+        deadline_after_decision(soon, now, floor),
+        now + chrono::Duration::seconds(60)
+    );
+    let past = now - chrono::Duration::seconds(300);
+    assert_eq!(
+        deadline_after_decision(past, now, floor),
+        now + chrono::Duration::seconds(60)
+    );
+}
+
+#[test]
+fn commands_and_buttons_parse() {
+    assert_eq!(command("/new"), Some(Command::New));
+    assert_eq!(command("/stop@switchboard_bot now"), Some(Command::Stop));
+    assert_eq!(command("/status"), Some(Command::Status));
+    assert_eq!(command("/unknown"), None);
+    assert_eq!(command("hello /new"), None);
+    assert_eq!(parse_button("ap:abc123:y"), Some(("abc123", true)));
+    assert_eq!(parse_button("ap:abc123:n"), Some(("abc123", false)));
+    assert_eq!(parse_button("ap:abc123:x"), None);
+    assert_eq!(parse_button("other"), None);
+    assert!(format!("ap:{}:y", short_id()).len() <= 64);
+    assert_eq!(pairing_code().len(), 8);
+}
