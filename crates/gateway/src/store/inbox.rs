@@ -1,0 +1,129 @@
+//! The inbox (messages waiting for the agent) and button presses waiting for the handler.
+
+use crate::channel::ButtonPress;
+
+use super::*;
+
+impl GatewayStore {
+    /// Queues a message; its id, greater than every id queued before it.
+    pub async fn enqueue(&self, q: &Queued) -> Result<i64> {
+        let (peer, chat, context, t) = (
+            to_json(&q.peer),
+            to_json(&q.chat),
+            q.context.as_ref().map(to_json),
+            now(),
+        );
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            // A PostgreSQL sequence hands out ids when rows are inserted, not when they
+            // commit: without the lock, an instance's message could commit with an id below
+            // one a worker has already read, and `dequeue(upto)` would delete it unread.
+            // Holding the routing key's lock until commit makes each route's ids commit in
+            // order.
+            (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            )
+            .bind(&q.routing_key)
+            .bind(&q.channel)
+            .bind(&peer)
+            .bind(&chat)
+            .bind(&q.text)
+            .bind(&context)
+            .bind(&t)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(id)
+        })
+    }
+
+    /// Everything queued for a route, oldest first.
+    pub async fn queued(&self, key: &str) -> Result<Vec<Queued>> {
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                queued_cols!(),
+                " FROM inbox WHERE routing_key = $1 ORDER BY id"
+            ))
+            .bind(key)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(queued_from_row)
+            .collect()
+        })
+    }
+
+    /// Routing keys with queued messages.
+    pub async fn queued_routes(&self) -> Result<Vec<String>> {
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT DISTINCT routing_key FROM inbox")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.text("routing_key"))
+                .collect()
+        })
+    }
+
+    /// Removes delivered messages (those with ids up to and including `upto`).
+    pub async fn dequeue(&self, key: &str, upto: i64) -> Result<()> {
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
+                .bind(key)
+                .bind(upto)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    pub async fn push_press(&self, p: &ButtonPress) -> Result<i64> {
+        let (press, t) = (to_json(p), now());
+        with_pool!(self, |pool| {
+            Ok(sqlx::query_scalar(
+                "INSERT INTO presses (press, created_at) VALUES ($1, $2) RETURNING id",
+            )
+            .bind(&press)
+            .bind(&t)
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
+    pub async fn presses(&self) -> Result<Vec<(i64, ButtonPress)>> {
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT id, press FROM presses ORDER BY id")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| Ok((r.int("id")?, from_json(r, "press")?)))
+                .collect()
+        })
+    }
+
+    pub async fn drop_press(&self, id: i64) -> Result<()> {
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM presses WHERE id = $1")
+                .bind(id)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn queued_from_row(r: &impl Cols) -> Result<Queued> {
+    let context = r.opt_text("context")?;
+    Ok(Queued {
+        id: r.int("id")?,
+        routing_key: r.text("routing_key")?,
+        channel: r.text("channel")?,
+        peer: from_json(r, "peer")?,
+        chat: from_json(r, "chat")?,
+        text: r.text("text")?,
+        context: context.and_then(|c| serde_json::from_str(&c).ok()),
+    })
+}

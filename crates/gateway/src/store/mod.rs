@@ -1,0 +1,379 @@
+//! The gateway's durable state: routes, the inbox of messages waiting for the agent, button
+//! presses, the run each route follows with how far its reply got, approval prompts,
+//! notification contexts, pairing, allowed chats, channel state and the inbound messages
+//! already taken.
+//!
+//! Two back-ends behind one [`GatewayStore`]:
+//!
+//! - **SQLite** ([`GatewayStore::open`]): its own file, `gateway.db`, for one `switchboard
+//!   serve` (or one standalone gateway).
+//! - **PostgreSQL** ([`GatewayStore::open_postgres`]): for several instances sharing one
+//!   database. The tables live in the schema `gateway` — the engine's tables (`runs`,
+//!   `approvals` …) share the database and their names would collide — which the store
+//!   creates when missing and puts alone on every connection's `search_path`, so the SQL
+//!   below never names it.
+//!
+//! Each operation is written once and run on whichever pool the store has (`with_pool!`):
+//! `$n` placeholders (sqlx binds them on SQLite too), `ON CONFLICT` upserts instead of
+//! SQLite's `INSERT OR IGNORE` / `INSERT OR REPLACE`, named columns instead of `SELECT *`.
+//! What differs is locking that PostgreSQL needs and SQLite's single writer gives for free
+//! (`TxLock`: a no-op on SQLite, an advisory lock on PostgreSQL).
+//!
+//! What instances sharing the PostgreSQL store rely on (SQLite gets the same from its single
+//! writer):
+//!
+//! - [`GatewayStore::first_seen`] is one `INSERT … ON CONFLICT DO NOTHING`: of two instances
+//!   handed the same update, exactly one is told it is new.
+//! - Taking something is one `DELETE`: exactly one caller of [`GatewayStore::take_prompt`],
+//!   [`GatewayStore::take_context`] or [`GatewayStore::approve_pairing`] gets the row.
+//! - [`GatewayStore::enqueue`] serializes the inserts of one routing key, so a route's inbox
+//!   ids commit in id order and [`GatewayStore::dequeue`] (`id <= upto`) never removes a
+//!   message its reader has not seen.
+//! - [`GatewayStore::put_prompt`] serializes the writers of one session: the last one's
+//!   prompt is the one left, as with SQLite's `INSERT OR REPLACE`.
+//! - Migrations are serialized by an advisory lock: instances starting at once on a fresh
+//!   database each find the work done or do it, once.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::sqlite::{SqlitePoolOptions, SqliteRow};
+use sqlx::{PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
+use uuid::Uuid;
+
+use crate::channel::{ChannelState, ChatRef, Peer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("gateway store: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("gateway store: {0}")]
+    Open(#[from] switchboard_db::DbError),
+    #[error("gateway store: corrupt row: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+use switchboard_db::now;
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+/// Reading columns from either back-end's rows, so that each record is decoded by one
+/// function. The columns are the same on both: TEXT, and INTEGER / BIGINT read as `i64`.
+trait Cols {
+    fn text(&self, col: &str) -> Result<String>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>>;
+    fn int(&self, col: &str) -> Result<i64>;
+}
+
+macro_rules! impl_cols {
+    ($($row:ty),*) => {$(
+        impl Cols for $row {
+            fn text(&self, col: &str) -> Result<String> {
+                Ok(self.try_get(col)?)
+            }
+            fn opt_text(&self, col: &str) -> Result<Option<String>> {
+                Ok(self.try_get(col)?)
+            }
+            fn int(&self, col: &str) -> Result<i64> {
+                Ok(self.try_get(col)?)
+            }
+        }
+    )*};
+}
+
+impl_cols!(SqliteRow, PgRow);
+
+fn from_json<T: DeserializeOwned>(row: &impl Cols, col: &str) -> Result<T> {
+    let s = row.text(col)?;
+    serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+fn uuid(row: &impl Cols, col: &str) -> Result<Uuid> {
+    let s = row.text(col)?;
+    Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+/// A routing key's session and where its replies go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub routing_key: String,
+    pub session_id: Uuid,
+    pub channel: String,
+    pub chat: ChatRef,
+    pub requester: Peer,
+    pub bound: bool,
+}
+
+/// A message waiting for the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    pub id: i64,
+    pub routing_key: String,
+    pub channel: String,
+    pub peer: Peer,
+    pub chat: ChatRef,
+    pub text: String,
+    pub context: Option<serde_json::Value>,
+}
+
+/// The run a route follows and how far its reply got.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FollowedRun {
+    pub routing_key: String,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub last_event_id: u64,
+    pub stream_message: Option<String>,
+    pub streamed: String,
+    pub delivered: usize,
+    pub deadline: Option<String>,
+    /// Reply text received but not yet shown (channels that cannot edit).
+    pub pending: String,
+    /// Channels that edit: the messages showing the current reply, one per page.
+    pub pages: Vec<ShownPage>,
+}
+
+/// One message showing a page of a reply, and the text it shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShownPage {
+    /// The platform's message id; empty when the platform refused the message for good
+    /// (it is not tried again).
+    pub id: String,
+    pub text: String,
+}
+
+/// An approval prompt shown in a chat.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub id: String,
+    pub routing_key: String,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    pub tool_call_ids: Vec<String>,
+    pub channel: String,
+    pub chat: ChatRef,
+    pub prompt_message: String,
+    pub prompt_text: String,
+    pub requester: Peer,
+}
+
+/// A pairing request from an unknown direct message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pairing {
+    pub code: String,
+    pub channel: String,
+    pub peer: Peer,
+    pub chat: ChatRef,
+    pub expires_at: String,
+}
+
+/// The gateway store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct GatewayStore {
+    db: Db,
+}
+
+#[derive(Debug, Clone)]
+enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the store's pool, whichever back-end it is: the body is
+/// written once and compiled once per back-end, so its SQL must be valid on both.
+macro_rules! with_pool {
+    ($store:expr, |$pool:ident| $body:expr) => {
+        match &$store.db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+// The columns each record is read from, named rather than `SELECT *`: a cached prepared
+// statement's result columns must not change under it. On SQLite, a connection that loaded
+// the schema before a migration added columns prepares `SELECT *` with the old column count,
+// and sqlx then indexes past the end of the row once SQLite re-prepares it; on PostgreSQL,
+// an instance still running while another migrates would get "cached plan must not change
+// result type".
+macro_rules! route_cols {
+    () => {
+        "routing_key, session_id, channel, chat, requester, bound"
+    };
+}
+macro_rules! queued_cols {
+    () => {
+        "id, routing_key, channel, peer, chat, text, context"
+    };
+}
+macro_rules! run_cols {
+    () => {
+        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending, pages"
+    };
+}
+macro_rules! prompt_cols {
+    () => {
+        "id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester"
+    };
+}
+macro_rules! pairing_cols {
+    () => {
+        "code, channel, peer, chat, expires_at"
+    };
+}
+
+// The store's methods, one file per table (or group of tables); declared after the column
+// macros above, which they use.
+mod inbox;
+mod pairing;
+mod prompts;
+mod routes;
+mod runs;
+
+/// The gateway's tables: the same tables and columns on both back-ends; on PostgreSQL in
+/// the schema `gateway` (the engine's store may use the same database), migrated under an
+/// advisory lock of its own ("SWBGWMIG").
+const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
+    owner: "gateway",
+    sqlite: &[
+        (1, include_str!("../../migrations/sqlite/0001_gateway.sql")),
+        (
+            2,
+            include_str!("../../migrations/sqlite/0002_pending_and_seen.sql"),
+        ),
+        (
+            3,
+            include_str!("../../migrations/sqlite/0003_reply_pages.sql"),
+        ),
+    ],
+    postgres: &[
+        (
+            1,
+            include_str!("../../migrations/postgres/0001_gateway.sql"),
+        ),
+        (
+            2,
+            include_str!("../../migrations/postgres/0002_pending_and_seen.sql"),
+        ),
+        (
+            3,
+            include_str!("../../migrations/postgres/0003_reply_pages.sql"),
+        ),
+    ],
+    postgres_schema: Some(POSTGRES_SCHEMA),
+    postgres_lock: 0x5357_4247_574d_4947,
+};
+
+/// The PostgreSQL schema of the gateway's tables (and of its `schema_migrations`).
+const POSTGRES_SCHEMA: &str = "gateway";
+
+/// Lock spaces of [`TxLock::lock_until_commit`]: a routing key's inbox inserts, a session's
+/// prompt.
+const INBOX_LOCK: i32 = 0x4757_4951; // "GWIQ"
+const PROMPT_LOCK: i32 = 0x4757_4150; // "GWAP"
+
+/// Holds a lock on `key` (in the lock space `class`) until the transaction ends, so that the
+/// transactions of concurrent writers of one key run one after the other.
+trait TxLock {
+    async fn lock_until_commit(&mut self, class: i32, key: &str) -> Result<()>;
+}
+
+/// Nothing to do: a SQLite write transaction already excludes every other writer.
+impl TxLock for SqliteConnection {
+    async fn lock_until_commit(&mut self, _class: i32, _key: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A transaction-scoped advisory lock on `(class, hash of key)`. Two-key advisory locks never
+/// collide with one-key ones (the migration lock); two keys with the same hash merely wait
+/// for each other.
+impl TxLock for PgConnection {
+    async fn lock_until_commit(&mut self, class: i32, key: &str) -> Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(class)
+            .bind(key)
+            .execute(self)
+            .await?;
+        Ok(())
+    }
+}
+
+impl GatewayStore {
+    /// Opens (creating) the SQLite database and applies pending migrations.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let pool = switchboard_db::open_sqlite(
+            switchboard_db::sqlite_options(path),
+            SqlitePoolOptions::new().max_connections(4),
+            &MIGRATIONS,
+        )
+        .await?;
+        Ok(Self {
+            db: Db::Sqlite(pool),
+        })
+    }
+
+    /// Connects to a PostgreSQL database (`postgres://user:password@host:port/database`, the
+    /// URL forms sqlx accepts) and applies pending migrations, creating the schema `gateway`
+    /// if missing. The database must exist. Several instances may open one database at once.
+    pub async fn open_postgres(url: &str) -> Result<Self> {
+        let mut connect = PgConnectOptions::from_str(url)?;
+        if connect.get_application_name().is_none() {
+            connect = connect.application_name("switchboard-gateway");
+        }
+        // Set at connection start-up (`-c search_path=gateway`), so every connection the
+        // pool ever opens, reconnects included, resolves the unqualified names of the SQL in
+        // this file and of the migrations in the gateway's schema, never in the engine's.
+        // A later `options` wins over one given in the URL.
+        let connect = connect.options([("search_path", POSTGRES_SCHEMA)]);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(connect)
+            .await?;
+        switchboard_db::migrate_postgres(&pool, &MIGRATIONS).await?;
+        Ok(Self {
+            db: Db::Postgres(pool),
+        })
+    }
+
+    /// Which back-end this store is on: `"sqlite"` or `"postgres"`.
+    pub fn kind(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// A channel's state, namespaced in the gateway store's key-value table.
+pub struct NamespacedState {
+    pub store: GatewayStore,
+    pub prefix: String,
+}
+
+#[async_trait]
+impl ChannelState for NamespacedState {
+    async fn get(&self, key: &str) -> Option<String> {
+        self.store
+            .kv_get(&format!("{}:{key}", self.prefix))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    async fn set(&self, key: &str, value: &str) -> std::result::Result<(), String> {
+        self.store
+            .kv_set(&format!("{}:{key}", self.prefix), value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}

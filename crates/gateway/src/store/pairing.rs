@@ -1,0 +1,135 @@
+//! Pairing, allowed chats, and the key-value table channels keep their state in.
+
+use super::*;
+
+impl GatewayStore {
+    pub async fn put_pairing(&self, p: &Pairing) -> Result<()> {
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM pairing WHERE expires_at < $1")
+                .bind(&t)
+                .execute(pool)
+                .await?;
+            sqlx::query(
+                "INSERT INTO pairing (code, channel, peer, chat, expires_at) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (code) DO UPDATE SET channel = excluded.channel, peer = excluded.peer, \
+                 chat = excluded.chat, expires_at = excluded.expires_at",
+            )
+            .bind(&p.code)
+            .bind(&p.channel)
+            .bind(to_json(&p.peer))
+            .bind(to_json(&p.chat))
+            .bind(&p.expires_at)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// The pending pairing of a peer on a channel, if any and not expired.
+    pub async fn pairing_of(&self, channel: &str, peer_id: &str) -> Result<Option<Pairing>> {
+        let pairings: Vec<Pairing> = with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                pairing_cols!(),
+                " FROM pairing WHERE channel = $1 AND expires_at > $2"
+            ))
+            .bind(channel)
+            .bind(now())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(pairing_from_row)
+            .collect::<Result<_>>()?
+        });
+        Ok(pairings.into_iter().find(|p| p.peer.id == peer_id))
+    }
+
+    /// Approves a pairing code: the chat is allowed from now on. The pairing, if the code
+    /// was valid and not expired.
+    pub async fn approve_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {
+        let code = code.trim().to_ascii_uppercase();
+        let taken = with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "DELETE FROM pairing WHERE channel = $1 AND code = $2 RETURNING ",
+                pairing_cols!()
+            ))
+            .bind(channel)
+            .bind(&code)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(pairing_from_row)
+            .transpose()?
+        });
+        let Some(p) = taken else { return Ok(None) };
+        if p.expires_at < now() {
+            return Ok(None);
+        }
+        self.allow(channel, &p.chat.id).await?;
+        Ok(Some(p))
+    }
+
+    pub async fn allow(&self, channel: &str, chat_id: &str) -> Result<()> {
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO allowed (channel, chat_id, added_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(channel)
+            .bind(chat_id)
+            .bind(&t)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    pub async fn is_allowed(&self, channel: &str, chat_id: &str) -> Result<bool> {
+        let found = with_pool!(self, |pool| {
+            sqlx::query("SELECT 1 AS x FROM allowed WHERE channel = $1 AND chat_id = $2")
+                .bind(channel)
+                .bind(chat_id)
+                .fetch_optional(pool)
+                .await?
+                .is_some()
+        });
+        Ok(found)
+    }
+
+    pub async fn kv_get(&self, key: &str) -> Result<Option<String>> {
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT value FROM kv WHERE key = $1")
+                .bind(key)
+                .fetch_optional(pool)
+                .await?
+                .map(|r| r.text("value"))
+                .transpose()
+        })
+    }
+
+    pub async fn kv_set(&self, key: &str, value: &str) -> Result<()> {
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO kv (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(key)
+            .bind(value)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+}
+
+pub(super) fn pairing_from_row(r: &impl Cols) -> Result<Pairing> {
+    Ok(Pairing {
+        code: r.text("code")?,
+        channel: r.text("channel")?,
+        peer: from_json(r, "peer")?,
+        chat: from_json(r, "chat")?,
+        expires_at: r.text("expires_at")?,
+    })
+}

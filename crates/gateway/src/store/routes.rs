@@ -1,0 +1,102 @@
+//! Routes: which session a chat (routing key) talks to.
+
+use uuid::Uuid;
+
+use super::*;
+
+impl GatewayStore {
+    pub async fn route(&self, key: &str) -> Result<Option<Route>> {
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes WHERE routing_key = $1"
+            ))
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(route_from_row)
+            .transpose()
+        })
+    }
+
+    pub async fn route_of_session(&self, session_id: Uuid) -> Result<Option<Route>> {
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes WHERE session_id = $1 ORDER BY updated_at DESC LIMIT 1"
+            ))
+            .bind(session_id.to_string())
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(route_from_row)
+            .transpose()
+        })
+    }
+
+    pub async fn routes(&self) -> Result<Vec<Route>> {
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                route_cols!(),
+                " FROM routes ORDER BY updated_at DESC"
+            ))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(route_from_row)
+            .collect()
+        })
+    }
+
+    /// Creates or updates a route (the session, and the latest reply target).
+    pub async fn put_route(&self, r: &Route) -> Result<()> {
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+                 ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, \
+                 channel = excluded.channel, chat = excluded.chat, requester = excluded.requester, \
+                 bound = excluded.bound, updated_at = excluded.updated_at",
+            )
+            .bind(&r.routing_key)
+            .bind(r.session_id.to_string())
+            .bind(&r.channel)
+            .bind(to_json(&r.chat))
+            .bind(to_json(&r.requester))
+            // An integer on both back-ends (PostgreSQL would not take a bool for BIGINT).
+            .bind(i64::from(r.bound))
+            .bind(&t)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Removes a route; the next message on it starts a new session. Whether one was.
+    pub async fn delete_route(&self, key: &str) -> Result<bool> {
+        let n = with_pool!(self, |pool| {
+            sqlx::query("DELETE FROM routes WHERE routing_key = $1")
+                .bind(key)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
+    }
+}
+
+pub(super) fn route_from_row(r: &impl Cols) -> Result<Route> {
+    Ok(Route {
+        routing_key: r.text("routing_key")?,
+        session_id: uuid(r, "session_id")?,
+        channel: r.text("channel")?,
+        chat: from_json(r, "chat")?,
+        requester: from_json(r, "requester")?,
+        bound: r.int("bound")? != 0,
+    })
+}
