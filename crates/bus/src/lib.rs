@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
-use switchboard_engine::{ControlReply, RunControl, Engine, EventBus, LogEvent};
+use switchboard_engine::{ControlReply, Engine, EventBus, LogEvent, RunControl};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 

@@ -1,0 +1,432 @@
+//! The chat gateway's settings: `[gateway]`, `[channels.*]` and their environment
+//! variables, checked and turned into the gateway's configs.
+
+use super::*;
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlackSection {
+    pub bot_token: Option<String>,
+    /// Socket Mode (`xapp-…`); without it, the Events API at
+    /// `/v1/gateway/channels/slack/webhook` with `signing_secret`.
+    pub app_token: Option<String>,
+    pub signing_secret: Option<String>,
+    pub api_base: Option<String>,
+    pub allowed_chats: Option<Vec<String>>,
+    pub allowed_users: Option<Vec<String>>,
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+}
+
+impl std::fmt::Debug for SlackSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackSection")
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscordSection {
+    pub token: Option<String>,
+    pub api_base: Option<String>,
+    pub gateway_url: Option<String>,
+    /// Only these guilds (default: all the bot is in).
+    pub guilds: Option<Vec<String>>,
+    /// Guild channels where the bot answers without being mentioned.
+    pub channels: Option<Vec<String>>,
+    pub allowed_chats: Option<Vec<String>>,
+    pub allowed_users: Option<Vec<String>>,
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+}
+
+impl std::fmt::Debug for DiscordSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiscordSection")
+            .field("api_base", &self.api_base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for TelegramSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelegramSection")
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("base_url", &self.base_url)
+            .field("allowed_chats", &self.allowed_chats)
+            .field("webhook_url", &self.webhook_url)
+            .field(
+                "webhook_secret",
+                &self.webhook_secret.as_ref().map(|_| "[redacted]"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WebhookSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSection")
+            .field("secret", &"[redacted]")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The chat gateway's settings, if any channel is configured (file or environment).
+#[derive(Clone)]
+pub struct GatewaySettings {
+    pub config: switchboard_gateway::GatewayConfig,
+    pub telegram: Option<switchboard_gateway::telegram::TelegramConfig>,
+    pub slack: Option<switchboard_gateway::slack::SlackConfig>,
+    pub discord: Option<switchboard_gateway::discord::DiscordConfig>,
+    pub webhooks: Vec<switchboard_gateway::webhook::WebhookConfig>,
+    pub enabled: bool,
+}
+
+/// The access and approval settings of a platform channel's TOML section.
+struct ChannelAccess<'a> {
+    chats: &'a Option<Vec<String>>,
+    users: &'a Option<Vec<String>>,
+    approvers: &'a Option<Vec<String>>,
+    mode: &'a Option<String>,
+}
+
+/// Applies a platform channel's access and approval settings, each overridden by its
+/// environment variable: `{prefix}_ALLOWED_CHATS`, `{prefix}_ALLOWED_USERS`,
+/// `{prefix}_APPROVERS` (comma-separated) and `{prefix}_APPROVAL_MODE`.
+fn channel_access(
+    config: &mut switchboard_gateway::GatewayConfig,
+    name: &str,
+    prefix: &str,
+    file: ChannelAccess<'_>,
+) -> Result<()> {
+    let list = |suffix: &str, from_file: &Option<Vec<String>>| {
+        env(&format!("{prefix}_{suffix}"))
+            .map(|v| csv(&v))
+            .or(from_file.clone())
+    };
+    config.allowed_chats.insert(
+        name.to_string(),
+        list("ALLOWED_CHATS", file.chats).unwrap_or_default(),
+    );
+    config.allowed_peers.insert(
+        name.to_string(),
+        list("ALLOWED_USERS", file.users).unwrap_or_default(),
+    );
+    if let Some(a) = list("APPROVERS", file.approvers) {
+        config.approvers.insert(name.to_string(), a);
+    }
+    let mode_var = format!("{prefix}_APPROVAL_MODE");
+    let mode = match env(&mode_var) {
+        Some(m) => Some((mode_var, m)),
+        None => file
+            .mode
+            .clone()
+            .map(|m| (format!("[channels.{name}] approval_mode"), m)),
+    };
+    if let Some((what, m)) = mode {
+        config
+            .channel_modes
+            .insert(name.to_string(), approval_mode(&what, &m)?);
+    }
+    Ok(())
+}
+
+fn csv(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn approval_mode(key: &str, v: &str) -> Result<switchboard_gateway::ApprovalMode> {
+    v.parse().map_err(|e: String| anyhow::anyhow!("{key}: {e}"))
+}
+
+pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
+    use switchboard_gateway::{GatewayConfig, config::Secret};
+    let g = &file.gateway;
+    let mut config = GatewayConfig::default();
+    if let Some(s) = g.dm_scope {
+        config.dm_scope = s;
+    }
+    if let Some(t) = &g.title_template {
+        config.title_template = t.clone();
+    }
+    let mode = env("SWITCHBOARD_GATEWAY_APPROVAL_MODE").or(g.approval_mode.clone());
+    if let Some(m) = mode {
+        config.approval_mode = approval_mode(
+            "SWITCHBOARD_GATEWAY_APPROVAL_MODE / [gateway] approval_mode",
+            &m,
+        )?;
+    }
+    config.allowlist = match env("SWITCHBOARD_GATEWAY_ALLOWLIST") {
+        Some(v) => csv(&v),
+        None => g.allowlist.clone().unwrap_or_default(),
+    };
+    if let Some(t) = g.run_timeout_secs {
+        if t == 0 {
+            bail!("[gateway] run_timeout_secs must be at least 1");
+        }
+        config.run_timeout = std::time::Duration::from_secs(t);
+    }
+    if let Some(t) = env_parse::<u64>("SWITCHBOARD_GATEWAY_RUN_TIMEOUT_SECS")? {
+        config.run_timeout = std::time::Duration::from_secs(t.max(1));
+    }
+    config.session_cwd = g.session_cwd.clone();
+    config.session_model = g.session_model.clone();
+    config.session_permission_mode = g.session_permission_mode;
+    if let Some(t) = g.context_ttl_secs {
+        config.context_ttl = std::time::Duration::from_secs(t);
+    }
+    if let Some(t) = g.pairing_ttl_secs {
+        config.pairing_ttl = std::time::Duration::from_secs(t);
+    }
+    config.bindings = g.bindings.clone().into_iter().collect();
+
+    let file_tg = file.channels.telegram.clone().unwrap_or_default();
+    let token = env("SWITCHBOARD_TELEGRAM_TOKEN").or(file_tg.token.clone());
+    let mut telegram = match token {
+        None => {
+            if file.channels.telegram.is_some() {
+                bail!(
+                    "[channels.telegram]: no bot token: set `token` or SWITCHBOARD_TELEGRAM_TOKEN"
+                );
+            }
+            None
+        }
+        Some(token) => {
+            if token.trim().is_empty() || !token.contains(':') {
+                bail!(
+                    "SWITCHBOARD_TELEGRAM_TOKEN / [channels.telegram] token: not a bot token (expected `<id>:<secret>` from @BotFather)"
+                );
+            }
+            let name = "telegram".to_string();
+            channel_access(
+                &mut config,
+                &name,
+                "SWITCHBOARD_TELEGRAM",
+                ChannelAccess {
+                    chats: &file_tg.allowed_chats,
+                    users: &file_tg.allowed_users,
+                    approvers: &file_tg.approvers,
+                    mode: &file_tg.approval_mode,
+                },
+            )?;
+            let mut tg = switchboard_gateway::telegram::TelegramConfig::new(token);
+            tg.name = name;
+            if let Some(b) = env("SWITCHBOARD_TELEGRAM_BASE_URL").or(file_tg.base_url.clone()) {
+                tg.base_url = b;
+            }
+            if let Some(r) = env_parse::<bool>("SWITCHBOARD_TELEGRAM_REQUIRE_MENTION")?
+                .or(file_tg.require_mention)
+            {
+                tg.require_mention_in_groups = r;
+            }
+            if let Some(p) = env_parse::<u64>("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS")? {
+                tg.poll_timeout_secs = p;
+            }
+            let hook_url = env("SWITCHBOARD_TELEGRAM_WEBHOOK_URL").or(file_tg.webhook_url.clone());
+            let hook_secret =
+                env("SWITCHBOARD_TELEGRAM_WEBHOOK_SECRET").or(file_tg.webhook_secret.clone());
+            match (hook_url, hook_secret) {
+                (None, None) => {}
+                (Some(url), Some(secret)) => {
+                    if secret.is_empty()
+                        || secret.len() > 256
+                        || !secret
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    {
+                        bail!(
+                            "[channels.telegram] webhook_secret: 1-256 characters of A-Z, a-z, 0-9, _ and -"
+                        );
+                    }
+                    if !url.starts_with("https://") && !url.starts_with("http://") {
+                        bail!("[channels.telegram] webhook_url: must be an http(s) URL");
+                    }
+                    tg.webhook = Some(switchboard_gateway::telegram::TelegramWebhook {
+                        url,
+                        secret_token: secret,
+                    });
+                }
+                _ => bail!(
+                    "[channels.telegram]: webhook mode needs both webhook_url and webhook_secret"
+                ),
+            }
+            Some(tg)
+        }
+    };
+    let file_slack = file.channels.slack.clone().unwrap_or_default();
+    let mut slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
+        None => {
+            if file.channels.slack.is_some() {
+                bail!(
+                    "[channels.slack]: no bot token: set `bot_token` or SWITCHBOARD_SLACK_BOT_TOKEN"
+                );
+            }
+            None
+        }
+        Some(token) => {
+            if !token.starts_with("xoxb-") {
+                bail!(
+                    "SWITCHBOARD_SLACK_BOT_TOKEN / [channels.slack] bot_token: expected a bot token (xoxb-…)"
+                );
+            }
+            let mut c = switchboard_gateway::slack::SlackConfig::new(token);
+            c.app_token = env("SWITCHBOARD_SLACK_APP_TOKEN").or(file_slack.app_token.clone());
+            c.signing_secret =
+                env("SWITCHBOARD_SLACK_SIGNING_SECRET").or(file_slack.signing_secret.clone());
+            if c.app_token.is_none() && c.signing_secret.is_none() {
+                bail!(
+                    "[channels.slack]: set app_token (Socket Mode, SWITCHBOARD_SLACK_APP_TOKEN) or signing_secret (Events API, SWITCHBOARD_SLACK_SIGNING_SECRET)"
+                );
+            }
+            if let Some(b) = env("SWITCHBOARD_SLACK_API_BASE").or(file_slack.api_base.clone()) {
+                c.api_base = b;
+            }
+            channel_access(
+                &mut config,
+                &c.name,
+                "SWITCHBOARD_SLACK",
+                ChannelAccess {
+                    chats: &file_slack.allowed_chats,
+                    users: &file_slack.allowed_users,
+                    approvers: &file_slack.approvers,
+                    mode: &file_slack.approval_mode,
+                },
+            )?;
+            Some(c)
+        }
+    };
+    let file_dc = file.channels.discord.clone().unwrap_or_default();
+    let mut discord = match env("SWITCHBOARD_DISCORD_TOKEN").or(file_dc.token.clone()) {
+        None => {
+            if file.channels.discord.is_some() {
+                bail!("[channels.discord]: no bot token: set `token` or SWITCHBOARD_DISCORD_TOKEN");
+            }
+            None
+        }
+        Some(token) => {
+            if token.trim().is_empty() {
+                bail!("SWITCHBOARD_DISCORD_TOKEN / [channels.discord] token: must not be empty");
+            }
+            let mut c = switchboard_gateway::discord::DiscordConfig::new(token);
+            if let Some(b) = env("SWITCHBOARD_DISCORD_API_BASE").or(file_dc.api_base.clone()) {
+                c.api_base = b;
+            }
+            c.gateway_url = env("SWITCHBOARD_DISCORD_GATEWAY_URL").or(file_dc.gateway_url.clone());
+            c.guilds = env("SWITCHBOARD_DISCORD_GUILDS")
+                .map(|v| csv(&v))
+                .or(file_dc.guilds.clone())
+                .unwrap_or_default();
+            c.channels = env("SWITCHBOARD_DISCORD_CHANNELS")
+                .map(|v| csv(&v))
+                .or(file_dc.channels.clone())
+                .unwrap_or_default();
+            channel_access(
+                &mut config,
+                &c.name,
+                "SWITCHBOARD_DISCORD",
+                ChannelAccess {
+                    chats: &file_dc.allowed_chats,
+                    users: &file_dc.allowed_users,
+                    approvers: &file_dc.approvers,
+                    mode: &file_dc.approval_mode,
+                },
+            )?;
+            Some(c)
+        }
+    };
+    let mut webhooks = Vec::new();
+    for (name, w) in &file.channels.webhook {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("[channels.webhook.{name}]: webhook names use letters, digits, '-' and '_'");
+        }
+        if w.secret.len() < 16 {
+            bail!("[channels.webhook.{name}] secret: use at least 16 characters");
+        }
+        if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+            bail!("[channels.webhook.{name}] url: must be an http(s) URL");
+        }
+        let channel = format!("webhook:{name}");
+        config.open_channels.push(channel.clone());
+        config
+            .webhook_secrets
+            .insert(name.clone(), Secret(w.secret.clone()));
+        if let Some(m) = &w.approval_mode {
+            config.channel_modes.insert(
+                channel.clone(),
+                approval_mode(&format!("[channels.webhook.{name}] approval_mode"), m)?,
+            );
+        }
+        if let Some(a) = &w.approvers {
+            config.approvers.insert(channel.clone(), a.clone());
+        }
+        webhooks.push(switchboard_gateway::webhook::WebhookConfig {
+            tolerance: config.webhook_tolerance,
+            max_chars: 4000,
+            ..switchboard_gateway::webhook::WebhookConfig::new(
+                name.clone(),
+                w.secret.clone(),
+                w.url.clone(),
+            )
+        });
+    }
+    // One retry policy for every platform: the cap on a rate-limit wait, and what a longer
+    // one does.
+    let max_wait = env_parse::<u64>("SWITCHBOARD_GATEWAY_RATE_LIMIT_MAX_WAIT_SECS")?
+        .or(g.rate_limit_max_wait_secs)
+        .map(std::time::Duration::from_secs);
+    let over_cap = match env("SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP")
+        .or(g.rate_limit_over_cap.clone())
+        .as_deref()
+    {
+        None => None,
+        Some("fail") => Some(switchboard_gateway::platform::OverCap::Fail),
+        Some("wait") => Some(switchboard_gateway::platform::OverCap::Wait),
+        Some(other) => bail!(
+            "[gateway] rate_limit_over_cap / SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP: {other:?} is not `fail` or `wait`"
+        ),
+    };
+    macro_rules! retry_settings {
+        ($($c:expr),*) => {$(
+            if let Some(w) = max_wait { $c.max_retry_after = w; }
+            if let Some(o) = over_cap { $c.over_cap = o; }
+        )*};
+    }
+    if let Some(c) = telegram.as_mut() {
+        retry_settings!(c);
+    }
+    if let Some(c) = slack.as_mut() {
+        retry_settings!(c);
+    }
+    if let Some(c) = discord.as_mut() {
+        retry_settings!(c);
+    }
+    for c in webhooks.iter_mut() {
+        retry_settings!(c);
+    }
+    if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
+        if g.enabled == Some(true) {
+            bail!(
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord] or [channels.webhook.NAME])"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(GatewaySettings {
+        config,
+        telegram,
+        slack,
+        discord,
+        webhooks,
+        enabled: g.enabled.unwrap_or(true),
+    }))
+}
