@@ -534,6 +534,20 @@ async fn bad_input_gets_precise_errors_and_the_server_keeps_serving() {
         400,
         "validation_failed",
     );
+    // Well-formed, but no such directory on this server: 422, as for an unknown agent.
+    assert_error(
+        raw(
+            &server,
+            Method::POST,
+            "/v1/sessions",
+            Some(TOKEN),
+            Some((json_ct, br#"{"cwd": "/no/such/workspace"}"#.to_vec())),
+            &[],
+        )
+        .await,
+        422,
+        "unprocessable_entity",
+    );
     assert_error(
         raw(
             &server,

@@ -1,5 +1,6 @@
 //! `/openapi.json` documents every route `switchboard serve` answers, and the body limit is
 //! enforced on the headers.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -135,8 +136,7 @@ async fn the_document_lists_every_route_serve_answers() {
             "{}{}",
             server.url,
             path.replace("{id}", "01a23273-d9d8-7678-ba58-722b6456076d")
-                .replace('{', "")
-                .replace('}', "")
+                .replace(['{', '}'], "")
         );
         let m = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let r = http.request(m, &url).send().await.unwrap();

@@ -952,6 +952,31 @@ async fn every_optional_field_may_be_null_on_every_route() {
     let run = run_id_of(&(status, text));
     stream.until_terminal(run).await;
 
+    // The relay's send: the body is read (its nulls taken as absent) before the bundle is
+    // looked up, so an unknown bundle answers 404, not 400.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/relay/bundles/{bundle}/send",
+            "/v1/relay/bundles/nope/send",
+            json!({"sender": "a", "message": "hi", "targets": ["b"]}),
+        )
+        .await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("bundle_not_found"), "{text}");
+    // The console's sign-in.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/console/login",
+            "/v1/console/login",
+            json!({"token": TOKEN}),
+        )
+        .await;
+    assert_eq!(status, 204, "{text}");
+
     // Every operation with a JSON body was walked (a new one needs its line above).
     let mut with_body = HashSet::new();
     for (path, item) in doc["paths"].as_object().unwrap() {

@@ -195,7 +195,8 @@ pub struct SendRequest {
     /// answered from the first delivery instead of sending twice).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
-    /// A member id or a principal id.
+    /// A member id or a principal id (not empty or blank).
+    #[schema(pattern = r"\S")]
     pub sender: String,
     /// Not empty or blank.
     #[schema(pattern = r"\S")]

@@ -70,8 +70,11 @@ pub struct CreateSessionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"\S")]
     pub title: Option<String>,
-    /// Workspace directory of the session; defaults to the server's workspace root.
+    /// Workspace directory of the session: an absolute path to a directory on the server
+    /// (422 `unprocessable_entity` when there is none); defaults to the server's workspace
+    /// root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^/")]
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSpec>,

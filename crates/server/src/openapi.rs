@@ -22,11 +22,46 @@ impl Modify for BearerAuth {
     }
 }
 
+/// The pattern of a UUID as the server reads one (hyphenated; `format: uuid` alone is only
+/// an annotation that validators and generators may ignore).
+const UUID_PATTERN: &str =
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+
+/// Every string schema with `format: uuid` (bodies, parameters, nested) gets
+/// [`UUID_PATTERN`], so that what the document allows is what the server parses.
+fn uuid_patterns(doc: &mut utoipa::openapi::OpenApi) {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.get("format").and_then(|f| f.as_str()) == Some("uuid")
+                    && !map.contains_key("pattern")
+                {
+                    map.insert("pattern".into(), UUID_PATTERN.into());
+                }
+                map.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut value) = serde_json::to_value(&*doc) else {
+        return;
+    };
+    walk(&mut value);
+    match serde_json::from_value(value) {
+        Ok(patched) => *doc = patched,
+        Err(e) => {
+            tracing::error!(error = %e, "the OpenAPI document did not take the UUID patterns")
+        }
+    }
+}
+
 /// The answers every route of a kind gives, added to each operation that does not document
 /// them itself: 401 where the bearer token is required, 400 where a path parameter is a
 /// UUID, and 400, 413 and 415 where the body is JSON (the kit's extractors and limit). Run
 /// it again on a document merged from several (`switchboard serve` does).
 pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
+    uuid_patterns(doc);
     use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
     let error = |description: &str| {
         RefOr::T(

@@ -257,17 +257,19 @@ pub(super) fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
     if !p.is_absolute() {
         return Err(EngineError::validation("cwd", "must be an absolute path"));
     }
+    // An absolute path that is not a directory here: well-formed, but this server has no
+    // such workspace (422, like an unknown agent), not a malformed request.
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => p
             .canonicalize()
-            .map_err(|e| EngineError::validation("cwd", format!("{}: {e}", p.display()))),
-        Ok(_) => Err(EngineError::validation(
-            "cwd",
-            format!("{} is not a directory", p.display()),
-        )),
-        Err(e) => Err(EngineError::validation(
-            "cwd",
-            format!("{}: {e}", p.display()),
-        )),
+            .map_err(|e| EngineError::Unprocessable(format!("invalid cwd: {}: {e}", p.display()))),
+        Ok(_) => Err(EngineError::Unprocessable(format!(
+            "invalid cwd: {} is not a directory",
+            p.display()
+        ))),
+        Err(e) => Err(EngineError::Unprocessable(format!(
+            "invalid cwd: {}: {e}",
+            p.display()
+        ))),
     }
 }
