@@ -1,100 +1,21 @@
 //! The Discord channel against the fake Discord (REST and Gateway on real TCP).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use serde_json::json;
 use switchboard_gateway::discord::{DiscordChannel, DiscordConfig, INTENTS};
-use switchboard_gateway::{
-    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind, ChatRef,
-    Inbound, InboundMessage, InboundSink,
-};
+use switchboard_gateway::{Button, Channel, ChannelError, ChatKind, ChatRef};
 use switchboard_test_support::fake_discord::FakeDiscord;
 use switchboard_test_support::wait::until;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+
+use common::*;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct Sink {
-    items: Mutex<Vec<Inbound>>,
-    /// Refuse this many more items.
-    fail: AtomicUsize,
-}
-
-impl Sink {
-    fn items(&self) -> Vec<Inbound> {
-        self.items.lock().unwrap().clone()
-    }
-
-    fn len(&self) -> usize {
-        self.items.lock().unwrap().len()
-    }
-
-    fn messages(&self) -> Vec<InboundMessage> {
-        self.items()
-            .into_iter()
-            .filter_map(|i| match i {
-                Inbound::Message(m) => Some(m),
-                Inbound::Press(_) => None,
-            })
-            .collect()
-    }
-
-    fn presses(&self) -> Vec<ButtonPress> {
-        self.items()
-            .into_iter()
-            .filter_map(|i| match i {
-                Inbound::Press(p) => Some(p),
-                Inbound::Message(_) => None,
-            })
-            .collect()
-    }
-
-    fn texts(&self) -> Vec<String> {
-        self.messages().into_iter().map(|m| m.text).collect()
-    }
-}
-
-#[async_trait]
-impl InboundSink for Sink {
-    async fn accept(&self, item: Inbound) -> Result<(), String> {
-        if self
-            .fail
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err("database is locked".into());
-        }
-        self.items.lock().unwrap().push(item);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct MemState(Mutex<HashMap<String, String>>);
-
-impl MemState {
-    fn get(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().get(key).cloned()
-    }
-}
-
-#[async_trait]
-impl ChannelState for MemState {
-    async fn get(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().get(key).cloned()
-    }
-    async fn set(&self, key: &str, value: &str) -> Result<(), String> {
-        self.0.lock().unwrap().insert(key.into(), value.into());
-        Ok(())
-    }
-}
 
 fn config(fake: &FakeDiscord) -> DiscordConfig {
     let mut cfg = DiscordConfig::new(FakeDiscord::TOKEN);
@@ -105,33 +26,6 @@ fn config(fake: &FakeDiscord) -> DiscordConfig {
 
 fn channel_with(cfg: DiscordConfig) -> Arc<DiscordChannel> {
     Arc::new(DiscordChannel::new(cfg).unwrap())
-}
-
-struct Running {
-    cancel: CancellationToken,
-    handle: JoinHandle<Result<(), ChannelError>>,
-}
-
-impl Running {
-    async fn stop(self) -> Result<(), ChannelError> {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(3), self.handle)
-            .await
-            .expect("run stops promptly when cancelled")
-            .unwrap()
-    }
-}
-
-fn run(ch: &Arc<DiscordChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Running {
-    let cancel = CancellationToken::new();
-    let ctx = ChannelContext {
-        sink: sink.clone(),
-        state: state.clone(),
-    };
-    let ch = ch.clone();
-    let c = cancel.clone();
-    let handle = tokio::spawn(async move { ch.run(ctx, c).await });
-    Running { cancel, handle }
 }
 
 /// A channel running against `fake`, connected (READY seen).
@@ -196,19 +90,19 @@ async fn dm_arrives_with_one_identify_and_heartbeats() {
     assert_eq!(fake.resumes(), 0);
     assert_eq!(fake.identifies(), 1);
     // the session and the sequence number are stored
-    assert_eq!(state.get("session_id").as_deref(), Some("fake-session-1"));
+    assert_eq!(state.value("session_id").as_deref(), Some("fake-session-1"));
     assert!(
         state
-            .get("resume_gateway_url")
+            .value("resume_gateway_url")
             .unwrap()
             .starts_with("ws://")
     );
     assert_eq!(
-        state.get("bot_user_id").as_deref(),
+        state.value("bot_user_id").as_deref(),
         Some(FakeDiscord::BOT_ID)
     );
     // READY is s=1, the DM s=2
-    assert_eq!(state.get("seq").as_deref(), Some("2"));
+    assert_eq!(state.value("seq").as_deref(), Some("2"));
     running.stop().await.unwrap();
     assert_eq!(ch.status(), "stopped");
 }
@@ -335,7 +229,7 @@ async fn a_dropped_socket_resumes_without_loss_or_repeats() {
     );
     assert_eq!(fake.identifies(), 1);
     assert_eq!(fake.resumes(), 1);
-    assert_eq!(state.get("session_id").as_deref(), Some("fake-session-1"));
+    assert_eq!(state.value("session_id").as_deref(), Some("fake-session-1"));
     running.stop().await.unwrap();
 }
 
@@ -367,7 +261,7 @@ async fn an_invalid_session_identifies_afresh() {
     .await;
     assert_eq!(fake.resumes(), 1);
     until("connected again", || ch.status() == "connected").await;
-    assert_eq!(state.get("session_id").as_deref(), Some("fake-session-2"));
+    assert_eq!(state.value("session_id").as_deref(), Some("fake-session-2"));
     fake.dm("42", "alice", "new session");
     until("the DM arrives", || sink.len() == 1).await;
     running.stop().await.unwrap();

@@ -1,108 +1,25 @@
 //! The Slack channel against the fake Slack (Web API + Socket Mode websocket).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use async_trait::async_trait;
 use axum::http::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use switchboard_gateway::channel::InboundHttpError;
 use switchboard_gateway::slack::{self, SlackChannel, SlackConfig};
 use switchboard_gateway::{
-    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind, ChatRef,
-    Inbound, InboundMessage, InboundSink,
+    Button, ButtonPress, Channel, ChannelError, ChannelState, ChatKind, ChatRef, Inbound,
 };
 use switchboard_test_support::fake_slack::FakeSlack;
 use switchboard_test_support::wait::until;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+
+use common::*;
 
 const WAIT: Duration = Duration::from_secs(10);
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-
-#[derive(Default)]
-struct Sink {
-    items: Mutex<Vec<Inbound>>,
-    /// Refuse this many more items.
-    fail: AtomicUsize,
-    attempts: AtomicUsize,
-    /// Held by a test to keep `accept` from returning.
-    hold: tokio::sync::Mutex<()>,
-}
-
-impl Sink {
-    fn failing(n: usize) -> Arc<Self> {
-        let s = Self::default();
-        s.fail.store(n, Ordering::SeqCst);
-        Arc::new(s)
-    }
-
-    fn items(&self) -> Vec<Inbound> {
-        self.items.lock().unwrap().clone()
-    }
-
-    fn len(&self) -> usize {
-        self.items.lock().unwrap().len()
-    }
-
-    fn attempts(&self) -> usize {
-        self.attempts.load(Ordering::SeqCst)
-    }
-
-    fn messages(&self) -> Vec<InboundMessage> {
-        self.items()
-            .into_iter()
-            .filter_map(|i| match i {
-                Inbound::Message(m) => Some(m),
-                Inbound::Press(_) => None,
-            })
-            .collect()
-    }
-
-    fn presses(&self) -> Vec<ButtonPress> {
-        self.items()
-            .into_iter()
-            .filter_map(|i| match i {
-                Inbound::Press(p) => Some(p),
-                Inbound::Message(_) => None,
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl InboundSink for Sink {
-    async fn accept(&self, item: Inbound) -> Result<(), String> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        let _held = self.hold.lock().await;
-        if self
-            .fail
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err("database is locked".into());
-        }
-        self.items.lock().unwrap().push(item);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct MemState(Mutex<HashMap<String, String>>);
-
-#[async_trait]
-impl ChannelState for MemState {
-    async fn get(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().get(key).cloned()
-    }
-    async fn set(&self, key: &str, value: &str) -> Result<(), String> {
-        self.0.lock().unwrap().insert(key.into(), value.into());
-        Ok(())
-    }
-}
 
 fn config(fake: &FakeSlack) -> SlackConfig {
     let mut cfg = SlackConfig::new(FakeSlack::BOT_TOKEN);
@@ -120,33 +37,6 @@ fn events_channel(fake: &FakeSlack) -> Arc<SlackChannel> {
     cfg.signing_secret = Some(SECRET.into());
     cfg.api_base = fake.api_base();
     Arc::new(SlackChannel::new(cfg).unwrap())
-}
-
-struct Running {
-    cancel: CancellationToken,
-    handle: JoinHandle<Result<(), ChannelError>>,
-}
-
-impl Running {
-    async fn stop(self) -> Result<(), ChannelError> {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(3), self.handle)
-            .await
-            .expect("run stops promptly when cancelled")
-            .unwrap()
-    }
-}
-
-fn run(ch: &Arc<SlackChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Running {
-    let cancel = CancellationToken::new();
-    let ctx = ChannelContext {
-        sink: sink.clone(),
-        state: state.clone(),
-    };
-    let ch = ch.clone();
-    let c = cancel.clone();
-    let handle = tokio::spawn(async move { ch.run(ctx, c).await });
-    Running { cancel, handle }
 }
 
 /// Starts the channel and waits until its socket is connected.

@@ -1,97 +1,22 @@
 //! The Telegram channel against the fake Bot API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use switchboard_gateway::telegram::{TelegramChannel, TelegramConfig};
 use switchboard_gateway::{
-    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind, ChatRef,
-    Inbound, InboundMessage, InboundSink,
+    Button, ButtonPress, Channel, ChannelError, ChatKind, ChatRef, Inbound, InboundMessage,
 };
 use switchboard_test_support::fake_telegram::FakeTelegram;
 use switchboard_test_support::wait::until;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+
+use common::*;
 
 const BOT: &str = "switchboard_test_bot";
-
-#[derive(Default)]
-struct Sink {
-    items: Mutex<Vec<Inbound>>,
-    /// Refuse this many more items.
-    fail: AtomicUsize,
-    attempts: AtomicUsize,
-}
-
-impl Sink {
-    fn failing(n: usize) -> Arc<Self> {
-        let s = Self::default();
-        s.fail.store(n, Ordering::SeqCst);
-        Arc::new(s)
-    }
-
-    fn items(&self) -> Vec<Inbound> {
-        self.items.lock().unwrap().clone()
-    }
-
-    fn len(&self) -> usize {
-        self.items.lock().unwrap().len()
-    }
-
-    fn messages(&self) -> Vec<InboundMessage> {
-        self.items()
-            .into_iter()
-            .filter_map(|i| match i {
-                Inbound::Message(m) => Some(m),
-                Inbound::Press(_) => None,
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl InboundSink for Sink {
-    async fn accept(&self, item: Inbound) -> Result<(), String> {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
-        if self
-            .fail
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err("database is locked".into());
-        }
-        self.items.lock().unwrap().push(item);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct MemState(Mutex<HashMap<String, String>>);
-
-impl MemState {
-    fn offset(&self) -> Option<i64> {
-        self.0
-            .lock()
-            .unwrap()
-            .get("offset")
-            .map(|s| s.parse().unwrap())
-    }
-}
-
-#[async_trait]
-impl ChannelState for MemState {
-    async fn get(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().get(key).cloned()
-    }
-    async fn set(&self, key: &str, value: &str) -> Result<(), String> {
-        self.0.lock().unwrap().insert(key.into(), value.into());
-        Ok(())
-    }
-}
 
 fn config(fake: &FakeTelegram) -> TelegramConfig {
     let mut cfg = TelegramConfig::new(FakeTelegram::TOKEN);
@@ -102,33 +27,6 @@ fn config(fake: &FakeTelegram) -> TelegramConfig {
 
 fn channel(fake: &FakeTelegram) -> Arc<TelegramChannel> {
     Arc::new(TelegramChannel::new(config(fake)).unwrap())
-}
-
-struct Running {
-    cancel: CancellationToken,
-    handle: JoinHandle<Result<(), ChannelError>>,
-}
-
-impl Running {
-    async fn stop(self) -> Result<(), ChannelError> {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(3), self.handle)
-            .await
-            .expect("run stops promptly when cancelled")
-            .unwrap()
-    }
-}
-
-fn run(ch: &Arc<TelegramChannel>, sink: &Arc<Sink>, state: &Arc<MemState>) -> Running {
-    let cancel = CancellationToken::new();
-    let ctx = ChannelContext {
-        sink: sink.clone(),
-        state: state.clone(),
-    };
-    let ch = ch.clone();
-    let c = cancel.clone();
-    let handle = tokio::spawn(async move { ch.run(ctx, c).await });
-    Running { cancel, handle }
 }
 
 fn update_id(m: &InboundMessage) -> i64 {
