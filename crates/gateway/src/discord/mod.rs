@@ -96,7 +96,6 @@ const MAX_LABEL: usize = 80;
 const ROW_LEN: usize = 5;
 const MAX_ROWS: usize = 5;
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long HELLO may take after the socket opened.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(20);

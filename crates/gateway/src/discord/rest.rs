@@ -67,12 +67,6 @@ impl DiscordChannel {
                 "not a bot token (expected the token from the Developer Portal's Bot page)".into(),
             ));
         }
-        let base = cfg.api_base.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(other(format!(
-                "api_base {base:?}: expected an http:// or https:// URL"
-            )));
-        }
         if let Some(url) = &cfg.gateway_url
             && !(url.starts_with("ws://") || url.starts_with("wss://"))
         {
@@ -80,18 +74,17 @@ impl DiscordChannel {
                 "gateway_url {url:?}: expected a ws:// or wss:// URL"
             )));
         }
-        if cfg.edit_interval > Duration::from_secs(3600) {
-            return Err(other("edit_interval: at most one hour".into()));
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!(
+        let (base, http) = platform::prepare(
+            "api_base",
+            &cfg.api_base,
+            cfg.edit_interval,
+            reqwest::Client::builder().user_agent(concat!(
                 "DiscordBot (https://example.invalid/switchboard, ",
                 env!("CARGO_PKG_VERSION"),
                 ")"
-            ))
-            .build()
-            .map_err(|e| other(format!("HTTP client: {e}")))?;
+            )),
+        )
+        .map_err(other)?;
         let cfg = DiscordConfig {
             token: token.to_owned(),
             ..cfg

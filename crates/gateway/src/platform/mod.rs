@@ -12,6 +12,35 @@ pub mod outbox;
 pub use client::{Answer, Call, OverCap, PlatformClient, REDACTED, RetryPolicy, Verdict, pause};
 pub use outbox::{Limits, Outbox, Rate};
 
+/// How long connecting to a platform may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What every platform channel's configuration shares, checked: `url` (named `field` in
+/// errors) must be an `http://` or `https://` URL, `edit_interval` at most an hour. Returns
+/// the URL without a trailing `/` and the HTTP client `builder` makes (with the connect
+/// timeout); the error is the reason, for [`crate::ChannelError::Other`].
+pub fn prepare(
+    field: &str,
+    url: &str,
+    edit_interval: std::time::Duration,
+    builder: reqwest::ClientBuilder,
+) -> Result<(String, reqwest::Client), String> {
+    let base = url.trim().trim_end_matches('/').to_owned();
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        return Err(format!(
+            "{field} {base:?}: expected an http:// or https:// URL"
+        ));
+    }
+    if edit_interval > std::time::Duration::from_secs(3600) {
+        return Err("edit_interval: at most one hour".into());
+    }
+    let http = builder
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    Ok((base, http))
+}
+
 /// The outbox key of every call of the bot.
 pub const BOT: &str = "bot";
 

@@ -115,7 +115,6 @@ pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After this long without a frame the socket is pinged; after twice this, it is dropped.
 const SOCKET_IDLE: Duration = Duration::from_secs(60);
 /// Taken event ids remembered in memory, and in the channel state.

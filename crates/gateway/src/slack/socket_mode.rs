@@ -105,7 +105,10 @@ impl SlackChannel {
         cancel: &CancellationToken,
         backoff: &mut Backoff,
     ) -> SessionEnd {
-        let connect = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url));
+        let connect = tokio::time::timeout(
+            platform::CONNECT_TIMEOUT,
+            tokio_tungstenite::connect_async(url),
+        );
         let ws = tokio::select! {
             biased;
             _ = cancel.cancelled() => return SessionEnd::Cancelled,

@@ -4,7 +4,6 @@ use crate::platform::{Answer, BOT, Call, PlatformClient, Verdict, pause};
 use crate::util::{Backoff, lock};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -54,19 +53,13 @@ impl SlackChannel {
                     .into(),
             ));
         }
-        let base = cfg.api_base.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(other(format!(
-                "api_base {base:?}: expected an http:// or https:// URL"
-            )));
-        }
-        if cfg.edit_interval > Duration::from_secs(3600) {
-            return Err(other("edit_interval: at most one hour".into()));
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| other(format!("HTTP client: {e}")))?;
+        let (base, http) = platform::prepare(
+            "api_base",
+            &cfg.api_base,
+            cfg.edit_interval,
+            reqwest::Client::builder(),
+        )
+        .map_err(other)?;
         let cfg = SlackConfig {
             bot_token,
             app_token,

@@ -29,19 +29,13 @@ impl TelegramChannel {
                 "not a bot token (expected `<id>:<secret>` from @BotFather)".into(),
             ));
         }
-        let base = cfg.base_url.trim().trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(other(format!(
-                "base_url {base:?}: expected an http:// or https:// URL"
-            )));
-        }
-        if cfg.edit_interval > Duration::from_secs(3600) {
-            return Err(other("edit_interval: at most one hour".into()));
-        }
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| other(format!("HTTP client: {e}")))?;
+        let (base, http) = platform::prepare(
+            "base_url",
+            &cfg.base_url,
+            cfg.edit_interval,
+            reqwest::Client::builder(),
+        )
+        .map_err(other)?;
         let cfg = TelegramConfig {
             token: token.to_owned(),
             ..cfg

@@ -56,7 +56,6 @@ pub const OFFSET_KEY: &str = "offset";
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time a `getUpdates` request gets beyond its long-poll timeout.
 const POLL_GRACE: Duration = Duration::from_secs(15);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Telegram's published limits: about 30 messages a second per bot, about one a second in
 /// one chat (short bursts pass), 20 a minute in a group; edits in one chat at most one per
