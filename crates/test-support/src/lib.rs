@@ -15,4 +15,5 @@ pub mod faulty_store;
 pub mod mock_llm;
 pub mod postgres;
 pub mod process;
+pub mod serve;
 pub mod wait;

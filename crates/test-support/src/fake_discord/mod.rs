@@ -46,7 +46,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{any, get};
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -226,14 +225,7 @@ impl FakeDiscord {
     /// # Panics
     /// When no local port can be bound.
     pub async fn start_with(heartbeat: Duration) -> FakeDiscord {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(listener) => listener,
-            Err(err) => panic!("fake Discord: cannot bind 127.0.0.1:0: {err}"),
-        };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(err) => panic!("fake Discord: no local address: {err}"),
-        };
+        let (listener, addr) = crate::serve::bind("fake Discord").await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (version, _) = watch::channel(0u64);
         let state = Arc::new(Shared {
@@ -251,15 +243,7 @@ impl FakeDiscord {
             .route("/gateway/", get(gateway))
             .fallback(not_found)
             .with_state(state.clone());
-        let mut signal = shutdown_rx;
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = signal.wait_for(|stop| *stop).await;
-            };
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
+        crate::serve::spawn(listener, app, shutdown_rx);
         FakeDiscord {
             addr,
             state,

@@ -45,7 +45,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::routing::{any, get};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 mod control;
@@ -231,14 +230,7 @@ impl FakeSlack {
     /// # Panics
     /// When no local port can be bound (test-only code: the test cannot go on anyway).
     pub async fn start() -> FakeSlack {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(listener) => listener,
-            Err(err) => panic!("fake Slack: cannot bind 127.0.0.1:0: {err}"),
-        };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(err) => panic!("fake Slack: no local address: {err}"),
-        };
+        let (listener, addr) = crate::serve::bind("fake Slack").await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(Shared {
             inner: Mutex::new(Inner::default()),
@@ -248,15 +240,7 @@ impl FakeSlack {
             .route("/api/{method}", any(api))
             .route("/socket", get(socket))
             .with_state((state.clone(), addr));
-        let mut signal = shutdown_rx;
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = signal.wait_for(|stop| *stop).await;
-            };
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
+        crate::serve::spawn(listener, app, shutdown_rx);
         FakeSlack {
             addr,
             state,

@@ -34,7 +34,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 mod bot_api;
@@ -231,14 +230,7 @@ impl FakeTelegram {
     /// # Panics
     /// When no local port can be bound (test-only code: the test cannot go on anyway).
     pub async fn start() -> FakeTelegram {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(listener) => listener,
-            Err(err) => panic!("fake Telegram: cannot bind 127.0.0.1:0: {err}"),
-        };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(err) => panic!("fake Telegram: no local address: {err}"),
-        };
+        let (listener, addr) = crate::serve::bind("fake Telegram").await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (updates_version, _) = watch::channel(0u64);
         let state = Arc::new(Shared {
@@ -250,16 +242,7 @@ impl FakeTelegram {
             .route("/{auth}/{method}", post(api).get(api))
             .fallback(not_found)
             .with_state(state.clone());
-        let mut signal = shutdown_rx;
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = signal.wait_for(|stop| *stop).await;
-            };
-            // an accept loop error ends the fake; the test then fails on its own
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
+        crate::serve::spawn(listener, app, shutdown_rx);
         FakeTelegram {
             addr,
             state,

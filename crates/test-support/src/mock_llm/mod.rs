@@ -36,7 +36,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use reply::{MockReply, MockToolCall};
@@ -96,14 +95,7 @@ impl MockLlm {
     /// # Panics
     /// When no local port can be bound (test-only code: the test cannot go on anyway).
     pub async fn start() -> MockLlm {
-        let listener = match TcpListener::bind("127.0.0.1:0").await {
-            Ok(listener) => listener,
-            Err(err) => panic!("mock LLM: cannot bind 127.0.0.1:0: {err}"),
-        };
-        let addr = match listener.local_addr() {
-            Ok(addr) => addr,
-            Err(err) => panic!("mock LLM: no local address: {err}"),
-        };
+        let (listener, addr) = crate::serve::bind("mock LLM").await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -122,16 +114,7 @@ impl MockLlm {
             .route("/models", get(models))
             .fallback(not_found)
             .with_state(state.clone());
-        let mut signal = shutdown_rx;
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = signal.wait_for(|stop| *stop).await;
-            };
-            // an accept loop error ends the mock; the test then fails on its own
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(stopped)
-                .await;
-        });
+        crate::serve::spawn(listener, app, shutdown_rx);
         MockLlm {
             addr,
             state,
