@@ -560,14 +560,11 @@ impl WebhookChannel {
         secrets.extend(url.password().map(str::to_owned));
         secrets.extend(url.query().map(str::to_owned));
         let policy = RetryPolicy {
-            max_retries: cfg.max_retries,
-            max_retry_after: cfg.max_retry_after,
-            over_cap: cfg.over_cap,
             default_retry_after: DEFAULT_RETRY_AFTER,
             // A receiver's 5xx is its answer to this delivery (with its text in the error);
             // the gateway's worker decides whether to deliver again.
             transient_retries: 0,
-            ..RetryPolicy::default()
+            ..RetryPolicy::configured(cfg.max_retries, cfg.max_retry_after, cfg.over_cap)
         };
         let client = PlatformClient::new(
             channel_name.clone(),

@@ -94,7 +94,7 @@ impl DiscordChannel {
             &base,
             http,
             vec![cfg.token.clone()],
-            cfg.retry_policy(),
+            RetryPolicy::configured(cfg.max_retries, cfg.max_retry_after, cfg.over_cap),
             limits(cfg.edit_interval),
         );
         Ok(Self {

@@ -79,6 +79,17 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The defaults, with what a channel's configuration sets: the rate-limit retries, the
+    /// cap on a wait, and what a longer wait does.
+    pub fn configured(max_retries: u32, max_retry_after: Duration, over_cap: OverCap) -> Self {
+        Self {
+            max_retries,
+            max_retry_after,
+            over_cap,
+            ..Self::default()
+        }
+    }
+
     /// No retries at all (a call with a deadline of its own, or one whose loop retries).
     pub fn once(&self) -> Self {
         Self {

@@ -161,15 +161,6 @@ pub struct SlackConfig {
 }
 
 impl SlackConfig {
-    fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_retries: self.max_retries,
-            max_retry_after: self.max_retry_after,
-            over_cap: self.over_cap,
-            ..RetryPolicy::default()
-        }
-    }
-
     /// The defaults, with `bot_token` (set `app_token` or `signing_secret` too).
     pub fn new(bot_token: impl Into<String>) -> Self {
         Self {

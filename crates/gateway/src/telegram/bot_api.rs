@@ -51,7 +51,7 @@ impl TelegramChannel {
             &base,
             http,
             secrets,
-            cfg.retry_policy(),
+            RetryPolicy::configured(cfg.max_retries, cfg.max_retry_after, cfg.over_cap),
             limits(cfg.edit_interval),
         );
         Ok(Self {

@@ -104,15 +104,6 @@ pub struct TelegramWebhook {
 }
 
 impl TelegramConfig {
-    fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_retries: self.max_retries,
-            max_retry_after: self.max_retry_after,
-            over_cap: self.over_cap,
-            ..RetryPolicy::default()
-        }
-    }
-
     /// The defaults, with `token`.
     pub fn new(token: impl Into<String>) -> Self {
         Self {
