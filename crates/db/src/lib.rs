@@ -73,6 +73,19 @@ pub enum DbError {
     },
 }
 
+/// What a query of the gateway's or the relay's store fails with: the database, opening it,
+/// or a row that does not decode. (The engine's store has richer errors of its own: seq
+/// conflicts, fences, …)
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Db(#[from] sqlx::Error),
+    #[error("{0}")]
+    Open(#[from] DbError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
 /// The time as the stores write it in text columns: RFC 3339, UTC, microseconds
 /// (`2026-12-01T16:04:20.123456Z`; sorts as it reads).
 pub fn now() -> String {

@@ -60,7 +60,7 @@ pub struct Gateway {
 
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
-    #[error(transparent)]
+    #[error("gateway store: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error("server: {0}")]
     Client(#[from] ClientError),

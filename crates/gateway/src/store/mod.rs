@@ -47,15 +47,7 @@ use uuid::Uuid;
 
 use crate::channel::{ChannelState, ChatRef, Peer};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("gateway store: {0}")]
-    Db(#[from] sqlx::Error),
-    #[error("gateway store: {0}")]
-    Open(#[from] switchboard_db::DbError),
-    #[error("gateway store: corrupt row: {0}")]
-    Corrupt(String),
-}
+pub use switchboard_db::StoreError;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -16,15 +16,7 @@ mod deliveries;
 #[cfg(test)]
 mod tests;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{0}")]
-    Db(#[from] sqlx::Error),
-    #[error("{0}")]
-    Open(#[from] switchboard_db::DbError),
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-}
+pub use switchboard_db::StoreError;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
