@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use switchboard_engine::{Backends, Engine, EngineConfig};
 use switchboard_protocol::{AgentEvent, CreateSessionRequest};
 use switchboard_server::ServerConfig;
-use switchboard_store::SqliteStore;
+use switchboard_store::SqlStore;
 use tokio::io::AsyncBufReadExt;
 use uuid::Uuid;
 
@@ -74,7 +74,7 @@ pub(super) async fn serve_engine(
 
 pub(super) async fn server() -> Result<Server> {
     let dir = tempfile::tempdir()?;
-    let store = SqliteStore::open_path(&dir.path().join("bench.db")).await?;
+    let store = SqlStore::open_path(&dir.path().join("bench.db")).await?;
     let (engine, url) = serve_engine(Arc::new(store), None).await?;
     Ok(Server {
         engine,

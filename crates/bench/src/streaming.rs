@@ -305,13 +305,13 @@ pub async fn streaming(runs: usize, grid: Option<(usize, usize)>) -> Result<()> 
 /// (g) resume: a log of `n` events written before the server starts; times a client that
 /// resumes 1,000 events before the end (`Last-Event-ID`) and one that reads all from 0.
 pub async fn resume(n: u64, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    use switchboard_store::{NewEvent, SessionRecord, SqliteStore, Store};
+    use switchboard_store::{NewEvent, SessionRecord, SqlStore, Store};
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data)?;
     let id = uuid::Uuid::now_v7();
     {
-        let store = SqliteStore::open_path(&data.join("switchboard.db")).await?;
+        let store = SqlStore::open_path(&data.join("switchboard.db")).await?;
         let now = switchboard_engine::now_rfc3339();
         store
             .create_session(&SessionRecord {

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use switchboard_store::SqliteStore;
+use switchboard_store::SqlStore;
 
 use crate::config::Settings;
 use crate::datadir;
@@ -128,7 +128,7 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
             ),
         }
     } else if settings.db_path().exists() {
-        match SqliteStore::open_path(&settings.db_path()).await {
+        match SqlStore::open_path(&settings.db_path()).await {
             Ok(s) => {
                 s.close().await;
                 check(

@@ -6,16 +6,12 @@ use std::time::Duration;
 
 use switchboard_engine::{EventLog, SubItem, Subscription};
 use switchboard_protocol::AgentEvent;
-use switchboard_store::{SessionRecord, SqliteStore, Store};
+use switchboard_store::{SessionRecord, SqlStore, Store};
 use uuid::Uuid;
 
-async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqliteStore>, EventLog, Uuid) {
+async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqlStore>, EventLog, Uuid) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        SqliteStore::open_path(&dir.path().join("db"))
-            .await
-            .unwrap(),
-    );
+    let store = Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
     let id = Uuid::now_v7();
     store
         .create_session(&SessionRecord {
@@ -230,11 +226,7 @@ async fn a_subscriber_resuming_inside_a_live_batch_gets_only_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_on_one_database_never_reuse_a_seq() {
     let (dir, store, log_a, id) = setup(64).await;
-    let other = Arc::new(
-        SqliteStore::open_path(&dir.path().join("db"))
-            .await
-            .unwrap(),
-    );
+    let other = Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
     let log_b = EventLog::new(other.clone(), 64);
     const N: usize = 150;
     let write = |log: EventLog, tag: &'static str| {
@@ -326,11 +318,7 @@ impl switchboard_engine::EventBus for TestBus {
 async fn a_subscriber_on_another_instance_sees_every_event_once() {
     for drop_every in [0, 2] {
         let (dir, _store, log_a, id) = setup(64).await;
-        let other = Arc::new(
-            SqliteStore::open_path(&dir.path().join("db"))
-                .await
-                .unwrap(),
-        );
+        let other = Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
         let log_b = EventLog::new(other, 64);
         let bus = Arc::new(TestBus {
             peer: std::sync::Mutex::new(Some(log_b.clone())),
@@ -366,7 +354,7 @@ async fn a_subscriber_on_another_instance_sees_every_event_once() {
 /// The log over a store that can be slowed down or broken.
 async fn faulty_setup() -> (
     tempfile::TempDir,
-    Arc<SqliteStore>,
+    Arc<SqlStore>,
     switchboard_test_support::faulty_store::FaultyStore,
     EventLog,
     Uuid,

@@ -1,20 +1,19 @@
 //! Durable state of Switchboard.
 //!
 //! This crate owns the [`Store`] trait — sessions, runs (with their state; a queued run is a
-//! stored follow-up), the append-only event log, the transcript and pending tool approvals — and its SQLite
-//! implementation ([`SqliteStore`], the embedded default). [`PostgresStore`] keeps the same
-//! state in a PostgreSQL database. Migrations are embedded in the
-//! binary. [`conformance`] is one test-suite that any `Store` must pass, so every
-//! implementation is held to the same contract.
+//! stored follow-up), the append-only event log, the transcript and pending tool approvals —
+//! and [`SqlStore`], which keeps them in a SQLite file (the embedded default) or a PostgreSQL
+//! database, each operation written once for both. Migrations are embedded in the binary.
+//! [`conformance`] is one test-suite that any `Store` must pass, so every back-end is held to
+//! the same contract.
 //!
 //! It does not know about HTTP, agents or fan-out: the engine decides *what* to store and when.
 
 pub mod conformance;
 mod error;
 mod migrate;
-mod postgres;
 mod records;
-mod sqlite;
+mod sql;
 
 use std::time::Duration;
 
@@ -22,9 +21,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use error::StoreError;
-pub use postgres::{PostgresOptions, PostgresStore};
 pub use records::*;
-pub use sqlite::{SqliteOptions, SqliteStore};
+pub use sql::{PostgresOptions, SqlStore, SqliteOptions};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -197,7 +195,7 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open_url(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(std::sync::Arc::new(
-            PostgresStore::open(PostgresOptions::new(url)).await?,
+            SqlStore::open_postgres(PostgresOptions::new(url)).await?,
         ))
     } else {
         let path = url.strip_prefix("sqlite://").unwrap_or(url);
@@ -207,7 +205,7 @@ pub async fn open_url(url: &str) -> Result<std::sync::Arc<dyn Store>> {
             )));
         }
         Ok(std::sync::Arc::new(
-            SqliteStore::open(SqliteOptions::new(std::path::Path::new(path))).await?,
+            SqlStore::open_sqlite(SqliteOptions::new(std::path::Path::new(path))).await?,
         ))
     }
 }

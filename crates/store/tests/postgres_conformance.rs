@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-//! [`PostgresStore`] against a real PostgreSQL server: the conformance suite, plus what only
+//! [`SqlStore`] against a real PostgreSQL server: the conformance suite, plus what only
 //! a server with several connections can get wrong (concurrent migrations and appenders).
 //!
 //! Needs `SWITCHBOARD_TEST_POSTGRES_URL`, a role allowed to create databases; from the
@@ -19,8 +19,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::Row;
 use switchboard_store::{
-    MessageRecord, NewEvent, NewRun, PostgresOptions, PostgresStore, SessionRecord, Store,
-    StoreError,
+    MessageRecord, NewEvent, NewRun, PostgresOptions, SessionRecord, SqlStore, Store, StoreError,
 };
 use switchboard_test_support::postgres::TestDatabase;
 use tokio::sync::Barrier;
@@ -45,8 +44,8 @@ impl TestDb {
         PostgresOptions::new(&self.url)
     }
 
-    async fn open(&self) -> PostgresStore {
-        PostgresStore::open(self.options()).await.unwrap()
+    async fn open(&self) -> SqlStore {
+        SqlStore::open_postgres(self.options()).await.unwrap()
     }
 
     /// `(version, applied_at)` of every applied migration.
@@ -95,7 +94,7 @@ fn writer_of(ev: &NewEvent) -> String {
 }
 
 /// A store on a fresh database, dropped with its guard.
-async fn fresh() -> (TestDb, PostgresStore) {
+async fn fresh() -> (TestDb, SqlStore) {
     let db = TestDb::create().await;
     let store = db.open().await;
     (db, store)
@@ -136,7 +135,7 @@ async fn a_schema_newer_than_the_binary_is_refused() {
         .execute(&mut conn)
         .await
         .unwrap();
-    let err = PostgresStore::open(db.options()).await.unwrap_err();
+    let err = SqlStore::open_postgres(db.options()).await.unwrap_err();
     assert!(
         matches!(&err, StoreError::Open(m) if m.contains("9999")),
         "{err:?}"
@@ -152,7 +151,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             let (opts, barrier) = (db.options(), barrier.clone());
             tokio::spawn(async move {
                 barrier.wait().await;
-                PostgresStore::open(opts).await
+                SqlStore::open_postgres(opts).await
             })
         })
         .collect();
@@ -413,7 +412,7 @@ async fn concurrent_takeovers_of_an_expired_lease_have_one_winner() {
         dead.push(l.unwrap());
     }
     let barrier = Arc::new(Barrier::new(2));
-    let race = |store: Arc<PostgresStore>, who: &'static str| {
+    let race = |store: Arc<SqlStore>, who: &'static str| {
         let (dead, barrier) = (dead.clone(), barrier.clone());
         tokio::spawn(async move {
             barrier.wait().await;
@@ -449,7 +448,7 @@ async fn an_unreachable_server_is_an_open_error_without_the_password() {
     let mut opts = PostgresOptions::new("postgres://sb:s3cret-pw@127.0.0.1:1/nowhere");
     opts.connect_timeout = Duration::from_secs(2);
     assert!(!format!("{opts:?}").contains("s3cret-pw"), "{opts:?}");
-    let err = PostgresStore::open(opts).await.unwrap_err();
+    let err = SqlStore::open_postgres(opts).await.unwrap_err();
     let StoreError::Open(msg) = &err else {
         panic!("expected an Open error, got {err:?}");
     };

@@ -1,10 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-use switchboard_store::{SqliteStore, Store};
+use switchboard_store::{SqlStore, Store};
 
 /// A store in a fresh directory, kept while the directory is.
-async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+async fn fresh() -> (tempfile::TempDir, SqlStore) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open_path(&dir.path().join("switchboard.db"))
+    let store = SqlStore::open_path(&dir.path().join("switchboard.db"))
         .await
         .unwrap();
     (dir, store)
@@ -18,7 +18,7 @@ async fn data_survives_reopen_and_migrations_are_idempotent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchboard.db");
     let id = {
-        let store = SqliteStore::open_path(&path).await.unwrap();
+        let store = SqlStore::open_path(&path).await.unwrap();
         let s = switchboard_store::SessionRecord {
             id: uuid::Uuid::now_v7(),
             title: "persist".into(),
@@ -33,7 +33,7 @@ async fn data_survives_reopen_and_migrations_are_idempotent() {
         store.close().await;
         s.id
     };
-    let store = SqliteStore::open_path(&path).await.unwrap();
+    let store = SqlStore::open_path(&path).await.unwrap();
     assert_eq!(
         store.get_session(id).await.unwrap().unwrap().title,
         "persist"
@@ -49,7 +49,7 @@ async fn a_file_that_is_not_a_database_is_a_clear_error() {
         b"this is not sqlite, just some text that is long enough to matter....",
     )
     .unwrap();
-    let err = SqliteStore::open_path(&path).await.unwrap_err();
+    let err = SqlStore::open_path(&path).await.unwrap_err();
     assert!(
         matches!(err, switchboard_store::StoreError::Open(_)),
         "{err:?}"
@@ -61,7 +61,7 @@ async fn a_file_that_is_not_a_database_is_a_clear_error() {
 async fn open_can_be_spawned() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("spawned.db");
-    let store = tokio::spawn(async move { SqliteStore::open_path(&path).await })
+    let store = tokio::spawn(async move { SqlStore::open_path(&path).await })
         .await
         .unwrap()
         .unwrap();
@@ -72,7 +72,7 @@ async fn open_can_be_spawned() {
 async fn a_database_newer_than_the_binary_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("switchboard.db");
-    SqliteStore::open_path(&path).await.unwrap().close().await;
+    SqlStore::open_path(&path).await.unwrap().close().await;
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
         .await
         .unwrap();
@@ -81,10 +81,6 @@ async fn a_database_newer_than_the_binary_is_refused() {
         .await
         .unwrap();
     pool.close().await;
-    let err = SqliteStore::open_path(&path)
-        .await
-        .err()
-        .unwrap()
-        .to_string();
+    let err = SqlStore::open_path(&path).await.err().unwrap().to_string();
     assert!(err.contains("newer than this binary"), "{err}");
 }

@@ -18,9 +18,11 @@
 //! - **Edits coalesce.** [`Outbox::edit_turn`] for a message that already has an edit
 //!   waiting takes over that edit's turn: the older edit is told it was superseded (it does
 //!   not go out), the newer one goes out in its place. The newest edit of a message is never
-//!   superseded, so a reply's final text always goes out.
+//!   superseded, so a reply's final text always goes out. An edit whose caller gives up
+//!   while it waits (its future is dropped) leaves the turn to the newest edit still
+//!   waiting: a cancelled edit never takes older ones down with it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -90,10 +92,33 @@ struct KeyState {
     hold: Instant,
 }
 
+/// The edits of one message waiting for one turn.
 #[derive(Debug)]
 struct Pending {
-    generation: u64,
+    /// The generation the next edit gets.
+    next: u64,
+    /// The generations still waiting (their callers have not given up); the highest goes.
+    waiting: BTreeSet<u64>,
     at: Instant,
+}
+
+/// Takes a waiting edit's generation out when its caller gives up (or it is done).
+struct Waiting<'a> {
+    outbox: &'a Outbox,
+    message: &'a str,
+    generation: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut edits = lock(&self.outbox.edits);
+        if let Some(p) = edits.get_mut(self.message) {
+            p.waiting.remove(&self.generation);
+            if p.waiting.is_empty() {
+                edits.remove(self.message);
+            }
+        }
+    }
 }
 
 /// See the module docs.
@@ -182,26 +207,37 @@ impl Outbox {
     pub async fn edit_turn(&self, message: &str, keys: &[String]) -> bool {
         let (generation, at) = {
             let mut edits = lock(&self.edits);
-            match edits.get_mut(message) {
-                Some(p) => {
-                    p.generation += 1;
-                    (p.generation, p.at)
-                }
+            let p = match edits.get_mut(message) {
+                Some(p) => p,
                 None => {
                     let at = self.reserve(keys);
-                    edits.insert(message.to_owned(), Pending { generation: 0, at });
-                    (0, at)
+                    edits.entry(message.to_owned()).or_insert(Pending {
+                        next: 0,
+                        waiting: BTreeSet::new(),
+                        at,
+                    })
                 }
-            }
+            };
+            let generation = p.next;
+            p.next += 1;
+            p.waiting.insert(generation);
+            (generation, p.at)
+        };
+        let _waiting = Waiting {
+            outbox: self,
+            message,
+            generation,
         };
         self.wait(keys, at).await;
         let mut edits = lock(&self.edits);
         match edits.get(message) {
-            Some(p) if p.generation == generation => {
+            Some(p) if p.waiting.last() == Some(&generation) => {
+                // This one goes; the older ones still waiting are superseded, and an edit
+                // asked from now on takes a new turn.
                 edits.remove(message);
                 true
             }
-            // A newer edit holds the entry (or took it and went out already).
+            // A newer edit holds the turn (or took it and went out already).
             _ => false,
         }
     }
@@ -330,5 +366,34 @@ mod tests {
         assert_eq!(went, [4], "only the newest edit goes out");
         // an edit of another message is not coalesced with them
         assert!(o.edit_turn("m2", &k).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_newest_edit_given_up_leaves_the_turn_to_the_one_before() {
+        let o = Arc::new(Outbox::new(
+            Limits::new().with("edit", Rate::spaced(Duration::from_secs(1))),
+        ));
+        let k = keys(&["edit:1"]);
+        assert!(o.edit_turn("m1", &k).await);
+        let older = {
+            let (o, k) = (o.clone(), k.clone());
+            tokio::spawn(async move { o.edit_turn("m1", &k).await })
+        };
+        tokio::task::yield_now().await;
+        let newest = {
+            let (o, k) = (o.clone(), k.clone());
+            tokio::spawn(async move { o.edit_turn("m1", &k).await })
+        };
+        tokio::task::yield_now().await;
+        newest.abort();
+        assert!(newest.await.is_err(), "the newest edit was cancelled");
+        assert!(
+            older.await.unwrap(),
+            "with the newest edit gone, the one before it goes out"
+        );
+        // nothing is left waiting: the next edit takes a turn of its own
+        let t = Instant::now();
+        assert!(o.edit_turn("m1", &k).await);
+        assert_eq!(t.elapsed(), Duration::from_secs(1));
     }
 }

@@ -1,0 +1,753 @@
+//! The [`Store`] operations of [`SqlStore`], each written once for both back-ends.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::{
+    APPROVAL_COLS, Cols, INSERT_CHUNK, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SqlStore,
+    TxOps, approval_from_row, event_from_row, insert_events_sql, lease_from_row, message_from_row,
+    run_from_row, session_from_row, to_i64, ttl_ms, with_db,
+};
+use crate::{
+    ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
+    RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError,
+};
+
+/// A foreign-key violation names the session that is missing; other errors as they are.
+fn missing_session(e: sqlx::Error, session: impl FnOnce() -> String) -> StoreError {
+    match e {
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+            StoreError::NotFound(format!("session {}", session()))
+        }
+        e => e.into(),
+    }
+}
+
+impl SqlStore {
+    async fn enqueue(&self, run: &NewRun, front: bool) -> Result<RunRecord> {
+        let input = run.input.to_string();
+        let pos_sql = if front {
+            "(SELECT COALESCE(MIN(queue_pos), 0) - 1 FROM runs WHERE session_id = $2)"
+        } else {
+            "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs WHERE session_id = $2)"
+        };
+        let sql = format!(
+            "INSERT INTO runs (id, session_id, queue_pos, state, input, created_at) \
+             VALUES ($1, $2, {pos_sql}, 'queued', $3, $4)"
+        );
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            if !tx.lock_session(run.session_id).await? {
+                return Err(StoreError::NotFound(format!("session {}", run.session_id)));
+            }
+            sqlx::query(&sql)
+                .bind(d.id(run.id))
+                .bind(d.id(run.session_id))
+                .bind(&input)
+                .bind(&run.created_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| missing_session(e, || run.session_id.to_string()))?;
+            tx.commit().await?;
+        });
+        Ok(RunRecord {
+            id: run.id,
+            session_id: run.session_id,
+            state: RunState::Queued,
+            input: run.input.clone(),
+            error: None,
+            stop_reason: None,
+            created_at: run.created_at.clone(),
+            started_at: None,
+            finished_at: None,
+        })
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    // --- leases -----------------------------------------------------------------------------
+
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        with_db!(self, |pool, d| {
+            let now = d.now_ms();
+            sqlx::query(&format!(
+                "INSERT INTO leases (name, holder, token, expires_at_ms) \
+                 VALUES ($1, $2, 1, {now} + $3) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                 token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
+                 WHERE leases.expires_at_ms <= {now} OR leases.holder = excluded.holder \
+                 RETURNING name, holder, token"
+            ))
+            .bind(name)
+            .bind(holder)
+            .bind(ttl_ms(ttl))
+            .fetch_optional(pool)
+            .await?
+            .map(|r| lease_from_row(&r))
+            .transpose()
+        })
+    }
+
+    async fn take_over_lease(
+        &self,
+        expired: &Lease,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Lease>> {
+        with_db!(self, |pool, d| {
+            let now = d.now_ms();
+            sqlx::query(&format!(
+                "UPDATE leases SET holder = $1, token = token + 1, expires_at_ms = {now} + $2 \
+                 WHERE name = $3 AND token = $4 AND expires_at_ms <= {now} \
+                 RETURNING name, holder, token"
+            ))
+            .bind(holder)
+            .bind(ttl_ms(ttl))
+            .bind(&expired.name)
+            .bind(to_i64(expired.token)?)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| lease_from_row(&r))
+            .transpose()
+        })
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
+        let res = with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "UPDATE leases SET expires_at_ms = {} + $1 \
+                 WHERE name = $2 AND holder = $3 AND token = $4",
+                d.now_ms()
+            ))
+            .bind(ttl_ms(ttl))
+            .bind(&lease.name)
+            .bind(&lease.holder)
+            .bind(to_i64(lease.token)?)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(res == 1)
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<bool> {
+        let res = with_db!(self, |pool, _d| {
+            sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2 AND token = $3")
+                .bind(&lease.name)
+                .bind(&lease.holder)
+                .bind(to_i64(lease.token)?)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(res == 1)
+    }
+
+    async fn get_lease(&self, name: &str) -> Result<Option<LeaseState>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT name, holder, token, expires_at_ms <= {} AS expired \
+                 FROM leases WHERE name = $1",
+                d.now_ms()
+            ))
+            .bind(name)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| {
+                Ok(LeaseState {
+                    lease: lease_from_row(&r)?,
+                    expired: r.flag("expired")?,
+                })
+            })
+            .transpose()
+        })
+    }
+
+    async fn expired_leases(&self, prefix: &str) -> Result<Vec<Lease>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT name, holder, token FROM leases \
+                 WHERE expires_at_ms <= {} AND substr(name, 1, length($1)) = $1 ORDER BY name",
+                d.now_ms()
+            ))
+            .bind(prefix)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(lease_from_row)
+            .collect()
+        })
+    }
+
+    // --- the store itself -------------------------------------------------------------------
+
+    fn kind(&self) -> &'static str {
+        match self.db {
+            super::Db::Sqlite(_) => "sqlite",
+            super::Db::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn ping(&self) -> Result<()> {
+        with_db!(self, |pool, _d| {
+            sqlx::query("SELECT 1").execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    async fn close(&self) {
+        SqlStore::close(self).await;
+    }
+
+    // --- sessions ---------------------------------------------------------------------------
+
+    async fn create_session(&self, s: &SessionRecord) -> Result<()> {
+        with_db!(self, |pool, d| {
+            sqlx::query(
+                "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(d.id(s.id))
+            .bind(&s.title)
+            .bind(&s.cwd)
+            .bind(s.config.to_string())
+            .bind(&s.created_at)
+            .bind(&s.updated_at)
+            .bind(to_i64(s.last_seq)?)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {SESSION_COLS} FROM sessions WHERE id = $1"
+            ))
+            .bind(d.id(id))
+            .fetch_optional(pool)
+            .await?
+            .map(|r| session_from_row(&r))
+            .transpose()
+        })
+    }
+
+    async fn list_sessions(
+        &self,
+        limit: u32,
+        offset: u32,
+        archived: bool,
+    ) -> Result<(Vec<SessionRecord>, u64)> {
+        with_db!(self, |pool, _d| {
+            let rows = sqlx::query(&format!(
+                "SELECT {SESSION_COLS} FROM sessions WHERE (archived_at IS NOT NULL) = $1 \
+                 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3"
+            ))
+            .bind(archived)
+            .bind(i64::from(limit))
+            .bind(i64::from(offset))
+            .fetch_all(pool)
+            .await?;
+            let total = sqlx::query(
+                "SELECT COUNT(*) AS n FROM sessions WHERE (archived_at IS NOT NULL) = $1",
+            )
+            .bind(archived)
+            .fetch_one(pool)
+            .await?
+            .count("n")?;
+            let sessions = rows
+                .iter()
+                .map(session_from_row)
+                .collect::<Result<Vec<_>>>()?;
+            Ok((sessions, total))
+        })
+    }
+
+    async fn delete_session(&self, id: Uuid) -> Result<bool> {
+        // One statement, so atomic: the foreign keys cascade to runs, events, messages and
+        // approvals. On PostgreSQL rows that concurrent writers are adding go too: their
+        // inserts lock the session row, so the delete waits for them to commit and then
+        // cascades over them.
+        let n = with_db!(self, |pool, d| {
+            sqlx::query("DELETE FROM sessions WHERE id = $1")
+                .bind(d.id(id))
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    async fn update_session(&self, id: Uuid, u: &SessionUpdate) -> Result<bool> {
+        let (set_archive, archived_at) = match &u.archived_at {
+            Some(a) => (true, a.clone()),
+            None => (false, None),
+        };
+        let n = with_db!(self, |pool, d| {
+            sqlx::query(
+                "UPDATE sessions SET title = COALESCE($1, title), \
+                 archived_at = CASE WHEN $2 THEN $3 ELSE archived_at END, updated_at = $4 \
+                 WHERE id = $5",
+            )
+            .bind(&u.title)
+            .bind(set_archive)
+            .bind(&archived_at)
+            .bind(&u.updated_at)
+            .bind(d.id(id))
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    async fn touch_session(&self, id: Uuid, at: &str) -> Result<()> {
+        with_db!(self, |pool, d| {
+            sqlx::query("UPDATE sessions SET updated_at = $1 WHERE id = $2")
+                .bind(at)
+                .bind(d.id(id))
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    // --- event log --------------------------------------------------------------------------
+
+    async fn write_events(
+        &self,
+        events: &[NewEvent],
+        fences: &[Lease],
+        finishes: &[RunFinish],
+    ) -> Result<()> {
+        if events.is_empty() && finishes.is_empty() {
+            return Ok(());
+        }
+        // Rows go in sorted by (session, seq). The batch commits as a whole, so the order of
+        // the inserts is invisible; but concurrent appenders on PostgreSQL then wait for each
+        // other's keys in one global order and cannot deadlock — the later one gets a
+        // Conflict.
+        let mut sorted: Vec<&NewEvent> = events.iter().collect();
+        sorted.sort_by_key(|e| (e.session_id, e.seq));
+        let mut fences: Vec<&Lease> = fences.iter().collect();
+        fences.sort_by(|a, b| a.name.cmp(&b.name));
+        // In session order too, so that appenders to several sessions lock the rows in the
+        // same order. Only ever raised: an appender of higher seqs may have committed first.
+        let mut highest: BTreeMap<Uuid, u64> = BTreeMap::new();
+        for ev in events {
+            let seq = highest.entry(ev.session_id).or_insert(ev.seq);
+            *seq = (*seq).max(ev.seq);
+        }
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            for f in &fences {
+                tx.check_fence(f).await?;
+            }
+            for chunk in sorted.chunks(INSERT_CHUNK) {
+                let sql = insert_events_sql(chunk.len());
+                let mut q = sqlx::query(&sql);
+                for ev in chunk {
+                    q = q
+                        .bind(d.id(ev.session_id))
+                        .bind(to_i64(ev.seq)?)
+                        .bind(d.opt_id(ev.run_id))
+                        .bind(&ev.kind)
+                        .bind(&ev.payload)
+                        .bind(&ev.created_at);
+                }
+                q.execute(&mut *tx).await.map_err(|e| {
+                    missing_session(e, || {
+                        let mut ids: Vec<String> =
+                            chunk.iter().map(|e| e.session_id.to_string()).collect();
+                        ids.dedup();
+                        ids.join(", ")
+                    })
+                })?;
+            }
+            for (session_id, seq) in &highest {
+                sqlx::query(
+                    "UPDATE sessions SET last_seq = \
+                     CASE WHEN last_seq < $1 THEN $1 ELSE last_seq END WHERE id = $2",
+                )
+                .bind(to_i64(*seq)?)
+                .bind(d.id(*session_id))
+                .execute(&mut *tx)
+                .await?;
+            }
+            for f in finishes {
+                if !tx.close_run(f.run_id, &f.outcome, &f.at).await? {
+                    return Err(StoreError::RunNotActive(f.run_id));
+                }
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    async fn read_events(&self, session_id: Uuid, after: u64, limit: u32) -> Result<Vec<NewEvent>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(
+                "SELECT seq, run_id, kind, payload, created_at FROM events \
+                 WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            )
+            .bind(d.id(session_id))
+            .bind(to_i64(after)?)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| event_from_row(r, session_id))
+            .collect()
+        })
+    }
+
+    async fn event_bounds(&self, session_id: Uuid) -> Result<EventBounds> {
+        let (oldest, newest, last_seq) = with_db!(self, |pool, d| {
+            let row = sqlx::query(
+                "SELECT (SELECT MIN(seq) FROM events WHERE session_id = $1) AS oldest, \
+                        (SELECT MAX(seq) FROM events WHERE session_id = $1) AS newest, \
+                        (SELECT last_seq FROM sessions WHERE id = $1) AS last_seq",
+            )
+            .bind(d.id(session_id))
+            .fetch_one(pool)
+            .await?;
+            (
+                row.opt_int("oldest")?,
+                row.opt_int("newest")?,
+                row.opt_int("last_seq")?,
+            )
+        });
+        Ok(EventBounds {
+            oldest: oldest.map(|v| v.max(0) as u64),
+            newest: newest.map(|v| v.max(0) as u64),
+            last_seq: last_seq.unwrap_or(0).max(newest.unwrap_or(0)).max(0) as u64,
+        })
+    }
+
+    async fn prune_events_before(&self, cutoff: &str) -> Result<u64> {
+        // On PostgreSQL `created_at` has the "C" collation: a bytewise comparison, like
+        // SQLite's.
+        Ok(with_db!(self, |pool, _d| {
+            sqlx::query("DELETE FROM events WHERE created_at < $1")
+                .bind(cutoff)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        }))
+    }
+
+    // --- runs and the follow-up queue -------------------------------------------------------
+
+    async fn enqueue_run(&self, run: &NewRun) -> Result<RunRecord> {
+        self.enqueue(run, false).await
+    }
+
+    async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord> {
+        self.enqueue(run, true).await
+    }
+
+    async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"))
+                .bind(d.id(id))
+                .fetch_optional(pool)
+                .await?
+                .map(|r| run_from_row(&r))
+                .transpose()
+        })
+    }
+
+    async fn start_run(
+        &self,
+        id: Uuid,
+        at: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(RunRecord, Lease)> {
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            // A second running run in the session violates `runs_one_running`: a Conflict.
+            let row = sqlx::query(&format!(
+                "UPDATE runs SET state = 'running', started_at = $1 \
+                 WHERE id = $2 AND state = 'queued' RETURNING {RUN_COLS}"
+            ))
+            .bind(at)
+            .bind(d.id(id))
+            .fetch_optional(&mut *tx)
+            .await?;
+            let run = match row {
+                Some(row) => run_from_row(&row)?,
+                None => return Err(StoreError::Conflict(format!("run {id} is not queued"))),
+            };
+            let row = sqlx::query(&format!(
+                "INSERT INTO leases (name, holder, token, expires_at_ms) \
+                 VALUES ($1, $2, 1, {} + $3) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                 token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
+                 RETURNING name, holder, token",
+                d.now_ms()
+            ))
+            .bind(Lease::run_name(id))
+            .bind(holder)
+            .bind(ttl_ms(ttl))
+            .fetch_one(&mut *tx)
+            .await?;
+            let lease = lease_from_row(&row)?;
+            tx.commit().await?;
+            Ok((run, lease))
+        })
+    }
+
+    async fn finish_run(
+        &self,
+        id: Uuid,
+        outcome: &RunOutcome,
+        at: &str,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        with_db!(self, |pool, _d| {
+            let mut tx = pool.begin().await?;
+            if let Some(f) = fence {
+                tx.check_fence(f).await?;
+            }
+            if !tx.close_run(id, outcome, at).await? {
+                return Err(StoreError::Conflict(format!("run {id} is not active")));
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    async fn cancel_queued_run(&self, id: Uuid, at: &str) -> Result<bool> {
+        let n = with_db!(self, |pool, d| {
+            sqlx::query(
+                "UPDATE runs SET state = 'cancelled', stop_reason = 'cancelled', finished_at = $1 \
+                 WHERE id = $2 AND state = 'queued'",
+            )
+            .bind(at)
+            .bind(d.id(id))
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND state = 'running'"
+            ))
+            .bind(d.id(session_id))
+            .fetch_optional(pool)
+            .await?
+            .map(|r| run_from_row(&r))
+            .transpose()
+        })
+    }
+
+    async fn next_queued_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND state = 'queued' \
+                 ORDER BY queue_pos LIMIT 1"
+            ))
+            .bind(d.id(session_id))
+            .fetch_optional(pool)
+            .await?
+            .map(|r| run_from_row(&r))
+            .transpose()
+        })
+    }
+
+    async fn runs_in_state(&self, state: RunState) -> Result<Vec<RunRecord>> {
+        with_db!(self, |pool, _d| {
+            sqlx::query(&format!(
+                "SELECT {RUN_COLS} FROM runs WHERE state = $1 ORDER BY session_id, queue_pos"
+            ))
+            .bind(state.as_str())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(run_from_row)
+            .collect()
+        })
+    }
+
+    // --- transcript -------------------------------------------------------------------------
+
+    async fn append_message(&self, m: &MessageRecord, fence: Option<&Lease>) -> Result<()> {
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            if let Some(f) = fence {
+                tx.check_fence(f).await?;
+            }
+            if !tx.lock_session(m.session_id).await? {
+                return Err(StoreError::NotFound(format!("session {}", m.session_id)));
+            }
+            sqlx::query(
+                "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, \
+                 tool_call_id, created_at, is_error) VALUES ($1, $2, \
+                 (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = $2), \
+                 $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(d.id(m.id))
+            .bind(d.id(m.session_id))
+            .bind(d.opt_id(m.run_id))
+            .bind(&m.role)
+            .bind(&m.content)
+            .bind(m.tool_calls.as_ref().map(|v| v.to_string()))
+            .bind(&m.tool_call_id)
+            .bind(&m.created_at)
+            .bind(m.is_error)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| missing_session(e, || m.session_id.to_string()))?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    async fn list_messages(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+        offset: u32,
+    ) -> Result<(Vec<MessageRecord>, u64)> {
+        with_db!(self, |pool, d| {
+            let rows = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLS} FROM messages WHERE session_id = $1 \
+                 ORDER BY pos LIMIT $2 OFFSET $3"
+            ))
+            .bind(d.id(session_id))
+            .bind(i64::from(limit))
+            .bind(i64::from(offset))
+            .fetch_all(pool)
+            .await?;
+            let total = sqlx::query("SELECT COUNT(*) AS n FROM messages WHERE session_id = $1")
+                .bind(d.id(session_id))
+                .fetch_one(pool)
+                .await?
+                .count("n")?;
+            let msgs = rows
+                .iter()
+                .map(message_from_row)
+                .collect::<Result<Vec<_>>>()?;
+            Ok((msgs, total))
+        })
+    }
+
+    // --- approvals --------------------------------------------------------------------------
+
+    async fn put_approval(&self, a: &ApprovalRecord, fence: Option<&Lease>) -> Result<()> {
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            if let Some(f) = fence {
+                tx.check_fence(f).await?;
+            }
+            sqlx::query(
+                "INSERT INTO approvals (session_id, run_id, tool_calls, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (session_id) DO UPDATE SET run_id = excluded.run_id, \
+                 tool_calls = excluded.tool_calls, created_at = excluded.created_at, \
+                 expires_at = excluded.expires_at",
+            )
+            .bind(d.id(a.session_id))
+            .bind(d.id(a.run_id))
+            .bind(a.tool_calls.to_string())
+            .bind(&a.created_at)
+            .bind(&a.expires_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| missing_session(e, || a.session_id.to_string()))?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    async fn get_approval(&self, session_id: Uuid) -> Result<Option<ApprovalRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {APPROVAL_COLS} FROM approvals WHERE session_id = $1"
+            ))
+            .bind(d.id(session_id))
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(approval_from_row)
+            .transpose()
+        })
+    }
+
+    async fn delete_approval(&self, session_id: Uuid, run_id: Uuid) -> Result<bool> {
+        let n = with_db!(self, |pool, d| {
+            sqlx::query("DELETE FROM approvals WHERE session_id = $1 AND run_id = $2")
+                .bind(d.id(session_id))
+                .bind(d.id(run_id))
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>> {
+        with_db!(self, |pool, _d| {
+            sqlx::query(&format!(
+                "SELECT {APPROVAL_COLS} FROM approvals ORDER BY created_at, session_id"
+            ))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(approval_from_row)
+            .collect()
+        })
+    }
+
+    // --- backend state ----------------------------------------------------------------------
+
+    async fn get_backend_state(&self, session_id: Uuid) -> Result<Option<serde_json::Value>> {
+        with_db!(self, |pool, d| {
+            sqlx::query("SELECT backend_state FROM sessions WHERE id = $1")
+                .bind(d.id(session_id))
+                .fetch_optional(pool)
+                .await?
+                .ok_or_else(|| StoreError::NotFound(format!("session {session_id}")))?
+                .opt_json("backend_state")
+        })
+    }
+
+    async fn set_backend_state(
+        &self,
+        session_id: Uuid,
+        state: Option<&serde_json::Value>,
+        fence: Option<&Lease>,
+    ) -> Result<()> {
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            if let Some(f) = fence {
+                tx.check_fence(f).await?;
+            }
+            let res = sqlx::query("UPDATE sessions SET backend_state = $1 WHERE id = $2")
+                .bind(state.map(|v| v.to_string()))
+                .bind(d.id(session_id))
+                .execute(&mut *tx)
+                .await?;
+            if res.rows_affected() == 0 {
+                return Err(StoreError::NotFound(format!("session {session_id}")));
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+}
