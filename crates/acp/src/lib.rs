@@ -659,6 +659,7 @@ mod tests {
             model: None,
             context: vec![],
             overrides: None,
+            attachments: vec![],
         };
         assert_eq!(ignored_options(&input), None);
         input.overrides = Some(switchboard_protocol::RunOverrides {

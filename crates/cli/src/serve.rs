@@ -101,6 +101,8 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         // SQLite is one machine's file: this instance is alone on it. On PostgreSQL others
         // may share the store, so runs are only closed when their leases run out.
         exclusive: store.kind() == "sqlite",
+        files_dir: settings.files_dir.clone(),
+        files: settings.files.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

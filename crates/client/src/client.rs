@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use switchboard_protocol::{
-    CancelRequest, CancelResponse, CreateSessionRequest, HealthResponse, ListMessagesResponse,
-    ListSessionsQuery, ListSessionsResponse, Page, PendingToolsResponse, SendMessageRequest,
-    SendMessageResponse, SessionDetailResponse, SessionSummary, ToolDecisionsRequest,
-    ToolDecisionsResponse, UpdateSessionRequest,
+    CancelRequest, CancelResponse, CreateSessionRequest, FileInfo, HealthResponse,
+    ListFilesResponse, ListMessagesResponse, ListSessionsQuery, ListSessionsResponse, Page,
+    PendingToolsResponse, SendMessageRequest, SendMessageResponse, SessionDetailResponse,
+    SessionSummary, ToolDecisionsRequest, ToolDecisionsResponse, UpdateSessionRequest,
 };
 use uuid::Uuid;
 
@@ -177,6 +177,49 @@ impl Client {
         let path = format!("/v1/sessions/{id}/transcript.md");
         let resp = self.send(self.request(reqwest::Method::GET, &path)).await?;
         resp.text().await.map_err(|e| ClientError::from_reqwest(&e))
+    }
+
+    /// `POST /v1/sessions/{id}/files`: uploads `content` as a file named `name` (its type is
+    /// sniffed by the server).
+    pub async fn upload_file(
+        &self,
+        id: Uuid,
+        name: &str,
+        content: impl Into<bytes::Bytes>,
+    ) -> Result<FileInfo, ClientError> {
+        let path = format!("/v1/sessions/{id}/files");
+        let content: bytes::Bytes = content.into();
+        let part = reqwest::multipart::Part::stream(content).file_name(name.to_owned());
+        let form = reqwest::multipart::Form::new().part("file", part);
+        self.json(self.request(reqwest::Method::POST, &path).multipart(form))
+            .await
+    }
+
+    /// `GET /v1/sessions/{id}/files`.
+    pub async fn list_files(&self, id: Uuid) -> Result<ListFilesResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/files");
+        self.json(self.request(reqwest::Method::GET, &path)).await
+    }
+
+    /// `GET /v1/sessions/{id}/files/{file_id}`: the content and its `Content-Type`.
+    pub async fn download_file(
+        &self,
+        id: Uuid,
+        file_id: Uuid,
+    ) -> Result<(bytes::Bytes, String), ClientError> {
+        let path = format!("/v1/sessions/{id}/files/{file_id}");
+        let resp = self.send(self.request(reqwest::Method::GET, &path)).await?;
+        let mime = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream")
+            .to_owned();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| ClientError::from_reqwest(&e))?;
+        Ok((body, mime))
     }
 
     /// `GET /v1/sessions/{id}/tools/pending`.

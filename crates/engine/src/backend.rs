@@ -40,6 +40,9 @@ pub struct RunInput {
         deserialize_with = "lenient_overrides"
     )]
     pub overrides: Option<RunOverrides>,
+    /// The files attached to the message, as they were when it was sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<switchboard_protocol::FileInfo>,
 }
 
 fn lenient_overrides<'de, D: serde::Deserializer<'de>>(
@@ -464,6 +467,7 @@ mod tests {
                 item("high \"q\"", Some(ContextPriority::High)),
             ],
             overrides: None,
+            attachments: vec![],
         };
         let text = input.prompt_text();
         let high = text.find("<context name=\"high 'q'\">").unwrap();

@@ -27,6 +27,10 @@ pub struct EngineConfig {
     /// This instance is the only one using the store (SQLite): at start it closes every run
     /// left running at once instead of waiting for their leases to run out.
     pub exclusive: bool,
+    /// Where files' content is stored ([`crate::files`]); shared by instances that share a
+    /// PostgreSQL store.
+    pub files_dir: PathBuf,
+    pub files: crate::files::FileLimits,
 }
 
 impl Default for EngineConfig {
@@ -42,6 +46,9 @@ impl Default for EngineConfig {
             instance_id: format!("local-{}", std::process::id()),
             run_lease_ttl: Duration::from_secs(10),
             exclusive: true,
+            files_dir: std::env::temp_dir()
+                .join(format!("switchboard-files-{}", std::process::id())),
+            files: crate::files::FileLimits::default(),
         }
     }
 }

@@ -25,6 +25,14 @@ pub enum EngineError {
         "sandbox: true was asked for, but this server has no sandbox; send the message without it (or with sandbox: false) to run unsandboxed"
     )]
     SandboxUnsupported,
+    #[error("the file is larger than the {} accepted per file", mb(*limit))]
+    FileTooLarge { limit: u64 },
+    #[error("the message's attachments are larger than the {} accepted per message together", mb(*limit))]
+    AttachmentsTooLarge { limit: u64 },
+    #[error("files of type {0} are not accepted (the type is read from the content, not the name)")]
+    UnsupportedFileType(String),
+    #[error("session has no file {0}")]
+    FileNotFound(Uuid),
     #[error("the engine is shutting down")]
     ShuttingDown,
     #[error("store: {0}")]
@@ -37,6 +45,17 @@ pub enum EngineError {
     OwnerUnreachable { instance: String, reason: String },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Bytes as a size people read: `20 MB`, `512 KB`, `100 bytes`.
+fn mb(bytes: u64) -> String {
+    if bytes >= 1024 * 1024 && bytes.is_multiple_of(1024 * 1024) {
+        format!("{} MB", bytes / (1024 * 1024))
+    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
+        format!("{} KB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 impl EngineError {
@@ -58,6 +77,10 @@ impl EngineError {
             Self::Validation { .. } => ErrorCode::ValidationFailed,
             Self::Unprocessable(_) => ErrorCode::UnprocessableEntity,
             Self::SandboxUnsupported => ErrorCode::SandboxUnsupported,
+            Self::FileTooLarge { .. } => ErrorCode::FileTooLarge,
+            Self::AttachmentsTooLarge { .. } => ErrorCode::AttachmentsTooLarge,
+            Self::UnsupportedFileType(_) => ErrorCode::UnsupportedFileType,
+            Self::FileNotFound(_) => ErrorCode::FileNotFound,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Remote { code, .. } => *code,
             Self::OwnerUnreachable { .. } => ErrorCode::Unavailable,

@@ -41,6 +41,8 @@ pub enum ErrorCode {
     SessionNotFound,
     /// No such route (404).
     NotFound,
+    /// No file with that id in this session (404).
+    FileNotFound,
     /// Method not allowed on this route (405).
     MethodNotAllowed,
     /// A `message` arrived while a run is active (409).
@@ -53,8 +55,14 @@ pub enum ErrorCode {
     NoPendingApproval,
     /// The body is larger than the server accepts (413).
     PayloadTooLarge,
+    /// An uploaded file is larger than the per-file limit (413).
+    FileTooLarge,
+    /// A message's attachments together are larger than the per-message limit (413).
+    AttachmentsTooLarge,
     /// The body's content type is not JSON (415).
     UnsupportedMediaType,
+    /// An uploaded file's content (sniffed, not its name) is not an allowed type (415).
+    UnsupportedFileType,
     /// Semantically invalid request, e.g. an unknown backend (422).
     UnprocessableEntity,
     /// `sandbox: true` asked for a sandbox this server does not have (422).
@@ -82,13 +90,17 @@ impl ErrorCode {
             Self::OriginNotAllowed => "origin_not_allowed",
             Self::SessionNotFound => "session_not_found",
             Self::NotFound => "not_found",
+            Self::FileNotFound => "file_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::SessionAlreadyRunning => "session_already_running",
             Self::SessionNotRunning => "session_not_running",
             Self::RunMismatch => "run_mismatch",
             Self::NoPendingApproval => "no_pending_approval",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::FileTooLarge => "file_too_large",
+            Self::AttachmentsTooLarge => "attachments_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UnsupportedFileType => "unsupported_file_type",
             Self::UnprocessableEntity => "unprocessable_entity",
             Self::SandboxUnsupported => "sandbox_unsupported",
             Self::RateLimited => "rate_limited",
@@ -106,14 +118,14 @@ impl ErrorCode {
             | Self::InvalidQuery => 400,
             Self::Unauthorized | Self::InvalidToken => 401,
             Self::Forbidden | Self::HostNotAllowed | Self::OriginNotAllowed => 403,
-            Self::SessionNotFound | Self::NotFound => 404,
+            Self::SessionNotFound | Self::NotFound | Self::FileNotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::SessionAlreadyRunning
             | Self::SessionNotRunning
             | Self::RunMismatch
             | Self::NoPendingApproval => 409,
-            Self::PayloadTooLarge => 413,
-            Self::UnsupportedMediaType => 415,
+            Self::PayloadTooLarge | Self::FileTooLarge | Self::AttachmentsTooLarge => 413,
+            Self::UnsupportedMediaType | Self::UnsupportedFileType => 415,
             Self::UnprocessableEntity | Self::SandboxUnsupported => 422,
             Self::RateLimited => 429,
             Self::Internal => 500,

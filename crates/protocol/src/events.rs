@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::files::FileInfo;
 use crate::tools::ToolCall;
 
 /// Token counts reported by a provider.
@@ -54,6 +55,9 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
     },
+    /// A file attached to the message that started the run (one event per file, right
+    /// after `RunStarted`).
+    FileAttached { run_id: Uuid, file: FileInfo },
     /// A follow-up was stored; it starts a run when the active one ends.
     FollowUpQueued { run_id: Uuid, content: String },
     /// A piece of the assistant's reply. Pieces the model streamed close together may be
@@ -126,6 +130,7 @@ impl AgentEvent {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::RunStarted { .. } => "run_started",
+            Self::FileAttached { .. } => "file_attached",
             Self::FollowUpQueued { .. } => "follow_up_queued",
             Self::TextDelta { .. } => "text_delta",
             Self::TextComplete { .. } => "text_complete",
@@ -148,6 +153,7 @@ impl AgentEvent {
     pub fn run_id(&self) -> Uuid {
         match self {
             Self::RunStarted { run_id, .. }
+            | Self::FileAttached { run_id, .. }
             | Self::FollowUpQueued { run_id, .. }
             | Self::TextDelta { run_id, .. }
             | Self::TextComplete { run_id, .. }

@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod events;
+pub mod files;
 pub mod gateway;
 pub mod messages;
 pub mod nullable;
@@ -19,6 +20,7 @@ pub use error::{Coded, ErrorBody, ErrorCode};
 pub use events::{
     AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,
 };
+pub use files::*;
 pub use messages::*;
 pub use sessions::*;
 pub use system::*;

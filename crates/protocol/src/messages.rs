@@ -49,6 +49,15 @@ pub struct InputMessage {
     /// The text; must not be empty or whitespace only.
     #[schema(pattern = r"\S")]
     pub content: String,
+    /// Files uploaded to the session (`POST /v1/sessions/{id}/files`) that go with the text;
+    /// at most 10, together within the per-message limit.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "nullable::or_default"
+    )]
+    #[schema(nullable, max_items = 10)]
+    pub attachments: Vec<crate::files::AttachmentRef>,
 }
 
 /// The one role a client may send (documents [`InputMessage::role`]).
@@ -192,6 +201,7 @@ impl SendMessageRequest {
             message: InputMessage {
                 role: Role::User,
                 content: content.into(),
+                attachments: Vec::new(),
             },
             kind,
             run_id: None,

@@ -90,6 +90,11 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         config: Arc::new(config),
         started: Instant::now(),
     };
+    // Uploads have their own body limit (the per-file limit): mounted after the JSON
+    // routes' limit layers, which therefore do not wrap them.
+    let files = routes::files::router(state.engine.config().files.max_file_bytes).route_layer(
+        axum::middleware::from_fn_with_state(token.clone(), switchboard_http::require_bearer),
+    );
     let protected = routes::sessions::router()
         .merge(routes::messages::router())
         .merge(routes::events::router())
@@ -102,13 +107,14 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::health::router())
         .merge(openapi::router(doc))
         .merge(protected)
-        .fallback(error::not_found)
-        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             switchboard_http::BodyLimit(max_body),
             switchboard_http::reject_oversized,
         ))
+        .merge(files)
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(error::request_id))
         .with_state(state)
 }

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
-use crate::routes::{events, health, messages, sessions, tools};
+use crate::routes::{events, files, health, messages, sessions, tools};
 
 struct BearerAuth;
 
@@ -125,6 +125,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         health::health,
         sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel,
         messages::send, messages::list, messages::transcript,
+        files::upload, files::list, files::fetch,
         events::events,
         tools::pending, tools::decide,
     ),
@@ -145,6 +146,8 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::ToolDecisionsRequest, switchboard_protocol::ToolDecisionsResponse,
         switchboard_protocol::ToolDecision, switchboard_protocol::DecisionAction,
         switchboard_protocol::PlanEntry, switchboard_protocol::SteeringDelivery,
+        switchboard_protocol::FileInfo, switchboard_protocol::ListFilesResponse,
+        switchboard_protocol::AttachmentRef, switchboard_protocol::UploadForm,
     )),
     modifiers(&BearerAuth),
 )]

@@ -26,7 +26,8 @@ macro_rules! conformance_suite {
             backend_state_round_trip,
             leases_take_renew_release,
             run_lease_fences_writes,
-            a_run_s_end_and_its_event_commit_together
+            a_run_s_end_and_its_event_commit_together,
+            files_round_trip_and_go_with_their_session
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -44,8 +45,8 @@ use uuid::Uuid;
 use std::time::Duration;
 
 use crate::{
-    ApprovalRecord, Lease, MessageRecord, NewEvent, NewRun, RunFinish, RunOutcome, RunState,
-    SessionRecord, SessionUpdate, Store, StoreError,
+    ApprovalRecord, FileRecord, Lease, MessageRecord, NewEvent, NewRun, RunFinish, RunOutcome,
+    RunState, SessionRecord, SessionUpdate, Store, StoreError,
 };
 
 /// The lease length the checks use: long enough never to run out during a check.
@@ -69,6 +70,7 @@ pub async fn run_all(store: &dyn Store) {
     leases_take_renew_release(store).await;
     run_lease_fences_writes(store).await;
     a_run_s_end_and_its_event_commit_together(store).await;
+    files_round_trip_and_go_with_their_session(store).await;
 }
 
 fn ts(n: u32) -> String {
@@ -745,4 +747,61 @@ pub async fn a_run_s_end_and_its_event_commit_together(store: &dyn Store) {
         "all or nothing"
     );
     assert_eq!(check("bounds", store.event_bounds(s.id).await).last_seq, 1);
+}
+
+pub async fn files_round_trip_and_go_with_their_session(store: &dyn Store) {
+    let a = new_session(store, "files a").await;
+    let b = new_session(store, "files b").await;
+    // the same content in two sessions (content-addressed: one hash, two rows)
+    let sha = format!("{:064x}", a.id.as_u128());
+    let file = |session_id: Uuid, n: u32, name: &str| FileRecord {
+        id: Uuid::now_v7(),
+        session_id,
+        name: name.into(),
+        mime: "image/png".into(),
+        size: 5_000_000_000 + u64::from(n),
+        sha256: sha.clone(),
+        created_at: ts(n),
+    };
+    let first = file(a.id, 1, "shot é.png");
+    let second = file(a.id, 2, "second.png");
+    let other = file(b.id, 3, "other.png");
+    for f in [&second, &first, &other] {
+        check("put_file", store.put_file(f).await);
+    }
+    assert_eq!(
+        check("get_file", store.get_file(a.id, first.id).await),
+        Some(first.clone()),
+        "a file reads back as written (large sizes and UTF-8 names included)"
+    );
+    assert_eq!(
+        check(
+            "get_file of another session",
+            store.get_file(b.id, first.id).await
+        ),
+        None,
+        "a file is only found in its own session"
+    );
+    assert_eq!(
+        check("list_files", store.list_files(a.id).await),
+        vec![first.clone(), second.clone()],
+        "oldest first"
+    );
+    let missing = file(Uuid::now_v7(), 4, "x");
+    assert!(
+        matches!(store.put_file(&missing).await, Err(StoreError::NotFound(_))),
+        "a file of a missing session is NotFound"
+    );
+    assert!(check("in use", store.content_in_use(&sha).await));
+    check("delete a", store.delete_session(a.id).await);
+    assert!(check("list after delete", store.list_files(a.id).await).is_empty());
+    assert!(
+        check("in use by b", store.content_in_use(&sha).await),
+        "still named by the other session"
+    );
+    check("delete b", store.delete_session(b.id).await);
+    assert!(
+        !check("in use after both", store.content_in_use(&sha).await),
+        "named by no row once both sessions are gone"
+    );
 }

@@ -154,6 +154,17 @@ pub trait Store: Send + Sync + 'static {
         fence: Option<&Lease>,
     ) -> Result<()>;
 
+    // --- files ------------------------------------------------------------------------------
+
+    /// Stores a file's row. [`StoreError::NotFound`] if the session does not exist.
+    async fn put_file(&self, file: &FileRecord) -> Result<()>;
+    /// A file of the session (`None` if it has none with that id).
+    async fn get_file(&self, session_id: Uuid, id: Uuid) -> Result<Option<FileRecord>>;
+    /// The session's files, oldest first.
+    async fn list_files(&self, session_id: Uuid) -> Result<Vec<FileRecord>>;
+    /// Whether any file row (of any session) names this content.
+    async fn content_in_use(&self, sha256: &str) -> Result<bool>;
+
     // --- leases -----------------------------------------------------------------------------
 
     /// Takes the lease `name` for `holder` for `ttl` when nobody holds it, it has expired or

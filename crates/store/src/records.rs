@@ -203,3 +203,17 @@ pub struct RunFinish {
     /// When it ended (RFC 3339).
     pub at: String,
 }
+
+/// A file uploaded to a session (its content is stored outside the database, by `sha256`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRecord {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub name: String,
+    /// Sniffed from the content.
+    pub mime: String,
+    pub size: u64,
+    /// Lowercase hex.
+    pub sha256: String,
+    pub created_at: String,
+}

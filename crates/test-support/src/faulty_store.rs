@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_store::{
-    ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
-    RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError,
-    StoredEvent,
+    ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
+    Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store,
+    StoreError, StoredEvent,
 };
 use uuid::Uuid;
 
@@ -303,6 +303,26 @@ impl Store for FaultyStore {
         self.enter("set_backend_state").await?;
         self.inner.set_backend_state(session_id, state, fence).await
     }
+    async fn put_file(&self, file: &FileRecord) -> Result<()> {
+        self.enter("put_file").await?;
+        self.inner.put_file(file).await
+    }
+
+    async fn get_file(&self, session_id: Uuid, id: Uuid) -> Result<Option<FileRecord>> {
+        self.enter("get_file").await?;
+        self.inner.get_file(session_id, id).await
+    }
+
+    async fn list_files(&self, session_id: Uuid) -> Result<Vec<FileRecord>> {
+        self.enter("list_files").await?;
+        self.inner.list_files(session_id).await
+    }
+
+    async fn content_in_use(&self, sha256: &str) -> Result<bool> {
+        self.enter("content_in_use").await?;
+        self.inner.content_in_use(sha256).await
+    }
+
     async fn acquire_lease(
         &self,
         name: &str,

@@ -41,6 +41,24 @@ pub struct FileConfig {
     pub store: StoreSection,
     #[serde(default)]
     pub bus: BusSection,
+    #[serde(default)]
+    pub files: FilesSection,
+}
+
+/// `[files]`: files uploaded to sessions and attached to messages.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesSection {
+    /// Where their content is stored (default: `files/` in the data directory). Instances
+    /// sharing a PostgreSQL store must share this directory too.
+    pub dir: Option<PathBuf>,
+    /// Largest file accepted, in MB (default 20).
+    pub max_file_mb: Option<u64>,
+    /// Largest total of one message's attachments, in MB (default 20).
+    pub max_message_mb: Option<u64>,
+    /// Types accepted, sniffed from the content: `type/subtype` or `type/*` (default: common
+    /// images, PDF, plain text, audio, MP4/WebM/QuickTime video, zip and gzip).
+    pub allowed_types: Option<Vec<String>>,
 }
 
 /// `[bus]`: event fan-out between instances.
@@ -252,6 +270,8 @@ pub struct Settings {
     pub instance_id: String,
     /// Lease length of runs and chat connections (see `[store] lease_ms`).
     pub lease: std::time::Duration,
+    pub files_dir: PathBuf,
+    pub files: switchboard_engine::FileLimits,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -383,6 +403,11 @@ impl Settings {
                 .collect(),
             None => file.server.allowed_hosts.clone().unwrap_or_default(),
         };
+        let data_dir = data_dir_flag
+            .map(Path::to_path_buf)
+            .or_else(|| env("SWITCHBOARD_DATA_DIR").map(PathBuf::from))
+            .or(file.data_dir.clone())
+            .unwrap_or_else(default_data_dir);
         Ok(Self {
             store_url: env("SWITCHBOARD_STORE_URL").or(file.store.url.clone()),
             bus_url: env("SWITCHBOARD_BUS_URL").or(file.bus.url.clone()),
@@ -403,11 +428,7 @@ impl Settings {
                 .or_else(|| env("SWITCHBOARD_LISTEN"))
                 .or(file.listen.clone())
                 .unwrap_or_else(|| "127.0.0.1:7070".into()),
-            data_dir: data_dir_flag
-                .map(Path::to_path_buf)
-                .or_else(|| env("SWITCHBOARD_DATA_DIR").map(PathBuf::from))
-                .or(file.data_dir.clone())
-                .unwrap_or_else(default_data_dir),
+            data_dir: data_dir.clone(),
             token: env("SWITCHBOARD_TOKEN").or(file.token.clone()),
             provider_kind,
             base_url,
@@ -443,6 +464,11 @@ impl Settings {
             max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?
                 .or(file.server.max_body_bytes)
                 .unwrap_or(2 * 1024 * 1024),
+            files_dir: env("SWITCHBOARD_FILES_DIR")
+                .map(PathBuf::from)
+                .or(file.files.dir.clone())
+                .unwrap_or_else(|| data_dir.join("files")),
+            files: file_limits(&file.files)?,
         })
     }
 
@@ -526,6 +552,45 @@ fn endpoint(
                 .or(file_key),
         )
     }
+}
+
+/// `[files]` (and `SWITCHBOARD_MAX_FILE_MB`, `SWITCHBOARD_MAX_MESSAGE_MB`) over the defaults.
+fn file_limits(section: &FilesSection) -> Result<switchboard_engine::FileLimits> {
+    const MB: u64 = 1024 * 1024;
+    let mut limits = switchboard_engine::FileLimits::default();
+    let mb = |name: &str, key: &str, file: Option<u64>| -> Result<Option<u64>> {
+        match env_parse::<u64>(name)?.or(file) {
+            Some(0) => bail!("[files] {key} must be at least 1"),
+            Some(n) => Ok(Some(n.saturating_mul(MB))),
+            None => Ok(None),
+        }
+    };
+    if let Some(b) = mb(
+        "SWITCHBOARD_MAX_FILE_MB",
+        "max_file_mb",
+        section.max_file_mb,
+    )? {
+        limits.max_file_bytes = b;
+    }
+    if let Some(b) = mb(
+        "SWITCHBOARD_MAX_MESSAGE_MB",
+        "max_message_mb",
+        section.max_message_mb,
+    )? {
+        limits.max_message_bytes = b;
+    }
+    if let Some(types) = &section.allowed_types {
+        for t in types {
+            let ok = t.split_once('/').is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && !a.contains('*') && (b == "*" || !b.contains('*'))
+            });
+            if !ok {
+                bail!("[files] allowed_types: {t:?} is not `type/subtype` or `type/*`");
+            }
+        }
+        limits.allowed_types = types.clone();
+    }
+    Ok(limits)
 }
 
 /// Agent names go into URLs and CLI flags; commands must be given.

@@ -28,6 +28,7 @@ use crate::log::{EventLog, Subscription};
 use crate::time::{now_rfc3339, parse_ts};
 
 mod control;
+mod files;
 mod leases;
 mod recovery;
 mod runs;
@@ -120,6 +121,8 @@ struct Inner {
     approvals: Arc<Approvals>,
     /// Sessions the reaper found with follow-ups and no running run in its last pass.
     waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
+    /// Files' content (see [`crate::files`]).
+    blobs: crate::files::Blobs,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
     /// Fires once shutdown has finished recording run outcomes; live streams end then.
@@ -135,11 +138,14 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let log = EventLog::new(store.clone(), config.live_buffer);
+        let blobs = crate::files::Blobs::new(config.files_dir.clone());
+        blobs.sweep_temp();
         let engine = Self {
             inner: Arc::new(Inner {
                 store,
                 log,
                 backends,
+                blobs,
                 config,
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),

@@ -42,11 +42,20 @@ impl Engine {
         }
         validate_message(&req)?;
         self.record(session_id).await?;
+        let attachments = self
+            .attachments(session_id, &req.message.attachments)
+            .await?;
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         match req.kind {
             MessageType::Steering => {
                 drop(_guard);
+                if !attachments.is_empty() {
+                    return Err(EngineError::validation(
+                        "message.attachments",
+                        "steering carries text only; send files with a message or a follow-up",
+                    ));
+                }
                 let control = RunControl::Steer {
                     session_id,
                     run_id: req.run_id,
@@ -73,7 +82,7 @@ impl Engine {
                 {
                     return Err(EngineError::SessionAlreadyRunning(session_id));
                 }
-                let run = self.new_run(session_id, &req, true).await?;
+                let run = self.new_run(session_id, &req, attachments, true).await?;
                 if let Err(e) = self.start_run(session_id, run.id).await {
                     // Another instance started a run in between: this one must not linger
                     // at the front of the queue. If it is not queued any more, another
@@ -91,7 +100,7 @@ impl Engine {
                 Ok(run.id)
             }
             MessageType::FollowUp => {
-                let run = self.new_run(session_id, &req, false).await?;
+                let run = self.new_run(session_id, &req, attachments, false).await?;
                 self.inner
                     .log
                     .append(
@@ -114,6 +123,7 @@ impl Engine {
         &self,
         session_id: Uuid,
         req: &SendMessageRequest,
+        attachments: Vec<switchboard_protocol::FileInfo>,
         front: bool,
     ) -> Result<RunRecord, EngineError> {
         let overrides = req.overrides.clone().filter(|o| !o.is_empty());
@@ -126,6 +136,7 @@ impl Engine {
                 .or_else(|| req.model.clone()),
             context: req.context.clone(),
             overrides,
+            attachments,
         };
         let new = NewRun {
             id: Uuid::now_v7(),
@@ -270,6 +281,17 @@ impl Engine {
                 fence,
             )
             .await?;
+            for file in &input.attachments {
+                log.append_fenced(
+                    session_id,
+                    &AgentEvent::FileAttached {
+                        run_id,
+                        file: file.clone(),
+                    },
+                    fence,
+                )
+                .await?;
+            }
             store.touch_session(session_id, &now_rfc3339()).await?;
             let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();

@@ -234,9 +234,20 @@ impl Engine {
         }
         let lock = self.session_lock(id);
         let _guard = lock.lock().await;
+        let mut hashes: Vec<String> = self
+            .inner
+            .store
+            .list_files(id)
+            .await?
+            .into_iter()
+            .map(|f| f.sha256)
+            .collect();
+        hashes.sort();
+        hashes.dedup();
         if !self.inner.store.delete_session(id).await? {
             return Err(EngineError::SessionNotFound(id));
         }
+        self.remove_unused_content(hashes).await;
         self.inner.log.forget(id);
         if let Ok(config) = session_config(&record)
             && let Ok(backend) = self.inner.backends.resolve(&config.backend)

@@ -1,6 +1,7 @@
 //! One router per resource.
 
 pub mod events;
+pub mod files;
 pub mod health;
 pub mod messages;
 pub mod sessions;

@@ -43,8 +43,8 @@ use uuid::Uuid;
 pub use open::{PostgresOptions, SqliteOptions};
 
 use crate::{
-    ApprovalRecord, Lease, MessageRecord, Result, RunOutcome, RunRecord, RunState, SessionRecord,
-    StoreError, StoredEvent,
+    ApprovalRecord, FileRecord, Lease, MessageRecord, Result, RunOutcome, RunRecord, RunState,
+    SessionRecord, StoreError, StoredEvent,
 };
 
 /// [`Store`](crate::Store) on a SQLite file ([`SqlStore::open_sqlite`]) or a PostgreSQL
@@ -207,6 +207,7 @@ pub(crate) const RUN_COLS: &str =
 pub(crate) const MESSAGE_COLS: &str =
     "id, session_id, run_id, role, content, tool_calls, tool_call_id, is_error, created_at";
 pub(crate) const APPROVAL_COLS: &str = "session_id, run_id, tool_calls, created_at, expires_at";
+pub(crate) const FILE_COLS: &str = "id, session_id, name, mime, size, sha256, created_at";
 
 pub(crate) fn lease_from_row(r: &impl Cols) -> Result<Lease> {
     Ok(Lease {
@@ -267,6 +268,18 @@ pub(crate) fn message_from_row(row: &impl Cols) -> Result<MessageRecord> {
         tool_calls: row.opt_json("tool_calls")?,
         tool_call_id: row.opt_text("tool_call_id")?,
         is_error: row.flag("is_error")?,
+        created_at: row.text("created_at")?,
+    })
+}
+
+pub(crate) fn file_from_row(row: &impl Cols) -> Result<FileRecord> {
+    Ok(FileRecord {
+        id: row.uuid("id")?,
+        session_id: row.uuid("session_id")?,
+        name: row.text("name")?,
+        mime: row.text("mime")?,
+        size: row.count("size")?,
+        sha256: row.text("sha256")?,
         created_at: row.text("created_at")?,
     })
 }

@@ -7,13 +7,15 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    APPROVAL_COLS, Cols, INSERT_CHUNK, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SqlStore,
-    TxOps, approval_from_row, event_from_row, insert_events_sql, lease_from_row, message_from_row,
-    run_from_row, session_from_row, to_i64, ttl_ms, with_db,
+    APPROVAL_COLS, Cols, FILE_COLS, INSERT_CHUNK, LockSession, MESSAGE_COLS, RUN_COLS,
+    SESSION_COLS, SqlStore, TxOps, approval_from_row, event_from_row, file_from_row,
+    insert_events_sql, lease_from_row, message_from_row, run_from_row, session_from_row, to_i64,
+    ttl_ms, with_db,
 };
 use crate::{
-    ApprovalRecord, EventBounds, Lease, LeaseState, MessageRecord, NewEvent, NewRun, Result,
-    RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store, StoreError,
+    ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
+    Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store,
+    StoreError,
 };
 
 /// A foreign-key violation names the session that is missing; other errors as they are.
@@ -711,6 +713,69 @@ impl Store for SqlStore {
             .iter()
             .map(approval_from_row)
             .collect()
+        })
+    }
+
+    // --- files ------------------------------------------------------------------------------
+
+    async fn put_file(&self, f: &FileRecord) -> Result<()> {
+        with_db!(self, |pool, d| {
+            sqlx::query(
+                "INSERT INTO files (id, session_id, name, mime, size, sha256, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(d.id(f.id))
+            .bind(d.id(f.session_id))
+            .bind(&f.name)
+            .bind(&f.mime)
+            .bind(to_i64(f.size)?)
+            .bind(&f.sha256)
+            .bind(&f.created_at)
+            .execute(pool)
+            .await
+            .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
+        });
+        Ok(())
+    }
+
+    async fn get_file(&self, session_id: Uuid, id: Uuid) -> Result<Option<FileRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {FILE_COLS} FROM files WHERE session_id = $1 AND id = $2"
+            ))
+            .bind(d.id(session_id))
+            .bind(d.id(id))
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(file_from_row)
+            .transpose()
+        })
+    }
+
+    async fn list_files(&self, session_id: Uuid) -> Result<Vec<FileRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {FILE_COLS} FROM files WHERE session_id = $1 ORDER BY created_at, id"
+            ))
+            .bind(d.id(session_id))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(file_from_row)
+            .collect()
+        })
+    }
+
+    async fn content_in_use(&self, sha256: &str) -> Result<bool> {
+        with_db!(self, |pool, _d| {
+            Ok(
+                sqlx::query("SELECT 1 AS one FROM files WHERE sha256 = $1 LIMIT 1")
+                    .bind(sha256)
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some(),
+            )
         })
     }
 
