@@ -10,7 +10,9 @@ use switchboard_protocol::{AgentEvent, PermissionMode, Role, ToolCall, Transcrip
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::provider::{ChatMessage, Provider, ProviderError, StreamedToolCall, TextSink};
+use crate::provider::{
+    ChatMessage, ImagePart, Provider, ProviderError, StreamedToolCall, TextSink,
+};
 use crate::tools::{self, ToolLimits, Workspace};
 
 /// Settings of the built-in agent.
@@ -23,6 +25,9 @@ pub struct AgentConfig {
     pub max_turns: u32,
     /// Timeouts and output cap of the tools.
     pub limits: ToolLimits,
+    /// When the model refuses a message's images: send it again without them (the text
+    /// still names the files and their copies in the workspace) instead of failing the run.
+    pub image_fallback: bool,
 }
 
 impl Default for AgentConfig {
@@ -37,6 +42,7 @@ impl Default for AgentConfig {
                 .into(),
             max_turns: 50,
             limits: ToolLimits::default(),
+            image_fallback: false,
         }
     }
 }
@@ -92,6 +98,42 @@ fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
     }
     close_open(&mut out, &mut open);
     out
+}
+
+/// Image types sent to models as images (what both APIs accept).
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Largest image sent as one (Anthropic's limit per image); larger ones are named in the
+/// text only.
+const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
+
+/// The run's attached images, read from their copies in the workspace.
+async fn attached_images(ctx: &RunContext) -> Vec<ImagePart> {
+    use base64::Engine as _;
+    let mut out = Vec::new();
+    for f in &ctx.input.attachments {
+        if !IMAGE_TYPES.contains(&f.mime.as_str()) || f.size > MAX_IMAGE_BYTES {
+            continue;
+        }
+        let path = ctx.cwd.join(switchboard_engine::files::inbox_path(f));
+        match tokio::fs::read(&path).await {
+            Ok(bytes) => out.push(ImagePart {
+                mime: f.mime.clone(),
+                base64: base64::engine::general_purpose::STANDARD.encode(bytes),
+            }),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "an attached image could not be read; it is named in the text only");
+            }
+        }
+    }
+    out
+}
+
+/// Whether a provider's answer is its refusal of the request's images: a client error other
+/// than rate limiting or auth, to a request that carried some.
+fn refused_images(e: &ProviderError, messages: &[ChatMessage]) -> bool {
+    matches!(e, ProviderError::Http { status, .. } if matches!(status, 400 | 413 | 415 | 422))
+        && messages.iter().any(|m| !m.images.is_empty())
 }
 
 fn fail(p: &dyn Provider, e: ProviderError) -> BackendError {
@@ -214,7 +256,10 @@ impl Backend for BuiltinAgent {
             .iter()
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
-        messages.push(ChatMessage::user(ctx.input.prompt_text()));
+        messages.push(ChatMessage::user_with_images(
+            ctx.input.prompt_text(),
+            attached_images(&ctx).await,
+        ));
         // A run's overrides replace the system prompt (when not blank) and the turn limit.
         let overrides = ctx.input.overrides.clone().unwrap_or_default();
         let system_prompt = overrides
@@ -254,6 +299,30 @@ impl Backend for BuiltinAgent {
                 Ok(c) => c,
                 Err(ProviderError::Cancelled) => {
                     return Ok(Self::summary("cancelled", turns, usage));
+                }
+                Err(e) if refused_images(&e, &messages) => {
+                    let reason = self.provider.redact(&e.to_string());
+                    if !self.config.image_fallback {
+                        return Err(BackendError::new(
+                            format!(
+                                "the model {model} did not accept the attached images ({reason}); use a vision-capable model, or set [provider] image_fallback = true to send the text alone"
+                            ),
+                            false,
+                        ));
+                    }
+                    for m in &mut messages {
+                        m.images.clear();
+                    }
+                    ctx.handle
+                        .emit(AgentEvent::Notice {
+                            run_id,
+                            message: format!(
+                                "the model {model} did not accept the attached images; they were sent as text only (their names and workspace copies)"
+                            ),
+                        })
+                        .await?;
+                    turns -= 1;
+                    continue;
                 }
                 Err(e) => return Err(fail(self.provider.as_ref(), e)),
             };

@@ -19,6 +19,6 @@ pub use agent::{AgentConfig, BuiltinAgent};
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::{
-    ChatMessage, ChatRole, Completion, Provider, ProviderError, StreamedToolCall, TextSink,
-    ToolSpec,
+    ChatMessage, ChatRole, Completion, ImagePart, Provider, ProviderError, StreamedToolCall,
+    TextSink, ToolSpec,
 };

@@ -276,7 +276,18 @@ fn wire_messages(system: &str, messages: &[ChatMessage]) -> Vec<Value> {
     }
     for m in messages {
         out.push(match m.role {
-            ChatRole::User => json!({"role": "user", "content": m.content}),
+            ChatRole::User if m.images.is_empty() => json!({"role": "user", "content": m.content}),
+            // Vision input: the text, then each image as a data URL.
+            ChatRole::User => {
+                let mut parts = vec![json!({"type": "text", "text": m.content})];
+                parts.extend(m.images.iter().map(|i| {
+                    json!({
+                        "type": "image_url",
+                        "image_url": {"url": format!("data:{};base64,{}", i.mime, i.base64)},
+                    })
+                }));
+                json!({"role": "user", "content": parts})
+            }
             ChatRole::Assistant if m.tool_calls.is_empty() => {
                 json!({"role": "assistant", "content": m.content})
             }

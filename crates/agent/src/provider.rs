@@ -27,6 +27,16 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     /// For [`ChatRole::Tool`]: the result is an error.
     pub is_error: bool,
+    /// For [`ChatRole::User`]: images that go with the text, for models that see.
+    pub images: Vec<ImagePart>,
+}
+
+/// An image of a user message: its type and its content in base64.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePart {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime: String,
+    pub base64: String,
 }
 
 impl ChatMessage {
@@ -37,6 +47,15 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: None,
             is_error: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// A user message with images.
+    pub fn user_with_images(content: impl Into<String>, images: Vec<ImagePart>) -> Self {
+        Self {
+            images,
+            ..Self::user(content)
         }
     }
 
@@ -47,6 +66,7 @@ impl ChatMessage {
             tool_calls,
             tool_call_id: None,
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -57,6 +77,7 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: Some(id.into()),
             is_error,
+            images: Vec::new(),
         }
     }
 }

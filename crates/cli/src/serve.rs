@@ -63,6 +63,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
             max_timeout: Duration::from_secs(settings.command_max_timeout_secs),
             output_cap: settings.output_cap_chars,
         },
+        image_fallback: settings.image_fallback,
         ..AgentConfig::default()
     };
     if let Some(p) = &settings.system_prompt {

@@ -418,3 +418,155 @@ async fn attachments_are_checked_recorded_in_the_log_and_survive_a_restart() {
         .collect();
     assert_eq!(attached, vec![shot.clone(), small.clone()]);
 }
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A session in `ws`, a screenshot uploaded and sent with a message; the run's events.
+async fn send_screenshot(
+    c: &switchboard_client::Client,
+    ws: &Path,
+    shot: &[u8],
+) -> (Uuid, FileInfo, Vec<switchboard_protocol::EventEnvelope>) {
+    let s = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(ws.display().to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let file = c
+        .upload_file(s.id, "failing build.png", shot.to_vec())
+        .await
+        .unwrap();
+    let mut req = SendMessageRequest::user("why does the build fail?", MessageType::Message);
+    req.message.attachments = vec![AttachmentRef {
+        file_id: file.file_id,
+    }];
+    let mut stream = c.subscribe(s.id, Some(0));
+    let run = c.send_message(s.id, &req).await.unwrap().run_id;
+    let events = until_run_ends(&mut stream, run).await;
+    (s.id, file, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photo_reaches_the_model_as_an_image_and_the_workspace_as_a_file() {
+    let llm = MockLlm::start().await;
+    let shot = png(20_000);
+    for provider in ["openai", "anthropic"] {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let anthropic_url = llm.anthropic_base_url();
+        let extra: Vec<(&str, &str)> = if provider == "anthropic" {
+            vec![
+                ("SWITCHBOARD_PROVIDER", "anthropic"),
+                ("SWITCHBOARD_ANTHROPIC_BASE_URL", &anthropic_url),
+                ("SWITCHBOARD_ANTHROPIC_API_KEY", "sk-ant-test"),
+            ]
+        } else {
+            vec![]
+        };
+        let server = start(dir.path(), &llm.base_url(), &extra).await;
+        let c = client(&server);
+        let before = llm.requests().len();
+        llm.push(MockReply::Text {
+            chunks: vec!["the test expects 3".into()],
+            delay_ms: 0,
+        });
+        let (_, file, events) = send_screenshot(&c, ws.path(), &shot).await;
+        assert!(
+            kinds(&events).contains(&"run_completed"),
+            "{provider}: {:?}",
+            kinds(&events)
+        );
+        let requests = llm.requests();
+        let req = &requests[before];
+        assert_eq!(
+            req.images(),
+            vec![("image/png".to_string(), b64(&shot))],
+            "{provider}: the photo goes to the model as an image part"
+        );
+        // and a copy lands in the workspace, named in the text
+        let inbox = format!(".switchboard/inbox/{}-failing build.png", &file.sha256[..8]);
+        assert_eq!(
+            std::fs::read(ws.path().join(&inbox)).unwrap(),
+            shot,
+            "{provider}"
+        );
+        let text = req.last_user_text();
+        assert!(
+            text.contains("why does the build fail?") && text.contains(&inbox),
+            "{provider}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_refuses_images_fails_clearly_or_gets_the_text_alone() {
+    let llm = MockLlm::start().await;
+    let shot = png(5_000);
+    let refusal = || {
+        MockReply::Status {
+        status: 400,
+        body: r#"{"error":{"message":"This model does not support image input","type":"invalid_request_error"}}"#.into(),
+    }
+    };
+
+    // without the fallback: a clear, final RunError
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    llm.push(refusal());
+    let (_, _, events) = send_screenshot(&client(&server), ws.path(), &shot).await;
+    let error = events
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::RunError {
+                error, retryable, ..
+            } => Some((error.clone(), *retryable)),
+            _ => None,
+        })
+        .expect("a RunError");
+    assert!(
+        error.0.contains("did not accept the attached images")
+            && error.0.contains("image_fallback"),
+        "{error:?}"
+    );
+    assert!(!error.1, "not retryable as it is");
+    drop(server);
+
+    // with it: the same message again, without the image, and a Notice saying so
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[("SWITCHBOARD_IMAGE_FALLBACK", "true")],
+    )
+    .await;
+    let before = llm.requests().len();
+    llm.push(refusal());
+    llm.push(MockReply::Text {
+        chunks: vec!["I read the file name only".into()],
+        delay_ms: 0,
+    });
+    let (_, _, events) = send_screenshot(&client(&server), ws.path(), &shot).await;
+    assert!(
+        kinds(&events).contains(&"run_completed"),
+        "{:?}",
+        kinds(&events)
+    );
+    assert!(
+        events.iter().any(|e| matches!(&e.event, AgentEvent::Notice { message, .. } if message.contains("text only"))),
+        "a Notice tells the user"
+    );
+    let requests = llm.requests();
+    assert_eq!(requests[before].images().len(), 1, "first with the image");
+    assert!(requests[before + 1].images().is_empty(), "then without");
+    assert!(
+        requests[before + 1]
+            .last_user_text()
+            .contains(".switchboard/inbox/")
+    );
+}

@@ -72,6 +72,23 @@ impl RunInput {
             ));
         }
         out.push_str(&self.content);
+        out.push_str(&self.attachment_notes());
+        out
+    }
+
+    /// One line per attached file, naming its copy in the workspace (empty without files):
+    /// what a text-only reader of the message (a model, the transcript) sees of them.
+    pub fn attachment_notes(&self) -> String {
+        let mut out = String::new();
+        for f in &self.attachments {
+            out.push_str(&format!(
+                "\n[attached: {} ({}, {} bytes) — a copy is at {}]",
+                f.name,
+                f.mime,
+                f.size,
+                crate::files::inbox_path(f)
+            ));
+        }
         out
     }
 }

@@ -348,6 +348,49 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Where an attached file's copy goes in the workspace, relative to it:
+/// `.switchboard/inbox/<first 8 hex digits of its hash>-<name>` (the same content always gets
+/// the same path; two files of one name but different content do not collide).
+pub fn inbox_path(file: &FileInfo) -> String {
+    let short = file.sha256.get(..8).unwrap_or("00000000");
+    format!(".switchboard/inbox/{short}-{}", clean_name(&file.name))
+}
+
+impl Blobs {
+    /// Copies each file into the workspace `cwd` at its [`inbox_path`] (kept if present).
+    /// Files are 0600, the inbox directory 0700.
+    pub(crate) async fn copy_to_inbox(&self, cwd: &Path, files: &[FileInfo]) -> Result<(), String> {
+        for f in files {
+            let target = cwd.join(inbox_path(f));
+            if tokio::fs::metadata(&target).await.is_ok() {
+                continue;
+            }
+            if let Some(parent) = target.parent() {
+                private_dir(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+            }
+            let tmp = target.with_extension(format!("part-{}", Uuid::new_v4().simple()));
+            let mut out = tokio::fs::File::from_std(
+                open_private(&tmp).map_err(|e| format!("writing {}: {e}", tmp.display()))?,
+            );
+            let mut src = tokio::fs::File::open(self.path(&f.sha256))
+                .await
+                .map_err(|e| format!("reading the stored {}: {e}", f.name))?;
+            let copied = tokio::io::copy(&mut src, &mut out).await;
+            drop(out);
+            match copied {
+                Ok(_) => tokio::fs::rename(&tmp, &target)
+                    .await
+                    .map_err(|e| format!("writing {}: {e}", target.display()))?,
+                Err(e) => {
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                    return Err(format!("copying {}: {e}", f.name));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A stored row as the wire shows it.
 pub(crate) fn info(r: &FileRecord) -> FileInfo {
     FileInfo {

@@ -12,7 +12,21 @@ pub(super) fn wire_messages(messages: &[ChatMessage]) -> Vec<Value> {
     let mut merged: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in messages {
         let (role, blocks) = match m.role {
-            ChatRole::User => ("user", text_block(&m.content).into_iter().collect()),
+            // Images first, then the text about them (as Anthropic advises).
+            ChatRole::User => {
+                let mut blocks: Vec<Value> = m
+                    .images
+                    .iter()
+                    .map(|i| {
+                        json!({
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": i.mime, "data": i.base64},
+                        })
+                    })
+                    .collect();
+                blocks.extend(text_block(&m.content));
+                ("user", blocks)
+            }
             ChatRole::Assistant => {
                 let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
                 blocks.extend(m.tool_calls.iter().map(|c| {

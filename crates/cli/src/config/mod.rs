@@ -202,6 +202,9 @@ pub struct ProviderSection {
     pub system_prompt: Option<String>,
     /// Anthropic: most output tokens per reply.
     pub max_tokens: Option<u32>,
+    /// When the model refuses images: send the text alone instead of failing the run
+    /// (default false).
+    pub image_fallback: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -249,6 +252,7 @@ pub struct Settings {
     pub model: Option<String>,
     pub max_retries: u32,
     pub max_tokens: u32,
+    pub image_fallback: bool,
     pub system_prompt: Option<String>,
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: PermissionMode,
@@ -441,6 +445,9 @@ impl Settings {
                 .or(file.provider.max_tokens)
                 .unwrap_or(8192)
                 .max(1),
+            image_fallback: env_parse("SWITCHBOARD_IMAGE_FALLBACK")?
+                .or(file.provider.image_fallback)
+                .unwrap_or(false),
             system_prompt: env("SWITCHBOARD_SYSTEM_PROMPT").or(file.provider.system_prompt.clone()),
             default_cwd: env("SWITCHBOARD_DEFAULT_CWD")
                 .map(PathBuf::from)

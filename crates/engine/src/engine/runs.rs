@@ -292,6 +292,26 @@ impl Engine {
                 )
                 .await?;
             }
+            if !input.attachments.is_empty()
+                && let Err(e) = self
+                    .inner
+                    .blobs
+                    .copy_to_inbox(Path::new(&session.cwd), &input.attachments)
+                    .await
+            {
+                tracing::warn!(%session_id, %run_id, error = %e, "copying attachments into the workspace failed");
+                log.append_fenced(
+                    session_id,
+                    &AgentEvent::Notice {
+                        run_id,
+                        message: format!(
+                            "the attached files could not be copied into the workspace ({e}); the agent gets them only as the message carries them"
+                        ),
+                    },
+                    fence,
+                )
+                .await?;
+            }
             store.touch_session(session_id, &now_rfc3339()).await?;
             let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();
@@ -302,7 +322,7 @@ impl Engine {
                         session_id,
                         run_id: Some(run_id),
                         role: Role::User.as_str().into(),
-                        content: input.content.clone(),
+                        content: format!("{}{}", input.content, input.attachment_notes()),
                         tool_calls: None,
                         tool_call_id: None,
                         is_error: false,

@@ -53,6 +53,50 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// The images of the request's last user message as `(mime, base64)`, in either wire
+    /// form: chat-completions `image_url` parts with a `data:` URL, or Messages `image`
+    /// blocks with a base64 source.
+    pub fn images(&self) -> Vec<(String, String)> {
+        let last_user = self.body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"));
+        let Some(parts) = last_user.and_then(|m| m["content"].as_array()) else {
+            return Vec::new();
+        };
+        parts
+            .iter()
+            .filter_map(|p| match p["type"].as_str()? {
+                "image_url" => {
+                    let url = p["image_url"]["url"].as_str()?;
+                    let (mime, data) = url.strip_prefix("data:")?.split_once(";base64,")?;
+                    Some((mime.to_owned(), data.to_owned()))
+                }
+                "image" if p["source"]["type"] == "base64" => Some((
+                    p["source"]["media_type"].as_str()?.to_owned(),
+                    p["source"]["data"].as_str()?.to_owned(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The text of the request's last user message (its text parts joined).
+    pub fn last_user_text(&self) -> String {
+        let last_user = self.body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"));
+        match last_user.map(|m| &m["content"]) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+
     /// The value of header `name` (case-insensitive), if present.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
