@@ -47,6 +47,8 @@ pub(crate) struct Conn {
     pub cx: v1::ConnectionTo<Agent>,
     pub incoming: mpsc::UnboundedReceiver<Incoming>,
     pub load_session: bool,
+    /// What the agent takes in a prompt besides text and resource links.
+    pub prompt_caps: PromptCapabilities,
     child: Child,
     stop: Option<oneshot::Sender<()>>,
     driver: JoinHandle<()>,
@@ -147,6 +149,7 @@ impl Conn {
             cx,
             incoming,
             load_session: false,
+            prompt_caps: PromptCapabilities::default(),
             child,
             stop: Some(stop_tx),
             driver,
@@ -187,6 +190,7 @@ impl Conn {
             }
         };
         conn.load_session = init.agent_capabilities.load_session;
+        conn.prompt_caps = init.agent_capabilities.prompt_capabilities.clone();
         tracing::info!(agent = %name, load_session = conn.load_session, "agent initialized");
         Ok(conn)
     }

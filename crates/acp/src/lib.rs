@@ -10,6 +10,7 @@
 //! answered from any surface. It knows nothing of HTTP or chat platforms.
 
 mod conn;
+mod content;
 mod map;
 
 use std::collections::HashMap;
@@ -329,7 +330,7 @@ impl AcpBackend {
         conn: &mut Conn,
         session: &SessionId,
         ctx: &RunContext,
-        text: String,
+        blocks: Vec<ContentBlock>,
         turn: &mut map::Turn,
     ) -> Result<(String, bool), BackendError> {
         // Anything left from an earlier turn is stale: answer it so the agent is not stuck.
@@ -340,7 +341,7 @@ impl AcpBackend {
                 ));
             }
         }
-        let req = PromptRequest::new(session.clone(), vec![ContentBlock::from(text)]);
+        let req = PromptRequest::new(session.clone(), blocks);
         let mut reply = tokio::spawn(conn.cx.send_request(req).block_task());
         let mut cancel_sent: Option<Instant> = None;
         loop {
@@ -517,7 +518,14 @@ impl Backend for AcpBackend {
                 ));
             };
             let mut turn = map::Turn::new(ctx.run_id);
-            let result = self.prompt(conn, &session, &ctx, text, &mut turn).await;
+            // The run's files go with its first prompt; steering is text.
+            let blocks = if prompts == 1 {
+                content::prompt_blocks(text, &ctx.input.attachments, &ctx.cwd, &conn.prompt_caps)
+                    .await
+            } else {
+                vec![ContentBlock::from(text)]
+            };
+            let result = self.prompt(conn, &session, &ctx, blocks, &mut turn).await;
             let died = !conn.alive();
             slot.last_used = Instant::now();
             turn.finish(&ctx.handle).await?;

@@ -630,3 +630,86 @@ async fn the_cli_chats_with_an_acp_agent() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "The tool ran.");
     assert!(stderr.contains("Run echo hi"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attached_files_reach_an_acp_agent_as_its_capabilities_allow() {
+    let w = World::new(&[
+        ("plain", &[]),
+        (
+            "rich",
+            &[("TEST_AGENT_PROMPT_CAPS", "image,embedded_context")],
+        ),
+    ])
+    .await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let mut pdf = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog >> endobj\n".to_vec();
+    pdf.extend(std::iter::repeat_n(b'x', 3000));
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    png.extend_from_slice(&[0, 0, 0, 0x0d, b'I', b'H', b'D', b'R']);
+    png.extend(std::iter::repeat_n(7u8, 500));
+    for agent in ["rich", "plain"] {
+        let id = w.session(&c, agent, None).await;
+        let report = c.upload_file(id, "report.pdf", pdf.clone()).await.unwrap();
+        assert_eq!(report.mime, "application/pdf");
+        let shot = c.upload_file(id, "shot.png", png.clone()).await.unwrap();
+        let mut req =
+            SendMessageRequest::user(format!("read these ({agent})"), MessageType::Message);
+        req.message.attachments = [&report, &shot]
+            .iter()
+            .map(|f| switchboard_protocol::AttachmentRef { file_id: f.file_id })
+            .collect();
+        let mut events = c.subscribe(id, Some(0));
+        let run = c.send_message(id, &req).await.unwrap().run_id;
+        let evs = until_run_ends(&mut events, run).await;
+        assert_eq!(stop_reason(&evs), "end_turn", "{agent}");
+        let inbox = w.ws.path().join(".switchboard/inbox");
+        let url = |f: &switchboard_protocol::FileInfo| {
+            format!("file://{}/{}-{}", inbox.display(), &f.sha256[..8], f.name)
+        };
+        if agent == "rich" {
+            logged(
+                &w,
+                &format!(
+                    "block resource mime=application/pdf uri={} bytes={}",
+                    url(&report),
+                    pdf.len()
+                ),
+            )
+            .await;
+            logged(
+                &w,
+                &format!(
+                    "block image mime=image/png uri={} bytes={}",
+                    url(&shot),
+                    png.len()
+                ),
+            )
+            .await;
+        } else {
+            logged(
+                &w,
+                &format!(
+                    "block resource_link mime=application/pdf uri={} bytes={}",
+                    url(&report),
+                    pdf.len()
+                ),
+            )
+            .await;
+            logged(
+                &w,
+                &format!(
+                    "block resource_link mime=image/png uri={} bytes={}",
+                    url(&shot),
+                    png.len()
+                ),
+            )
+            .await;
+        }
+        // the links point at real copies in the workspace
+        assert_eq!(
+            std::fs::read(inbox.join(format!("{}-report.pdf", &report.sha256[..8]))).unwrap(),
+            pdf
+        );
+    }
+}

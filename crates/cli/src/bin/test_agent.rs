@@ -9,6 +9,9 @@
 //! - `TEST_AGENT_NO_LOAD=1`: advertise `loadSession: false` and refuse `session/load`.
 //! - `TEST_AGENT_FAIL_INIT=1`: answer `initialize` with an error.
 //! - `TEST_AGENT_EXIT_AT_ONCE=1`: exit with status 1 before reading anything.
+//! - `TEST_AGENT_PROMPT_CAPS=image,audio,embedded_context`: the prompt capabilities it
+//!   advertises (default none: text and resource links only). Every non-text block of a
+//!   prompt is logged as `block KIND mime=… uri=… bytes=…`.
 //!
 //! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[tool]`,
 //! `[edit]`, `[slow]`, `[crash]`, `[count]`, `[refuse]`, `[error]`. Without any marker other
@@ -26,10 +29,11 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, Content, ContentBlock, ContentChunk, Implementation,
-    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind, Plan, PlanEntry,
-    PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse, RequestPermissionOutcome,
+    AgentCapabilities, CancelNotification, Content, ContentBlock, ContentChunk,
+    EmbeddedResourceResource, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall,
     ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
     ToolKind,
@@ -505,6 +509,63 @@ fn prompt_text(req: &PromptRequest) -> String {
         .collect()
 }
 
+/// `TEST_AGENT_PROMPT_CAPS` as capabilities.
+fn prompt_caps() -> PromptCapabilities {
+    let caps = std::env::var("TEST_AGENT_PROMPT_CAPS").unwrap_or_default();
+    let has = |c: &str| caps.split(',').any(|x| x.trim() == c);
+    PromptCapabilities::new()
+        .image(has("image"))
+        .audio(has("audio"))
+        .embedded_context(has("embedded_context"))
+}
+
+/// A log line for a non-text prompt block: its kind, type, URI and decoded size.
+fn block_line(block: &ContentBlock) -> Option<String> {
+    use base64::Engine as _;
+    let decoded = |b64: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map(|b| b.len())
+            .unwrap_or(0)
+    };
+    Some(match block {
+        ContentBlock::Text(_) => return None,
+        ContentBlock::Image(i) => format!(
+            "block image mime={} uri={} bytes={}",
+            i.mime_type,
+            i.uri.as_deref().unwrap_or("-"),
+            decoded(&i.data)
+        ),
+        ContentBlock::Audio(a) => format!(
+            "block audio mime={} bytes={}",
+            a.mime_type,
+            decoded(&a.data)
+        ),
+        ContentBlock::ResourceLink(l) => format!(
+            "block resource_link mime={} uri={} bytes={}",
+            l.mime_type.as_deref().unwrap_or("-"),
+            l.uri,
+            l.size.unwrap_or(-1)
+        ),
+        ContentBlock::Resource(r) => match &r.resource {
+            EmbeddedResourceResource::TextResourceContents(t) => format!(
+                "block resource mime={} uri={} bytes={}",
+                t.mime_type.as_deref().unwrap_or("-"),
+                t.uri,
+                t.text.len()
+            ),
+            EmbeddedResourceResource::BlobResourceContents(b) => format!(
+                "block resource mime={} uri={} bytes={}",
+                b.mime_type.as_deref().unwrap_or("-"),
+                b.uri,
+                decoded(&b.blob)
+            ),
+            _ => "block resource unknown".to_string(),
+        },
+        _ => "block unknown".to_string(),
+    })
+}
+
 fn report(result: Result<(), Error>) {
     if let Err(e) = result {
         eprintln!("test agent: cannot send a response: {e:?}");
@@ -629,7 +690,9 @@ async fn main() -> Result<(), Error> {
                     responder.respond(
                         InitializeResponse::new(version)
                             .agent_capabilities(
-                                AgentCapabilities::new().load_session(!s_init.no_load),
+                                AgentCapabilities::new()
+                                    .load_session(!s_init.no_load)
+                                    .prompt_capabilities(prompt_caps()),
                             )
                             .agent_info(Implementation::new(
                                 "switchboard-test-agent",
@@ -672,6 +735,11 @@ async fn main() -> Result<(), Error> {
                 let session = req.session_id.to_string();
                 let text = prompt_text(&req);
                 s_prompt.log(&format!("prompt {session} {}", one_line(&text)));
+                for block in &req.prompt {
+                    if let Some(line) = block_line(block) {
+                        s_prompt.log(&line);
+                    }
+                }
                 let cancel = s_prompt.start_turn(&session);
                 let count = match s_prompt.record_prompt(&session, &text) {
                     Ok(count) => count,
