@@ -382,8 +382,10 @@ pub async fn start_gateway(
     for c in &channels {
         tracing::info!(channel = %c.name(), "chat channel configured");
     }
+    let mut config = g.config.clone();
+    config.max_file_bytes = settings.files.max_file_bytes;
     if store.kind() != "postgres" {
-        let gw = switchboard_gateway::Gateway::start(g.config.clone(), client, store, channels)
+        let gw = switchboard_gateway::Gateway::start(config.clone(), client, store, channels)
             .await
             .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))?;
         return Ok(GatewayService {
@@ -399,7 +401,7 @@ pub async fn start_gateway(
             .with_context(|| format!("opening {}", settings.store_url_redacted()))?,
     };
     let parts = GatewayParts {
-        config: g.config.clone(),
+        config,
         client,
         store,
         channels,

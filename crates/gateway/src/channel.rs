@@ -27,6 +27,21 @@ pub struct Attachment {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// The type the platform gives (the server sniffs its own from the content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    /// The platform's reference to fetch the content by ([`Channel::fetch`]): a Telegram
+    /// `file_id`, a Slack `url_private`, a Discord attachment URL. `None`: not fetchable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// An attachment's content, fetched from the platform.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    pub bytes: bytes::Bytes,
+    /// The name to store it under (the attachment's, or one made from its kind).
+    pub name: String,
 }
 
 /// A message from a chat.
@@ -175,6 +190,14 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;
+    /// Fetches an attachment's content from the platform (its [`Attachment::source`]), at
+    /// most `max_bytes`: a larger file is refused as soon as that shows (its declared size,
+    /// or the bytes as they arrive), never held whole. The error is a reason a user may read
+    /// (no secrets). The default: this channel has no files.
+    async fn fetch(&self, attachment: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
+        let _ = (attachment, max_bytes);
+        Err("this channel does not fetch files".into())
+    }
     /// Connection state for `/v1/gateway/status` (`connected`, `polling`, an error …).
     fn status(&self) -> String {
         "configured".into()

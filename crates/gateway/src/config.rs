@@ -86,6 +86,8 @@ pub struct GatewayConfig {
     pub webhook_secrets: HashMap<String, Secret>,
     /// Accepted clock skew of a webhook's timestamp.
     pub webhook_tolerance: Duration,
+    /// Largest file fetched from a platform for the agent (the server's per-file limit).
+    pub max_file_bytes: u64,
 }
 
 /// A secret that never shows in `Debug` output.
@@ -122,6 +124,7 @@ impl Default for GatewayConfig {
             shutdown_call_timeout: Duration::from_secs(5),
             webhook_secrets: HashMap::new(),
             webhook_tolerance: Duration::from_secs(300),
+            max_file_bytes: 20 * 1024 * 1024,
         }
     }
 }

@@ -130,6 +130,32 @@ impl World {
         }
     }
 
+    /// User 42 sends a file in the DM, with `caption`: on Telegram as `kind` (`photo`,
+    /// `document`, `voice`), elsewhere as an attachment named `name`.
+    pub fn dm_file(&self, kind: &str, name: &str, mime: &str, content: &[u8], caption: &str) {
+        match &self.fake {
+            Fake::Telegram(f) => {
+                f.dm_file(
+                    42,
+                    "alice",
+                    switchboard_test_support::fake_telegram::SentFile {
+                        kind,
+                        content,
+                        name: (kind != "photo").then_some(name),
+                        mime: (kind != "photo").then_some(mime),
+                        caption,
+                    },
+                );
+            }
+            Fake::Slack(f) => {
+                f.dm_file("U42", caption, name, mime, content);
+            }
+            Fake::Discord(f) => {
+                f.dm_file("42", "alice", caption, (name, mime, content));
+            }
+        }
+    }
+
     /// The bot's messages in `chat`, in posting order.
     pub fn messages(&self, chat: &str) -> Vec<Msg> {
         match &self.fake {

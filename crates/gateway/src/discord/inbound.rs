@@ -223,6 +223,8 @@ pub(super) fn attachment(a: &ApiAttachment) -> Attachment {
         kind: kind.into(),
         name: a.filename.clone(),
         size: a.size,
+        mime: a.content_type.clone(),
+        source: a.url.clone().filter(|u| !u.is_empty()),
     }
 }
 

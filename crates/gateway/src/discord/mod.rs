@@ -59,7 +59,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef};
+use crate::channel::{
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
+};
 
 mod gateway;
 mod inbound;
@@ -364,6 +366,28 @@ impl Channel for DiscordChannel {
 
     async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
         self.follow_up(&press.press_id, text).await
+    }
+
+    /// The attachment from Discord's CDN (no credentials), only on Discord's hosts.
+    async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
+        let url = a.source.as_deref().ok_or("no attachment URL")?;
+        let url = crate::platform::file_url_allowed(
+            url,
+            self.client.base(),
+            &["discordapp.com", "discordapp.net", "discord.com"],
+        )?;
+        if a.size.is_some_and(|n| n > max_bytes) {
+            return Err(format!(
+                "the file is larger than the {} MB accepted",
+                max_bytes / (1024 * 1024)
+            ));
+        }
+        let bytes = self
+            .client
+            .download("attachment", |http| http.get(url.clone()), max_bytes)
+            .await?;
+        let name = a.name.clone().unwrap_or_else(|| format!("{}.bin", a.kind));
+        Ok(Fetched { bytes, name })
     }
 
     async fn test(&self) -> Result<String, ChannelError> {

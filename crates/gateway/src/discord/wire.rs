@@ -24,6 +24,9 @@ pub(super) struct ApiReady {
 pub(super) struct ApiAttachment {
     #[serde(default)]
     pub(super) filename: Option<String>,
+    /// The CDN URL of the content.
+    #[serde(default)]
+    pub(super) url: Option<String>,
     #[serde(default)]
     pub(super) size: Option<u64>,
     #[serde(default)]

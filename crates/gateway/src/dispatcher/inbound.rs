@@ -46,21 +46,9 @@ impl Gateway {
             }
             return Ok(());
         }
-        let mut text = text.to_string();
-        for a in &m.attachments {
-            let size = a.size.map(|b| format!(", {b} bytes")).unwrap_or_default();
-            let name = a
-                .name
-                .as_deref()
-                .map(|n| format!(" {n}"))
-                .unwrap_or_default();
-            text.push_str(&format!(
-                "\n[attachment: {}{name}{size}; not downloaded]",
-                a.kind
-            ));
-        }
-        let text = text.trim();
-        if text.is_empty() {
+        // The files are fetched when the batch goes to the agent (the worker), so that
+        // acknowledging the message to the platform waits for no download.
+        if text.is_empty() && m.attachments.is_empty() {
             return Ok(());
         }
         let stored = self.store_message(&m, &key, text).await;
@@ -113,6 +101,7 @@ impl Gateway {
                 chat: m.chat.clone(),
                 text: text.to_string(),
                 context,
+                attachments: m.attachments.clone(),
             })
             .await?;
         Ok(())

@@ -20,6 +20,7 @@ fn q(peer: &str, text: &str, context: Option<serde_json::Value>) -> Queued {
         },
         text: text.into(),
         context,
+        attachments: Vec::new(),
     }
 }
 

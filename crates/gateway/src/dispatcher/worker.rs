@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use switchboard_protocol::{
-    AgentEvent, ContextItem, ContextPriority, CreateSessionRequest, MessageType, SendMessageRequest,
+    AgentEvent, AttachmentRef, ContextItem, ContextPriority, CreateSessionRequest, MessageType,
+    SendMessageRequest,
 };
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -43,6 +44,70 @@ pub fn batch_context(items: &[Queued]) -> Option<serde_json::Value> {
         .rev()
         .find_map(|q| q.context.clone().filter(|c| !c.is_null()))
 }
+
+/// Fetches the files of a batch from their platforms and uploads them to the session: the
+/// references to attach, and the batch with a note in each message's text for each file that
+/// could not be taken (so the agent and the transcript say so). Each file is attributed by
+/// its place in its sender's message.
+async fn fetch_files(
+    gw: &Gateway,
+    session_id: Uuid,
+    mut items: Vec<Queued>,
+) -> (Vec<Queued>, Vec<AttachmentRef>) {
+    let mut refs = Vec::new();
+    let max = gw.inner.config.max_file_bytes;
+    for item in &mut items {
+        let Some(channel) = gw.channel(&item.channel) else {
+            continue;
+        };
+        let mut sent = Vec::new();
+        for a in std::mem::take(&mut item.attachments) {
+            let label = match &a.name {
+                Some(n) => format!("{} {n}", a.kind),
+                None => a.kind.clone(),
+            };
+            let fetched = channel.fetch(&a, max).await;
+            let outcome = match fetched {
+                Ok(f) => gw
+                    .inner
+                    .client
+                    .upload_file(session_id, &f.name, f.bytes)
+                    .await
+                    .map_err(|e| match e.code() {
+                        Some("unsupported_file_type" | "file_too_large") => e.to_string(),
+                        _ => "the server could not store it".to_string(),
+                    }),
+                Err(reason) => Err(reason),
+            };
+            match outcome {
+                Ok(info) => {
+                    tracing::info!(channel = %item.channel, file_id = %info.file_id, mime = %info.mime, size = info.size, "chat file taken");
+                    refs.push(AttachmentRef {
+                        file_id: info.file_id,
+                    });
+                    sent.push(label);
+                }
+                Err(reason) => {
+                    tracing::warn!(channel = %item.channel, file = %label, %reason, "chat file not taken");
+                    item.text
+                        .push_str(&format!("\n[{label}: not received — {reason}]"));
+                }
+            }
+            if refs.len() >= MAX_ATTACHMENTS {
+                break;
+            }
+        }
+        item.text = item.text.trim().to_string();
+        if item.text.is_empty() && !sent.is_empty() {
+            // A file without a caption: the message still says something.
+            item.text = format!("(sent {})", sent.join(", "));
+        }
+    }
+    (items, refs)
+}
+
+/// Files one message may carry (the server's limit).
+const MAX_ATTACHMENTS: usize = 10;
 
 pub(super) async fn worker(gw: Gateway, key: String, mut rx: mpsc::UnboundedReceiver<()>) {
     let mut backoff = Duration::from_millis(500);
@@ -117,6 +182,7 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         Err(e) => return Err(e.into()),
     };
     let after = detail.session.last_event_id;
+    let (items, files) = fetch_files(gw, route.session_id, items.clone()).await;
     let text = batch_text(&items);
     let mut context = Vec::new();
     if let Some(c) = batch_context(&items) {
@@ -131,6 +197,7 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
     }
     let mut req = SendMessageRequest::user(text, MessageType::Message);
     req.context = context;
+    req.message.attachments = files;
     let followed = |run_id: Uuid, deadline: Option<String>| FollowedRun {
         routing_key: key.to_string(),
         session_id: route.session_id,

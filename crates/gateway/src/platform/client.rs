@@ -409,6 +409,83 @@ impl PlatformClient {
     }
 }
 
+/// How long one file download may take.
+const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl PlatformClient {
+    /// GETs a file (`build` makes the request, with whatever authentication the platform
+    /// wants), at most `max_bytes`: refused from its declared length or as soon as more
+    /// arrives, never held whole. Connection errors and 5xx are retried like every call's;
+    /// downloads take no turn in the outbox (the platforms publish no rate limit for them).
+    /// The error is a reason a user may read, secrets redacted.
+    pub async fn download(
+        &self,
+        label: &str,
+        build: impl Fn(&reqwest::Client) -> RequestBuilder,
+        max_bytes: u64,
+    ) -> Result<Bytes, String> {
+        use futures::StreamExt as _;
+        let too_large = || {
+            format!(
+                "the file is larger than the {} MB accepted",
+                max_bytes / (1024 * 1024)
+            )
+        };
+        let mut backoff = self.policy.backoff;
+        let mut tries = 0;
+        loop {
+            let failure = match build(&self.http).timeout(DOWNLOAD_TIMEOUT).send().await {
+                Err(e) => self.redact(&format!("{label}: {}", describe(e))),
+                Ok(resp) if resp.status().is_server_error() => {
+                    format!(
+                        "{label}: the platform answered HTTP {}",
+                        resp.status().as_u16()
+                    )
+                }
+                Ok(resp) if !resp.status().is_success() => {
+                    return Err(format!(
+                        "{label}: the platform answered HTTP {}",
+                        resp.status().as_u16()
+                    ));
+                }
+                Ok(resp) => {
+                    if resp.content_length().is_some_and(|n| n > max_bytes) {
+                        return Err(too_large());
+                    }
+                    let mut body = Vec::new();
+                    let mut stream = resp.bytes_stream();
+                    let mut broke = None;
+                    while let Some(chunk) = stream.next().await {
+                        match chunk {
+                            Ok(c) => {
+                                if (body.len() + c.len()) as u64 > max_bytes {
+                                    return Err(too_large());
+                                }
+                                body.extend_from_slice(&c);
+                            }
+                            Err(e) => {
+                                broke = Some(self.redact(&format!("{label}: {}", describe(e))));
+                                break;
+                            }
+                        }
+                    }
+                    match broke {
+                        None => return Ok(Bytes::from(body)),
+                        Some(reason) => reason,
+                    }
+                }
+            };
+            if tries >= self.policy.transient_retries {
+                return Err(failure);
+            }
+            tries += 1;
+            tracing::info!(channel = %self.channel, call = label, error = %failure, retry = tries, "download failed; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2);
+        }
+    }
+}
+
 /// A request error's cause chain, without the URL (it may hold a token).
 pub fn describe(err: reqwest::Error) -> String {
     let timeout = err.is_timeout();

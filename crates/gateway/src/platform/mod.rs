@@ -72,3 +72,66 @@ pub fn edit_keys(id: &str) -> Vec<String> {
 pub fn message_key(chat: &str, message: &str) -> String {
     format!("{chat}\u{0}{message}")
 }
+
+/// Whether a file URL a platform handed us may be fetched (with the bot's credentials, for
+/// Slack): on the API's own host (the configured base, a test server included), or HTTPS on
+/// one of the platform's `hosts` (`slack.com` covers `files.slack.com`). Anything else — a
+/// URL a crafted message points at an internal address — is refused.
+pub fn file_url_allowed(url: &str, base: &str, hosts: &[&str]) -> Result<reqwest::Url, String> {
+    let u =
+        reqwest::Url::parse(url).map_err(|_| "the platform gave no valid file URL".to_string())?;
+    let host = u.host_str().unwrap_or_default().to_ascii_lowercase();
+    let base_host = reqwest::Url::parse(base).ok().and_then(|b| {
+        b.host_str()
+            .map(|h| (h.to_ascii_lowercase(), b.port_or_known_default()))
+    });
+    if base_host.is_some_and(|(h, port)| h == host && port == u.port_or_known_default()) {
+        return Ok(u);
+    }
+    let on_platform = hosts
+        .iter()
+        .any(|h| host == *h || host.ends_with(&format!(".{h}")));
+    if u.scheme() == "https" && on_platform {
+        return Ok(u);
+    }
+    Err(format!(
+        "the file URL's host {host:?} is not the platform's; not fetched"
+    ))
+}
+
+#[cfg(test)]
+mod file_url_tests {
+    use super::file_url_allowed;
+
+    #[test]
+    fn only_the_platform_s_hosts_are_fetched() {
+        let hosts = ["slack.com", "slack-edge.com"];
+        let base = "https://slack.com/api";
+        assert!(
+            file_url_allowed(
+                "https://files.slack.com/files-pri/T1-F1/a.png",
+                base,
+                &hosts
+            )
+            .is_ok()
+        );
+        assert!(
+            file_url_allowed(
+                "http://127.0.0.1:4000/files/a.png",
+                "http://127.0.0.1:4000/api",
+                &hosts
+            )
+            .is_ok()
+        );
+        for bad in [
+            "http://files.slack.com/a.png",
+            "https://evil.example/slack.com/a.png",
+            "https://slack.com.evil.example/a.png",
+            "http://127.0.0.1:4001/a.png",
+            "http://169.254.169.254/latest/meta-data",
+            "not a url",
+        ] {
+            assert!(file_url_allowed(bad, base, &hosts).is_err(), "{bad}");
+        }
+    }
+}

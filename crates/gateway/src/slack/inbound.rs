@@ -355,6 +355,12 @@ pub(super) fn files(event: &Value) -> Vec<Attachment> {
                         .to_owned(),
                     name: f.get("name").and_then(Value::as_str).map(str::to_owned),
                     size: f.get("size").and_then(Value::as_u64),
+                    mime: f.get("mimetype").and_then(Value::as_str).map(str::to_owned),
+                    source: f
+                        .get("url_private_download")
+                        .or_else(|| f.get("url_private"))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
                 })
                 .collect()
         })

@@ -69,8 +69,8 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef, Inbound,
-    InboundHttpError,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
+    Fetched, Inbound, InboundHttpError,
 };
 
 mod blocks;
@@ -457,6 +457,40 @@ impl Channel for SlackChannel {
             params["thread_ts"] = json!(thread);
         }
         self.call("chat.postEphemeral", &params).await.map(|_| ())
+    }
+
+    /// The file's `url_private` with the bot token (which Slack requires), only on Slack's
+    /// own hosts.
+    async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
+        let url = a.source.as_deref().ok_or("no file URL")?;
+        let url = crate::platform::file_url_allowed(
+            url,
+            self.client.base(),
+            &["slack.com", "slack-edge.com"],
+        )?;
+        if a.size.is_some_and(|n| n > max_bytes) {
+            return Err(format!(
+                "the file is larger than the {} MB accepted",
+                max_bytes / (1024 * 1024)
+            ));
+        }
+        let token = &self.cfg.bot_token;
+        let bytes = self
+            .client
+            .download(
+                "url_private",
+                |http| http.get(url.clone()).bearer_auth(token),
+                max_bytes,
+            )
+            .await?;
+        // Without the token's scope Slack answers its sign-in page (HTML) with 200.
+        if bytes.starts_with(b"<!DOCTYPE html") || bytes.starts_with(b"<html") {
+            return Err(
+                "Slack answered a sign-in page: the bot token lacks the files:read scope".into(),
+            );
+        }
+        let name = a.name.clone().unwrap_or_else(|| format!("{}.bin", a.kind));
+        Ok(Fetched { bytes, name })
     }
 
     async fn test(&self) -> Result<String, ChannelError> {

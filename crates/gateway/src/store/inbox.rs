@@ -13,6 +13,7 @@ impl GatewayStore {
             q.context.as_ref().map(to_json),
             now(),
         );
+        let attachments = (!q.attachments.is_empty()).then(|| to_json(&q.attachments));
         with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             // A PostgreSQL sequence hands out ids when rows are inserted, not when they
@@ -22,8 +23,8 @@ impl GatewayStore {
             // order.
             (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
             let id: i64 = sqlx::query_scalar(
-                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
+                 attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
             )
             .bind(&q.routing_key)
             .bind(&q.channel)
@@ -32,6 +33,7 @@ impl GatewayStore {
             .bind(&q.text)
             .bind(&context)
             .bind(&t)
+            .bind(&attachments)
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -125,5 +127,10 @@ pub(super) fn queued_from_row(r: &impl Cols) -> Result<Queued> {
         chat: from_json(r, "chat")?,
         text: r.text("text")?,
         context: context.and_then(|c| serde_json::from_str(&c).ok()),
+        attachments: match r.opt_text("attachments")? {
+            Some(a) => serde_json::from_str(&a)
+                .map_err(|e| StoreError::Corrupt(format!("attachments: {e}")))?,
+            None => Vec::new(),
+        },
     })
 }

@@ -114,6 +114,8 @@ pub struct Queued {
     pub chat: ChatRef,
     pub text: String,
     pub context: Option<serde_json::Value>,
+    /// Files that came with it, fetched from the platform when the batch is sent.
+    pub attachments: Vec<crate::channel::Attachment>,
 }
 
 /// The run a route follows and how far its reply got.
@@ -203,7 +205,7 @@ macro_rules! route_cols {
 }
 macro_rules! queued_cols {
     () => {
-        "id, routing_key, channel, peer, chat, text, context"
+        "id, routing_key, channel, peer, chat, text, context, attachments"
     };
 }
 macro_rules! run_cols {
@@ -245,6 +247,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             3,
             include_str!("../../migrations/sqlite/0003_reply_pages.sql"),
         ),
+        (
+            4,
+            include_str!("../../migrations/sqlite/0004_inbox_attachments.sql"),
+        ),
     ],
     postgres: &[
         (
@@ -258,6 +264,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
         (
             3,
             include_str!("../../migrations/postgres/0003_reply_pages.sql"),
+        ),
+        (
+            4,
+            include_str!("../../migrations/postgres/0004_inbox_attachments.sql"),
         ),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),

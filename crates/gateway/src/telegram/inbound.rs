@@ -228,6 +228,9 @@ pub(super) fn attachments(m: &ApiMessage) -> Vec<Attachment> {
             kind: "photo".into(),
             name: None,
             size: p.file_size,
+            // Telegram re-encodes photos as JPEG.
+            mime: Some("image/jpeg".into()),
+            source: Some(p.file_id.clone()).filter(|id| !id.is_empty()),
         });
     }
     for (kind, f) in [
@@ -235,12 +238,15 @@ pub(super) fn attachments(m: &ApiMessage) -> Vec<Attachment> {
         ("voice", &m.voice),
         ("audio", &m.audio),
         ("video", &m.video),
+        ("video_note", &m.video_note),
     ] {
         if let Some(f) = f {
             out.push(Attachment {
                 kind: kind.into(),
                 name: f.file_name.clone(),
                 size: f.file_size,
+                mime: f.mime_type.clone(),
+                source: Some(f.file_id.clone()).filter(|id| !id.is_empty()),
             });
         }
     }

@@ -31,7 +31,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Inbound,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
+    Inbound,
 };
 
 mod bot_api;
@@ -309,6 +310,42 @@ impl Channel for TelegramChannel {
     async fn test(&self) -> Result<String, ChannelError> {
         let me = self.get_me(false).await?;
         Ok(format!("@{} (id {})", me.username, me.id))
+    }
+
+    /// `getFile`, then the file from `{base}/file/bot<token>/<file_path>` (the Bot API
+    /// serves files up to 20 MB).
+    async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
+        let file_id = a.source.as_deref().ok_or("no file id")?;
+        if a.size.is_some_and(|n| n > max_bytes) {
+            return Err(format!(
+                "the file is larger than the {} MB accepted",
+                max_bytes / (1024 * 1024)
+            ));
+        }
+        let file = self
+            .call("getFile", &serde_json::json!({ "file_id": file_id }))
+            .await
+            .map_err(|e| e.to_string())?;
+        let path = file
+            .get("file_path")
+            .and_then(serde_json::Value::as_str)
+            .filter(|p| !p.is_empty() && !p.contains(".."))
+            .ok_or("Telegram gave no file path (the file may be over its 20 MB limit)")?
+            .to_owned();
+        let token = &self.cfg.token;
+        let bytes = self
+            .client
+            .download(
+                "file",
+                |http| http.get(format!("{}/file/bot{token}/{path}", self.client.base())),
+                max_bytes,
+            )
+            .await?;
+        let name = a.name.clone().unwrap_or_else(|| {
+            let ext = path.rsplit_once('.').map(|(_, e)| e).unwrap_or("bin");
+            format!("{}.{ext}", a.kind)
+        });
+        Ok(Fetched { bytes, name })
     }
 
     async fn inbound_http(

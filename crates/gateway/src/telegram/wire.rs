@@ -64,6 +64,8 @@ pub(super) struct ApiEntity {
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiPhotoSize {
     #[serde(default)]
+    pub(super) file_id: String,
+    #[serde(default)]
     pub(super) width: Option<u64>,
     #[serde(default)]
     pub(super) height: Option<u64>,
@@ -74,7 +76,11 @@ pub(super) struct ApiPhotoSize {
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiFile {
     #[serde(default)]
+    pub(super) file_id: String,
+    #[serde(default)]
     pub(super) file_name: Option<String>,
+    #[serde(default)]
+    pub(super) mime_type: Option<String>,
     #[serde(default)]
     pub(super) file_size: Option<u64>,
 }
@@ -111,6 +117,8 @@ pub(super) struct ApiMessage {
     pub(super) audio: Option<ApiFile>,
     #[serde(default)]
     pub(super) video: Option<ApiFile>,
+    #[serde(default)]
+    pub(super) video_note: Option<ApiFile>,
 }
 
 #[derive(Debug, Deserialize)]

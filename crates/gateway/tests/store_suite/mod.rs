@@ -18,6 +18,7 @@ macro_rules! store_suite {
         store_suite!(@cases $open;
             routes_round_trip,
             inbox_keeps_order_and_dequeues,
+            inbox_keeps_a_message_s_files,
             presses_round_trip,
             followed_runs_round_trip,
             start_run_resets_the_cursor_and_takes_the_batch,
@@ -75,6 +76,7 @@ pub fn queued(key: &str, text: &str, context: Option<serde_json::Value>) -> Queu
         chat: chat("100", ChatKind::Thread),
         text: text.into(),
         context,
+        attachments: Vec::new(),
     }
 }
 
@@ -183,6 +185,28 @@ pub async fn routes_round_trip(s: &GatewayStore) {
         s.route_of_session(a2.session_id).await.unwrap(),
         Some(a2.clone())
     );
+}
+
+pub async fn inbox_keeps_a_message_s_files(s: &GatewayStore) {
+    let mut q = queued("files", "", None);
+    q.attachments = vec![
+        switchboard_gateway::channel::Attachment {
+            kind: "photo".into(),
+            name: None,
+            size: Some(123_456),
+            mime: Some("image/jpeg".into()),
+            source: Some("AgACAgIAAxkBAAIB".into()),
+        },
+        switchboard_gateway::channel::Attachment {
+            kind: "document".into(),
+            name: Some("build log ✓.txt".into()),
+            size: None,
+            mime: None,
+            source: None,
+        },
+    ];
+    q.id = s.enqueue(&q).await.unwrap();
+    assert_eq!(s.queued("files").await.unwrap(), vec![q]);
 }
 
 pub async fn inbox_keeps_order_and_dequeues(s: &GatewayStore) {

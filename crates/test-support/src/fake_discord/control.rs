@@ -12,10 +12,48 @@ use super::{APPLICATION_ID, DiscordMessage, FakeDiscord, Interaction};
 impl FakeDiscord {
     /// A direct message from `user_id` (channel `dm-{user_id}`); returns its message id.
     pub fn dm(&self, user_id: &str, username: &str, text: &str) -> String {
+        self.dm_with(user_id, username, text, None)
+    }
+
+    /// A DM with one attachment (`filename`, `content_type`, `size`, and a CDN `url` this
+    /// fake serves); returns its message id.
+    pub fn dm_file(
+        &self,
+        user_id: &str,
+        username: &str,
+        text: &str,
+        file: (&str, &str, &[u8]),
+    ) -> String {
+        self.dm_with(user_id, username, text, Some(file))
+    }
+
+    fn dm_with(
+        &self,
+        user_id: &str,
+        username: &str,
+        text: &str,
+        file: Option<(&str, &str, &[u8])>,
+    ) -> String {
         let channel = format!("dm-{user_id}");
         let (id, d) = {
             let mut inner = self.state.lock();
             let id = inner.next_id();
+            let attachments = match file {
+                Some((name, mime, content)) => {
+                    let att = inner.next_id();
+                    let path = format!("{channel}/{att}/{name}");
+                    inner.attachments.insert(path.clone(), content.to_vec());
+                    json!([{
+                        "id": att,
+                        "filename": name,
+                        "content_type": mime,
+                        "size": content.len(),
+                        "url": format!("http://{}/attachments/{path}", self.state.addr),
+                        "proxy_url": format!("http://{}/attachments/{path}", self.state.addr),
+                    }])
+                }
+                None => json!([]),
+            };
             inner
                 .user_messages
                 .entry(channel.clone())
@@ -33,7 +71,7 @@ impl FakeDiscord {
                 "mention_everyone": false,
                 "mentions": [],
                 "mention_roles": [],
-                "attachments": [],
+                "attachments": attachments,
                 "embeds": [],
                 "pinned": false,
                 "flags": 0,

@@ -134,6 +134,8 @@ struct Interaction {
 
 #[derive(Default)]
 struct Inner {
+    /// Attachments users posted, by their CDN path (`/attachments/…`).
+    attachments: HashMap<String, Vec<u8>>,
     /// Interaction follow-ups: (interaction token, body).
     follow_ups: Vec<(String, Value)>,
     heartbeat_interval: Option<Duration>,
@@ -241,6 +243,7 @@ impl FakeDiscord {
             .route("/api/v10/{*path}", any(rest))
             .route("/gateway", get(gateway))
             .route("/gateway/", get(gateway))
+            .route("/attachments/{*path}", get(rest::attachment))
             .fallback(not_found)
             .with_state(state.clone());
         crate::serve::spawn(listener, app, shutdown_rx);

@@ -372,3 +372,15 @@ fn follow_up(state: &Shared, app: &str, token: &str, body: &Value) -> Response {
     let n = inner.next_id();
     axum::Json(json!({"id": n, "content": content, "flags": body.get("flags")})).into_response()
 }
+
+/// `GET /attachments/…`: an attachment's content, as Discord's CDN serves it (no token).
+pub(super) async fn attachment(
+    State(state): State<Arc<Shared>>,
+    Path(path): Path<String>,
+) -> Response {
+    let found = state.lock().attachments.get(&path).cloned();
+    match found {
+        Some(bytes) => bytes.into_response(),
+        None => (StatusCode::NOT_FOUND, "Not Found").into_response(),
+    }
+}

@@ -28,6 +28,50 @@ impl FakeSlack {
         ts
     }
 
+    /// A direct message of `user` sharing a file (`subtype: file_share`, the file in
+    /// `files` with a `url_private` this fake serves to the bot token); returns its ts.
+    pub fn dm_file(
+        &self,
+        user: &str,
+        text: &str,
+        name: &str,
+        mime: &str,
+        content: &[u8],
+    ) -> String {
+        let mut inner = self.state.lock();
+        let ts = inner.ts();
+        let n = inner.files.len() + 1;
+        let path = format!("T0TEAM-F{n}/{name}");
+        inner.files.insert(path.clone(), content.to_vec());
+        let url = format!("http://{}/files-pri/{path}", self.addr);
+        let filetype = name.rsplit_once('.').map_or("binary", |(_, e)| e);
+        let event = json!({
+            "type": "message",
+            "subtype": "file_share",
+            "channel": format!("D{user}"),
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "event_ts": ts,
+            "channel_type": "im",
+            "team": TEAM_ID,
+            "files": [{
+                "id": format!("F{n}"),
+                "name": name,
+                "title": name,
+                "mimetype": mime,
+                "filetype": filetype,
+                "size": content.len(),
+                "mode": "hosted",
+                "url_private": url,
+                "url_private_download": format!("{url}?download=1"),
+            }],
+        });
+        let envelope = inner.event_envelope(event);
+        inner.deliver(envelope);
+        ts
+    }
+
     /// A message of `user` in `channel` (in the thread `thread_ts`, if any); returns its ts.
     /// When it mentions the bot (`<@UBOT>`), an `app_mention` event follows the `message`
     /// event, as on Slack.

@@ -102,6 +102,8 @@ struct Shared {
 
 #[derive(Default)]
 struct Inner {
+    /// Files users shared, by their `url_private` path (served to the bot token only).
+    files: HashMap<String, Vec<u8>>,
     /// The connected socket (connection number, command sender).
     current: Option<(usize, mpsc::UnboundedSender<Cmd>)>,
     /// Envelopes waiting for a connection.
@@ -239,6 +241,7 @@ impl FakeSlack {
         let app = Router::new()
             .route("/api/{method}", any(api))
             .route("/socket", get(socket))
+            .route("/files-pri/{*path}", get(web_api::file))
             .with_state((state.clone(), addr));
         crate::serve::spawn(listener, app, shutdown_rx);
         FakeSlack {

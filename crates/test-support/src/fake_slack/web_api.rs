@@ -353,3 +353,28 @@ fn update_message(inner: &mut Inner, params: &Map<String, Value>) -> Response {
     let (channel, ts, text) = (channel.to_owned(), msg.ts.clone(), msg.text.clone());
     ok(json!({"channel": channel, "ts": ts, "text": text}))
 }
+
+/// `GET /files-pri/…`: a shared file's content, as Slack serves `url_private`: with the bot
+/// token only; without it, the sign-in page (HTML, 200), as Slack does.
+pub(super) async fn file(
+    State((state, _)): State<AppState>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if auth != format!("Bearer {}", FakeSlack::BOT_TOKEN) {
+        return (
+            [("content-type", "text/html")],
+            "<!DOCTYPE html><html><body>Sign in to Slack</body></html>",
+        )
+            .into_response();
+    }
+    let found = state.lock().files.get(&path).cloned();
+    match found {
+        Some(bytes) => bytes.into_response(),
+        None => (StatusCode::NOT_FOUND, "file_not_found").into_response(),
+    }
+}

@@ -132,6 +132,7 @@ pub(super) async fn api(
             "supports_inline_queries": false,
         })),
         "getUpdates" => get_updates(&state, &params).await,
+        "getFile" => get_file(&state, &params),
         "sendMessage" => send_message(&state, &params),
         "editMessageText" => edit_message(&state, &params, true),
         "editMessageReplyMarkup" => edit_message(&state, &params, false),
@@ -369,4 +370,47 @@ fn answer_callback_query(state: &Shared, params: &Value) -> ApiResult {
     inner.open_queries.remove(pos);
     inner.answered.push(id);
     Ok(json!(true))
+}
+
+/// `getFile`: the file's path for the download URL, as Telegram answers it.
+fn get_file(state: &Shared, params: &Value) -> Result<Value, ApiError> {
+    let id = params
+        .get("file_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let inner = state.lock();
+    match inner.files.get(id) {
+        Some((path, bytes)) => Ok(json!({
+            "file_id": id,
+            "file_unique_id": format!("u-{id}"),
+            "file_size": bytes.len(),
+            "file_path": path,
+        })),
+        None => Err(bad_request(
+            "wrong file_id or the file is temporarily unavailable",
+        )),
+    }
+}
+
+/// `GET /file/bot<TOKEN>/<file_path>`: the content.
+pub(super) async fn file(
+    State(state): State<Arc<Shared>>,
+    Path((auth, path)): Path<(String, String)>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    if auth.strip_prefix("bot") != Some(FakeTelegram::TOKEN) {
+        return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+    }
+    let found = {
+        let inner = state.lock();
+        inner
+            .files
+            .values()
+            .find(|(p, _)| *p == path)
+            .map(|(_, b)| b.clone())
+    };
+    match found {
+        Some(bytes) => bytes.into_response(),
+        None => (StatusCode::NOT_FOUND, "Not Found").into_response(),
+    }
 }

@@ -8,6 +8,18 @@ use serde_json::{Value, json};
 use super::wire::{bot_user, message_id_of, now, user_json, user_message};
 use super::{BotMessage, Chat, FakeTelegram, GROUP_TITLE};
 
+/// A file a user sends ([`FakeTelegram::dm_file`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SentFile<'a> {
+    /// `photo`, `document`, `voice`, `audio` or `video`.
+    pub kind: &'a str,
+    pub content: &'a [u8],
+    pub name: Option<&'a str>,
+    pub mime: Option<&'a str>,
+    /// May be empty.
+    pub caption: &'a str,
+}
+
 impl FakeTelegram {
     /// A private message from user `user_id` (chat id = user id); returns its message id.
     pub fn dm(&self, user_id: i64, first_name: &str, text: &str) -> i64 {
@@ -24,6 +36,84 @@ impl FakeTelegram {
             );
             let message_id = inner.next_message_id(user_id);
             let mut msg = user_message(message_id, user_id, first_name, text);
+            msg.insert("chat".into(), inner.chat_json(user_id));
+            msg
+        };
+        let message_id = message_id_of(&message);
+        self.state.queue_update(("message", Value::Object(message)));
+        message_id
+    }
+
+    /// A private message carrying a file, in Telegram's shape: `kind` `photo` (two sizes, the
+    /// larger one this content, as JPEG), `document`, `voice` (OGG/Opus), `audio` or
+    /// `video`, with `caption` (may be empty). The content is served by `getFile` and the
+    /// file URL. Returns the message id.
+    pub fn dm_file(&self, user_id: i64, first_name: &str, file: SentFile<'_>) -> i64 {
+        let SentFile {
+            kind,
+            content,
+            name,
+            mime,
+            caption,
+        } = file;
+        let message = {
+            let mut inner = self.state.lock();
+            inner.chats.insert(
+                user_id,
+                Chat {
+                    kind: "private",
+                    title: None,
+                    first_name: Some(first_name.to_owned()),
+                    is_forum: false,
+                },
+            );
+            let n = inner.files.len() + 1;
+            let file_id = format!("AgAC{kind}{n}");
+            let ext = match kind {
+                "photo" => "jpg",
+                "voice" => "oga",
+                _ => name
+                    .and_then(|n| n.rsplit_once('.'))
+                    .map_or("bin", |(_, e)| e),
+            };
+            let folder = match kind {
+                "photo" => "photos",
+                "voice" => "voice",
+                "document" => "documents",
+                other => other,
+            };
+            let path = format!("{folder}/file_{n}.{ext}");
+            inner
+                .files
+                .insert(file_id.clone(), (path, content.to_vec()));
+            let message_id = inner.next_message_id(user_id);
+            let mut msg = user_message(message_id, user_id, first_name, "");
+            msg.remove("text");
+            msg.remove("entities");
+            if !caption.is_empty() {
+                msg.insert("caption".into(), json!(caption));
+            }
+            let size = content.len();
+            let file = match kind {
+                "photo" => json!([
+                    {"file_id": format!("{file_id}-thumb"), "file_unique_id": format!("t{n}"), "width": 90, "height": 60, "file_size": 1200},
+                    {"file_id": file_id, "file_unique_id": format!("f{n}"), "width": 1280, "height": 853, "file_size": size},
+                ]),
+                "voice" => {
+                    json!({"file_id": file_id, "file_unique_id": format!("f{n}"), "duration": 3, "mime_type": mime.unwrap_or("audio/ogg"), "file_size": size})
+                }
+                _ => {
+                    let mut f = json!({"file_id": file_id, "file_unique_id": format!("f{n}"), "file_size": size});
+                    if let Some(name) = name {
+                        f["file_name"] = json!(name);
+                    }
+                    if let Some(mime) = mime {
+                        f["mime_type"] = json!(mime);
+                    }
+                    f
+                }
+            };
+            msg.insert(kind.into(), file);
             msg.insert("chat".into(), inner.chat_json(user_id));
             msg
         };

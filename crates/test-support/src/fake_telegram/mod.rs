@@ -38,6 +38,7 @@ use tokio::sync::watch;
 
 mod bot_api;
 mod control;
+pub use control::SentFile;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -118,6 +119,9 @@ struct Inner {
     /// 429 answers given, by method.
     refused: HashMap<String, usize>,
     conflict_next_poll: bool,
+    /// Files users sent, by `file_id`: their `file_path` and content (served by `getFile`
+    /// and `GET /file/bot<TOKEN>/<file_path>`).
+    files: HashMap<String, (String, Vec<u8>)>,
 }
 
 impl Shared {
@@ -240,6 +244,7 @@ impl FakeTelegram {
         });
         let app = Router::new()
             .route("/{auth}/{method}", post(api).get(api))
+            .route("/file/{auth}/{*path}", axum::routing::get(bot_api::file))
             .fallback(not_found)
             .with_state(state.clone());
         crate::serve::spawn(listener, app, shutdown_rx);

@@ -1,0 +1,112 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! Files from chat platforms to the agent, end to end: each fake speaks its platform's file
+//! API (Telegram `getFile` and the file URL, Slack `url_private` with the bot token, Discord
+//! attachment URLs); the real server fetches, stores and attaches them; the mock LLM sees the
+//! image part.
+
+mod common;
+
+use base64::Engine as _;
+use common::chat::*;
+use switchboard_test_support::mock_llm::MockReply;
+
+/// A JPEG's first bytes (SOI, APP0 JFIF), then filler.
+fn jpeg() -> Vec<u8> {
+    let mut b = vec![
+        0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, b'J', b'F', b'I', b'F', 0x00, 0x01, 0x01, 0x00,
+    ];
+    b.extend((0..20_000).map(|i| (i % 253) as u8));
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_photo_from_each_platform_reaches_the_model_as_an_image() {
+    let photo = jpeg();
+    for platform in ["telegram", "slack", "discord"] {
+        let w = World::new(platform).await;
+        let _server = w.server().await;
+        w.llm.push(MockReply::Text {
+            chunks: vec!["That test expects 3, not 4.".into()],
+            delay_ms: 0,
+        });
+        w.dm_file("photo", "build.jpg", "image/jpeg", &photo, "why is CI red?");
+        w.wait(w.dm_chat(), "the reply", |m| m.text.contains("expects 3"))
+            .await;
+        let req = w
+            .llm
+            .requests()
+            .into_iter()
+            .find(|r| r.last_user_text().contains("why is CI red?"))
+            .unwrap_or_else(|| panic!("{platform}: the model got the caption"));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&photo);
+        assert_eq!(
+            req.images(),
+            vec![("image/jpeg".to_string(), b64)],
+            "{platform}: the photo is an image part"
+        );
+        let text = req.last_user_text();
+        assert!(text.contains(".switchboard/inbox/"), "{platform}: {text}");
+        let inbox = w.ws.path().join(".switchboard/inbox");
+        let copies: Vec<_> = std::fs::read_dir(&inbox).unwrap().flatten().collect();
+        assert_eq!(copies.len(), 1, "{platform}");
+        assert_eq!(
+            std::fs::read(copies[0].path()).unwrap(),
+            photo,
+            "{platform}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disguised_or_oversized_chat_file_is_refused_and_the_agent_is_told() {
+    let w = World::new("telegram").await;
+    let _server = w.server_with(&[("SWITCHBOARD_MAX_FILE_MB", "1")]).await;
+    w.llm.push(MockReply::Text {
+        chunks: vec!["Noted.".into()],
+        delay_ms: 0,
+    });
+    let mut elf = vec![0x7f, b'E', b'L', b'F', 2, 1, 1, 0];
+    elf.extend_from_slice(&[0; 8]);
+    elf.extend_from_slice(&[2, 0, 0x3e, 0, 1, 0, 0, 0]);
+    elf.extend(std::iter::repeat_n(1u8, 2000));
+    w.dm_file("document", "cat.png", "image/png", &elf, "look at my cat");
+    w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Noted"))
+        .await;
+    let req = w
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_text().contains("look at my cat"))
+        .unwrap();
+    let text = req.last_user_text();
+    assert!(req.images().is_empty());
+    assert!(
+        text.contains("document cat.png: not received")
+            && text.contains("application/x-executable"),
+        "{text}"
+    );
+
+    w.llm.push(MockReply::Text {
+        chunks: vec!["Too big, I see.".into()],
+        delay_ms: 0,
+    });
+    let big = {
+        let mut b = jpeg();
+        b.resize(1024 * 1024 + 10, 7);
+        b
+    };
+    w.dm_file("document", "huge.jpg", "image/jpeg", &big, "and this one");
+    w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Too big"))
+        .await;
+    let text = w
+        .llm
+        .requests()
+        .into_iter()
+        .map(|r| r.last_user_text())
+        .find(|t| t.contains("and this one"))
+        .unwrap();
+    assert!(
+        text.contains("huge.jpg: not received") && text.contains("1 MB"),
+        "{text}"
+    );
+}
