@@ -110,3 +110,81 @@ async fn a_disguised_or_oversized_chat_file_is_refused_and_the_agent_is_told() {
         "{text}"
     );
 }
+
+/// An Ogg page header (`OggS`), then an Opus head, then filler: what a voice note starts with.
+fn ogg_opus() -> Vec<u8> {
+    let mut b = b"OggS\x00\x02".to_vec();
+    b.extend_from_slice(&[0; 20]);
+    b.extend_from_slice(b"OpusHead\x01\x01");
+    b.extend((0..3000).map(|i| (i % 200) as u8));
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voice_note_is_transcribed_and_stays_attached() {
+    let w = World::new("telegram").await;
+    let speech = w.llm.base_url();
+    let _server = w
+        .server_with(&[
+            ("SWITCHBOARD_SPEECH_BASE_URL", &speech),
+            ("SWITCHBOARD_SPEECH_MODEL", "whisper-test"),
+            ("SWITCHBOARD_SPEECH_API_KEY", "sk-speech-secret"),
+        ])
+        .await;
+    w.llm.set_transcript(Some("please rerun the flaky test"));
+    w.llm.push(MockReply::Text {
+        chunks: vec!["Rerunning it.".into()],
+        delay_ms: 0,
+    });
+    let voice = ogg_opus();
+    w.dm_file("voice", "", "audio/ogg", &voice, "");
+    w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Rerunning"))
+        .await;
+    let calls = w.llm.transcriptions();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].model, "whisper-test");
+    assert_eq!(calls[0].content, voice);
+    assert_eq!(
+        calls[0].authorization.as_deref(),
+        Some("Bearer sk-speech-secret")
+    );
+    let req = w
+        .llm
+        .requests()
+        .into_iter()
+        .find(|r| r.path.contains("chat/completions"))
+        .unwrap();
+    let text = req.last_user_text();
+    assert!(
+        text.starts_with("please rerun the flaky test"),
+        "the transcript is the text: {text}"
+    );
+    assert!(
+        text.contains("audio/ogg") && text.contains(".switchboard/inbox/"),
+        "the audio stays attached: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_speech_service_the_user_is_told_once() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    for i in 0..2 {
+        w.llm.push(MockReply::Text {
+            chunks: vec![format!("got audio {i}")],
+            delay_ms: 0,
+        });
+        w.dm_file("voice", "", "audio/ogg", &ogg_opus(), "");
+        w.wait(w.dm_chat(), "the reply", |m| {
+            m.text.contains(&format!("got audio {i}"))
+        })
+        .await;
+    }
+    let hints = w
+        .messages(w.dm_chat())
+        .into_iter()
+        .filter(|m| m.text.contains("speech-to-text"))
+        .count();
+    assert_eq!(hints, 1, "told once, not per voice note");
+    assert!(w.llm.transcriptions().is_empty());
+}

@@ -88,6 +88,8 @@ pub struct GatewayConfig {
     pub webhook_tolerance: Duration,
     /// Largest file fetched from a platform for the agent (the server's per-file limit).
     pub max_file_bytes: u64,
+    /// Where voice notes are transcribed; `None`: they reach the agent as audio only.
+    pub speech: Option<crate::speech::SpeechConfig>,
 }
 
 /// A secret that never shows in `Debug` output.
@@ -125,6 +127,7 @@ impl Default for GatewayConfig {
             webhook_secrets: HashMap::new(),
             webhook_tolerance: Duration::from_secs(300),
             max_file_bytes: 20 * 1024 * 1024,
+            speech: None,
         }
     }
 }

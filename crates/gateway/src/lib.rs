@@ -15,6 +15,7 @@ pub mod platform;
 pub mod preview;
 pub mod routing;
 pub mod slack;
+pub mod speech;
 pub mod store;
 pub mod telegram;
 pub mod text;

@@ -43,6 +43,20 @@ pub struct FileConfig {
     pub bus: BusSection,
     #[serde(default)]
     pub files: FilesSection,
+    #[serde(default)]
+    pub speech: SpeechSection,
+}
+
+/// `[speech]`: where chat voice notes are transcribed (an OpenAI-compatible
+/// `/audio/transcriptions`: OpenAI, Groq, whisper.cpp's server, faster-whisper servers).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeechSection {
+    /// E.g. `https://api.openai.com/v1`; without it voice notes are not transcribed.
+    pub base_url: Option<String>,
+    /// Default `whisper-1`.
+    pub model: Option<String>,
+    pub api_key: Option<String>,
 }
 
 /// `[files]`: files uploaded to sessions and attached to messages.
@@ -276,6 +290,7 @@ pub struct Settings {
     pub lease: std::time::Duration,
     pub files_dir: PathBuf,
     pub files: switchboard_engine::FileLimits,
+    pub speech: Option<switchboard_gateway::speech::SpeechConfig>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -476,6 +491,7 @@ impl Settings {
                 .or(file.files.dir.clone())
                 .unwrap_or_else(|| data_dir.join("files")),
             files: file_limits(&file.files)?,
+            speech: speech(&file.speech)?,
         })
     }
 
@@ -559,6 +575,25 @@ fn endpoint(
                 .or(file_key),
         )
     }
+}
+
+/// `[speech]` and `SWITCHBOARD_SPEECH_BASE_URL` / `_MODEL` / `_API_KEY`.
+fn speech(section: &SpeechSection) -> Result<Option<switchboard_gateway::speech::SpeechConfig>> {
+    let Some(base_url) = env("SWITCHBOARD_SPEECH_BASE_URL").or(section.base_url.clone()) else {
+        return Ok(None);
+    };
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        bail!("[speech] base_url must be an http:// or https:// URL");
+    }
+    Ok(Some(switchboard_gateway::speech::SpeechConfig {
+        base_url,
+        model: env("SWITCHBOARD_SPEECH_MODEL")
+            .or(section.model.clone())
+            .unwrap_or_else(|| "whisper-1".into()),
+        api_key: env("SWITCHBOARD_SPEECH_API_KEY")
+            .or(section.api_key.clone())
+            .map(switchboard_gateway::config::Secret),
+    }))
 }
 
 /// `[files]` (and `SWITCHBOARD_MAX_FILE_MB`, `SWITCHBOARD_MAX_MESSAGE_MB`) over the defaults.

@@ -50,6 +50,8 @@ pub(crate) struct Inner {
     /// over HTTP — webhooks, pushes — but runs no channel, worker or press handler: the
     /// active instance's scan picks the stored work up.
     standby: bool,
+    /// For the speech service (`[speech]`).
+    pub speech_http: reqwest::Client,
 }
 
 /// The running gateway. Cheap to clone.
@@ -162,6 +164,10 @@ impl Gateway {
                 cancel: CancellationToken::new(),
                 tasks: StdMutex::default(),
                 standby,
+                speech_http: reqwest::Client::builder()
+                    .connect_timeout(crate::platform::CONNECT_TIMEOUT)
+                    .build()
+                    .unwrap_or_default(),
             }),
         };
         (gw, press_rx)

@@ -61,12 +61,37 @@ async fn fetch_files(
             continue;
         };
         let mut sent = Vec::new();
+        let mut transcripts: Vec<String> = Vec::new();
         for a in std::mem::take(&mut item.attachments) {
             let label = match &a.name {
                 Some(n) => format!("{} {n}", a.kind),
                 None => a.kind.clone(),
             };
             let fetched = channel.fetch(&a, max).await;
+            if let Ok(f) = &fetched
+                && crate::speech::is_speech(&a)
+            {
+                match &gw.inner.config.speech {
+                    Some(cfg) => {
+                        match crate::speech::transcribe(
+                            &gw.inner.speech_http,
+                            cfg,
+                            &f.name,
+                            f.bytes.clone(),
+                        )
+                        .await
+                        {
+                            Ok(t) => transcripts.push(t),
+                            Err(reason) => {
+                                tracing::warn!(channel = %item.channel, %reason, "voice note not transcribed");
+                                item.text
+                                    .push_str(&format!("\n[{label}: not transcribed — {reason}]"));
+                            }
+                        }
+                    }
+                    None => speech_hint(gw, channel.as_ref(), item).await,
+                }
+            }
             let outcome = match fetched {
                 Ok(f) => gw
                     .inner
@@ -97,6 +122,14 @@ async fn fetch_files(
                 break;
             }
         }
+        // A voice note's transcript is the message's text (after its caption, if any); the
+        // audio stays attached.
+        for t in transcripts {
+            if !item.text.trim().is_empty() {
+                item.text.push_str("\n\n");
+            }
+            item.text.push_str(&t);
+        }
         item.text = item.text.trim().to_string();
         if item.text.is_empty() && !sent.is_empty() {
             // A file without a caption: the message still says something.
@@ -104,6 +137,23 @@ async fn fetch_files(
         }
     }
     (items, refs)
+}
+
+/// Tells a chat once that voice notes need a speech service (they still reach the agent, as
+/// audio files).
+async fn speech_hint(gw: &Gateway, channel: &dyn Channel, item: &Queued) {
+    let key = format!("speech-hint:{}:{}", item.channel, item.chat.id);
+    if matches!(gw.inner.store.kv_get(&key).await, Ok(Some(_))) {
+        return;
+    }
+    let text = "Voice notes reach the agent as audio files only: transcribing them needs a speech-to-text service ([speech] in the server's configuration).";
+    log_err(
+        "telling a chat about voice notes",
+        channel.send(&item.chat, text, &[]).await,
+    );
+    if let Err(e) = gw.inner.store.kv_set(&key, "told").await {
+        tracing::warn!(error = %e, "could not remember that a chat was told about voice notes");
+    }
 }
 
 /// Files one message may carry (the server's limit).

@@ -122,6 +122,19 @@ struct Inner {
     queue: VecDeque<MockReply>,
     default: MockReply,
     requests: Vec<RecordedRequest>,
+    /// What `/audio/transcriptions` answers (`None`: HTTP 500).
+    transcript: Option<String>,
+    transcriptions: Vec<Transcription>,
+}
+
+/// One call of the speech-to-text endpoint, as the mock received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcription {
+    pub model: String,
+    pub file_name: String,
+    pub content: Vec<u8>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
 }
 
 impl Shared {
@@ -146,6 +159,8 @@ impl MockLlm {
                 queue: VecDeque::new(),
                 default: MockReply::default_text(),
                 requests: Vec::new(),
+                transcript: Some("this is the mock transcript".into()),
+                transcriptions: Vec::new(),
             }),
             shutdown: shutdown_rx.clone(),
         });
@@ -154,6 +169,8 @@ impl MockLlm {
             .route("/chat/completions", post(chat))
             .route("/v1/messages", post(messages))
             .route("/messages", post(messages))
+            .route("/v1/audio/transcriptions", post(transcriptions))
+            .route("/audio/transcriptions", post(transcriptions))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .fallback(not_found)
@@ -164,6 +181,16 @@ impl MockLlm {
             state,
             shutdown,
         }
+    }
+
+    /// What the speech-to-text endpoint answers from now on (`None`: HTTP 500).
+    pub fn set_transcript(&self, text: Option<&str>) {
+        self.state.lock().transcript = text.map(str::to_owned);
+    }
+
+    /// The calls of the speech-to-text endpoint so far.
+    pub fn transcriptions(&self) -> Vec<Transcription> {
+        self.state.lock().transcriptions.clone()
     }
 
     /// `http://127.0.0.1:PORT/v1`, the base URL an OpenAI client is configured with (an
@@ -368,6 +395,50 @@ async fn messages(
             Some(message) => axum::Json(message).into_response(),
             None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         },
+    }
+}
+
+/// The OpenAI speech-to-text endpoint: a multipart form with `file` and `model`; answers
+/// `{"text": …}` (the transcript set by [`MockLlm::set_transcript`]).
+async fn transcriptions(
+    State(state): State<Arc<Shared>>,
+    headers: HeaderMap,
+    mut form: axum::extract::Multipart,
+) -> Response {
+    let mut t = Transcription {
+        model: String::new(),
+        file_name: String::new(),
+        content: Vec::new(),
+        authorization: headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    };
+    while let Ok(Some(field)) = form.next_field().await {
+        match field.name().unwrap_or_default() {
+            "model" => t.model = field.text().await.unwrap_or_default(),
+            "file" => {
+                t.file_name = field.file_name().unwrap_or_default().to_owned();
+                t.content = field.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+            }
+            _ => {}
+        }
+    }
+    if t.model.is_empty() || t.content.is_empty() {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {"message": "file and model are required"}})),
+        )
+            .into_response();
+    }
+    let answer = {
+        let mut inner = state.lock();
+        inner.transcriptions.push(t);
+        inner.transcript.clone()
+    };
+    match answer {
+        Some(text) => axum::Json(json!({ "text": text })).into_response(),
+        None => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
     }
 }
 
