@@ -441,3 +441,67 @@ async fn a_press_by_someone_who_may_not_decide_gets_a_private_answer() {
         .await;
     assert!(w.ws.path().join("discord.txt").exists());
 }
+
+/// Two forum topics of one group: each its own session by default, one shared with
+/// `thread_sessions = false`; either way every reply lands in the topic it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forum_topics_are_conversations_and_replies_land_in_them() {
+    use switchboard_test_support::fake_telegram::FakeTelegram;
+    for thread_sessions in [true, false] {
+        let w = World::new("telegram").await;
+        let Fake::Telegram(tg) = &w.fake else {
+            unreachable!()
+        };
+        let flag = thread_sessions.to_string();
+        let server = w
+            .server_with(&[
+                ("SWITCHBOARD_TELEGRAM_ALLOWED_USERS", "5"),
+                ("SWITCHBOARD_TELEGRAM_THREAD_SESSIONS", &flag),
+            ])
+            .await;
+        let bot = FakeTelegram::BOT_USERNAME;
+        for (topic, word) in [(42, "alpha"), (43, "beta")] {
+            w.llm.push(MockReply::Text {
+                chunks: vec![format!("reply {word}")],
+                delay_ms: 0,
+            });
+            tg.group_message(
+                -200,
+                5,
+                "Erin",
+                &format!("@{bot} {word}"),
+                Some(topic),
+                false,
+            );
+            switchboard_test_support::wait::until_within(
+                common::chat::WAIT,
+                "the reply in its topic",
+                || {
+                    tg.bot_messages(-200)
+                        .iter()
+                        .any(|m| m.text.contains(&format!("reply {word}")))
+                },
+            )
+            .await;
+            let shown: Vec<_> = tg
+                .bot_messages(-200)
+                .into_iter()
+                .filter(|m| m.text.contains(&format!("reply {word}")))
+                .collect();
+            assert!(
+                shown.iter().all(|m| m.thread_id == Some(topic)),
+                "thread_sessions={thread_sessions}: {shown:?}"
+            );
+        }
+        let sessions = client(&server)
+            .list_sessions(None, None)
+            .await
+            .unwrap()
+            .sessions;
+        assert_eq!(
+            sessions.len(),
+            if thread_sessions { 2 } else { 1 },
+            "thread_sessions={thread_sessions}"
+        );
+    }
+}

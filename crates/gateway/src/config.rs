@@ -88,6 +88,9 @@ pub struct GatewayConfig {
     pub webhook_tolerance: Duration,
     /// Largest file fetched from a platform for the agent (the server's per-file limit).
     pub max_file_bytes: u64,
+    /// Channels whose threads and topics share their chat's session (`thread_sessions =
+    /// false`); replies still go to the thread a message came from.
+    pub chat_sessions: Vec<String>,
     /// Where voice notes are transcribed; `None`: they reach the agent as audio only.
     pub speech: Option<crate::speech::SpeechConfig>,
 }
@@ -128,6 +131,7 @@ impl Default for GatewayConfig {
             webhook_tolerance: Duration::from_secs(300),
             max_file_bytes: 20 * 1024 * 1024,
             speech: None,
+            chat_sessions: Vec::new(),
         }
     }
 }

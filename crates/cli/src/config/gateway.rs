@@ -16,6 +16,8 @@ pub struct SlackSection {
     pub allowed_users: Option<Vec<String>>,
     pub approvers: Option<Vec<String>>,
     pub approval_mode: Option<String>,
+    /// One session per thread (default true), or one per channel.
+    pub thread_sessions: Option<bool>,
 }
 
 impl std::fmt::Debug for SlackSection {
@@ -40,6 +42,8 @@ pub struct DiscordSection {
     pub allowed_users: Option<Vec<String>>,
     pub approvers: Option<Vec<String>>,
     pub approval_mode: Option<String>,
+    /// One session per thread (default true), or one per channel.
+    pub thread_sessions: Option<bool>,
 }
 
 impl std::fmt::Debug for DiscordSection {
@@ -91,11 +95,14 @@ struct ChannelAccess<'a> {
     users: &'a Option<Vec<String>>,
     approvers: &'a Option<Vec<String>>,
     mode: &'a Option<String>,
+    /// One session per thread or topic (default), or one per chat.
+    thread_sessions: Option<bool>,
 }
 
 /// Applies a platform channel's access and approval settings, each overridden by its
 /// environment variable: `{prefix}_ALLOWED_CHATS`, `{prefix}_ALLOWED_USERS`,
-/// `{prefix}_APPROVERS` (comma-separated) and `{prefix}_APPROVAL_MODE`.
+/// `{prefix}_APPROVERS` (comma-separated), `{prefix}_APPROVAL_MODE` and
+/// `{prefix}_THREAD_SESSIONS`.
 fn channel_access(
     config: &mut switchboard_gateway::GatewayConfig,
     name: &str,
@@ -130,6 +137,10 @@ fn channel_access(
         config
             .channel_modes
             .insert(name.to_string(), approval_mode(&what, &m)?);
+    }
+    let threads = env_parse::<bool>(&format!("{prefix}_THREAD_SESSIONS"))?.or(file.thread_sessions);
+    if threads == Some(false) {
+        config.chat_sessions.push(name.to_string());
     }
     Ok(())
 }
@@ -213,6 +224,7 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
                     users: &file_tg.allowed_users,
                     approvers: &file_tg.approvers,
                     mode: &file_tg.approval_mode,
+                    thread_sessions: file_tg.thread_sessions,
                 },
             )?;
             let mut tg = switchboard_gateway::telegram::TelegramConfig::new(token);
@@ -296,6 +308,7 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
                     users: &file_slack.allowed_users,
                     approvers: &file_slack.approvers,
                     mode: &file_slack.approval_mode,
+                    thread_sessions: file_slack.thread_sessions,
                 },
             )?;
             Some(c)
@@ -335,6 +348,7 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
                     users: &file_dc.allowed_users,
                     approvers: &file_dc.approvers,
                     mode: &file_dc.approval_mode,
+                    thread_sessions: file_dc.thread_sessions,
                 },
             )?;
             Some(c)

@@ -177,6 +177,8 @@ pub struct TelegramSection {
     pub approval_mode: Option<String>,
     /// In groups, answer only when mentioned or replied to (default true).
     pub require_mention: Option<bool>,
+    /// One session per forum topic (default true), or one per group.
+    pub thread_sessions: Option<bool>,
     /// Webhook mode: the public HTTPS URL Telegram POSTs to (ending in
     /// `/v1/gateway/channels/telegram/webhook`), and the secret it sends back.
     pub webhook_url: Option<String>,

@@ -32,7 +32,9 @@ impl Gateway {
         // (Whether a group message is addressed to the bot is the channel's call: Telegram
         // filters unless `require_mention` is off.)
         let text = m.text.trim();
-        let key = routing_key(self.inner.config.dm_scope, &m.channel, &m.peer, &m.chat);
+        let cfg = &self.inner.config;
+        let threads = !cfg.chat_sessions.contains(&m.channel);
+        let key = routing_key(cfg.dm_scope, threads, &m.channel, &m.peer, &m.chat);
         if let Some(cmd) = command(text) {
             // A command that fails says so in the chat; it never blocks the channel.
             if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {
