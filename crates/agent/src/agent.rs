@@ -100,6 +100,36 @@ fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
     out
 }
 
+/// `send_file {path, caption?}`: the file, confined to the workspace, shared with the user
+/// through the engine. The answer for the model, and whether it is an error.
+async fn send_file(
+    ctx: &RunContext,
+    workspace: &Workspace,
+    args: &serde_json::Value,
+) -> (String, bool) {
+    let Some(given) = args.get("path").and_then(serde_json::Value::as_str) else {
+        return ("send_file: `path` (a string) is required".into(), true);
+    };
+    let path = match workspace.resolve(given) {
+        Ok(p) => p,
+        Err(e) => return (format!("send_file: {e}"), true),
+    };
+    if !path.is_file() {
+        return (format!("send_file: {given} is not a file"), true);
+    }
+    let caption = args
+        .get("caption")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned);
+    match ctx.handle.share_file(&path, caption).await {
+        Ok(f) => (
+            format!("sent {} to the user ({}, {} bytes)", f.name, f.mime, f.size),
+            false,
+        ),
+        Err(e) => (format!("send_file: {e}"), true),
+    }
+}
+
 /// Image types sent to models as images (what both APIs accept).
 const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 
@@ -207,6 +237,11 @@ impl BuiltinAgent {
             return Ok((text, true));
         }
         ctx.handle.tool_started(call).await?;
+        if call.name == "send_file" {
+            let (content, is_error) = send_file(ctx, workspace, &call.arguments).await;
+            ctx.handle.tool_finished(call, &content, is_error).await?;
+            return Ok((content, is_error));
+        }
         let out = tools::execute(
             workspace,
             &self.config.limits,

@@ -188,3 +188,86 @@ async fn without_a_speech_service_the_user_is_told_once() {
     assert_eq!(hints, 1, "told once, not per voice note");
     assert!(w.llm.transcriptions().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_the_agent_sends_arrives_in_the_chat() {
+    let chart = {
+        let mut b = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+        b.extend_from_slice(&[0, 0, 0, 0x0d, b'I', b'H', b'D', b'R']);
+        b.extend(std::iter::repeat_n(3u8, 4000));
+        b
+    };
+    for platform in ["telegram", "slack", "discord"] {
+        let w = World::new(platform).await;
+        std::fs::write(w.ws.path().join("chart.png"), &chart).unwrap();
+        std::fs::write(w.ws.path().join("report.txt"), "all green\n").unwrap();
+        let _server = w.server().await;
+        w.llm.push(MockReply::tool_call(
+            "c1",
+            "send_file",
+            serde_json::json!({"path": "chart.png", "caption": "the coverage chart"}),
+        ));
+        w.llm.push(MockReply::tool_call(
+            "c2",
+            "send_file",
+            serde_json::json!({"path": "report.txt"}),
+        ));
+        w.llm.push(MockReply::tool_call(
+            "c3",
+            "send_file",
+            serde_json::json!({"path": "../../etc/passwd"}),
+        ));
+        w.llm.push(MockReply::Text {
+            chunks: vec!["Sent both.".into()],
+            delay_ms: 0,
+        });
+        w.dm("send me the chart and the report");
+        w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Sent both"))
+            .await;
+        let ups = w.uploads();
+        assert_eq!(ups.len(), 2, "{platform}: {ups:?}");
+        let (chat, name, content, caption) = &ups[0];
+        assert_eq!(chat, w.dm_chat(), "{platform}");
+        assert_eq!(name, "chart.png", "{platform}");
+        assert_eq!(content, &chart, "{platform}");
+        assert_eq!(caption.as_deref(), Some("the coverage chart"), "{platform}");
+        assert_eq!(
+            (ups[1].1.as_str(), ups[1].2.as_slice()),
+            ("report.txt", b"all green\n".as_slice()),
+            "{platform}"
+        );
+        // the path outside the workspace was refused to the model, not sent
+        assert!(
+            w.llm
+                .requests()
+                .into_iter()
+                .map(|r| r.body.to_string())
+                .any(|b| b.contains("c3") && b.contains("outside")),
+            "{platform}: the model was told the path is outside the workspace"
+        );
+    }
+    // Telegram: a photo as a photo, the rest as a document
+    let w = World::new("telegram").await;
+    let Fake::Telegram(tg) = &w.fake else {
+        unreachable!()
+    };
+    std::fs::write(w.ws.path().join("chart.png"), &chart).unwrap();
+    std::fs::write(w.ws.path().join("report.txt"), "x\n").unwrap();
+    let _server = w.server().await;
+    for (id, path) in [("p1", "chart.png"), ("p2", "report.txt")] {
+        w.llm.push(MockReply::tool_call(
+            id,
+            "send_file",
+            serde_json::json!({"path": path}),
+        ));
+    }
+    w.llm.push(MockReply::Text {
+        chunks: vec!["Done.".into()],
+        delay_ms: 0,
+    });
+    w.dm("both please");
+    w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Done"))
+        .await;
+    let methods: Vec<String> = tg.uploads().into_iter().map(|u| u.method).collect();
+    assert_eq!(methods, ["sendPhoto", "sendDocument"]);
+}

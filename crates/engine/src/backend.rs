@@ -211,6 +211,9 @@ pub struct RunHandle {
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approval_timeout: Duration,
     pub(crate) cancel: CancellationToken,
+    /// Where files the agent shares are stored, and their limits.
+    pub(crate) blobs: Arc<crate::files::Blobs>,
+    pub(crate) file_limits: crate::files::FileLimits,
 }
 
 impl RunHandle {
@@ -242,6 +245,41 @@ impl RunHandle {
     /// [`RunHandle::stream_text`] for the model's reasoning (`ThoughtDelta`).
     pub async fn stream_thought(&self, delta: String) -> Result<(), EngineError> {
         self.deltas.send(self.run_id, true, delta).await
+    }
+
+    /// Shares a file of the workspace with the user: stores it as a file of the session
+    /// (the upload limits and allowed types apply) and emits `FileShared`, which surfaces
+    /// deliver (a chat gets it as a document or photo). `path` must already be confined to
+    /// the workspace by the caller.
+    pub async fn share_file(
+        &self,
+        path: &std::path::Path,
+        caption: Option<String>,
+    ) -> Result<switchboard_protocol::FileInfo, EngineError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".into());
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| EngineError::validation("path", format!("cannot read it: {e}")))?;
+        let body = tokio_util::io::ReaderStream::new(file);
+        let info = crate::files::store_upload(
+            self.store.as_ref(),
+            &self.blobs,
+            &self.file_limits,
+            self.session_id,
+            &name,
+            body,
+        )
+        .await?;
+        self.emit(AgentEvent::FileShared {
+            run_id: self.run_id,
+            file: info.clone(),
+            caption: caption.filter(|c| !c.trim().is_empty()),
+        })
+        .await?;
+        Ok(info)
     }
 
     /// Appends a message to the transcript.

@@ -391,6 +391,42 @@ impl Blobs {
     }
 }
 
+/// Stores `body` as a file of the session: the content by [`Blobs::put`], then its row.
+pub(crate) async fn store_upload<S, E>(
+    store: &dyn switchboard_store::Store,
+    blobs: &Blobs,
+    limits: &FileLimits,
+    session_id: Uuid,
+    name: &str,
+    body: S,
+) -> Result<FileInfo, EngineError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let name = clean_name(name);
+    blobs
+        .put(limits, body, |stored| async move {
+            let record = FileRecord {
+                id: Uuid::now_v7(),
+                session_id,
+                name,
+                mime: stored.mime,
+                size: stored.size,
+                sha256: stored.sha256,
+                created_at: crate::time::now_rfc3339(),
+            };
+            store.put_file(&record).await.map_err(|e| match e {
+                switchboard_store::StoreError::NotFound(_) => {
+                    EngineError::SessionNotFound(session_id)
+                }
+                e => e.into(),
+            })?;
+            Ok(info(&record))
+        })
+        .await
+}
+
 /// A stored row as the wire shows it.
 pub(crate) fn info(r: &FileRecord) -> FileInfo {
     FileInfo {

@@ -36,6 +36,26 @@ pub struct Attachment {
     pub source: Option<String>,
 }
 
+/// A file to send to a chat (one the agent shared).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutgoingFile {
+    pub name: String,
+    /// As the server sniffed it.
+    pub mime: String,
+    pub bytes: bytes::Bytes,
+    pub caption: Option<String>,
+}
+
+impl OutgoingFile {
+    /// Whether platforms show it as a photo (what they re-encode and preview inline).
+    pub fn is_photo(&self) -> bool {
+        matches!(
+            self.mime.as_str(),
+            "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+        )
+    }
+}
+
 /// An attachment's content, fetched from the platform.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fetched {
@@ -190,6 +210,23 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;
+    /// Sends a file to a chat (into its thread), with its caption; returns the message id.
+    /// The default, for channels without file uploads, posts the caption and the file's
+    /// name and size as text.
+    async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
+        let caption = file
+            .caption
+            .as_deref()
+            .map(|c| format!("{c}\n"))
+            .unwrap_or_default();
+        let text = format!(
+            "{caption}[file: {} ({}, {} bytes); open the session in the console to download it]",
+            file.name,
+            file.mime,
+            file.bytes.len()
+        );
+        self.send(chat, &text, &[]).await
+    }
     /// Fetches an attachment's content from the platform (its [`Attachment::source`]), at
     /// most `max_bytes`: a larger file is refused as soon as that shows (its declared size,
     /// or the bytes as they arrive), never held whole. The error is a reason a user may read

@@ -58,6 +58,14 @@ pub enum AgentEvent {
     /// A file attached to the message that started the run (one event per file, right
     /// after `RunStarted`).
     FileAttached { run_id: Uuid, file: FileInfo },
+    /// The agent shared a file with the user (stored as a file of the session); surfaces
+    /// deliver it (a chat as a document or photo, the console as a download).
+    FileShared {
+        run_id: Uuid,
+        file: FileInfo,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        caption: Option<String>,
+    },
     /// A follow-up was stored; it starts a run when the active one ends.
     FollowUpQueued { run_id: Uuid, content: String },
     /// A piece of the assistant's reply. Pieces the model streamed close together may be
@@ -131,6 +139,7 @@ impl AgentEvent {
         match self {
             Self::RunStarted { .. } => "run_started",
             Self::FileAttached { .. } => "file_attached",
+            Self::FileShared { .. } => "file_shared",
             Self::FollowUpQueued { .. } => "follow_up_queued",
             Self::TextDelta { .. } => "text_delta",
             Self::TextComplete { .. } => "text_complete",
@@ -154,6 +163,7 @@ impl AgentEvent {
         match self {
             Self::RunStarted { run_id, .. }
             | Self::FileAttached { run_id, .. }
+            | Self::FileShared { run_id, .. }
             | Self::FollowUpQueued { run_id, .. }
             | Self::TextDelta { run_id, .. }
             | Self::TextComplete { run_id, .. }

@@ -94,10 +94,46 @@ impl From<ToolError> for ToolOutput {
 }
 
 /// The names of the tools, in the order [`specs`] lists them.
-pub const TOOL_NAMES: [&str; 5] = ["view", "create", "str_replace", "remove", "run_command"];
+pub const TOOL_NAMES: [&str; 6] = [
+    "view",
+    "create",
+    "str_replace",
+    "remove",
+    "run_command",
+    "send_file",
+];
 
-/// The five workspace tools, with JSON schemas and descriptions for the model.
+/// The workspace tools, with JSON schemas and descriptions for the model.
 pub fn specs() -> Vec<ToolSpec> {
+    let mut specs = file_and_command_specs();
+    specs.push(ToolSpec {
+        name: "send_file".into(),
+        description: "Send a file of the workspace to the user: it is delivered where they \
+            talk to you (a chat gets it as a document or a photo, the console as a download). \
+            Use it for what a user wants to see or keep — a screenshot, a report, a build \
+            artifact, a patch. The usual file size and type limits apply."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "The file, relative to the workspace root."
+                },
+                "caption": {
+                    "type": "string",
+                    "description": "A short line that goes with it."
+                }
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+    });
+    specs
+}
+
+/// The view/create/str_replace/remove/run_command specs.
+fn file_and_command_specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: "view".into(),
@@ -235,11 +271,12 @@ pub fn specs() -> Vec<ToolSpec> {
     ]
 }
 
-/// How a tool call is approved: `view` reads; `create`, `str_replace` and `remove` write;
+/// How a tool call is approved: `view` and `send_file` read; `create`, `str_replace` and `remove` write;
 /// `run_command` executes. Unknown names give `None`.
 pub fn class(name: &str) -> Option<ToolClass> {
     match name {
-        "view" => Some(ToolClass::Read),
+        // Sending the user a file of their workspace reads it.
+        "view" | "send_file" => Some(ToolClass::Read),
         "create" | "str_replace" | "remove" => Some(ToolClass::Write),
         "run_command" => Some(ToolClass::Execute),
         _ => None,
@@ -276,6 +313,7 @@ pub fn preview(name: &str, args: &Value) -> String {
             None => format!("create {}", path()),
         },
         "str_replace" => format!("str_replace {}", path()),
+        "send_file" => format!("send_file {}", path()),
         "remove" => {
             if args.get("recursive").and_then(Value::as_bool) == Some(true) {
                 format!("remove {} (recursive)", path())

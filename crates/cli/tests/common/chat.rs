@@ -156,6 +156,30 @@ impl World {
         }
     }
 
+    /// The files the bot sent, in order: `(chat, name, content, caption)`.
+    pub fn uploads(&self) -> Vec<(String, String, Vec<u8>, Option<String>)> {
+        match &self.fake {
+            Fake::Telegram(f) => f
+                .uploads()
+                .into_iter()
+                .map(|u| (u.chat_id.to_string(), u.file_name, u.content, u.caption))
+                .collect(),
+            Fake::Slack(f) => f
+                .uploads()
+                .into_iter()
+                .map(|u| (u.channel, u.name, u.content, u.comment))
+                .collect(),
+            Fake::Discord(f) => f
+                .uploads()
+                .into_iter()
+                .map(|u| {
+                    let caption = Some(u.content_text).filter(|c| !c.is_empty());
+                    (u.channel, u.name, u.content, caption)
+                })
+                .collect(),
+        }
+    }
+
     /// The bot's messages in `chat`, in posting order.
     pub fn messages(&self, chat: &str) -> Vec<Msg> {
         match &self.fake {

@@ -3,10 +3,9 @@
 use bytes::Bytes;
 use futures::Stream;
 use switchboard_protocol::{AttachmentRef, FileInfo};
-use switchboard_store::FileRecord;
 
 use super::*;
-use crate::files::{clean_name, info};
+use crate::files::info;
 
 impl Engine {
     /// Stores an upload to the session (see [`crate::files`] for what is checked and how it
@@ -22,28 +21,15 @@ impl Engine {
         E: std::fmt::Display,
     {
         self.record(session_id).await?;
-        let name = clean_name(name);
-        let store = &self.inner.store;
-        let file = self
-            .inner
-            .blobs
-            .put(&self.inner.config.files, body, |stored| async move {
-                let record = FileRecord {
-                    id: Uuid::now_v7(),
-                    session_id,
-                    name,
-                    mime: stored.mime,
-                    size: stored.size,
-                    sha256: stored.sha256,
-                    created_at: now_rfc3339(),
-                };
-                store.put_file(&record).await.map_err(|e| match e {
-                    StoreError::NotFound(_) => EngineError::SessionNotFound(session_id),
-                    e => e.into(),
-                })?;
-                Ok(info(&record))
-            })
-            .await?;
+        let file = crate::files::store_upload(
+            self.inner.store.as_ref(),
+            &self.inner.blobs,
+            &self.inner.config.files,
+            session_id,
+            name,
+            body,
+        )
+        .await?;
         tracing::info!(%session_id, file_id = %file.file_id, mime = %file.mime, size = file.size, "file uploaded");
         Ok(file)
     }

@@ -122,7 +122,7 @@ struct Inner {
     /// Sessions the reaper found with follow-ups and no running run in its last pass.
     waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
     /// Files' content (see [`crate::files`]).
-    blobs: crate::files::Blobs,
+    blobs: Arc<crate::files::Blobs>,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
     /// Fires once shutdown has finished recording run outcomes; live streams end then.
@@ -138,7 +138,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Result<Self, EngineError> {
         let log = EventLog::new(store.clone(), config.live_buffer);
-        let blobs = crate::files::Blobs::new(config.files_dir.clone());
+        let blobs = Arc::new(crate::files::Blobs::new(config.files_dir.clone()));
         blobs.sweep_temp();
         let engine = Self {
             inner: Arc::new(Inner {

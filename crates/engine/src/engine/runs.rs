@@ -363,6 +363,8 @@ impl Engine {
                         approvals: self.inner.approvals.clone(),
                         approval_timeout: self.inner.config.approval_timeout,
                         cancel: cancel.clone(),
+                        blobs: self.inner.blobs.clone(),
+                        file_limits: self.inner.config.files.clone(),
                     },
                     config,
                     cancel: cancel.clone(),

@@ -61,6 +61,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
+    OutgoingFile,
 };
 
 mod gateway;
@@ -320,6 +321,30 @@ impl Channel for DiscordChannel {
                 map.remove(&chat.id);
             }
         }
+        result
+            .get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| self.other("POST /channels/…/messages: the answer has no id"))
+    }
+
+    /// The file as an attachment of a message (multipart), the caption as its content.
+    async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
+        let target = self.target(chat)?;
+        let body = json!({
+            "content": file.caption.clone().unwrap_or_default(),
+            "allowed_mentions": {"parse": []},
+            "attachments": [{"id": 0, "filename": file.name}],
+        });
+        let mut req = Req::new(
+            reqwest::Method::POST,
+            format!("/channels/{target}/messages"),
+            Some(body),
+        );
+        req.bucket = format!("POST /channels/{target}/messages");
+        req.keys = platform::send_keys(chat);
+        req.file = Some(file.clone());
+        let result = self.call(&req).await?;
         result
             .get("id")
             .and_then(Value::as_str)

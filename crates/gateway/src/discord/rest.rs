@@ -29,6 +29,9 @@ pub(super) struct Req {
     pub(super) keys: Vec<String>,
     /// The message an edit is of (pending edits of one message coalesce).
     pub(super) edit_of: Option<String>,
+    /// A file to send with the message: the body goes as `payload_json` and the file as
+    /// `files[0]` of a multipart request.
+    pub(super) file: Option<crate::channel::OutgoingFile>,
 }
 
 impl Req {
@@ -43,6 +46,7 @@ impl Req {
             secret: None,
             keys: vec![BOT.to_owned()],
             edit_of: None,
+            file: None,
         }
     }
 }
@@ -215,8 +219,21 @@ impl DiscordChannel {
                     reqwest::header::AUTHORIZATION,
                     format!("Bot {}", self.cfg.token),
                 );
-            if let Some(body) = &req.body {
-                builder = builder.json(body);
+            match (&req.file, &req.body) {
+                (Some(f), body) => {
+                    let part =
+                        reqwest::multipart::Part::stream(f.bytes.clone()).file_name(f.name.clone());
+                    let part = part.mime_str(&f.mime).unwrap_or_else(|_| {
+                        reqwest::multipart::Part::stream(f.bytes.clone()).file_name(f.name.clone())
+                    });
+                    let payload = body.clone().unwrap_or_else(|| json!({})).to_string();
+                    let form = reqwest::multipart::Form::new()
+                        .text("payload_json", payload)
+                        .part("files[0]", part);
+                    builder = builder.multipart(form);
+                }
+                (None, Some(body)) => builder = builder.json(body),
+                (None, None) => {}
             }
             builder
         };

@@ -532,6 +532,33 @@ pub(super) async fn follow(
                     dirty = false;
                 }
             }
+            AgentEvent::FileShared { file, caption, .. } => {
+                // At least once: a crash before the cursor is stored sends it again.
+                match gw
+                    .inner
+                    .client
+                    .download_file(run.session_id, file.file_id)
+                    .await
+                {
+                    Ok((bytes, _)) => {
+                        let out = crate::channel::OutgoingFile {
+                            name: file.name.clone(),
+                            mime: file.mime.clone(),
+                            bytes,
+                            caption,
+                        };
+                        log_err(
+                            "sending a file",
+                            ch.send_file(&route.chat, &out).await.map(|_| ()),
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(routing_key = %key, file_id = %file.file_id, error = %e, "a shared file could not be read from the server");
+                    }
+                }
+                gw.inner.store.put_run(&run).await?;
+                dirty = false;
+            }
             AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
                 if edits {
                     render(&*ch, &route.chat, &mut run, true).await?;

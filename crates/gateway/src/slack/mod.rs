@@ -70,7 +70,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
-    Fetched, Inbound, InboundHttpError,
+    Fetched, Inbound, InboundHttpError, OutgoingFile,
 };
 
 mod blocks;
@@ -457,6 +457,70 @@ impl Channel for SlackChannel {
             params["thread_ts"] = json!(thread);
         }
         self.call("chat.postEphemeral", &params).await.map(|_| ())
+    }
+
+    /// Slack's upload flow: `files.getUploadURLExternal`, the bytes POSTed to the URL it
+    /// gives (on Slack's hosts only), then `files.completeUploadExternal` into the channel
+    /// and thread, the caption as its comment. Returns the file's id.
+    async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
+        let length = file.bytes.len().to_string();
+        let start = self
+            .form_call(
+                "files.getUploadURLExternal",
+                &[
+                    ("filename", file.name.as_str()),
+                    ("length", length.as_str()),
+                ],
+                &platform::send_keys(chat),
+            )
+            .await?;
+        let (Some(url), Some(id)) = (
+            start.get("upload_url").and_then(Value::as_str),
+            start.get("file_id").and_then(Value::as_str),
+        ) else {
+            return Err(self.other("files.getUploadURLExternal: no upload_url or file_id"));
+        };
+        let url = crate::platform::file_url_allowed(url, self.client.base(), &["slack.com"])
+            .map_err(|e| self.other(e))?;
+        let sent = self
+            .client
+            .http()
+            .post(url)
+            .body(file.bytes.clone())
+            .timeout(std::time::Duration::from_secs(120))
+            .send()
+            .await
+            .map_err(|e| {
+                self.other(format!(
+                    "uploading {}: {}",
+                    file.name,
+                    crate::platform::client::describe(e)
+                ))
+            })?;
+        if !sent.status().is_success() {
+            return Err(self.other(format!(
+                "uploading {}: HTTP {}",
+                file.name,
+                sent.status().as_u16()
+            )));
+        }
+        let files = json!([{ "id": id, "title": file.name }]).to_string();
+        let mut form: Vec<(&str, &str)> = vec![("files", &files), ("channel_id", &chat.id)];
+        if chat.kind != ChatKind::Direct
+            && let Some(thread) = chat.thread.as_deref().filter(|t| !t.is_empty())
+        {
+            form.push(("thread_ts", thread));
+        }
+        if let Some(c) = &file.caption {
+            form.push(("initial_comment", c));
+        }
+        self.form_call(
+            "files.completeUploadExternal",
+            &form,
+            &platform::send_keys(chat),
+        )
+        .await?;
+        Ok(id.to_owned())
     }
 
     /// The file's `url_private` with the bot token (which Slack requires), only on Slack's

@@ -213,6 +213,34 @@ impl SlackChannel {
         }
     }
 
+    /// A Web API call with form parameters (the file methods take no JSON), with the bot
+    /// token, on the outbox `keys`.
+    pub(super) async fn form_call(
+        &self,
+        method: &str,
+        form: &[(&str, &str)],
+        keys: &[String],
+    ) -> Result<Value, ChannelError> {
+        let call = Call {
+            label: method,
+            keys,
+            timeout: CALL_TIMEOUT,
+            policy: None,
+        };
+        let token = &self.cfg.bot_token;
+        self.client
+            .call(
+                call,
+                |http, base| {
+                    http.post(format!("{base}/{method}"))
+                        .bearer_auth(token)
+                        .form(form)
+                },
+                |answer| self.read(method, answer),
+            )
+            .await
+    }
+
     /// One call with the bot token that is not a message in a channel.
     pub(super) async fn call(&self, method: &str, params: &Value) -> Result<Value, ChannelError> {
         self.call_with(method, params, &self.cfg.bot_token).await

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
-    Inbound,
+    Inbound, OutgoingFile,
 };
 
 mod bot_api;
@@ -55,6 +55,8 @@ pub const OFFSET_KEY: &str = "offset";
 
 /// Timeout of a call other than `getUpdates`.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one file upload may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Extra time a `getUpdates` request gets beyond its long-poll timeout.
 const POLL_GRACE: Duration = Duration::from_secs(15);
 
@@ -259,6 +261,59 @@ impl Channel for TelegramChannel {
             .and_then(Value::as_i64)
             .map(|id| id.to_string())
             .ok_or_else(|| self.other("sendMessage: the result has no message_id"))
+    }
+
+    /// `sendPhoto` for images, else `sendDocument` (multipart), into the chat's topic.
+    async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
+        let (method, field) = if file.is_photo() {
+            ("sendPhoto", "photo")
+        } else {
+            ("sendDocument", "document")
+        };
+        let thread = match &chat.thread {
+            Some(t) => Some(self.parse_id("thread", t)?),
+            None => None,
+        };
+        let keys = platform::send_keys(chat);
+        let call = platform::Call {
+            label: method,
+            keys: &keys,
+            timeout: FILE_TIMEOUT,
+            policy: None,
+        };
+        let result = self
+            .client
+            .call(
+                call,
+                |http, base| {
+                    let part = reqwest::multipart::Part::stream(file.bytes.clone())
+                        .file_name(file.name.clone());
+                    let part = match part.mime_str(&file.mime) {
+                        Ok(p) => p,
+                        Err(_) => reqwest::multipart::Part::stream(file.bytes.clone())
+                            .file_name(file.name.clone()),
+                    };
+                    let mut form = reqwest::multipart::Form::new()
+                        .text("chat_id", chat.id.clone())
+                        .part(field, part);
+                    if let Some(t) = thread {
+                        form = form.text("message_thread_id", t.to_string());
+                    }
+                    if let Some(c) = &file.caption {
+                        // Telegram's caption limit.
+                        form = form.text("caption", c.chars().take(1024).collect::<String>());
+                    }
+                    http.post(format!("{base}/bot{}/{method}", self.cfg.token))
+                        .multipart(form)
+                },
+                |answer| self.read(method, answer),
+            )
+            .await?;
+        result
+            .get("message_id")
+            .and_then(Value::as_i64)
+            .map(|id| id.to_string())
+            .ok_or_else(|| self.other(format!("{method}: the result has no message_id")))
     }
 
     async fn edit(

@@ -15,6 +15,11 @@ impl FakeDiscord {
         self.dm_with(user_id, username, text, None)
     }
 
+    /// The files the bot posted, in order.
+    pub fn uploads(&self) -> Vec<super::Upload> {
+        self.state.lock().uploads.clone()
+    }
+
     /// A DM with one attachment (`filename`, `content_type`, `size`, and a CDN `url` this
     /// fake serves); returns its message id.
     pub fn dm_file(

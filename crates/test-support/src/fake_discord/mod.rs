@@ -136,6 +136,8 @@ struct Interaction {
 struct Inner {
     /// Attachments users posted, by their CDN path (`/attachments/…`).
     attachments: HashMap<String, Vec<u8>>,
+    /// Files the bot posted with its messages, in order.
+    uploads: Vec<Upload>,
     /// Interaction follow-ups: (interaction token, body).
     follow_ups: Vec<(String, Value)>,
     heartbeat_interval: Option<Duration>,
@@ -204,6 +206,17 @@ impl Shared {
     fn ws_url(&self) -> String {
         format!("ws://{}/gateway", self.addr)
     }
+}
+
+/// A file the bot posted with a message (`files[n]` of a multipart create).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    pub channel: String,
+    pub name: String,
+    pub mime: String,
+    pub content: Vec<u8>,
+    /// The message's `content` (the caption).
+    pub content_text: String,
 }
 
 impl FakeDiscord {

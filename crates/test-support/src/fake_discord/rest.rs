@@ -47,7 +47,40 @@ pub(super) async fn rest(
 ) -> Response {
     let path = format!("/{}", path.trim_start_matches('/'));
     let route = format!("{method} {path}");
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
+    // A message with files: multipart, the JSON in `payload_json`, files as `files[n]`.
+    let multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
+    let mut files: Vec<(String, String, Vec<u8>)> = Vec::new();
+    let body = if multipart {
+        let mut req = axum::http::Request::new(axum::body::Body::from(body));
+        *req.headers_mut() = headers.clone();
+        let mut form =
+            match <axum::extract::Multipart as axum::extract::FromRequest<()>>::from_request(
+                req,
+                &(),
+            )
+            .await
+            {
+                Ok(f) => f,
+                Err(_) => return error(StatusCode::BAD_REQUEST, 50035, "Invalid Form Body"),
+            };
+        let mut payload = Value::Null;
+        while let Ok(Some(part)) = form.next_field().await {
+            let name = part.name().unwrap_or_default().to_owned();
+            if name == "payload_json" {
+                payload = serde_json::from_str(&part.text().await.unwrap_or_default())
+                    .unwrap_or(Value::Null);
+            } else if name.starts_with("files[") {
+                let file_name = part.file_name().unwrap_or_default().to_owned();
+                let mime = part.content_type().unwrap_or_default().to_owned();
+                let bytes = part.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+                files.push((file_name, mime, bytes));
+            }
+        }
+        payload
+    } else if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
         match serde_json::from_slice::<Value>(&body) {
@@ -108,7 +141,21 @@ pub(super) async fn rest(
         }))
         .into_response(),
         ("GET", ["users", "@me"]) => axum::Json(bot_user_json()).into_response(),
-        ("POST", ["channels", channel, "messages"]) => create_message(&state, channel, &body),
+        ("POST", ["channels", channel, "messages"]) => {
+            if !files.is_empty() {
+                let mut inner = state.lock();
+                for (name, mime, content) in files {
+                    inner.uploads.push(super::Upload {
+                        channel: (*channel).to_owned(),
+                        name,
+                        mime,
+                        content,
+                        content_text: body.get("content").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                    });
+                }
+            }
+            create_message(&state, channel, &body)
+        }
         ("PATCH", ["channels", channel, "messages", id]) => edit_message(&state, channel, id, &body),
         ("POST", ["interactions", id, token, "callback"]) => callback(&state, id, token, &body),
         ("POST", ["webhooks", app, token]) => follow_up(&state, app, token, &body),

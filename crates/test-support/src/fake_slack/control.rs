@@ -28,6 +28,11 @@ impl FakeSlack {
         ts
     }
 
+    /// The files the bot uploaded into channels, in order.
+    pub fn uploads(&self) -> Vec<super::Upload> {
+        self.state.lock().uploads.clone()
+    }
+
     /// A direct message of `user` sharing a file (`subtype: file_share`, the file in
     /// `files` with a `url_private` this fake serves to the bot token); returns its ts.
     pub fn dm_file(

@@ -104,6 +104,10 @@ struct Shared {
 struct Inner {
     /// Files users shared, by their `url_private` path (served to the bot token only).
     files: HashMap<String, Vec<u8>>,
+    /// Uploads started by the bot: file id → (name, announced length, bytes once POSTed).
+    pending_uploads: HashMap<String, (String, usize, Option<Vec<u8>>)>,
+    /// Uploads completed into a channel, in order.
+    uploads: Vec<Upload>,
     /// The connected socket (connection number, command sender).
     current: Option<(usize, mpsc::UnboundedSender<Cmd>)>,
     /// Envelopes waiting for a connection.
@@ -219,6 +223,18 @@ fn now() -> u64 {
         .unwrap_or_default()
 }
 
+/// A file the bot uploaded and completed into a channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    pub file_id: String,
+    pub channel: String,
+    pub thread_ts: Option<String>,
+    pub name: String,
+    pub title: String,
+    pub comment: Option<String>,
+    pub content: Vec<u8>,
+}
+
 impl FakeSlack {
     /// The only bot token accepted (Web API methods).
     pub const BOT_TOKEN: &'static str = "xoxb-1-test-bot-token";
@@ -242,6 +258,7 @@ impl FakeSlack {
             .route("/api/{method}", any(api))
             .route("/socket", get(socket))
             .route("/files-pri/{*path}", get(web_api::file))
+            .route("/upload/{id}", axum::routing::post(web_api::upload))
             .with_state((state.clone(), addr));
         crate::serve::spawn(listener, app, shutdown_rx);
         FakeSlack {

@@ -112,6 +112,68 @@ pub(super) async fn api(
             inner.tickets.push(ticket.clone());
             ok(json!({"url": format!("ws://{addr}/socket?ticket={ticket}&app_id={APP_ID}")}))
         }
+        // Slack's upload flow: a URL to POST the bytes to, then completing it into a
+        // channel (form parameters, `files` a JSON array).
+        "files.getUploadURLExternal" => {
+            let (Some(filename), Some(length)) = (
+                params.get("filename").and_then(Value::as_str),
+                params
+                    .get("length")
+                    .and_then(Value::as_str)
+                    .and_then(|l| l.parse::<usize>().ok()),
+            ) else {
+                return fail("invalid_arguments");
+            };
+            let n = inner.next();
+            let id = format!("F0UP{n}");
+            inner
+                .pending_uploads
+                .insert(id.clone(), (filename.to_owned(), length, None));
+            ok(json!({"upload_url": format!("http://{addr}/upload/{id}"), "file_id": id}))
+        }
+        "files.completeUploadExternal" => {
+            let files: Vec<Value> = params
+                .get("files")
+                .and_then(Value::as_str)
+                .and_then(|f| serde_json::from_str(f).ok())
+                .unwrap_or_default();
+            let Some(channel) = params.get("channel_id").and_then(Value::as_str) else {
+                return fail("invalid_arguments");
+            };
+            let mut done = Vec::new();
+            for f in &files {
+                let Some(id) = f.get("id").and_then(Value::as_str) else {
+                    return fail("invalid_arguments");
+                };
+                let Some((name, length, Some(content))) = inner.pending_uploads.remove(id) else {
+                    return fail("file_not_found");
+                };
+                if content.len() != length {
+                    return fail("file_upload_size_mismatch");
+                }
+                inner.uploads.push(super::Upload {
+                    file_id: id.to_owned(),
+                    channel: channel.to_owned(),
+                    thread_ts: params
+                        .get("thread_ts")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    title: f
+                        .get("title")
+                        .and_then(Value::as_str)
+                        .unwrap_or(&name)
+                        .to_owned(),
+                    comment: params
+                        .get("initial_comment")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    name,
+                    content,
+                });
+                done.push(json!({"id": id}));
+            }
+            ok(json!({"files": done}))
+        }
         "chat.postMessage" => post_message(&mut inner, &params),
         "chat.update" => update_message(&mut inner, &params),
         "chat.postEphemeral" => {
@@ -376,5 +438,21 @@ pub(super) async fn file(
     match found {
         Some(bytes) => bytes.into_response(),
         None => (StatusCode::NOT_FOUND, "file_not_found").into_response(),
+    }
+}
+
+/// `POST /upload/{file_id}`: the bytes of an upload `files.getUploadURLExternal` started.
+pub(super) async fn upload(
+    State((state, _)): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let mut inner = state.lock();
+    match inner.pending_uploads.get_mut(&id) {
+        Some(p) => {
+            p.2 = Some(body.to_vec());
+            (StatusCode::OK, format!("OK - {}", body.len())).into_response()
+        }
+        None => (StatusCode::NOT_FOUND, "no such upload").into_response(),
     }
 }

@@ -414,3 +414,86 @@ pub(super) async fn file(
         None => (StatusCode::NOT_FOUND, "Not Found").into_response(),
     }
 }
+
+pub(super) async fn upload_photo(
+    state: State<Arc<Shared>>,
+    auth: Path<String>,
+    form: axum::extract::Multipart,
+) -> Response {
+    upload(state, auth, "sendPhoto", "photo", form).await
+}
+
+pub(super) async fn upload_document(
+    state: State<Arc<Shared>>,
+    auth: Path<String>,
+    form: axum::extract::Multipart,
+) -> Response {
+    upload(state, auth, "sendDocument", "document", form).await
+}
+
+/// `sendPhoto` / `sendDocument` as multipart uploads (the only way to send new content):
+/// `chat_id`, `message_thread_id`, `caption` and the file in the part named `field`.
+async fn upload(
+    State(state): State<Arc<Shared>>,
+    Path(auth): Path<String>,
+    method: &str,
+    field: &str,
+    mut form: axum::extract::Multipart,
+) -> Response {
+    if auth.strip_prefix("bot") != Some(FakeTelegram::TOKEN) {
+        return reply(Err((StatusCode::UNAUTHORIZED, "Unauthorized".into(), None)));
+    }
+    let mut up = super::Upload {
+        method: method.to_owned(),
+        chat_id: 0,
+        thread_id: None,
+        file_name: String::new(),
+        mime: String::new(),
+        caption: None,
+        content: Vec::new(),
+    };
+    let mut has_file = false;
+    while let Ok(Some(part)) = form.next_field().await {
+        let name = part.name().unwrap_or_default().to_owned();
+        if name == field {
+            up.file_name = part.file_name().unwrap_or_default().to_owned();
+            up.mime = part.content_type().unwrap_or_default().to_owned();
+            up.content = part.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+            has_file = !up.content.is_empty();
+            continue;
+        }
+        let text = part.text().await.unwrap_or_default();
+        match name.as_str() {
+            "chat_id" => up.chat_id = text.trim().parse().unwrap_or(0),
+            "message_thread_id" => up.thread_id = text.trim().parse().ok(),
+            "caption" => up.caption = Some(text),
+            _ => {}
+        }
+    }
+    if up.chat_id == 0 {
+        return reply(Err(bad_request("chat not found")));
+    }
+    if !has_file {
+        return reply(Err(bad_request(&format!(
+            "there is no {field} in the request"
+        ))));
+    }
+    let mut inner = state.lock();
+    inner.calls.push(
+        method,
+        json!({"chat_id": up.chat_id, "caption": up.caption}),
+    );
+    let message_id = inner.next_message_id(up.chat_id);
+    let mut msg = json!({
+        "message_id": message_id,
+        "from": super::wire::bot_user(),
+        "chat": inner.chat_json(up.chat_id),
+        "date": now(),
+    });
+    if let Some(c) = &up.caption {
+        msg["caption"] = json!(c);
+    }
+    msg[field] = json!({"file_id": format!("sent-{message_id}"), "file_name": up.file_name, "file_size": up.content.len()});
+    inner.uploads.push(up);
+    reply(Ok(msg))
+}

@@ -122,6 +122,11 @@ impl FakeTelegram {
         message_id
     }
 
+    /// The files the bot sent (`sendPhoto`, `sendDocument`), in order.
+    pub fn uploads(&self) -> Vec<super::Upload> {
+        self.state.lock().uploads.clone()
+    }
+
     /// A group message; `thread_id` makes it a forum-topic message; `reply_to_bot` replies
     /// to the bot's last message in that chat. Returns its message id.
     ///

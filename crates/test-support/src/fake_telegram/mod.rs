@@ -122,6 +122,20 @@ struct Inner {
     /// Files users sent, by `file_id`: their `file_path` and content (served by `getFile`
     /// and `GET /file/bot<TOKEN>/<file_path>`).
     files: HashMap<String, (String, Vec<u8>)>,
+    /// Files the bot sent (`sendPhoto`, `sendDocument`), in order.
+    uploads: Vec<Upload>,
+}
+
+/// A file the bot sent with `sendPhoto` or `sendDocument`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Upload {
+    pub method: String,
+    pub chat_id: i64,
+    pub thread_id: Option<i64>,
+    pub file_name: String,
+    pub mime: String,
+    pub caption: Option<String>,
+    pub content: Vec<u8>,
 }
 
 impl Shared {
@@ -245,6 +259,8 @@ impl FakeTelegram {
         let app = Router::new()
             .route("/{auth}/{method}", post(api).get(api))
             .route("/file/{auth}/{*path}", axum::routing::get(bot_api::file))
+            .route("/{auth}/sendPhoto", post(bot_api::upload_photo))
+            .route("/{auth}/sendDocument", post(bot_api::upload_document))
             .fallback(not_found)
             .with_state(state.clone());
         crate::serve::spawn(listener, app, shutdown_rx);
