@@ -306,6 +306,29 @@ try {
     check(r.status === 200 && r.text.includes('tool-output-42'), `GET ${href}: ${r.status} ${r.text.slice(0, 200)}`);
   });
 
+  await step('attach an image: a chip, then a preview in the transcript; a shared file is a card', async () => {
+    // a 1x1 red PNG
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC', 'base64');
+    await idle();
+    await T('attach-input').setInputFiles({ name: 'red-ci.png', mimeType: 'image/png', buffer: png });
+    await T('attachment-chip').filter({ hasText: 'red-ci.png' }).and(page.locator('[data-state="ready"]')).waitFor();
+    await composer().fill('see attached');
+    await T('send').click();
+    await T('message-user').filter({ hasText: 'see attached' }).last().waitFor();
+    const preview = T('file-attached').filter({ hasText: 'red-ci.png' }).getByTestId('file-preview');
+    await preview.waitFor();
+    await until('the preview to load', () => preview.evaluate((i) => i.complete && i.naturalWidth === 1));
+    check((await T('attachment-chip').count()) === 0, 'the chip is still there after sending');
+    const shared = T('file-card').filter({ hasText: 'shared.txt' });
+    await shared.filter({ hasText: 'the notes' }).waitFor();
+    const href = await shared.getByTestId('file-download').getAttribute('href');
+    const r = await page.evaluate((u) => fetch(u).then(async (x) => ({ status: x.status, text: await x.text() })), href);
+    check(r.status === 200 && r.text === 'notes from the agent\n', `GET ${href}: ${r.status} ${JSON.stringify(r.text)}`);
+    await assistant('I see a red pixel.').waitFor();
+    await idle();
+    await shot(page, '07-attachments.png');
+  });
+
   await step('relay: bring the bundle up', async () => {
     await T('relay-tab').click();
     await page.locator(`[data-testid="bundle"][data-bundle="${BUNDLE}"]`).click();

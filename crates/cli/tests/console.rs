@@ -60,6 +60,13 @@ fn script(llm: &MockLlm) {
         "<script>window.__pwned = 1</script>",
         "<img src=x onerror=\"window.__pwned = 2\"> done",
     ]));
+    // an image attached in the console; the agent shares a file back
+    llm.push(MockReply::tool_call(
+        "call_share",
+        "send_file",
+        json!({"path": "shared.txt", "caption": "the notes"}),
+    ));
+    llm.push(MockReply::text(&["I see a red pixel."]));
 }
 
 #[tokio::test]
@@ -73,6 +80,7 @@ async fn console_in_headless_chromium() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("shared.txt"), "notes from the agent\n").unwrap();
     let bundles = dir.path().join("bundles");
     std::fs::create_dir_all(&bundles).unwrap();
     let member = |id: &str| {
@@ -178,6 +186,7 @@ async fn console_in_headless_chromium() {
         "04-transcript.png",
         "05-relay.png",
         "06-phone-approval.png",
+        "07-attachments.png",
     ] {
         let len = std::fs::metadata(shots.join(shot))
             .map(|m| m.len())
@@ -185,6 +194,17 @@ async fn console_in_headless_chromium() {
         assert!(len > 1000, "screenshot {shot} missing or empty");
     }
     assert_eq!(llm.queued(), 0, "every scripted reply was used");
+    let attached = llm
+        .requests()
+        .into_iter()
+        .find(|r| r.last_user_text().contains("see attached"))
+        .expect("the attached message reached the model");
+    assert_eq!(
+        attached.images().len(),
+        1,
+        "the image went as an image part"
+    );
+    assert_eq!(attached.images()[0].0, "image/png");
     // Leave no tmux server behind.
     let _ = std::process::Command::new("tmux")
         .arg("-S")

@@ -232,7 +232,7 @@ function newSessionForm() {
 
 // ---------- session view ----------
 
-const KINDS = ['run_started', 'follow_up_queued', 'text_delta', 'text_complete', 'tool_calls_proposed',
+const KINDS = ['run_started', 'file_attached', 'file_shared', 'follow_up_queued', 'text_delta', 'text_complete', 'tool_calls_proposed',
   'waiting_for_tool_approval', 'tool_execution_started', 'tool_execution_completed', 'tool_rejected',
   'steering_received', 'thought_delta', 'plan_updated', 'notice', 'usage_report', 'run_completed', 'run_error'];
 
@@ -275,7 +275,16 @@ function sessionView(id) {
   v.meta = h('span.session-info');
   v.download = h('a.button', { href: `/v1/sessions/${id}/transcript.md`, download: 'transcript.md', tid: 'download' }, 'Download');
   v.log = h('div.log', { tid: 'transcript' });
-  v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line)' });
+  v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line; drop or paste files to attach)' });
+  // Files to send with the next message: uploaded at once, attached on send.
+  v.pending = [];
+  v.tray = h('div.attachments', { tid: 'attachments' });
+  v.picker = h('input', { type: 'file', multiple: true, hidden: true, tid: 'attach-input',
+    onchange: () => { attachFiles(v, [...v.picker.files]); v.picker.value = ''; } });
+  v.input.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData?.files ?? [])];
+    if (files.length) { e.preventDefault(); attachFiles(v, files); }
+  });
   const confirm = h('span.confirm', { hidden: true }, 'Delete this session?',
     h('button.danger', { tid: 'delete-confirm', type: 'button', onclick: guard(() => deleteSession(v)) }, 'Delete'),
     h('button', { tid: 'delete-cancel', type: 'button', onclick: () => { confirm.hidden = true; } }, 'Cancel'));
@@ -296,9 +305,56 @@ function sessionView(id) {
       h('div.session-actions', {}, v.download, v.archive,
         h('button', { tid: 'delete', type: 'button', onclick: () => { confirm.hidden = false; } }, 'Delete'), confirm)),
     v.log,
-    h('div.composer', {}, v.input, h('div.composer-actions', {}, v.buttons,
+    v.tray,
+    h('div.composer', {}, v.input, h('div.composer-actions', {}, v.picker,
+      h('button', { tid: 'attach', type: 'button', title: 'Attach files', onclick: () => v.picker.click() }, 'Attach'),
+      v.buttons,
       btn('stop', 'Stop', () => api('POST', `/v1/sessions/${id}/cancel`, { run_id: v.activeRun }), '.danger.when-running'))));
+  v.root.addEventListener('dragover', (e) => { if (e.dataTransfer?.types?.includes('Files')) e.preventDefault(); });
+  v.root.addEventListener('drop', (e) => {
+    const files = [...(e.dataTransfer?.files ?? [])];
+    if (files.length) { e.preventDefault(); attachFiles(v, files); }
+  });
   return v;
+}
+
+const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${Math.round(n / 1024)} KB` : `${n} B`);
+
+/** Uploads each file to the session; each shows as a chip until the message is sent. */
+async function attachFiles(v, files) {
+  for (const file of files) {
+    const chip = h('span.chip', { tid: 'attachment-chip', 'data-state': 'uploading' }, `${file.name} …`);
+    v.tray.append(chip);
+    try {
+      const form = new FormData();
+      form.append('file', file, file.name);
+      const res = await fetch(`/v1/sessions/${v.id}/files`, { method: 'POST', body: form });
+      const data = await res.json().catch(() => ({}));
+      if (!res.ok) throw Object.assign(new Error(data.error || `${res.status} ${res.statusText}`), { code: data.code });
+      const entry = { file_id: data.file_id, chip };
+      v.pending.push(entry);
+      chip.dataset.state = 'ready';
+      fill(chip, `${data.name} (${size(data.size)})`,
+        h('button.chip-remove', { type: 'button', title: 'Remove', onclick: () => {
+          v.pending = v.pending.filter((p) => p !== entry);
+          chip.remove();
+        } }, '×'));
+    } catch (e) {
+      chip.remove();
+      toast(new Error(`${file.name}: ${describe(e)}`));
+    }
+  }
+}
+
+/** A file of the session in the transcript: images previewed, every file downloadable. */
+function fileCard(v, file, caption, tid) {
+  const url = `/v1/sessions/${v.id}/files/${file.file_id}`;
+  const image = /^image\/(png|jpeg|gif|webp)$/.test(file.mime);
+  return h(`div.file-card`, { tid, 'data-file-id': file.file_id },
+    image && h('img.file-preview', { tid: 'file-preview', src: url, alt: file.name, loading: 'lazy' }),
+    h('a', { href: url, download: file.name, tid: 'file-download' }, file.name),
+    h('span.file-meta', {}, ` ${file.mime}, ${size(file.size)}`),
+    caption && h('div.file-caption', {}, caption));
 }
 
 function setArchived(v, archived) {
@@ -323,14 +379,19 @@ async function deleteSession(v) {
 }
 
 async function sendMessage(v, type) {
-  const content = v.input.value;
-  if (!content.trim()) return;
+  let content = v.input.value;
+  const files = type === 'steering' ? [] : v.pending.slice();
+  if (!content.trim() && !files.length) return;
+  if (!content.trim()) content = '(see the attached files)';
   const body = { message: { role: 'user', content }, type };
+  if (files.length) body.message.attachments = files.map((f) => ({ file_id: f.file_id }));
   if (type === 'steering') body.run_id = v.activeRun;
   for (const b of v.buttons) b.disabled = true;
   try {
     const { run_id } = await api('POST', `/v1/sessions/${v.id}/messages`, body);
     if (v.input.value === content) v.input.value = ''; // unless more was typed meanwhile
+    for (const f of files) f.chip.remove();
+    v.pending = v.pending.filter((p) => !files.includes(p));
     if (type === 'message' && !v.ended.has(run_id)) setRun(v, run_id);
   } finally {
     for (const b of v.buttons) b.disabled = false;
@@ -386,6 +447,8 @@ const HANDLERS = {
     if (ev.content) add(v, h('div.msg.user', { tid: 'message-user' }, ev.content));
     if (!v.ended.has(ev.run_id)) setRun(v, ev.run_id);
   },
+  file_attached: (v, ev) => add(v, fileCard(v, ev.file, null, 'file-attached')),
+  file_shared: (v, ev) => add(v, fileCard(v, ev.file, ev.caption, 'file-card')),
   follow_up_queued: (v, ev) => add(v, h('div.notice', {}, `Follow-up queued: ${ev.content}`)),
   steering_received: (v, ev) => add(v, h('div.msg.user.steer', { tid: 'message-steer' }, ev.content)),
   text_delta(v, ev) {
