@@ -271,3 +271,42 @@ async fn a_file_the_agent_sends_arrives_in_the_chat() {
     let methods: Vec<String> = tg.uploads().into_iter().map(|u| u.method).collect();
     assert_eq!(methods, ["sendPhoto", "sendDocument"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_keeps_every_file_with_who_sent_it() {
+    let w = World::new("telegram").await;
+    let Fake::Telegram(tg) = &w.fake else {
+        unreachable!()
+    };
+    // one conversation for every DM, so that two people's messages batch together
+    let config = w.dir.path().join("switchboard.toml");
+    std::fs::write(&config, "[gateway]\ndm_scope = \"main\"\n").unwrap();
+    let config = config.display().to_string();
+    let _server = w
+        .server_with(&[
+            ("SWITCHBOARD_CONFIG", &config),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_USERS", "7"),
+        ])
+        .await;
+    w.llm
+        .push(MockReply::text_slow(&["Working", " on", " it."], 1500));
+    w.llm.push(MockReply::text(&["Both noted."]));
+    w.dm("first task");
+    let ready = |_: &switchboard_test_support::fake_telegram::FakeTelegram| {
+        w.llm.chat_requests().len() == 1
+    };
+    tg.wait_until(WAIT, "the first run started", ready).await;
+    let photo = jpeg();
+    w.dm_file("photo", "", "image/jpeg", &photo, "this one");
+    tg.dm(7, "bob", "and that");
+    // One conversation: the reply goes where its latest message came from, bob's chat.
+    w.wait("7", "the batched reply", |m| m.text.contains("Both noted"))
+        .await;
+    let req = &w.llm.chat_requests()[1];
+    let text = req.last_user_text();
+    assert!(
+        text.contains("alice: this one (sent photo)") && text.contains("bob: and that"),
+        "{text}"
+    );
+    assert_eq!(req.images().len(), 1, "the photo goes with the batch");
+}

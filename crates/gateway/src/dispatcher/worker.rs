@@ -56,6 +56,10 @@ async fn fetch_files(
 ) -> (Vec<Queued>, Vec<AttachmentRef>) {
     let mut refs = Vec::new();
     let max = gw.inner.config.max_file_bytes;
+    // With several senders, each file is named in its sender's line (attribution).
+    let senders: std::collections::HashSet<&str> =
+        items.iter().map(|q| q.peer.id.as_str()).collect();
+    let attribute = senders.len() > 1;
     for item in &mut items {
         let Some(channel) = gw.channel(&item.channel) else {
             continue;
@@ -129,6 +133,9 @@ async fn fetch_files(
                 item.text.push_str("\n\n");
             }
             item.text.push_str(&t);
+        }
+        if attribute && !sent.is_empty() {
+            item.text.push_str(&format!(" (sent {})", sent.join(", ")));
         }
         item.text = item.text.trim().to_string();
         if item.text.is_empty() && !sent.is_empty() {
