@@ -39,6 +39,8 @@ pub struct Attachment {
 /// A file to send to a chat (one the agent shared).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutgoingFile {
+    /// Where the server serves it: `/v1/sessions/{id}/files/{file_id}` (with the API token).
+    pub path: String,
     pub name: String,
     /// As the server sniffed it.
     pub mime: String,

@@ -711,6 +711,26 @@ impl Channel for WebhookChannel {
         Ok(given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()))
     }
 
+    /// `{"type": "file", "chat", "name", "mime", "size", "url", "caption"}`: the file is not
+    /// pushed; `url` is its path on the Switchboard server, fetched with the API token.
+    async fn send_file(
+        &self,
+        chat: &ChatRef,
+        file: &crate::channel::OutgoingFile,
+    ) -> Result<String, ChannelError> {
+        let payload = json!({
+            "type": "file",
+            "chat": chat,
+            "name": file.name,
+            "mime": file.mime,
+            "size": file.bytes.len(),
+            "url": file.path,
+            "caption": file.caption,
+        });
+        self.post("file", &payload).await?;
+        Ok(uuid::Uuid::new_v4().to_string())
+    }
+
     async fn edit(
         &self,
         chat: &ChatRef,

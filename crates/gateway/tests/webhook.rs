@@ -653,6 +653,36 @@ async fn edit_is_signed() {
 }
 
 #[tokio::test]
+async fn a_shared_file_is_posted_as_its_url_signed() {
+    let (rx, url) = start_receiver().await;
+    rx.push(200, vec![], "{}");
+    let ch = channel(&url);
+    let file = switchboard_gateway::channel::OutgoingFile {
+        path: "/v1/sessions/s1/files/f1".into(),
+        name: "report.pdf".into(),
+        mime: "application/pdf".into(),
+        bytes: Bytes::from_static(b"%PDF-1.4 tiny"),
+        caption: Some("the report".into()),
+    };
+    ch.send_file(&chat(), &file).await.unwrap();
+    let got = rx.got();
+    assert_eq!(got.len(), 1);
+    assert_correctly_signed(&got[0]);
+    assert_eq!(
+        got[0].body,
+        json!({
+            "type": "file",
+            "chat": {"id": "c1", "kind": "group", "thread": "t9"},
+            "name": "report.pdf",
+            "mime": "application/pdf",
+            "size": 13,
+            "url": "/v1/sessions/s1/files/f1",
+            "caption": "the report",
+        })
+    );
+}
+
+#[tokio::test]
 async fn press_answer_is_signed() {
     let (rx, url) = start_receiver().await;
     let ch = channel(&url);

@@ -549,6 +549,7 @@ pub(super) async fn follow(
                 {
                     Ok((bytes, _)) => {
                         let out = crate::channel::OutgoingFile {
+                            path: format!("/v1/sessions/{}/files/{}", run.session_id, file.file_id),
                             name: file.name.clone(),
                             mime: file.mime.clone(),
                             bytes,
