@@ -401,12 +401,7 @@ impl Channel for DiscordChannel {
             self.client.base(),
             &["discordapp.com", "discordapp.net", "discord.com"],
         )?;
-        if a.size.is_some_and(|n| n > max_bytes) {
-            return Err(format!(
-                "the file is larger than the {} MB accepted",
-                max_bytes / (1024 * 1024)
-            ));
-        }
+        crate::platform::client::check_declared(a, max_bytes)?;
         let bytes = self
             .client
             .download("attachment", |http| http.get(url.clone()), max_bytes)

@@ -409,6 +409,23 @@ impl PlatformClient {
     }
 }
 
+/// Why a file over `max_bytes` was not taken, for the user.
+pub fn too_large(max_bytes: u64) -> String {
+    format!(
+        "the file is larger than the {} MB accepted",
+        max_bytes / (1024 * 1024)
+    )
+}
+
+/// Refuses an attachment whose size the platform declared over `max_bytes`, before any
+/// download.
+pub fn check_declared(a: &crate::channel::Attachment, max_bytes: u64) -> Result<(), String> {
+    match a.size {
+        Some(n) if n > max_bytes => Err(too_large(max_bytes)),
+        _ => Ok(()),
+    }
+}
+
 /// How long one file download may take.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -425,12 +442,7 @@ impl PlatformClient {
         max_bytes: u64,
     ) -> Result<Bytes, String> {
         use futures::StreamExt as _;
-        let too_large = || {
-            format!(
-                "the file is larger than the {} MB accepted",
-                max_bytes / (1024 * 1024)
-            )
-        };
+        let too_large = || too_large(max_bytes);
         let mut backoff = self.policy.backoff;
         let mut tries = 0;
         loop {

@@ -532,12 +532,7 @@ impl Channel for SlackChannel {
             self.client.base(),
             &["slack.com", "slack-edge.com"],
         )?;
-        if a.size.is_some_and(|n| n > max_bytes) {
-            return Err(format!(
-                "the file is larger than the {} MB accepted",
-                max_bytes / (1024 * 1024)
-            ));
-        }
+        crate::platform::client::check_declared(a, max_bytes)?;
         let token = &self.cfg.bot_token;
         let bytes = self
             .client

@@ -371,12 +371,7 @@ impl Channel for TelegramChannel {
     /// serves files up to 20 MB).
     async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
         let file_id = a.source.as_deref().ok_or("no file id")?;
-        if a.size.is_some_and(|n| n > max_bytes) {
-            return Err(format!(
-                "the file is larger than the {} MB accepted",
-                max_bytes / (1024 * 1024)
-            ));
-        }
+        crate::platform::client::check_declared(a, max_bytes)?;
         let file = self
             .call("getFile", &serde_json::json!({ "file_id": file_id }))
             .await
