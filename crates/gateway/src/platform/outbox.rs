@@ -95,8 +95,6 @@ struct KeyState {
 /// The edits of one message waiting for one turn.
 #[derive(Debug)]
 struct Pending {
-    /// The generation the next edit gets.
-    next: u64,
     /// The generations still waiting (their callers have not given up); the highest goes.
     waiting: BTreeSet<u64>,
     at: Instant,
@@ -127,6 +125,10 @@ pub struct Outbox {
     limits: Limits,
     keys: Mutex<HashMap<String, KeyState>>,
     edits: Mutex<HashMap<String, Pending>>,
+    /// The generation the next edit gets, of any message: unique for the outbox's life, so
+    /// that an edit's guard dropped after its entry was replaced by a newer one never takes
+    /// out a generation of that newer entry.
+    next_edit: std::sync::atomic::AtomicU64,
 }
 
 /// Entries kept before the map is pruned of keys whose every instant is past.
@@ -138,6 +140,7 @@ impl Outbox {
             limits,
             keys: Mutex::new(HashMap::new()),
             edits: Mutex::new(HashMap::new()),
+            next_edit: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -212,14 +215,14 @@ impl Outbox {
                 None => {
                     let at = self.reserve(keys);
                     edits.entry(message.to_owned()).or_insert(Pending {
-                        next: 0,
                         waiting: BTreeSet::new(),
                         at,
                     })
                 }
             };
-            let generation = p.next;
-            p.next += 1;
+            let generation = self
+                .next_edit
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             p.waiting.insert(generation);
             (generation, p.at)
         };

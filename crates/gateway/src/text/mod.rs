@@ -30,11 +30,22 @@ pub const DEFAULT_HARD_CAP: usize = 3500;
 pub const MIN_FENCE_REPAIR_LIMIT: usize = 16;
 
 /// The part of a reply still being written that is worth showing: everything up to its last
-/// whitespace, so a word is never shown cut (nothing while the reply is one unfinished word).
+/// whitespace, so a word is never shown cut (nothing while the reply is one unfinished word);
+/// inside an open code fence, everything up to its last line break, so a line of code is
+/// never shown cut either.
 pub fn showable(text: &str) -> &str {
-    match text.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+    let cut = match text.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
         Some((i, c)) => &text[..i + c.len_utf8()],
-        None => "",
+        None => return "",
+    };
+    if cut.ends_with('\n') {
+        return cut;
+    }
+    let line_start = cut.rfind('\n').map_or(0, |i| i + 1);
+    if split::fence_state(&cut[..line_start], None).is_some() {
+        &cut[..line_start]
+    } else {
+        cut
     }
 }
 

@@ -187,4 +187,14 @@ fn showable_stops_at_the_last_whitespace() {
     assert_eq!(showable("unfinished"), "");
     assert_eq!(showable("done. "), "done. ");
     assert_eq!(showable("é✓ x"), "é✓ ");
+    // inside an open code fence only whole lines show
+    assert_eq!(
+        showable("Run:\n```python\nprint(1)  # line 1\nprint(2)  # li"),
+        "Run:\n```python\nprint(1)  # line 1\n"
+    );
+    // after the fence closes, words again
+    assert_eq!(
+        showable("```\nx = 1\n```\nand then som"),
+        "```\nx = 1\n```\nand then "
+    );
 }
