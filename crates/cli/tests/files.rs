@@ -368,7 +368,8 @@ async fn attachments_are_checked_recorded_in_the_log_and_survive_a_restart() {
         file_id: Uuid::now_v7(),
     });
     let err = c.send_message(s.id, &unknown).await.unwrap_err();
-    assert_eq!(err.code(), Some("file_not_found"), "{err}");
+    assert_eq!(err.code(), Some("unknown_file"), "{err}");
+    assert_eq!(err.status(), Some(422), "{err}");
     let t = c
         .create_session(&CreateSessionRequest::default())
         .await
@@ -376,7 +377,7 @@ async fn attachments_are_checked_recorded_in_the_log_and_survive_a_restart() {
     let err = c.send_message(t.id, &message(&[&shot])).await.unwrap_err();
     assert_eq!(
         err.code(),
-        Some("file_not_found"),
+        Some("unknown_file"),
         "another session's file: {err}"
     );
     // eleven is one too many

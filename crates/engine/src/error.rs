@@ -33,6 +33,8 @@ pub enum EngineError {
     UnsupportedFileType(String),
     #[error("session has no file {0}")]
     FileNotFound(Uuid),
+    #[error("message.attachments: {0} is not a file of this session (upload it first)")]
+    UnknownFile(Uuid),
     #[error("the engine is shutting down")]
     ShuttingDown,
     #[error("store: {0}")]
@@ -81,6 +83,7 @@ impl EngineError {
             Self::AttachmentsTooLarge { .. } => ErrorCode::AttachmentsTooLarge,
             Self::UnsupportedFileType(_) => ErrorCode::UnsupportedFileType,
             Self::FileNotFound(_) => ErrorCode::FileNotFound,
+            Self::UnknownFile(_) => ErrorCode::UnknownFile,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Remote { code, .. } => *code,
             Self::OwnerUnreachable { .. } => ErrorCode::Unavailable,

@@ -65,6 +65,8 @@ pub enum ErrorCode {
     UnsupportedFileType,
     /// Semantically invalid request, e.g. an unknown backend (422).
     UnprocessableEntity,
+    /// A message names a file that is not one of its session's (422).
+    UnknownFile,
     /// `sandbox: true` asked for a sandbox this server does not have (422).
     SandboxUnsupported,
     /// Too many requests (429).
@@ -102,6 +104,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::UnsupportedFileType => "unsupported_file_type",
             Self::UnprocessableEntity => "unprocessable_entity",
+            Self::UnknownFile => "unknown_file",
             Self::SandboxUnsupported => "sandbox_unsupported",
             Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
@@ -126,7 +129,7 @@ impl ErrorCode {
             | Self::NoPendingApproval => 409,
             Self::PayloadTooLarge | Self::FileTooLarge | Self::AttachmentsTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedFileType => 415,
-            Self::UnprocessableEntity | Self::SandboxUnsupported => 422,
+            Self::UnprocessableEntity | Self::SandboxUnsupported | Self::UnknownFile => 422,
             Self::RateLimited => 429,
             Self::Internal => 500,
             Self::Unavailable => 503,

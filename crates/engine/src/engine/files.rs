@@ -92,7 +92,7 @@ impl Engine {
                 .store
                 .get_file(session_id, r.file_id)
                 .await?
-                .ok_or(EngineError::FileNotFound(r.file_id))?;
+                .ok_or(EngineError::UnknownFile(r.file_id))?;
             files.push(info(&record));
         }
         let total: u64 = files.iter().map(|f| f.size).sum();

@@ -122,7 +122,7 @@ fn disposition(info: &FileInfo) -> String {
 #[utoipa::path(get, path = "/v1/sessions/{id}/files/{file_id}", tag = "files",
     params(("id" = uuid::Uuid, Path), ("file_id" = uuid::Uuid, Path)),
     security(("bearer" = [])),
-    responses((status = 200, description = "The content", content_type = "application/octet-stream", body = Vec<u8>),
+    responses((status = 200, description = "The content; `Content-Type` is its type as sniffed at upload (any type the allowlist lets in)", content_type = "*/*", body = Vec<u8>),
               (status = 400, description = "`validation_failed`: a malformed id", body = ErrorBody),
               (status = 404, description = "`session_not_found` or `file_not_found`", body = ErrorBody)))]
 pub async fn fetch(

@@ -26,7 +26,8 @@ pub fn router() -> Router<AppState> {
               (status = 400, description = "`invalid_json` or `validation_failed` (the field is named)", body = ErrorBody),
               (status = 404, body = ErrorBody),
               (status = 409, description = "`session_already_running`, `session_not_running` or `run_mismatch`", body = ErrorBody),
-              (status = 422, description = "`sandbox_unsupported`, or `unprocessable_entity` (the session's backend is not configured)", body = ErrorBody),
+              (status = 413, description = "`attachments_too_large` (the message's files together are over the per-message limit) or `payload_too_large` (the body is over the limit)", body = ErrorBody),
+              (status = 422, description = "`sandbox_unsupported`, `unknown_file` (an attachment is not a file of this session), or `unprocessable_entity` (the session's backend is not configured)", body = ErrorBody),
               (status = 503, description = "`unavailable`: shutting down", body = ErrorBody)))]
 pub async fn send(
     State(state): State<AppState>,
