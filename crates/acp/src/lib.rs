@@ -144,7 +144,24 @@ pub struct AcpBackend {
     slots: Slots,
     idle_timeout: Duration,
     reaper: std::sync::OnceLock<()>,
+    session_mcp: Option<SessionMcp>,
 }
+
+/// Switchboard's own MCP server, passed to every agent in `session/new` and `session/load`
+/// (`mcpServers`, over stdio, which every ACP agent must support): `switchboard mcp
+/// --session ID` with the session's own token, whose `send_file` tool lets the agent share
+/// files of its workspace as the built-in agent does.
+#[derive(Debug, Clone)]
+pub struct SessionMcp {
+    /// The `switchboard` binary.
+    pub command: std::path::PathBuf,
+    /// The server's URL as reached from this machine: known once its listener is bound, so
+    /// set then. Until it is set, agents get no server.
+    pub url: Arc<std::sync::OnceLock<String>>,
+}
+
+/// The name the agent sees Switchboard's MCP server under (its tools are `switchboard`'s).
+pub const SESSION_MCP_NAME: &str = "switchboard";
 
 impl AcpBackend {
     pub fn new(name: impl Into<String>, command: AgentCommand) -> Self {
@@ -154,7 +171,36 @@ impl AcpBackend {
             slots: Arc::default(),
             idle_timeout: IDLE_TIMEOUT,
             reaper: std::sync::OnceLock::new(),
+            session_mcp: None,
         }
+    }
+
+    /// Gives every session's agent Switchboard's own MCP server (see [`SessionMcp`]).
+    pub fn with_session_mcp(mut self, mcp: SessionMcp) -> Self {
+        self.session_mcp = Some(mcp);
+        self
+    }
+
+    /// The `mcpServers` of this session's `session/new` or `session/load`.
+    fn mcp_servers(&self, ctx: &RunContext) -> Vec<McpServer> {
+        let Some(mcp) = &self.session_mcp else {
+            return Vec::new();
+        };
+        let Some(url) = mcp.url.get() else {
+            return Vec::new();
+        };
+        vec![McpServer::Stdio(
+            McpServerStdio::new(SESSION_MCP_NAME, mcp.command.clone())
+                .args(vec![
+                    "mcp".into(),
+                    "--session".into(),
+                    ctx.session_id.to_string(),
+                ])
+                .env(vec![
+                    EnvVariable::new("SWITCHBOARD_URL", url.clone()),
+                    EnvVariable::new("SWITCHBOARD_SESSION_TOKEN", ctx.handle.session_token()),
+                ]),
+        )]
     }
 
     /// Stops an agent process after this long without a run (default 15 minutes).
@@ -251,7 +297,8 @@ impl AcpBackend {
         if let Some(saved) = &saved {
             if conn.load_session {
                 let id = SessionId::new(saved.acp_session_id.clone());
-                let req = LoadSessionRequest::new(id.clone(), cwd.clone()).mcp_servers(vec![]);
+                let req = LoadSessionRequest::new(id.clone(), cwd.clone())
+                    .mcp_servers(self.mcp_servers(ctx));
                 let answer = tokio::time::timeout(
                     LOAD_SESSION_TIMEOUT,
                     conn.cx.send_request(req).block_task(),
@@ -289,7 +336,7 @@ impl AcpBackend {
                 ));
             }
         }
-        let req = NewSessionRequest::new(cwd).mcp_servers(vec![]);
+        let req = NewSessionRequest::new(cwd).mcp_servers(self.mcp_servers(ctx));
         let answer =
             tokio::time::timeout(NEW_SESSION_TIMEOUT, conn.cx.send_request(req).block_task())
                 .await

@@ -103,11 +103,16 @@ pub struct ChatArgs {
 }
 
 /// A client for `SWITCHBOARD_URL` with `SWITCHBOARD_TOKEN` or the token file.
-pub fn client(settings: &Settings) -> Result<Client> {
-    let url = std::env::var("SWITCHBOARD_URL")
+/// The server the commands talk to: `SWITCHBOARD_URL`, else the default listen address.
+pub fn server_url() -> String {
+    std::env::var("SWITCHBOARD_URL")
         .ok()
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:7070".into());
+        .unwrap_or_else(|| "http://127.0.0.1:7070".into())
+}
+
+pub fn client(settings: &Settings) -> Result<Client> {
+    let url = server_url();
     let token = match &settings.token {
         Some(t) => Some(t.clone()),
         None => datadir::read_token(&settings.token_path())?,

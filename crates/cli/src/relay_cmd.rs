@@ -12,9 +12,9 @@ use switchboard_client::{Client, RelayClientError};
 use switchboard_protocol::relay::{
     Delivery, HostingResult, SendRequest, SendStatus, TransportKind,
 };
-use switchboard_relay::mcp::{McpInfo, McpSend, RelayCallError, RelayOps};
+use switchboard_relay::mcp::{McpInfo, McpSend, McpTools, RelayCallError, RelayOps, SessionOps};
 
-use crate::commands::client;
+use crate::commands::{client, server_url};
 use crate::config::Settings;
 
 #[derive(Subcommand)]
@@ -116,12 +116,17 @@ pub struct SendArgs {
 
 #[derive(Args)]
 pub struct McpArgs {
-    /// The bundle the agent belongs to.
-    #[arg(long, env = "SWITCHBOARD_RELAY_BUNDLE")]
-    bundle: String,
+    /// The bundle the agent belongs to (with --member: the relay tools).
+    #[arg(long, env = "SWITCHBOARD_RELAY_BUNDLE", requires = "member")]
+    bundle: Option<String>,
     /// The agent's member id in the bundle.
-    #[arg(long, env = "SWITCHBOARD_RELAY_MEMBER")]
-    member: String,
+    #[arg(long, env = "SWITCHBOARD_RELAY_MEMBER", requires = "bundle")]
+    member: Option<String>,
+    /// The session the agent works for (the session tools: `send_file`). Switchboard passes
+    /// this to the ACP agents it starts, with the session's own token in
+    /// SWITCHBOARD_SESSION_TOKEN.
+    #[arg(long, env = "SWITCHBOARD_SESSION")]
+    session: Option<uuid::Uuid>,
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<()> {
@@ -503,26 +508,85 @@ impl RelayOps for HttpOps {
     }
 }
 
-/// `switchboard mcp`: an MCP server on stdin/stdout for one member of one bundle.
-pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
-    if !switchboard_relay::config::valid_id(&a.bundle)
-        || !switchboard_relay::config::valid_id(&a.member)
-    {
-        bail!("--bundle and --member must be ids (a letter, then letters, digits, _ or -)");
+/// The session tools' calls, made over the HTTP API with the session's own token.
+struct SessionHttpOps {
+    client: Client,
+    session: uuid::Uuid,
+}
+
+#[async_trait::async_trait]
+impl SessionOps for SessionHttpOps {
+    async fn send_file(
+        &self,
+        path: String,
+        caption: Option<String>,
+    ) -> Result<serde_json::Value, RelayCallError> {
+        let req = switchboard_protocol::ShareFileRequest {
+            path,
+            caption,
+            run_id: None,
+        };
+        let shared = self
+            .client
+            .share_file(self.session, &req)
+            .await
+            .map_err(|e| match e {
+                switchboard_client::ClientError::Api {
+                    status,
+                    code,
+                    message,
+                    ..
+                } => RelayCallError {
+                    code,
+                    message,
+                    details: serde_json::json!({"status": status}),
+                },
+                other => RelayCallError {
+                    code: "unavailable".into(),
+                    message: other.to_string(),
+                    details: serde_json::json!({}),
+                },
+            })?;
+        to_value(&shared)
     }
-    let ops = HttpOps {
-        client: client(settings)?,
-        bundle: a.bundle.clone(),
-        member: a.member.clone(),
-    };
-    switchboard_relay::mcp::serve_stdio(
-        Arc::new(ops),
-        McpInfo {
-            bundle: a.bundle,
-            member: a.member,
-        },
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("MCP server: {e}"))?;
+}
+
+/// `switchboard mcp`: an MCP server on stdin/stdout with the relay tools for one member of
+/// one bundle, the session tools for one session, or both.
+pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
+    let mut tools = McpTools::default();
+    if let (Some(bundle), Some(member)) = (a.bundle, a.member) {
+        if !switchboard_relay::config::valid_id(&bundle)
+            || !switchboard_relay::config::valid_id(&member)
+        {
+            bail!("--bundle and --member must be ids (a letter, then letters, digits, _ or -)");
+        }
+        let ops = HttpOps {
+            client: client(settings)?,
+            bundle: bundle.clone(),
+            member: member.clone(),
+        };
+        tools.relay = Some((Arc::new(ops), McpInfo { bundle, member }));
+    }
+    if let Some(session) = a.session {
+        // The session's own token, never the server's: what this process can do is share
+        // files into that session's running turn, nothing more.
+        let token = std::env::var("SWITCHBOARD_SESSION_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            bail!(
+                "--session needs SWITCHBOARD_SESSION_TOKEN (Switchboard sets it for the agents it starts)"
+            );
+        };
+        let client = Client::new(server_url(), Some(token)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tools.session = Some(Arc::new(SessionHttpOps { client, session }));
+    }
+    if tools.relay.is_none() && tools.session.is_none() {
+        bail!("give --bundle and --member (relay tools), --session (session tools), or both");
+    }
+    switchboard_relay::mcp::serve_stdio(tools)
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP server: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

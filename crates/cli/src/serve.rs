@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use switchboard_acp::{AcpBackend, AgentCommand};
+use switchboard_acp::{AcpBackend, AgentCommand, SessionMcp};
 use switchboard_agent::anthropic::{AnthropicConfig, AnthropicProvider};
 use switchboard_agent::tools::ToolLimits;
 use switchboard_agent::{AgentConfig, BuiltinAgent, OpenAiConfig, OpenAiProvider, Provider};
@@ -20,6 +20,9 @@ pub struct App {
     pub engine: Engine,
     pub router: axum::Router,
     pub store: Arc<dyn Store>,
+    /// The server's own URL, for Switchboard's MCP server in ACP agents: set by whoever binds
+    /// the listener.
+    pub self_url: Arc<std::sync::OnceLock<String>>,
 }
 
 /// The configured LLM provider (`openai` or `anthropic`).
@@ -74,16 +77,29 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         builtin: Some(Arc::new(agent)),
         ..Backends::default()
     };
+    let self_url = Arc::new(std::sync::OnceLock::new());
+    // Switchboard's MCP server is this same binary (`switchboard mcp --session`).
+    let exe = std::env::current_exe().ok();
     for (name, a) in &settings.agents {
         let command = AgentCommand {
             command: a.command.clone(),
             args: a.args.clone(),
             env: a.env.clone(),
         };
-        backends.named.insert(
-            name.clone(),
-            Arc::new(AcpBackend::new(name.clone(), command)),
-        );
+        let mut backend = AcpBackend::new(name.clone(), command);
+        match &exe {
+            Some(exe) if a.switchboard_mcp => {
+                backend = backend.with_session_mcp(SessionMcp {
+                    command: exe.clone(),
+                    url: self_url.clone(),
+                });
+            }
+            None if a.switchboard_mcp => {
+                tracing::warn!(agent = %name, "the path of this binary is unknown: the agent gets no Switchboard MCP server (send_file)");
+            }
+            _ => {}
+        }
+        backends.named.insert(name.clone(), Arc::new(backend));
     }
     let default_cwd = match &settings.default_cwd {
         Some(p) => p.clone(),
@@ -123,6 +139,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         engine,
         router,
         store,
+        self_url,
     })
 }
 
@@ -168,6 +185,13 @@ pub async fn run(settings: Settings) -> Result<()> {
         .await
         .with_context(|| format!("binding {}", settings.listen))?;
     let addr = listener.local_addr()?;
+    // Agents on this machine reach the server on loopback when it listens everywhere.
+    let local = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => format!("127.0.0.1:{}", addr.port()),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => format!("[::1]:{}", addr.port()),
+        _ => addr.to_string(),
+    };
+    let _ = app.self_url.set(format!("http://{local}"));
     // Scripts and tests wait for this exact line.
     println!("listening on http://{addr}");
     println!("token: {token_note}");

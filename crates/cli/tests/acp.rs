@@ -713,3 +713,83 @@ async fn attached_files_reach_an_acp_agent_as_its_capabilities_allow() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_sends_files_through_switchboards_mcp_server_with_its_session_token() {
+    let w = World::new(&[("plain", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let mut pdf = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog >> endobj\n".to_vec();
+    pdf.extend(std::iter::repeat_n(b'y', 2000));
+    std::fs::write(w.ws.path().join("report.pdf"), &pdf).unwrap();
+    // A file outside the workspace, and a link inside pointing at it.
+    let outside = w.dir.path().join("secret.txt");
+    std::fs::write(&outside, "not for sharing").unwrap();
+    std::os::unix::fs::symlink(&outside, w.ws.path().join("escape.txt")).unwrap();
+    let id = w.session(&c, "plain", None).await;
+
+    // The agent, a real MCP client, spawns the server it was given and calls send_file.
+    let (mut events, run) = send(&c, id, "please [share:report.pdf]").await;
+    let evs = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&evs), "end_turn");
+    logged(&w, "switchboard(stdio)").await;
+    logged(&w, "mcp send_file ok").await;
+    let shared: Vec<_> = evs
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::FileShared {
+                run_id,
+                file,
+                caption,
+            } => Some((*run_id, file.clone(), caption.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shared.len(), 1, "{:?}", kinds(&evs));
+    let (shared_run, file, caption) = &shared[0];
+    assert_eq!(*shared_run, run);
+    assert_eq!(file.name, "report.pdf");
+    assert_eq!(file.mime, "application/pdf");
+    assert_eq!(caption.as_deref(), Some("from the test agent"));
+    let (bytes, mime) = c.download_file(id, file.file_id).await.unwrap();
+    assert_eq!(bytes.as_ref(), pdf.as_slice());
+    assert_eq!(mime, "application/pdf");
+    // Only the session tools: this session is in no relay bundle.
+    let text = text_of(&evs);
+    assert!(text.contains("sent report.pdf"), "{text}");
+    assert!(text.contains("[tools send_file]"), "{text}");
+
+    // Confined to the workspace: a link out of it is refused, and nothing is shared.
+    let (mut events, run) = send(&c, id, "[share:escape.txt]").await;
+    let evs = until_run_ends(&mut events, run).await;
+    let text = text_of(&evs);
+    assert!(text.contains("send_file failed"), "{text}");
+    assert!(text.contains("outside the session's workspace"), "{text}");
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e.event, AgentEvent::FileShared { .. })),
+        "{:?}",
+        kinds(&evs)
+    );
+    assert_eq!(c.list_files(id).await.unwrap().files.len(), 1);
+
+    // The session token opens that one route of that one session, nothing else.
+    let other = w.session(&c, "plain", None).await;
+    let (mut events, run) = send(&c, id, &format!("[probe-token:{other}]")).await;
+    until_run_ends(&mut events, run).await;
+    logged(&w, "probe list=401 other_share=401").await;
+
+    // With no run to share from, the server's token gets a clear 409.
+    let err = c
+        .share_file(
+            id,
+            &switchboard_protocol::ShareFileRequest {
+                path: "report.pdf".into(),
+                caption: None,
+                run_id: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("session_not_running"), "{err}");
+}

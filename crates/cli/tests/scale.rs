@@ -509,6 +509,21 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         .await
         .unwrap();
     assert_eq!(steered.run_id, run);
+    // A file shared through B comes from C's run (C's machine has the workspace).
+    std::fs::write(ws.path().join("shared.txt"), "from the workspace\n").unwrap();
+    let shared = client(&b)
+        .share_file(
+            session.id,
+            &switchboard_protocol::ShareFileRequest {
+                path: "shared.txt".into(),
+                caption: Some("look".into()),
+                run_id: Some(run),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(shared.run_id, run);
+    assert_eq!(shared.file.name, "shared.txt");
     // A wrong run id is refused by C with the usual code, relayed as is.
     let wrong = client(&b)
         .decide_tools(
@@ -536,6 +551,8 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     .await;
     assert!(rest.iter().any(|(e, _)| matches!(&e.event,
         AgentEvent::SteeringReceived { content, .. } if content == "mind the tests")));
+    assert!(rest.iter().any(|(e, _)| matches!(&e.event,
+        AgentEvent::FileShared { file, caption, .. } if file.file_id == shared.file.file_id && caption.as_deref() == Some("look"))));
     assert!(rest.iter().any(|(e, _)| matches!(&e.event,
         AgentEvent::ToolExecutionCompleted { result, is_error: false, .. } if result.contains("approved-elsewhere"))));
     assert!(matches!(

@@ -201,6 +201,19 @@ impl Client {
         self.json(self.request(reqwest::Method::GET, &path)).await
     }
 
+    /// `POST /v1/sessions/{id}/share`: shares a file of the workspace from the session's
+    /// active run (works with the session's own token, which `switchboard mcp --session`
+    /// holds).
+    pub async fn share_file(
+        &self,
+        id: Uuid,
+        req: &switchboard_protocol::ShareFileRequest,
+    ) -> Result<switchboard_protocol::SharedFile, ClientError> {
+        let path = format!("/v1/sessions/{id}/share");
+        self.json(self.request(reqwest::Method::POST, &path).json(req))
+            .await
+    }
+
     /// `GET /v1/sessions/{id}/files/{file_id}`: the content and its `Content-Type`.
     pub async fn download_file(
         &self,

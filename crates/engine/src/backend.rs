@@ -214,6 +214,7 @@ pub struct RunHandle {
     /// Where files the agent shares are stored, and their limits.
     pub(crate) blobs: Arc<crate::files::Blobs>,
     pub(crate) file_limits: crate::files::FileLimits,
+    pub(crate) tokens: Arc<crate::tokens::SessionTokens>,
 }
 
 impl RunHandle {
@@ -256,30 +257,26 @@ impl RunHandle {
         path: &std::path::Path,
         caption: Option<String>,
     ) -> Result<switchboard_protocol::FileInfo, EngineError> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "file".into());
-        let file = tokio::fs::File::open(path)
-            .await
-            .map_err(|e| EngineError::validation("path", format!("cannot read it: {e}")))?;
-        let body = tokio_util::io::ReaderStream::new(file);
-        let info = crate::files::store_upload(
-            self.store.as_ref(),
-            &self.blobs,
-            &self.file_limits,
-            self.session_id,
-            &name,
-            body,
+        crate::files::share(
+            crate::files::ShareTarget {
+                store: self.store.as_ref(),
+                blobs: &self.blobs,
+                limits: &self.file_limits,
+                log: &self.log,
+                session_id: self.session_id,
+                run_id: self.run_id,
+                fence: self.fence.as_ref(),
+            },
+            path,
+            caption,
         )
-        .await?;
-        self.emit(AgentEvent::FileShared {
-            run_id: self.run_id,
-            file: info.clone(),
-            caption: caption.filter(|c| !c.trim().is_empty()),
-        })
-        .await?;
-        Ok(info)
+        .await
+    }
+
+    /// The session token of this run's session (see [`crate::tokens`]): what the agent's
+    /// own tools present to call back into the API (`switchboard mcp --session`).
+    pub fn session_token(&self) -> String {
+        self.tokens.mint(self.session_id)
     }
 
     /// Appends a message to the transcript.

@@ -10,14 +10,15 @@
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use switchboard_protocol::{
-    ErrorCode, PendingToolsResponse, ToolDecisionsRequest, ToolDecisionsResponse,
+    ErrorCode, PendingToolsResponse, ShareFileRequest, SharedFile, ToolDecisionsRequest,
+    ToolDecisionsResponse,
 };
 use uuid::Uuid;
 
 use crate::LogEvent;
 
 /// What can be done to a running run: steer it, cancel it, decide its pending tool calls,
-/// or ask which are pending. A run's steering channel, cancel token and pending approval
+/// ask which are pending, or share a file from it. A run's steering channel, cancel token and pending approval
 /// live in the memory of the instance that executes it, so one function applies a
 /// `RunControl` there (`Engine::apply_local`), for the API call that reached that instance
 /// and for the one another instance forwarded over the bus.
@@ -40,6 +41,12 @@ pub enum RunControl {
     Pending {
         session_id: Uuid,
     },
+    /// Share a file of the workspace from the run (the workspace is on the machine that
+    /// executes it).
+    Share {
+        session_id: Uuid,
+        request: ShareFileRequest,
+    },
 }
 
 /// The owner's answer to a [`RunControl`].
@@ -55,6 +62,9 @@ pub enum ControlReply {
     },
     Pending {
         response: PendingToolsResponse,
+    },
+    Shared {
+        response: SharedFile,
     },
     /// The owner refused: the same code and message it would have answered itself.
     Error {

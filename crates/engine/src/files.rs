@@ -427,6 +427,83 @@ where
         .await
 }
 
+/// Where a shared file goes: the run that shares it and what storing it takes.
+pub(crate) struct ShareTarget<'a> {
+    pub store: &'a dyn switchboard_store::Store,
+    pub blobs: &'a Blobs,
+    pub limits: &'a FileLimits,
+    pub log: &'a crate::EventLog,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    /// The run's lease: the event is written under it, so a run another instance took
+    /// over cannot share any more.
+    pub fence: Option<&'a switchboard_store::Lease>,
+}
+
+/// Shares the file at `path` (already confined by the caller) from the run: stores it as a
+/// file of the session (the upload limits and allowed types apply) and emits `FileShared`,
+/// which surfaces deliver. The one way both the built-in `send_file` and an external agent's
+/// (`POST /v1/sessions/{id}/share`) share a file.
+pub(crate) async fn share(
+    to: ShareTarget<'_>,
+    path: &Path,
+    caption: Option<String>,
+) -> Result<FileInfo, EngineError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| EngineError::validation("path", format!("cannot read it: {e}")))?;
+    let body = tokio_util::io::ReaderStream::new(file);
+    let info = store_upload(to.store, to.blobs, to.limits, to.session_id, &name, body).await?;
+    to.log
+        .append_fenced(
+            to.session_id,
+            &switchboard_protocol::AgentEvent::FileShared {
+                run_id: to.run_id,
+                file: info.clone(),
+                caption: caption.filter(|c| !c.trim().is_empty()),
+            },
+            to.fence,
+        )
+        .await?;
+    tracing::info!(session_id = %to.session_id, run_id = %to.run_id, file_id = %info.file_id, mime = %info.mime, size = info.size, "file shared");
+    Ok(info)
+}
+
+/// `given` (relative to `root`, or absolute) as the existing regular file it names, every
+/// symlink followed; refused unless it lies inside `root`. For files an external agent
+/// shares: the built-in agent's tools confine through their own `Workspace`, whose rule for
+/// an existing path is this one.
+pub fn confine_existing(root: &Path, given: &str) -> Result<PathBuf, EngineError> {
+    if given.trim().is_empty() {
+        return Err(EngineError::validation("path", "must not be empty"));
+    }
+    let root = std::fs::canonicalize(root).map_err(|e| {
+        EngineError::Unprocessable(format!(
+            "the session's workspace {} cannot be read: {e}",
+            root.display()
+        ))
+    })?;
+    let resolved = std::fs::canonicalize(root.join(given))
+        .map_err(|e| EngineError::validation("path", format!("{given}: {e}")))?;
+    if !resolved.starts_with(&root) {
+        return Err(EngineError::validation(
+            "path",
+            format!("{given} is outside the session's workspace"),
+        ));
+    }
+    if !resolved.is_file() {
+        return Err(EngineError::validation(
+            "path",
+            format!("{given} is not a regular file"),
+        ));
+    }
+    Ok(resolved)
+}
+
 /// A stored row as the wire shows it.
 pub(crate) fn info(r: &FileRecord) -> FileInfo {
     FileInfo {
@@ -442,6 +519,41 @@ pub(crate) fn info(r: &FileRecord) -> FileInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_path_must_be_an_existing_file_inside_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join("sub")).unwrap();
+        std::fs::write(ws.path().join("sub/a.txt"), "a").unwrap();
+        std::fs::write(out.path().join("b.txt"), "b").unwrap();
+        std::os::unix::fs::symlink(out.path().join("b.txt"), ws.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(ws.path().join("sub/a.txt"), ws.path().join("inner")).unwrap();
+        let root = std::fs::canonicalize(ws.path()).unwrap();
+        let ok = |given: &str| confine_existing(ws.path(), given).unwrap();
+        assert_eq!(ok("sub/a.txt"), root.join("sub/a.txt"));
+        assert_eq!(ok("./sub/../sub/a.txt"), root.join("sub/a.txt"));
+        assert_eq!(ok("inner"), root.join("sub/a.txt"));
+        assert_eq!(
+            ok(&root.join("sub/a.txt").to_string_lossy()),
+            root.join("sub/a.txt")
+        );
+        let refused = |given: &str| {
+            let e = confine_existing(ws.path(), given).unwrap_err();
+            assert_eq!(e.code().as_str(), "validation_failed", "{given}: {e}");
+            e.to_string()
+        };
+        assert!(refused("link").contains("outside"));
+        let up = format!(
+            "../{}/b.txt",
+            out.path().file_name().unwrap().to_string_lossy()
+        );
+        assert!(refused(&up).contains("outside"));
+        assert!(refused(&out.path().join("b.txt").to_string_lossy()).contains("outside"));
+        assert!(refused("sub").contains("not a regular file"));
+        assert!(refused("missing.txt").contains("missing.txt"));
+        assert!(refused("  ").contains("empty"));
+    }
 
     #[test]
     fn text_is_utf8_without_nul_even_cut_mid_character() {

@@ -15,6 +15,7 @@ pub mod files;
 mod log;
 mod markdown;
 mod time;
+pub mod tokens;
 
 pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};

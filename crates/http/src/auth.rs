@@ -35,26 +35,35 @@ impl std::fmt::Debug for BearerToken {
 /// `Ok` when `headers` carry `Authorization: Bearer <token>` (compared in constant time);
 /// else 401 `unauthorized` (missing or not a bearer header) or 401 `invalid_token`.
 pub fn check_bearer(headers: &HeaderMap, token: &str) -> Result<(), ApiError> {
+    let given = bearer_value(headers)?;
+    if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+        return Err(ApiError::new(ErrorCode::InvalidToken, "invalid token"));
+    }
+    Ok(())
+}
+
+/// The token of `Authorization: Bearer <token>`; 401 `unauthorized` when the header is
+/// missing or not a bearer header. For routes that accept more than one kind of token.
+pub fn bearer_value(headers: &HeaderMap) -> Result<&str, ApiError> {
     let Some(header) = headers.get(axum::http::header::AUTHORIZATION) else {
         return Err(ApiError::new(
             ErrorCode::Unauthorized,
             "missing Authorization: Bearer <token> header",
         ));
     };
-    let given = header.to_str().ok().and_then(|v| {
-        let (scheme, token) = v.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-    });
-    let Some(given) = given else {
-        return Err(ApiError::new(
-            ErrorCode::Unauthorized,
-            "Authorization header must be `Bearer <token>`",
-        ));
-    };
-    if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-        return Err(ApiError::new(ErrorCode::InvalidToken, "invalid token"));
-    }
-    Ok(())
+    header
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::Unauthorized,
+                "Authorization header must be `Bearer <token>`",
+            )
+        })
 }
 
 /// Middleware: lets a request through only with the bearer token

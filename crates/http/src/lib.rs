@@ -11,7 +11,7 @@ mod error;
 mod extract;
 mod limit;
 
-pub use auth::{BearerToken, check_bearer, require_bearer};
+pub use auth::{BearerToken, bearer_value, check_bearer, require_bearer};
 pub use error::{ApiError, current_request_id, method_not_allowed, not_found, request_id};
 pub use extract::{Json, Path, Query};
 pub use limit::{BodyLimit, reject_oversized};

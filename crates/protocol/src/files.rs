@@ -43,3 +43,30 @@ pub struct UploadForm {
     #[schema(value_type = String, format = Binary)]
     pub file: Vec<u8>,
 }
+
+/// `POST /v1/sessions/{id}/share`: a file of the session's workspace, shared with the user
+/// by the run that is executing (an external agent's `send_file` tool, through
+/// `switchboard mcp --session`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShareFileRequest {
+    /// The file: relative to the session's workspace, or absolute inside it.
+    #[schema(min_length = 1, max_length = 4096)]
+    pub path: String,
+    /// Shown with the file (a chat's caption).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 1024)]
+    pub caption: Option<String>,
+    /// The run it belongs to, when the caller knows it: refused (409 `run_mismatch`) if that
+    /// is not the active run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<Uuid>,
+}
+
+/// The answer to a share: the run that shared it (its `FileShared` event is in the log) and
+/// the stored file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SharedFile {
+    pub run_id: Uuid,
+    pub file: FileInfo,
+}

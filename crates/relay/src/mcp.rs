@@ -1,9 +1,17 @@
-//! The relay's MCP server: lets a coding agent that is a member of a bundle talk to its peers.
+//! Switchboard's MCP server (`switchboard mcp`): the tools an external agent gets from
+//! Switchboard.
 //!
-//! The server speaks MCP over newline-delimited JSON-RPC (stdio for a real agent) and exposes
-//! three tools — `list`, `send` and `look`. It performs no authorization or validation of its
-//! own: every call is forwarded to a [`RelayOps`] (the binary implements it over the relay's
-//! HTTP API) and the relay's answer is passed back to the agent unchanged.
+//! The server speaks MCP over newline-delimited JSON-RPC (stdio for a real agent). It offers
+//! up to two tool sets:
+//! - **relay** (`list`, `send`, `look`), for an agent that is a member of a bundle, to talk to
+//!   its peers — forwarded to a [`RelayOps`];
+//! - **session** (`send_file`), for the agent behind a Switchboard session, to share a file of
+//!   its workspace with the user — forwarded to a [`SessionOps`]. Switchboard passes this
+//!   server to every ACP agent it starts (`session/new`'s `mcpServers`), holding that
+//!   session's own token, so any MCP-capable agent can send files as the built-in agent does.
+//!
+//! It performs no authorization or validation of its own: the binary implements the ops
+//! over the HTTP API and the server's answer is passed back to the agent unchanged.
 //!
 //! A relay error is a *tool* error, not a protocol error (per the MCP spec): the agent gets a
 //! `CallToolResult` with `isError: true` whose text content (and structured content) is
@@ -42,6 +50,28 @@ pub trait RelayOps: Send + Sync + 'static {
     ) -> Result<serde_json::Value, RelayCallError>;
 }
 
+/// What the session tools call. Implemented by the binary over the HTTP API (with the
+/// session's token); by a fake in tests.
+#[async_trait::async_trait]
+pub trait SessionOps: Send + Sync + 'static {
+    /// Shares a file of the session's workspace with the user from the running turn;
+    /// returns the server's JSON answer (`{"run_id", "file"}`).
+    async fn send_file(
+        &self,
+        path: String,
+        caption: Option<String>,
+    ) -> Result<serde_json::Value, RelayCallError>;
+}
+
+/// The tool sets one MCP server offers (at least one).
+#[derive(Clone, Default)]
+pub struct McpTools {
+    /// The relay tools, for this member of this bundle.
+    pub relay: Option<(Arc<dyn RelayOps>, McpInfo)>,
+    /// The session tools.
+    pub session: Option<Arc<dyn SessionOps>>,
+}
+
 /// A `send` request as the agent made it, forwarded verbatim to the relay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpSend {
@@ -55,7 +85,7 @@ pub struct McpSend {
     pub sync: bool,
 }
 
-/// An error the relay answered with: stable code, human message, details object.
+/// An error the server answered with: stable code, human message, details object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct RelayCallError {
@@ -88,7 +118,7 @@ pub enum McpError {
     Task(#[from] tokio::task::JoinError),
 }
 
-/// Serves MCP over the given reader/writer until the client disconnects.
+/// Serves the relay tools over the given reader/writer until the client disconnects.
 ///
 /// Returns `Ok(())` when the client closes the connection after the handshake, and
 /// [`McpError::Initialize`] if it goes away (or sends something else) before initializing.
@@ -102,8 +132,34 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    tracing::info!(bundle = %info.bundle, member = %info.member, "MCP server starting");
-    let server = RelayMcp::new(ops, info);
+    serve_tools(
+        McpTools {
+            relay: Some((ops, info)),
+            session: None,
+        },
+        reader,
+        writer,
+    )
+    .await
+}
+
+/// Serves the given tool sets over the reader/writer until the client disconnects (see
+/// [`serve`]).
+pub async fn serve_tools<R, W>(tools: McpTools, reader: R, writer: W) -> Result<(), McpError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    match &tools.relay {
+        Some((_, info)) => {
+            tracing::info!(bundle = %info.bundle, member = %info.member, session_tools = tools.session.is_some(), "MCP server starting")
+        }
+        None => tracing::info!(
+            session_tools = tools.session.is_some(),
+            "MCP server starting"
+        ),
+    }
+    let server = SwitchboardMcp::new(tools);
     let running = server
         .serve((reader, writer))
         .await
@@ -118,10 +174,20 @@ where
     }
 }
 
-/// Same on the process's stdin/stdout.
-pub async fn serve_stdio(ops: Arc<dyn RelayOps>, info: McpInfo) -> Result<(), McpError> {
+/// [`serve_tools`] on the process's stdin/stdout.
+pub async fn serve_stdio(tools: McpTools) -> Result<(), McpError> {
     let (stdin, stdout) = rmcp::transport::stdio();
-    serve(ops, info, stdin, stdout).await
+    serve_tools(tools, stdin, stdout).await
+}
+
+/// Arguments of the `send_file` tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SendFileArgs {
+    /// The file to send: a path relative to your workspace (or absolute inside it).
+    path: String,
+    /// A short caption shown with the file.
+    caption: Option<String>,
 }
 
 /// Arguments of the `send` tool.
@@ -151,32 +217,73 @@ struct LookArgs {
     lines: Option<u32>,
 }
 
-/// The MCP service: three tools forwarding to a [`RelayOps`].
+/// The MCP service: the relay tools forwarding to a [`RelayOps`], the session tools to a
+/// [`SessionOps`]; only the sets it was given are listed.
 #[derive(Clone)]
-struct RelayMcp {
-    ops: Arc<dyn RelayOps>,
-    info: McpInfo,
+struct SwitchboardMcp {
+    tools: McpTools,
     tool_router: ToolRouter<Self>,
 }
 
-#[tool_router]
-impl RelayMcp {
-    fn new(ops: Arc<dyn RelayOps>, info: McpInfo) -> Self {
-        let mut tool_router = Self::tool_router();
-        for route in tool_router.map.values_mut() {
-            let base = route.attr.description.clone().unwrap_or_default();
-            route.attr.description = Some(Cow::Owned(format!(
-                "{base} (Relay bundle `{}`; you are member `{}`.)",
-                info.bundle, info.member
-            )));
+impl SwitchboardMcp {
+    fn new(tools: McpTools) -> Self {
+        let mut tool_router = ToolRouter::new();
+        if let Some((_, info)) = &tools.relay {
+            let mut relay = Self::relay_router();
+            for route in relay.map.values_mut() {
+                let base = route.attr.description.clone().unwrap_or_default();
+                route.attr.description = Some(Cow::Owned(format!(
+                    "{base} (Relay bundle `{}`; you are member `{}`.)",
+                    info.bundle, info.member
+                )));
+            }
+            tool_router += relay;
         }
-        Self {
-            ops,
-            info,
-            tool_router,
+        if tools.session.is_some() {
+            tool_router += Self::session_router();
         }
+        Self { tools, tool_router }
     }
 
+    fn relay(&self) -> Result<&Arc<dyn RelayOps>, RelayCallError> {
+        self.tools
+            .relay
+            .as_ref()
+            .map(|(ops, _)| ops)
+            .ok_or_else(|| not_offered("relay"))
+    }
+}
+
+/// A call to a tool of a set this server was not started with (the router does not list
+/// them, so only a client that ignores `tools/list` gets here).
+fn not_offered(set: &str) -> RelayCallError {
+    RelayCallError {
+        code: "not_found".into(),
+        message: format!("this MCP server was started without the {set} tools"),
+        details: serde_json::json!({}),
+    }
+}
+
+#[tool_router(router = session_router)]
+impl SwitchboardMcp {
+    #[tool(
+        description = "Send a file of your workspace to the user: it is delivered where they \
+                       talk to you (a chat gets it as a photo or document; the console shows \
+                       it). Use it for screenshots, reports, logs or anything they asked for. \
+                       Returns the stored file's JSON (name, type, size)."
+    )]
+    async fn send_file(&self, Parameters(args): Parameters<SendFileArgs>) -> CallToolResult {
+        tracing::debug!(path = %args.path, "MCP send_file");
+        let outcome = match &self.tools.session {
+            Some(ops) => ops.send_file(args.path, args.caption).await,
+            None => Err(not_offered("session")),
+        };
+        to_result("send_file", outcome)
+    }
+}
+
+#[tool_router(router = relay_router)]
+impl SwitchboardMcp {
     #[tool(
         description = "List the members of your relay bundle as the relay shows them to you \
                        (names, kinds, state). Returns the relay's JSON.",
@@ -184,7 +291,11 @@ impl RelayMcp {
     )]
     async fn list(&self) -> CallToolResult {
         tracing::debug!("MCP list");
-        to_result("list", self.ops.list().await)
+        let outcome = match self.relay() {
+            Ok(ops) => ops.list().await,
+            Err(e) => Err(e),
+        };
+        to_result("list", outcome)
     }
 
     #[tool(
@@ -206,7 +317,11 @@ impl RelayMcp {
             sync = req.sync,
             "MCP send"
         );
-        to_result("send", self.ops.send(req).await)
+        let outcome = match self.relay() {
+            Ok(ops) => ops.send(req).await,
+            Err(e) => Err(e),
+        };
+        to_result("send", outcome)
     }
 
     #[tool(
@@ -216,27 +331,47 @@ impl RelayMcp {
     )]
     async fn look(&self, Parameters(args): Parameters<LookArgs>) -> CallToolResult {
         tracing::debug!(target = %args.target, lines = ?args.lines, "MCP look");
-        to_result("look", self.ops.look(args.target, args.lines).await)
+        let outcome = match self.relay() {
+            Ok(ops) => ops.look(args.target, args.lines).await,
+            Err(e) => Err(e),
+        };
+        to_result("look", outcome)
     }
 }
 
 #[tool_handler(router = self.tool_router)]
-impl ServerHandler for RelayMcp {
+impl ServerHandler for SwitchboardMcp {
     fn get_info(&self) -> ServerConfig {
-        let McpInfo { bundle, member } = &self.info;
+        let (title, mut instructions) = match &self.tools.relay {
+            Some((_, McpInfo { bundle, member })) => (
+                format!("Switchboard relay: bundle {bundle}, member {member}"),
+                format!(
+                    "You are member {member} of relay bundle {bundle}; use list/send/look to \
+                     coordinate with your peers. `list` shows the bundle's members, `send` \
+                     messages one or more of them (asynchronous unless `sync` is true), `look` \
+                     shows a peer's recent output."
+                ),
+            ),
+            None => ("Switchboard".to_owned(), String::new()),
+        };
+        if self.tools.session.is_some() {
+            if !instructions.is_empty() {
+                instructions.push(' ');
+            }
+            instructions.push_str(
+                "`send_file` sends a file of your workspace to the user you are working for.",
+            );
+        }
+        instructions.push_str(
+            " Errors come back as tool results with isError set and a JSON body \
+             {\"code\", \"message\", \"details\"} from Switchboard.",
+        );
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(
-                Implementation::new("switchboard-relay", env!("CARGO_PKG_VERSION")).with_title(
-                    format!("Switchboard relay: bundle {bundle}, member {member}"),
-                ),
+                Implementation::new("switchboard-relay", env!("CARGO_PKG_VERSION"))
+                    .with_title(title),
             )
-            .with_instructions(format!(
-                "You are member {member} of relay bundle {bundle}; use list/send/look to \
-                 coordinate with your peers. `list` shows the bundle's members, `send` messages \
-                 one or more of them (asynchronous unless `sync` is true), `look` shows a peer's \
-                 recent output. Errors come back as tool results with isError set and a JSON \
-                 body {{\"code\", \"message\", \"details\"}} from the relay."
-            ))
+            .with_instructions(instructions)
     }
 }
 
@@ -275,6 +410,7 @@ mod tests {
         List,
         Send(McpSend),
         Look(String, Option<u32>),
+        SendFile(String, Option<String>),
     }
 
     /// Records calls; answers with `fail` if set, else a canned JSON per operation.
@@ -328,15 +464,36 @@ mod tests {
         next_id: u64,
     }
 
+    #[async_trait::async_trait]
+    impl SessionOps for FakeOps {
+        async fn send_file(
+            &self,
+            path: String,
+            caption: Option<String>,
+        ) -> Result<Value, RelayCallError> {
+            self.answer(
+                Call::SendFile(path.clone(), caption),
+                json!({"run_id": "r-1", "file": {"name": path}}),
+            )
+        }
+    }
+
     impl Client {
         fn start(ops: Arc<FakeOps>) -> Self {
-            let (tx, server_in) = tokio::io::duplex(64 * 1024);
-            let (server_out, rx) = tokio::io::duplex(64 * 1024);
             let info = McpInfo {
                 bundle: "b1".into(),
                 member: "alice".into(),
             };
-            let server = tokio::spawn(serve(ops, info, server_in, server_out));
+            Self::with_tools(McpTools {
+                relay: Some((ops, info)),
+                session: None,
+            })
+        }
+
+        fn with_tools(tools: McpTools) -> Self {
+            let (tx, server_in) = tokio::io::duplex(64 * 1024);
+            let (server_out, rx) = tokio::io::duplex(64 * 1024);
+            let server = tokio::spawn(serve_tools(tools, server_in, server_out));
             Self {
                 tx,
                 rx: BufReader::new(rx).lines(),
@@ -461,6 +618,93 @@ mod tests {
             "{list}"
         );
 
+        c.finish().await;
+    }
+
+    async fn tool_names(c: &mut Client) -> Vec<String> {
+        let resp = c.request("tools/list", json!({})).await;
+        let mut names: Vec<String> = resp["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[tokio::test]
+    async fn the_session_tools_are_offered_alone_or_beside_the_relay_tools() {
+        let ops = Arc::new(FakeOps::default());
+        let mut c = Client::with_tools(McpTools {
+            relay: None,
+            session: Some(ops.clone()),
+        });
+        let init = c.handshake().await;
+        let instructions = init["instructions"].as_str().unwrap();
+        assert!(instructions.contains("send_file"), "{instructions}");
+        assert!(!instructions.contains("relay bundle"), "{instructions}");
+        assert_eq!(tool_names(&mut c).await, ["send_file"]);
+        let resp = c
+            .call(
+                "send_file",
+                json!({"path": "out/report.pdf", "caption": "the report"}),
+            )
+            .await;
+        assert_eq!(resp["result"]["isError"], false, "{resp}");
+        assert_eq!(
+            resp["result"]["structuredContent"]["file"]["name"],
+            "out/report.pdf"
+        );
+        // A relay tool it does not list is not callable either.
+        let resp = c.call("list", json!({})).await;
+        assert!(
+            resp.get("error").is_some() || resp["result"]["isError"] == true,
+            "{resp}"
+        );
+        assert_eq!(
+            ops.calls(),
+            [Call::SendFile(
+                "out/report.pdf".into(),
+                Some("the report".into())
+            )]
+        );
+        c.finish().await;
+
+        let info = McpInfo {
+            bundle: "b1".into(),
+            member: "alice".into(),
+        };
+        let mut c = Client::with_tools(McpTools {
+            relay: Some((ops.clone(), info)),
+            session: Some(ops.clone()),
+        });
+        c.handshake().await;
+        assert_eq!(
+            tool_names(&mut c).await,
+            ["list", "look", "send", "send_file"]
+        );
+        c.finish().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_file_is_a_tool_error_with_the_servers_code() {
+        let ops = Arc::new(FakeOps {
+            fail: Some(RelayCallError {
+                code: "session_not_running".into(),
+                message: "session has no active run".into(),
+                details: json!({"status": 409}),
+            }),
+            ..FakeOps::default()
+        });
+        let mut c = Client::with_tools(McpTools {
+            relay: None,
+            session: Some(ops),
+        });
+        c.handshake().await;
+        let resp = c.call("send_file", json!({"path": "a.txt"})).await;
+        assert_eq!(resp["result"]["isError"], true, "{resp}");
+        assert_eq!(result_json(&resp)["code"], "session_not_running");
         c.finish().await;
     }
 

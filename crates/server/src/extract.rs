@@ -27,6 +27,35 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
     }
 }
 
+/// The `{id}` of `/v1/sessions/{id}/…`, for a route that takes either the server's token or
+/// that session's own token (see `switchboard_engine::tokens`). Authenticates before it
+/// parses: a caller with neither token learns nothing about the id.
+pub struct SessionCaller(pub Uuid);
+
+impl FromRequestParts<crate::AppState> for SessionCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &crate::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let server = switchboard_http::check_bearer(&parts.headers, &state.config.token);
+        if server.is_ok() {
+            let SessionId(id) = SessionId::from_request_parts(parts, state).await?;
+            return Ok(Self(id));
+        }
+        let given = switchboard_http::bearer_value(&parts.headers)?.to_owned();
+        let switchboard_http::Path(raw) =
+            switchboard_http::Path::<String>::from_request_parts(parts, state).await?;
+        match Uuid::parse_str(&raw) {
+            Ok(id) if state.engine.verify_session_token(id, &given) => Ok(Self(id)),
+            _ => Err(server
+                .err()
+                .unwrap_or_else(|| ApiError::new(ErrorCode::InvalidToken, "invalid token"))),
+        }
+    }
+}
+
 /// `limit` (1–1000, default 50) and `offset` (default 0).
 pub(crate) fn page(p: switchboard_protocol::Page) -> Result<(u32, u32), ApiError> {
     let limit = p.limit.unwrap_or(50);

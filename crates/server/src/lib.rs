@@ -107,6 +107,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::health::router())
         .merge(openapi::router(doc))
         .merge(protected)
+        .merge(routes::files::share_router())
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             switchboard_http::BodyLimit(max_body),

@@ -14,7 +14,11 @@
 //!   prompt is logged as `block KIND mime=… uri=… bytes=…`.
 //!
 //! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[tool]`,
-//! `[edit]`, `[slow]`, `[crash]`, `[count]`, `[refuse]`, `[error]`. Without any marker other
+//! `[edit]`, `[slow]`, `[crash]`, `[share:PATH]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
+//! `[share:PATH]` calls `send_file {path: PATH}` on the `switchboard` MCP server the session
+//! was opened with (a real MCP client over stdio) and says the outcome; every session's
+//! `mcpServers` are logged as `mcp_servers SESSION NAME(stdio),…`. `[probe-token:SESSION]`
+//! tries that server's session token on other routes and logs the statuses. Without any marker other
 //! than `[think]`/`[plan]` the agent streams "Hello from the test agent".
 
 use std::collections::HashMap;
@@ -31,7 +35,7 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, Content, ContentBlock, ContentChunk,
     EmbeddedResourceResource, Implementation, InitializeRequest, InitializeResponse,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    LoadSessionRequest, LoadSessionResponse, McpServer, NewSessionRequest, NewSessionResponse,
     PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
     PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
     RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, StopReason, ToolCall,
@@ -116,9 +120,31 @@ struct Shared {
     /// Cancel flag of each session's current (or last) turn.
     cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
     crash: Arc<CrashWatch>,
+    /// The `mcpServers` each session was opened with (`session/new` or `session/load`).
+    mcp: Mutex<HashMap<String, Vec<McpServer>>>,
 }
 
 impl Shared {
+    /// Keeps a session's MCP servers and logs them: `mcp_servers NAME,NAME` (or `none`).
+    fn set_mcp(&self, session: &str, servers: Vec<McpServer>) {
+        let names: Vec<String> = servers
+            .iter()
+            .map(|s| match s {
+                McpServer::Stdio(s) => format!("{}(stdio)", s.name),
+                McpServer::Http(s) => format!("{}(http)", s.name),
+                McpServer::Sse(s) => format!("{}(sse)", s.name),
+                _ => "other".into(),
+            })
+            .collect();
+        let names = if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(",")
+        };
+        self.log(&format!("mcp_servers {session} {names}"));
+        lock(&self.mcp).insert(session.to_owned(), servers);
+    }
+
     /// Appends one line to `TEST_AGENT_LOG`, flushed at once.
     fn log(&self, line: &str) {
         if let Some(file) = &self.log {
@@ -477,6 +503,42 @@ impl Turn {
         if has("[crash]") {
             self.crash().await?;
         }
+        if let Some(path) = marker_arg(text, "[share:") {
+            scripted = true;
+            let servers = lock(&self.shared.mcp)
+                .get(&self.session.to_string())
+                .cloned()
+                .unwrap_or_default();
+            let answer = match mcp_send_file(&servers, &path).await {
+                Ok((true, text)) => {
+                    self.shared
+                        .log(&format!("mcp send_file error {}", one_line(&text)));
+                    format!("send_file failed: {text}")
+                }
+                Ok((false, text)) => {
+                    self.shared.log("mcp send_file ok");
+                    format!("sent {path}: {text}")
+                }
+                Err(e) => {
+                    self.shared.log(&format!("mcp failed {}", one_line(&e)));
+                    format!("MCP failed: {e}")
+                }
+            };
+            self.say(&answer)?;
+        }
+        if let Some(other) = marker_arg(text, "[probe-token:") {
+            scripted = true;
+            let servers = lock(&self.shared.mcp)
+                .get(&self.session.to_string())
+                .cloned()
+                .unwrap_or_default();
+            let line = match probe_token(&servers, &other).await {
+                Ok(line) => line,
+                Err(e) => format!("probe failed {e}"),
+            };
+            self.shared.log(&line);
+            self.say(&line)?;
+        }
         if has("[count]") {
             scripted = true;
             self.say(&format!("seen {count} prompts"))?;
@@ -507,6 +569,164 @@ fn prompt_text(req: &PromptRequest) -> String {
             _ => None,
         })
         .collect()
+}
+
+/// The text after `marker` up to the next `]`: `[share:out.png]` → `out.png`.
+fn marker_arg(text: &str, marker: &str) -> Option<String> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    Some(rest[..rest.find(']')?].trim().to_owned())
+}
+
+/// One MCP client connection over a child's stdio (newline-delimited JSON-RPC).
+struct McpPipe {
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    next_id: u64,
+}
+
+impl McpPipe {
+    async fn write(&mut self, msg: serde_json::Value) -> Result<(), String> {
+        use tokio::io::AsyncWriteExt as _;
+        self.stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .map_err(|e| format!("writing to the MCP server: {e}"))
+    }
+
+    /// A request, and its answer's `result` (other messages in between are skipped).
+    async fn call(
+        &mut self,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.write(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await?;
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+                .await
+                .map_err(|_| format!("no answer to {method}"))?
+                .map_err(|e| format!("reading: {e}"))?
+                .ok_or_else(|| format!("the MCP server exited before answering {method}"))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&line).map_err(|e| format!("bad JSON {line:?}: {e}"))?;
+            if v["id"] == json!(id) {
+                if let Some(err) = v.get("error") {
+                    return Err(format!("{method}: {err}"));
+                }
+                return Ok(v["result"].clone());
+            }
+        }
+    }
+}
+
+/// Calls `send_file {path}` on the session's `switchboard` MCP server the way an MCP client
+/// does: spawns it as `mcpServers` says, `initialize`, `notifications/initialized`,
+/// `tools/list`, `tools/call`. Returns whether the result is an error, and its text followed
+/// by the tools listed (`[tools send_file]`).
+async fn mcp_send_file(servers: &[McpServer], path: &str) -> Result<(bool, String), String> {
+    use tokio::io::AsyncBufReadExt as _;
+    let Some(server) = servers.iter().find_map(|s| match s {
+        McpServer::Stdio(s) if s.name == "switchboard" => Some(s),
+        _ => None,
+    }) else {
+        return Err("no `switchboard` MCP server was given in mcpServers".into());
+    };
+    let mut child = tokio::process::Command::new(&server.command)
+        .args(&server.args)
+        .envs(server.env.iter().map(|e| (e.name.clone(), e.value.clone())))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawning {}: {e}", server.command.display()))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("no pipes to the MCP server".into());
+    };
+    let mut mcp = McpPipe {
+        stdin,
+        lines: tokio::io::BufReader::new(stdout).lines(),
+        next_id: 0,
+    };
+    mcp.call(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "switchboard-test-agent", "version": "0"}}),
+    )
+    .await?;
+    mcp.write(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await?;
+    let listed = mcp.call("tools/list", json!({})).await?;
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    let names = names.join(",");
+    let result = mcp
+        .call(
+            "tools/call",
+            json!({"name": "send_file", "arguments": {"path": path, "caption": "from the test agent"}}),
+        )
+        .await?;
+    let _ = child.kill().await;
+    let is_error = result["isError"].as_bool().unwrap_or(false);
+    let text = result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Ok((is_error, format!("{text} [tools {names}]")))
+}
+
+/// What an agent holding its session token could try beyond sharing into its own session:
+/// list every session, share into `other`. Raw HTTP/1.1 over TCP to the URL the MCP server
+/// was given; logs `probe list=STATUS other_share=STATUS`.
+async fn probe_token(servers: &[McpServer], other: &str) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Some(server) = servers.iter().find_map(|s| match s {
+        McpServer::Stdio(s) if s.name == "switchboard" => Some(s),
+        _ => None,
+    }) else {
+        return Err("no `switchboard` MCP server".into());
+    };
+    let var = |name: &str| {
+        server
+            .env
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.value.clone())
+            .ok_or_else(|| format!("the MCP server has no {name}"))
+    };
+    let (url, token) = (var("SWITCHBOARD_URL")?, var("SWITCHBOARD_SESSION_TOKEN")?);
+    let host = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let status = async |method: &str, path: &str, body: &str| -> Result<String, String> {
+        let mut tcp = tokio::net::TcpStream::connect(&host)
+            .await
+            .map_err(|e| format!("connect {host}: {e}"))?;
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(answer.split(' ').nth(1).unwrap_or("?").to_owned())
+    };
+    let list = status("GET", "/v1/sessions", "").await?;
+    let share = status(
+        "POST",
+        &format!("/v1/sessions/{other}/share"),
+        r#"{"path":"notes.txt"}"#,
+    )
+    .await?;
+    Ok(format!("probe list={list} other_share={share}"))
 }
 
 /// `TEST_AGENT_PROMPT_CAPS` as capabilities.
@@ -655,6 +875,7 @@ async fn main() -> Result<(), Error> {
         history: Mutex::new(HashMap::new()),
         cancels: Mutex::new(HashMap::new()),
         crash: crash.clone(),
+        mcp: Mutex::new(HashMap::new()),
     });
 
     let stdout = WatchedStdout {
@@ -705,11 +926,12 @@ async fn main() -> Result<(), Error> {
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |_req: NewSessionRequest,
+            async move |req: NewSessionRequest,
                         responder: v1::Responder<NewSessionResponse>,
                         _cx| {
                 let id = format!("sess-{}", uuid::Uuid::new_v4().simple());
                 s_new.log(&format!("new_session {id}"));
+                s_new.set_mcp(&id, req.mcp_servers);
                 let result = s_new
                     .create_session(&id)
                     .map(|()| NewSessionResponse::new(id));
@@ -723,6 +945,7 @@ async fn main() -> Result<(), Error> {
                         responder: v1::Responder<LoadSessionResponse>,
                         cx: v1::ConnectionTo<Client>| {
                 s_load.log(&format!("load_session {}", req.session_id));
+                s_load.set_mcp(&req.session_id.to_string(), req.mcp_servers.clone());
                 report(responder.respond_with_result(handle_load(&s_load, &req, &cx)));
                 Ok(())
             },

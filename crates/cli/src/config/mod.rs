@@ -204,6 +204,14 @@ pub struct AgentSection {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Pass the agent Switchboard's own MCP server (`switchboard mcp --session`, whose
+    /// `send_file` shares workspace files with the user). Default true.
+    #[serde(default = "default_true")]
+    pub switchboard_mcp: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -85,6 +85,16 @@ fn agents_parse_and_bad_ones_are_named() {
         (a.command.as_str(), a.args.len(), a.env["A"].as_str()),
         ("claude-code-acp", 1, "1")
     );
+    assert!(
+        a.switchboard_mcp,
+        "Switchboard's MCP server is on by default"
+    );
+    let off = parse_config(
+        "[agents.x]\ncommand = \"x\"\nswitchboard_mcp = false\n",
+        Path::new("s.toml"),
+    )
+    .unwrap();
+    assert!(!off.agents["x"].switchboard_mcp);
     assert!(validate_agents(&c.agents).is_ok());
     let bad = parse_config("[agents.\"a b\"]\ncommand = \"x\"\n", Path::new("s.toml")).unwrap();
     assert!(

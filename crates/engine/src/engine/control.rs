@@ -129,6 +129,13 @@ impl Engine {
                         run_id: request.run_id,
                     },
                 }),
+            RunControl::Share {
+                session_id,
+                request,
+            } => self
+                .share_local(session_id, request)
+                .await
+                .map(|response| ControlReply::Shared { response }),
             RunControl::Pending { session_id } => Ok(ControlReply::Pending {
                 response: match self.inner.approvals.pending(session_id) {
                     Some((run_id, tool_calls)) => PendingToolsResponse {
@@ -141,6 +148,24 @@ impl Engine {
                     },
                 },
             }),
+        }
+    }
+
+    /// Applies `control` here, or — when no run of the session executes here — forwards it
+    /// to the instance that executes it (steering, sharing a file).
+    pub(super) async fn apply_or_forward(
+        &self,
+        session_id: Uuid,
+        control: RunControl,
+    ) -> Result<ControlReply, EngineError> {
+        match self.apply_local(control.clone()).await {
+            Err(EngineError::SessionNotRunning(_)) => {
+                match self.forward(session_id, control).await? {
+                    Some(reply) => Ok(reply),
+                    None => Err(EngineError::SessionNotRunning(session_id)),
+                }
+            }
+            other => other,
         }
     }
 

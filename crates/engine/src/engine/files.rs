@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use futures::Stream;
-use switchboard_protocol::{AttachmentRef, FileInfo};
+use switchboard_protocol::{AttachmentRef, FileInfo, ShareFileRequest, SharedFile};
 
 use super::*;
 use crate::files::info;
@@ -66,6 +66,92 @@ impl Engine {
             EngineError::Internal(format!("the content of file {file_id} cannot be read"))
         })?;
         Ok((info(&record), file))
+    }
+
+    /// Shares a file of the workspace from the session's active run (an external agent's
+    /// `send_file`): it is stored as a file of the session and a `FileShared` event in the
+    /// run tells the surfaces to deliver it. The run may execute on another instance, whose
+    /// machine has the workspace: the request is forwarded there, as steering is.
+    pub async fn share_file(
+        &self,
+        session_id: Uuid,
+        req: ShareFileRequest,
+    ) -> Result<SharedFile, EngineError> {
+        if req.path.trim().is_empty() || req.path.len() > 4096 {
+            return Err(EngineError::validation(
+                "path",
+                "must be 1 to 4096 bytes, naming a file of the workspace",
+            ));
+        }
+        if req
+            .caption
+            .as_ref()
+            .is_some_and(|c| c.chars().count() > 1024)
+        {
+            return Err(EngineError::validation(
+                "caption",
+                "must be at most 1024 characters",
+            ));
+        }
+        self.record(session_id).await?;
+        let control = RunControl::Share {
+            session_id,
+            request: req,
+        };
+        match self.apply_or_forward(session_id, control).await? {
+            ControlReply::Shared { response } => Ok(response),
+            other => Err(super::control::unexpected(other)),
+        }
+    }
+
+    /// [`Self::share_file`] when the run executes here.
+    pub(super) async fn share_local(
+        &self,
+        session_id: Uuid,
+        req: ShareFileRequest,
+    ) -> Result<SharedFile, EngineError> {
+        let active = {
+            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&session_id).map(|a| (a.run_id, a.lease.clone()))
+        };
+        let Some((run_id, lease)) = active else {
+            return Err(EngineError::SessionNotRunning(session_id));
+        };
+        if let Some(given) = req.run_id
+            && given != run_id
+        {
+            return Err(EngineError::RunMismatch {
+                given,
+                active: Some(run_id),
+            });
+        }
+        let session = self.record(session_id).await?;
+        let path = crate::files::confine_existing(std::path::Path::new(&session.cwd), &req.path)?;
+        let file = crate::files::share(
+            crate::files::ShareTarget {
+                store: self.inner.store.as_ref(),
+                blobs: &self.inner.blobs,
+                limits: &self.inner.config.files,
+                log: &self.inner.log,
+                session_id,
+                run_id,
+                fence: Some(&lease),
+            },
+            &path,
+            req.caption,
+        )
+        .await?;
+        Ok(SharedFile { run_id, file })
+    }
+
+    /// The session token for `session_id` (see [`crate::tokens`]).
+    pub fn session_token(&self, session_id: Uuid) -> String {
+        self.inner.tokens.mint(session_id)
+    }
+
+    /// Whether `token` is this process's session token for `session_id`.
+    pub fn verify_session_token(&self, session_id: Uuid, token: &str) -> bool {
+        self.inner.tokens.verify(session_id, token)
     }
 
     /// The files a message names, checked: each one the session's, at most

@@ -123,6 +123,8 @@ struct Inner {
     waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
     /// Files' content (see [`crate::files`]).
     blobs: Arc<crate::files::Blobs>,
+    /// Mints and checks session tokens (see [`crate::tokens`]).
+    tokens: Arc<crate::tokens::SessionTokens>,
     /// Fires on shutdown: running runs end with a retryable error.
     shutdown: CancellationToken,
     /// Fires once shutdown has finished recording run outcomes; live streams end then.
@@ -146,6 +148,7 @@ impl Engine {
                 log,
                 backends,
                 blobs,
+                tokens: Arc::new(crate::tokens::SessionTokens::new()),
                 config,
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),

@@ -61,16 +61,7 @@ impl Engine {
                     run_id: req.run_id,
                     content: req.message.content,
                 };
-                let reply = match self.apply_local(control.clone()).await {
-                    Err(EngineError::SessionNotRunning(_)) => {
-                        match self.forward(session_id, control).await? {
-                            Some(reply) => reply,
-                            None => return Err(EngineError::SessionNotRunning(session_id)),
-                        }
-                    }
-                    other => other?,
-                };
-                match reply {
+                match self.apply_or_forward(session_id, control).await? {
                     ControlReply::Steered { run_id } => Ok(run_id),
                     other => Err(unexpected(other)),
                 }
@@ -365,6 +356,7 @@ impl Engine {
                         cancel: cancel.clone(),
                         blobs: self.inner.blobs.clone(),
                         file_limits: self.inner.config.files.clone(),
+                        tokens: self.inner.tokens.clone(),
                     },
                     config,
                     cancel: cancel.clone(),

@@ -8,13 +8,15 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::StreamExt as _;
-use switchboard_protocol::{ErrorBody, ErrorCode, FileInfo, ListFilesResponse, UploadForm};
+use switchboard_protocol::{
+    ErrorBody, ErrorCode, FileInfo, ListFilesResponse, ShareFileRequest, SharedFile, UploadForm,
+};
 use uuid::Uuid;
 
-use crate::extract::SessionId;
+use crate::extract::{Json as JsonBody, SessionCaller, SessionId};
 use crate::{ApiError, AppState};
 use switchboard_http::Path;
 
@@ -32,6 +34,12 @@ pub fn router(max_file_bytes: u64) -> Router<AppState> {
             switchboard_http::BodyLimit(limit),
             switchboard_http::reject_oversized,
         ))
+}
+
+/// `POST /v1/sessions/{id}/share`, a JSON route under the JSON body limit. It authenticates
+/// itself ([`SessionCaller`]): the session's own token is accepted besides the server's.
+pub fn share_router() -> Router<AppState> {
+    Router::new().route("/v1/sessions/{id}/share", post(share))
 }
 
 fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
@@ -79,6 +87,31 @@ pub async fn upload(
         ErrorCode::ValidationFailed,
         "file: the form has no part named `file`",
     ))
+}
+
+/// Shares a file of the session's workspace from its active run: stored as a file of the
+/// session, and a `FileShared` event tells the surfaces to deliver it (a chat gets it as a
+/// photo or document). What an external agent's `send_file` tool calls, with the session
+/// token Switchboard gave it (`switchboard mcp --session`); the server's token works too.
+#[utoipa::path(post, path = "/v1/sessions/{id}/share", tag = "files", params(("id" = uuid::Uuid, Path)),
+    request_body = ShareFileRequest,
+    security(("bearer" = [])),
+    responses((status = 201, body = SharedFile),
+              (status = 400, description = "`invalid_json`, or `validation_failed`: a malformed id or body, or a `path` that is empty, missing, not a regular file or outside the workspace", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`: neither the server's token nor this session's", body = ErrorBody),
+              (status = 404, description = "`session_not_found`", body = ErrorBody),
+              (status = 409, description = "`session_not_running` (no run to share from) or `run_mismatch`", body = ErrorBody),
+              (status = 413, description = "`file_too_large` (over the per-file limit) or `payload_too_large`", body = ErrorBody),
+              (status = 415, description = "`unsupported_file_type` (the sniffed type is not allowed) or `unsupported_media_type` (not a JSON body)", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: the session's workspace cannot be read", body = ErrorBody),
+              (status = 503, description = "`unavailable`: the instance running the session did not answer", body = ErrorBody)))]
+pub async fn share(
+    State(state): State<AppState>,
+    SessionCaller(id): SessionCaller,
+    JsonBody(req): JsonBody<ShareFileRequest>,
+) -> Result<Response, ApiError> {
+    let shared = state.engine.share_file(id, req).await?;
+    Ok((axum::http::StatusCode::CREATED, Json(shared)).into_response())
 }
 
 /// The session's files, oldest first.
