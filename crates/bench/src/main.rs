@@ -21,7 +21,10 @@
 //!     the first event and the first `TextDelta`, loss and duplicate checks; and resume of
 //!     1,000 and 100,000 events from a log written before the server started.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume] [--grid KxM]`.
+//! (h) checkpoints (`--only h`): one workspace checkpoint of a 10,000-file workspace,
+//!     unchanged and with 100 files changed (needs `git`).
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h] [--grid KxM]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -29,6 +32,7 @@
 
 use anyhow::{Context, Result};
 
+mod checkpoints;
 mod common;
 mod failover;
 mod scale;
@@ -158,6 +162,19 @@ async fn main() -> Result<()> {
             "(g) resume all 100,000 events, separate server process (s)",
             &all,
             3,
+        );
+    }
+    if want("h") {
+        let (unchanged, changed) = checkpoints::checkpoints(runs.max(5)).await?;
+        row(
+            "(h) checkpoint of an unchanged 10,000-file workspace (ms)",
+            &unchanged,
+            1,
+        );
+        row(
+            "(h) checkpoint of that workspace with 100 files changed (ms)",
+            &changed,
+            1,
         );
     }
     if only.as_deref() == Some("f") {

@@ -1,5 +1,6 @@
 //! The `switchboard` binary: thin wiring of the library crates.
 
+mod checkpoint_cmd;
 mod commands;
 mod config;
 mod datadir;
@@ -66,10 +67,19 @@ enum Command {
     Pairing(gateway_cmd::PairingCommand),
     /// Answer the tool calls a session waits on (accept all, or --deny).
     Approve(commands::ApproveArgs),
+    /// A session's workspace checkpoints (one before and after each run that changed files).
+    Checkpoints(checkpoint_cmd::CheckpointsArgs),
+    /// What a run changed in the workspace (default: the last run that changed files).
+    Diff(checkpoint_cmd::DiffArgs),
+    /// Put the workspace back to before the last run that changed files.
+    Undo(checkpoint_cmd::UndoArgs),
+    /// Put the workspace back to a checkpoint (a prefix of its id will do).
+    Restore(checkpoint_cmd::RestoreArgs),
     /// Bundles of agents that message each other: up, down, list, send, look, check.
     #[command(subcommand)]
     Relay(relay_cmd::RelayCommand),
-    /// MCP server (stdio) giving an agent in a bundle the tools list, send and look.
+    /// MCP server (stdio): for an agent in a bundle the tools list, send and look; for the
+    /// agent of a session (`--session`, passed to ACP agents by Switchboard) send_file.
     Mcp(relay_cmd::McpArgs),
     /// Check configuration, data directory, store and provider, with a verdict for each.
     Doctor {
@@ -154,6 +164,22 @@ fn main() -> ExitCode {
             Command::Approve(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::approve(&settings, args).await
+            }
+            Command::Checkpoints(a) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                checkpoint_cmd::checkpoints(&settings, a).await
+            }
+            Command::Diff(a) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                checkpoint_cmd::diff(&settings, a).await
+            }
+            Command::Undo(a) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                checkpoint_cmd::undo(&settings, a).await
+            }
+            Command::Restore(a) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                checkpoint_cmd::restore(&settings, a).await
             }
             Command::Relay(cmd) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

@@ -120,6 +120,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         exclusive: store.kind() == "sqlite",
         files_dir: settings.files_dir.clone(),
         files: settings.files.clone(),
+        checkpoints: settings.checkpoints.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

@@ -793,3 +793,43 @@ async fn an_acp_agent_sends_files_through_switchboards_mcp_server_with_its_sessi
         .unwrap_err();
     assert_eq!(err.code(), Some("session_not_running"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_acp_agent_writes_by_itself_is_checkpointed_and_undone() {
+    let w = World::new(&[("plain", &[])]).await;
+    let server = w.server(&[("SWITCHBOARD_CHECKPOINTS", "true")]).await;
+    let c = client(&server);
+    std::fs::write(w.ws.path().join("keep.txt"), "kept\n").unwrap();
+    let id = w.session(&c, "plain", None).await;
+    let (mut events, run) = send(&c, id, "[write:made.txt]").await;
+    let evs = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&evs), "end_turn");
+    let changed = evs.iter().find_map(|e| match &e.event {
+        AgentEvent::WorkspaceChanged {
+            files, insertions, ..
+        } => Some((*files, *insertions)),
+        _ => None,
+    });
+    assert_eq!(changed, Some((1, 1)), "{:?}", kinds(&evs));
+    let diff = c
+        .diff(
+            id,
+            &switchboard_protocol::DiffQuery {
+                run: Some(run),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        diff.contains("+++ b/made.txt\n@@ -0,0 +1 @@\n+written by the test agent"),
+        "{diff}"
+    );
+    let list = c.checkpoints(id).await.unwrap().checkpoints;
+    c.restore(id, list[0].id.as_str()).await.unwrap();
+    assert!(!w.ws.path().join("made.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.ws.path().join("keep.txt")).unwrap(),
+        "kept\n"
+    );
+}

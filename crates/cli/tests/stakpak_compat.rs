@@ -952,6 +952,19 @@ async fn every_optional_field_may_be_null_on_every_route() {
     let run = run_id_of(&(status, text));
     stream.until_terminal(run).await;
 
+    // A share with its options null: read, then refused for want of a running turn.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/sessions/{id}/share",
+            &format!("/v1/sessions/{id}/share"),
+            json!({"path": "notes.txt"}),
+        )
+        .await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("session_not_running"), "{text}");
+
     // The relay's send: the body is read (its nulls taken as absent) before the bundle is
     // looked up, so an unknown bundle answers 404, not 400.
     let (status, text) = walk

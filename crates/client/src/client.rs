@@ -179,6 +179,61 @@ impl Client {
         resp.text().await.map_err(|e| ClientError::from_reqwest(&e))
     }
 
+    /// `GET /v1/sessions/{id}/checkpoints`.
+    pub async fn checkpoints(
+        &self,
+        id: Uuid,
+    ) -> Result<switchboard_protocol::ListCheckpointsResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/checkpoints");
+        self.json(self.request(reqwest::Method::GET, &path)).await
+    }
+
+    /// `GET /v1/sessions/{id}/diff`: the unified diff (`query.stat` is ignored; see
+    /// [`Client::diff_stat`]).
+    pub async fn diff(
+        &self,
+        id: Uuid,
+        query: &switchboard_protocol::DiffQuery,
+    ) -> Result<String, ClientError> {
+        let path = format!("/v1/sessions/{id}/diff");
+        let q = switchboard_protocol::DiffQuery {
+            stat: None,
+            ..query.clone()
+        };
+        let resp = self
+            .send(self.request(reqwest::Method::GET, &path).query(&q))
+            .await?;
+        resp.text().await.map_err(|e| ClientError::from_reqwest(&e))
+    }
+
+    /// `GET /v1/sessions/{id}/diff?stat=1`.
+    pub async fn diff_stat(
+        &self,
+        id: Uuid,
+        query: &switchboard_protocol::DiffQuery,
+    ) -> Result<switchboard_protocol::DiffStat, ClientError> {
+        let path = format!("/v1/sessions/{id}/diff");
+        let q = switchboard_protocol::DiffQuery {
+            stat: Some("1".into()),
+            ..query.clone()
+        };
+        self.json(self.request(reqwest::Method::GET, &path).query(&q))
+            .await
+    }
+
+    /// `POST /v1/sessions/{id}/checkpoints/{checkpoint}/restore`.
+    pub async fn restore(
+        &self,
+        id: Uuid,
+        checkpoint: &str,
+    ) -> Result<switchboard_protocol::RestoreResponse, ClientError> {
+        let path = format!(
+            "/v1/sessions/{id}/checkpoints/{}/restore",
+            percent_encoding::utf8_percent_encode(checkpoint, percent_encoding::NON_ALPHANUMERIC)
+        );
+        self.json(self.request(reqwest::Method::POST, &path)).await
+    }
+
     /// `POST /v1/sessions/{id}/files`: uploads `content` as a file named `name` (its type is
     /// sniffed by the server).
     pub async fn upload_file(

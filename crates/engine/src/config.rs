@@ -31,6 +31,9 @@ pub struct EngineConfig {
     /// PostgreSQL store.
     pub files_dir: PathBuf,
     pub files: crate::files::FileLimits,
+    /// Workspace checkpoints around runs ([`crate::checkpoints`]); off by default here, on
+    /// in `switchboard serve`.
+    pub checkpoints: crate::checkpoints::CheckpointConfig,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +52,7 @@ impl Default for EngineConfig {
             files_dir: std::env::temp_dir()
                 .join(format!("switchboard-files-{}", std::process::id())),
             files: crate::files::FileLimits::default(),
+            checkpoints: crate::checkpoints::CheckpointConfig::default(),
         }
     }
 }

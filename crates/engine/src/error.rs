@@ -39,6 +39,8 @@ pub enum EngineError {
     ShuttingDown,
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Checkpoint(#[from] crate::checkpoints::CheckpointError),
     /// The instance that executes the run answered with an error.
     #[error("{message}")]
     Remote { code: ErrorCode, message: String },
@@ -92,6 +94,18 @@ impl EngineError {
             Self::Store(StoreError::Fenced(_)) => ErrorCode::SessionNotRunning,
             Self::Store(StoreError::Conflict(_)) => ErrorCode::Internal,
             Self::Store(_) | Self::Internal(_) => ErrorCode::Internal,
+            Self::Checkpoint(e) => {
+                use crate::checkpoints::CheckpointError as C;
+                match e {
+                    C::NotFound(_) => ErrorCode::CheckpointNotFound,
+                    C::Metadata(_) => ErrorCode::Internal,
+                    C::Disabled
+                    | C::NotADirectory(_)
+                    | C::TooManyFiles { .. }
+                    | C::NoCheckpoints
+                    | C::Git(_) => ErrorCode::CheckpointsUnavailable,
+                }
+            }
         }
     }
 }

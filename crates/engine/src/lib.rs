@@ -8,6 +8,7 @@
 pub mod approval;
 mod backend;
 mod bus;
+pub mod checkpoints;
 mod config;
 mod engine;
 mod error;
@@ -21,7 +22,7 @@ pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
 pub use bus::{ControlReply, EventBus, RunControl};
 pub use config::EngineConfig;
-pub use engine::Engine;
+pub use engine::{DiffOutput, Engine};
 pub use error::EngineError;
 pub use files::FileLimits;
 pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};

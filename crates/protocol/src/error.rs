@@ -43,6 +43,8 @@ pub enum ErrorCode {
     NotFound,
     /// No file with that id in this session (404).
     FileNotFound,
+    /// No checkpoint with that id in this session (404).
+    CheckpointNotFound,
     /// Method not allowed on this route (405).
     MethodNotAllowed,
     /// A `message` arrived while a run is active (409).
@@ -63,6 +65,9 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// An uploaded file's content (sniffed, not its name) is not an allowed type (415).
     UnsupportedFileType,
+    /// The session's workspace cannot be checkpointed here: not a directory, too many files,
+    /// no `git`, or its checkpoints live on another instance (422).
+    CheckpointsUnavailable,
     /// Semantically invalid request, e.g. an unknown backend (422).
     UnprocessableEntity,
     /// A message names a file that is not one of its session's (422).
@@ -93,6 +98,7 @@ impl ErrorCode {
             Self::SessionNotFound => "session_not_found",
             Self::NotFound => "not_found",
             Self::FileNotFound => "file_not_found",
+            Self::CheckpointNotFound => "checkpoint_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::SessionAlreadyRunning => "session_already_running",
             Self::SessionNotRunning => "session_not_running",
@@ -104,6 +110,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::UnsupportedFileType => "unsupported_file_type",
             Self::UnprocessableEntity => "unprocessable_entity",
+            Self::CheckpointsUnavailable => "checkpoints_unavailable",
             Self::UnknownFile => "unknown_file",
             Self::SandboxUnsupported => "sandbox_unsupported",
             Self::RateLimited => "rate_limited",
@@ -121,7 +128,10 @@ impl ErrorCode {
             | Self::InvalidQuery => 400,
             Self::Unauthorized | Self::InvalidToken => 401,
             Self::Forbidden | Self::HostNotAllowed | Self::OriginNotAllowed => 403,
-            Self::SessionNotFound | Self::NotFound | Self::FileNotFound => 404,
+            Self::SessionNotFound
+            | Self::NotFound
+            | Self::FileNotFound
+            | Self::CheckpointNotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::SessionAlreadyRunning
             | Self::SessionNotRunning
@@ -129,7 +139,10 @@ impl ErrorCode {
             | Self::NoPendingApproval => 409,
             Self::PayloadTooLarge | Self::FileTooLarge | Self::AttachmentsTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedFileType => 415,
-            Self::UnprocessableEntity | Self::SandboxUnsupported | Self::UnknownFile => 422,
+            Self::UnprocessableEntity
+            | Self::SandboxUnsupported
+            | Self::UnknownFile
+            | Self::CheckpointsUnavailable => 422,
             Self::RateLimited => 429,
             Self::Internal => 500,
             Self::Unavailable => 503,

@@ -116,6 +116,16 @@ pub enum AgentEvent {
     /// Something the user should know about the run that is not the agent's reply (e.g. "the
     /// agent could not resume its session; a new one was started").
     Notice { run_id: Uuid, message: String },
+    /// The run changed the session's workspace: `checkpoint` is the state it left (restore
+    /// its parent to undo the run), with the count of files changed and of lines added and
+    /// removed. Comes just before the run's terminal event, only when files changed.
+    WorkspaceChanged {
+        run_id: Uuid,
+        checkpoint: String,
+        files: u32,
+        insertions: u64,
+        deletions: u64,
+    },
     /// Tokens used by one provider call.
     UsageReport { run_id: Uuid, usage: Usage },
     /// The run ended normally (or was cancelled: `stop_reason = "cancelled"`).
@@ -140,6 +150,7 @@ impl AgentEvent {
             Self::RunStarted { .. } => "run_started",
             Self::FileAttached { .. } => "file_attached",
             Self::FileShared { .. } => "file_shared",
+            Self::WorkspaceChanged { .. } => "workspace_changed",
             Self::FollowUpQueued { .. } => "follow_up_queued",
             Self::TextDelta { .. } => "text_delta",
             Self::TextComplete { .. } => "text_complete",
@@ -176,6 +187,7 @@ impl AgentEvent {
             | Self::ThoughtDelta { run_id, .. }
             | Self::PlanUpdated { run_id, .. }
             | Self::Notice { run_id, .. }
+            | Self::WorkspaceChanged { run_id, .. }
             | Self::UsageReport { run_id, .. }
             | Self::RunCompleted { run_id, .. }
             | Self::RunError { run_id, .. } => *run_id,

@@ -5,6 +5,7 @@
 //! stable codes. It does no I/O and knows nothing of HTTP frameworks, stores or agents; the
 //! server, the client and every surface share these types so they cannot drift apart.
 
+pub mod checkpoints;
 pub mod error;
 pub mod events;
 pub mod files;
@@ -16,6 +17,7 @@ pub mod sessions;
 pub mod system;
 pub mod tools;
 
+pub use checkpoints::*;
 pub use error::{Coded, ErrorBody, ErrorCode};
 pub use events::{
     AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,

@@ -99,6 +99,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::messages::router())
         .merge(routes::events::router())
         .merge(routes::tools::router())
+        .merge(routes::checkpoints::router())
         .route_layer(axum::middleware::from_fn_with_state(
             token,
             switchboard_http::require_bearer,

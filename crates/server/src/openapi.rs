@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
-use crate::routes::{events, files, health, messages, sessions, tools};
+use crate::routes::{checkpoints, events, files, health, messages, sessions, tools};
 
 struct BearerAuth;
 
@@ -128,6 +128,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         files::upload, files::list, files::fetch, files::share,
         events::events,
         tools::pending, tools::decide,
+        checkpoints::list, checkpoints::diff, checkpoints::restore,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -149,6 +150,9 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::FileInfo, switchboard_protocol::ListFilesResponse,
         switchboard_protocol::ShareFileRequest, switchboard_protocol::SharedFile,
         switchboard_protocol::AttachmentRef, switchboard_protocol::UploadForm,
+        switchboard_protocol::Checkpoint, switchboard_protocol::CheckpointKind,
+        switchboard_protocol::ListCheckpointsResponse, switchboard_protocol::DiffStat,
+        switchboard_protocol::FileStat, switchboard_protocol::RestoreResponse,
     )),
     modifiers(&BearerAuth),
 )]

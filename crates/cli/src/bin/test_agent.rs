@@ -14,7 +14,7 @@
 //!   prompt is logged as `block KIND mime=… uri=… bytes=…`.
 //!
 //! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[tool]`,
-//! `[edit]`, `[slow]`, `[crash]`, `[share:PATH]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
+//! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[share:PATH]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
 //! `[share:PATH]` calls `send_file {path: PATH}` on the `switchboard` MCP server the session
 //! was opened with (a real MCP client over stdio) and says the outcome; every session's
 //! `mcpServers` are logged as `mcp_servers SESSION NAME(stdio),…`. `[probe-token:SESSION]`
@@ -502,6 +502,15 @@ impl Turn {
         }
         if has("[crash]") {
             self.crash().await?;
+        }
+        if let Some(name) = marker_arg(text, "[write:") {
+            // Straight to disk, as agents with their own file tools do (no permission asked).
+            scripted = true;
+            let path = std::env::current_dir().unwrap_or_default().join(&name);
+            match std::fs::write(&path, "written by the test agent\n") {
+                Ok(()) => self.say(&format!("wrote {name}"))?,
+                Err(e) => self.say(&format!("could not write {name}: {e}"))?,
+            }
         }
         if let Some(path) = marker_arg(text, "[share:") {
             scripted = true;

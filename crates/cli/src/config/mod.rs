@@ -45,6 +45,25 @@ pub struct FileConfig {
     pub files: FilesSection,
     #[serde(default)]
     pub speech: SpeechSection,
+    #[serde(default)]
+    pub checkpoints: CheckpointsSection,
+}
+
+/// `[checkpoints]`: the workspace recorded before and after each run (see
+/// docs/checkpoints.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsSection {
+    /// Default true.
+    pub enabled: Option<bool>,
+    /// Where the shadow repositories live (default `checkpoints/` in the data directory).
+    pub dir: Option<PathBuf>,
+    /// gitignore-style patterns left out (the workspace's own `.gitignore` files apply too).
+    pub exclude: Option<Vec<String>>,
+    /// A workspace with more files gets no checkpoint (default 50,000).
+    pub max_files: Option<usize>,
+    /// Files larger than this are left out and named (default 10).
+    pub max_file_mb: Option<u64>,
 }
 
 /// `[speech]`: where chat voice notes are transcribed (an OpenAI-compatible
@@ -301,6 +320,7 @@ pub struct Settings {
     pub files_dir: PathBuf,
     pub files: switchboard_engine::FileLimits,
     pub speech: Option<switchboard_gateway::speech::SpeechConfig>,
+    pub checkpoints: switchboard_engine::checkpoints::CheckpointConfig,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -502,6 +522,7 @@ impl Settings {
                 .unwrap_or_else(|| data_dir.join("files")),
             files: file_limits(&file.files)?,
             speech: speech(&file.speech)?,
+            checkpoints: checkpoints(&file.checkpoints, &data_dir)?,
         })
     }
 
@@ -643,6 +664,45 @@ fn file_limits(section: &FilesSection) -> Result<switchboard_engine::FileLimits>
         limits.allowed_types = types.clone();
     }
     Ok(limits)
+}
+
+/// `[checkpoints]` (and `SWITCHBOARD_CHECKPOINTS`, `SWITCHBOARD_CHECKPOINTS_DIR`,
+/// `SWITCHBOARD_CHECKPOINT_MAX_FILES`, `SWITCHBOARD_CHECKPOINT_MAX_FILE_MB`).
+fn checkpoints(
+    section: &CheckpointsSection,
+    data_dir: &Path,
+) -> Result<switchboard_engine::checkpoints::CheckpointConfig> {
+    let mut c = switchboard_engine::checkpoints::CheckpointConfig {
+        enabled: env_parse("SWITCHBOARD_CHECKPOINTS")?
+            .or(section.enabled)
+            .unwrap_or(true),
+        dir: env("SWITCHBOARD_CHECKPOINTS_DIR")
+            .map(PathBuf::from)
+            .or(section.dir.clone())
+            .unwrap_or_else(|| data_dir.join("checkpoints")),
+        exclude: section.exclude.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(n) = env_parse::<usize>("SWITCHBOARD_CHECKPOINT_MAX_FILES")?.or(section.max_files) {
+        if n == 0 {
+            bail!("[checkpoints] max_files must be at least 1");
+        }
+        c.max_files = n;
+    }
+    if let Some(mb) =
+        env_parse::<u64>("SWITCHBOARD_CHECKPOINT_MAX_FILE_MB")?.or(section.max_file_mb)
+    {
+        if mb == 0 {
+            bail!("[checkpoints] max_file_mb must be at least 1");
+        }
+        c.max_file_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    for p in &c.exclude {
+        if p.trim().is_empty() || p.contains('\n') {
+            bail!("[checkpoints] exclude: {p:?} is not a pattern");
+        }
+    }
+    Ok(c)
 }
 
 /// Agent names go into URLs and CLI flags; commands must be given.

@@ -25,6 +25,9 @@ pub async fn start(data_dir: &Path, llm_url: &str, extra: &[(&str, &str)]) -> Se
         ("SWITCHBOARD_PROVIDER_MAX_RETRIES", "0"),
         ("SWITCHBOARD_DEFAULT_CWD", "/tmp"),
         ("SWITCHBOARD_CONFIG", "/dev/null"),
+        // Sessions here mostly work in /tmp: no checkpoints of it (tests/checkpoints.rs
+        // turns them on).
+        ("SWITCHBOARD_CHECKPOINTS", "false"),
     ];
     env.extend_from_slice(extra);
     ServerProcess::start(&bin(), data_dir, TOKEN, &env)

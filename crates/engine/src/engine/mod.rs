@@ -27,6 +27,8 @@ use crate::error::EngineError;
 use crate::log::{EventLog, Subscription};
 use crate::time::{now_rfc3339, parse_ts};
 
+mod checkpoints;
+pub use checkpoints::DiffOutput;
 mod control;
 mod files;
 mod leases;
@@ -123,6 +125,8 @@ struct Inner {
     waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
     /// Files' content (see [`crate::files`]).
     blobs: Arc<crate::files::Blobs>,
+    /// The workspaces' shadow repositories ([`crate::checkpoints`]).
+    checkpoints: crate::checkpoints::Checkpoints,
     /// Mints and checks session tokens (see [`crate::tokens`]).
     tokens: Arc<crate::tokens::SessionTokens>,
     /// Fires on shutdown: running runs end with a retryable error.
@@ -149,6 +153,7 @@ impl Engine {
                 backends,
                 blobs,
                 tokens: Arc::new(crate::tokens::SessionTokens::new()),
+                checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone()),
                 config,
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),

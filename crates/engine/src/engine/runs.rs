@@ -326,8 +326,15 @@ impl Engine {
         }
         .await;
         let deltas = log.pipeline(session_id, fence);
+        let mut checkpointed = false;
         let result = match prepared {
             Ok(history) => {
+                // The workspace as the run finds it, so what the run changes can be shown
+                // and undone, whatever the backend.
+                checkpointed = self
+                    .checkpoint_before(&session, run_id, &lease)
+                    .await
+                    .is_some();
                 // A run's `auto_approve` override stands in for the session's; the
                 // permission mode still bounds it (see `approval::settle`).
                 let auto_approve = input
@@ -381,6 +388,9 @@ impl Engine {
             tracing::warn!(%session_id, %run_id, "run lease lost: the run was taken over elsewhere");
             self.forget_active(session_id, run_id);
             return;
+        }
+        if checkpointed {
+            self.checkpoint_after(&session, run_id, &lease).await;
         }
         let (outcome, event) = if self.inner.shutdown.is_cancelled() {
             let error = "server shutting down".to_string();

@@ -78,6 +78,9 @@ impl Gateway {
         let Some(ch) = self.channel(&press.channel) else {
             return Ok(());
         };
+        if press.data.starts_with("un:") {
+            return self.on_undo_press(&ch, press).await;
+        }
         let Some((prompt_id, accept)) = parse_button(&press.data) else {
             log_err(
                 "answering a press",

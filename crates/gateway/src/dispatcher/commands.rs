@@ -1,10 +1,10 @@
-//! Chat commands (`/new`, `/stop`, `/status`, …).
+//! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`), and the undo button.
 
 use std::sync::Arc;
 
 use switchboard_protocol::RunStatus;
 
-use crate::channel::{Channel, InboundMessage};
+use crate::channel::{Button, ButtonPress, Channel, ChatKind, InboundMessage, OutgoingFile};
 
 use super::*;
 
@@ -90,6 +90,14 @@ impl Gateway {
                     )
                 }
             },
+            Command::Diff => match &route {
+                None => "No session yet: send a message to start one.".into(),
+                Some(r) => return self.send_diff(channel, m, r.session_id).await,
+            },
+            Command::Undo => match &route {
+                None => "No session yet: send a message to start one.".into(),
+                Some(r) => return self.offer_undo(channel, m, r.session_id).await,
+            },
         };
         log_err(
             "answering a command",
@@ -97,16 +105,199 @@ impl Gateway {
         );
         Ok(())
     }
+
+    /// `/diff`: what the last run that changed files changed — as text when it is short,
+    /// as a `.diff` file otherwise.
+    async fn send_diff(
+        &self,
+        channel: &Arc<dyn Channel>,
+        m: &InboundMessage,
+        session: uuid::Uuid,
+    ) -> Result<(), GatewayError> {
+        let q = switchboard_protocol::DiffQuery::default();
+        let diff = self.inner.client.diff(session, &q).await?;
+        if diff.is_empty() {
+            log_err(
+                "answering /diff",
+                channel
+                    .send(&m.chat, "No run in this session has changed files.", &[])
+                    .await,
+            );
+            return Ok(());
+        }
+        let stat = self.inner.client.diff_stat(session, &q).await?;
+        let files = u32::try_from(stat.files.len()).unwrap_or(u32::MAX);
+        let summary = switchboard_protocol::change_summary(files, stat.insertions, stat.deletions);
+        let text = format!("{summary}\n\n{diff}");
+        if text.chars().count() <= channel.max_chars().min(DIFF_AS_TEXT) {
+            log_err("sending a diff", channel.send(&m.chat, &text, &[]).await);
+        } else {
+            let file = OutgoingFile {
+                path: format!("/v1/sessions/{session}/diff"),
+                name: "changes.diff".into(),
+                mime: "text/x-diff".into(),
+                bytes: bytes::Bytes::from(diff.into_bytes()),
+                caption: Some(summary),
+            };
+            log_err(
+                "sending a diff as a file",
+                channel.send_file(&m.chat, &file).await.map(|_| ()),
+            );
+        }
+        Ok(())
+    }
+
+    /// `/undo`: asks for a confirmation (a button) before putting the workspace back to
+    /// before the last run that changed files.
+    async fn offer_undo(
+        &self,
+        channel: &Arc<dyn Channel>,
+        m: &InboundMessage,
+        session: uuid::Uuid,
+    ) -> Result<(), GatewayError> {
+        let list = self.inner.client.checkpoints(session).await?.checkpoints;
+        let last = list
+            .iter()
+            .rev()
+            .find(|c| c.kind == switchboard_protocol::CheckpointKind::AfterRun);
+        let Some((last, target)) = last.and_then(|c| Some((c, c.parent.clone()?))) else {
+            log_err(
+                "answering /undo",
+                channel
+                    .send(&m.chat, "Nothing to undo: no run has changed files.", &[])
+                    .await,
+            );
+            return Ok(());
+        };
+        let text = format!(
+            "Undo the last run's changes ({})? The workspace goes back to how it was before that run.",
+            switchboard_protocol::change_summary(last.files, last.insertions, last.deletions)
+        );
+        let buttons = [
+            Button {
+                text: "Undo".into(),
+                data: format!("un:{target}:{}", m.peer.id),
+            },
+            Button {
+                text: "Keep".into(),
+                data: format!("un:-:{}", m.peer.id),
+            },
+        ];
+        log_err(
+            "asking to confirm /undo",
+            channel.send(&m.chat, &text, &buttons).await,
+        );
+        Ok(())
+    }
+
+    /// A press of an undo confirmation (`un:CHECKPOINT:REQUESTER`, `un:-:REQUESTER` to
+    /// keep). Only the one who asked may answer — in a group, or a configured approver.
+    pub(super) async fn on_undo_press(
+        &self,
+        ch: &Arc<dyn Channel>,
+        press: &ButtonPress,
+    ) -> Result<(), GatewayError> {
+        let Some((target, requester)) = press
+            .data
+            .strip_prefix("un:")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("Unknown button")).await,
+            );
+            return Ok(());
+        };
+        let approvers = self.inner.config.approvers.get(&press.channel);
+        let allowed = press.peer.id == requester
+            || (press.chat.kind != ChatKind::Direct
+                && approvers.is_some_and(|a| a.contains(&press.peer.id)));
+        if !allowed {
+            log_err(
+                "answering a refused press",
+                ch.tell_presser(press, "Only the one who asked for /undo can answer this.")
+                    .await,
+            );
+            return Ok(());
+        }
+        if target == "-" {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("Kept")).await,
+            );
+            log_err(
+                "closing an undo prompt",
+                ch.edit(&press.chat, &press.message_id, "Kept the changes.", &[])
+                    .await,
+            );
+            return Ok(());
+        }
+        let cfg = &self.inner.config;
+        let threads = !cfg.chat_sessions.contains(&press.channel);
+        let key = crate::routing::routing_key(
+            cfg.dm_scope,
+            threads,
+            &press.channel,
+            &press.peer,
+            &press.chat,
+        );
+        let Some(route) = self.inner.store.route(&key).await? else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("This chat has no session any more"))
+                    .await,
+            );
+            return Ok(());
+        };
+        match self.inner.client.restore(route.session_id, target).await {
+            Ok(r) => {
+                log_err(
+                    "answering a press",
+                    ch.answer_press(press, Some("Undone")).await,
+                );
+                let text = format!(
+                    "↩️ Undone by {}: {}.",
+                    press.peer.name,
+                    switchboard_protocol::change_summary(r.files, r.insertions, r.deletions)
+                );
+                log_err(
+                    "closing an undo prompt",
+                    ch.edit(&press.chat, &press.message_id, &text, &[]).await,
+                );
+            }
+            Err(e) if e.code() == Some("session_already_running") => {
+                log_err(
+                    "answering a press",
+                    ch.tell_presser(press, "A run is going on: press again when it has ended.")
+                        .await,
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "undo from the chat failed");
+                log_err(
+                    "answering a press",
+                    ch.tell_presser(press, &format!("Could not undo: {}", e))
+                        .await,
+                );
+            }
+        }
+        Ok(())
+    }
 }
+
+/// A diff longer than this goes as a file.
+const DIFF_AS_TEXT: usize = 3000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Command {
     New,
     Stop,
     Status,
+    Diff,
+    Undo,
 }
 
-/// `/new`, `/stop`, `/status` (also `/stop@botname`).
+/// `/new`, `/stop`, `/status`, `/diff`, `/undo` (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -115,6 +306,8 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "new" => Some(Command::New),
         "stop" => Some(Command::Stop),
         "status" => Some(Command::Status),
+        "diff" => Some(Command::Diff),
+        "undo" => Some(Command::Undo),
         _ => None,
     }
 }

@@ -567,6 +567,24 @@ pub(super) async fn follow(
                 gw.inner.store.put_run(&run).await?;
                 dirty = false;
             }
+            AgentEvent::WorkspaceChanged {
+                files,
+                insertions,
+                deletions,
+                ..
+            } => {
+                // Comes just before the run's end: the reply ends with it.
+                let line = format!(
+                    "\n\n📝 {} (/diff shows them, /undo reverts them)",
+                    switchboard_protocol::change_summary(files, insertions, deletions)
+                );
+                if edits {
+                    run.streamed.push_str(&line);
+                    unshown = true;
+                } else {
+                    buf.push(&line, Instant::now());
+                }
+            }
             AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
                 if edits {
                     render(&*ch, &route.chat, &mut run, true).await?;

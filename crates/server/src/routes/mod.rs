@@ -1,5 +1,6 @@
 //! One router per resource.
 
+pub mod checkpoints;
 pub mod events;
 pub mod files;
 pub mod health;

@@ -1,0 +1,494 @@
+//! Workspace checkpoints: the state of a session's workspace before and after each run, in a
+//! shadow repository outside the workspace, so a user can see what a run changed and put the
+//! workspace back — whatever the backend (the built-in agent, Claude Code or Gemini over ACP),
+//! without its cooperation.
+//!
+//! **Why the `git` binary** (and not `gix`): a checkpoint must apply exactly git's
+//! `.gitignore` rules and be fast on a large unchanged tree, which takes git's index with its
+//! stat cache and untracked cache; `gix` has no `add` of a work tree yet. The binary is
+//! driven with plumbing commands only (`add`, `write-tree`, `commit-tree`, `update-ref`,
+//! `for-each-ref`, `diff-tree`, `read-tree`), with every `GIT_*` variable of the server's
+//! environment removed and the system and global configuration ignored, so nothing of the
+//! user's git set-up reaches it.
+//!
+//! Invariants:
+//! - **The user's repository is never touched.** The shadow repository lives under
+//!   `[checkpoints] dir` (default `DATA_DIR/checkpoints`), one per workspace (named by a hash
+//!   of its canonical path), with its own index. Git never descends into a `.git` directory,
+//!   so the user's HEAD, index, stash and hooks stay as they are.
+//! - **What is recorded**: every file git would add (the workspace's `.gitignore` files
+//!   apply), minus `[checkpoints] exclude` patterns and `.switchboard/` (Switchboard's own
+//!   inbox), minus files over the size limit, which are named in the checkpoint's `skipped`.
+//!   A workspace with more files than the limit, or that is not a directory, gets no
+//!   checkpoint ([`CheckpointError`]); the engine turns that into a `Notice`, never a failed
+//!   run.
+//! - **One checkpoint per state change.** A session's checkpoints are commits chained by
+//!   parent, under `refs/switchboard/<session>/<uuid v7>` (so listing is in order). A new
+//!   one is only made when the tree differs from the session's latest, which is why a run
+//!   that changed nothing leaves no checkpoint.
+//! - **Crash safety.** Git writes objects, the index and refs through lock files and
+//!   renames; a process killed mid-checkpoint leaves at worst a stale `*.lock`, removed the
+//!   first time this process uses the repository (only this process uses it: the data
+//!   directory is the instance's own), and an index that does not read is rebuilt.
+//! - **Serialized per workspace** within the process (a lock per shadow repository).
+
+mod git;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use switchboard_protocol::{Checkpoint, CheckpointKind, DiffStat, FileStat, RestoreResponse};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use git::Git;
+pub use git::GitError;
+
+/// `[checkpoints]`.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    /// Off: no checkpoints are taken (the API answers `checkpoints_unavailable`).
+    pub enabled: bool,
+    /// Where the shadow repositories live.
+    pub dir: PathBuf,
+    /// Extra gitignore-style patterns left out of every checkpoint.
+    pub exclude: Vec<String>,
+    /// A workspace with more files than this gets no checkpoint.
+    pub max_files: usize,
+    /// Files larger than this are left out (and named in `skipped`).
+    pub max_file_bytes: u64,
+    /// The `git` binary.
+    pub git: PathBuf,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            dir: std::env::temp_dir().join("switchboard-checkpoints"),
+            exclude: Vec::new(),
+            max_files: 50_000,
+            max_file_bytes: 10 * 1024 * 1024,
+            git: PathBuf::from("git"),
+        }
+    }
+}
+
+/// Why a checkpoint, a diff or a restore could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("checkpoints are turned off on this server")]
+    Disabled,
+    #[error("the workspace {0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error(
+        "the workspace has more than {limit} files (raise [checkpoints] max_files, or exclude some)"
+    )]
+    TooManyFiles { limit: usize },
+    #[error("no checkpoint {0} in this session")]
+    NotFound(String),
+    #[error("this session has no checkpoints here (they live on the instance that ran it)")]
+    NoCheckpoints,
+    #[error("{0}")]
+    Git(#[from] GitError),
+    #[error("checkpoint metadata: {0}")]
+    Metadata(String),
+}
+
+/// What [`Checkpoints::take`] produced.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// The session's checkpoint for the workspace's current state (new, or the latest when
+    /// nothing changed).
+    pub id: String,
+    /// Whether it is new.
+    pub created: bool,
+    /// Changes since the session's previous checkpoint (zero when not created).
+    pub files: u32,
+    pub insertions: u64,
+    pub deletions: u64,
+}
+
+/// What a checkpoint's commit message holds (JSON), besides the tree and the parent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    v: u32,
+    session: Uuid,
+    kind: CheckpointKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run_id: Option<Uuid>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    files: u32,
+    insertions: u64,
+    deletions: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<String>,
+}
+
+/// Always left out: Switchboard's own files in the workspace (the inbox of attachments).
+const BUILTIN_EXCLUDES: &[&str] = &["/.switchboard/"];
+
+/// The checkpoints of every workspace this process works in.
+pub struct Checkpoints {
+    config: CheckpointConfig,
+    /// One lock per shadow repository.
+    locks: StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// Shadow repositories already opened (stale locks removed) by this process.
+    opened: StdMutex<HashSet<PathBuf>>,
+}
+
+fn ref_prefix(session: Uuid) -> String {
+    format!("refs/switchboard/{session}/")
+}
+
+/// Whether `id` looks like a checkpoint id (a full commit id): checked before it goes near
+/// a git command line.
+fn valid_id(id: &str) -> bool {
+    id.len() == 40
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// `path` as one anchored gitignore pattern matching exactly it.
+fn exact_pattern(path: &str) -> String {
+    let mut out = String::from("/");
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Checkpoints {
+    pub fn new(config: CheckpointConfig) -> Self {
+        Self {
+            config,
+            locks: StdMutex::new(HashMap::new()),
+            opened: StdMutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.enabled
+    }
+
+    /// The workspace's shadow repository (created on first use) and its lock.
+    async fn open(&self, workspace: &Path) -> Result<(Git, Arc<Mutex<()>>), CheckpointError> {
+        if !self.config.enabled {
+            return Err(CheckpointError::Disabled);
+        }
+        let root = tokio::fs::canonicalize(workspace)
+            .await
+            .map_err(|_| CheckpointError::NotADirectory(workspace.to_path_buf()))?;
+        if !tokio::fs::metadata(&root).await.is_ok_and(|m| m.is_dir()) {
+            return Err(CheckpointError::NotADirectory(root));
+        }
+        let hash = Sha256::digest(root.as_os_str().as_encoded_bytes());
+        let name: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
+        let git_dir = self.config.dir.join(name);
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(git_dir.clone()).or_default().clone()
+        };
+        let git = Git::new(&self.config.git, &git_dir, &root);
+        let fresh = {
+            let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+            !opened.contains(&git_dir)
+        };
+        if fresh {
+            let _guard = lock.lock().await;
+            git.init(&root).await?;
+            self.opened
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(git_dir);
+        }
+        Ok((git, lock))
+    }
+
+    /// Records the workspace's current state as a checkpoint of `session` (unless it equals
+    /// the session's latest, which is then returned).
+    pub async fn take(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+        kind: CheckpointKind,
+        run_id: Option<Uuid>,
+    ) -> Result<Taken, CheckpointError> {
+        let (git, lock) = self.open(workspace).await?;
+        let _guard = lock.lock().await;
+        self.take_locked(&git, session, kind, run_id).await
+    }
+
+    async fn take_locked(
+        &self,
+        git: &Git,
+        session: Uuid,
+        kind: CheckpointKind,
+        run_id: Option<Uuid>,
+    ) -> Result<Taken, CheckpointError> {
+        let skipped = self.stage(git).await?;
+        let tree = git.write_tree().await?;
+        let latest = git.latest(&ref_prefix(session)).await?;
+        if let Some(latest) = &latest
+            && git.tree_of(latest).await? == tree
+        {
+            return Ok(Taken {
+                id: latest.clone(),
+                created: false,
+                files: 0,
+                insertions: 0,
+                deletions: 0,
+            });
+        }
+        let (files, insertions, deletions) = match &latest {
+            Some(parent) => totals(&git.numstat(parent, &tree).await?),
+            None => (0, 0, 0),
+        };
+        let meta = Meta {
+            v: 1,
+            session,
+            kind,
+            run_id,
+            created_at: chrono::Utc::now(),
+            files,
+            insertions,
+            deletions,
+            skipped,
+        };
+        let message =
+            serde_json::to_string(&meta).map_err(|e| CheckpointError::Metadata(e.to_string()))?;
+        let id = git.commit_tree(&tree, latest.as_deref(), &message).await?;
+        git.update_ref(
+            &format!("{}{}", ref_prefix(session), Uuid::now_v7().simple()),
+            &id,
+        )
+        .await?;
+        Ok(Taken {
+            id,
+            created: true,
+            files,
+            insertions,
+            deletions,
+        })
+    }
+
+    /// Brings the shadow index to the workspace's state: the excludes written, oversized
+    /// files left out (returned), everything else added.
+    async fn stage(&self, git: &Git) -> Result<Vec<String>, CheckpointError> {
+        let mut excludes: Vec<String> = BUILTIN_EXCLUDES.iter().map(|s| (*s).to_owned()).collect();
+        excludes.extend(self.config.exclude.iter().cloned());
+        git.write_excludes(&excludes).await?;
+        let root = git.work_tree().to_path_buf();
+        let patterns = excludes.clone();
+        let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
+        let large =
+            tokio::task::spawn_blocking(move || scan(&root, &patterns, max_files, max_bytes))
+                .await
+                .map_err(|e| CheckpointError::Metadata(format!("scanning the workspace: {e}")))??;
+        if !large.is_empty() {
+            excludes.extend(large.iter().map(|p| exact_pattern(p)));
+            git.write_excludes(&excludes).await?;
+            // A file that grew past the limit may be in the index from before.
+            git.forget(&large).await?;
+        }
+        git.add_all().await?;
+        Ok(large)
+    }
+
+    /// The session's checkpoints in this workspace, oldest first.
+    pub async fn list(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+    ) -> Result<Vec<Checkpoint>, CheckpointError> {
+        let (git, _lock) = self.open(workspace).await?;
+        let mut out = Vec::new();
+        for (id, parent, message) in git.refs(&ref_prefix(session)).await? {
+            let meta: Meta = serde_json::from_str(message.trim())
+                .map_err(|e| CheckpointError::Metadata(format!("checkpoint {id}: {e}")))?;
+            out.push(Checkpoint {
+                id,
+                kind: meta.kind,
+                run_id: meta.run_id,
+                parent,
+                created_at: meta.created_at,
+                files: meta.files,
+                insertions: meta.insertions,
+                deletions: meta.deletions,
+                skipped: meta.skipped,
+            });
+        }
+        Ok(out)
+    }
+
+    /// `from` and `to` checked to be checkpoints of the session.
+    async fn check_ids(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+        ids: &[&str],
+    ) -> Result<Git, CheckpointError> {
+        for id in ids {
+            if !valid_id(id) {
+                return Err(CheckpointError::NotFound((*id).to_owned()));
+            }
+        }
+        let known: HashSet<String> = self
+            .list(session, workspace)
+            .await?
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        for id in ids {
+            if !known.contains(*id) {
+                return Err(CheckpointError::NotFound((*id).to_owned()));
+            }
+        }
+        let (git, _lock) = self.open(workspace).await?;
+        Ok(git)
+    }
+
+    /// The unified diff from one checkpoint of the session to another (binary files are
+    /// named, not dumped), at most `max_bytes` of it (cut at a line, with a note).
+    pub async fn diff(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+        from: &str,
+        to: &str,
+        max_bytes: usize,
+    ) -> Result<String, CheckpointError> {
+        let git = self.check_ids(session, workspace, &[from, to]).await?;
+        Ok(git.diff(from, to, max_bytes).await?)
+    }
+
+    /// Per-file counts from one checkpoint of the session to another.
+    pub async fn stat(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+        from: &str,
+        to: &str,
+    ) -> Result<DiffStat, CheckpointError> {
+        let git = self.check_ids(session, workspace, &[from, to]).await?;
+        let files = git.numstat(from, to).await?;
+        let (_, insertions, deletions) = totals(&files);
+        Ok(DiffStat {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            files,
+            insertions,
+            deletions,
+        })
+    }
+
+    /// Puts the workspace back to checkpoint `id`: the current state is checkpointed first
+    /// (the `backup`, to undo this), then every recorded file is set to its content and mode
+    /// at `id` and recorded files that did not exist then are removed. Ignored, excluded and
+    /// oversized files are left alone. The caller makes sure no run is going on.
+    pub async fn restore(
+        &self,
+        session: Uuid,
+        workspace: &Path,
+        id: &str,
+    ) -> Result<RestoreResponse, CheckpointError> {
+        let git = self.check_ids(session, workspace, &[id]).await?;
+        let (_, lock) = self.open(workspace).await?;
+        let _guard = lock.lock().await;
+        let backup = self
+            .take_locked(&git, session, CheckpointKind::BeforeRestore, None)
+            .await?;
+        let changes = git.numstat(&backup.id, id).await?;
+        git.read_tree_into_work_tree(id).await?;
+        let restored = self
+            .take_locked(&git, session, CheckpointKind::Restored, None)
+            .await?;
+        let (files, insertions, deletions) = totals(&changes);
+        tracing::info!(%session, checkpoint = %id, backup = %backup.id, files, "workspace restored");
+        Ok(RestoreResponse {
+            restored: restored.id,
+            backup: backup.id,
+            files,
+            insertions,
+            deletions,
+        })
+    }
+}
+
+/// Walks the workspace as git will see it (its `.gitignore` files and `patterns` apply,
+/// `.git` directories are skipped), stopping as soon as there are more than `max_files`
+/// files: the oversized files, as relative paths, sorted.
+fn scan(
+    root: &Path,
+    patterns: &[String],
+    max_files: usize,
+    max_bytes: u64,
+) -> Result<Vec<String>, CheckpointError> {
+    let mut extra = ignore::gitignore::GitignoreBuilder::new(root);
+    for p in patterns {
+        extra
+            .add_line(None, p)
+            .map_err(|e| CheckpointError::Metadata(format!("exclude pattern {p:?}: {e}")))?;
+    }
+    let extra = extra
+        .build()
+        .map_err(|e| CheckpointError::Metadata(format!("exclude patterns: {e}")))?;
+    let mut walk = ignore::WalkBuilder::new(root);
+    walk.hidden(false)
+        .ignore(false)
+        .parents(false)
+        .git_global(false)
+        .git_exclude(false)
+        .git_ignore(true)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(move |e| {
+            if e.file_name() == ".git" {
+                return false;
+            }
+            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
+            !extra
+                .matched_path_or_any_parents(e.path(), is_dir)
+                .is_ignore()
+        });
+    let mut count = 0usize;
+    let mut large = Vec::new();
+    for entry in walk.build() {
+        let Ok(e) = entry else { continue };
+        let Some(kind) = e.file_type() else { continue };
+        if e.depth() == 0 || kind.is_dir() {
+            continue;
+        }
+        count += 1;
+        if count > max_files {
+            return Err(CheckpointError::TooManyFiles { limit: max_files });
+        }
+        if kind.is_file()
+            && e.metadata().is_ok_and(|m| m.len() > max_bytes)
+            && let Ok(rel) = e.path().strip_prefix(root)
+        {
+            large.push(rel.to_string_lossy().into_owned());
+        }
+    }
+    large.sort();
+    Ok(large)
+}
+
+/// Files changed, lines added, lines removed.
+fn totals(files: &[FileStat]) -> (u32, u64, u64) {
+    (
+        u32::try_from(files.len()).unwrap_or(u32::MAX),
+        files.iter().map(|f| f.insertions).sum(),
+        files.iter().map(|f| f.deletions).sum(),
+    )
+}
+
+#[cfg(test)]
+mod tests;
