@@ -3,6 +3,7 @@
 // `not ok - <step>: <error>` per step and `N passed, M failed`; exits 0 only if all passed.
 
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -327,6 +328,30 @@ try {
     await assistant('I see a red pixel.').waitFor();
     await idle();
     await shot(page, '07-attachments.png');
+  });
+
+  await step('a run that changed files shows its diff, unified and side by side; undo after confirming', async () => {
+    await send('write the notes');
+    await assistant('Wrote the notes.').waitFor();
+    const changed = T('workspace-changed').filter({ hasText: '1 file changed, +2 −0' });
+    await changed.waitFor();
+    await changed.getByTestId('diff-toggle').click();
+    const file = changed.getByTestId('diff-file').filter({ hasText: 'notes.md' });
+    await file.waitFor();
+    const added = await file.getByTestId('diff-line-add').allTextContents();
+    check(added.join('') === '+# Notes\n+first line\n', `added lines: ${JSON.stringify(added)}`);
+    await changed.getByTestId('diff-mode').click();
+    await file.getByTestId('diff-split').filter({ hasText: 'first line' }).waitFor();
+    await idle();
+    await shot(page, '08-diff.png');
+    check(fs.existsSync(path.join(WORKSPACE, 'notes.md')), 'notes.md was not written');
+    await changed.getByTestId('undo').click();
+    await changed.getByTestId('undo-confirm').click();
+    await T('undone').filter({ hasText: '1 file changed' }).waitFor();
+    check(!fs.existsSync(path.join(WORKSPACE, 'notes.md')), 'notes.md is still there after the undo');
+    check(fs.readFileSync(path.join(WORKSPACE, 'shared.txt'), 'utf8') === 'notes from the agent\n', 'undo touched another file');
+    await T('redo').click();
+    await until('notes.md back after redo', () => fs.existsSync(path.join(WORKSPACE, 'notes.md')));
   });
 
   await step('relay: bring the bundle up', async () => {

@@ -67,6 +67,13 @@ fn script(llm: &MockLlm) {
         json!({"path": "shared.txt", "caption": "the notes"}),
     ));
     llm.push(MockReply::text(&["I see a red pixel."]));
+    // a run that changes the workspace: its diff, then undo
+    llm.push(MockReply::tool_call(
+        "call_notes",
+        "create",
+        json!({"path": "notes.md", "file_text": "# Notes\nfirst line\n"}),
+    ));
+    llm.push(MockReply::text(&["Wrote the notes."]));
 }
 
 #[tokio::test]
@@ -122,6 +129,7 @@ async fn console_in_headless_chromium() {
             ("SWITCHBOARD_BUNDLES_DIR", bundles.to_str().unwrap()),
             ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
             ("SWITCHBOARD_PERMISSION_MODE", "workspace-write"),
+            ("SWITCHBOARD_CHECKPOINTS", "true"),
         ],
     )
     .await;

@@ -234,7 +234,7 @@ function newSessionForm() {
 
 const KINDS = ['run_started', 'file_attached', 'file_shared', 'follow_up_queued', 'text_delta', 'text_complete', 'tool_calls_proposed',
   'waiting_for_tool_approval', 'tool_execution_started', 'tool_execution_completed', 'tool_rejected',
-  'steering_received', 'thought_delta', 'plan_updated', 'notice', 'usage_report', 'run_completed', 'run_error'];
+  'steering_received', 'thought_delta', 'plan_updated', 'notice', 'workspace_changed', 'usage_report', 'run_completed', 'run_error'];
 
 function openSession(id) {
   if (S.current?.id !== id) {
@@ -491,6 +491,7 @@ const HANDLERS = {
     card.reject(ev.reason);
   },
   notice: (v, ev) => add(v, h('div.notice', { tid: 'notice' }, ev.message)),
+  workspace_changed: (v, ev) => add(v, changesCard(v, ev)),
   run_completed(v, ev) {
     const tokens = ev.total_usage?.total_tokens;
     add(v, h('div.run-end', { 'data-stop': ev.stop_reason },
@@ -541,6 +542,126 @@ function schedule(v) {
     v.dirty.clear();
     if (v.stick) v.log.scrollTop = v.log.scrollHeight;
   }, 30);
+}
+
+// ---------- workspace changes: diff and undo ----------
+
+const changeSummary = (files, ins, del) => `${files} file${files === 1 ? '' : 's'} changed, +${ins} −${del}`;
+
+/** What a run changed: the summary, its diff on demand, and Undo (after a confirmation). */
+function changesCard(v, ev) {
+  const view = h('div.diff-view', { tid: 'diff-view', hidden: true });
+  let mode = 'unified';
+  let diffText = null;
+  const draw = () => view.replaceChildren(...[diffFiles(diffText, mode)].flat());
+  const modeBtn = h('button', { tid: 'diff-mode', type: 'button', hidden: true, onclick: () => {
+    mode = mode === 'unified' ? 'split' : 'unified';
+    modeBtn.textContent = mode === 'unified' ? 'Side by side' : 'Unified';
+    draw();
+  } }, 'Side by side');
+  const toggle = h('button', { tid: 'diff-toggle', type: 'button', onclick: guard(async () => {
+    if (diffText === null) diffText = await apiText(`/v1/sessions/${v.id}/diff?run=${ev.run_id}`);
+    view.hidden = !view.hidden;
+    modeBtn.hidden = view.hidden;
+    toggle.textContent = view.hidden ? 'Show diff' : 'Hide diff';
+    if (!view.hidden) draw();
+  }) }, 'Show diff');
+  const confirm = h('span.confirm', { hidden: true }, "Put the workspace back to before this run?",
+    h('button.danger', { tid: 'undo-confirm', type: 'button', onclick: guard(() => undoRun(v, ev, card, confirm)) }, 'Undo'),
+    h('button', { tid: 'undo-cancel', type: 'button', onclick: () => { confirm.hidden = true; } }, 'Cancel'));
+  const card = h('div.changes', { tid: 'workspace-changed', 'data-checkpoint': ev.checkpoint },
+    h('div.changes-head', {}, h('strong', {}, changeSummary(ev.files, ev.insertions, ev.deletions)),
+      toggle, modeBtn,
+      h('button', { tid: 'undo', type: 'button', onclick: () => { confirm.hidden = false; } }, 'Undo'), confirm),
+    view);
+  return card;
+}
+
+async function apiText(path) {
+  const res = await fetch(path);
+  if (res.ok) return res.text();
+  const data = await res.json().catch(() => ({}));
+  throw Object.assign(new Error(data.error || `${res.status} ${res.statusText}`), { code: data.code, status: res.status });
+}
+
+/** Restores the checkpoint the run started from (its checkpoint's parent). */
+async function undoRun(v, ev, card, confirm) {
+  const { checkpoints } = await api('GET', `/v1/sessions/${v.id}/checkpoints`);
+  const cp = checkpoints.find((c) => c.id === ev.checkpoint);
+  if (!cp?.parent) throw new Error('this run has no checkpoint before it');
+  const r = await api('POST', `/v1/sessions/${v.id}/checkpoints/${cp.parent}/restore`);
+  confirm.hidden = true;
+  card.dataset.undone = 'true';
+  add(v, h('div.notice', { tid: 'undone' },
+    `Workspace put back to before this run: ${changeSummary(r.files, r.insertions, r.deletions)}. `,
+    h('button', { tid: 'redo', type: 'button', onclick: guard(async (e) => {
+      const again = await api('POST', `/v1/sessions/${v.id}/checkpoints/${r.backup}/restore`);
+      e.target.disabled = true;
+      toast(`Redone: ${changeSummary(again.files, again.insertions, again.deletions)}.`, 'info');
+    }) }, 'Redo')));
+  toast('Undone.', 'info');
+}
+
+/** A unified diff as one collapsible block per file, unified or side by side. */
+function diffFiles(text, mode) {
+  if (!text) return h('div.notice', {}, 'No changes.');
+  const files = [];
+  for (const line of text.split('\n')) {
+    if (line.startsWith('diff --git ')) {
+      const m = / b\/(.*)$/.exec(line);
+      files.push({ path: m ? m[1] : line, lines: [], add: 0, del: 0 });
+    } else if (files.length) {
+      const f = files[files.length - 1];
+      f.lines.push(line);
+      if (line.startsWith('+') && !line.startsWith('+++')) f.add++;
+      if (line.startsWith('-') && !line.startsWith('---')) f.del++;
+    }
+  }
+  return files.map((f) => h('details.diff-file', { tid: 'diff-file', open: true },
+    h('summary', {}, h('span.diff-path', {}, f.path), h('span.diff-count', {}, ` +${f.add} −${f.del}`)),
+    mode === 'unified' ? unified(f.lines) : sideBySide(f.lines)));
+}
+
+function lineKind(l) {
+  if (l.startsWith('@@')) return 'hunk';
+  if (l.startsWith('+++') || l.startsWith('---') || /^(index|new file|deleted file|old mode|new mode|similarity|rename|Binary files)/.test(l)) return 'meta';
+  if (l.startsWith('+')) return 'add';
+  if (l.startsWith('-')) return 'del';
+  return 'ctx';
+}
+
+function unified(lines) {
+  return h('pre.diff', {}, lines.filter((l) => l !== '').map((l) => {
+    const kind = lineKind(l);
+    return h(`span.diff-line.${kind}`, { tid: `diff-line-${kind}` }, `${l}\n`);
+  }));
+}
+
+/** Context on both sides; a run of removals paired row by row with the additions after it. */
+function sideBySide(lines) {
+  const rows = [];
+  let dels = [];
+  let adds = [];
+  const flush = () => {
+    for (let i = 0; i < Math.max(dels.length, adds.length); i++) rows.push([dels[i] ?? null, adds[i] ?? null]);
+    dels = [];
+    adds = [];
+  };
+  for (const l of lines) {
+    const kind = lineKind(l);
+    if (kind === 'del') dels.push(l.slice(1));
+    else if (kind === 'add') adds.push(l.slice(1));
+    else {
+      flush();
+      if (kind === 'ctx' && l !== '') rows.push([l.slice(1), l.slice(1), true]);
+      else if (kind === 'hunk' || (kind === 'meta' && l.startsWith('Binary'))) rows.push([l, null, 'hunk']);
+    }
+  }
+  flush();
+  const cell = (text, kind) => h(`td.${text === null ? 'empty' : kind}`, {}, text ?? '');
+  return h('table.diff-split', { tid: 'diff-split' }, h('tbody', {}, rows.map(([a, b, same]) => (same === 'hunk'
+    ? h('tr', {}, h('td.hunk', { colspan: 2 }, a))
+    : h('tr', {}, cell(a, same ? 'ctx' : 'del'), cell(b, same ? 'ctx' : 'add'))))));
 }
 
 // ---------- tool cards and approvals ----------
