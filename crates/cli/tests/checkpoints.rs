@@ -291,3 +291,107 @@ async fn a_workspace_too_large_gets_a_notice_and_the_run_goes_on() {
     ));
     assert_eq!(text_of(&evs), "fine");
 }
+
+/// A `git` process working in `ws` (a checkpoint in progress), if any.
+fn git_in(ws: &Path) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()? {
+        let Ok(e) = e else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "git"
+            && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == ws)
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_checkpoint_leaves_a_shadow_repository_that_works() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(ws.path()).unwrap();
+    // Large enough that the first checkpoint takes a while (about a second here).
+    for d in 0..100 {
+        let sub = root.join(format!("d{d}"));
+        std::fs::create_dir(&sub).unwrap();
+        for f in 0..100 {
+            std::fs::write(sub.join(format!("f{f}.txt")), format!("{d} {f}\n")).unwrap();
+        }
+    }
+    let env = [("SWITCHBOARD_CHECKPOINTS", "true")];
+    let mut server = start(dir.path(), &llm.base_url(), &env).await;
+    let c = client(&server);
+    let session = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(root.to_string_lossy().into_owned()),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    // (No reply for the model: the run is killed before it asks.)
+    let _ = send(&c, session, "first").await;
+    // SIGKILL the server and its git together (as systemd stops a unit) while git writes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let git = loop {
+        if let Some(pid) = git_in(&root) {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint seen running"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    };
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &git.to_string()])
+        .status();
+    server.kill().await;
+
+    let server = start(dir.path(), &llm.base_url(), &env).await;
+    let c = client(&server);
+    llm.push(MockReply::text(&["back"]));
+    let (mut events, run) = send(&c, session, "again").await;
+    let evs = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&evs), "back");
+    assert!(!kinds(&evs).contains(&"notice"), "{:?}", kinds(&evs));
+    std::fs::write(root.join("d0/f0.txt"), "changed\n").unwrap();
+    llm.push(MockReply::tool_call(
+        "c1",
+        "create",
+        serde_json::json!({"path": "d1/f1.txt", "file_text": "edited\n"}),
+    ));
+    llm.push(MockReply::text(&["edited"]));
+    let (mut events, run) = send(&c, session, "edit").await;
+    let evs = until_run_ends(&mut events, run).await;
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e.event, AgentEvent::WorkspaceChanged { files: 1, .. })),
+        "{:?}",
+        kinds(&evs)
+    );
+    // The shadow repository checks out clean.
+    let shadow = std::fs::read_dir(dir.path().join("checkpoints"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let fsck = std::process::Command::new("git")
+        .args(["fsck", "--no-dangling"])
+        .env("GIT_DIR", &shadow)
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let list = c.checkpoints(session).await.unwrap().checkpoints;
+    assert!(list.len() >= 3, "{list:?}");
+}
