@@ -478,7 +478,11 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         serde_json::json!({"command": "echo approved-elsewhere"}),
     ));
     llm.push(MockReply::text(&["done"]));
-    let (a, b, c) = three(dir.path(), &llm, &db, &nats).await;
+    // Checkpoints on: C runs the session, so its workspace's checkpoints are C's.
+    let on = [("SWITCHBOARD_CHECKPOINTS", "true")];
+    let a = instance_with(dir.path(), "a", &llm, &db, &nats, &on).await;
+    let b = instance_with(dir.path(), "b", &llm, &db, &nats, &on).await;
+    let c = instance_with(dir.path(), "c", &llm, &db, &nats, &on).await;
     let session = client(&a)
         .create_session(&CreateSessionRequest {
             cwd: Some(ws.path().to_string_lossy().into_owned()),
@@ -559,6 +563,30 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
         rest.last().unwrap().0.event,
         AgentEvent::RunCompleted { .. }
     ));
+
+    // The run changed the workspace (shared.txt appeared during it): its checkpoints are
+    // on C's machine, and A and B reach them through C.
+    let cps = client(&a)
+        .checkpoints(session.id)
+        .await
+        .unwrap()
+        .checkpoints;
+    assert_eq!(cps.len(), 2, "{cps:?}");
+    assert_eq!(cps[1].run_id, Some(run));
+    let diff = client(&b)
+        .diff(
+            session.id,
+            &switchboard_protocol::DiffQuery {
+                run: Some(run),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(diff.contains("+from the workspace"), "{diff}");
+    let restored = client(&a).restore(session.id, &cps[0].id).await.unwrap();
+    assert_eq!(restored.files, 1);
+    assert!(!ws.path().join("shared.txt").exists());
 
     // Cancel from A of a run executing on C.
     let chunks = numbered("x", 100);

@@ -10,15 +10,15 @@
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use switchboard_protocol::{
-    ErrorCode, PendingToolsResponse, ShareFileRequest, SharedFile, ToolDecisionsRequest,
-    ToolDecisionsResponse,
+    Checkpoint, DiffQuery, DiffStat, ErrorCode, PendingToolsResponse, RestoreResponse,
+    ShareFileRequest, SharedFile, ToolDecisionsRequest, ToolDecisionsResponse,
 };
 use uuid::Uuid;
 
 use crate::LogEvent;
 
 /// What can be done to a running run: steer it, cancel it, decide its pending tool calls,
-/// ask which are pending, or share a file from it. A run's steering channel, cancel token and pending approval
+/// ask which are pending, or share a file from it; and the session's workspace checkpoints. A run's steering channel, cancel token and pending approval
 /// live in the memory of the instance that executes it, so one function applies a
 /// `RunControl` there (`Engine::apply_local`), for the API call that reached that instance
 /// and for the one another instance forwarded over the bus.
@@ -47,6 +47,19 @@ pub enum RunControl {
         session_id: Uuid,
         request: ShareFileRequest,
     },
+    /// The session's workspace checkpoints: on the instance whose machine has the workspace
+    /// (the one that ran the session last), whether or not a run is going on.
+    Checkpoints {
+        session_id: Uuid,
+    },
+    Diff {
+        session_id: Uuid,
+        query: DiffQuery,
+    },
+    Restore {
+        session_id: Uuid,
+        checkpoint: String,
+    },
 }
 
 /// The owner's answer to a [`RunControl`].
@@ -65,6 +78,17 @@ pub enum ControlReply {
     },
     Shared {
         response: SharedFile,
+    },
+    Checkpoints {
+        checkpoints: Vec<Checkpoint>,
+    },
+    /// A diff: the unified text, or (`stat=1`) the counts.
+    Diff {
+        text: Option<String>,
+        stat: Option<DiffStat>,
+    },
+    Restored {
+        response: RestoreResponse,
     },
     /// The owner refused: the same code and message it would have answered itself.
     Error {

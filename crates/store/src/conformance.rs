@@ -422,6 +422,7 @@ pub async fn delete_removes_everything(store: &dyn Store) {
 pub async fn unknown_session_is_not_found(store: &dyn Store) {
     let ghost = Uuid::now_v7();
     assert!(check("get", store.get_session(ghost).await).is_none());
+    assert!(check("no run, no instance", store.workspace_instance(ghost).await).is_none());
     let r = store
         .enqueue_run(&NewRun {
             id: Uuid::now_v7(),
@@ -593,6 +594,11 @@ async fn started_run(
 pub async fn run_lease_fences_writes(store: &dyn Store) {
     // The lease runs out at once (ttl 0), as if its holder were paused.
     let (s, run, old) = started_run(store, "fenced", "paused", Duration::ZERO).await;
+    // The instance that started it is where the session's workspace is.
+    assert_eq!(
+        check("workspace instance", store.workspace_instance(s.id).await).as_deref(),
+        Some("paused")
+    );
     let ev = |seq: u64| NewEvent {
         run_id: Some(run.id),
         ..event(s.id, seq, None)

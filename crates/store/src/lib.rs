@@ -97,6 +97,9 @@ pub trait Store: Send + Sync + 'static {
         holder: &str,
         ttl: Duration,
     ) -> Result<(RunRecord, Lease)>;
+    /// The instance that started the session's most recent run (`start_run`'s holder), if
+    /// any run has been started: where its workspace checkpoints live.
+    async fn workspace_instance(&self, session_id: Uuid) -> Result<Option<String>>;
     /// Moves a run to a final state (`completed`, `failed`, `cancelled`) and drops its lease.
     /// With a `fence`, only while that lease is current ([`StoreError::Fenced`] otherwise).
     async fn finish_run(

@@ -16,6 +16,10 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     (4, include_str!("../migrations/sqlite/0004_archive.sql")),
     (5, include_str!("../migrations/sqlite/0005_leases.sql")),
     (6, include_str!("../migrations/sqlite/0006_files.sql")),
+    (
+        7,
+        include_str!("../migrations/sqlite/0007_run_instance.sql"),
+    ),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -29,6 +33,10 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
     (4, include_str!("../migrations/postgres/0004_archive.sql")),
     (5, include_str!("../migrations/postgres/0005_leases.sql")),
     (6, include_str!("../migrations/postgres/0006_files.sql")),
+    (
+        7,
+        include_str!("../migrations/postgres/0007_run_instance.sql"),
+    ),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

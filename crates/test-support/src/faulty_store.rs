@@ -225,6 +225,11 @@ impl Store for FaultyStore {
         self.enter("get_run").await?;
         self.inner.get_run(id).await
     }
+
+    async fn workspace_instance(&self, session_id: Uuid) -> Result<Option<String>> {
+        self.enter("workspace_instance").await?;
+        self.inner.workspace_instance(session_id).await
+    }
     async fn start_run(
         &self,
         id: Uuid,

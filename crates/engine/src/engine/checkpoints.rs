@@ -8,6 +8,9 @@ use crate::checkpoints::CheckpointError;
 
 /// Most bytes of a unified diff answered at once.
 const MAX_DIFF_BYTES: usize = 4 * 1024 * 1024;
+/// … with a bus, whose messages carry forwarded answers (NATS allows 1 MB by default, and
+/// JSON escaping may double the text).
+const MAX_DIFF_BYTES_BUS: usize = 400 * 1024;
 
 /// A diff as asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,9 +111,97 @@ impl Engine {
             .await;
     }
 
-    /// The session's checkpoints, oldest first. They are kept on the machine of the
-    /// instance that ran the session (see docs/checkpoints.md).
+    /// Where the session's workspace checkpoints are: `Some(instance)` when that is another
+    /// instance a bus reaches (the one that started the session's last run).
+    async fn workspace_owner(&self, session_id: Uuid) -> Result<Option<String>, EngineError> {
+        if self.inner.config.exclusive || self.inner.log.bus().is_none() {
+            return Ok(None);
+        }
+        Ok(self
+            .inner
+            .store
+            .workspace_instance(session_id)
+            .await?
+            .filter(|i| !i.is_empty() && *i != self.inner.config.instance_id))
+    }
+
+    /// Applies a checkpoint request on the instance that has the workspace: here, or
+    /// forwarded there (as steering is).
+    async fn on_workspace(
+        &self,
+        session_id: Uuid,
+        control: RunControl,
+    ) -> Result<ControlReply, EngineError> {
+        self.record(session_id).await?;
+        let (Some(owner), Some(bus)) = (
+            self.workspace_owner(session_id).await?,
+            self.inner.log.bus().cloned(),
+        ) else {
+            return self.apply_local(control).await;
+        };
+        tracing::debug!(%session_id, instance = %owner, "forwarding a checkpoint request");
+        match bus.control(&owner, control).await {
+            Ok(ControlReply::Error { code, message }) => Err(EngineError::Remote { code, message }),
+            Ok(reply) => Ok(reply),
+            Err(reason) => Err(EngineError::OwnerUnreachable {
+                instance: owner,
+                reason,
+            }),
+        }
+    }
+
+    /// The session's checkpoints, oldest first, from the instance that has its workspace.
     pub async fn checkpoints(&self, session_id: Uuid) -> Result<Vec<Checkpoint>, EngineError> {
+        match self
+            .on_workspace(session_id, RunControl::Checkpoints { session_id })
+            .await?
+        {
+            ControlReply::Checkpoints { checkpoints } => Ok(checkpoints),
+            other => Err(super::control::unexpected(other)),
+        }
+    }
+
+    /// What changed (see [`Self::diff_local`]), from the instance that has the workspace.
+    pub async fn diff(
+        &self,
+        session_id: Uuid,
+        query: &DiffQuery,
+    ) -> Result<DiffOutput, EngineError> {
+        let control = RunControl::Diff {
+            session_id,
+            query: query.clone(),
+        };
+        match self.on_workspace(session_id, control).await? {
+            ControlReply::Diff {
+                stat: Some(stat), ..
+            } => Ok(DiffOutput::Stat(stat)),
+            ControlReply::Diff { text, .. } => Ok(DiffOutput::Text(text.unwrap_or_default())),
+            other => Err(super::control::unexpected(other)),
+        }
+    }
+
+    /// Puts the workspace back to checkpoint `id` (see [`Self::restore_local`]), on the
+    /// instance that has it.
+    pub async fn restore(
+        &self,
+        session_id: Uuid,
+        id: &str,
+    ) -> Result<RestoreResponse, EngineError> {
+        let control = RunControl::Restore {
+            session_id,
+            checkpoint: id.to_owned(),
+        };
+        match self.on_workspace(session_id, control).await? {
+            ControlReply::Restored { response } => Ok(response),
+            other => Err(super::control::unexpected(other)),
+        }
+    }
+
+    /// The session's checkpoints here, oldest first.
+    pub(super) async fn checkpoints_local(
+        &self,
+        session_id: Uuid,
+    ) -> Result<Vec<Checkpoint>, EngineError> {
         let session = self.record(session_id).await?;
         Ok(self
             .inner
@@ -122,7 +213,7 @@ impl Engine {
     /// What changed: in a run (`run`), between two checkpoints (`from`, `to` — the latest by
     /// default), or, with neither, in the last run that changed files. Empty when nothing
     /// did.
-    pub async fn diff(
+    pub(super) async fn diff_local(
         &self,
         session_id: Uuid,
         query: &DiffQuery,
@@ -182,6 +273,11 @@ impl Engine {
                 .and_then(|c| Some((c.parent.clone()?, c.id.clone())))
         };
         let cps = &self.inner.checkpoints;
+        let max_diff = if self.inner.log.bus().is_some() {
+            MAX_DIFF_BYTES_BUS
+        } else {
+            MAX_DIFF_BYTES
+        };
         Ok(match (range, stat) {
             (None, false) => DiffOutput::Text(String::new()),
             (None, true) => DiffOutput::Stat(DiffStat {
@@ -191,10 +287,9 @@ impl Engine {
                 insertions: 0,
                 deletions: 0,
             }),
-            (Some((from, to)), false) => DiffOutput::Text(
-                cps.diff(session_id, cwd, &from, &to, MAX_DIFF_BYTES)
-                    .await?,
-            ),
+            (Some((from, to)), false) => {
+                DiffOutput::Text(cps.diff(session_id, cwd, &from, &to, max_diff).await?)
+            }
             (Some((from, to)), true) => {
                 DiffOutput::Stat(cps.stat(session_id, cwd, &from, &to).await?)
             }
@@ -203,7 +298,7 @@ impl Engine {
 
     /// Puts the session's workspace back to checkpoint `id` (checkpointing it first, so the
     /// restore can be undone). Refused while a run is going on; no run starts meanwhile.
-    pub async fn restore(
+    pub(super) async fn restore_local(
         &self,
         session_id: Uuid,
         id: &str,

@@ -136,6 +136,29 @@ impl Engine {
                 .share_local(session_id, request)
                 .await
                 .map(|response| ControlReply::Shared { response }),
+            RunControl::Checkpoints { session_id } => self
+                .checkpoints_local(session_id)
+                .await
+                .map(|checkpoints| ControlReply::Checkpoints { checkpoints }),
+            RunControl::Diff { session_id, query } => {
+                Ok(match self.diff_local(session_id, &query).await? {
+                    super::DiffOutput::Text(text) => ControlReply::Diff {
+                        text: Some(text),
+                        stat: None,
+                    },
+                    super::DiffOutput::Stat(stat) => ControlReply::Diff {
+                        text: None,
+                        stat: Some(stat),
+                    },
+                })
+            }
+            RunControl::Restore {
+                session_id,
+                checkpoint,
+            } => self
+                .restore_local(session_id, &checkpoint)
+                .await
+                .map(|response| ControlReply::Restored { response }),
             RunControl::Pending { session_id } => Ok(ControlReply::Pending {
                 response: match self.inner.approvals.pending(session_id) {
                     Some((run_id, tool_calls)) => PendingToolsResponse {

@@ -480,11 +480,12 @@ impl Store for SqlStore {
             let mut tx = pool.begin().await?;
             // A second running run in the session violates `runs_one_running`: a Conflict.
             let row = sqlx::query(&format!(
-                "UPDATE runs SET state = 'running', started_at = $1 \
+                "UPDATE runs SET state = 'running', started_at = $1, instance_id = $3 \
                  WHERE id = $2 AND state = 'queued' RETURNING {RUN_COLS}"
             ))
             .bind(at)
             .bind(d.id(id))
+            .bind(holder)
             .fetch_optional(&mut *tx)
             .await?;
             let run = match row {
@@ -507,6 +508,22 @@ impl Store for SqlStore {
             let lease = lease_from_row(&row)?;
             tx.commit().await?;
             Ok((run, lease))
+        })
+    }
+
+    async fn workspace_instance(&self, session_id: Uuid) -> Result<Option<String>> {
+        with_db!(self, |pool, d| {
+            let row = sqlx::query(
+                "SELECT instance_id FROM runs WHERE session_id = $1 AND instance_id IS NOT NULL \
+                 ORDER BY started_at DESC LIMIT 1",
+            )
+            .bind(d.id(session_id))
+            .fetch_optional(pool)
+            .await?;
+            Ok(match row {
+                Some(r) => sqlx::Row::try_get::<Option<String>, _>(&r, "instance_id")?,
+                None => None,
+            })
         })
     }
 
