@@ -134,6 +134,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let mut server_config = ServerConfig::new(token);
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
+    server_config.openai_approvals = settings.chat_completions_approvals;
     server_config.api_doc = Some(api_doc(settings));
     let router = switchboard_server::router(engine.clone(), server_config);
     Ok(App {

@@ -965,6 +965,19 @@ async fn every_optional_field_may_be_null_on_every_route() {
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("session_not_running"), "{text}");
 
+    // The OpenAI-compatible door, its options null: read, then an unknown model.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            json!({"model": "nope", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("model_not_found"), "{text}");
+
     // The relay's send: the body is read (its nulls taken as absent) before the bundle is
     // looked up, so an unknown bundle answers 404, not 400.
     let (status, text) = walk

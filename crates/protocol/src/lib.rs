@@ -12,6 +12,7 @@ pub mod files;
 pub mod gateway;
 pub mod messages;
 pub mod nullable;
+pub mod openai;
 pub mod relay;
 pub mod sessions;
 pub mod system;

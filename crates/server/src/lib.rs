@@ -32,6 +32,8 @@ pub struct ServerConfig {
     /// The document served at `/openapi.json`: [`ApiDoc`] unless the binary mounts more
     /// routes beside these and documents them too.
     pub api_doc: Option<utoipa::openapi::OpenApi>,
+    /// What `/v1/chat/completions` does with tool calls that wait for approval.
+    pub openai_approvals: routes::openai::DoorApprovals,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -51,6 +53,7 @@ impl ServerConfig {
             max_body_bytes: 2 * 1024 * 1024,
             keepalive: Duration::from_secs(15),
             api_doc: None,
+            openai_approvals: routes::openai::DoorApprovals::default(),
         }
     }
 }
@@ -109,6 +112,8 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(openapi::router(doc))
         .merge(protected)
         .merge(routes::files::share_router())
+        // Authenticates itself, answering in OpenAI's error shape.
+        .merge(routes::openai::router())
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(
             switchboard_http::BodyLimit(max_body),

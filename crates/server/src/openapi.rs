@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
-use crate::routes::{checkpoints, events, files, health, messages, sessions, tools};
+use crate::routes::{checkpoints, events, files, health, messages, openai, sessions, tools};
 
 struct BearerAuth;
 
@@ -129,6 +129,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         events::events,
         tools::pending, tools::decide,
         checkpoints::list, checkpoints::diff, checkpoints::restore,
+        openai::completions, openai::models,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -153,6 +154,13 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::Checkpoint, switchboard_protocol::CheckpointKind,
         switchboard_protocol::ListCheckpointsResponse, switchboard_protocol::DiffStat,
         switchboard_protocol::FileStat, switchboard_protocol::RestoreResponse,
+        switchboard_protocol::openai::ChatCompletionRequest, switchboard_protocol::openai::ChatMessage,
+        switchboard_protocol::openai::StreamOptions, switchboard_protocol::openai::ChatCompletion,
+        switchboard_protocol::openai::Choice, switchboard_protocol::openai::AssistantMessage,
+        switchboard_protocol::openai::CompletionUsage, switchboard_protocol::openai::ChatCompletionChunk,
+        switchboard_protocol::openai::ChunkChoice, switchboard_protocol::openai::Delta,
+        switchboard_protocol::openai::ModelList, switchboard_protocol::openai::Model,
+        switchboard_protocol::openai::OpenAiErrorBody, switchboard_protocol::openai::OpenAiError,
     )),
     modifiers(&BearerAuth),
 )]

@@ -280,6 +280,10 @@ pub struct ServerSection {
     /// Extra `host[:port]` names browsers may use to reach the server (behind a proxy, on
     /// a LAN address); loopback names of the listen port are always allowed.
     pub allowed_hosts: Option<Vec<String>>,
+    /// What `/v1/chat/completions` does with tool calls that wait for approval: `deny`
+    /// (default), `auto_approve` (what the permission mode allows runs) or `wait` (another
+    /// surface answers; the approval timeout fails it closed).
+    pub chat_completions_approvals: Option<String>,
 }
 
 /// The effective settings after file, environment and defaults.
@@ -309,6 +313,7 @@ pub struct Settings {
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
     pub allowed_hosts: Vec<String>,
+    pub chat_completions_approvals: switchboard_server::routes::openai::DoorApprovals,
     pub relay: RelaySettings,
     /// `sqlite://…` or `postgres://…`; `None` means SQLite in the data directory.
     pub store_url: Option<String>,
@@ -471,6 +476,10 @@ impl Settings {
                 .unwrap_or_else(default_instance_id),
             relay,
             allowed_hosts,
+            chat_completions_approvals: door_approvals(
+                env("SWITCHBOARD_CHAT_COMPLETIONS_APPROVALS")
+                    .or(file.server.chat_completions_approvals.clone()),
+            )?,
             config_path: path,
             listen: listen_flag
                 .map(str::to_string)
@@ -703,6 +712,19 @@ fn checkpoints(
         }
     }
     Ok(c)
+}
+
+/// `[server] chat_completions_approvals` / `SWITCHBOARD_CHAT_COMPLETIONS_APPROVALS`.
+fn door_approvals(v: Option<String>) -> Result<switchboard_server::routes::openai::DoorApprovals> {
+    use switchboard_server::routes::openai::DoorApprovals;
+    Ok(match v.as_deref().map(str::trim) {
+        None | Some("deny") => DoorApprovals::Deny,
+        Some("auto_approve") => DoorApprovals::AutoApprove,
+        Some("wait") => DoorApprovals::Wait,
+        Some(other) => bail!(
+            "[server] chat_completions_approvals: {other:?} is not deny, auto_approve or wait"
+        ),
+    })
 }
 
 /// Agent names go into URLs and CLI flags; commands must be given.

@@ -172,6 +172,23 @@ impl Engine {
         Ok(engine)
     }
 
+    /// The backends this server offers: the built-in agent (if configured), then the named
+    /// ACP agents, by name.
+    pub fn backend_specs(&self) -> Vec<switchboard_protocol::BackendSpec> {
+        let b = &self.inner.backends;
+        let mut names: Vec<&String> = b.named.keys().collect();
+        names.sort();
+        b.builtin
+            .iter()
+            .map(|_| switchboard_protocol::BackendSpec::Builtin)
+            .chain(
+                names
+                    .into_iter()
+                    .map(|n| switchboard_protocol::BackendSpec::Acp(n.clone())),
+            )
+            .collect()
+    }
+
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }

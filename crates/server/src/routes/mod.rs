@@ -5,5 +5,6 @@ pub mod events;
 pub mod files;
 pub mod health;
 pub mod messages;
+pub mod openai;
 pub mod sessions;
 pub mod tools;
