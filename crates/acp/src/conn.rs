@@ -47,6 +47,8 @@ pub(crate) struct Conn {
     pub cx: v1::ConnectionTo<Agent>,
     pub incoming: mpsc::UnboundedReceiver<Incoming>,
     pub load_session: bool,
+    /// Whether the agent takes MCP servers over HTTP (`mcpCapabilities.http`).
+    pub mcp_http: bool,
     /// What the agent takes in a prompt besides text and resource links.
     pub prompt_caps: PromptCapabilities,
     child: Child,
@@ -149,6 +151,7 @@ impl Conn {
             cx,
             incoming,
             load_session: false,
+            mcp_http: false,
             prompt_caps: PromptCapabilities::default(),
             child,
             stop: Some(stop_tx),
@@ -190,6 +193,7 @@ impl Conn {
             }
         };
         conn.load_session = init.agent_capabilities.load_session;
+        conn.mcp_http = init.agent_capabilities.mcp_capabilities.http;
         conn.prompt_caps = init.agent_capabilities.prompt_capabilities.clone();
         tracing::info!(agent = %name, load_session = conn.load_session, "agent initialized");
         Ok(conn)

@@ -181,32 +181,52 @@ impl AcpBackend {
         self
     }
 
-    /// The `mcpServers` of this session's `session/new` or `session/load`.
-    fn mcp_servers(&self, ctx: &RunContext) -> Vec<McpServer> {
-        let Some(mcp) = &self.session_mcp else {
-            return Vec::new();
-        };
-        let Some(url) = mcp.url.get() else {
-            return Vec::new();
-        };
-        vec![McpServer::Stdio(
-            McpServerStdio::new(SESSION_MCP_NAME, mcp.command.clone())
-                .args(vec![
-                    "mcp".into(),
-                    "--session".into(),
-                    ctx.session_id.to_string(),
-                ])
-                .env(vec![
-                    EnvVariable::new("SWITCHBOARD_URL", url.clone()),
-                    EnvVariable::new("SWITCHBOARD_SESSION_TOKEN", ctx.handle.session_token()),
-                ]),
-        )]
-    }
-
-    /// Stops an agent process after this long without a run (default 15 minutes).
-    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
-        self.idle_timeout = idle;
-        self
+    /// The `mcpServers` of this session's `session/new` or `session/load`: Switchboard's
+    /// own, then the session's (stdio; HTTP ones when the agent takes them). The second
+    /// part names the servers left out, for a notice.
+    fn mcp_servers(&self, ctx: &RunContext, http: bool) -> (Vec<McpServer>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut left_out = Vec::new();
+        if let Some(mcp) = &self.session_mcp
+            && let Some(url) = mcp.url.get()
+        {
+            out.push(McpServer::Stdio(
+                McpServerStdio::new(SESSION_MCP_NAME, mcp.command.clone())
+                    .args(vec![
+                        "mcp".into(),
+                        "--session".into(),
+                        ctx.session_id.to_string(),
+                    ])
+                    .env(vec![
+                        EnvVariable::new("SWITCHBOARD_URL", url.clone()),
+                        EnvVariable::new("SWITCHBOARD_SESSION_TOKEN", ctx.handle.session_token()),
+                    ]),
+            ));
+        }
+        for s in &ctx.mcp_servers {
+            match (&s.command, &s.url) {
+                (Some(command), _) => out.push(McpServer::Stdio(
+                    McpServerStdio::new(s.name.clone(), command.clone())
+                        .args(s.args.clone())
+                        .env(
+                            s.env
+                                .iter()
+                                .map(|(k, v)| EnvVariable::new(k.clone(), v.clone()))
+                                .collect(),
+                        ),
+                )),
+                (None, Some(url)) if http => out.push(McpServer::Http(
+                    McpServerHttp::new(s.name.clone(), url.clone()).headers(
+                        s.headers
+                            .iter()
+                            .map(|(k, v)| HttpHeader::new(k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                )),
+                _ => left_out.push(s.name.clone()),
+            }
+        }
+        (out, left_out)
     }
 
     fn slot(&self, session_id: Uuid) -> Arc<Mutex<Slot>> {
@@ -298,7 +318,7 @@ impl AcpBackend {
             if conn.load_session {
                 let id = SessionId::new(saved.acp_session_id.clone());
                 let req = LoadSessionRequest::new(id.clone(), cwd.clone())
-                    .mcp_servers(self.mcp_servers(ctx));
+                    .mcp_servers(self.mcp_servers(ctx, conn.mcp_http).0);
                 let answer = tokio::time::timeout(
                     LOAD_SESSION_TIMEOUT,
                     conn.cx.send_request(req).block_task(),
@@ -336,7 +356,22 @@ impl AcpBackend {
                 ));
             }
         }
-        let req = NewSessionRequest::new(cwd).mcp_servers(self.mcp_servers(ctx));
+        let (servers, left_out) = self.mcp_servers(ctx, conn.mcp_http);
+        if !left_out.is_empty() {
+            let message = format!(
+                "agent {:?} does not take MCP servers over HTTP; left out: {}",
+                self.name,
+                left_out.join(", ")
+            );
+            let _ = ctx
+                .handle
+                .emit(AgentEvent::Notice {
+                    run_id: ctx.run_id,
+                    message,
+                })
+                .await;
+        }
+        let req = NewSessionRequest::new(cwd).mcp_servers(servers);
         let answer =
             tokio::time::timeout(NEW_SESSION_TIMEOUT, conn.cx.send_request(req).block_task())
                 .await

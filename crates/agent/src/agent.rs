@@ -10,6 +10,7 @@ use switchboard_protocol::{AgentEvent, PermissionMode, Role, ToolCall, Transcrip
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use crate::mcp::McpTools;
 use crate::provider::{
     ChatMessage, ImagePart, Provider, ProviderError, StreamedToolCall, TextSink,
 };
@@ -230,6 +231,7 @@ impl BuiltinAgent {
         &self,
         ctx: &RunContext,
         workspace: &Workspace,
+        mcp: &McpTools,
         call: &ToolCall,
     ) -> Result<(String, bool), BackendError> {
         if ctx.cancel.is_cancelled() {
@@ -237,6 +239,11 @@ impl BuiltinAgent {
             return Ok((text, true));
         }
         ctx.handle.tool_started(call).await?;
+        if let Some((content, is_error)) = mcp.call(&call.name, &call.arguments, &ctx.cancel).await
+        {
+            ctx.handle.tool_finished(call, &content, is_error).await?;
+            return Ok((content, is_error));
+        }
         if call.name == "send_file" {
             let (content, is_error) = send_file(ctx, workspace, &call.arguments).await;
             ctx.handle.tool_finished(call, &content, is_error).await?;
@@ -267,7 +274,30 @@ impl BuiltinAgent {
 
 #[async_trait]
 impl Backend for BuiltinAgent {
-    async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {
+    async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError> {
+        // The session's MCP servers live as long as the run.
+        let (mcp, notices) = McpTools::connect(&ctx.mcp_servers, &ctx.cwd).await;
+        for message in notices {
+            tracing::warn!(session_id = %ctx.session_id, "{message}");
+            ctx.handle
+                .emit(AgentEvent::Notice {
+                    run_id: ctx.run_id,
+                    message,
+                })
+                .await?;
+        }
+        let result = self.run_loop(ctx, &mcp).await;
+        mcp.close().await;
+        result
+    }
+}
+
+impl BuiltinAgent {
+    async fn run_loop(
+        &self,
+        mut ctx: RunContext,
+        mcp: &McpTools,
+    ) -> Result<RunSummary, BackendError> {
         let model = ctx
             .input
             .model
@@ -284,7 +314,8 @@ impl Backend for BuiltinAgent {
         let workspace = Workspace::new(&ctx.cwd, confine).map_err(|e| {
             BackendError::new(format!("workspace {}: {e}", ctx.cwd.display()), false)
         })?;
-        let specs = tools::specs();
+        let mut specs = tools::specs();
+        specs.extend(mcp.specs());
         let mut messages = history_messages(&ctx.history);
         let mut used_ids: HashSet<String> = ctx
             .history
@@ -411,7 +442,12 @@ impl Backend for BuiltinAgent {
                 // them tells the model which tools exist.
                 let gated: Vec<(ToolCall, ToolClass)> = calls
                     .iter()
-                    .map(|c| (c.clone(), tools::class(&c.name).unwrap_or(ToolClass::Read)))
+                    .map(|c| {
+                        let class = tools::class(&c.name)
+                            .or_else(|| mcp.class(&c.name))
+                            .unwrap_or(ToolClass::Read);
+                        (c.clone(), class)
+                    })
                     .collect();
                 let verdicts = ctx.handle.propose(&gated).await?;
                 // What policy allows runs at once; refusals are answered; then the rest
@@ -420,7 +456,7 @@ impl Backend for BuiltinAgent {
                 for (i, (call, verdict)) in calls.iter().zip(&verdicts).enumerate() {
                     match verdict {
                         Verdict::Allow => {
-                            results[i] = Some(self.run_tool(&ctx, &workspace, call).await?)
+                            results[i] = Some(self.run_tool(&ctx, &workspace, mcp, call).await?)
                         }
                         Verdict::Deny(reason) => {
                             let d = Decision::Rejected(reason.clone());
@@ -434,7 +470,7 @@ impl Backend for BuiltinAgent {
                 for (&i, decision) in ask.iter().zip(decisions) {
                     let call = &calls[i];
                     results[i] = Some(if decision == Decision::Run {
-                        self.run_tool(&ctx, &workspace, call).await?
+                        self.run_tool(&ctx, &workspace, mcp, call).await?
                     } else {
                         ctx.handle.tool_not_run(call, &decision).await?
                     });

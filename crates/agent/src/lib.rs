@@ -10,6 +10,7 @@
 
 mod agent;
 pub mod anthropic;
+mod mcp;
 pub mod openai;
 pub mod provider;
 mod sse;

@@ -121,6 +121,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         files_dir: settings.files_dir.clone(),
         files: settings.files.clone(),
         checkpoints: settings.checkpoints.clone(),
+        mcp_servers: settings.mcp_servers.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

@@ -833,3 +833,32 @@ async fn what_an_acp_agent_writes_by_itself_is_checkpointed_and_undone() {
         "kept\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_gets_the_session_s_mcp_servers_in_session_new() {
+    let w = World::new(&[("plain", &[])]).await;
+    let server = w.server(&[]).await;
+    let c = client(&server);
+    let calc = switchboard_protocol::McpServerSpec {
+        name: "calc".into(),
+        command: Some("python3".into()),
+        args: vec![concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_test_server.py").into()],
+        ..Default::default()
+    };
+    let id = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(w.ws.path().to_string_lossy().into_owned()),
+            backend: Some(BackendSpec::Acp("plain".into())),
+            mcp_servers: Some(vec![calc]),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let (mut events, run) = send(&c, id, "[calc]").await;
+    let evs = until_run_ends(&mut events, run).await;
+    assert_eq!(stop_reason(&evs), "end_turn");
+    logged(&w, "switchboard(stdio),calc(stdio)").await;
+    let text = text_of(&evs);
+    assert!(text.starts_with("calc says 42"), "{text}");
+}

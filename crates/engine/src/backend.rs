@@ -193,6 +193,9 @@ pub struct RunContext {
     pub handle: RunHandle,
     /// Fires on cancel and on shutdown.
     pub cancel: CancellationToken,
+    /// The MCP servers the agent gets: the server's `[mcp.servers]`, then the session's own
+    /// (which replace those of the same name).
+    pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
 }
 
 /// A backend's way back into the engine: events, transcript, steering, approvals.

@@ -34,6 +34,8 @@ pub struct EngineConfig {
     /// Workspace checkpoints around runs ([`crate::checkpoints`]); off by default here, on
     /// in `switchboard serve`.
     pub checkpoints: crate::checkpoints::CheckpointConfig,
+    /// `[mcp.servers]`: MCP servers every session's agent gets.
+    pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +55,7 @@ impl Default for EngineConfig {
                 .join(format!("switchboard-files-{}", std::process::id())),
             files: crate::files::FileLimits::default(),
             checkpoints: crate::checkpoints::CheckpointConfig::default(),
+            mcp_servers: Vec::new(),
         }
     }
 }

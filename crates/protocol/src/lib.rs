@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod files;
 pub mod gateway;
+pub mod mcp;
 pub mod messages;
 pub mod nullable;
 pub mod openai;
@@ -24,6 +25,7 @@ pub use events::{
     AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,
 };
 pub use files::*;
+pub use mcp::{MAX_MCP_SERVERS, McpServerSpec};
 pub use messages::*;
 pub use sessions::*;
 pub use system::*;

@@ -85,6 +85,10 @@ pub struct CreateSessionRequest {
     pub permission_mode: Option<PermissionMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_approve: Option<AutoApprove>,
+    /// MCP servers for the session's agent, besides the server's `[mcp.servers]` (one of the
+    /// same name replaces it). At most 16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<crate::McpServerSpec>>,
 }
 
 /// Whether a session has an active run.
@@ -151,6 +155,9 @@ pub struct SessionConfig {
     pub model: Option<String>,
     pub permission_mode: PermissionMode,
     pub auto_approve: AutoApprove,
+    /// The session's own MCP servers (the API shows their env and header values redacted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::McpServerSpec>,
 }
 
 /// `GET /v1/sessions/{id}`.

@@ -14,7 +14,7 @@
 //!   prompt is logged as `block KIND mime=… uri=… bytes=…`.
 //!
 //! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[tool]`,
-//! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[share:PATH]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
+//! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[share:PATH]`, `[calc]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
 //! `[share:PATH]` calls `send_file {path: PATH}` on the `switchboard` MCP server the session
 //! was opened with (a real MCP client over stdio) and says the outcome; every session's
 //! `mcpServers` are logged as `mcp_servers SESSION NAME(stdio),…`. `[probe-token:SESSION]`
@@ -535,6 +535,20 @@ impl Turn {
             };
             self.say(&answer)?;
         }
+        if has("[calc]") {
+            // The session's own MCP server `calc` (tests/mcp_test_server.py): 40 + 2.
+            scripted = true;
+            let servers = lock(&self.shared.mcp)
+                .get(&self.session.to_string())
+                .cloned()
+                .unwrap_or_default();
+            let answer = match mcp_call(&servers, "calc", "add", json!({"a": 40, "b": 2})).await {
+                Ok((false, text)) => format!("calc says {text}"),
+                Ok((true, text)) => format!("calc failed: {text}"),
+                Err(e) => format!("MCP failed: {e}"),
+            };
+            self.say(&answer)?;
+        }
         if let Some(other) = marker_arg(text, "[probe-token:") {
             scripted = true;
             let servers = lock(&self.shared.mcp)
@@ -635,12 +649,28 @@ impl McpPipe {
 /// `tools/list`, `tools/call`. Returns whether the result is an error, and its text followed
 /// by the tools listed (`[tools send_file]`).
 async fn mcp_send_file(servers: &[McpServer], path: &str) -> Result<(bool, String), String> {
+    mcp_call(
+        servers,
+        "switchboard",
+        "send_file",
+        json!({"path": path, "caption": "from the test agent"}),
+    )
+    .await
+}
+
+/// Calls `tool` of the stdio MCP server named `name` in `servers` (see [`mcp_send_file`]).
+async fn mcp_call(
+    servers: &[McpServer],
+    name: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> Result<(bool, String), String> {
     use tokio::io::AsyncBufReadExt as _;
     let Some(server) = servers.iter().find_map(|s| match s {
-        McpServer::Stdio(s) if s.name == "switchboard" => Some(s),
+        McpServer::Stdio(s) if s.name == name => Some(s),
         _ => None,
     }) else {
-        return Err("no `switchboard` MCP server was given in mcpServers".into());
+        return Err(format!("no `{name}` MCP server was given in mcpServers"));
     };
     let mut child = tokio::process::Command::new(&server.command)
         .args(&server.args)
@@ -673,10 +703,7 @@ async fn mcp_send_file(servers: &[McpServer], path: &str) -> Result<(bool, Strin
         .unwrap_or_default();
     let names = names.join(",");
     let result = mcp
-        .call(
-            "tools/call",
-            json!({"name": "send_file", "arguments": {"path": path, "caption": "from the test agent"}}),
-        )
+        .call("tools/call", json!({"name": tool, "arguments": arguments}))
         .await?;
     let _ = child.kill().await;
     let is_error = result["isError"].as_bool().unwrap_or(false);

@@ -47,6 +47,30 @@ pub struct FileConfig {
     pub speech: SpeechSection,
     #[serde(default)]
     pub checkpoints: CheckpointsSection,
+    #[serde(default)]
+    pub mcp: McpSection,
+}
+
+/// `[mcp.servers.NAME]`: MCP servers every session's agent gets (a session may add its own).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    #[serde(default)]
+    pub servers: std::collections::BTreeMap<String, McpServerEntry>,
+}
+
+/// One MCP server: `command` (+ `args`, `env`) for stdio, or `url` (+ `headers`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 /// `[checkpoints]`: the workspace recorded before and after each run (see
@@ -326,6 +350,7 @@ pub struct Settings {
     pub files: switchboard_engine::FileLimits,
     pub speech: Option<switchboard_gateway::speech::SpeechConfig>,
     pub checkpoints: switchboard_engine::checkpoints::CheckpointConfig,
+    pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -532,6 +557,7 @@ impl Settings {
             files: file_limits(&file.files)?,
             speech: speech(&file.speech)?,
             checkpoints: checkpoints(&file.checkpoints, &data_dir)?,
+            mcp_servers: mcp_servers(&file.mcp)?,
         })
     }
 
@@ -712,6 +738,26 @@ fn checkpoints(
         }
     }
     Ok(c)
+}
+
+/// `[mcp.servers.NAME]` as specs, each checked.
+fn mcp_servers(section: &McpSection) -> Result<Vec<switchboard_protocol::McpServerSpec>> {
+    let mut out = Vec::new();
+    for (name, e) in &section.servers {
+        let spec = switchboard_protocol::McpServerSpec {
+            name: name.clone(),
+            command: e.command.clone(),
+            args: e.args.clone(),
+            env: e.env.clone(),
+            url: e.url.clone(),
+            headers: e.headers.clone(),
+        };
+        if let Some(p) = spec.problem() {
+            bail!("[mcp.servers.{name}]: {p}");
+        }
+        out.push(spec);
+    }
+    Ok(out)
 }
 
 /// `[server] chat_completions_approvals` / `SWITCHBOARD_CHAT_COMPLETIONS_APPROVALS`.

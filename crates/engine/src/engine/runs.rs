@@ -365,6 +365,19 @@ impl Engine {
                         file_limits: self.inner.config.files.clone(),
                         tokens: self.inner.tokens.clone(),
                     },
+                    mcp_servers: {
+                        let own = &config.mcp_servers;
+                        let mut all: Vec<_> = self
+                            .inner
+                            .config
+                            .mcp_servers
+                            .iter()
+                            .filter(|g| !own.iter().any(|s| s.name == g.name))
+                            .cloned()
+                            .collect();
+                        all.extend(own.iter().cloned());
+                        all
+                    },
                     config,
                     cancel: cancel.clone(),
                 };

@@ -35,7 +35,10 @@ impl Engine {
         {
             return Err(EngineError::validation("model", "must not be empty"));
         }
+        let mcp_servers = req.mcp_servers.unwrap_or_default();
+        validate_mcp_servers(&mcp_servers)?;
         let config = SessionConfig {
+            mcp_servers,
             backend,
             model: req
                 .model
@@ -135,7 +138,10 @@ impl Engine {
     ) -> Result<(SessionSummary, SessionConfig), EngineError> {
         let r = self.record(id).await?;
         let shared = self.shared_state(Some(r.id)).await?;
-        Ok((self.summary(&r, shared.as_ref()), session_config(&r)?))
+        let mut config = session_config(&r)?;
+        // What an MCP server's env and headers hold may be secret: the API shows the keys.
+        config.mcp_servers = config.mcp_servers.iter().map(|s| s.redacted()).collect();
+        Ok((self.summary(&r, shared.as_ref()), config))
     }
 
     /// A page of sessions, newest first: archived ones or the others.
@@ -283,4 +289,29 @@ pub(super) fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
             p.display()
         ))),
     }
+}
+
+/// At most [`switchboard_protocol::MAX_MCP_SERVERS`], each usable, names unique.
+fn validate_mcp_servers(
+    servers: &[switchboard_protocol::McpServerSpec],
+) -> Result<(), EngineError> {
+    if servers.len() > switchboard_protocol::MAX_MCP_SERVERS {
+        return Err(EngineError::validation(
+            "mcp_servers",
+            format!("at most {} servers", switchboard_protocol::MAX_MCP_SERVERS),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in servers {
+        if let Some(p) = s.problem() {
+            return Err(EngineError::validation("mcp_servers", p));
+        }
+        if !seen.insert(s.name.as_str()) {
+            return Err(EngineError::validation(
+                "mcp_servers",
+                format!("{} is named twice", s.name),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -159,6 +159,7 @@ impl Relay {
                     model,
                     permission_mode,
                     auto_approve: None,
+                    mcp_servers: None,
                 };
                 let s = self
                     .inner
