@@ -188,7 +188,7 @@ async fn a_run_s_changes_are_shown_and_undone_and_the_undo_redone() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("validation_failed"), "{err}");
+    assert_eq!(err.code(), Some("unprocessable_entity"), "{err}");
     let err = c
         .diff(
             session,
@@ -200,7 +200,7 @@ async fn a_run_s_changes_are_shown_and_undone_and_the_undo_redone() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("validation_failed"), "{err}");
+    assert_eq!(err.code(), Some("unprocessable_entity"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

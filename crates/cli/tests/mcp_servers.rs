@@ -134,6 +134,6 @@ async fn the_built_in_agent_calls_mcp_tools_through_the_permission_gate() {
         })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("validation_failed"), "{err}");
+    assert_eq!(err.code(), Some("unprocessable_entity"), "{err}");
     assert!(err.to_string().contains("mcp_servers"), "{err}");
 }

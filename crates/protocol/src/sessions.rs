@@ -88,6 +88,7 @@ pub struct CreateSessionRequest {
     /// MCP servers for the session's agent, besides the server's `[mcp.servers]` (one of the
     /// same name replaces it). At most 16.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 16)]
     pub mcp_servers: Option<Vec<crate::McpServerSpec>>,
 }
 

@@ -228,13 +228,13 @@ impl Engine {
                 ));
             }
         };
+        let session = self.record(session_id).await?;
+        // (Semantic, not shape: 422, as a schema cannot say them.)
         if query.run.is_some() && (query.from.is_some() || query.to.is_some()) {
-            return Err(EngineError::validation(
-                "run",
-                "give either run or from/to, not both",
+            return Err(EngineError::Unprocessable(
+                "give either run or from/to, not both".into(),
             ));
         }
-        let session = self.record(session_id).await?;
         let cwd = Path::new(&session.cwd);
         let list = self.inner.checkpoints.list(session_id, cwd).await?;
         let after_run = |c: &&Checkpoint| c.kind == CheckpointKind::AfterRun;
@@ -246,10 +246,9 @@ impl Engine {
                 .await?
                 .is_none_or(|r| r.session_id != session_id)
             {
-                return Err(EngineError::validation(
-                    "run",
-                    format!("{run} is not a run of this session"),
-                ));
+                return Err(EngineError::Unprocessable(format!(
+                    "run {run} is not a run of this session"
+                )));
             }
             list.iter()
                 .filter(after_run)
@@ -265,7 +264,7 @@ impl Engine {
             };
             Some((from.clone(), to))
         } else if query.to.is_some() {
-            return Err(EngineError::validation("from", "`to` needs `from`"));
+            return Err(EngineError::Unprocessable("`to` needs `from`".into()));
         } else {
             list.iter()
                 .rev()

@@ -77,10 +77,12 @@ impl Engine {
         session_id: Uuid,
         req: ShareFileRequest,
     ) -> Result<SharedFile, EngineError> {
-        if req.path.trim().is_empty() || req.path.len() > 4096 {
+        // The session first: a schema-valid share of an unknown session is its 404.
+        self.record(session_id).await?;
+        if req.path.len() > 4096 {
             return Err(EngineError::validation(
                 "path",
-                "must be 1 to 4096 bytes, naming a file of the workspace",
+                "must be at most 4096 bytes, naming a file of the workspace",
             ));
         }
         if req
@@ -93,7 +95,6 @@ impl Engine {
                 "must be at most 1024 characters",
             ));
         }
-        self.record(session_id).await?;
         let control = RunControl::Share {
             session_id,
             request: req,

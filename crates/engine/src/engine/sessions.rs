@@ -296,21 +296,21 @@ fn validate_mcp_servers(
     servers: &[switchboard_protocol::McpServerSpec],
 ) -> Result<(), EngineError> {
     if servers.len() > switchboard_protocol::MAX_MCP_SERVERS {
-        return Err(EngineError::validation(
-            "mcp_servers",
-            format!("at most {} servers", switchboard_protocol::MAX_MCP_SERVERS),
-        ));
+        return Err(EngineError::Unprocessable(format!(
+            "mcp_servers: at most {} servers",
+            switchboard_protocol::MAX_MCP_SERVERS
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for s in servers {
         if let Some(p) = s.problem() {
-            return Err(EngineError::validation("mcp_servers", p));
+            return Err(EngineError::Unprocessable(format!("mcp_servers: {p}")));
         }
         if !seen.insert(s.name.as_str()) {
-            return Err(EngineError::validation(
-                "mcp_servers",
-                format!("{} is named twice", s.name),
-            ));
+            return Err(EngineError::Unprocessable(format!(
+                "mcp_servers: {} is named twice",
+                s.name
+            )));
         }
     }
     Ok(())

@@ -51,9 +51,9 @@ pub async fn list(
     security(("bearer" = [])),
     responses((status = 200, description = "The unified diff (`text/x-diff`), or with `stat=1` the counts (JSON)",
                  content((String = "text/x-diff"), (DiffStat = "application/json"))),
-              (status = 400, description = "`invalid_query`, or `validation_failed`: `run` with `from`/`to`, `to` without `from`, a run of another session, a bad `stat`", body = ErrorBody),
+              (status = 400, description = "`invalid_query` (a malformed `run`) or `validation_failed` (a `stat` other than 0, 1, true, false)", body = ErrorBody),
               (status = 404, description = "`session_not_found` or `checkpoint_not_found`", body = ErrorBody),
-              (status = 422, description = "`checkpoints_unavailable`", body = ErrorBody)))]
+              (status = 422, description = "`checkpoints_unavailable`, or `unprocessable_entity`: `run` with `from`/`to`, `to` without `from`, a run of another session", body = ErrorBody)))]
 pub async fn diff(
     State(state): State<AppState>,
     SessionId(id): SessionId,

@@ -114,10 +114,11 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
     params(("X-Switchboard-Session" = Option<uuid::Uuid>, Header, description = "continue this session")),
     responses((status = 200, description = "The completion, or with `stream: true` its chunks (`text/event-stream`)",
                  content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
-              (status = 400, description = "`invalid_request_error`: a malformed body, no user message last, a malformed session id", body = OpenAiErrorBody),
+              (status = 400, description = "`invalid_json` (a malformed body) or `invalid_header` (a malformed session id)", body = OpenAiErrorBody),
               (status = 401, description = "`authentication_error`", body = OpenAiErrorBody),
               (status = 404, description = "`model_not_found` or `session_not_found`", body = OpenAiErrorBody),
               (status = 409, description = "`session_already_running`: the session is answering another call", body = OpenAiErrorBody),
+              (status = 422, description = "`validation_failed`: no messages, or the last one is not the user's with text; `unprocessable_entity`: the backend is not configured", body = OpenAiErrorBody),
               (status = 500, description = "`run_failed`: the backend failed (unstreamed; streamed, the error is the last chunk)", body = OpenAiErrorBody),
               (status = 503, description = "`unavailable`: shutting down", body = OpenAiErrorBody)))]
 pub async fn completions(
@@ -173,9 +174,10 @@ async fn start(
                 ),
             )
         })?;
+    // Semantic (a schema cannot say "the last one is the user's"): 422.
     let bad = |m: &str| {
         oai(
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_request_error",
             "validation_failed",
             m,
@@ -197,8 +199,14 @@ async fn start(
         .or_else(|| req.metadata.as_ref()?.get("session_id").cloned());
     let (session, new) = match named {
         Some(raw) => {
-            let id = Uuid::parse_str(raw.trim())
-                .map_err(|_| bad(&format!("session id {raw:?} is not a UUID")))?;
+            let id = Uuid::parse_str(raw.trim()).map_err(|_| {
+                oai(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "invalid_header",
+                    format!("session id {raw:?} is not a UUID"),
+                )
+            })?;
             engine.get_session(id).await.map_err(from_engine)?;
             (id, false)
         }
