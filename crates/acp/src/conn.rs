@@ -62,14 +62,7 @@ impl Conn {
         let mut command = Command::new(&cmd.command);
         // The server's secrets are not the agent's: with the API token an agent could
         // approve its own permission requests. Keys it needs go in `[agents.NAME] env`.
-        for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy();
-            if (k.starts_with("SWITCHBOARD_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY")
-                && !cmd.env.contains_key(k.as_ref())
-            {
-                command.env_remove(&key);
-            }
-        }
+        switchboard_engine::child::scrub_server_secrets(&mut command, &cmd.env);
         let mut child = command
             .args(&cmd.args)
             .envs(&cmd.env)

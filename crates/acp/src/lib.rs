@@ -69,6 +69,18 @@ async fn reap_idle(
     }
 }
 
+/// A `Notice` in the run (best effort: a notice that cannot be stored is not worth failing
+/// the run for).
+async fn notice(ctx: &RunContext, message: String) {
+    let _ = ctx
+        .handle
+        .emit(AgentEvent::Notice {
+            run_id: ctx.run_id,
+            message,
+        })
+        .await;
+}
+
 /// How long an agent gets to end its turn after `session/cancel` before it is killed.
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// Back-off between respawns of an agent that keeps dying: 1 s doubling to 30 s.
@@ -363,13 +375,7 @@ impl AcpBackend {
                 self.name,
                 left_out.join(", ")
             );
-            let _ = ctx
-                .handle
-                .emit(AgentEvent::Notice {
-                    run_id: ctx.run_id,
-                    message,
-                })
-                .await;
+            self::notice(ctx, message).await;
         }
         let req = NewSessionRequest::new(cwd).mcp_servers(servers);
         let answer =
@@ -393,13 +399,7 @@ impl AcpBackend {
         }
         if let Some(message) = notice {
             tracing::warn!(agent = %self.name, "{message}");
-            let _ = ctx
-                .handle
-                .emit(AgentEvent::Notice {
-                    run_id: ctx.run_id,
-                    message,
-                })
-                .await;
+            self::notice(ctx, message).await;
         }
         Ok(session)
     }

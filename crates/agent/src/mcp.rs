@@ -225,14 +225,7 @@ async fn start(
 ) -> Result<(Server, Vec<Tool>), String> {
     let mut cmd = tokio::process::Command::new(command);
     // The server's secrets are not the MCP server's (as for ACP agents).
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if (k.starts_with("SWITCHBOARD_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY")
-            && !spec.env.contains_key(k.as_ref())
-        {
-            cmd.env_remove(&key);
-        }
-    }
+    switchboard_engine::child::scrub_server_secrets(&mut cmd, &spec.env);
     let mut child = cmd
         .args(&spec.args)
         .envs(&spec.env)

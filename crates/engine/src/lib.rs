@@ -9,6 +9,7 @@ pub mod approval;
 mod backend;
 mod bus;
 pub mod checkpoints;
+pub mod child;
 mod config;
 mod engine;
 mod error;

@@ -59,7 +59,7 @@ pub struct DiffQuery {
     pub from: Option<String>,
     pub to: Option<String>,
     /// `1` (or `true`): per-file counts as JSON instead of the unified diff.
-    #[param(pattern = "^(0|1|true|false)$")]
+    #[param(pattern = "^(|0|1|true|false)$")]
     pub stat: Option<String>,
 }
 

@@ -219,7 +219,7 @@ impl Engine {
         query: &DiffQuery,
     ) -> Result<DiffOutput, EngineError> {
         let stat = match query.stat.as_deref() {
-            None | Some("0" | "false") => false,
+            None | Some("" | "0" | "false") => false,
             Some("1" | "true") => true,
             Some(other) => {
                 return Err(EngineError::validation(
