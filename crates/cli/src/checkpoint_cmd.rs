@@ -119,11 +119,7 @@ pub async fn diff(settings: &Settings, a: DiffArgs) -> Result<ExitCode> {
 pub async fn undo(settings: &Settings, a: UndoArgs) -> Result<ExitCode> {
     let c = client(settings)?;
     let list = c.checkpoints(a.session).await?.checkpoints;
-    let Some(last) = list
-        .iter()
-        .rev()
-        .find(|c| c.kind == CheckpointKind::AfterRun)
-    else {
+    let Some(last) = switchboard_protocol::last_change(&list) else {
         eprintln!(
             "no run of session {} changed files: nothing to undo",
             a.session

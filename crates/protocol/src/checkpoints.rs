@@ -96,6 +96,16 @@ pub struct RestoreResponse {
     pub deletions: u64,
 }
 
+/// The checkpoint left by the last run that changed files (its `parent` is what undoing
+/// that run restores): the one rule `diff` with no range, `switchboard undo` and the chats'
+/// `/undo` share.
+pub fn last_change(checkpoints: &[Checkpoint]) -> Option<&Checkpoint> {
+    checkpoints
+        .iter()
+        .rev()
+        .find(|c| c.kind == CheckpointKind::AfterRun)
+}
+
 /// `3 files changed, +40 −2`: how every surface sums up a change.
 pub fn change_summary(files: u32, insertions: u64, deletions: u64) -> String {
     let s = if files == 1 { "" } else { "s" };

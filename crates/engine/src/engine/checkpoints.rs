@@ -266,9 +266,7 @@ impl Engine {
         } else if query.to.is_some() {
             return Err(EngineError::Unprocessable("`to` needs `from`".into()));
         } else {
-            list.iter()
-                .rev()
-                .find(after_run)
+            switchboard_protocol::last_change(&list)
                 .and_then(|c| Some((c.parent.clone()?, c.id.clone())))
         };
         let cps = &self.inner.checkpoints;
@@ -315,16 +313,5 @@ impl Engine {
             .checkpoints
             .restore(session_id, Path::new(&session.cwd), id)
             .await?)
-    }
-
-    /// The checkpoint before the last run that changed files (what `undo` restores).
-    pub async fn undo_target(&self, session_id: Uuid) -> Result<Option<String>, EngineError> {
-        Ok(self
-            .checkpoints(session_id)
-            .await?
-            .iter()
-            .rev()
-            .find(|c| c.kind == CheckpointKind::AfterRun)
-            .and_then(|c| c.parent.clone()))
     }
 }

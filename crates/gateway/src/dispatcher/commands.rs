@@ -156,10 +156,7 @@ impl Gateway {
         session: uuid::Uuid,
     ) -> Result<(), GatewayError> {
         let list = self.inner.client.checkpoints(session).await?.checkpoints;
-        let last = list
-            .iter()
-            .rev()
-            .find(|c| c.kind == switchboard_protocol::CheckpointKind::AfterRun);
+        let last = switchboard_protocol::last_change(&list);
         let Some((last, target)) = last.and_then(|c| Some((c, c.parent.clone()?))) else {
             log_err(
                 "answering /undo",
