@@ -182,6 +182,7 @@ pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
             let req = switchboard_protocol::UpdateSessionRequest {
                 title: None,
                 archived: Some(archive),
+                ..Default::default()
             };
             c.update_session(id, &req).await?;
             println!("{} {id}", if archive { "archived" } else { "unarchived" });
@@ -190,6 +191,7 @@ pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
             let req = switchboard_protocol::UpdateSessionRequest {
                 title: Some(title),
                 archived: None,
+                ..Default::default()
             };
             print_json(&c.update_session(id, &req).await?)?;
         }

@@ -6,6 +6,7 @@ mod config;
 mod datadir;
 mod doctor;
 mod gateway_cmd;
+mod hub_cmd;
 mod relay_cmd;
 mod serve;
 
@@ -81,6 +82,9 @@ enum Command {
     /// MCP server (stdio): for an agent in a bundle the tools list, send and look; for the
     /// agent of a session (`--session`, passed to ACP agents by Switchboard) send_file.
     Mcp(relay_cmd::McpArgs),
+    /// Switchboard as an ACP agent on stdio, for editors: their sessions are Switchboard
+    /// sessions, with every backend, the durable log and the approvals.
+    Acp(hub_cmd::AcpArgs),
     /// Check configuration, data directory, store and provider, with a verdict for each.
     Doctor {
         /// Data directory to check.
@@ -188,6 +192,10 @@ fn main() -> ExitCode {
             Command::Mcp(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 relay_cmd::mcp(&settings, args).await
+            }
+            Command::Acp(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                hub_cmd::acp(&settings, args).await
             }
             Command::Doctor { data_dir } => {
                 doctor::run(cli.config.as_deref(), data_dir.as_deref()).await

@@ -153,6 +153,7 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     let mut doc = switchboard_server::ApiDoc::openapi();
     doc.merge(switchboard_server::web::ConsoleDoc::openapi());
     doc.merge(switchboard_relay::api::RelayDoc::openapi());
+    doc.merge(switchboard_hub::ws::HubDoc::openapi());
     if matches!(&settings.gateway, Some(g) if g.enabled) {
         doc.merge(switchboard_gateway::api::GatewayDoc::openapi());
     }
@@ -233,6 +234,12 @@ pub async fn run(settings: Settings) -> Result<()> {
     router = router.merge(switchboard_relay::api::router(
         relay.clone(),
         token_for_gateway(&settings)?,
+    ));
+    // Editors over ACP: the hub's agent is a client of the API, like the relay.
+    router = router.merge(switchboard_hub::ws::router(
+        format!("http://{local}"),
+        token_for_gateway(&settings)?,
+        switchboard_hub::HubOptions::default(),
     ));
     // The web console, and the guard (Host/Origin checks, cookie → bearer) in front of
     // every route, the gateway's and the relay's included.

@@ -141,6 +141,7 @@ async fn create_subscribe_send_stream_and_transcript() {
         |title: Option<&str>, archived: Option<bool>| switchboard_protocol::UpdateSessionRequest {
             title: title.map(str::to_string),
             archived,
+            ..Default::default()
         };
     let r = c
         .update_session(s.id, &upd(Some("renamed"), Some(true)))
@@ -167,6 +168,28 @@ async fn create_subscribe_send_stream_and_transcript() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some("session_not_found"));
+    // The permission mode of the next runs; the title and the rest of the config stay.
+    let mode = switchboard_protocol::UpdateSessionRequest {
+        permission_mode: Some(switchboard_protocol::PermissionMode::ReadOnly),
+        ..Default::default()
+    };
+    let before = c.get_session(s.id).await.unwrap().config;
+    c.update_session(s.id, &mode).await.unwrap();
+    let after = c.get_session(s.id).await.unwrap();
+    assert_eq!(after.session.title, "renamed");
+    assert_eq!(after.config.permission_mode.as_str(), "read-only");
+    assert_eq!(
+        (after.config.backend, after.config.model),
+        (before.backend, before.model)
+    );
+    let raw = reqwest::Client::new()
+        .patch(format!("{}/v1/sessions/{}", server.url, s.id))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"permission_mode": "yolo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status().as_u16(), 400, "an unknown mode is refused");
     c.delete_session(s.id).await.unwrap();
     assert_eq!(
         c.get_session(s.id).await.unwrap_err().code(),

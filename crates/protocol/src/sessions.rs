@@ -126,7 +126,7 @@ pub struct SessionSummary {
     pub archived: bool,
 }
 
-/// `PATCH /v1/sessions/{id}`: rename, archive or unarchive.
+/// `PATCH /v1/sessions/{id}`: rename, archive or unarchive, change the permission mode.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSessionRequest {
@@ -136,6 +136,9 @@ pub struct UpdateSessionRequest {
     pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archived: Option<bool>,
+    /// The mode of the session's next runs (a run under way keeps the mode it started with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<PermissionMode>,
 }
 
 /// Query of `GET /v1/sessions`: a page, of archived sessions or (default) the others.

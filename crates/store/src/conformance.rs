@@ -147,6 +147,7 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
     let upd = SessionUpdate {
         title: Some("renamed".into()),
         archived_at: Some(Some(ts(9))),
+        config: Some(serde_json::json!({"permission_mode": "read-only"})),
         updated_at: ts(9),
     };
     assert!(check("update", store.update_session(s.id, &upd).await));
@@ -156,6 +157,10 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
     assert_eq!(got.title, "renamed");
     assert_eq!(got.archived_at.as_deref(), Some(ts(9).as_str()));
     assert_eq!(got.updated_at, ts(9));
+    assert_eq!(
+        got.config["permission_mode"], "read-only",
+        "the config is replaced"
+    );
     let (archived, n) = check("list", store.list_sessions(1000, 0, true).await);
     assert_eq!(n, archived_before + 1, "archived sessions are listed apart");
     assert!(archived.iter().any(|r| r.id == s.id));
@@ -166,6 +171,7 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
     let upd = SessionUpdate {
         title: None,
         archived_at: Some(None),
+        config: None,
         updated_at: ts(10),
     };
     assert!(check("update", store.update_session(s.id, &upd).await));
@@ -173,6 +179,10 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
         panic!("the unarchived session exists");
     };
     assert_eq!((got.title.as_str(), got.archived_at), ("renamed", None));
+    assert_eq!(
+        got.config["permission_mode"], "read-only",
+        "no config leaves it"
+    );
     assert!(!check(
         "update unknown",
         store.update_session(Uuid::now_v7(), &upd).await

@@ -23,6 +23,8 @@ pub struct SessionUpdate {
     pub title: Option<String>,
     /// `Some(Some(t))` archives at `t`, `Some(None)` unarchives, `None` leaves it.
     pub archived_at: Option<Option<String>>,
+    /// The whole new configuration (JSON), or `None` to leave it.
+    pub config: Option<serde_json::Value>,
     /// The new `updated_at`.
     pub updated_at: String,
 }

@@ -1,6 +1,7 @@
 //! Sessions: create, read, list, update, delete.
 
 use super::*;
+use switchboard_protocol::UpdateSessionRequest;
 
 impl Engine {
     // --- sessions -------------------------------------------------------------------------
@@ -165,14 +166,14 @@ impl Engine {
         ))
     }
 
-    /// Renames, archives or unarchives a session.
+    /// Renames, archives or unarchives a session, or changes its permission mode (which
+    /// the next run starts with: a run under way keeps its own).
     pub async fn update_session(
         &self,
         id: Uuid,
-        title: Option<String>,
-        archived: Option<bool>,
+        req: UpdateSessionRequest,
     ) -> Result<SessionSummary, EngineError> {
-        if let Some(t) = &title
+        if let Some(t) = &req.title
             && t.trim().is_empty()
         {
             return Err(EngineError::Validation {
@@ -180,10 +181,24 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
+        let config = match req.permission_mode {
+            Some(mode) => {
+                let record = self.record(id).await?;
+                let mut config: SessionConfig = serde_json::from_value(record.config)
+                    .map_err(|e| EngineError::Internal(format!("decoding config: {e}")))?;
+                config.permission_mode = mode;
+                Some(
+                    serde_json::to_value(&config)
+                        .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?,
+                )
+            }
+            None => None,
+        };
         let now = now_rfc3339();
         let update = switchboard_store::SessionUpdate {
-            title,
-            archived_at: archived.map(|a| a.then(|| now.clone())),
+            title: req.title,
+            archived_at: req.archived.map(|a| a.then(|| now.clone())),
+            config,
             updated_at: now,
         };
         if !self.inner.store.update_session(id, &update).await? {

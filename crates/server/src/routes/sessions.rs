@@ -50,7 +50,8 @@ pub async fn list(
     Ok(Json(ListSessionsResponse { sessions, total }))
 }
 
-/// Renames, archives (`{"archived": true}`) or unarchives a session.
+/// Renames, archives (`{"archived": true}`) or unarchives a session, or sets the
+/// permission mode its next runs start with.
 #[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
     request_body = UpdateSessionRequest, security(("bearer" = [])),
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -59,12 +60,7 @@ pub async fn update(
     SessionId(id): SessionId,
     extract::Json(req): extract::Json<UpdateSessionRequest>,
 ) -> Result<Json<SessionSummary>, ApiError> {
-    Ok(Json(
-        state
-            .engine
-            .update_session(id, req.title, req.archived)
-            .await?,
-    ))
+    Ok(Json(state.engine.update_session(id, req).await?))
 }
 
 /// Shows a session and its configuration.

@@ -298,14 +298,15 @@ impl Store for SqlStore {
         let n = with_db!(self, |pool, d| {
             sqlx::query(
                 "UPDATE sessions SET title = COALESCE($1, title), \
-                 archived_at = CASE WHEN $2 THEN $3 ELSE archived_at END, updated_at = $4 \
-                 WHERE id = $5",
+                 archived_at = CASE WHEN $2 THEN $3 ELSE archived_at END, updated_at = $4, \
+                 config = COALESCE($6, config) WHERE id = $5",
             )
             .bind(&u.title)
             .bind(set_archive)
             .bind(&archived_at)
             .bind(&u.updated_at)
             .bind(d.id(id))
+            .bind(u.config.as_ref().map(|c| c.to_string()))
             .execute(pool)
             .await?
             .rows_affected()
