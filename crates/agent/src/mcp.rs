@@ -1,15 +1,12 @@
 //! MCP servers' tools for the built-in agent, through the `rmcp` client.
 //!
 //! For each run the agent starts the session's stdio MCP servers in its workspace (their
-//! own process groups, stopped when the run ends), lists their tools and offers them to the
-//! model as `mcp__SERVER__TOOL`. Each call goes through the same permission gate as the
+//! own process groups, stopped when the run ends) and connects to its streamable-HTTP ones
+//! (with their headers; the MCP session is ended when the run ends), lists their tools and
+//! offers them to the model as `mcp__SERVER__TOOL`. Each call goes through the same permission gate as the
 //! built-in tools: a tool annotated `readOnlyHint: true` counts as a read, everything else
 //! as "other" (asks unless the mode or `auto_approve` allows it). A server that cannot be
 //! started or does not answer is left out with a `Notice`; the run goes on.
-//!
-//! Only stdio servers are reached here: rmcp's streamable-HTTP client is built on another
-//! major version of `reqwest` than the rest of Switchboard, which would double the HTTP
-//! stack; URL servers are named in a notice (ACP agents that take HTTP get them as such).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -36,8 +33,8 @@ const MAX_RESULT_CHARS: usize = 50_000;
 struct Server {
     name: String,
     client: RunningService<RoleClient, ()>,
-    /// Kept so that dropping the server stops the process.
-    _child: tokio::process::Child,
+    /// Kept so that dropping the server stops the process (none for an HTTP server).
+    _child: Option<tokio::process::Child>,
 }
 
 /// One exposed tool: where it lives and what it is.
@@ -78,15 +75,13 @@ impl McpTools {
         let mut out = Self::default();
         let mut notices = Vec::new();
         for spec in specs {
-            let Some(command) = &spec.command else {
-                notices.push(format!(
-                    "MCP server {:?} is reached over HTTP, which the built-in agent does not do yet; its tools are left out",
-                    spec.name
-                ));
-                continue;
+            let started = match (&spec.command, &spec.url) {
+                (Some(command), _) => start(spec, command, cwd).await,
+                (None, Some(url)) => connect_http(spec, url).await,
+                (None, None) => Err("neither command nor url".to_owned()),
             };
-            match tokio::time::timeout(START_TIMEOUT, start(spec, command, cwd)).await {
-                Ok(Ok((server, tools))) => {
+            match started {
+                Ok((server, tools)) => {
                     let index = out.servers.len();
                     for tool in tools {
                         let name = exposed_name(&spec.name, &tool.name);
@@ -106,14 +101,14 @@ impl McpTools {
                     }
                     out.servers.push(server);
                 }
-                Ok(Err(e)) => notices.push(format!(
-                    "MCP server {:?} could not be started ({e}); its tools are left out",
-                    spec.name
-                )),
-                Err(_) => notices.push(format!(
+                Err(e) if e == TIMED_OUT => notices.push(format!(
                     "MCP server {:?} did not answer within {} s; its tools are left out",
                     spec.name,
                     START_TIMEOUT.as_secs()
+                )),
+                Err(e) => notices.push(format!(
+                    "MCP server {:?} could not be started ({e}); its tools are left out",
+                    spec.name
                 )),
             }
         }
@@ -218,6 +213,70 @@ impl McpTools {
     }
 }
 
+/// The error of a server that did not start in time.
+const TIMED_OUT: &str = "timed out";
+
+/// The handshake and the tool list, within [`START_TIMEOUT`].
+async fn handshake<T, E, A>(
+    name: &str,
+    transport: T,
+) -> Result<(RunningService<RoleClient, ()>, Vec<Tool>), String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let work = async {
+        let client = ().serve(transport).await.map_err(|e| format!("MCP handshake: {e}"))?;
+        let tools = client
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list: {e}"))?;
+        tracing::info!(server = %name, tools = tools.len(), "MCP server connected");
+        Ok((client, tools))
+    };
+    tokio::time::timeout(START_TIMEOUT, work)
+        .await
+        .unwrap_or_else(|_| Err(TIMED_OUT.to_owned()))
+}
+
+/// A streamable-HTTP server: `headers` go with every request (`Authorization: Bearer …`
+/// as rmcp's auth header).
+async fn connect_http(spec: &McpServerSpec, url: &str) -> Result<(Server, Vec<Tool>), String> {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    // The workspace's rustls provider (ring) for reqwest 0.13; a no-op once installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest013::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    let mut headers = HashMap::new();
+    for (k, v) in &spec.headers {
+        if k.eq_ignore_ascii_case("authorization") {
+            let token = v.strip_prefix("Bearer ").unwrap_or(v);
+            config = config.auth_header(token.to_owned());
+            continue;
+        }
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("header name {k:?} is not valid"))?;
+        let value = http::HeaderValue::from_str(v)
+            .map_err(|_| format!("the value of header {k} is not valid"))?;
+        headers.insert(name, value);
+    }
+    let transport =
+        StreamableHttpClientTransport::with_client(http, config.custom_headers(headers));
+    let (client, tools) = handshake(&spec.name, transport).await?;
+    Ok((
+        Server {
+            name: spec.name.clone(),
+            client,
+            _child: None,
+        },
+        tools,
+    ))
+}
+
 async fn start(
     spec: &McpServerSpec,
     command: &str,
@@ -240,17 +299,12 @@ async fn start(
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("no pipes to the process".into());
     };
-    let client = ().serve((stdout, stdin)).await.map_err(|e| format!("MCP handshake: {e}"))?;
-    let tools = client
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("tools/list: {e}"))?;
-    tracing::info!(server = %spec.name, tools = tools.len(), "MCP server connected");
+    let (client, tools) = handshake(&spec.name, (stdout, stdin)).await?;
     Ok((
         Server {
             name: spec.name.clone(),
             client,
-            _child: child,
+            _child: Some(child),
         },
         tools,
     ))

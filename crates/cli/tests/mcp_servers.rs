@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-//! MCP servers for every backend: a real MCP server (the official Python SDK, over stdio)
+//! MCP servers for every backend: a real MCP server (the official Python SDK, over stdio
+//! and streamable HTTP)
 //! whose tools the built-in agent calls through the permission gate — the read-only one at
 //! once, the other after an approval — a server that cannot start is a notice, and an ACP
 //! agent gets the session's servers in `session/new`.
@@ -136,4 +137,109 @@ async fn the_built_in_agent_calls_mcp_tools_through_the_permission_gate() {
         .unwrap_err();
     assert_eq!(err.code(), Some("unprocessable_entity"), "{err}");
     assert!(err.to_string().contains("mcp_servers"), "{err}");
+}
+
+/// The test server over streamable HTTP in `dir`, on a free port; returns its URL.
+async fn http_calc(dir: &std::path::Path, token: &str) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let child = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp_test_server.py"
+        ))
+        .args(["--http", &port.to_string()])
+        .env("MCP_TEST_TOKEN", token)
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the MCP server listens"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_agent_reaches_mcp_servers_over_streamable_http() {
+    let srv_dir = tempfile::tempdir().unwrap();
+    let (_srv, url) = http_calc(srv_dir.path(), "mcp-secret-token").await;
+    let llm = MockLlm::start().await;
+    llm.push(MockReply::tool_call(
+        "c1",
+        "mcp__calc__add",
+        serde_json::json!({"a": 20, "b": 22}),
+    ));
+    llm.push(MockReply::tool_call(
+        "c2",
+        "mcp__calc__note",
+        serde_json::json!({"text": "over http"}),
+    ));
+    llm.push(MockReply::text(&["Done over HTTP."]));
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let spec = |name: &str, token: &str| McpServerSpec {
+        name: name.into(),
+        url: Some(url.clone()),
+        headers: [("Authorization".to_string(), format!("Bearer {token}"))].into(),
+        ..McpServerSpec::default()
+    };
+    let session = c
+        .create_session(&CreateSessionRequest {
+            // A second server with the wrong token: refused by it, a notice, the run goes on.
+            mcp_servers: Some(vec![
+                spec("calc", "mcp-secret-token"),
+                spec("locked", "wrong"),
+            ]),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let shown = c.get_session(session).await.unwrap().config.mcp_servers;
+    assert_eq!(shown[0].headers["Authorization"], "[redacted]");
+    let mut events = c.subscribe(session, None);
+    let run = c
+        .send_message(
+            session,
+            &SendMessageRequest::user("add and note over http", MessageType::Message),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let seen = until(&mut events, "the approval request", |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    assert!(
+        seen.iter().any(|e| matches!(&e.event,
+            AgentEvent::Notice { message, .. } if message.contains("\"locked\" could not be started"))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|e| matches!(&e.event,
+            AgentEvent::ToolExecutionCompleted { result, is_error: false, .. } if result == "42")),
+        "the read-only tool ran without asking: {seen:?}"
+    );
+    assert!(
+        !srv_dir.path().join("note.txt").exists(),
+        "not before the approval"
+    );
+    c.decide_tools(session, &decide(run, "c2", DecisionAction::Accept, None))
+        .await
+        .unwrap();
+    let evs = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&evs), "Done over HTTP.");
+    assert_eq!(
+        std::fs::read_to_string(srv_dir.path().join("note.txt")).unwrap(),
+        "over http"
+    );
 }

@@ -1,5 +1,11 @@
-"""A small MCP server for the tests, on the official Python SDK (PyPI `mcp`), over stdio:
-`add` (annotated read-only) and `note` (writes note.txt in its working directory)."""
+"""A small MCP server for the tests, on the official Python SDK (PyPI `mcp`): `add`
+(annotated read-only) and `note` (writes note.txt in its working directory).
+
+Over stdio by default; `--http PORT` serves streamable HTTP at http://127.0.0.1:PORT/mcp,
+where every request must carry `Authorization: Bearer $MCP_TEST_TOKEN` (else 401)."""
+
+import os
+import sys
 
 try:  # mcp 2.x
     from mcp.server.mcpserver import MCPServer as Server
@@ -24,5 +30,24 @@ def note(text: str) -> str:
     return "noted"
 
 
+def serve_http(port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app()
+    expected = ("Bearer " + os.environ.get("MCP_TEST_TOKEN", "")).encode()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        serve_http(int(sys.argv[2]))
+    else:
+        server.run()
