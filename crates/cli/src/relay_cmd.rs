@@ -561,8 +561,17 @@ pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
         {
             bail!("--bundle and --member must be ids (a letter, then letters, digits, _ or -)");
         }
+        // A hosted member's session gives its own token (SWITCHBOARD_RELAY_TOKEN: this
+        // member of this bundle only); elsewhere the API token, as for the other commands.
+        let relay_token = std::env::var("SWITCHBOARD_RELAY_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        let client = match relay_token {
+            Some(t) => Client::new(server_url(), Some(t)).map_err(|e| anyhow::anyhow!("{e}"))?,
+            None => client(settings)?,
+        };
         let ops = HttpOps {
-            client: client(settings)?,
+            client,
             bundle: bundle.clone(),
             member: member.clone(),
         };

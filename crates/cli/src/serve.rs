@@ -344,6 +344,14 @@ pub async fn start_relay(
         opts.member_env
             .push(("SWITCHBOARD_CONFIG".into(), p.display().to_string()));
     }
+    // Session and ACP members get the relay's MCP server, with a member token.
+    opts.member_mcp = std::env::current_exe()
+        .ok()
+        .map(|command| switchboard_relay::MemberMcp {
+            command,
+            url: server_url.to_string(),
+            key: token.to_string(),
+        });
     let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     tracing::info!(bundles = %settings.relay.bundles_dir.display(), "relay");

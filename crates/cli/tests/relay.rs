@@ -1158,3 +1158,125 @@ asyncio.run(main())
     assert!(read(&lr).contains("piped line one\npiped line two"));
     c.relay_down("dev").await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_members_reach_each_other_through_the_injected_relay_mcp_server() {
+    use switchboard_test_support::mock_llm::MockReply;
+    let w = World::new().await;
+    let ws = w.path("ws");
+    w.bundle(
+        "pair",
+        &format!(
+            r#"format-version = 1
+[[members]]
+id = "a"
+directory = "{ws}"
+[members.session]
+backend = "builtin"
+permission_mode = "full-access"
+
+[[members]]
+id = "b"
+directory = "{ws}"
+[members.session]
+backend = "builtin"
+"#,
+            ws = ws.display()
+        ),
+    );
+    std::fs::write(
+        w.path("bundles/policies.toml"),
+        "format-version = 1\n[[principals]]\nid = \"alice\"\nname = \"Alice\"\npolicy = \"operator\"\n",
+    )
+    .unwrap();
+    // a's model calls the relay's `send` tool; every other answer is plain text.
+    w.llm.push(MockReply::tool_call(
+        "m1",
+        "mcp__relay__send",
+        json!({"to": ["b"], "message": "hello b, from a", "sync": false}),
+    ));
+    w.llm.set_default(MockReply::text(&["ok"]));
+    let server = w.server().await;
+    let c = client(&server);
+    c.relay_up("pair").await.unwrap();
+    let list = c.relay_list("pair", Some("alice")).await.unwrap();
+    let session_of = |i: usize| -> uuid::Uuid {
+        list.members[i]
+            .session_id
+            .as_ref()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (a, b) = (session_of(0), session_of(1));
+    // The member's session has the relay server, its token redacted.
+    let cfg = c.get_session(a).await.unwrap().config;
+    assert_eq!(cfg.mcp_servers.len(), 1, "{cfg:?}");
+    assert_eq!(cfg.mcp_servers[0].name, "relay");
+    assert_eq!(
+        cfg.mcp_servers[0].args,
+        ["mcp", "--bundle", "pair", "--member", "a"]
+    );
+    assert_eq!(
+        cfg.mcp_servers[0].env["SWITCHBOARD_RELAY_TOKEN"],
+        "[redacted]"
+    );
+
+    let r = c
+        .relay_send(
+            "pair",
+            &send_req("alice", &["a"], "tell b hello", Delivery::Async),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Accepted, "{r:?}");
+    // b gets a's message, sent by a's agent through the relay MCP tool.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let msgs = c.list_messages(b, None, None).await.unwrap();
+        if let Some(m) = msgs.messages.iter().find(|m| {
+            m.role == switchboard_protocol::Role::User && m.content.contains("hello b, from a")
+        }) {
+            break m.content.clone();
+        }
+        assert!(Instant::now() < deadline, "b never got a's message");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        got.contains("From: a\n"),
+        "the envelope names a as the sender: {got}"
+    );
+
+    // A member token acts only as its member, and only on the relay's member routes.
+    let token = switchboard_relay::member_token::mint(TOKEN, "pair", "a").unwrap();
+    let http = reqwest::Client::new();
+    let as_b = http
+        .post(format!("{}/v1/relay/bundles/pair/send", server.url))
+        .bearer_auth(&token)
+        .json(&json!({"sender": "b", "targets": ["a"], "message": "forged"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(as_b.status(), 403);
+    let own = http
+        .get(format!("{}/v1/relay/bundles/pair?as=a", server.url))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 200);
+    for (path, status) in [
+        ("/v1/relay/bundles", 403),
+        ("/v1/relay/bundles/other?as=a", 401),
+        ("/v1/sessions", 401),
+    ] {
+        let r = http
+            .get(format!("{}{path}", server.url))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{path}");
+    }
+    c.relay_down("pair").await.unwrap();
+}

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use switchboard_http::{ApiError, BearerToken};
 use switchboard_protocol::relay::{
     AuditResponse, BundlesResponse, HostingResponse, ListResponse, LookResponse, RelayErrorBody,
@@ -32,13 +32,84 @@ struct ApiState {
 
 type ApiResult = Result<Response, ApiError>;
 
-/// The kit's bearer check, answered in the relay's error shape.
-async fn require_token(State(token): State<BearerToken>, req: Request, next: Next) -> Response {
-    match token.check(req.headers()) {
-        Ok(()) => next.run(req).await,
-        Err(e) => ApiError::from(RelayError::new(e.status().as_u16(), e.code(), e.message()))
-            .into_response(),
+/// Who is calling: the operator (the API token) or one member of the bundle in the path
+/// (its [`crate::member_token`]), who may only act as itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Caller {
+    Operator,
+    Member(String),
+}
+
+impl Caller {
+    /// Refuses a member acting as someone else (`who`: the sender, requester or follower it
+    /// names; `None` when it names nobody).
+    fn may_act_as(&self, who: Option<&str>) -> Result<(), RelayError> {
+        match self {
+            Caller::Operator => Ok(()),
+            Caller::Member(m) if who == Some(m.as_str()) => Ok(()),
+            Caller::Member(m) => Err(RelayError::new(
+                403,
+                "authorization_forbidden",
+                format!(
+                    "a member token acts only as its member ({m}), not as {}",
+                    who.unwrap_or("nobody")
+                ),
+            )),
+        }
     }
+}
+
+#[derive(Clone)]
+struct Auth {
+    token: BearerToken,
+    /// The API token, the key of member tokens.
+    key: std::sync::Arc<str>,
+}
+
+/// The routes a member token reaches: its bundle's list, send, look, outcomes and events.
+fn member_route(method: &axum::http::Method, path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/v1/relay/bundles/")?;
+    let (bundle, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let ok = match (method.as_str(), tail) {
+        ("GET", "" | "look" | "events") | ("POST", "send") => true,
+        ("GET", t) => t.starts_with("messages/"),
+        _ => false,
+    };
+    ok.then(|| bundle.to_owned())
+}
+
+/// The kit's bearer check (or a member token), answered in the relay's error shape.
+async fn require_token(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
+    let denied = match auth.token.check(req.headers()) {
+        Ok(()) => {
+            req.extensions_mut().insert(Caller::Operator);
+            return next.run(req).await;
+        }
+        Err(e) => e,
+    };
+    let presented = switchboard_http::bearer_value(req.headers())
+        .ok()
+        .map(str::to_owned);
+    if let Some(t) = presented.filter(|t| crate::member_token::is_member_token(t)) {
+        let Some(bundle) = member_route(req.method(), req.uri().path()) else {
+            return ApiError::from(RelayError::new(
+                403,
+                "authorization_forbidden",
+                "a member token reaches only its bundle's list, send, look, messages and events",
+            ))
+            .into_response();
+        };
+        if let Some(member) = crate::member_token::verify(&auth.key, &bundle, &t) {
+            req.extensions_mut().insert(Caller::Member(member));
+            return next.run(req).await;
+        }
+    }
+    ApiError::from(RelayError::new(
+        denied.status().as_u16(),
+        denied.code(),
+        denied.message(),
+    ))
+    .into_response()
 }
 
 /// The kit's extractors, their rejections in the relay's shape
@@ -79,6 +150,11 @@ pub struct RelayDoc;
 
 /// The relay's routes, all behind `token`.
 pub fn router(relay: Relay, token: impl Into<String>) -> Router {
+    let token: String = token.into();
+    let auth = Auth {
+        token: BearerToken::new(token.clone()),
+        key: token.into(),
+    };
     let state = ApiState {
         relay,
         keepalive: Duration::from_secs(15),
@@ -96,10 +172,7 @@ pub fn router(relay: Relay, token: impl Into<String>) -> Router {
             "/v1/relay/bundles/{bundle}/messages/{message_id}",
             get(message),
         )
-        .route_layer(axum::middleware::from_fn_with_state(
-            BearerToken::new(token),
-            require_token,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(auth, require_token))
         .layer(axum::middleware::from_fn(switchboard_http::request_id))
         .with_state(state)
 }
@@ -133,10 +206,12 @@ async fn bundles(State(s): State<ApiState>) -> ApiResult {
               (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn list(
     State(s): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(bundle): Path<String>,
     Params(q): Params,
 ) -> ApiResult {
     only(&q, &["as"])?;
+    caller.may_act_as(q.get("as").map(String::as_str))?;
     Ok(Json(
         s.relay
             .list(&bundle, q.get("as").map(String::as_str))
@@ -172,10 +247,16 @@ async fn down(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResul
               (status = 409, description = "`bundle_down`, `request_id_reused`", body = RelayErrorBody),
               (status = 413, description = "`payload_too_large`", body = switchboard_protocol::ErrorBody),
               (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
-async fn send(State(s): State<ApiState>, Path(bundle): Path<String>, body: Bytes) -> ApiResult {
+async fn send(
+    State(s): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    Path(bundle): Path<String>,
+    body: Bytes,
+) -> ApiResult {
     let req: SendRequest = serde_json::from_slice(&body).map_err(|e| {
         RelayError::validation("invalid_arguments", format!("invalid send request: {e}"))
     })?;
+    caller.may_act_as(Some(&req.sender))?;
     Ok(Json(s.relay.send(&bundle, req).await?).into_response())
 }
 
@@ -192,6 +273,7 @@ async fn send(State(s): State<ApiState>, Path(bundle): Path<String>, body: Bytes
               (status = 502, description = "`session_unreachable`", body = RelayErrorBody)))]
 async fn look(
     State(s): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(bundle): Path<String>,
     Params(q): Params,
 ) -> ApiResult {
@@ -211,6 +293,7 @@ async fn look(
     let target = q.get("target").ok_or_else(|| {
         RelayError::validation("unknown_target", "target is missing (?target=MEMBER)")
     })?;
+    caller.may_act_as(Some(requester))?;
     Ok(Json(s.relay.look(&bundle, requester, target, lines).await?).into_response())
 }
 
@@ -266,12 +349,14 @@ async fn message(
               (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn events(
     State(s): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(bundle): Path<String>,
     Params(q): Params,
     headers: HeaderMap,
 ) -> ApiResult {
     only(&q, &["as", "after"])?;
     let who = q.get("as").cloned();
+    caller.may_act_as(who.as_deref())?;
     s.relay.check_follower(&bundle, who.as_deref())?;
     let from_header = headers
         .get("last-event-id")

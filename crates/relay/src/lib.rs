@@ -19,6 +19,7 @@ pub mod config;
 pub mod envelope;
 pub mod error;
 pub mod mcp;
+pub mod member_token;
 pub mod policy;
 pub mod relay;
 pub mod store;
@@ -26,4 +27,4 @@ pub mod tmux;
 
 pub use config::{Bundle, BundleDir, ConfigError};
 pub use error::RelayError;
-pub use relay::{Relay, RelayOptions};
+pub use relay::{MemberMcp, Relay, RelayOptions};

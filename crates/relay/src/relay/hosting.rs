@@ -159,7 +159,15 @@ impl Relay {
                     model,
                     permission_mode,
                     auto_approve: None,
-                    mcp_servers: None,
+                    // The relay's own MCP server, so that the agent can list, message and
+                    // look at its peers with no configuration.
+                    mcp_servers: self
+                        .inner
+                        .opts
+                        .member_mcp
+                        .as_ref()
+                        .and_then(|mcp| mcp.spec(&b.name, &m.id))
+                        .map(|spec| vec![spec]),
                 };
                 let s = self
                     .inner

@@ -62,6 +62,54 @@ pub struct RelayOptions {
     pub member_env: Vec<(String, String)>,
     /// How long a started tmux member must stay alive to count as started.
     pub tmux_settle: Duration,
+    /// The relay MCP server every hosted session and ACP member's session gets (`None`:
+    /// none is added).
+    pub member_mcp: Option<MemberMcp>,
+}
+
+/// How a member session reaches the relay: `COMMAND mcp --bundle B --member M` with
+/// `SWITCHBOARD_URL` and the member's own token (never the API token).
+#[derive(Clone)]
+pub struct MemberMcp {
+    /// The `switchboard` binary.
+    pub command: PathBuf,
+    pub url: String,
+    /// The key of member tokens: the server's API token.
+    pub key: String,
+}
+
+impl std::fmt::Debug for MemberMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemberMcp")
+            .field("command", &self.command)
+            .field("url", &self.url)
+            .field("key", &"[redacted]")
+            .finish()
+    }
+}
+
+impl MemberMcp {
+    /// The MCP server spec of `member` in `bundle`.
+    pub fn spec(&self, bundle: &str, member: &str) -> Option<switchboard_protocol::McpServerSpec> {
+        let token = crate::member_token::mint(&self.key, bundle, member)?;
+        Some(switchboard_protocol::McpServerSpec {
+            name: "relay".into(),
+            command: Some(self.command.display().to_string()),
+            args: vec![
+                "mcp".into(),
+                "--bundle".into(),
+                bundle.into(),
+                "--member".into(),
+                member.into(),
+            ],
+            env: [
+                ("SWITCHBOARD_URL".to_string(), self.url.clone()),
+                ("SWITCHBOARD_RELAY_TOKEN".to_string(), token),
+            ]
+            .into(),
+            ..Default::default()
+        })
+    }
 }
 
 impl RelayOptions {
@@ -77,6 +125,7 @@ impl RelayOptions {
             turn_timeout: Duration::from_secs(600),
             member_env: Vec::new(),
             tmux_settle: Duration::from_millis(300),
+            member_mcp: None,
         }
     }
 }
