@@ -240,7 +240,7 @@ where
 }
 
 /// A streamable-HTTP server: `headers` go with every request (`Authorization: Bearer …`
-/// as rmcp's auth header).
+/// as rmcp's auth header, other schemes as they are).
 async fn connect_http(spec: &McpServerSpec, url: &str) -> Result<(Server, Vec<Tool>), String> {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -253,10 +253,26 @@ async fn connect_http(spec: &McpServerSpec, url: &str) -> Result<(Server, Vec<To
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     let mut headers = HashMap::new();
     for (k, v) in &spec.headers {
-        if k.eq_ignore_ascii_case("authorization") {
-            let token = v.strip_prefix("Bearer ").unwrap_or(v);
-            config = config.auth_header(token.to_owned());
+        // rmcp sends its auth header as `Bearer …`; any other scheme goes as it is.
+        if k.eq_ignore_ascii_case("authorization")
+            && v.len() > 7
+            && v[..7].eq_ignore_ascii_case("bearer ")
+        {
+            config = config.auth_header(v[7..].trim().to_owned());
             continue;
+        }
+        if [
+            "accept",
+            "mcp-session-id",
+            "last-event-id",
+            "mcp-protocol-version",
+        ]
+        .iter()
+        .any(|r| k.eq_ignore_ascii_case(r))
+        {
+            return Err(format!(
+                "header {k} is the MCP transport's own; leave it out"
+            ));
         }
         let name = http::HeaderName::from_bytes(k.as_bytes())
             .map_err(|_| format!("header name {k:?} is not valid"))?;

@@ -182,6 +182,28 @@ async fn create_subscribe_send_stream_and_transcript() {
         (after.config.backend, after.config.model),
         (before.backend, before.model)
     );
+    // Model and auto_approve likewise.
+    let more = switchboard_protocol::UpdateSessionRequest {
+        model: Some("other-model".into()),
+        auto_approve: Some(switchboard_protocol::AutoApprove::Tools(vec![
+            "view".into(),
+        ])),
+        ..Default::default()
+    };
+    c.update_session(s.id, &more).await.unwrap();
+    let after = c.get_session(s.id).await.unwrap().config;
+    assert_eq!(after.model.as_deref(), Some("other-model"));
+    assert_eq!(
+        after.auto_approve,
+        switchboard_protocol::AutoApprove::Tools(vec!["view".into()])
+    );
+    assert_eq!(after.permission_mode.as_str(), "read-only", "kept");
+    let blank = switchboard_protocol::UpdateSessionRequest {
+        model: Some(" ".into()),
+        ..Default::default()
+    };
+    let e = c.update_session(s.id, &blank).await.unwrap_err();
+    assert_eq!(e.code(), Some("validation_failed"));
     let raw = reqwest::Client::new()
         .patch(format!("{}/v1/sessions/{}", server.url, s.id))
         .bearer_auth(TOKEN)

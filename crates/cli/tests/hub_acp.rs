@@ -625,3 +625,68 @@ async fn a_server_restart_mid_prompt_ends_the_prompt_and_the_editor_carries_on()
     assert!(agent_text(&ups).ends_with("Hello from the test agent"));
     drop(c);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_prompts_can_be_cancelled_and_survive_a_reload() {
+    use agent_client_protocol::v1::schema::ImageContent;
+    let world = World::new().await;
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    let ed = Editor::stdio(&server.url, &["--agent", "test"]).await;
+    ed.initialize().await;
+    let (sid, _) = ed.new_session(world.ws.path()).await;
+    let id = Uuid::parse_str(&sid).unwrap();
+
+    // A run from elsewhere is going: the editor's prompt waits its turn, and a cancel ends
+    // it at once, while that run goes on.
+    let (_events, other) = send(&c, id, "[slow]").await;
+    let queued = ed.prompt(&sid, "wait for me");
+    ed.until_update("the other run's ticks", |u| {
+        text_chunk(u, true).is_some_and(|t| t.contains("tick"))
+    })
+    .await;
+    ed.cx
+        .send_notification(CancelNotification::new(sid.clone()))
+        .unwrap();
+    assert_eq!(queued.await.unwrap().stop_reason, StopReason::Cancelled);
+    let s = c.get_session(id).await.unwrap().session;
+    assert_eq!(
+        s.active_run_id,
+        Some(other),
+        "the other run was not touched"
+    );
+
+    // Queued again, then the session is loaded again while the prompt waits: the prompt is
+    // still answered when its run ends.
+    let waiting = ed.prompt(&sid, "still here");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let load = LoadSessionRequest::new(sid.clone(), world.ws.path());
+    tokio::time::timeout(WAIT, ed.cx.send_request(load).block_task())
+        .await
+        .unwrap()
+        .unwrap();
+    c.cancel(id, other).await.unwrap();
+    assert_eq!(waiting.await.unwrap().stop_reason, StopReason::EndTurn);
+
+    // An image alone is a prompt: it is attached, with a line saying so.
+    let png = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        [
+            0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d,
+        ],
+    );
+    let req = PromptRequest::new(
+        sid.clone(),
+        vec![ContentBlock::Image(ImageContent::new(png, "image/png"))],
+    );
+    let resp = tokio::time::timeout(WAIT, ed.cx.send_request(req).block_task())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.stop_reason, StopReason::EndTurn);
+    let files = c.list_files(id).await.unwrap();
+    assert!(
+        files.files.iter().any(|f| f.name == "image.png"),
+        "{files:?}"
+    );
+}

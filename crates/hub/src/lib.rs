@@ -59,6 +59,8 @@ pub use map::{mode_of, modes};
 
 /// How long `session/load` waits for the replay of the log.
 const REPLAY_TIMEOUT: Duration = Duration::from_secs(120);
+/// A silence this long while replaying a loaded session's history ends the replay.
+const REPLAY_IDLE: Duration = Duration::from_secs(3);
 /// Sessions per `session/list` page.
 const LIST_PAGE: u32 = 100;
 
@@ -109,14 +111,20 @@ struct Runs {
     ended: HashMap<Uuid, Ending>,
     /// The editor's run under way (what `session/cancel` cancels).
     current: Option<Uuid>,
+    /// A `session/cancel` came while the prompt was still being sent.
+    cancel_pending: bool,
+    /// Runs the follower saw start (a cancelled one that never started ends here).
+    started: HashSet<Uuid>,
+    /// The follower stopped for good: why (prompts fail at once instead of waiting).
+    closed: Option<String>,
 }
 
 /// A session this connection has open.
 struct Open {
     id: Uuid,
     runs: Mutex<Runs>,
-    /// Permission requests waiting in the editor, by tool call id.
-    asks: Mutex<HashMap<String, agent_client_protocol::RequestCancellationHandle>>,
+    /// Permission requests waiting in the editor, by tool call id, with their run.
+    asks: Mutex<HashMap<String, (Uuid, agent_client_protocol::RequestCancellationHandle)>>,
     /// Calls the editor was asked about (asked once each).
     asked: Mutex<HashSet<String>>,
     follower: Mutex<Option<JoinHandle<()>>>,
@@ -162,9 +170,11 @@ impl Open {
         }
     }
 
-    /// Every waiting prompt ends with `error` (the follower stopped for good).
+    /// Every waiting prompt ends with `error`, and later ones fail at once (the follower
+    /// stopped for good; `session/load` opens it again).
     fn fail_all(&self, error: &str) {
         let mut runs = lock(&self.runs);
+        runs.closed = Some(error.to_owned());
         for (_, tx) in runs.waiters.drain() {
             let _ = tx.send(Ending::Failed {
                 error: error.to_owned(),
@@ -176,19 +186,38 @@ impl Open {
     /// The call was decided (here or elsewhere): a request still open in the editor is
     /// withdrawn.
     fn withdraw(&self, tool_call_id: &str) {
-        if let Some(handle) = lock(&self.asks).remove(tool_call_id) {
+        if let Some((_, handle)) = lock(&self.asks).remove(tool_call_id) {
             tracing::debug!(session = %self.id, tool_call_id, "withdrawing the editor's permission request");
             let _ = handle.cancel();
         }
     }
 
-    fn stop(&self) {
+    /// The run ended: what the editor was still asked about it is withdrawn.
+    fn withdraw_run(&self, run: Uuid) {
+        lock(&self.asks).retain(|_, (r, handle)| {
+            if *r == run {
+                let _ = handle.cancel();
+            }
+            *r != run
+        });
+    }
+
+    /// Stops the follower and withdraws the questions it asked (the prompts waiting stay:
+    /// a new follower ends them).
+    fn stop_follower(&self) {
         if let Some(task) = lock(&self.follower).take() {
             task.abort();
         }
-        for (_, h) in lock(&self.asks).drain() {
+        for (_, (_, h)) in lock(&self.asks).drain() {
             let _ = h.cancel();
         }
+        lock(&self.asked).clear();
+    }
+
+    /// The connection ends.
+    fn stop(&self) {
+        self.stop_follower();
+        self.fail_all("the connection closed");
     }
 }
 
@@ -217,10 +246,14 @@ impl Hub {
         id: Uuid,
         replay_to: u64,
     ) -> oneshot::Receiver<()> {
-        let open = Open::new(id);
-        if let Some(old) = lock(&self.open).insert(id, open.clone()) {
-            old.stop();
-        }
+        // Opened again (`session/load` of an open session): the same state, so that a
+        // prompt waiting on it is still answered, with a new follower replaying the log.
+        let open = lock(&self.open)
+            .entry(id)
+            .or_insert_with(|| Open::new(id))
+            .clone();
+        open.stop_follower();
+        lock(&open.runs).closed = None;
         let (caught_tx, caught_rx) = oneshot::channel();
         let task = tokio::spawn(follow(
             self.clone(),
@@ -555,6 +588,7 @@ async fn prompt_message(
 ) -> Result<InputMessage, Error> {
     let mut text = String::new();
     let mut attachments = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     let mut push = |s: &str| {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
@@ -601,6 +635,7 @@ async fn prompt_message(
             _ => None,
         };
         if let Some((name, bytes)) = upload {
+            names.push(name.clone());
             let file = api
                 .upload_file(session, &name, bytes)
                 .await
@@ -615,6 +650,10 @@ async fn prompt_message(
             ErrorCode::INVALID_PARAMS,
             "the prompt has no text and nothing attached",
         ));
+    }
+    if text.trim().is_empty() {
+        // A message needs text: say what came.
+        text = format!("({} attached)", names.join(", "));
     }
     Ok(InputMessage {
         role: switchboard_protocol::Role::User,
@@ -655,18 +694,27 @@ async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptResponse, Error> 
         }
     };
     let run = sent.run_id;
-    let rx = {
+    let (rx, cancel_now) = {
         let mut runs = lock(&open.runs);
         runs.current = Some(run);
-        match runs.ended.remove(&run) {
-            Some(ending) => Err(ending),
-            None => {
+        let cancel_now = std::mem::take(&mut runs.cancel_pending);
+        let rx = match (runs.ended.remove(&run), runs.closed.clone()) {
+            (Some(ending), _) => Err(ending),
+            (None, Some(why)) => Err(Ending::Failed {
+                error: format!("{why}; session/load the session again"),
+                retryable: true,
+            }),
+            (None, None) => {
                 let (tx, rx) = oneshot::channel();
                 runs.waiters.insert(run, tx);
                 Ok(rx)
             }
-        }
+        };
+        (rx, cancel_now)
     };
+    if cancel_now {
+        cancel_run(hub, &open, run).await;
+    }
     let ending = match rx {
         Err(ending) => ending,
         Ok(rx) => rx.await.unwrap_or(Ending::Failed {
@@ -693,11 +741,30 @@ async fn cancel(hub: &Hub, session: &str) {
     let Ok(open) = hub.session(session) else {
         return;
     };
-    let run = lock(&open.runs).current;
-    if let Some(run) = run
-        && let Err(e) = hub.api.cancel(open.id, run).await
-    {
-        tracing::info!(session = %open.id, %run, error = %e, "cancelling the run");
+    let run = {
+        let mut runs = lock(&open.runs);
+        if runs.current.is_none() && !runs.pending_prompts.is_empty() {
+            // The prompt is still being sent: cancelled as soon as its run is known.
+            runs.cancel_pending = true;
+        }
+        runs.current
+    };
+    if let Some(run) = run {
+        cancel_run(hub, &open, run).await;
+    }
+}
+
+/// Cancels `run`. One still queued (waiting behind a run from elsewhere) is dropped without
+/// an event of its own, so its prompt is answered `cancelled` here.
+async fn cancel_run(hub: &Hub, open: &Open, run: Uuid) {
+    match hub.api.cancel(open.id, run).await {
+        Ok(_) => {
+            let started = lock(&open.runs).started.contains(&run);
+            if !started {
+                open.end(run, Ending::Done("cancelled".into()));
+            }
+        }
+        Err(e) => tracing::info!(session = %open.id, %run, error = %e, "cancelling the run"),
     }
 }
 
@@ -746,7 +813,23 @@ async fn follow(
         caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
     }
     let mut events = hub.api.subscribe(session, Some(0));
-    while let Some(item) = events.next().await {
+    // Runs this editor started: their message and files are not echoed.
+    let mut own: HashSet<Uuid> = HashSet::new();
+    loop {
+        // The server sends the stored history at once: a silence while replaying means
+        // there is no more of it (its newest events may have been pruned).
+        let item = if caught.is_some() {
+            match tokio::time::timeout(REPLAY_IDLE, events.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+                    continue;
+                }
+            }
+        } else {
+            events.next().await
+        };
+        let Some(item) = item else { break };
         let env = match item {
             Ok(env) => env,
             Err(ClientError::Decode(e)) => {
@@ -761,8 +844,14 @@ async fn follow(
         };
         let live = env.id > replay_to;
         let echo = match &env.event {
-            AgentEvent::RunStarted { content, .. } => !open.take_own_prompt(content.as_deref()),
-            _ => true,
+            AgentEvent::RunStarted { run_id, content } => {
+                lock(&open.runs).started.insert(*run_id);
+                if open.take_own_prompt(content.as_deref()) {
+                    own.insert(*run_id);
+                }
+                !own.contains(run_id)
+            }
+            other => !own.contains(&other.run_id()),
         };
         for update in mapper.updates(&env.event, echo) {
             if cx
@@ -788,18 +877,26 @@ async fn follow(
                 run_id,
                 stop_reason,
                 ..
-            } => open.end(*run_id, Ending::Done(stop_reason.clone())),
+            } => {
+                open.withdraw_run(*run_id);
+                own.remove(run_id);
+                open.end(*run_id, Ending::Done(stop_reason.clone()));
+            }
             AgentEvent::RunError {
                 run_id,
                 error,
                 retryable,
-            } => open.end(
-                *run_id,
-                Ending::Failed {
-                    error: error.clone(),
-                    retryable: *retryable,
-                },
-            ),
+            } => {
+                open.withdraw_run(*run_id);
+                own.remove(run_id);
+                open.end(
+                    *run_id,
+                    Ending::Failed {
+                        error: error.clone(),
+                        retryable: *retryable,
+                    },
+                );
+            }
             _ => {}
         }
         if caught.is_some() && env.id >= replay_to {
@@ -857,7 +954,7 @@ fn ask(
         ],
     );
     let sent = cx.send_request(request);
-    lock(&open.asks).insert(tool_call_id.to_owned(), sent.cancellation_handle());
+    lock(&open.asks).insert(tool_call_id.to_owned(), (run, sent.cancellation_handle()));
     let (hub, open, id) = (hub.clone(), open.clone(), tool_call_id.to_owned());
     let spawned = cx.spawn(async move {
         let answer = sent.block_task().await;

@@ -64,15 +64,13 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
         (status = 426, description = "`upgrade_required`: not a WebSocket handshake", body = switchboard_protocol::ErrorBody)))]
 async fn acp(
     State(mut state): State<WsState>,
-    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    query: Result<
+        axum::extract::Query<std::collections::HashMap<String, String>>,
+        axum::extract::rejection::QueryRejection,
+    >,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    if let Some(agent) = query.as_deref().and_then(|q| {
-        q.split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| *k == "agent")
-            .map(|(_, v)| v.to_owned())
-    }) {
+    if let Some(agent) = query.ok().and_then(|q| q.0.get("agent").cloned()) {
         state.opts.agent = Some(agent).filter(|a| !a.is_empty());
     }
     let upgrade = match upgrade {
@@ -184,8 +182,14 @@ pub async fn bridge(url: &str, token: Option<&str>) -> Result<(), HubError> {
         }
         Ok::<(), HubError>(())
     };
+    // Stdin closing sends a Close; the answers still on their way are written until the
+    // server closes its side. The server closing ends the bridge at once.
+    tokio::pin!(up, down);
     tokio::select! {
-        r = up => r,
-        r = down => r,
+        r = &mut down => r,
+        r = &mut up => {
+            r?;
+            down.await
+        }
     }
 }

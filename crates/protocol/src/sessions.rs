@@ -126,7 +126,8 @@ pub struct SessionSummary {
     pub archived: bool,
 }
 
-/// `PATCH /v1/sessions/{id}`: rename, archive or unarchive, change the permission mode.
+/// `PATCH /v1/sessions/{id}`: rename, archive or unarchive; change the permission mode,
+/// the model or `auto_approve` of the next runs.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSessionRequest {
@@ -139,6 +140,13 @@ pub struct UpdateSessionRequest {
     /// The mode of the session's next runs (a run under way keeps the mode it started with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<PermissionMode>,
+    /// The model of the session's next runs. Not empty or blank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
+    pub model: Option<String>,
+    /// What the session's next runs may do without asking (replaces the list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_approve: Option<AutoApprove>,
 }
 
 /// Query of `GET /v1/sessions`: a page, of archived sessions or (default) the others.

@@ -166,8 +166,8 @@ impl Engine {
         ))
     }
 
-    /// Renames, archives or unarchives a session, or changes its permission mode (which
-    /// the next run starts with: a run under way keeps its own).
+    /// Renames, archives or unarchives a session, or changes its permission mode, model or
+    /// `auto_approve` (which the next run starts with: a run under way keeps its own).
     pub async fn update_session(
         &self,
         id: Uuid,
@@ -181,18 +181,32 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
-        let config = match req.permission_mode {
-            Some(mode) => {
-                let record = self.record(id).await?;
-                let mut config: SessionConfig = serde_json::from_value(record.config)
-                    .map_err(|e| EngineError::Internal(format!("decoding config: {e}")))?;
+        if let Some(m) = &req.model
+            && m.trim().is_empty()
+        {
+            return Err(EngineError::validation("model", "must not be empty"));
+        }
+        let changes_config =
+            req.permission_mode.is_some() || req.model.is_some() || req.auto_approve.is_some();
+        let config = if changes_config {
+            let record = self.record(id).await?;
+            let mut config: SessionConfig = serde_json::from_value(record.config)
+                .map_err(|e| EngineError::Internal(format!("decoding config: {e}")))?;
+            if let Some(mode) = req.permission_mode {
                 config.permission_mode = mode;
-                Some(
-                    serde_json::to_value(&config)
-                        .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?,
-                )
             }
-            None => None,
+            if let Some(model) = req.model {
+                config.model = Some(model);
+            }
+            if let Some(auto) = req.auto_approve {
+                config.auto_approve = auto;
+            }
+            Some(
+                serde_json::to_value(&config)
+                    .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?,
+            )
+        } else {
+            None
         };
         let now = now_rfc3339();
         let update = switchboard_store::SessionUpdate {
