@@ -290,8 +290,23 @@ async fn messages_while_busy_are_batched_with_attribution() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_message_rejects_the_pending_approval_and_goes_next() {
+    new_message_rejects_the_pending_approval(None).await;
+}
+
+/// The message arrives while the prompt is posted but its id not yet known to the gateway
+/// (Telegram slow to answer): the prompt still ends with the rejection's note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_message_while_the_prompt_is_being_posted_still_settles_it() {
+    new_message_rejects_the_pending_approval(Some(Duration::from_millis(1500))).await;
+}
+
+async fn new_message_rejects_the_pending_approval(slow_prompt: Option<Duration>) {
     let w = World::new().await;
     let _server = w.server(&[]).await;
+    if let Some(delay) = slow_prompt {
+        // The first message the bot sends in this test is the prompt.
+        w.tg.slow_answers("sendMessage", 1, delay);
+    }
     w.llm.push(MockReply::tool_call(
         "c1",
         "run_command",

@@ -10,8 +10,20 @@ use crate::channel::{Button, ButtonPress, ChatKind, Peer};
 use crate::config::ApprovalMode;
 use crate::store::{FollowedRun, Prompt, Route};
 use crate::text::truncate;
+use crate::util::lock;
 
 use super::*;
+
+/// A prompt is stored before it is posted, so a decision can settle it while the post is
+/// on its way: the settle then has no message to edit, and the post learns only that the
+/// prompt is gone. Whichever of the two finishes second edits the posted message with the
+/// decision's note; this is what the first leaves for it.
+pub(crate) enum Unposted {
+    /// Settled first: the note the message must end with.
+    Note(String),
+    /// Posted first: the message to edit.
+    Posted(String),
+}
 
 impl Gateway {
     /// Decides a prompt's calls (accept or reject for all), edits the prompt to say who
@@ -63,15 +75,35 @@ impl Gateway {
             (Ok(_), Some(peer)) => format!("❌ Denied by {}", peer.name),
             (Ok(_), None) => format!("❌ Rejected: {reason}"),
         };
+        let message = if p.prompt_message.is_empty() {
+            // Not posted yet (or the post's id not recorded yet): the post edits it.
+            let mut unposted = lock(&self.inner.unposted);
+            match unposted.remove(&p.id) {
+                Some(Unposted::Posted(id)) => Some(id),
+                _ => {
+                    unposted.insert(p.id.clone(), Unposted::Note(note.clone()));
+                    None
+                }
+            }
+        } else {
+            Some(p.prompt_message.clone())
+        };
+        if let Some(message) = message {
+            self.edit_settled(p, &message, &note).await;
+        }
+        result.is_ok()
+    }
+
+    /// Edits a settled prompt's message to its text and the decision's note, no buttons.
+    async fn edit_settled(&self, p: &Prompt, message: &str, note: &str) {
         if let Some(ch) = self.channel(&p.channel) {
             let room = ch.max_chars().saturating_sub(note.chars().count() + 2);
             let text = format!("{}\n\n{note}", truncate(&p.prompt_text, room));
             log_err(
                 "editing an approval prompt",
-                ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
+                ch.edit(&p.chat, message, &text, &[]).await,
             );
         }
-        result.is_ok()
     }
 
     pub(super) async fn on_press(&self, press: &ButtonPress) -> Result<(), GatewayError> {
@@ -272,12 +304,21 @@ impl Gateway {
             .set_prompt_message(&p.id, &p.prompt_message)
             .await?
         {
-            // Settled while it was being posted (a press raced the send): no live buttons.
-            log_err(
-                "closing a settled prompt",
-                ch.edit(&p.chat, &p.prompt_message, &p.prompt_text, &[])
-                    .await,
-            );
+            // Settled while it was being posted (a press or a new message raced the send):
+            // the message gets the decision's note once the settle has one.
+            let note = {
+                let mut unposted = lock(&self.inner.unposted);
+                match unposted.remove(&p.id) {
+                    Some(Unposted::Note(note)) => Some(note),
+                    _ => {
+                        unposted.insert(p.id.clone(), Unposted::Posted(p.prompt_message.clone()));
+                        None
+                    }
+                }
+            };
+            if let Some(note) = note {
+                self.edit_settled(&p, &p.prompt_message, &note).await;
+            }
         }
         Ok(())
     }

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     workers: StdMutex<HashMap<String, mpsc::UnboundedSender<()>>>,
     /// Wakes the press handler.
     presses: mpsc::UnboundedSender<()>,
+    /// Prompts settled while they were being posted (see `approvals::Unposted`).
+    pub(crate) unposted: StdMutex<HashMap<String, approvals::Unposted>>,
     pub cancel: CancellationToken,
     tasks: StdMutex<Vec<tokio::task::JoinHandle<()>>>,
     /// A standby gateway (another instance holds the gateway lease) stores what reaches it
@@ -161,6 +163,7 @@ impl Gateway {
                     .collect(),
                 workers: StdMutex::default(),
                 presses: press_tx,
+                unposted: StdMutex::new(HashMap::new()),
                 cancel: CancellationToken::new(),
                 tasks: StdMutex::default(),
                 standby,

@@ -83,9 +83,16 @@ pub(super) async fn api(
         Ok(params) => params,
         Err(reason) => return reply(Err(bad_request(&reason))),
     };
+    let mut slow = None;
     {
         let mut inner = state.lock();
         inner.calls.push(&method, params.clone());
+        if let Some((left, delay)) = inner.slow.get_mut(&method)
+            && *left > 0
+        {
+            *left -= 1;
+            slow = Some(*delay);
+        }
         let mut limited = None;
         if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
             && *left > 0
@@ -142,6 +149,9 @@ pub(super) async fn api(
         "setWebhook" | "deleteWebhook" => Ok(json!(true)),
         _ => Err((StatusCode::NOT_FOUND, "Not Found".into(), None)),
     };
+    if let Some(delay) = slow {
+        tokio::time::sleep(delay).await;
+    }
     reply(result)
 }
 

@@ -279,6 +279,13 @@ impl FakeTelegram {
             .insert(method.to_owned(), (n, retry_after));
     }
 
+    /// The next `n` calls to `method` take effect at once (a sent message is visible to
+    /// the test) but are answered only after `delay`: the window in which the caller does
+    /// not know the message id yet.
+    pub fn slow_answers(&self, method: &str, n: usize, delay: Duration) {
+        self.state.lock().slow.insert(method.to_owned(), (n, delay));
+    }
+
     /// Flood control as Telegram's: a `sendMessage` to a chat that already had `n` within
     /// the last `window` answers 429 with `retry_after` = the seconds until one of them ages
     /// out (at least 1).
