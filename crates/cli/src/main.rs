@@ -8,6 +8,7 @@ mod doctor;
 mod gateway_cmd;
 mod hub_cmd;
 mod relay_cmd;
+mod schedule_cmd;
 mod serve;
 
 use std::path::PathBuf;
@@ -82,6 +83,9 @@ enum Command {
     /// MCP server (stdio): for an agent in a bundle the tools list, send and look; for the
     /// agent of a session (`--session`, passed to ACP agents by Switchboard) send_file.
     Mcp(relay_cmd::McpArgs),
+    /// Scheduled tasks: prompts that run on a schedule and report to a chat.
+    #[command(subcommand)]
+    Schedule(schedule_cmd::ScheduleCommand),
     /// Switchboard as an ACP agent on stdio, for editors: their sessions are Switchboard
     /// sessions, with every backend, the durable log and the approvals.
     Acp(hub_cmd::AcpArgs),
@@ -192,6 +196,10 @@ fn main() -> ExitCode {
             Command::Mcp(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 relay_cmd::mcp(&settings, args).await
+            }
+            Command::Schedule(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                schedule_cmd::schedule(&settings, cmd).await
             }
             Command::Acp(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

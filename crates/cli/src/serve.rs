@@ -154,6 +154,7 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     doc.merge(switchboard_server::web::ConsoleDoc::openapi());
     doc.merge(switchboard_relay::api::RelayDoc::openapi());
     doc.merge(switchboard_hub::ws::HubDoc::openapi());
+    doc.merge(switchboard_scheduler::api::SchedulerDoc::openapi());
     if matches!(&settings.gateway, Some(g) if g.enabled) {
         doc.merge(switchboard_gateway::api::GatewayDoc::openapi());
     }
@@ -235,6 +236,18 @@ pub async fn run(settings: Settings) -> Result<()> {
         relay.clone(),
         token_for_gateway(&settings)?,
     ));
+    // Scheduled tasks: a surface like the gateway, over the API; results go out through
+    // the gateway's send route.
+    let scheduler = start_scheduler(
+        &settings,
+        &format!("http://{local}"),
+        &token_for_gateway(&settings)?,
+    )
+    .await?;
+    router = router.merge(switchboard_scheduler::api::router(
+        scheduler.clone(),
+        token_for_gateway(&settings)?,
+    ));
     // Editors over ACP: the hub's agent is a client of the API, like the relay.
     router = router.merge(switchboard_hub::ws::router(
         format!("http://{local}"),
@@ -282,6 +295,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
+            scheduler.shutdown().await;
             relay.shutdown().await;
             if let Some(gw) = gateway {
                 gw.shutdown().await;
@@ -375,6 +389,41 @@ pub async fn open_gateway_store(settings: &Settings) -> Result<switchboard_gatew
             settings.store_url_redacted()
         )
     })
+}
+
+/// The scheduler's store (the schema `scheduler` of a PostgreSQL store, else
+/// `scheduler.db` in the data directory) and its tick.
+pub async fn start_scheduler(
+    settings: &Settings,
+    server_url: &str,
+    token: &str,
+) -> Result<switchboard_scheduler::Scheduler> {
+    let url = settings.store_url();
+    let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        switchboard_scheduler::ScheduleStore::open_postgres(&url).await
+    } else {
+        switchboard_scheduler::ScheduleStore::open(&settings.data_dir.join("scheduler.db")).await
+    }
+    .with_context(|| {
+        format!(
+            "opening the scheduler store ({})",
+            settings.store_url_redacted()
+        )
+    })?;
+    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
+        .map_err(|e| anyhow::anyhow!("the scheduler's API client: {e}"))?;
+    let s = &settings.scheduler;
+    let mut opts = switchboard_scheduler::SchedulerOptions::new(settings.instance_id.clone());
+    opts.tick = Duration::from_millis(s.tick_ms);
+    opts.lease = settings.lease;
+    opts.grace = chrono::TimeDelta::seconds(i64::try_from(s.grace_secs).unwrap_or(i64::MAX / 2));
+    opts.retry_base = Duration::from_secs(s.retry_base_secs);
+    opts.max_attempts = s.max_attempts;
+    if let Some(file) = &s.clock_file {
+        tracing::warn!(file = %file.display(), "the scheduler's clock is read from a file (tests only)");
+        opts.clock = Arc::new(switchboard_scheduler::FileClock(file.clone()));
+    }
+    Ok(switchboard_scheduler::Scheduler::start(store, client, opts))
 }
 
 /// The lease that decides which instance runs the chat channels.

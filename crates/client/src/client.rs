@@ -347,7 +347,10 @@ impl Client {
     }
 
     /// Sends `req`; a non-2xx answer becomes [`ClientError::Api`].
-    async fn send(&self, req: reqwest::RequestBuilder) -> Result<reqwest::Response, ClientError> {
+    pub(crate) async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
         let resp = req
             .send()
             .await
@@ -362,7 +365,7 @@ impl Client {
     }
 
     /// Sends `req` and parses a JSON answer.
-    async fn json<T: DeserializeOwned>(
+    pub(crate) async fn json<T: DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<T, ClientError> {

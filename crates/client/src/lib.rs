@@ -28,6 +28,7 @@
 mod client;
 mod error;
 mod relay;
+mod schedules;
 mod sse;
 mod stream;
 

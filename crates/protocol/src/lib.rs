@@ -15,6 +15,7 @@ pub mod messages;
 pub mod nullable;
 pub mod openai;
 pub mod relay;
+pub mod schedules;
 pub mod sessions;
 pub mod system;
 pub mod tools;

@@ -12,7 +12,6 @@
 //! - The next due time is the first one after `now`: a tick never leaves one in the past.
 
 use chrono::{DateTime, TimeDelta, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::when::Trigger;
 
@@ -21,33 +20,7 @@ pub const LISTED_SKIPS: usize = 100;
 /// Due times walked through at most (a minutely schedule down for a week is 10,080).
 const WALK_LIMIT: usize = 100_000;
 
-/// What to do with firings a downtime missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Missed {
-    #[default]
-    Skip,
-    RunOnce,
-}
-
-/// What to do with a firing while the previous one still runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    #[default]
-    Skip,
-    Queue,
-}
-
-/// Why a firing did not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SkipReason {
-    /// Its time passed while the server was down.
-    Missed,
-    /// The previous firing was still running.
-    Overlap,
-}
+pub use switchboard_protocol::schedules::{Missed, Overlap, SkipReason};
 
 /// A tick's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

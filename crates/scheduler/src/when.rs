@@ -67,8 +67,23 @@ fn duration(field: &'static str, text: &str) -> Result<TimeDelta, TriggerError> 
 }
 
 impl Trigger {
-    /// Parses `spec`; `now` anchors `every` and `in`.
+    /// Parses `spec` as given by a user; `now` anchors `every` and `in`, and `at` must be
+    /// after it.
     pub fn parse(spec: &TriggerSpec, now: DateTime<Utc>) -> Result<Self, TriggerError> {
+        Self::parse_at(spec, now, true)
+    }
+
+    /// Parses a stored spec (accepted before): `anchor` is when it was made, and an `at`
+    /// that has passed is kept (it is then due, or done).
+    pub fn parse_stored(spec: &TriggerSpec, anchor: DateTime<Utc>) -> Result<Self, TriggerError> {
+        Self::parse_at(spec, anchor, false)
+    }
+
+    fn parse_at(
+        spec: &TriggerSpec,
+        now: DateTime<Utc>,
+        future_only: bool,
+    ) -> Result<Self, TriggerError> {
         let given = [
             spec.cron.is_some(),
             spec.every.is_some(),
@@ -113,7 +128,7 @@ impl Trigger {
                 tz,
             };
             // A pattern that never matches (30 February) is refused now.
-            if t.next_after(now).is_none() {
+            if future_only && t.next_after(now).is_none() {
                 return Err(bad("cron", format!("{expr:?} never comes")));
             }
             return Ok(t);
@@ -137,7 +152,7 @@ impl Trigger {
                     )
                 })?
                 .with_timezone(&Utc);
-            if t <= now {
+            if future_only && t <= now {
                 return Err(bad("at", format!("{at} is in the past")));
             }
             return Ok(Trigger::At(t));

@@ -38,6 +38,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub relay: RelaySection,
     #[serde(default)]
+    pub scheduler: SchedulerSection,
+    #[serde(default)]
     pub store: StoreSection,
     #[serde(default)]
     pub bus: BusSection,
@@ -156,6 +158,33 @@ pub struct RelaySection {
     pub quiescence_timeout_secs: Option<u64>,
     /// How long a sync send to an ACP or session member waits for its turn (default 600).
     pub turn_timeout_secs: Option<u64>,
+}
+
+/// `[scheduler]`: scheduled tasks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// How late a due time may be found (the server was busy or restarting) and still run;
+    /// later, it counts as missed (default 60).
+    pub grace_secs: Option<u64>,
+    /// A failed delivery is tried again after this, then twice as long … (default 30).
+    pub retry_base_secs: Option<u64>,
+    /// Attempts of a delivery before it is failed (default 5).
+    pub max_attempts: Option<u32>,
+    /// How often due schedules are looked for, in milliseconds (default 1000).
+    pub tick_ms: Option<u64>,
+}
+
+/// The scheduler's effective settings.
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    pub grace_secs: u64,
+    pub retry_base_secs: u64,
+    pub max_attempts: u32,
+    pub tick_ms: u64,
+    /// Tests only (`SWITCHBOARD_SCHEDULER_CLOCK_FILE`): the scheduler's time is read from
+    /// this file.
+    pub clock_file: Option<PathBuf>,
 }
 
 /// The relay's effective settings.
@@ -339,6 +368,7 @@ pub struct Settings {
     pub allowed_hosts: Vec<String>,
     pub chat_completions_approvals: switchboard_server::routes::openai::DoorApprovals,
     pub relay: RelaySettings,
+    pub scheduler: SchedulerSettings,
     /// `sqlite://…` or `postgres://…`; `None` means SQLite in the data directory.
     pub store_url: Option<String>,
     /// `nats://…`; `None` means a single instance (in-process fan-out only).
@@ -474,6 +504,24 @@ impl Settings {
                 .unwrap_or(600)
                 .max(1),
         };
+        let scheduler = SchedulerSettings {
+            grace_secs: env_parse("SWITCHBOARD_SCHEDULER_GRACE_SECS")?
+                .or(file.scheduler.grace_secs)
+                .unwrap_or(60),
+            retry_base_secs: env_parse("SWITCHBOARD_SCHEDULER_RETRY_BASE_SECS")?
+                .or(file.scheduler.retry_base_secs)
+                .unwrap_or(30)
+                .max(1),
+            max_attempts: env_parse("SWITCHBOARD_SCHEDULER_MAX_ATTEMPTS")?
+                .or(file.scheduler.max_attempts)
+                .unwrap_or(5)
+                .max(1),
+            tick_ms: env_parse("SWITCHBOARD_SCHEDULER_TICK_MS")?
+                .or(file.scheduler.tick_ms)
+                .unwrap_or(1000)
+                .clamp(50, 60_000),
+            clock_file: env("SWITCHBOARD_SCHEDULER_CLOCK_FILE").map(PathBuf::from),
+        };
         let allowed_hosts = match env("SWITCHBOARD_ALLOWED_HOSTS") {
             Some(v) => v
                 .split(',')
@@ -500,6 +548,7 @@ impl Settings {
                 .or(file.bus.instance_id.clone())
                 .unwrap_or_else(default_instance_id),
             relay,
+            scheduler,
             allowed_hosts,
             chat_completions_approvals: door_approvals(
                 env("SWITCHBOARD_CHAT_COMPLETIONS_APPROVALS")
