@@ -19,7 +19,7 @@ use crate::config::Settings;
 pub enum ScheduleCommand {
     /// Add a schedule: `--cron "0 9 * * 1-5" --tz Europe/Berlin`, `--every 30m`,
     /// `--at 2026-12-24T09:00:00Z` or `--in 2h`, then the prompt.
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List the schedules with their next firing.
     List {
         #[arg(long)]
@@ -252,7 +252,7 @@ pub async fn schedule(settings: &Settings, cmd: ScheduleCommand) -> Result<ExitC
     let c = client(settings)?;
     match cmd {
         ScheduleCommand::Add(a) => {
-            let s = c.create_schedule(&spec_of(a)?).await?;
+            let s = c.create_schedule(&spec_of(*a)?).await?;
             println!("added {} ({})", s.id, s.name);
             println!("{}; next firing {}", s.trigger, when(s.next_due));
         }
