@@ -86,8 +86,14 @@ pub struct AddArgs {
     pub mode: Option<String>,
     /// Tools that run without asking (comma-separated, or `all`); every other call that
     /// asks is rejected. Without it, every call that asks is rejected.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ask")]
     pub auto_approve: Option<String>,
+    /// Ask in the first --to chat (Allow / Deny buttons) instead of rejecting; a question
+    /// nobody answers is rejected after --ask-timeout (default 10m).
+    #[arg(long)]
+    pub ask: bool,
+    #[arg(long, requires = "ask")]
+    pub ask_timeout: Option<String>,
     /// When the server was down at a due time: skip (default) or run_once.
     #[arg(long)]
     pub missed: Option<String>,
@@ -140,10 +146,13 @@ fn spec_of(a: AddArgs) -> Result<ScheduleSpec> {
         deliver: a.to,
         approvals: if auto_approve.is_some() {
             ScheduleApprovals::AutoApprove
+        } else if a.ask {
+            ScheduleApprovals::Ask
         } else {
             ScheduleApprovals::Deny
         },
         auto_approve,
+        ask_timeout: a.ask_timeout,
         missed: a
             .missed
             .as_deref()

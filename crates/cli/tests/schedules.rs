@@ -10,7 +10,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 use common::chat::World;
 use common::client;
 use serde_json::json;
-use switchboard_protocol::schedules::{DeliveryStatus, FiringStatus, ScheduleSpec, SkipReason};
+use switchboard_protocol::AutoApprove;
+use switchboard_protocol::schedules::{
+    DeliveryStatus, FiringStatus, Overlap, ScheduleApprovals, ScheduleSpec, SkipReason,
+};
 use switchboard_test_support::mock_llm::MockReply;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -317,4 +320,305 @@ async fn a_scheduled_run_s_approvals_are_denied_by_default() {
             .iter()
             .any(|m| m.text.contains("Not run") && m.text.contains("run_command"))
     );
+}
+
+fn telegram(w: &World) -> &switchboard_test_support::fake_telegram::FakeTelegram {
+    match &w.fake {
+        common::chat::Fake::Telegram(f) => f,
+        _ => unreachable!("these scenarios run on Telegram"),
+    }
+}
+
+async fn firing_done(
+    c: &switchboard_client::Client,
+    schedule: uuid::Uuid,
+    id: uuid::Uuid,
+) -> switchboard_protocol::schedules::Firing {
+    wait_for("the firing done", async || {
+        c.list_firings(schedule)
+            .await
+            .unwrap()
+            .firings
+            .into_iter()
+            .find(|x| {
+                x.id == id
+                    && !x.deliveries.is_empty()
+                    && x.deliveries
+                        .iter()
+                        .all(|d| d.status != DeliveryStatus::Pending)
+            })
+    })
+    .await
+}
+
+/// Approvals `ask`: the question reaches the delivery chat with buttons; Allow runs the
+/// tool; a question nobody answers is rejected at `ask_timeout` (on the scheduler's clock)
+/// and its message says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_approvals_are_answered_in_the_chat_and_time_out_closed() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let e = env(&clock);
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    let tg = telegram(&w);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            name: Some("nightly".into()),
+            every: Some("1h".into()),
+            prompt: "tidy up".into(),
+            deliver: vec!["telegram:42".into()],
+            approvals: ScheduleApprovals::Ask,
+            ask_timeout: Some("1m".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch allowed.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Tidied."]));
+    let f = c.run_schedule(s.id).await.unwrap();
+    let prompt = w
+        .wait("42", "the question", |m| {
+            m.text.contains("nightly asks") && !m.buttons.is_empty()
+        })
+        .await;
+    assert!(prompt.text.contains("touch allowed.txt"), "{}", prompt.text);
+    let allow = prompt
+        .buttons
+        .iter()
+        .find(|(t, _)| t == "Allow")
+        .unwrap()
+        .1
+        .clone();
+    tg.press(42, prompt.id.parse().unwrap(), 42, "Alice", &allow);
+    let done = firing_done(&c, s.id, f.id).await;
+    assert_eq!(done.status, FiringStatus::Succeeded);
+    assert!(done.rejected_tools.is_empty(), "{done:?}");
+    assert!(w.ws.path().join("allowed.txt").exists());
+    let answered = w
+        .messages("42")
+        .into_iter()
+        .find(|m| m.id == prompt.id)
+        .unwrap();
+    assert!(
+        answered.text.contains("Allowed by Alice"),
+        "{}",
+        answered.text
+    );
+    assert!(answered.buttons.is_empty());
+
+    // Nobody answers the second one.
+    w.llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "touch late.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Nobody let me."]));
+    let f = c.run_schedule(s.id).await.unwrap();
+    let prompt = w
+        .wait("42", "the second question", |m| {
+            m.text.contains("touch late.txt") && !m.buttons.is_empty()
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        c.list_firings(s.id).await.unwrap().firings[0].status,
+        FiringStatus::Running,
+        "it waits for an answer"
+    );
+    clock.set(t0() + TimeDelta::seconds(61));
+    let done = firing_done(&c, s.id, f.id).await;
+    assert_eq!(done.rejected_tools, vec!["run_command"]);
+    assert!(!w.ws.path().join("late.txt").exists());
+    let expired = w
+        .messages("42")
+        .into_iter()
+        .find(|m| m.id == prompt.id)
+        .unwrap();
+    assert!(
+        expired.text.contains("nobody answered within 1m"),
+        "{}",
+        expired.text
+    );
+    assert!(expired.buttons.is_empty());
+    // Asking needs a chat to ask in.
+    let r = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("1h".into()),
+            prompt: "x".into(),
+            approvals: ScheduleApprovals::Ask,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(r.status(), Some(422));
+}
+
+/// Approvals `auto_approve`: the listed tool runs without a question.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_approved_tools_run_unattended() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let e = env(&clock);
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("1h".into()),
+            prompt: "build it".into(),
+            deliver: vec!["telegram:42".into()],
+            approvals: ScheduleApprovals::AutoApprove,
+            auto_approve: Some(AutoApprove::Tools(vec!["run_command".into()])),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch built.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Built."]));
+    let f = c.run_schedule(s.id).await.unwrap();
+    let done = firing_done(&c, s.id, f.id).await;
+    assert_eq!(done.status, FiringStatus::Succeeded);
+    assert!(done.rejected_tools.is_empty());
+    assert!(w.ws.path().join("built.txt").exists());
+    assert!(w.messages("42").iter().all(|m| m.buttons.is_empty()));
+}
+
+/// Overlap: a due time while the previous firing runs is skipped (`skip`, recorded) or
+/// waits and runs after it (`queue`).
+async fn overlap(policy: Overlap) {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let e = env(&clock);
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("10m".into()),
+            prompt: "slow work".into(),
+            overlap: policy,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.llm
+        .push(MockReply::text_slow(&["one ", "two ", "three"], 1500));
+    w.llm.set_default(MockReply::text(&["second"]));
+    clock.set(t0() + TimeDelta::minutes(10) + TimeDelta::seconds(1));
+    wait_for("the first firing runs", async || {
+        let f = c.list_firings(s.id).await.unwrap().firings;
+        f.iter()
+            .any(|f| f.status == FiringStatus::Running)
+            .then_some(())
+    })
+    .await;
+    clock.set(t0() + TimeDelta::minutes(20) + TimeDelta::seconds(1));
+    let f = wait_for("both firings ended", async || {
+        let f = c.list_firings(s.id).await.unwrap().firings;
+        (f.len() == 2
+            && f.iter().all(|f| {
+                matches!(
+                    f.status,
+                    FiringStatus::Skipped | FiringStatus::Succeeded | FiringStatus::Failed
+                )
+            }))
+        .then_some(f)
+    })
+    .await;
+    // Newest first.
+    assert_eq!(f[1].status, FiringStatus::Succeeded);
+    assert_eq!(f[1].reply.as_deref(), Some("one two three"));
+    match policy {
+        Overlap::Skip => {
+            assert_eq!(f[0].status, FiringStatus::Skipped, "{f:?}");
+            assert_eq!(f[0].skip_reason, Some(SkipReason::Overlap));
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(w.llm.chat_requests().len(), 1);
+        }
+        Overlap::Queue => {
+            assert_eq!(f[0].status, FiringStatus::Succeeded, "{f:?}");
+            assert_eq!(f[0].reply.as_deref(), Some("second"));
+            assert!(
+                f[0].started_at.unwrap() >= f[1].finished_at.unwrap(),
+                "the queued one started after the first ended: {f:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlapping_firing_is_skipped_by_default() {
+    overlap(Overlap::Skip).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlapping_firing_waits_with_queue() {
+    overlap(Overlap::Queue).await;
+}
+
+/// A delivery the platform refuses twice is tried again with back-off (on the scheduler's
+/// clock) and delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_fails_twice_is_delivered_once() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let mut e = env(&clock);
+    e.push(("SWITCHBOARD_SCHEDULER_RETRY_BASE_SECS".into(), "10".into()));
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    let tg = telegram(&w);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("1h".into()),
+            prompt: "report".into(),
+            deliver: vec!["telegram:42".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.llm.push(MockReply::text(&["All fine."]));
+    tg.fail("sendMessage", 2, "chat not found");
+    let f = c.run_schedule(s.id).await.unwrap();
+    let attempts = async |n: u32| {
+        wait_for("an attempt", async || {
+            let all = c.list_firings(s.id).await.unwrap().firings;
+            all.into_iter()
+                .find(|x| x.id == f.id && x.deliveries.first().is_some_and(|d| d.attempts == n))
+        })
+        .await
+    };
+    let one = attempts(1).await;
+    let d = &one.deliveries[0];
+    assert_eq!(d.status, DeliveryStatus::Pending);
+    assert!(
+        d.error.as_deref().unwrap().contains("chat not found"),
+        "{d:?}"
+    );
+    assert_eq!(
+        d.next_attempt_at.unwrap(),
+        one.finished_at.unwrap() + TimeDelta::seconds(10)
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tg.calls("sendMessage").len(), 1, "no retry before its time");
+    clock.set(t0() + TimeDelta::seconds(11));
+    let two = attempts(2).await;
+    assert_eq!(two.deliveries[0].status, DeliveryStatus::Pending);
+    clock.set(t0() + TimeDelta::seconds(11 + 21));
+    let three = attempts(3).await;
+    assert_eq!(three.deliveries[0].status, DeliveryStatus::Delivered);
+    assert!(three.deliveries[0].message_id.is_some());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got: Vec<_> = w
+        .messages("42")
+        .into_iter()
+        .filter(|m| m.text.contains("All fine."))
+        .collect();
+    assert_eq!(got.len(), 1, "delivered once: {got:?}");
 }

@@ -1,6 +1,9 @@
 //! The gateway's notification route and the scheduler's routes.
 
-use switchboard_protocol::gateway::{GatewaySendRequest, GatewaySendResponse, GatewayStatus};
+use switchboard_protocol::gateway::{
+    GatewayAskRequest, GatewayAskResponse, GatewayExpireRequest, GatewayExpireResponse,
+    GatewaySendRequest, GatewaySendResponse, GatewayStatus,
+};
 use switchboard_protocol::schedules::{
     Firing, ListFiringsResponse, ListSchedulesResponse, Schedule, ScheduleSpec,
     UpdateScheduleRequest,
@@ -24,6 +27,36 @@ impl Client {
         self.json(
             self.request(reqwest::Method::POST, "/v1/gateway/send")
                 .json(req),
+        )
+        .await
+    }
+
+    /// `POST /v1/gateway/approvals`: a chat asked to decide a run's waiting calls.
+    pub async fn gateway_ask(
+        &self,
+        req: &GatewayAskRequest,
+    ) -> Result<GatewayAskResponse, ClientError> {
+        self.json(
+            self.request(reqwest::Method::POST, "/v1/gateway/approvals")
+                .json(req),
+        )
+        .await
+    }
+
+    /// `POST /v1/gateway/approvals/{id}/expire`: nobody answered; the calls are rejected.
+    pub async fn gateway_expire(
+        &self,
+        prompt_id: &str,
+        reason: &str,
+    ) -> Result<GatewayExpireResponse, ClientError> {
+        self.json(
+            self.request(
+                reqwest::Method::POST,
+                &format!("/v1/gateway/approvals/{prompt_id}/expire"),
+            )
+            .json(&GatewayExpireRequest {
+                reason: reason.to_string(),
+            }),
         )
         .await
     }

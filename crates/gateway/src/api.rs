@@ -8,7 +8,8 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use switchboard_http::{ApiError, BearerToken, Path};
 use switchboard_protocol::gateway::{
-    Accepted, ChannelStatus, GatewaySendRequest, GatewaySendResponse, GatewaySession,
+    Accepted, ChannelStatus, GatewayAskRequest, GatewayAskResponse, GatewayExpireRequest,
+    GatewayExpireResponse, GatewaySendRequest, GatewaySendResponse, GatewaySession,
     GatewaySessionsResponse, GatewayStatus,
 };
 use switchboard_protocol::{ErrorBody, ErrorCode};
@@ -24,7 +25,17 @@ pub use switchboard_protocol::gateway as wire;
 /// when the gateway runs in `switchboard serve`).
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(status, sessions, unbind, send, webhook, channel_push, slack_events),
+    paths(
+        status,
+        sessions,
+        unbind,
+        send,
+        ask,
+        expire,
+        webhook,
+        channel_push,
+        slack_events
+    ),
     components(schemas(
         GatewayStatus,
         switchboard_protocol::gateway::ChannelStatus,
@@ -34,6 +45,10 @@ pub use switchboard_protocol::gateway as wire;
         ChatKind,
         GatewaySendRequest,
         GatewaySendResponse,
+        GatewayAskRequest,
+        GatewayAskResponse,
+        GatewayExpireRequest,
+        GatewayExpireResponse,
         Accepted,
         ErrorBody,
     ))
@@ -95,6 +110,8 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
         .route("/v1/gateway/sessions", get(sessions))
         .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
         .route("/v1/gateway/send", post(send))
+        .route("/v1/gateway/approvals", post(ask))
+        .route("/v1/gateway/approvals/{id}/expire", post(expire))
         .route_layer(axum::middleware::from_fn_with_state(
             BearerToken::new(token),
             switchboard_http::require_bearer,
@@ -278,6 +295,90 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
             Json(GatewaySendResponse { message_id }).into_response()
         }
         Err(e) => error(ErrorCode::Unavailable, e.to_string()),
+    }
+}
+
+fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
+    match e {
+        crate::GatewayError::Channel(e) => error(ErrorCode::Unavailable, e.to_string()),
+        crate::GatewayError::Client(e) if e.status() == Some(404) => {
+            error(ErrorCode::SessionNotFound, "no such session")
+        }
+        e => internal(what, e),
+    }
+}
+
+/// Asks a chat to decide tool calls of a run the gateway does not follow (a scheduled run):
+/// one prompt with Allow / Deny buttons; a press decides them. The same calls asked again
+/// answer the prompt already posted.
+#[utoipa::path(post, path = "/v1/gateway/approvals", tag = "gateway", request_body = GatewayAskRequest,
+    security(("bearer" = [])),
+    responses((status = 200, description = "Asked (or asked already)", body = GatewayAskResponse),
+              (status = 400, description = "`invalid_json` (not an ask request) or `validation_failed` (no calls)", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`session_not_found`", body = ErrorBody),
+              (status = 409, description = "`no_pending_approval`: the run does not wait for those calls", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`unavailable`: the platform refused or did not answer", body = ErrorBody)))]
+async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
+    let req: GatewayAskRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
+    };
+    if req.tool_call_ids.is_empty() {
+        return error(
+            ErrorCode::ValidationFailed,
+            "invalid tool_call_ids: name at least one call",
+        );
+    }
+    match s.gw().ask(&req).await {
+        Ok(crate::dispatcher::AskOutcome::Asked(prompt_id, message_id)) => {
+            Json(GatewayAskResponse {
+                prompt_id,
+                message_id,
+            })
+            .into_response()
+        }
+        Ok(crate::dispatcher::AskOutcome::NotWaiting) => error(
+            ErrorCode::NoPendingApproval,
+            "the run does not wait for a decision on those calls",
+        ),
+        Ok(crate::dispatcher::AskOutcome::UnknownChannel) => error(
+            ErrorCode::UnprocessableEntity,
+            format!("unknown channel {:?}", req.channel),
+        ),
+        Err(e) => gateway_error("asking for an approval", e),
+    }
+}
+
+/// Nobody answered a prompt asked with `POST /v1/gateway/approvals`: its calls are rejected
+/// with the reason, and its message says so (its buttons removed).
+#[utoipa::path(post, path = "/v1/gateway/approvals/{id}/expire", tag = "gateway", request_body = GatewayExpireRequest,
+    params(("id" = String, Path, description = "The prompt's id")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Settled: whether the calls were rejected now", body = GatewayExpireResponse),
+              (status = 400, description = "`invalid_json` or `validation_failed` (blank reason)", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`not_found`: no such prompt (answered already)", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
+async fn expire(State(s): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Response {
+    let req: GatewayExpireRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
+    };
+    if req.reason.trim().is_empty() {
+        return error(
+            ErrorCode::ValidationFailed,
+            "invalid reason: must not be blank",
+        );
+    }
+    match s.gw().expire(&id, &req.reason).await {
+        Ok(Some(rejected)) => Json(GatewayExpireResponse { rejected }).into_response(),
+        Ok(None) => error(ErrorCode::NotFound, format!("no pending prompt {id:?}")),
+        Err(e) => gateway_error("expiring an approval", e),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use uuid::Uuid;
 
 /// The kind of conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -88,6 +89,55 @@ pub struct GatewaySendRequest {
     /// For a thread chat: the thread id.
     #[serde(default)]
     pub thread: Option<String>,
+}
+
+/// `POST /v1/gateway/approvals`: ask a chat to decide tool calls of a run the gateway does
+/// not follow itself (a scheduled run). The chat gets one prompt with Allow / Deny buttons;
+/// a press decides the calls through `/v1`. Asking again for the same calls answers the
+/// prompt already posted.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayAskRequest {
+    pub channel: String,
+    /// The chat id on that channel.
+    pub target: String,
+    /// For a thread chat: the thread id.
+    #[serde(default)]
+    pub thread: Option<String>,
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+    /// The waiting calls to ask about (all of them must wait).
+    #[schema(min_items = 1)]
+    pub tool_call_ids: Vec<String>,
+    /// A line shown above the calls (`⏰ nightly check asks:`).
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// Answer to [`GatewayAskRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewayAskResponse {
+    /// The prompt's id, for `POST /v1/gateway/approvals/{id}/expire`.
+    pub prompt_id: String,
+    /// The platform's id of the prompt's message.
+    pub message_id: String,
+}
+
+/// `POST /v1/gateway/approvals/{id}/expire`: reject a prompt's calls because nobody
+/// answered, and say so in its message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayExpireRequest {
+    /// Why (shown in the chat and given to the agent).
+    #[schema(pattern = r"\S")]
+    pub reason: String,
+}
+
+/// Answer to [`GatewayExpireRequest`]: whether the calls were rejected now (false: the run
+/// no longer waited for them).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct GatewayExpireResponse {
+    pub rejected: bool,
 }
 
 /// Answer to [`GatewaySendRequest`]: the platform's id of the message sent.

@@ -38,6 +38,9 @@ pub enum ScheduleApprovals {
     Deny,
     /// The tools in `auto_approve` run; every other call that asks is rejected.
     AutoApprove,
+    /// Asked in the first chat of `deliver`, with Allow / Deny buttons; a call nobody
+    /// answers within `ask_timeout` is rejected.
+    Ask,
 }
 
 /// What a schedule does and when: the body of `POST /v1/schedules`, and what `GET` returns
@@ -91,6 +94,10 @@ pub struct ScheduleSpec {
     /// With `approvals = auto_approve`: the tools that run without asking (`"all"` or a list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_approve: Option<AutoApprove>,
+    /// With `approvals = ask`: how long a question waits before its calls are rejected
+    /// (`10m` by default, at least `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_timeout: Option<String>,
     #[serde(default)]
     pub missed: Missed,
     #[serde(default)]
@@ -128,6 +135,8 @@ pub struct UpdateScheduleRequest {
     pub approvals: Option<ScheduleApprovals>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_approve: Option<AutoApprove>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_timeout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub missed: Option<Missed>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

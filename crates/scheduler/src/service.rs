@@ -21,7 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use futures::StreamExt;
 use switchboard_client::{Client, ClientError};
-use switchboard_protocol::gateway::GatewaySendRequest;
+use switchboard_protocol::gateway::{GatewayAskRequest, GatewaySendRequest};
 use switchboard_protocol::schedules::{
     Delivery, DeliveryStatus, Firing, FiringStatus, Schedule, ScheduleApprovals, ScheduleSpec,
     UpdateScheduleRequest,
@@ -134,6 +134,15 @@ fn trigger_of(row: &ScheduleRow) -> Result<Trigger, SpecError> {
         field: e.field.to_string(),
         message: e.message,
     })
+}
+
+/// A question asked in a chat for a scheduled run's waiting calls.
+struct Asked {
+    prompt_id: String,
+    ids: Vec<String>,
+    /// On the scheduler's clock.
+    deadline: DateTime<Utc>,
+    reason: String,
 }
 
 /// The API view of a stored schedule.
@@ -527,7 +536,7 @@ impl Scheduler {
             (None, None) => {
                 let auto_approve = match spec.approvals {
                     ScheduleApprovals::AutoApprove => spec.auto_approve.clone(),
-                    ScheduleApprovals::Deny => None,
+                    ScheduleApprovals::Deny | ScheduleApprovals::Ask => None,
                 };
                 let created = client
                     .create_session(&CreateSessionRequest {
@@ -583,11 +592,25 @@ impl Scheduler {
                 .await;
             return;
         };
+        let spec = match self.inner.store.schedule(f.firing.schedule_id).await {
+            Ok(Some(row)) => Some(row.spec),
+            _ => None,
+        };
         let client = &self.inner.client;
         let mut events = client.subscribe(session, None);
         let mut names: HashMap<String, String> = HashMap::new();
         let mut reply: Option<String> = None;
-        while let Some(ev) = events.next().await {
+        // Questions asked in a chat (`approvals = ask`) that wait for an answer.
+        let mut asked: Vec<Asked> = Vec::new();
+        loop {
+            let ev = tokio::select! {
+                ev = events.next() => ev,
+                _ = tokio::time::sleep(self.inner.opts.tick), if !asked.is_empty() => {
+                    self.expire_asked(&mut asked, session, run).await;
+                    continue;
+                }
+            };
+            let Some(ev) = ev else { break };
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(e) if e.status() == Some(404) => {
@@ -611,41 +634,30 @@ impl Scheduler {
                     }
                 }
                 AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
-                    let decisions = tool_call_ids
-                        .iter()
-                        .map(|id| {
-                            (
-                                id.clone(),
-                                ToolDecision {
-                                    action: DecisionAction::Reject,
-                                    content: Some(DENIED.into()),
-                                },
-                            )
-                        })
-                        .collect();
-                    match client
-                        .decide_tools(
-                            session,
-                            &ToolDecisionsRequest {
-                                run_id: run,
-                                decisions,
-                            },
-                        )
-                        .await
-                    {
-                        Ok(_) => {
-                            for id in &tool_call_ids {
-                                let name = names.get(id).cloned().unwrap_or_else(|| id.clone());
-                                if !f.firing.rejected_tools.contains(&name) {
-                                    f.firing.rejected_tools.push(name);
-                                }
+                    let ask = spec
+                        .as_ref()
+                        .filter(|s| s.approvals == ScheduleApprovals::Ask);
+                    match ask {
+                        Some(spec) => {
+                            if let Some(a) = self.ask(f, spec, session, run, &tool_call_ids).await {
+                                asked.push(a);
                             }
                         }
-                        // Decided elsewhere first, or the run moved on.
-                        Err(e) => {
-                            tracing::info!(firing = %f.firing.id, error = %e, "rejecting a scheduled run's tool calls")
-                        }
+                        None => self.reject(f, session, run, &tool_call_ids, DENIED).await,
                     }
+                }
+                AgentEvent::ToolExecutionStarted { tool_call_id, .. } => {
+                    self.close_asked(&mut asked, &tool_call_id).await;
+                }
+                AgentEvent::ToolRejected { tool_call_id, .. } => {
+                    let name = names
+                        .get(&tool_call_id)
+                        .cloned()
+                        .unwrap_or_else(|| tool_call_id.clone());
+                    if !f.firing.rejected_tools.contains(&name) {
+                        f.firing.rejected_tools.push(name);
+                    }
+                    self.close_asked(&mut asked, &tool_call_id).await;
                 }
                 AgentEvent::TextComplete { text, .. } if !text.trim().is_empty() => {
                     reply = Some(truncate(&text, MAX_REPLY_CHARS));
@@ -669,6 +681,157 @@ impl Scheduler {
             }
         }
         // The stream ended (shutdown): the firing stays running, followed again later.
+    }
+
+    /// Rejects waiting calls (recorded as not run when their rejection is seen).
+    async fn reject(&self, f: &FiringRow, session: Uuid, run: Uuid, ids: &[String], why: &str) {
+        let decisions = ids
+            .iter()
+            .map(|id| {
+                (
+                    id.clone(),
+                    ToolDecision {
+                        action: DecisionAction::Reject,
+                        content: Some(why.into()),
+                    },
+                )
+            })
+            .collect();
+        if let Err(e) = self
+            .inner
+            .client
+            .decide_tools(
+                session,
+                &ToolDecisionsRequest {
+                    run_id: run,
+                    decisions,
+                },
+            )
+            .await
+        {
+            // Decided elsewhere first, or the run moved on.
+            tracing::info!(firing = %f.firing.id, error = %e, "rejecting a scheduled run's tool calls");
+        }
+    }
+
+    /// `approvals = ask`: the calls are asked about in the first chat of `deliver`; when
+    /// that is not possible they are rejected (fail closed).
+    async fn ask(
+        &self,
+        f: &FiringRow,
+        spec: &ScheduleSpec,
+        session: Uuid,
+        run: Uuid,
+        ids: &[String],
+    ) -> Option<Asked> {
+        let timeout = spec::ask_timeout(spec).unwrap_or(spec::DEFAULT_ASK_TIMEOUT);
+        let channels = self.channels().await;
+        let target = spec
+            .deliver
+            .iter()
+            .find_map(|t| parse_target(t, &channels).ok());
+        let Some(t) = target else {
+            let why = "no chat of deliver is on a configured channel to ask in: rejected, as nobody is watching";
+            self.reject(f, session, run, ids, why).await;
+            return None;
+        };
+        let asked = self
+            .inner
+            .client
+            .gateway_ask(&GatewayAskRequest {
+                channel: t.channel,
+                target: t.chat,
+                thread: t.thread,
+                session_id: session,
+                run_id: run,
+                tool_call_ids: ids.to_vec(),
+                title: Some(format!("⏰ {} asks:", spec::display_name(spec))),
+            })
+            .await;
+        match asked {
+            Ok(r) => Some(Asked {
+                prompt_id: r.prompt_id,
+                ids: ids.to_vec(),
+                deadline: self.now()
+                    + TimeDelta::from_std(timeout).unwrap_or(TimeDelta::minutes(10)),
+                reason: format!(
+                    "nobody answered within {}: rejected (the schedule's approvals = ask)",
+                    humantime::format_duration(timeout)
+                ),
+            }),
+            // Decided already (a replay of the log after a restart).
+            Err(e) if e.status() == Some(409) => None,
+            Err(e) => {
+                tracing::warn!(firing = %f.firing.id, error = %e, "asking for a scheduled run's approval failed; rejecting");
+                let why =
+                    format!("could not ask for an approval ({e}): rejected, as nobody is watching");
+                self.reject(f, session, run, ids, &why).await;
+                None
+            }
+        }
+    }
+
+    /// A call was decided (it ran or was rejected): its question no longer waits, and a
+    /// prompt still showing buttons (decided elsewhere) is closed.
+    async fn close_asked(&self, asked: &mut Vec<Asked>, id: &str) {
+        let (done, keep): (Vec<Asked>, Vec<Asked>) = std::mem::take(asked)
+            .into_iter()
+            .partition(|a| a.ids.iter().any(|i| i == id));
+        *asked = keep;
+        for a in done {
+            // 404: answered in the chat (the usual case).
+            let _ = self
+                .inner
+                .client
+                .gateway_expire(&a.prompt_id, "decided elsewhere")
+                .await;
+        }
+    }
+
+    /// Rejects the asked calls whose time is up (the chat's prompt says so).
+    async fn expire_asked(&self, asked: &mut Vec<Asked>, session: Uuid, run: Uuid) {
+        let now = self.now();
+        let (due, keep): (Vec<Asked>, Vec<Asked>) = std::mem::take(asked)
+            .into_iter()
+            .partition(|a| a.deadline <= now);
+        *asked = keep;
+        for a in due {
+            if let Err(e) = self
+                .inner
+                .client
+                .gateway_expire(&a.prompt_id, &a.reason)
+                .await
+                && e.status() != Some(404)
+            {
+                tracing::warn!(prompt = %a.prompt_id, error = %e, "expiring a question failed; rejecting its calls directly");
+            }
+            // Whatever the gateway did: the calls must not wait on (409 when they are
+            // decided already).
+            let decisions = a
+                .ids
+                .iter()
+                .map(|id| {
+                    (
+                        id.clone(),
+                        ToolDecision {
+                            action: DecisionAction::Reject,
+                            content: Some(a.reason.clone()),
+                        },
+                    )
+                })
+                .collect();
+            let _ = self
+                .inner
+                .client
+                .decide_tools(
+                    session,
+                    &ToolDecisionsRequest {
+                        run_id: run,
+                        decisions,
+                    },
+                )
+                .await;
+        }
     }
 
     /// Tries the pending deliveries that are due; whether anything changed.
@@ -833,9 +996,15 @@ impl Scheduler {
             if v != ScheduleApprovals::AutoApprove && req.auto_approve.is_none() {
                 spec.auto_approve = None;
             }
+            if v != ScheduleApprovals::Ask && req.ask_timeout.is_none() {
+                spec.ask_timeout = None;
+            }
         }
         if let Some(v) = req.auto_approve {
             spec.auto_approve = Some(v);
+        }
+        if let Some(v) = req.ask_timeout {
+            spec.ask_timeout = Some(v);
         }
         if let Some(v) = req.missed {
             spec.missed = v;
@@ -977,7 +1146,7 @@ pub fn result_text(name: &str, f: &Firing) -> String {
     };
     if !f.rejected_tools.is_empty() {
         text.push_str(&format!(
-            "\n\n(Not run: the schedule denies approvals — {})",
+            "\n\n(Not run, without approval: {})",
             f.rejected_tools.join(", ")
         ));
     }

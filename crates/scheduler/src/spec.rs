@@ -1,6 +1,8 @@
 //! A schedule as a user writes it: checked (every error names its field), normalised, and
 //! its delivery targets resolved against the gateway's channels.
 
+use std::time::Duration;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use switchboard_protocol::schedules::{ScheduleApprovals, ScheduleSpec};
 
@@ -140,6 +142,18 @@ pub fn check(
     for t in &spec.deliver {
         parse_target(t, channels)?;
     }
+    if spec.ask_timeout.is_some() && spec.approvals != ScheduleApprovals::Ask {
+        return Err(invalid("ask_timeout", "goes with approvals = ask"));
+    }
+    if spec.approvals == ScheduleApprovals::Ask {
+        if spec.deliver.is_empty() {
+            return Err(invalid(
+                "approvals",
+                "approvals = ask needs a chat in deliver to ask in",
+            ));
+        }
+        ask_timeout(spec)?;
+    }
     let trigger = Trigger::parse(&trigger_spec(spec), now).map_err(|e| SpecError {
         code: "invalid_trigger",
         field: e.field.to_string(),
@@ -152,6 +166,26 @@ pub fn check(
     spec.name = spec.name.as_ref().map(|n| n.trim().to_string());
     spec.deliver = spec.deliver.iter().map(|t| t.trim().to_string()).collect();
     Ok(trigger)
+}
+
+/// Default of `ask_timeout`.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How long an `ask` question waits (`ask_timeout`, default 10 minutes, at least 10 s).
+pub fn ask_timeout(spec: &ScheduleSpec) -> Result<Duration, SpecError> {
+    let Some(text) = &spec.ask_timeout else {
+        return Ok(DEFAULT_ASK_TIMEOUT);
+    };
+    let d = humantime::parse_duration(text.trim()).map_err(|e| {
+        invalid(
+            "ask_timeout",
+            format!("{text:?} is not a duration like 10m or 1h: {e}"),
+        )
+    })?;
+    if d < Duration::from_secs(10) {
+        return Err(invalid("ask_timeout", "at least 10s"));
+    }
+    Ok(d)
 }
 
 /// The name a schedule goes by: its own, or the start of its prompt.

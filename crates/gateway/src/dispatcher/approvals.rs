@@ -6,7 +6,9 @@ use std::time::Duration;
 use switchboard_protocol::{DecisionAction, ToolCall, ToolDecision, ToolDecisionsRequest};
 use uuid::Uuid;
 
-use crate::channel::{Button, ButtonPress, ChatKind, Peer};
+use switchboard_protocol::gateway::GatewayAskRequest;
+
+use crate::channel::{Button, ButtonPress, ChatKind, ChatRef, Peer};
 use crate::config::ApprovalMode;
 use crate::store::{FollowedRun, Prompt, Route};
 use crate::text::truncate;
@@ -23,6 +25,19 @@ pub(crate) enum Unposted {
     Note(String),
     /// Posted first: the message to edit.
     Posted(String),
+}
+
+/// The requester of a prompt asked for over HTTP: see [`Gateway::may_approve`].
+const ANYONE: &str = "*";
+
+/// What [`Gateway::ask`] did.
+pub enum AskOutcome {
+    /// The prompt's id and its message's id.
+    Asked(String, String),
+    /// The run does not wait for (all of) those calls.
+    NotWaiting,
+    /// No channel of that name.
+    UnknownChannel,
 }
 
 impl Gateway {
@@ -177,8 +192,16 @@ impl Gateway {
     }
 
     /// In a DM only the requester; in groups the configured approvers (default: the
-    /// requester).
+    /// requester). A prompt asked for over HTTP ([`ANYONE`] as requester) may be answered
+    /// by the configured approvers, else by anyone in its chat (which the bot's access
+    /// rules already admit).
     pub(super) fn may_approve(&self, p: &Prompt, peer: &Peer) -> bool {
+        if p.requester.id == ANYONE {
+            return match self.inner.config.approvers.get(&p.channel) {
+                Some(list) if !list.is_empty() => list.contains(&peer.id),
+                _ => true,
+            };
+        }
         if p.chat.kind == ChatKind::Direct {
             return peer.id == p.requester.id;
         }
@@ -200,7 +223,7 @@ impl Gateway {
             if old.run_id == run.run_id && old.tool_call_ids.iter().all(|i| ids.contains(i)) {
                 if old.prompt_message.is_empty() {
                     // Stored but not posted before a crash: post it now.
-                    return self.post_prompt(old).await;
+                    return self.post_prompt(old).await.map(drop);
                 }
                 return Ok(()); // already shown (a replay after a restart)
             }
@@ -274,13 +297,103 @@ impl Gateway {
             requester: route.requester.clone(),
         };
         self.inner.store.put_prompt(&prompt).await?;
-        self.post_prompt(prompt).await
+        self.post_prompt(prompt).await.map(drop)
     }
 
-    /// Posts a stored prompt with its buttons and records the message id.
-    pub(super) async fn post_prompt(&self, mut p: Prompt) -> Result<(), GatewayError> {
+    /// A prompt for calls of a run the gateway does not follow (`POST /v1/gateway/approvals`):
+    /// stored, then posted with its buttons. The same calls asked again answer the prompt
+    /// already there.
+    pub async fn ask(&self, req: &GatewayAskRequest) -> Result<AskOutcome, GatewayError> {
+        let Some(ch) = self.channel(&req.channel) else {
+            return Ok(AskOutcome::UnknownChannel);
+        };
+        if let Some(old) = self.inner.store.prompt_of_session(req.session_id).await? {
+            if old.run_id == req.run_id
+                && req
+                    .tool_call_ids
+                    .iter()
+                    .all(|i| old.tool_call_ids.contains(i))
+                && old.channel == req.channel
+                && old.chat.id == req.target
+            {
+                if old.prompt_message.is_empty() {
+                    let id = old.id.clone();
+                    let message = self.post_prompt(old).await?;
+                    return Ok(AskOutcome::Asked(id, message));
+                }
+                return Ok(AskOutcome::Asked(old.id, old.prompt_message));
+            }
+            // One prompt per session: the run moved on from the older one.
+            self.inner.store.take_prompt(&old.id).await?;
+        }
+        let pending = self.inner.client.pending_tools(req.session_id).await?;
+        if pending.run_id != Some(req.run_id) {
+            return Ok(AskOutcome::NotWaiting);
+        }
+        let calls: Vec<ToolCall> = pending
+            .tool_calls
+            .into_iter()
+            .filter(|c| req.tool_call_ids.contains(&c.id))
+            .collect();
+        if calls.len() != req.tool_call_ids.len() {
+            return Ok(AskOutcome::NotWaiting);
+        }
+        let title = req.title.as_deref().map(str::trim).unwrap_or_default();
+        let room = ch.max_chars().saturating_sub(120 + title.chars().count());
+        let body = crate::preview::approval_prompt(&calls, 0, room);
+        let text = if title.is_empty() {
+            body
+        } else {
+            format!("{title}\n\n{body}")
+        };
+        let prompt = Prompt {
+            id: short_id(),
+            routing_key: format!("ask:{}", req.session_id),
+            session_id: req.session_id,
+            run_id: req.run_id,
+            tool_call_ids: req.tool_call_ids.clone(),
+            channel: req.channel.clone(),
+            chat: ChatRef {
+                id: req.target.clone(),
+                kind: if req.thread.is_some() {
+                    ChatKind::Thread
+                } else {
+                    ChatKind::Direct
+                },
+                thread: req.thread.clone(),
+            },
+            prompt_message: String::new(),
+            prompt_text: text,
+            requester: Peer {
+                id: ANYONE.into(),
+                name: "anyone in the chat".into(),
+                username: None,
+            },
+        };
+        self.inner.store.put_prompt(&prompt).await?;
+        let id = prompt.id.clone();
+        let message = self.post_prompt(prompt).await?;
+        Ok(AskOutcome::Asked(id, message))
+    }
+
+    /// Nobody answered a prompt: its calls are rejected with `reason` and its message says
+    /// so. `None` when there is no such prompt (answered already).
+    pub async fn expire(
+        &self,
+        prompt_id: &str,
+        reason: &str,
+    ) -> Result<Option<bool>, GatewayError> {
+        let Some(p) = self.inner.store.prompt(prompt_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(self.settle_prompt(&p, false, reason, None).await))
+    }
+
+    /// Posts a stored prompt with its buttons and records the message id (empty when the
+    /// channel is gone).
+    pub(super) async fn post_prompt(&self, mut p: Prompt) -> Result<String, GatewayError> {
         let Some(ch) = self.channel(&p.channel) else {
-            return Ok(());
+            return Ok(String::new());
         };
         let (allow, deny) = if p.tool_call_ids.len() > 1 {
             ("Allow All", "Deny All")
@@ -320,7 +433,7 @@ impl Gateway {
                 self.edit_settled(&p, &p.prompt_message, &note).await;
             }
         }
-        Ok(())
+        Ok(p.prompt_message)
     }
 
     pub(super) async fn decide(

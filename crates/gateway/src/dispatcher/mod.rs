@@ -25,6 +25,7 @@ mod commands;
 mod inbound;
 mod worker;
 
+pub use approvals::AskOutcome;
 use approvals::*;
 use commands::*;
 use worker::*;

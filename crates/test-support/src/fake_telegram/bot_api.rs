@@ -93,6 +93,13 @@ pub(super) async fn api(
             *left -= 1;
             slow = Some(*delay);
         }
+        if let Some((left, description)) = inner.failures.get_mut(&method)
+            && *left > 0
+        {
+            *left -= 1;
+            let description = description.clone();
+            return reply(Err(bad_request(&description)));
+        }
         let mut limited = None;
         if let Some((left, retry_after)) = inner.rate_limits.get_mut(&method)
             && *left > 0

@@ -279,6 +279,16 @@ impl FakeTelegram {
             .insert(method.to_owned(), (n, retry_after));
     }
 
+    /// The next `n` calls to `method` are refused as Telegram refuses a bad one: HTTP 400,
+    /// `{"ok":false,"error_code":400,"description":"Bad Request: <description>"}`, with no
+    /// effect.
+    pub fn fail(&self, method: &str, n: usize, description: &str) {
+        self.state
+            .lock()
+            .failures
+            .insert(method.to_owned(), (n, description.to_owned()));
+    }
+
     /// The next `n` calls to `method` take effect at once (a sent message is visible to
     /// the test) but are answered only after `delay`: the window in which the caller does
     /// not know the message id yet.

@@ -112,6 +112,8 @@ struct Inner {
     next_query: u64,
     /// method → (calls still to refuse, retry_after).
     rate_limits: HashMap<String, (usize, u64)>,
+    /// method → (calls still to refuse, the `Bad Request: …` description).
+    failures: HashMap<String, (usize, String)>,
     /// Calls whose effect is immediate but whose answer comes late: (calls left, delay).
     slow: HashMap<String, (usize, std::time::Duration)>,
     /// Flood control: at most `.0` sendMessage calls per chat within any `.1`.
