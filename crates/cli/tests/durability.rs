@@ -220,8 +220,10 @@ async fn sigkill_mid_run_closes_the_run_as_retryable_and_seq_continues() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_subscribe_survives_a_server_restart_and_yields_each_seq_once() {
     let llm = MockLlm::start().await;
+    // Long enough (6 s) that the stop below always lands mid-stream, even on a loaded
+    // machine (30 chunks once finished before a slow shutdown began).
     llm.push(MockReply::Text {
-        chunks: (0..30).map(|i| format!("c{i} ")).collect(),
+        chunks: (0..300).map(|i| format!("c{i} ")).collect(),
         delay_ms: 20,
     });
     let dir = tempfile::tempdir().unwrap();

@@ -622,3 +622,58 @@ async fn a_delivery_that_fails_twice_is_delivered_once() {
         .collect();
     assert_eq!(got.len(), 1, "delivered once: {got:?}");
 }
+
+/// `/schedule`, `/schedules`, `/unschedule` in a chat: the chat is the delivery target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_commands_schedule_list_and_remove() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let e = env(&clock);
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    w.dm("/schedule every 1h check CI and summarise");
+    let added = w
+        .wait("42", "the confirmation", |m| m.text.contains("Scheduled"))
+        .await;
+    assert!(added.text.contains("every 1h"), "{}", added.text);
+    let all = c.list_schedules().await.unwrap().schedules;
+    assert_eq!(all.len(), 1);
+    let s = &all[0];
+    assert_eq!(s.spec.deliver, vec!["telegram:42"]);
+    assert_eq!(s.spec.prompt, "check CI and summarise");
+    let short = s.id.simple().to_string()[..8].to_string();
+    assert!(added.text.contains(&short));
+    w.dm("/schedule cron 61 9 * * * Europe/Berlin nope");
+    let refused = w
+        .wait("42", "the refusal", |m| m.text.starts_with("Not scheduled"))
+        .await;
+    assert!(refused.text.contains("cron"), "{}", refused.text);
+    w.dm("/schedules");
+    let listed = w
+        .wait("42", "the list", |m| {
+            m.text.starts_with("Schedules reporting here")
+        })
+        .await;
+    assert!(
+        listed.text.contains(&short) && listed.text.contains("check CI"),
+        "{}",
+        listed.text
+    );
+
+    w.llm.push(MockReply::text(&["CI: 2 failures."]));
+    clock.set(t0() + TimeDelta::minutes(61));
+    w.wait("42", "the firing's result", |m| {
+        m.text.contains("CI: 2 failures.")
+    })
+    .await;
+
+    w.dm(&format!("/unschedule {short}"));
+    w.wait("42", "the removal", |m| m.text.starts_with("Removed"))
+        .await;
+    assert!(c.list_schedules().await.unwrap().schedules.is_empty());
+    w.dm("/unschedule abcd1234");
+    w.wait("42", "nothing to remove", |m| {
+        m.text.starts_with("No schedule \"abcd1234\"")
+    })
+    .await;
+}

@@ -1,4 +1,5 @@
-//! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`), and the undo button.
+//! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`,
+//! `/unschedule`), and the undo button.
 
 use std::sync::Arc;
 
@@ -98,6 +99,9 @@ impl Gateway {
                 None => "No session yet: send a message to start one.".into(),
                 Some(r) => return self.offer_undo(channel, m, r.session_id).await,
             },
+            Command::Schedule => self.add_schedule(m).await,
+            Command::Schedules => self.list_schedules(m).await?,
+            Command::Unschedule => self.remove_schedule(m).await?,
         };
         log_err(
             "answering a command",
@@ -292,9 +296,13 @@ pub(super) enum Command {
     Status,
     Diff,
     Undo,
+    Schedule,
+    Schedules,
+    Unschedule,
 }
 
-/// `/new`, `/stop`, `/status`, `/diff`, `/undo` (also `/stop@botname`).
+/// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`
+/// (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -305,6 +313,9 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "status" => Some(Command::Status),
         "diff" => Some(Command::Diff),
         "undo" => Some(Command::Undo),
+        "schedule" => Some(Command::Schedule),
+        "schedules" => Some(Command::Schedules),
+        "unschedule" => Some(Command::Unschedule),
         _ => None,
     }
 }

@@ -23,6 +23,7 @@ use crate::store::{GatewayStore, NamespacedState};
 mod approvals;
 mod commands;
 mod inbound;
+mod schedules;
 mod worker;
 
 pub use approvals::AskOutcome;
