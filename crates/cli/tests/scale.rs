@@ -789,3 +789,108 @@ async fn doctor_checks_the_store_and_the_bus() {
     drop(nats);
     db.drop_now().await;
 }
+
+/// Two instances on one PostgreSQL, both running the scheduler on one test clock: every due
+/// time fires exactly once, whichever instance claims it; when the instance working on a
+/// firing is killed, the other carries the firing on once its lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_fire_each_scheduled_time_once() {
+    use switchboard_protocol::schedules::{FiringStatus, ScheduleSpec};
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let llm = MockLlm::start().await;
+    llm.set_default(MockReply::text(&["done"]));
+    let dir = tempfile::tempdir().unwrap();
+    let clock_file = dir.path().join("clock");
+    let t0: chrono::DateTime<chrono::Utc> = "2026-12-07T08:00:00Z".parse().unwrap();
+    let set_clock = |t: chrono::DateTime<chrono::Utc>| {
+        let tmp = clock_file.with_extension("tmp");
+        std::fs::write(&tmp, t.to_rfc3339()).unwrap();
+        std::fs::rename(&tmp, &clock_file).unwrap();
+    };
+    set_clock(t0);
+    let clock = clock_file.display().to_string();
+    let extra = [
+        ("SWITCHBOARD_SCHEDULER_CLOCK_FILE", clock.as_str()),
+        ("SWITCHBOARD_SCHEDULER_TICK_MS", "50"),
+    ];
+    let a = instance_with(dir.path(), "a", &llm, &db, &nats, &extra).await;
+    let b = instance_with(dir.path(), "b", &llm, &db, &nats, &extra).await;
+    let ca = client(&a);
+    let cb = client(&b);
+    let s = ca
+        .create_schedule(&ScheduleSpec {
+            every: Some("10m".into()),
+            prompt: "tick".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for n in 1..=4i64 {
+        set_clock(t0 + chrono::TimeDelta::minutes(10 * n) + chrono::TimeDelta::seconds(1));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let f = cb.list_firings(s.id).await.unwrap().firings;
+            if f.len() as i64 == n && f.iter().all(|f| f.status == FiringStatus::Succeeded) {
+                break;
+            }
+            assert!(f.len() as i64 <= n, "a due time fired twice: {f:?}");
+            assert!(Instant::now() < deadline, "firing {n} did not end: {f:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let f = ca.list_firings(s.id).await.unwrap().firings;
+    assert_eq!(f.len(), 4, "{f:?}");
+    let mut due: Vec<_> = f.iter().map(|f| f.due_at).collect();
+    due.dedup();
+    assert_eq!(due.len(), 4, "each due time once: {f:?}");
+    assert_eq!(llm.chat_requests().len(), 4, "four runs in all");
+
+    // A firing whose instance dies mid-run is carried on by the other.
+    llm.push(MockReply::Text {
+        chunks: numbered("slow", 200),
+        delay_ms: 20,
+    });
+    let f = ca.run_schedule(s.id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = ca.list_firings(s.id).await.unwrap().firings;
+        if all
+            .iter()
+            .any(|x| x.id == f.id && x.status == FiringStatus::Running)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the manual firing never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut a = a;
+    a.kill().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let all = cb.list_firings(s.id).await.unwrap().firings;
+        if let Some(x) = all
+            .into_iter()
+            .find(|x| x.id == f.id && x.finished_at.is_some())
+        {
+            break x;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the other instance did not carry the firing on"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // The run itself died with its instance (or was carried on by the engine's lease): the
+    // firing ends either way, once, with the run's outcome.
+    assert!(
+        matches!(done.status, FiringStatus::Succeeded | FiringStatus::Failed),
+        "{done:?}"
+    );
+    assert_eq!(
+        cb.list_firings(s.id).await.unwrap().firings.len(),
+        5,
+        "no firing added by the takeover"
+    );
+}
