@@ -127,13 +127,13 @@ pub async fn a_due_time_is_claimed_once(s: &ScheduleStore) {
     let f = firing(row.id, t0(), FiringStatus::Starting);
     let lease = Utc::now() + TimeDelta::seconds(30);
     assert!(
-        s.claim(row.id, t0(), next, &[f.clone()], "a", lease)
+        s.claim(row.id, t0(), next, std::slice::from_ref(&f), "a", lease)
             .await
             .unwrap()
     );
     let f2 = firing(row.id, t0(), FiringStatus::Starting);
     assert!(
-        !s.claim(row.id, t0(), next, &[f2.clone()], "b", lease)
+        !s.claim(row.id, t0(), next, std::slice::from_ref(&f2), "b", lease)
             .await
             .unwrap()
     );
@@ -185,7 +185,7 @@ pub async fn a_claim_of_a_paused_or_deleted_schedule_fails(s: &ScheduleStore) {
     let f = firing(row.id, t0(), FiringStatus::Starting);
     let lease = Utc::now() + TimeDelta::seconds(30);
     assert!(
-        !s.claim(row.id, t0(), None, &[f.clone()], "a", lease)
+        !s.claim(row.id, t0(), None, std::slice::from_ref(&f), "a", lease)
             .await
             .unwrap()
     );
@@ -242,7 +242,7 @@ pub async fn saves_are_guarded_by_ownership(s: &ScheduleStore) {
     s.insert_schedule(&row).await.unwrap();
     let now = Utc::now();
     let mut f = firing(row.id, t0(), FiringStatus::Starting);
-    s.claim(row.id, t0(), None, &[f.clone()], "a", now)
+    s.claim(row.id, t0(), None, std::slice::from_ref(&f), "a", now)
         .await
         .unwrap();
     let taken = s
