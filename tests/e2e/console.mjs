@@ -389,6 +389,43 @@ try {
     await T('bundle-state').filter({ hasText: 'down' }).waitFor();
   });
 
+  await step('schedules: a bad expression is refused with its field', async () => {
+    await T('schedules-tab').click();
+    await T('schedule-form').waitFor();
+    await T('schedule-kind').selectOption('every');
+    await T('schedule-when').fill('soon');
+    await T('schedule-prompt').fill('never');
+    await T('schedule-add').click();
+    const refused = T('toast').filter({ hasText: 'every' }).filter({ hasText: 'invalid_trigger' });
+    await refused.waitFor();
+    await refused.click(); // dismissed, so that it covers nothing
+    await refused.waitFor({ state: 'detached' });
+  });
+
+  await step('schedules: add one, run it by hand; its history shows the run; pause; delete', async () => {
+    await T('schedule-when').fill('1h');
+    await T('schedule-name').fill('hourly hello');
+    await T('schedule-prompt').fill('say hello on schedule');
+    await T('schedule-add').click();
+    const row = T('schedule-row').filter({ hasText: 'hourly hello' });
+    await row.waitFor();
+    await row.getByTestId('schedule-next').filter({ hasText: /\d/ }).waitFor();
+    await T('schedule-detail').filter({ hasText: 'History of hourly hello' }).waitFor();
+    await row.getByTestId('schedule-run').click();
+    await T('firing').filter({ hasText: 'Scheduled hello.' }).waitFor({ timeout: 45_000 });
+    const ok = await page.locator('[data-testid="firing"][data-status="succeeded"]').count();
+    check(ok === 1, `${ok} succeeded firings shown`);
+    await shot(page, '06-schedules.png');
+    await row.getByTestId('schedule-pause').click();
+    await page.locator('[data-testid="schedule-row"][data-paused="true"]').filter({ hasText: 'hourly hello' }).waitFor();
+    await row.getByTestId('schedule-next').filter({ hasText: 'paused' }).waitFor();
+    page.once('dialog', (d) => d.accept());
+    await row.getByTestId('schedule-delete').click();
+    await row.waitFor({ state: 'detached' });
+    const { schedules } = await page.evaluate(() => fetch('/v1/schedules').then((r) => r.json()));
+    check(schedules.length === 0, `${schedules.length} schedules left`);
+  });
+
   await step('archive hides the session from the list; unarchive brings it back', async () => {
     await T('sessions-tab').click();
     const item = page.locator(`[data-testid="session-item"][data-session-id="${sid}"]`);

@@ -74,6 +74,8 @@ fn script(llm: &MockLlm) {
         json!({"path": "notes.md", "file_text": "# Notes\nfirst line\n"}),
     ));
     llm.push(MockReply::text(&["Wrote the notes."]));
+    // the schedules page: a firing run by hand
+    llm.push(MockReply::text(&["Scheduled hello."]));
 }
 
 #[tokio::test]

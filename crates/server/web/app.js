@@ -1,4 +1,5 @@
-// Switchboard web console: sign-in, sessions with a live transcript and approvals, the relay.
+// Switchboard web console: sign-in, sessions with a live transcript and approvals, schedules,
+// the relay.
 // Plain DOM, no framework. Text from the server is only ever set as textContent, except
 // assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
@@ -136,18 +137,22 @@ $('show-archived').addEventListener('change', (e) => {
   refreshSessions().catch(toast);
 });
 
-/** #/ · #/new · #/s/<id> · #/relay · #/relay/<bundle> */
+/** #/ · #/new · #/s/<id> · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> */
 function route() {
   if (!S.me) return;
   const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
   document.body.classList.remove('drawer');
-  document.body.classList.toggle('relay-mode', kind === 'relay');
-  $('sessions-tab').classList.toggle('active', kind !== 'relay');
+  // The relay and the schedules use the whole width (no session sidebar).
+  document.body.classList.toggle('wide', kind === 'relay' || kind === 'schedules');
+  document.body.dataset.page = kind === 'relay' || kind === 'schedules' ? kind : 'sessions';
+  $('sessions-tab').classList.toggle('active', kind !== 'relay' && kind !== 'schedules');
+  $('schedules-tab').classList.toggle('active', kind === 'schedules');
   $('relay-tab').classList.toggle('active', kind === 'relay');
   if (kind !== 's') leaveSession();
   if (kind !== 'relay') closeLook();
   if (kind === 's' && arg) openSession(arg);
   else if (kind === 'relay') openRelay(arg);
+  else if (kind === 'schedules') openSchedules(arg);
   else if (kind === 'new') $('main').replaceChildren(newSessionForm());
   else $('main').replaceChildren(h('div.empty', {}, 'Pick a session on the left, or create a new one.'));
   markActive();
@@ -156,7 +161,9 @@ window.addEventListener('hashchange', route);
 
 setInterval(() => {
   if (!S.me) return;
-  if (document.body.classList.contains('relay-mode')) refreshRelay().catch(toast);
+  const page = document.body.dataset.page;
+  if (page === 'relay') refreshRelay().catch(toast);
+  else if (page === 'schedules') refreshSchedules().catch(toast);
   else refreshSessions().catch(toast);
 }, 3000);
 
@@ -789,6 +796,131 @@ async function syncPending(v) {
   const waiting = new Set(p.tool_calls.map((c) => c.id));
   for (const call of p.tool_calls) (v.calls.get(call.id) ?? addCard(v, call)).ask(p.run_id);
   for (const card of v.calls.values()) if (card.waiting && !waiting.has(card.id)) card.answered('Answered', false);
+}
+
+// ---------- schedules ----------
+
+const C = { id: null }; // the rest is set by schedulesView()
+
+const when = (ts) => (ts ? new Date(ts).toLocaleString() : '');
+const clip = (t, n) => (t.length > n ? `${t.slice(0, n - 1)}…` : t);
+
+function schedulesView() {
+  const kind = h('select', { tid: 'schedule-kind', 'aria-label': 'When' },
+    ['cron', 'every', 'at', 'in'].map((k) => h('option', { value: k }, k)));
+  const value = h('input', { tid: 'schedule-when', placeholder: '0 9 * * 1-5', required: true });
+  const tz = h('input', { tid: 'schedule-tz', placeholder: 'Europe/Berlin (cron only; default UTC)' });
+  const name = h('input', { tid: 'schedule-name', placeholder: 'optional' });
+  const deliver = h('input', { tid: 'schedule-deliver', placeholder: 'telegram:123, slack:C123/1712.5 (optional)' });
+  const approvals = h('select', { tid: 'schedule-approvals', 'aria-label': 'Approvals' },
+    h('option', { value: 'deny' }, 'deny (fail closed)'), h('option', { value: 'ask' }, 'ask in the first chat'));
+  const prompt = h('textarea', { tid: 'schedule-prompt', rows: 3, placeholder: 'check CI and summarise failures', required: true });
+  const add = h('button.primary', { tid: 'schedule-add' }, 'Add schedule');
+  const hints = { cron: '0 9 * * 1-5', every: '30m', at: '2026-12-24T09:00:00Z', in: '2h' };
+  kind.addEventListener('change', () => {
+    value.placeholder = hints[kind.value];
+    tz.disabled = kind.value !== 'cron';
+  });
+  const form = h('form.panel.schedule-add', { tid: 'schedule-form' },
+    h('h3', {}, 'New schedule'),
+    h('div.row', {}, field('When', kind), field('Expression', value), field('Time zone', tz)),
+    field('Prompt', prompt),
+    h('div.row', {}, field('Name', name), field('Deliver to', deliver), field('Approvals', approvals)),
+    h('div.row', {}, add));
+  form.addEventListener('submit', guard(async (e) => {
+    e.preventDefault();
+    const body = { prompt: prompt.value.trim(), approvals: approvals.value };
+    body[kind.value] = value.value.trim();
+    if (kind.value === 'cron' && tz.value.trim()) body.tz = tz.value.trim();
+    if (name.value.trim()) body.name = name.value.trim();
+    const targets = deliver.value.split(',').map((t) => t.trim()).filter(Boolean);
+    if (targets.length) body.deliver = targets;
+    add.disabled = true;
+    try {
+      const s = await api('POST', '/v1/schedules', body);
+      toast(`Scheduled: ${s.name} (${s.trigger})`, 'info');
+      prompt.value = '';
+      value.value = '';
+      name.value = '';
+      location.hash = `#/schedules/${s.id}`;
+    } finally {
+      add.disabled = false;
+    }
+    await refreshSchedules();
+  }));
+  Object.assign(C, {
+    list: h('tbody', { tid: 'schedules' }),
+    heading: h('h3'),
+    firings: h('tbody', { tid: 'firings' }),
+  });
+  C.detail = h('div.panel', { tid: 'schedule-detail', hidden: true },
+    C.heading,
+    h('div.table-wrap', {}, h('table.firings', {},
+      h('thead', {}, h('tr', {}, ['Due', 'Status', 'Started', 'Outcome', 'Delivery', ''].map((c) => h('th', {}, c)))),
+      C.firings)));
+  return h('section.schedules', {},
+    h('div.table-wrap', {}, h('table', {},
+      h('thead', {}, h('tr', {}, ['Name', 'When', 'Next firing', 'Delivers to', ''].map((c) => h('th', {}, c)))),
+      C.list)),
+    C.detail, form);
+}
+
+function openSchedules(id) {
+  C.root ??= schedulesView();
+  $('main').replaceChildren(C.root);
+  if (id !== C.id) {
+    C.id = id ?? null;
+    C.firings.replaceChildren();
+    C.key = '';
+  }
+  refreshSchedules().catch(toast);
+}
+
+async function refreshSchedules() {
+  const { schedules } = await api('GET', '/v1/schedules');
+  const act = (label, tid, fn) => h('button', { tid, type: 'button', onclick: guard(async (e) => {
+    e.currentTarget.disabled = true;
+    try { await fn(); } finally { await refreshSchedules(); }
+  }) }, label);
+  fill(C.list, schedules.map((s) => h(`tr.schedule-row${s.id === C.id ? '.active' : ''}`,
+    { tid: 'schedule-row', 'data-schedule-id': s.id, 'data-paused': String(s.paused) },
+    h('td', {}, h('a', { href: `#/schedules/${s.id}`, tid: 'schedule-name-link' }, s.name)),
+    h('td', {}, s.trigger),
+    h('td', { tid: 'schedule-next' }, s.paused ? 'paused' : s.next_due ? when(s.next_due) : 'done'),
+    h('td', {}, (s.spec.deliver ?? []).join(', ') || h('span.muted', {}, 'stored only')),
+    h('td.actions', {},
+      act('Run now', 'schedule-run', () => api('POST', `/v1/schedules/${s.id}/run`)
+        .then(() => { location.hash = `#/schedules/${s.id}`; })),
+      act(s.paused ? 'Resume' : 'Pause', 'schedule-pause', () => api('PATCH', `/v1/schedules/${s.id}`, { paused: !s.paused })),
+      act('Delete', 'schedule-delete', async () => {
+        if (!confirm(`Delete the schedule “${s.name}” and its history?`)) return;
+        await api('DELETE', `/v1/schedules/${s.id}`);
+        if (C.id === s.id) location.hash = '#/schedules';
+      })))),
+  schedules.length ? null : h('tr', {}, h('td.muted', { colspan: 5 },
+    'No schedules yet. Add one below, with `switchboard schedule add`, or /schedule in a chat.')));
+  const mine = schedules.find((s) => s.id === C.id);
+  C.detail.hidden = !mine;
+  if (!mine) return;
+  C.heading.textContent = `History of ${mine.name}`;
+  const { firings } = await api('GET', `/v1/schedules/${mine.id}/firings`);
+  const key = JSON.stringify(firings);
+  if (key === C.key) return;
+  C.key = key;
+  fill(C.firings, firings.map((f) => h('tr', { tid: 'firing', 'data-status': f.status },
+    h('td', {}, when(f.due_at), f.manual ? h('span.muted', {}, ' (by hand)') : null),
+    h('td', {}, h(`span.status.${f.status}`, {}, f.status),
+      f.skip_reason ? h('span.muted', {}, ` (${f.skip_reason}${f.more_skipped ? `, ${f.more_skipped} more` : ''})`) : null),
+    h('td', {}, f.started_at ? when(f.started_at) : ''),
+    h('td', { tid: 'firing-outcome' },
+      f.session_id ? h('a', { href: `#/s/${f.session_id}` }, clip(f.reply ?? f.outcome ?? 'session', 160)) : (f.outcome ?? ''),
+      f.rejected_tools?.length ? h('div.muted', {}, `not run: ${f.rejected_tools.join(', ')}`) : null),
+    h('td', {}, (f.deliveries ?? []).map((d) => h(`div.delivery.${d.status}`, { tid: 'delivery', 'data-status': d.status },
+      `${d.target}: ${d.status}${d.attempts > 1 ? ` after ${d.attempts} tries` : ''}${d.error && d.status !== 'delivered' ? ` — ${d.error}` : ''}`))),
+    h('td', {}, (f.deliveries ?? []).some((d) => d.status === 'failed')
+      ? act('Retry delivery', 'firing-redeliver', () => api('POST', `/v1/schedules/${mine.id}/firings/${f.id}/deliver`))
+      : null))),
+  firings.length ? null : h('tr', {}, h('td.muted', { colspan: 6 }, 'No firings yet.')));
 }
 
 // ---------- relay ----------
