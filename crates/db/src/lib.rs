@@ -23,7 +23,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
 };
@@ -170,6 +170,50 @@ pub async fn migrate_sqlite(
         tracing::info!(owner, version, "applied migration (sqlite)");
     }
     Ok(())
+}
+
+/// Opens a pool of at most `max_connections` on the PostgreSQL database `url` (the URL forms
+/// sqlx accepts; the database must exist) for `migrations`' crate, and applies them. The
+/// application name is `switchboard-<owner>` unless the URL gives one. With a schema of its
+/// own, `search_path` is set at connection start-up (`-c search_path=<schema>`, which wins
+/// over one in the URL), so every connection the pool ever opens, reconnects included,
+/// resolves the crate's unqualified table names in its schema, never in another crate's.
+/// Errors name the host and database, never the password.
+pub async fn open_postgres(
+    url: &str,
+    max_connections: u32,
+    migrations: &Migrations,
+) -> Result<PgPool, DbError> {
+    let owner = migrations.owner;
+    let mut connect = PgConnectOptions::from_str(url).map_err(|source| DbError::Connect {
+        owner,
+        target: "(the URL does not parse)".into(),
+        source,
+    })?;
+    if connect.get_application_name().is_none() {
+        connect = connect.application_name(&format!("switchboard-{owner}"));
+    }
+    if let Some(schema) = migrations.postgres_schema {
+        connect = connect.options([("search_path", schema)]);
+    }
+    let target = format!(
+        "{}:{}/{}",
+        connect.get_host(),
+        connect.get_port(),
+        connect.get_database().unwrap_or("")
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(connect)
+        .await
+        .map_err(|source| DbError::Connect {
+            owner,
+            target,
+            source,
+        })?;
+    migrate_postgres(&pool, migrations).await?;
+    Ok(pool)
 }
 
 /// Applies pending PostgreSQL migrations, one transaction each. Each transaction takes the

@@ -19,11 +19,9 @@
 //! - Times are RFC 3339 text in UTC with microseconds, so text order is time order.
 
 use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
 use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, Row, SqlitePool};
 use switchboard_protocol::schedules::{Firing, FiringStatus, ScheduleSpec};
@@ -177,17 +175,7 @@ impl ScheduleStore {
     /// Connects to a PostgreSQL database and applies pending migrations, creating the
     /// schema `scheduler` if missing. Several instances may open one database at once.
     pub async fn open_postgres(url: &str) -> Result<Self> {
-        let mut connect = PgConnectOptions::from_str(url)?;
-        if connect.get_application_name().is_none() {
-            connect = connect.application_name("switchboard-scheduler");
-        }
-        let connect = connect.options([("search_path", POSTGRES_SCHEMA)]);
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(connect)
-            .await?;
-        switchboard_db::migrate_postgres(&pool, &MIGRATIONS).await?;
+        let pool = switchboard_db::open_postgres(url, 4, &MIGRATIONS).await?;
         Ok(Self {
             db: Db::Postgres(pool),
         })

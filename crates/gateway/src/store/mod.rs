@@ -35,12 +35,10 @@
 //!   database each find the work done or do it, once.
 
 use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::postgres::PgRow;
 use sqlx::sqlite::{SqlitePoolOptions, SqliteRow};
 use sqlx::{PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
@@ -327,21 +325,7 @@ impl GatewayStore {
     /// URL forms sqlx accepts) and applies pending migrations, creating the schema `gateway`
     /// if missing. The database must exist. Several instances may open one database at once.
     pub async fn open_postgres(url: &str) -> Result<Self> {
-        let mut connect = PgConnectOptions::from_str(url)?;
-        if connect.get_application_name().is_none() {
-            connect = connect.application_name("switchboard-gateway");
-        }
-        // Set at connection start-up (`-c search_path=gateway`), so every connection the
-        // pool ever opens, reconnects included, resolves the unqualified names of the SQL in
-        // this file and of the migrations in the gateway's schema, never in the engine's.
-        // A later `options` wins over one given in the URL.
-        let connect = connect.options([("search_path", POSTGRES_SCHEMA)]);
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(connect)
-            .await?;
-        switchboard_db::migrate_postgres(&pool, &MIGRATIONS).await?;
+        let pool = switchboard_db::open_postgres(url, 8, &MIGRATIONS).await?;
         Ok(Self {
             db: Db::Postgres(pool),
         })
