@@ -41,7 +41,13 @@ async fn serve(dir: &Path, extra: &[(&str, &str)]) -> ServerProcess {
 fn routes_in_sources() -> BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
-    for dir in ["server/src", "gateway/src", "relay/src", "hub/src", "scheduler/src"] {
+    for dir in [
+        "server/src",
+        "gateway/src",
+        "relay/src",
+        "hub/src",
+        "scheduler/src",
+    ] {
         collect(&root.join(dir), &mut files);
     }
     let mut out = BTreeSet::new();
