@@ -755,3 +755,43 @@ async fn the_cli_adds_lists_pauses_runs_and_removes() {
     let (ok, out, _) = cli(&server, &["list"]);
     assert!(ok && out.contains("no schedules"), "{out}");
 }
+
+/// A delivery that failed every attempt is tried again by hand (`redeliver`), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_delivery_is_retried_by_hand() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let mut e = env(&clock);
+    e.push(("SWITCHBOARD_SCHEDULER_MAX_ATTEMPTS".into(), "1".into()));
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    let tg = telegram(&w);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("1h".into()),
+            prompt: "report".into(),
+            deliver: vec!["telegram:42".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    w.llm.push(MockReply::text(&["Late but fine."]));
+    tg.fail("sendMessage", 1, "chat not found");
+    let f = c.run_schedule(s.id).await.unwrap();
+    let failed = firing_done(&c, s.id, f.id).await;
+    assert_eq!(failed.deliveries[0].status, DeliveryStatus::Failed);
+    let (_, out, _) = cli(&server, &["show", &s.id.to_string()]);
+    assert!(out.contains("telegram:42 failed"), "{out}");
+    let again = c.redeliver_firing(s.id, f.id).await.unwrap();
+    assert_eq!(again.deliveries[0].status, DeliveryStatus::Pending);
+    let done = firing_done(&c, s.id, f.id).await;
+    assert_eq!(done.deliveries[0].status, DeliveryStatus::Delivered);
+    let err = c.redeliver_firing(s.id, f.id).await.unwrap_err();
+    assert_eq!(err.status(), Some(409), "nothing failed any more");
+    let got = w
+        .messages("42")
+        .into_iter()
+        .filter(|m| m.text.contains("Late but fine."))
+        .count();
+    assert_eq!(got, 1);
+}
