@@ -108,6 +108,9 @@ pub struct SendArgs {
     /// ACP and session targets: how long --sync waits for the member's turn.
     #[arg(long)]
     turn_timeout_ms: Option<u64>,
+    /// The relayed message this answers (`msg_…`): it continues that message's chain.
+    #[arg(long)]
+    in_reply_to: Option<String>,
     #[arg(long)]
     json: bool,
     /// The message; read from stdin when absent.
@@ -148,11 +151,24 @@ fn fail(e: &RelayClientError, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::FAILURE)
 }
 
+/// The client of the relay commands: a hosted member (a tmux pane, a member's session)
+/// has its own token in SWITCHBOARD_RELAY_TOKEN — this member of this bundle only — and
+/// uses it; elsewhere the API token, as for the other commands.
+fn relay_client(settings: &Settings) -> Result<Client> {
+    match std::env::var("SWITCHBOARD_RELAY_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+    {
+        Some(t) => Client::new(server_url(), Some(t)).map_err(|e| anyhow::anyhow!("{e}")),
+        None => client(settings),
+    }
+}
+
 pub async fn relay(settings: &Settings, cmd: RelayCommand) -> Result<ExitCode> {
     if let RelayCommand::Check { bundle, json } = cmd {
         return check(settings, bundle.as_deref(), json);
     }
-    let c = client(settings)?;
+    let c = relay_client(settings)?;
     match cmd {
         RelayCommand::Check { .. } => Ok(ExitCode::SUCCESS),
         RelayCommand::Up(a) => hosting(c.relay_up(&a.bundle).await, a.json),
@@ -346,6 +362,7 @@ async fn send(c: &Client, a: SendArgs) -> Result<ExitCode> {
         quiet_window_ms: a.quiet_window_ms,
         quiescence_timeout_ms: a.quiescence_timeout_ms,
         turn_timeout_ms: a.turn_timeout_ms,
+        in_reply_to: a.in_reply_to,
         ..SendRequest::default()
     };
     let r = match c.relay_send(&a.bundle, &req).await {
@@ -484,6 +501,7 @@ impl RelayOps for HttpOps {
             } else {
                 Delivery::Async
             },
+            in_reply_to: req.in_reply_to,
             ..SendRequest::default()
         };
         let r = self
@@ -553,6 +571,8 @@ impl SessionOps for SessionHttpOps {
 
 /// `switchboard mcp`: an MCP server on stdin/stdout with the relay tools for one member of
 /// one bundle, the session tools for one session, or both.
+///
+/// (See [`relay_client`] for the token.)
 pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
     let mut tools = McpTools::default();
     if let (Some(bundle), Some(member)) = (a.bundle, a.member) {
@@ -561,15 +581,7 @@ pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
         {
             bail!("--bundle and --member must be ids (a letter, then letters, digits, _ or -)");
         }
-        // A hosted member's session gives its own token (SWITCHBOARD_RELAY_TOKEN: this
-        // member of this bundle only); elsewhere the API token, as for the other commands.
-        let relay_token = std::env::var("SWITCHBOARD_RELAY_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty());
-        let client = match relay_token {
-            Some(t) => Client::new(server_url(), Some(t)).map_err(|e| anyhow::anyhow!("{e}"))?,
-            None => client(settings)?,
-        };
+        let client = relay_client(settings)?;
         let ops = HttpOps {
             client,
             bundle: bundle.clone(),

@@ -335,6 +335,7 @@ pub fn relay_options(settings: &Settings) -> switchboard_relay::RelayOptions {
     o.queue_capacity = r.queue_capacity;
     o.quiescence_timeout = Duration::from_secs(r.quiescence_timeout_secs);
     o.turn_timeout = Duration::from_secs(r.turn_timeout_secs);
+    o.limits = r.limits.clone();
     o
 }
 

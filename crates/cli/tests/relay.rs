@@ -1280,3 +1280,173 @@ backend = "builtin"
     }
     c.relay_down("pair").await.unwrap();
 }
+
+/// Two agents scripted to answer each other forever (tmux members that run
+/// `switchboard relay send` back on every message they get) stop at the hop limit: the
+/// chain carries on by itself (each reply continues the chain of the message just
+/// received), the ninth send is refused with `relay_hop_limit`, and the audit log has it.
+/// A member's per-minute budget then refuses with `relay_budget_exhausted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_answering_each_other_forever_stop_at_the_hop_limit() {
+    let w = World::new().await;
+    let script = w.path("answer.sh");
+    std::fs::write(
+        &script,
+        r#"other=$1; log=$2; bin=$3
+printf '> '
+while IFS= read -r l; do
+  case "$l" in
+    "[end of message"*)
+      if out=$("$bin" relay send dev --from "$SWITCHBOARD_RELAY_MEMBER" --to "$other" "pong from $SWITCHBOARD_RELAY_MEMBER" 2>&1); then
+        echo "sent" >> "$log"
+      else
+        echo "refused: $out" >> "$log"
+      fi ;;
+  esac
+  printf '> '
+done
+"#,
+    )
+    .unwrap();
+    let member = |id: &str, other: &str| {
+        format!(
+            "[[members]]\nid = \"{id}\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"bash {script} {other} {log} {bin}\"\n{SHORT}\n\n",
+            ws = w.path("ws").display(),
+            script = script.display(),
+            log = w.path(&format!("{id}.log")).display(),
+            bin = bin().display(),
+        )
+    };
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n{}{}",
+            member("ping", "pong"),
+            member("pong", "ping")
+        ),
+    );
+    let server = w.server().await;
+    let c = client(&server);
+    assert_eq!(
+        c.relay_up("dev").await.unwrap().result,
+        HostingResult::Hosted
+    );
+    let first = c
+        .relay_send("dev", &send_req("ping", &["pong"], "ping", Delivery::Async))
+        .await
+        .unwrap();
+    assert_eq!(first.hop, Some(1));
+    let chain = first.chain_id.clone().unwrap();
+    let logs = || read(&w.path("ping.log")) + &read(&w.path("pong.log"));
+    wait_for("the loop to hit the limit", Duration::from_secs(90), || {
+        logs().contains("refused")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = logs();
+    assert_eq!(all.matches("sent").count(), 7, "hops 2..=8 sent: {all}");
+    assert_eq!(all.matches("refused").count(), 1, "{all}");
+    assert!(all.contains("relay_hop_limit"), "{all}");
+    let audit = c.relay_audit("dev", Some(500), None).await.unwrap().entries;
+    let sends = audit
+        .iter()
+        .filter(|e| e["event"] == "relay.send.request")
+        .count();
+    assert_eq!(sends, 8, "eight messages in the chain");
+    let refused: Vec<&Value> = audit
+        .iter()
+        .filter(|e| e["event"] == "relay.send.refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{audit:?}");
+    assert_eq!(refused[0]["code"], "relay_hop_limit");
+    assert_eq!(refused[0]["details"]["chain_id"], chain.as_str());
+    assert_eq!(refused[0]["details"]["hop"], 9);
+    // The envelope showed where the chain stood.
+    let look = c
+        .relay_look("dev", "ping", "pong", Some(200))
+        .await
+        .unwrap();
+    assert!(
+        look.lines.iter().any(
+            |l| l.contains(&format!("Chain: {chain} (hop 8 of at most 8)"))
+                || l.contains(&format!("Chain: {chain} (hop 7 of at most 8)"))
+        ),
+        "{:?}",
+        look.lines
+    );
+    // A reply that names its message continues that chain; an unknown one is refused.
+    let named = c
+        .relay_send(
+            "dev",
+            &SendRequest {
+                in_reply_to: Some(first.results[0].message_id.clone()),
+                ..send_req("pong", &["ping"], "late answer", Delivery::Async)
+            },
+        )
+        .await;
+    // (hop 2 of the chain: allowed — but the script answers it, and that chain goes on.)
+    assert_eq!(named.as_ref().unwrap().hop, Some(2), "{named:?}");
+    let unknown = c
+        .relay_send(
+            "dev",
+            &SendRequest {
+                in_reply_to: Some("msg_nope".into()),
+                ..send_req("pong", &["ping"], "x", Delivery::Async)
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), "message_not_found");
+    c.relay_down("dev").await.unwrap();
+}
+
+/// Send budgets: a member may send so many per minute; the next send is refused with
+/// `relay_budget_exhausted` and nothing of it is stored.
+#[tokio::test]
+async fn a_member_s_send_budget_refuses_with_its_code() {
+    let w = World::new().await;
+    let log = w.path("b.log");
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"a\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"{e}\"\n{SHORT}\n\n[[members]]\nid = \"b\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"{e}\"\n{SHORT}\n",
+            ws = w.path("ws").display(),
+            e = echo_member(&log).replace('"', "\\\""),
+        ),
+    );
+    let server = w
+        .server_with(&[("SWITCHBOARD_RELAY_MEMBER_SENDS_PER_MINUTE", "3")])
+        .await;
+    let c = client(&server);
+    c.relay_up("dev").await.unwrap();
+    for i in 0..3 {
+        c.relay_send(
+            "dev",
+            &send_req("a", &["b"], &format!("m{i}"), Delivery::Async),
+        )
+        .await
+        .unwrap();
+    }
+    let e = c
+        .relay_send(
+            "dev",
+            &send_req("a", &["b"], "one too many", Delivery::Async),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), "relay_budget_exhausted");
+    assert_eq!(e.details()["scope"], "member");
+    assert_eq!(e.details()["window"], "minute");
+    assert_eq!(e.details()["limit"], 3);
+    // Another member has a budget of its own.
+    c.relay_send("dev", &send_req("b", &["a"], "fine", Delivery::Async))
+        .await
+        .unwrap();
+    wait_for("the three messages", Duration::from_secs(30), || {
+        read(&log).contains("m2")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!read(&log).contains("one too many"));
+    c.relay_down("dev").await.unwrap();
+}

@@ -89,7 +89,12 @@ pub enum StoreError {
 /// The time as the stores write it in text columns: RFC 3339, UTC, microseconds
 /// (`2026-12-01T16:04:20.123456Z`; sorts as it reads).
 pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    text_time(chrono::Utc::now())
+}
+
+/// Any time in the format of [`now`], for comparing with what the stores wrote.
+pub fn text_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// The options every store opens a SQLite file with (see the crate docs).

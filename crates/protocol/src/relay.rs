@@ -228,6 +228,12 @@ pub struct SendRequest {
     /// ACP and session targets: how long a sync send waits for the member's turn to end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_timeout_ms: Option<u64>,
+    /// The relayed message this one answers: it continues that message's chain, one hop
+    /// further. Without it, a member's send continues the chain of the last message
+    /// delivered to it within the reply window; anything else starts a new chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
+    pub in_reply_to: Option<String>,
 }
 
 impl Default for SendRequest {
@@ -243,6 +249,7 @@ impl Default for SendRequest {
             quiet_window_ms: None,
             quiescence_timeout_ms: None,
             turn_timeout_ms: None,
+            in_reply_to: None,
         }
     }
 }
@@ -316,6 +323,12 @@ pub struct SendResponse {
     pub sender: String,
     pub status: SendStatus,
     pub results: Vec<TargetResult>,
+    /// The chain the message belongs to (every reply to a reply … shares it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<String>,
+    /// Its hop in the chain: 1 for a message that starts one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop: Option<u32>,
 }
 
 /// One entry of a session or ACP member's transcript in a `look`.

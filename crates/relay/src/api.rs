@@ -243,10 +243,12 @@ async fn down(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResul
               (status = 400, description = "`validation_*`: not a send request, an unknown sender or target", body = RelayErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
               (status = 403, description = "`authorization_forbidden`: the policy does not allow it (`details` names the capability, requester and targets)", body = RelayErrorBody),
-              (status = 404, description = "`bundle_not_found`", body = RelayErrorBody),
-              (status = 409, description = "`bundle_down`, `request_id_reused`", body = RelayErrorBody),
+              (status = 404, description = "`bundle_not_found`; `message_not_found`: `in_reply_to` names no message of the bundle", body = RelayErrorBody),
+              (status = 409, description = "`bundle_down`, `request_id_reused`; `relay_hop_limit`: the message would go beyond the chain's hop limit (`details`: `chain_id`, `hop`, `max_hops`)", body = RelayErrorBody),
               (status = 413, description = "`payload_too_large`", body = switchboard_protocol::ErrorBody),
-              (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+              (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody),
+              (status = 429, description = "`relay_budget_exhausted`: the sender's or the bundle's send budget for the minute or the day is used up (`details`: `scope`, `window`, `limit`)", body = RelayErrorBody),
+              (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn send(
     State(s): State<ApiState>,
     Extension(caller): Extension<Caller>,

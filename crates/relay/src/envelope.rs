@@ -20,6 +20,16 @@ impl Party {
     }
 }
 
+/// Where a message stands in its chain (shown, so an agent can see a conversation going
+/// round in circles before the relay stops it).
+#[derive(Debug, Clone, Copy)]
+pub struct Hop<'a> {
+    pub chain_id: &'a str,
+    pub hop: u32,
+    /// 0: no limit.
+    pub max_hops: u32,
+}
+
 /// Renders the envelope: a header line, the body unchanged, a footer line that says how to
 /// reply. Plain text that reads well in a terminal pane and in a chat transcript.
 pub fn render(
@@ -29,10 +39,19 @@ pub fn render(
     recipients: &[Party],
     at: DateTime<Utc>,
     body: &str,
+    hop: Hop<'_>,
 ) -> String {
     let to: Vec<String> = recipients.iter().map(Party::label).collect();
+    let chain = if hop.max_hops > 0 {
+        format!(
+            "Chain: {} (hop {} of at most {})",
+            hop.chain_id, hop.hop, hop.max_hops
+        )
+    } else {
+        format!("Chain: {} (hop {})", hop.chain_id, hop.hop)
+    };
     format!(
-        "[relay message {message_id} in bundle {bundle}, {date}]\nFrom: {from}\nTo: {to}\n\n{body}\n\n[end of message {message_id}; reply with the relay send tool to \"{reply}\"]",
+        "[relay message {message_id} in bundle {bundle}, {date}]\nFrom: {from}\nTo: {to}\n{chain}\n\n{body}\n\n[end of message {message_id}; reply with the relay send tool to \"{reply}\"]",
         date = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         from = sender.label(),
         to = to.join(", "),
@@ -61,10 +80,15 @@ mod tests {
             &[p("builder", "Builder"), p("tester", "tester")],
             at,
             "line 1\nline 2\n",
+            Hop {
+                chain_id: "chain_1",
+                hop: 2,
+                max_hops: 8,
+            },
         );
         assert_eq!(
             e,
-            "[relay message msg_1 in bundle dev, 2026-11-29T10:00:00Z]\nFrom: Reviewer (reviewer)\nTo: Builder (builder), tester\n\nline 1\nline 2\n\n[end of message msg_1; reply with the relay send tool to \"reviewer\"]"
+            "[relay message msg_1 in bundle dev, 2026-11-29T10:00:00Z]\nFrom: Reviewer (reviewer)\nTo: Builder (builder), tester\nChain: chain_1 (hop 2 of at most 8)\n\nline 1\nline 2\n\n[end of message msg_1; reply with the relay send tool to \"reviewer\"]"
         );
     }
 }

@@ -27,4 +27,4 @@ pub mod tmux;
 
 pub use config::{Bundle, BundleDir, ConfigError};
 pub use error::RelayError;
-pub use relay::{MemberMcp, Relay, RelayOptions};
+pub use relay::{Limits, MemberMcp, Relay, RelayOptions};

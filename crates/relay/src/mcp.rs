@@ -83,6 +83,8 @@ pub struct McpSend {
     pub message: String,
     /// Wait for delivery instead of returning once the relay has accepted the message.
     pub sync: bool,
+    /// The relayed message this one answers (its id), continuing its chain.
+    pub in_reply_to: Option<String>,
 }
 
 /// An error the server answered with: stable code, human message, details object.
@@ -204,6 +206,8 @@ struct SendArgs {
     /// Wait for delivery before returning. Default false: return once the relay has accepted it.
     #[serde(default)]
     sync: bool,
+    /// The id of the relayed message you are answering (`msg_…`, from its header), if any.
+    in_reply_to: Option<String>,
 }
 
 /// Arguments of the `look` tool.
@@ -310,6 +314,7 @@ impl SwitchboardMcp {
             broadcast: args.broadcast,
             message: args.message,
             sync: args.sync,
+            in_reply_to: args.in_reply_to,
         };
         tracing::debug!(
             targets = ?req.targets,
@@ -747,12 +752,14 @@ mod tests {
                     broadcast: false,
                     message: "hi bob".into(),
                     sync: false,
+                    in_reply_to: None,
                 }),
                 Call::Send(McpSend {
                     targets: vec![],
                     broadcast: true,
                     message: "hi all".into(),
                     sync: true,
+                    in_reply_to: None,
                 }),
                 Call::Look("bob".into(), Some(20)),
                 Call::Look("bob".into(), None),

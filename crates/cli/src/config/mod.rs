@@ -158,6 +158,18 @@ pub struct RelaySection {
     pub quiescence_timeout_secs: Option<u64>,
     /// How long a sync send to an ACP or session member waits for its turn (default 600).
     pub turn_timeout_secs: Option<u64>,
+    /// Hops a chain of replies may have (default 8; 0: no limit).
+    pub max_hops: Option<u32>,
+    /// A member's send continues the chain of the message it last received within this
+    /// many seconds (default 600).
+    pub reply_window_secs: Option<u64>,
+    /// Sends (deliveries) one member may make per minute / per day (defaults 30 / 500; 0:
+    /// no budget).
+    pub member_sends_per_minute: Option<u64>,
+    pub member_sends_per_day: Option<u64>,
+    /// Sends a whole bundle may make per minute / per day (defaults 120 / 2000; 0: none).
+    pub bundle_sends_per_minute: Option<u64>,
+    pub bundle_sends_per_day: Option<u64>,
 }
 
 /// `[scheduler]`: scheduled tasks.
@@ -195,6 +207,7 @@ pub struct RelaySettings {
     pub queue_capacity: usize,
     pub quiescence_timeout_secs: u64,
     pub turn_timeout_secs: u64,
+    pub limits: switchboard_relay::Limits,
 }
 
 /// `[gateway]`: how chat messages map to sessions and approvals.
@@ -503,6 +516,30 @@ impl Settings {
                 .or(file.relay.turn_timeout_secs)
                 .unwrap_or(600)
                 .max(1),
+            limits: {
+                let d = switchboard_relay::Limits::default();
+                switchboard_relay::Limits {
+                    max_hops: env_parse("SWITCHBOARD_RELAY_MAX_HOPS")?
+                        .or(file.relay.max_hops)
+                        .unwrap_or(d.max_hops),
+                    reply_window: env_parse("SWITCHBOARD_RELAY_REPLY_WINDOW_SECS")?
+                        .or(file.relay.reply_window_secs)
+                        .map(std::time::Duration::from_secs)
+                        .unwrap_or(d.reply_window),
+                    member_per_minute: env_parse("SWITCHBOARD_RELAY_MEMBER_SENDS_PER_MINUTE")?
+                        .or(file.relay.member_sends_per_minute)
+                        .unwrap_or(d.member_per_minute),
+                    member_per_day: env_parse("SWITCHBOARD_RELAY_MEMBER_SENDS_PER_DAY")?
+                        .or(file.relay.member_sends_per_day)
+                        .unwrap_or(d.member_per_day),
+                    bundle_per_minute: env_parse("SWITCHBOARD_RELAY_BUNDLE_SENDS_PER_MINUTE")?
+                        .or(file.relay.bundle_sends_per_minute)
+                        .unwrap_or(d.bundle_per_minute),
+                    bundle_per_day: env_parse("SWITCHBOARD_RELAY_BUNDLE_SENDS_PER_DAY")?
+                        .or(file.relay.bundle_sends_per_day)
+                        .unwrap_or(d.bundle_per_day),
+                }
+            },
         };
         let scheduler = SchedulerSettings {
             grace_secs: env_parse("SWITCHBOARD_SCHEDULER_GRACE_SECS")?

@@ -108,6 +108,17 @@ impl Relay {
                 let mut env: Vec<(String, String)> = self.inner.opts.member_env.clone();
                 env.push(("SWITCHBOARD_RELAY_BUNDLE".into(), b.name.clone()));
                 env.push(("SWITCHBOARD_RELAY_MEMBER".into(), m.id.clone()));
+                // The member's own token: `switchboard relay send` in the pane acts as this
+                // member only (its sends are its own, under its policy and budget).
+                if let Some(token) = self
+                    .inner
+                    .opts
+                    .member_mcp
+                    .as_ref()
+                    .and_then(|k| crate::member_token::mint(&k.key, &b.name, &m.id))
+                {
+                    env.push(("SWITCHBOARD_RELAY_TOKEN".into(), token));
+                }
                 env.extend(t.env.iter().map(|(k, v)| (k.clone(), v.clone())));
                 let spec = StartSpec {
                     session: m.id.clone(),

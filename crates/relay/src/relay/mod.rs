@@ -65,6 +65,37 @@ pub struct RelayOptions {
     /// The relay MCP server every hosted session and ACP member's session gets (`None`:
     /// none is added).
     pub member_mcp: Option<MemberMcp>,
+    /// Loop guards: hops per chain and send budgets.
+    pub limits: Limits,
+}
+
+/// What stops agents messaging each other forever. A budget of 0 is no budget.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Hops a chain may have (a message, the reply to it, the reply to that …).
+    pub max_hops: u32,
+    /// A member's send continues the chain of the last message delivered to it within this
+    /// long (unless it names the message it answers).
+    pub reply_window: Duration,
+    /// Deliveries one member may send per minute and per day.
+    pub member_per_minute: u64,
+    pub member_per_day: u64,
+    /// Deliveries a bundle's members and principals may send in all, per minute and per day.
+    pub bundle_per_minute: u64,
+    pub bundle_per_day: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_hops: 8,
+            reply_window: Duration::from_secs(600),
+            member_per_minute: 30,
+            member_per_day: 500,
+            bundle_per_minute: 120,
+            bundle_per_day: 2000,
+        }
+    }
 }
 
 /// How a member session reaches the relay: `COMMAND mcp --bundle B --member M` with
@@ -126,6 +157,7 @@ impl RelayOptions {
             member_env: Vec::new(),
             tmux_settle: Duration::from_millis(300),
             member_mcp: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -178,6 +210,10 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn new_message_id() -> String {
     format!("msg_{}", Uuid::now_v7().simple())
+}
+
+fn new_chain_id() -> String {
+    format!("chain_{}", Uuid::now_v7().simple())
 }
 
 /// Why a member cannot take a message now.

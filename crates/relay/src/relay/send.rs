@@ -17,7 +17,7 @@ use crate::config::{Member, Transport};
 use crate::envelope::{self, Party};
 use crate::error::RelayError;
 use crate::policy::{Capability, Requester};
-use crate::store::{DeliveryRow, NewDelivery, Recorded, Refusal, RequestKey};
+use crate::store::{Budget, DeliveryRow, NewDelivery, Recorded, Refusal, RequestKey};
 
 impl Relay {
     /// Validates, authorizes, enqueues one delivery per target, and (sync) waits for them.
@@ -87,6 +87,21 @@ impl Relay {
         for m in &members {
             self.check_timeouts(&req, m)?;
         }
+        let (chain_id, hop) = self.chain_for(bundle, sender.id(), &req).await?;
+        let limits = &self.inner.opts.limits;
+        if limits.max_hops > 0 && hop > limits.max_hops {
+            let e = RelayError::new(
+                409,
+                "relay_hop_limit",
+                format!(
+                    "this message would be hop {hop} of chain {chain_id}, beyond the bundle's limit of {} hops: agents answering each other are stopped here",
+                    limits.max_hops
+                ),
+            )
+            .with_details(json!({"chain_id": chain_id, "hop": hop, "max_hops": limits.max_hops}));
+            self.audit_refused(bundle, sender.id(), &targets, &e);
+            return Err(e);
+        }
 
         let sync = req.delivery == Delivery::Sync;
         let key = req.request_id.as_ref().map(|rid| RequestKey {
@@ -111,7 +126,21 @@ impl Relay {
         for m in &members {
             let message_id = new_message_id();
             let nd = NewDelivery {
-                envelope: envelope::render(bundle, &message_id, &from, &to, at, &req.message),
+                envelope: envelope::render(
+                    bundle,
+                    &message_id,
+                    &from,
+                    &to,
+                    at,
+                    &req.message,
+                    envelope::Hop {
+                        chain_id: &chain_id,
+                        hop,
+                        max_hops: limits.max_hops,
+                    },
+                ),
+                chain_id: chain_id.clone(),
+                hop,
                 message_id,
                 bundle: bundle.to_string(),
                 target: m.id.clone(),
@@ -140,13 +169,40 @@ impl Relay {
             planned.push((nd, refusal));
         }
         let ids: Vec<String> = planned.iter().map(|(d, _)| d.message_id.clone()).collect();
+        let budgets = budgets(limits, sender.id(), at);
         let refused = match self
             .inner
             .store
-            .record_send(key.as_ref(), &planned, self.inner.opts.queue_capacity)
+            .record_send(
+                key.as_ref(),
+                &planned,
+                self.inner.opts.queue_capacity,
+                &budgets
+                    .iter()
+                    .map(|(b, _, _)| b.clone())
+                    .collect::<Vec<_>>(),
+            )
             .await?
         {
             Recorded::Stored(refused) => refused,
+            Recorded::OverBudget(i) => {
+                let (b, scope, window) = &budgets[i];
+                let whose = match scope {
+                    &"member" => format!("`{}`", sender.id()),
+                    _ => format!("bundle {bundle}"),
+                };
+                let e = RelayError::new(
+                    429,
+                    "relay_budget_exhausted",
+                    format!(
+                        "{whose} may send {} messages per {window}, and this send would go beyond it; try again later",
+                        b.limit
+                    ),
+                )
+                .with_details(json!({"scope": scope, "window": window, "limit": b.limit, "targets": targets.len()}));
+                self.audit_refused(bundle, sender.id(), &targets, &e);
+                return Err(e);
+            }
             Recorded::Duplicate { same: true } => {
                 // A retry: answer from the first request's deliveries.
                 let rid = req.request_id.clone().unwrap_or_default();
@@ -176,6 +232,8 @@ impl Relay {
             "bytes": req.message.len(),
             "delivery": req.delivery,
             "request_id": req.request_id,
+            "chain_id": chain_id,
+            "hop": hop,
         });
         if self.inner.opts.audit_bodies {
             audit["body"] = json!(req.message);
@@ -250,6 +308,52 @@ impl Relay {
         Ok(())
     }
 
+    /// The chain a send belongs to and its hop: the named message's chain one hop on; else
+    /// the chain of the last message delivered to the sender within the reply window; else a
+    /// new chain.
+    async fn chain_for(
+        &self,
+        bundle: &str,
+        sender: &str,
+        req: &SendRequest,
+    ) -> Result<(String, u32), RelayError> {
+        if let Some(parent) = &req.in_reply_to {
+            return match self.inner.store.chain_of(bundle, parent).await? {
+                Some((chain, hop)) => Ok((chain, hop.saturating_add(1))),
+                None => Err(RelayError::new(
+                    404,
+                    "message_not_found",
+                    format!("in_reply_to names no message of bundle {bundle}: {parent:?}"),
+                )
+                .with_details(json!({"in_reply_to": parent}))),
+            };
+        }
+        let window = chrono::TimeDelta::from_std(self.inner.opts.limits.reply_window)
+            .unwrap_or(chrono::TimeDelta::minutes(10));
+        let since = switchboard_db::text_time(Utc::now() - window);
+        Ok(
+            match self
+                .inner
+                .store
+                .last_received(bundle, sender, &since)
+                .await?
+            {
+                Some((chain, hop)) => (chain, hop.saturating_add(1)),
+                None => (super::new_chain_id(), 1),
+            },
+        )
+    }
+
+    /// A send refused by a loop guard: audited with its code and details.
+    fn audit_refused(&self, bundle: &str, sender: &str, targets: &[String], e: &RelayError) {
+        tracing::warn!(bundle, sender, code = %e.code, "relay send refused");
+        self.inner.audit.record(
+            bundle,
+            "relay.send.refused",
+            json!({"requester": sender, "targets": targets, "code": e.code, "details": e.details}),
+        );
+    }
+
     fn audit_denied(&self, bundle: &str, e: &RelayError) {
         self.inner.audit.record(
             bundle,
@@ -286,6 +390,8 @@ impl Relay {
         rows: Vec<DeliveryRow>,
     ) -> Result<SendResponse, RelayError> {
         let sync = req.delivery == Delivery::Sync;
+        let chain_id = rows.iter().find_map(|r| r.chain_id.clone());
+        let hop = chain_id.as_ref().and(rows.first().map(|r| r.hop));
         let mut waits = Vec::new();
         for row in &rows {
             if sync && row.state != "done" {
@@ -365,6 +471,8 @@ impl Relay {
             sender: req.sender.clone(),
             status,
             results,
+            chain_id,
+            hop,
         })
     }
 
@@ -477,6 +585,43 @@ fn fingerprint(req: &SendRequest, targets: &[String]) -> String {
 }
 
 /// Checks a send request's shape before anything is looked up.
+/// The budgets a send of `sender` is checked against (those not switched off), each with
+/// its scope and window for the refusal.
+fn budgets(
+    limits: &super::Limits,
+    sender: &str,
+    at: chrono::DateTime<Utc>,
+) -> Vec<(Budget, &'static str, &'static str)> {
+    let minute = switchboard_db::text_time(at - chrono::TimeDelta::minutes(1));
+    let day = switchboard_db::text_time(at - chrono::TimeDelta::days(1));
+    [
+        (
+            Some(sender),
+            &minute,
+            limits.member_per_minute,
+            "member",
+            "minute",
+        ),
+        (Some(sender), &day, limits.member_per_day, "member", "day"),
+        (None, &minute, limits.bundle_per_minute, "bundle", "minute"),
+        (None, &day, limits.bundle_per_day, "bundle", "day"),
+    ]
+    .into_iter()
+    .filter(|(_, _, limit, _, _)| *limit > 0)
+    .map(|(who, since, limit, scope, window)| {
+        (
+            Budget {
+                sender: who.map(str::to_string),
+                since: since.clone(),
+                limit,
+            },
+            scope,
+            window,
+        )
+    })
+    .collect()
+}
+
 pub fn validate_send(req: &SendRequest) -> Result<(), RelayError> {
     if req.schema_version != RELAY_SCHEMA_VERSION {
         return Err(RelayError::validation(

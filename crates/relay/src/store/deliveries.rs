@@ -7,8 +7,8 @@ use switchboard_db::now;
 use switchboard_protocol::relay::{Outcome, OutcomeEvent};
 
 use super::{
-    DeliveryRow, NewDelivery, Recorded, Refusal, RelayStore, RequestKey, Result, StoreError,
-    delivery_from_row, ms_i64,
+    Budget, DeliveryRow, NewDelivery, Recorded, Refusal, RelayStore, RequestKey, Result,
+    StoreError, delivery_from_row, ms_i64,
 };
 
 impl RelayStore {
@@ -20,8 +20,38 @@ impl RelayStore {
         key: Option<&RequestKey>,
         rows: &[(NewDelivery, Option<Refusal>)],
         capacity: usize,
+        budgets: &[Budget],
     ) -> Result<Recorded> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Checked under the write lock: concurrent sends cannot both take the last place.
+        if let Some((first, _)) = rows.first() {
+            for (i, b) in budgets.iter().enumerate() {
+                let used: i64 = match &b.sender {
+                    Some(sender) => {
+                        sqlx::query_scalar(
+                            "SELECT COUNT(*) FROM deliveries WHERE bundle = ? AND sender = ? AND created_at >= ?",
+                        )
+                        .bind(&first.bundle)
+                        .bind(sender)
+                        .bind(&b.since)
+                        .fetch_one(&mut *tx)
+                        .await?
+                    }
+                    None => {
+                        sqlx::query_scalar(
+                            "SELECT COUNT(*) FROM deliveries WHERE bundle = ? AND created_at >= ?",
+                        )
+                        .bind(&first.bundle)
+                        .bind(&b.since)
+                        .fetch_one(&mut *tx)
+                        .await?
+                    }
+                };
+                if used.max(0) as u64 + rows.len() as u64 > b.limit {
+                    return Ok(Recorded::OverBudget(i));
+                }
+            }
+        }
         if let (Some(k), Some((first, _))) = (key, rows.first()) {
             let earlier: Option<String> = sqlx::query_scalar(
                 "SELECT fingerprint FROM requests WHERE bundle = ? AND sender = ? AND request_id = ?",
@@ -78,14 +108,52 @@ impl RelayStore {
         Ok(Recorded::Stored(refused_events))
     }
 
+    /// The chain and hop of a message (any target's delivery of it).
+    pub async fn chain_of(&self, bundle: &str, message_id: &str) -> Result<Option<(String, u32)>> {
+        let row: Option<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT chain_id, hop FROM deliveries WHERE bundle = ? AND message_id = ?",
+        )
+        .bind(bundle)
+        .bind(message_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(c, h)| c.map(|c| (c, h.clamp(0, i64::from(u32::MAX)) as u32))))
+    }
+
+    /// The chain and hop of the last message handed to `member` (being handed over now, or
+    /// delivered since `since`): what a send of that member answers when it does not say.
+    /// A message being pasted or in the member's turn counts: the member may answer before
+    /// the delivery is recorded as done.
+    pub async fn last_received(
+        &self,
+        bundle: &str,
+        member: &str,
+        since: &str,
+    ) -> Result<Option<(String, u32)>> {
+        let row: Option<(Option<String>, i64)> = sqlx::query_as(
+            "SELECT chain_id, hop FROM deliveries WHERE bundle = ? AND target = ? \
+             AND chain_id IS NOT NULL \
+             AND (state IN ('committing', 'handed_over') \
+                  OR (state = 'done' AND outcome = 'delivered' AND finished_at >= ?)) \
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(bundle)
+        .bind(member)
+        .bind(since)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.and_then(|(c, h)| c.map(|c| (c, h.clamp(0, i64::from(u32::MAX)) as u32))))
+    }
+
     async fn insert_queued(
         tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
         d: &NewDelivery,
     ) -> Result<()> {
         sqlx::query(
             "INSERT INTO deliveries (message_id, bundle, target, sender, request_id, envelope, \
-             body_bytes, sync, quiet_window_ms, quiescence_timeout_ms, turn_timeout_ms, state, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+             body_bytes, sync, quiet_window_ms, quiescence_timeout_ms, turn_timeout_ms, state, created_at, \
+             chain_id, hop) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
         )
         .bind(&d.message_id)
         .bind(&d.bundle)
@@ -99,6 +167,8 @@ impl RelayStore {
         .bind(d.quiescence_timeout_ms.map(ms_i64))
         .bind(d.turn_timeout_ms.map(ms_i64))
         .bind(now())
+        .bind(&d.chain_id)
+        .bind(i64::from(d.hop))
         .execute(&mut **tx)
         .await?;
         Ok(())
@@ -113,8 +183,8 @@ impl RelayStore {
         let at = Utc::now();
         sqlx::query(
             "INSERT INTO deliveries (message_id, bundle, target, sender, request_id, envelope, \
-             body_bytes, sync, state, outcome, reason_code, reason, created_at, finished_at) \
-             VALUES (?, ?, ?, ?, ?, '', ?, ?, 'done', ?, ?, ?, ?, ?)",
+             body_bytes, sync, state, outcome, reason_code, reason, created_at, finished_at, chain_id, hop) \
+             VALUES (?, ?, ?, ?, ?, '', ?, ?, 'done', ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&d.message_id)
         .bind(&d.bundle)
@@ -128,6 +198,8 @@ impl RelayStore {
         .bind(&r.reason)
         .bind(now())
         .bind(now())
+        .bind(&d.chain_id)
+        .bind(i64::from(d.hop))
         .execute(&mut **tx)
         .await?;
         let mut ev = OutcomeEvent {

@@ -29,6 +29,7 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
     sqlite: &[
         (1, include_str!("../../migrations/0001_relay.sql")),
         (2, include_str!("../../migrations/0002_requests.sql")),
+        (3, include_str!("../../migrations/0003_chains.sql")),
     ],
     postgres: &[],
     postgres_schema: None,
@@ -59,6 +60,8 @@ pub enum Recorded {
     Stored(Vec<OutcomeEvent>),
     /// The request id was seen before; `same` tells whether it asked for the same thing.
     Duplicate { same: bool },
+    /// Nothing stored: the budget of this index (of those given) would be exceeded.
+    OverBudget(usize),
 }
 
 use switchboard_db::now;
@@ -88,6 +91,9 @@ pub struct DeliveryRow {
     pub outcome: Option<Outcome>,
     pub reason_code: Option<String>,
     pub reason: Option<String>,
+    /// The chain it belongs to (none for deliveries stored before chains existed).
+    pub chain_id: Option<String>,
+    pub hop: u32,
 }
 
 /// A new delivery, as enqueued.
@@ -104,6 +110,17 @@ pub struct NewDelivery {
     pub quiet_window_ms: Option<u64>,
     pub quiescence_timeout_ms: Option<u64>,
     pub turn_timeout_ms: Option<u64>,
+    pub chain_id: String,
+    pub hop: u32,
+}
+
+/// A send budget checked, atomically with the insert, by [`RelayStore::record_send`]: at
+/// most `limit` deliveries since `since` (by `sender`, or by anyone in the bundle).
+#[derive(Debug, Clone)]
+pub struct Budget {
+    pub sender: Option<String>,
+    pub since: String,
+    pub limit: u64,
 }
 
 /// Milliseconds as stored (the relay caps them far below `i64::MAX`).
@@ -141,6 +158,8 @@ fn delivery_from_row(row: &SqliteRow) -> Result<DeliveryRow> {
         outcome,
         reason_code: row.try_get("reason_code")?,
         reason: row.try_get("reason")?,
+        chain_id: row.try_get("chain_id")?,
+        hop: row.try_get::<i64, _>("hop")?.clamp(0, i64::from(u32::MAX)) as u32,
     })
 }
 

@@ -13,11 +13,13 @@ fn new(target: &str, id: &str) -> NewDelivery {
         quiet_window_ms: Some(100),
         quiescence_timeout_ms: None,
         turn_timeout_ms: None,
+        chain_id: "chain_t".into(),
+        hop: 1,
     }
 }
 
 async fn enqueue(s: &RelayStore, d: NewDelivery, cap: usize) -> Vec<OutcomeEvent> {
-    match s.record_send(None, &[(d, None)], cap).await.unwrap() {
+    match s.record_send(None, &[(d, None)], cap, &[]).await.unwrap() {
         Recorded::Stored(ev) => ev,
         other => panic!("{other:?}"),
     }
@@ -149,16 +151,22 @@ async fn request_ids_are_recorded_once() {
     };
     let rows = vec![(new("b", "m1"), None), (new("c", "m2"), None)];
     assert_eq!(
-        s.record_send(Some(&key("f1")), &rows, 10).await.unwrap(),
+        s.record_send(Some(&key("f1")), &rows, 10, &[])
+            .await
+            .unwrap(),
         Recorded::Stored(vec![])
     );
     let rows2 = vec![(new("b", "m3"), None)];
     assert_eq!(
-        s.record_send(Some(&key("f1")), &rows2, 10).await.unwrap(),
+        s.record_send(Some(&key("f1")), &rows2, 10, &[])
+            .await
+            .unwrap(),
         Recorded::Duplicate { same: true }
     );
     assert_eq!(
-        s.record_send(Some(&key("f2")), &rows2, 10).await.unwrap(),
+        s.record_send(Some(&key("f2")), &rows2, 10, &[])
+            .await
+            .unwrap(),
         Recorded::Duplicate { same: false }
     );
     assert!(
@@ -187,4 +195,61 @@ async fn startup_failures_are_bounded() {
     assert_eq!(s.bundle_state("dev").await.unwrap(), BundleState::Down);
     s.set_bundle_state("dev", BundleState::Up).await.unwrap();
     assert_eq!(s.bundle_state("dev").await.unwrap(), BundleState::Up);
+}
+
+#[tokio::test]
+async fn budgets_are_checked_with_the_insert_and_chains_are_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = RelayStore::open(&dir.path().join("relay.db"))
+        .await
+        .unwrap();
+    let budget = |limit| Budget {
+        sender: Some("a".into()),
+        since: switchboard_db::text_time(chrono::Utc::now() - chrono::TimeDelta::minutes(1)),
+        limit,
+    };
+    let mut d1 = new("b", "m1");
+    d1.request_id = None;
+    d1.chain_id = "chain_x".into();
+    d1.hop = 3;
+    let mut d2 = new("b", "m2");
+    d2.request_id = None;
+    for d in [d1, d2] {
+        assert!(matches!(
+            s.record_send(None, &[(d, None)], 10, &[budget(2)])
+                .await
+                .unwrap(),
+            Recorded::Stored(_)
+        ));
+    }
+    let mut d3 = new("b", "m3");
+    d3.request_id = None;
+    assert!(matches!(
+        s.record_send(None, &[(d3.clone(), None)], 10, &[budget(5), budget(2)])
+            .await
+            .unwrap(),
+        Recorded::OverBudget(1)
+    ));
+    assert!(
+        s.delivery("dev", "m3").await.unwrap().is_none(),
+        "nothing stored"
+    );
+    let other = Budget {
+        sender: Some("z".into()),
+        ..budget(2)
+    };
+    assert!(matches!(
+        s.record_send(None, &[(d3, None)], 10, &[other])
+            .await
+            .unwrap(),
+        Recorded::Stored(_)
+    ));
+    assert_eq!(
+        s.chain_of("dev", "m1").await.unwrap(),
+        Some(("chain_x".to_string(), 3))
+    );
+    assert_eq!(s.chain_of("dev", "nope").await.unwrap(), None);
+    // Nothing was delivered to `b` yet.
+    let since = switchboard_db::text_time(chrono::Utc::now() - chrono::TimeDelta::minutes(10));
+    assert_eq!(s.last_received("dev", "b", &since).await.unwrap(), None);
 }
