@@ -1320,12 +1320,25 @@ done
     w.bundle(
         "dev",
         &format!(
-            "format-version = 1\n{}{}",
+            "format-version = 1\nnotify = \"telegram:42\"\n{}{}",
             member("ping", "pong"),
             member("pong", "ping")
         ),
     );
-    let server = w.server().await;
+    // The bundle's owner is told through the gateway, on a fake Telegram.
+    let tg = switchboard_test_support::fake_telegram::FakeTelegram::start().await;
+    let tg_url = tg.base_url();
+    let server = w
+        .server_with(&[
+            (
+                "SWITCHBOARD_TELEGRAM_TOKEN",
+                switchboard_test_support::fake_telegram::FakeTelegram::TOKEN,
+            ),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "42"),
+            ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+        ])
+        .await;
     let c = client(&server);
     assert_eq!(
         c.relay_up("dev").await.unwrap().result,
@@ -1397,6 +1410,20 @@ done
         .await
         .unwrap_err();
     assert_eq!(unknown.code(), "message_not_found");
+    // The late answer set the chain going again, and it was stopped again: the owner was
+    // told once per chain.
+    wait_for("the second stop", Duration::from_secs(90), || {
+        logs().matches("refused").count() == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let told: Vec<_> = tg
+        .bot_messages(42)
+        .into_iter()
+        .filter(|m| m.text.contains("relay_hop_limit"))
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].text.contains("bundle dev"), "{}", told[0].text);
     c.relay_down("dev").await.unwrap();
 }
 

@@ -177,6 +177,10 @@ struct RawMember {
 struct RawBundle {
     #[serde(rename = "format-version")]
     format_version: Option<i64>,
+    /// A chat told (once per chain or budget window) when a loop guard stops a send:
+    /// `CHANNEL:CHAT` on the gateway (`telegram:111222333`, `slack:C0123`).
+    #[serde(default)]
+    notify: Option<String>,
     #[serde(default)]
     members: Vec<RawMember>,
 }
@@ -216,6 +220,8 @@ pub struct Bundle {
     pub name: String,
     pub members: Vec<Member>,
     pub policies: Policies,
+    /// The owner's chat for loop-guard refusals: `(channel, chat)` on the gateway.
+    pub notify: Option<(String, String)>,
 }
 
 impl Bundle {
@@ -489,10 +495,24 @@ pub fn parse_bundle(
             transport,
         });
     }
+    let notify = match raw.notify.as_deref().map(str::trim) {
+        None => None,
+        Some(t) => match t.rsplit_once(':') {
+            Some((channel, chat)) if !channel.trim().is_empty() && !chat.trim().is_empty() => {
+                Some((channel.trim().to_string(), chat.trim().to_string()))
+            }
+            _ => {
+                return Err(format!(
+                    "notify = {t:?} is not CHANNEL:CHAT (e.g. \"telegram:111222333\")"
+                ));
+            }
+        },
+    };
     Ok(Bundle {
         name: name.to_string(),
         members,
         policies: policies.clone(),
+        notify,
     })
 }
 

@@ -186,6 +186,8 @@ struct Inner {
     workers: tokio::sync::Mutex<HashSet<(String, String)>>,
     /// Sync senders waiting for an outcome, by message id.
     waiters: std::sync::Mutex<HashMap<String, Vec<oneshot::Sender<OutcomeEvent>>>>,
+    /// Loop-guard refusals the bundle's owner was told of (see `tell_owner`).
+    told: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The newest outcome seq, for event streams to wake on.
     outcomes: watch::Sender<u64>,
     tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
@@ -236,6 +238,7 @@ impl Relay {
                 client,
                 workers: tokio::sync::Mutex::new(HashSet::new()),
                 waiters: std::sync::Mutex::new(HashMap::new()),
+                told: std::sync::Mutex::new(std::collections::HashSet::new()),
                 outcomes,
                 tasks: std::sync::Mutex::new(tokio::task::JoinSet::new()),
                 tmux: std::sync::Mutex::new(HashMap::new()),

@@ -100,6 +100,7 @@ impl Relay {
             )
             .with_details(json!({"chain_id": chain_id, "hop": hop, "max_hops": limits.max_hops}));
             self.audit_refused(bundle, sender.id(), &targets, &e);
+            self.tell_owner(&b, format!("hop:{chain_id}"), &e).await;
             return Err(e);
         }
 
@@ -186,7 +187,7 @@ impl Relay {
         {
             Recorded::Stored(refused) => refused,
             Recorded::OverBudget(i) => {
-                let (b, scope, window) = &budgets[i];
+                let (budget, scope, window) = &budgets[i];
                 let whose = match scope {
                     &"member" => format!("`{}`", sender.id()),
                     _ => format!("bundle {bundle}"),
@@ -196,11 +197,19 @@ impl Relay {
                     "relay_budget_exhausted",
                     format!(
                         "{whose} may send {} messages per {window}, and this send would go beyond it; try again later",
-                        b.limit
+                        budget.limit
                     ),
                 )
-                .with_details(json!({"scope": scope, "window": window, "limit": b.limit, "targets": targets.len()}));
+                .with_details(json!({"scope": scope, "window": window, "limit": budget.limit, "targets": targets.len()}));
                 self.audit_refused(bundle, sender.id(), &targets, &e);
+                // Once per window: the minute or the day this refusal falls in.
+                let span = if *window == "minute" { 60 } else { 86_400 };
+                let key = format!(
+                    "budget:{scope}:{}:{window}:{}",
+                    if *scope == "member" { sender.id() } else { "" },
+                    at.timestamp() / span
+                );
+                self.tell_owner(&b, key, &e).await;
                 return Err(e);
             }
             Recorded::Duplicate { same: true } => {
@@ -342,6 +351,35 @@ impl Relay {
                 None => (super::new_chain_id(), 1),
             },
         )
+    }
+
+    /// Tells the bundle's owner (its `notify` chat, through the gateway) that a loop guard
+    /// stopped a send — once per `key` (a chain, a budget window) in this process.
+    async fn tell_owner(&self, b: &crate::config::Bundle, key: String, e: &RelayError) {
+        let Some((channel, chat)) = &b.notify else {
+            return;
+        };
+        if !lock(&self.inner.told).insert(format!("{}:{key}", b.name)) {
+            return;
+        }
+        let text = format!(
+            "🔁 Relay bundle {}: a send was stopped ({}). {}",
+            b.name, e.code, e.message
+        );
+        let sent = self
+            .inner
+            .client
+            .gateway_send(&switchboard_protocol::gateway::GatewaySendRequest {
+                channel: channel.clone(),
+                target: chat.clone(),
+                text,
+                context: None,
+                thread: None,
+            })
+            .await;
+        if let Err(err) = sent {
+            tracing::warn!(bundle = %b.name, error = %err, "telling the bundle's owner failed");
+        }
     }
 
     /// A send refused by a loop guard: audited with its code and details.
