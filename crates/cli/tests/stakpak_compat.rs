@@ -991,6 +991,30 @@ async fn every_optional_field_may_be_null_on_every_route() {
         .await;
     assert_eq!(status, 404, "{text}");
     assert!(text.contains("bundle_not_found"), "{text}");
+    // Schedules: made with every option null, then changed with every field null (a no-op).
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/schedules",
+            "/v1/schedules",
+            json!({"every": "1h", "prompt": "check CI"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{text}");
+    let schedule: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(schedule["spec"]["approvals"], "deny", "{text}");
+    let sid = schedule["id"].as_str().unwrap().to_string();
+    let (status, text) = walk
+        .send(
+            c,
+            "patch",
+            "/v1/schedules/{id}",
+            &format!("/v1/schedules/{sid}"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
     // The console's sign-in.
     let (status, text) = walk
         .send(

@@ -86,10 +86,15 @@ pub struct ScheduleSpec {
     pub permission_mode: Option<PermissionMode>,
     /// Where the result goes: `CHANNEL:CHAT` or `CHANNEL:CHAT/THREAD` of the gateway's
     /// channels (`telegram:42`, `slack:C123/1712.5`, `discord:987`); none: stored only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schema(max_items = 16)]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::nullable::or_default"
+    )]
+    #[schema(max_items = 16, nullable)]
     pub deliver: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::nullable::or_default")]
+    #[schema(nullable)]
     pub approvals: ScheduleApprovals,
     /// With `approvals = auto_approve`: the tools that run without asking (`"all"` or a list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -98,12 +103,15 @@ pub struct ScheduleSpec {
     /// (`10m` by default, at least `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_timeout: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::nullable::or_default")]
+    #[schema(nullable)]
     pub missed: Missed,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::nullable::or_default")]
+    #[schema(nullable)]
     pub overlap: Overlap,
     /// Created paused: it fires only once resumed (or run by hand).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::nullable::or_default")]
+    #[schema(nullable)]
     pub paused: bool,
 }
 
