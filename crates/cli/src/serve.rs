@@ -184,6 +184,8 @@ pub async fn run(settings: Settings) -> Result<()> {
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         tracing::warn!(error = %e, "could not mark the process non-dumpable");
     }
+    // Before anything records: every counter from start-up on is in `/metrics`.
+    switchboard_server::routes::metrics::install();
     let (token, token_note) = resolve_token(&settings)?;
     let app = build(&settings, token).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)

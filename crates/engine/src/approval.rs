@@ -313,6 +313,27 @@ pub(crate) async fn propose(
     Ok(out)
 }
 
+/// `switchboard_approvals_waiting`: up while an approval waits, down when the wait ends
+/// however it ends (a dropped wait included).
+struct WaitingGauge {
+    since: std::time::Instant,
+}
+
+impl WaitingGauge {
+    fn up() -> Self {
+        metrics::gauge!("switchboard_approvals_waiting").increment(1.0);
+        Self {
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for WaitingGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("switchboard_approvals_waiting").decrement(1.0);
+    }
+}
+
 /// Phase two: the calls policy left open wait as one pending approval (stored, announced by
 /// `WaitingForToolApproval`) until every one is decided, the approval times out, or the run
 /// is cancelled; the last two reject what is undecided. Returns one [`Decision`] per call, in
@@ -355,6 +376,7 @@ pub(crate) async fn ask(
         armed: true,
     };
     let mut unanswered_reason = String::new();
+    let waiting = WaitingGauge::up();
     let waited = async {
         scope
             .log
@@ -387,6 +409,15 @@ pub(crate) async fn ask(
         })
     }
     .await;
+    let result_label = match &waited {
+        Ok(Some(_)) => "decided",
+        Ok(None) if scope.cancel.is_cancelled() => "cancelled",
+        Ok(None) => "timed_out",
+        Err(_) => "failed",
+    };
+    metrics::histogram!("switchboard_approval_wait_seconds", "result" => result_label)
+        .record(waiting.since.elapsed().as_secs_f64());
+    drop(waiting);
     let answers = match waited {
         Ok(Some(d)) => d,
         Ok(None) => match scope.approvals.withdraw(session_id, run_id) {

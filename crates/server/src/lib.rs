@@ -103,6 +103,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::events::router())
         .merge(routes::tools::router())
         .merge(routes::checkpoints::router())
+        .merge(routes::metrics::router())
         .route_layer(axum::middleware::from_fn_with_state(
             token,
             switchboard_http::require_bearer,

@@ -6,7 +6,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
-use crate::routes::{checkpoints, events, files, health, messages, openai, sessions, tools};
+use crate::routes::{
+    checkpoints, events, files, health, messages, metrics, openai, sessions, tools,
+};
 
 struct BearerAuth;
 
@@ -130,6 +132,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         tools::pending, tools::decide,
         checkpoints::list, checkpoints::diff, checkpoints::restore,
         openai::completions, openai::models,
+        metrics::metrics_text,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,

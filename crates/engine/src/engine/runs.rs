@@ -262,6 +262,13 @@ impl Engine {
         let fence = Some(&lease);
         let log = &self.inner.log;
         let store = &self.inner.store;
+        let backend_label = match &config.backend {
+            switchboard_protocol::BackendSpec::Builtin => "builtin".to_string(),
+            switchboard_protocol::BackendSpec::Acp(name) => format!("acp:{name}"),
+        };
+        let started = std::time::Instant::now();
+        metrics::counter!("switchboard_runs_started_total", "backend" => backend_label.clone())
+            .increment(1);
         let prepared = async {
             log.append_fenced(
                 session_id,
@@ -452,6 +459,8 @@ impl Engine {
                 ),
             }
         };
+        metrics::histogram!("switchboard_run_duration_seconds", "backend" => backend_label)
+            .record(started.elapsed().as_secs_f64());
         self.finish(session_id, run_id, outcome, event, &lease)
             .await;
     }
@@ -466,6 +475,13 @@ impl Engine {
         event: AgentEvent,
         lease: &Lease,
     ) {
+        let outcome_label = match &outcome {
+            RunOutcome::Completed { .. } => "completed",
+            RunOutcome::Cancelled => "cancelled",
+            RunOutcome::Failed { .. } => "failed",
+        };
+        metrics::counter!("switchboard_runs_finished_total", "outcome" => outcome_label)
+            .increment(1);
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         // The terminal event and the run's end commit together, under the run's lease. A

@@ -392,8 +392,14 @@ impl EventLog {
             .await
             .map_err(|_| EngineError::ShuttingDown)?;
         match rx.await {
-            Ok(Ok(seqs)) => Ok(seqs),
-            Ok(Err(e)) => Err(engine_error(session_id, e)),
+            Ok(Ok(seqs)) => {
+                metrics::counter!("switchboard_events_appended_total").increment(seqs.len() as u64);
+                Ok(seqs)
+            }
+            Ok(Err(e)) => {
+                metrics::counter!("switchboard_store_errors_total", "op" => "append").increment(1);
+                Err(engine_error(session_id, e))
+            }
             Err(_) => Err(EngineError::ShuttingDown),
         }
     }

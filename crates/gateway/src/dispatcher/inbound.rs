@@ -29,6 +29,8 @@ impl Gateway {
         if !self.allowed(&m).await? {
             return self.pairing(&channel, &m).await;
         }
+        metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
+            .increment(1);
         // (Whether a group message is addressed to the bot is the channel's call: Telegram
         // filters unless `require_mention` is off.)
         let text = m.text.trim();

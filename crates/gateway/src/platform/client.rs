@@ -333,7 +333,11 @@ impl PlatformClient {
                 Err(e) => Verdict::Transient(e),
             };
             match verdict {
-                Verdict::Done(v) => return Ok(Some(v)),
+                Verdict::Done(v) => {
+                    metrics::counter!("switchboard_gateway_calls_total", "channel" => self.channel.clone())
+                        .increment(1);
+                    return Ok(Some(v));
+                }
                 Verdict::Failed(e) => return Err(e),
                 Verdict::Transient(e) => {
                     if transient >= policy.transient_retries {
@@ -345,6 +349,8 @@ impl PlatformClient {
                     backoff = backoff.saturating_mul(2);
                 }
                 Verdict::RateLimited(wait) => {
+                    metrics::counter!("switchboard_gateway_rate_limited_total", "channel" => self.channel.clone())
+                        .increment(1);
                     let wait = wait.unwrap_or(policy.default_retry_after);
                     let retry_after_secs = wait.as_secs_f64().ceil() as u64;
                     let over_cap = wait > policy.max_retry_after;

@@ -127,7 +127,11 @@ fn frames(
             }
         }
     });
-    chunks.flat_map(|parts| futures::stream::iter(parts.into_iter().map(Ok)))
+    let gauge = super::metrics::SubscriberGauge::up();
+    chunks.flat_map(move |parts| {
+        let _open = &gauge;
+        futures::stream::iter(parts.into_iter().map(Ok))
+    })
 }
 
 /// One SSE frame per event, all in one chunk. The engine caches the result per committed

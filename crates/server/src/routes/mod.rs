@@ -5,6 +5,7 @@ pub mod events;
 pub mod files;
 pub mod health;
 pub mod messages;
+pub mod metrics;
 pub mod openai;
 pub mod sessions;
 pub mod tools;

@@ -1,0 +1,142 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! `GET /metrics`: Prometheus text behind the token; the counters move with a run, an
+//! approval and an event stream.
+
+mod common;
+
+use common::*;
+use futures::StreamExt;
+use serde_json::json;
+use switchboard_protocol::{AgentEvent, CreateSessionRequest, DecisionAction};
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+
+/// The value of the sample `name{labels}` (exactly as rendered), if present.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+async fn scrape(url: &str) -> String {
+    let r = reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    r.text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_runs_approvals_and_streams() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let r = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "behind the token");
+
+    let before = scrape(&server.url).await;
+    assert_eq!(
+        sample(
+            &before,
+            "switchboard_runs_started_total{backend=\"builtin\"}"
+        ),
+        None
+    );
+    let s = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo hi"}),
+    ));
+    llm.push(MockReply::text(&["done"]));
+    let (mut events, run) = send(&c, s.id, "run it").await;
+    until(&mut events, "the approval", |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    let waiting = scrape(&server.url).await;
+    assert_eq!(sample(&waiting, "switchboard_approvals_waiting"), Some(1.0));
+    assert!(
+        sample(&waiting, "switchboard_sse_subscribers").unwrap() >= 1.0,
+        "{waiting}"
+    );
+    c.decide_tools(s.id, &decide(run, "c1", DecisionAction::Accept, None))
+        .await
+        .unwrap();
+    until_run_ends(&mut events, run).await;
+    drop(events);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let after = scrape(&server.url).await;
+    assert_eq!(
+        sample(
+            &after,
+            "switchboard_runs_started_total{backend=\"builtin\"}"
+        ),
+        Some(1.0),
+        "{after}"
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "switchboard_runs_finished_total{outcome=\"completed\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "switchboard_run_duration_seconds_count{backend=\"builtin\"}"
+        ),
+        Some(1.0)
+    );
+    assert!(sample(&after, "switchboard_events_appended_total").unwrap() >= 6.0);
+    assert_eq!(sample(&after, "switchboard_approvals_waiting"), Some(0.0));
+    assert_eq!(
+        sample(
+            &after,
+            "switchboard_approval_wait_seconds_count{result=\"decided\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&after, "switchboard_sse_subscribers"),
+        Some(0.0),
+        "{after}"
+    );
+    assert!(after.contains("# HELP switchboard_runs_started_total"));
+
+    // A cancelled run counts as such.
+    llm.push(MockReply::text_slow(&["a ", "b ", "c ", "d "], 500));
+    let (mut events, run) = send(&c, s.id, "slow").await;
+    events.next().await;
+    c.cancel(s.id, run).await.unwrap();
+    until_run_ends(&mut events, run).await;
+    let last = scrape(&server.url).await;
+    assert_eq!(
+        sample(
+            &last,
+            "switchboard_runs_finished_total{outcome=\"cancelled\"}"
+        ),
+        Some(1.0),
+        "{last}"
+    );
+}

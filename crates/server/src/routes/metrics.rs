@@ -1,0 +1,117 @@
+//! `GET /metrics`: the process's counters, gauges and histograms in Prometheus' text
+//! format, behind the token like every route but health.
+//!
+//! The engine, the gateway and the server record through the `metrics` facade; the
+//! recorder is `metrics-exporter-prometheus`'s, installed once per process by [`install`]
+//! (without its own HTTP listener: this route serves it). A process that installed none
+//! (an embedding, a test of a crate) serves an empty document.
+
+use std::sync::OnceLock;
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::AppState;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder as the process's global one (once; later calls do
+/// nothing) and describes the metrics Switchboard records.
+pub fn install() {
+    if HANDLE.get().is_some() {
+        return;
+    }
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    if metrics::set_global_recorder(recorder).is_err() {
+        tracing::warn!("a metrics recorder was installed already; /metrics stays empty");
+        return;
+    }
+    let _ = HANDLE.set(handle);
+    describe();
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!("switchboard_runs_started_total", "Runs started, by backend");
+    describe_counter!(
+        "switchboard_runs_finished_total",
+        "Runs ended, by outcome (completed, cancelled, failed)"
+    );
+    describe_histogram!(
+        "switchboard_run_duration_seconds",
+        metrics::Unit::Seconds,
+        "How long runs took, by backend"
+    );
+    describe_counter!(
+        "switchboard_events_appended_total",
+        "Events committed to the durable log"
+    );
+    describe_counter!(
+        "switchboard_store_errors_total",
+        "Store operations that failed, by operation"
+    );
+    describe_gauge!(
+        "switchboard_sse_subscribers",
+        "Open event streams (GET /v1/sessions/{id}/events)"
+    );
+    describe_gauge!(
+        "switchboard_approvals_waiting",
+        "Tool approvals waiting for a decision"
+    );
+    describe_histogram!(
+        "switchboard_approval_wait_seconds",
+        metrics::Unit::Seconds,
+        "How long approvals waited, by result (decided, timed_out, cancelled, failed)"
+    );
+    describe_counter!(
+        "switchboard_gateway_messages_in_total",
+        "Chat messages taken from allowed users, by channel"
+    );
+    describe_counter!(
+        "switchboard_gateway_calls_total",
+        "Platform API calls that succeeded (sends, edits, …), by channel"
+    );
+    describe_counter!(
+        "switchboard_gateway_rate_limited_total",
+        "Platform API calls answered 429 (or the platform's slow-down), by channel"
+    );
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/metrics", get(metrics_text))
+}
+
+/// The metrics in Prometheus' text exposition format.
+#[utoipa::path(get, path = "/metrics", tag = "system", security(("bearer" = [])),
+    responses((status = 200, description = "Prometheus text format (version 0.0.4)", body = String, content_type = "text/plain"),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = switchboard_protocol::ErrorBody)))]
+pub async fn metrics_text() -> impl IntoResponse {
+    let body = HANDLE.get().map(|h| h.render()).unwrap_or_default();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
+
+/// `switchboard_sse_subscribers`: up while a stream is open, down when it is dropped.
+pub(crate) struct SubscriberGauge;
+
+impl SubscriberGauge {
+    pub(crate) fn up() -> Self {
+        metrics::gauge!("switchboard_sse_subscribers").increment(1.0);
+        Self
+    }
+}
+
+impl Drop for SubscriberGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("switchboard_sse_subscribers").decrement(1.0);
+    }
+}
