@@ -140,3 +140,40 @@ async fn metrics_move_with_runs_approvals_and_streams() {
         "{last}"
     );
 }
+
+/// `SWITCHBOARD_LOG_FORMAT=json`: every log line the server writes is one JSON object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[("SWITCHBOARD_LOG_FORMAT", "json")],
+    )
+    .await;
+    // Something to log: a request for a session that does not exist is fine, a start is
+    // enough.
+    let _ = reqwest::get(format!("{}/v1/health", server.url))
+        .await
+        .unwrap();
+    let logs = server.logs();
+    // stdout (the address, the sign-in link) is for people; the log (stderr) is JSON.
+    let mut json = 0;
+    for l in logs.lines().filter(|l| !l.trim().is_empty()) {
+        if l.starts_with('{') {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert!(v["level"].is_string() && v["timestamp"].is_string(), "{l}");
+            json += 1;
+        } else {
+            assert!(
+                !["  INFO ", "  WARN ", " ERROR ", " DEBUG "]
+                    .iter()
+                    .any(|lvl| l.contains(lvl)),
+                "a text log line: {l}"
+            );
+        }
+    }
+    assert!(json > 0, "no JSON log line: {logs}");
+}
