@@ -121,7 +121,18 @@ impl BackendError {
 
 impl From<EngineError> for BackendError {
     fn from(e: EngineError) -> Self {
-        Self::new(format!("engine: {e}"), true)
+        match e {
+            // Shown to users: a database's own words (hosts, tables, statements) go to the
+            // server's log only.
+            EngineError::Store(switchboard_store::StoreError::Database(detail)) => {
+                tracing::warn!(error = %detail, "a run failed on the store");
+                Self::new(
+                    "the database failed while the run was being recorded; send the message again",
+                    true,
+                )
+            }
+            e => Self::new(format!("engine: {e}"), true),
+        }
     }
 }
 

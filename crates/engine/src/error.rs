@@ -93,6 +93,9 @@ impl EngineError {
             // The run was taken over by another instance: not running here any more.
             Self::Store(StoreError::Fenced(_)) => ErrorCode::SessionNotRunning,
             Self::Store(StoreError::Conflict(_)) => ErrorCode::Internal,
+            // The database failed or did not answer: the client may retry (503 with
+            // `Retry-After`); what failed is in the log, not in the answer.
+            Self::Store(StoreError::Database(_)) => ErrorCode::StoreUnavailable,
             Self::Store(_) | Self::Internal(_) => ErrorCode::Internal,
             Self::Checkpoint(e) => {
                 use crate::checkpoints::CheckpointError as C;

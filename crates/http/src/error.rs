@@ -122,6 +122,14 @@ impl<E: Coded> From<E> for ApiError {
             // Details go to the log, never to the client.
             tracing::error!(error = %e, request_id = %current_request_id(), "internal error");
             Self::new(code, "internal server error")
+        } else if code == ErrorCode::StoreUnavailable {
+            // A database's error text can name hosts, tables or statements: logged only.
+            metrics::counter!("switchboard_store_unavailable_answers_total").increment(1);
+            tracing::warn!(error = %e, request_id = %current_request_id(), "store unavailable");
+            Self::new(
+                code,
+                "the database is not answering; nothing of this request was kept, retry shortly",
+            )
         } else {
             Self::new(code, e.to_string())
         }
@@ -139,9 +147,22 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
+        // Every 503 says when to try again (RFC 9110 §10.2.3); a caller's own header wins.
+        if self.status == StatusCode::SERVICE_UNAVAILABLE
+            && !resp.headers().contains_key(axum::http::header::RETRY_AFTER)
+        {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
+        }
         resp
     }
 }
+
+/// The `Retry-After` of every 503 answer, in seconds: long enough not to hammer a database
+/// that is restarting, short enough that a client's retry lands soon after it is back.
+pub const RETRY_AFTER_SECS: &str = "2";
 
 /// Fallback: 404 `not_found`.
 pub async fn not_found() -> ApiError {

@@ -80,6 +80,9 @@ pub enum ErrorCode {
     Internal,
     /// The server is shutting down or a dependency is unavailable (503).
     Unavailable,
+    /// The database did not answer or failed the write (503, with `Retry-After`). Nothing of
+    /// the request was kept: retrying it is safe.
+    StoreUnavailable,
 }
 
 impl ErrorCode {
@@ -116,6 +119,7 @@ impl ErrorCode {
             Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
+            Self::StoreUnavailable => "store_unavailable",
         }
     }
 
@@ -145,7 +149,7 @@ impl ErrorCode {
             | Self::CheckpointsUnavailable => 422,
             Self::RateLimited => 429,
             Self::Internal => 500,
-            Self::Unavailable => 503,
+            Self::Unavailable | Self::StoreUnavailable => 503,
         }
     }
 }
@@ -175,6 +179,7 @@ mod tests {
             ErrorCode::PayloadTooLarge,
             ErrorCode::NoPendingApproval,
             ErrorCode::SandboxUnsupported,
+            ErrorCode::StoreUnavailable,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -104,6 +104,11 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
             let uuid_param = path.contains("/sessions/{id}");
             if bearer {
                 add("401", "`unauthorized` (no bearer token) or `invalid_token`");
+                // Every authenticated route reads or writes the store.
+                add(
+                    "503",
+                    "`store_unavailable`: the database failed or did not answer; nothing of the request was kept, retry after `Retry-After` seconds",
+                );
             }
             if json_body {
                 add(

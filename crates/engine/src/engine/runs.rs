@@ -92,7 +92,8 @@ impl Engine {
             }
             MessageType::FollowUp => {
                 let run = self.new_run(session_id, &req, attachments, false).await?;
-                self.inner
+                let announced = self
+                    .inner
                     .log
                     .append(
                         session_id,
@@ -101,7 +102,21 @@ impl Engine {
                             content: req.message.content,
                         },
                     )
-                    .await?;
+                    .await;
+                if let Err(e) = announced {
+                    // The caller is told it failed, so it must not run later: taken back
+                    // out of the queue (a store that fails this too leaves it to run, as
+                    // the retry of a write whose answer was lost would).
+                    if let Err(undo) = self
+                        .inner
+                        .store
+                        .cancel_queued_run(run.id, &now_rfc3339())
+                        .await
+                    {
+                        tracing::error!(%session_id, run_id = %run.id, error = %undo, "a follow-up that could not be announced stays queued");
+                    }
+                    return Err(e);
+                }
                 if self.active_run_id(session_id).is_none() {
                     self.start_next_queued(session_id).await?;
                 }
@@ -393,10 +408,7 @@ impl Engine {
                 // that could not be stored fails the run (retryable) rather than leave a
                 // reply with a hole in it looking complete.
                 match (result, deltas.flush().await) {
-                    (Ok(_), Err(e)) => Err(crate::BackendError::new(
-                        format!("the reply could not be stored: {e}"),
-                        true,
-                    )),
+                    (Ok(_), Err(e)) => Err(crate::BackendError::from(e)),
                     (r, _) => r,
                 }
             }
