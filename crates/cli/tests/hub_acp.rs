@@ -1,11 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! Switchboard as an ACP agent, end to end: a real ACP client (the client side of the same
-//! crate, as an editor is) drives `switchboard acp` over stdio and `GET /v1/acp` over a
-//! WebSocket, in front of a real server whose sessions run the scriptable test agent.
+//! crate, as an editor is) drives `switchboard acp` over stdio, `GET /v1/acp` over a
+//! WebSocket, and `switchboard acp --url ws://…/v1/acp` (the bridge between the two), in
+//! front of a real server whose sessions run the scriptable test agent.
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,10 +28,6 @@ use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn agent_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_switchboard-test-agent")
-}
-
 /// A data dir, a workspace and a config whose `[agents.test]` is the test agent.
 struct World {
     dir: tempfile::TempDir,
@@ -44,25 +40,7 @@ impl World {
     async fn new() -> World {
         let dir = tempfile::tempdir().unwrap();
         let ws = tempfile::tempdir().unwrap();
-        let state = dir.path().join("agent-state");
-        std::fs::create_dir_all(&state).unwrap();
-        let mut env = BTreeMap::new();
-        env.insert("TEST_AGENT_STATE_DIR", state.to_string_lossy().to_string());
-        env.insert(
-            "TEST_AGENT_LOG",
-            dir.path().join("agent.log").to_string_lossy().to_string(),
-        );
-        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
-        let config = dir.path().join("switchboard.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[agents.test]\ncommand = {:?}\nenv = {{ {} }}\n",
-                agent_bin(),
-                env.join(", ")
-            ),
-        )
-        .unwrap();
+        let config = test_agent_config(dir.path());
         World {
             dir,
             ws,
@@ -187,7 +165,7 @@ impl Editor {
     /// `GET /v1/acp` as a WebSocket, one JSON-RPC message per text frame.
     async fn websocket(base: &str, query: &str) -> Editor {
         use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
-        let url = format!("{}/v1/acp{query}", base.replacen("http", "ws", 1));
+        let url = format!("{}{query}", acp_ws_url(base));
         let mut req = url.into_client_request().unwrap();
         req.headers_mut()
             .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
@@ -227,16 +205,21 @@ impl Editor {
         String,
         agent_client_protocol::v1::schema::NewSessionResponse,
     ) {
-        let resp = tokio::time::timeout(
-            WAIT,
-            self.cx
-                .send_request(NewSessionRequest::new(cwd))
-                .block_task(),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        let resp = self
+            .new_session_with(NewSessionRequest::new(cwd))
+            .await
+            .unwrap();
         (resp.session_id.to_string(), resp)
+    }
+
+    async fn new_session_with(
+        &self,
+        req: NewSessionRequest,
+    ) -> Result<agent_client_protocol::v1::schema::NewSessionResponse, agent_client_protocol::Error>
+    {
+        tokio::time::timeout(WAIT, self.cx.send_request(req).block_task())
+            .await
+            .expect("session/new is answered")
     }
 
     fn prompt(
@@ -292,6 +275,48 @@ impl Editor {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// `ws://HOST/v1/acp` of the server at `base` (`http://HOST`).
+fn acp_ws_url(base: &str) -> String {
+    format!("{}/v1/acp", base.replacen("http", "ws", 1))
+}
+
+/// `_meta` naming a Switchboard choice for `session/new`: `{"switchboard": {key: value}}`.
+fn switchboard_meta(key: &str, value: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut meta = serde_json::Map::new();
+    meta.insert("switchboard".into(), serde_json::json!({ key: value }));
+    meta
+}
+
+/// Prompts `[tool]` and, while the editor's permission dialog is open, decides the call over
+/// HTTP (`POST /v1/sessions/{id}/tools/decisions`, as the console or the phone would): the
+/// editor's request is withdrawn and the prompt ends. Returns the turn's updates.
+async fn approval_decided_over_http(
+    ed: &mut Editor,
+    c: &switchboard_client::Client,
+    sid: &str,
+    action: DecisionAction,
+) -> Vec<SessionUpdate> {
+    let id = Uuid::parse_str(sid).unwrap();
+    ed.take_updates();
+    let turn = ed.prompt(sid, "[tool]");
+    let ask = ed.ask().await;
+    assert_eq!(ask.req.session_id.to_string(), sid);
+    let call_id = ask.req.tool_call.tool_call_id.to_string();
+    let pending = c.pending_tools(id).await.unwrap();
+    let run = pending.run_id.expect("a run waits");
+    assert_eq!(pending.tool_calls[0].id, call_id);
+    let withdrawn = tokio::spawn(ask.until_withdrawn());
+    c.decide_tools(
+        id,
+        &decide(run, &call_id, action, Some("decided on the phone")),
+    )
+    .await
+    .unwrap();
+    withdrawn.await.unwrap();
+    assert_eq!(turn.await.unwrap().stop_reason, StopReason::EndTurn);
+    ed.take_updates()
 }
 
 fn text_chunk(u: &SessionUpdate, agent: bool) -> Option<String> {
@@ -421,27 +446,7 @@ async fn an_editor_drives_a_session_over_stdio() {
 
     // An approval answered elsewhere while the editor's dialog is open: the editor's request
     // is withdrawn and the call shows the outcome.
-    let turn = ed.prompt(&sid, "[tool]");
-    let ask = ed.ask().await;
-    let call_id = ask.req.tool_call.tool_call_id.to_string();
-    let pending = c.pending_tools(id).await.unwrap();
-    let run = pending.run_id.expect("a run waits");
-    assert_eq!(pending.tool_calls[0].id, call_id);
-    let withdrawn = tokio::spawn(ask.until_withdrawn());
-    c.decide_tools(
-        id,
-        &decide(
-            run,
-            &call_id,
-            DecisionAction::Reject,
-            Some("no, from the phone"),
-        ),
-    )
-    .await
-    .unwrap();
-    withdrawn.await.unwrap();
-    turn.await.unwrap();
-    let ups = ed.take_updates();
+    let ups = approval_decided_over_http(&mut ed, &c, &sid, DecisionAction::Reject).await;
     assert!(
         tool_statuses(&ups).contains(&ToolCallStatus::Failed),
         "the rejection shows: {ups:?}"
@@ -575,6 +580,18 @@ async fn an_editor_over_the_websocket_loads_a_session_started_elsewhere() {
         "{ups:?}"
     );
 
+    // An approval decided over HTTP while the editor's dialog is open over the network: the
+    // request is withdrawn (cancelled) and the approved call runs.
+    let ups = approval_decided_over_http(&mut ed, &c, &sid, DecisionAction::Accept).await;
+    let statuses = tool_statuses(&ups);
+    assert!(
+        statuses.contains(&ToolCallStatus::Completed),
+        "the approved call ran: {ups:?}"
+    );
+    assert!(!statuses.contains(&ToolCallStatus::Failed), "{ups:?}");
+    assert!(agent_text(&ups).contains("The tool ran."), "{ups:?}");
+    assert!(c.pending_tools(s.id).await.unwrap().run_id.is_none());
+
     // A new session over the WebSocket runs the agent named in the URL.
     let (new_sid, _) = ed.new_session(world.ws.path()).await;
     let detail = c
@@ -582,6 +599,143 @@ async fn an_editor_over_the_websocket_loads_a_session_started_elsewhere() {
         .await
         .unwrap();
     assert_eq!(detail.config.backend, BackendSpec::Acp("test".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_through_the_websocket_bridge_streams_and_gets_approvals() {
+    let world = World::new().await;
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    // `switchboard acp --url ws://…/v1/acp`: only a bridge to the server's agent, so the
+    // API address it is given (where nothing listens) is never used.
+    let url = acp_ws_url(&server.url);
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let mut ed = Editor::stdio(&nowhere, &["--url", url.as_str(), "--agent", "test"]).await;
+
+    let init = ed.initialize().await;
+    assert!(init.agent_capabilities.load_session, "{init:?}");
+
+    // `--agent` went along in the URL: the new session runs the test agent.
+    let (sid, new) = ed.new_session(world.ws.path()).await;
+    let id = Uuid::parse_str(&sid).unwrap();
+    assert_eq!(
+        new.modes.unwrap().current_mode_id.to_string(),
+        "workspace-write"
+    );
+    let detail = c.get_session(id).await.unwrap();
+    assert_eq!(detail.config.backend, BackendSpec::Acp("test".into()));
+    assert_eq!(detail.session.cwd, world.ws.path().to_string_lossy());
+
+    // A prompt's reply comes through the bridge as the log holds it.
+    let resp = ed.prompt(&sid, "[think] hello").await.unwrap();
+    assert_eq!(resp.stop_reason, StopReason::EndTurn);
+    let ups = ed.updates_of(&sid);
+    assert!(
+        ups.iter()
+            .any(|u| matches!(u, SessionUpdate::AgentThoughtChunk(_))),
+        "{ups:?}"
+    );
+    assert_eq!(agent_text(&ups), "Hello from the test agent");
+    assert_eq!(agent_text(&ups), log_text(&c, id).await);
+    let mut seen = agent_text(&ed.take_updates());
+
+    // Streamed: the text arrives while the prompt is still going; a cancel crosses too.
+    let turn = ed.prompt(&sid, "[slow]");
+    ed.until_update("a tick before the end", |u| {
+        text_chunk(u, true).is_some_and(|t| t.contains("tick"))
+    })
+    .await;
+    ed.cx
+        .send_notification(CancelNotification::new(sid.clone()))
+        .unwrap();
+    assert_eq!(turn.await.unwrap().stop_reason, StopReason::Cancelled);
+    let ups = ed.take_updates();
+    let ticks = agent_text(&ups);
+    assert!(
+        ticks.starts_with("tick ") && ticks.len() < 60 * "tick ".len(),
+        "cut short: {ticks}"
+    );
+    seen.push_str(&ticks);
+
+    // A permission request crosses the bridge to the editor and its answer back.
+    let turn = ed.prompt(&sid, "[tool]");
+    let ask = ed.ask().await;
+    assert_eq!(ask.req.session_id.to_string(), sid);
+    ask.answer("deny");
+    assert_eq!(turn.await.unwrap().stop_reason, StopReason::EndTurn);
+    let ups = ed.take_updates();
+    assert!(
+        tool_statuses(&ups).contains(&ToolCallStatus::Failed),
+        "{ups:?}"
+    );
+    assert!(agent_text(&ups).contains("was rejected"), "{ups:?}");
+    seen.push_str(&agent_text(&ups));
+
+    // One decided over HTTP while the editor waits: the editor's request is withdrawn.
+    let ups = approval_decided_over_http(&mut ed, &c, &sid, DecisionAction::Accept).await;
+    assert!(
+        tool_statuses(&ups).contains(&ToolCallStatus::Completed),
+        "{ups:?}"
+    );
+    assert!(agent_text(&ups).contains("The tool ran."), "{ups:?}");
+    seen.push_str(&agent_text(&ups));
+
+    // The editor saw every reply of the session once, in order.
+    assert_eq!(seen, log_text(&c, id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_chooses_the_agent_in_meta() {
+    let world = World::new().await;
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    let backend = async |sid: &str| {
+        c.get_session(Uuid::parse_str(sid).unwrap())
+            .await
+            .unwrap()
+            .config
+            .backend
+    };
+
+    // No `--agent`: without `_meta` a new session runs the server's default backend …
+    let ed = Editor::stdio(&server.url, &[]).await;
+    ed.initialize().await;
+    let (plain, _) = ed.new_session(world.ws.path()).await;
+    assert_eq!(backend(&plain).await, BackendSpec::Builtin);
+
+    // … and with `_meta.switchboard.agent` the agent the editor named, which then answers.
+    let req = NewSessionRequest::new(world.ws.path()).meta(switchboard_meta("agent", "test"));
+    let sid = ed
+        .new_session_with(req)
+        .await
+        .unwrap()
+        .session_id
+        .to_string();
+    assert_eq!(backend(&sid).await, BackendSpec::Acp("test".into()));
+    let resp = ed.prompt(&sid, "hello").await.unwrap();
+    assert_eq!(resp.stop_reason, StopReason::EndTurn);
+    assert_eq!(
+        agent_text(&ed.updates_of(&sid)),
+        "Hello from the test agent"
+    );
+
+    // An agent the server does not have is refused, not silently replaced.
+    let req = NewSessionRequest::new(world.ws.path()).meta(switchboard_meta("agent", "nope"));
+    assert!(ed.new_session_with(req).await.is_err());
+
+    // `_meta` wins over `--agent`: `backend: builtin` picks the built-in agent.
+    let ed = Editor::stdio(&server.url, &["--agent", "test"]).await;
+    ed.initialize().await;
+    let req = NewSessionRequest::new(world.ws.path()).meta(switchboard_meta("backend", "builtin"));
+    let sid = ed
+        .new_session_with(req)
+        .await
+        .unwrap()
+        .session_id
+        .to_string();
+    assert_eq!(backend(&sid).await, BackendSpec::Builtin);
+    let (sid, _) = ed.new_session(world.ws.path()).await;
+    assert_eq!(backend(&sid).await, BackendSpec::Acp("test".into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,27 @@ pub async fn start(data_dir: &Path, llm_url: &str, extra: &[(&str, &str)]) -> Se
         .expect("server starts")
 }
 
+/// Writes `dir/switchboard.toml`, whose `[agents.test]` is the scriptable test agent
+/// (`switchboard-test-agent`) keeping its state and log (`agent.log`) under `dir`; returns
+/// its path, for `SWITCHBOARD_CONFIG`.
+pub fn test_agent_config(dir: &Path) -> PathBuf {
+    let state = dir.join("agent-state");
+    std::fs::create_dir_all(&state).unwrap();
+    let log = dir.join("agent.log");
+    let config = dir.join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?}, TEST_AGENT_STATE_DIR = {:?} }}\n",
+            env!("CARGO_BIN_EXE_switchboard-test-agent"),
+            log.to_string_lossy(),
+            state.to_string_lossy(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
 pub fn client(server: &ServerProcess) -> Client {
     Client::new(server.url.clone(), Some(TOKEN.to_string())).unwrap()
 }
