@@ -118,9 +118,13 @@ struct Shared {
     shutdown: watch::Receiver<bool>,
 }
 
+/// Picks the reply to a request from the request itself (see [`MockLlm::set_responder`]).
+type Responder = Arc<dyn Fn(&RecordedRequest) -> MockReply + Send + Sync>;
+
 struct Inner {
     queue: VecDeque<MockReply>,
     default: MockReply,
+    responder: Option<Responder>,
     requests: Vec<RecordedRequest>,
     /// What `/audio/transcriptions` answers (`None`: HTTP 500).
     transcript: Option<String>,
@@ -158,6 +162,7 @@ impl MockLlm {
             inner: Mutex::new(Inner {
                 queue: VecDeque::new(),
                 default: MockReply::default_text(),
+                responder: None,
                 requests: Vec::new(),
                 transcript: Some("this is the mock transcript".into()),
                 transcriptions: Vec::new(),
@@ -220,6 +225,14 @@ impl MockLlm {
         self.state.lock().default = reply;
     }
 
+    /// Answers each request the queue has no reply for with `f(request)` instead of the
+    /// default: for tests whose many concurrent sessions each need the reply that fits
+    /// their own conversation (a queue shared by all of them would hand replies out in
+    /// arrival order).
+    pub fn set_responder(&self, f: impl Fn(&RecordedRequest) -> MockReply + Send + Sync + 'static) {
+        self.state.lock().responder = Some(Arc::new(f));
+    }
+
     /// Every request so far, in arrival order (chat completions, models, unknown paths).
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.lock().requests.clone()
@@ -259,7 +272,7 @@ impl std::fmt::Debug for MockLlm {
     }
 }
 
-fn record(state: &Shared, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value {
+fn record(state: &Shared, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> RecordedRequest {
     let body = if body.is_empty() {
         Value::Null
     } else {
@@ -275,12 +288,13 @@ fn record(state: &Shared, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Value 
             )
         })
         .collect();
-    state.lock().requests.push(RecordedRequest {
+    let request = RecordedRequest {
         path: uri.path().to_owned(),
         headers,
-        body: body.clone(),
-    });
-    body
+        body,
+    };
+    state.lock().requests.push(request.clone());
+    request
 }
 
 async fn chat(
@@ -289,8 +303,9 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body = record(&state, &uri, &headers, &body);
-    let reply = next_reply(&state);
+    let request = record(&state, &uri, &headers, &body);
+    let reply = next_reply(&state, &request);
+    let body = request.body;
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -341,12 +356,19 @@ async fn chat(
 }
 
 /// The next queued reply, or the default.
-fn next_reply(state: &Shared) -> MockReply {
-    let mut inner = state.lock();
-    inner
-        .queue
-        .pop_front()
-        .unwrap_or_else(|| inner.default.clone())
+fn next_reply(state: &Shared, request: &RecordedRequest) -> MockReply {
+    let responder = {
+        let mut inner = state.lock();
+        if let Some(reply) = inner.queue.pop_front() {
+            return reply;
+        }
+        match inner.responder.clone() {
+            Some(r) => r,
+            None => return inner.default.clone(),
+        }
+    };
+    // Outside the lock: the responder may take its time.
+    responder(request)
 }
 
 /// `POST /v1/messages`: the Anthropic Messages API.
@@ -356,8 +378,9 @@ async fn messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body = record(&state, &uri, &headers, &body);
-    let reply = next_reply(&state);
+    let request = record(&state, &uri, &headers, &body);
+    let reply = next_reply(&state, &request);
+    let body = request.body;
     let info = anthropic_wire::MessagesRequest::from_body(&body);
     let shutdown = state.shutdown.clone();
     match reply {
