@@ -265,6 +265,31 @@ impl World {
             .collect()
     }
 
+    /// Another engine on the same database file, as after a restart (alone on it, so it
+    /// closes the runs left running at once); its own real store.
+    async fn restarted(&self) -> (Engine, Arc<SqlStore>) {
+        let store = Arc::new(
+            SqlStore::open_path(&self._dir.path().join("switchboard.db"))
+                .await
+                .unwrap(),
+        );
+        let engine = Engine::start(
+            store.clone(),
+            Backends {
+                builtin: Some(Arc::new(Scripted::default())),
+                ..Backends::default()
+            },
+            EngineConfig {
+                default_cwd: self._dir.path().to_path_buf(),
+                files_dir: self._dir.path().join("files"),
+                ..EngineConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        (engine, store)
+    }
+
     fn ran(&self, run: Uuid) -> bool {
         self.backend.ran.lock().unwrap().contains(&run)
     }
@@ -587,4 +612,37 @@ async fn a_lease_that_cannot_be_renewed_stops_the_run_and_it_is_closed_once() {
     assert_eq!(w.ended(next).await, RunState::Completed);
     w.events(s).await;
     drop(w.engine);
+}
+
+/// A message accepted just before the server died — its run started in the store, its
+/// start not logged yet — is kept: the restart logs it (`RunStarted` with the text, once)
+/// and puts it in the transcript before closing the run with a retryable error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_accepted_just_before_a_crash_is_kept() {
+    // Stuck before the start was logged, and after it (before the transcript).
+    for stuck in ["write_events", "append_message"] {
+        let w = World::new().await;
+        let s = w.session().await;
+        // The run's first write of each kind never returns: as good as dead from there.
+        w.faulty.set(stuck, Fault::always(Action::Hang));
+        let text = format!("keep me ({stuck})");
+        let run = w.run(s, &text).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (_b, store) = w.restarted().await;
+        let r = store.get_run(run).await.unwrap().unwrap();
+        assert_eq!(r.state, RunState::Failed, "closed by the restart");
+        let evs = store.read_events(s, 0, 1000).await.unwrap();
+        let kinds: Vec<&str> = evs.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["run_started", "run_error"], "{stuck}: {kinds:?}");
+        assert!(evs[0].payload.contains(&text), "{}", evs[0].payload);
+        let (msgs, _) = store.list_messages(s, 100, 0).await.unwrap();
+        let users: Vec<&str> = msgs
+            .iter()
+            .filter(|m| m.role == "user")
+            .map(|m| m.content.as_str())
+            .collect();
+        assert_eq!(users, [text.as_str()], "{stuck}");
+        let seqs: Vec<u64> = evs.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2]);
+    }
 }

@@ -36,6 +36,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let store = &self.inner.store;
         let (session_id, run_id) = (run.session_id, run.id);
+        self.keep_unlogged_message(run, fence).await?;
         let answered = self.answered_calls(session_id).await?;
         if let Some(a) = store.get_approval(session_id).await?
             && a.run_id == run_id
@@ -197,6 +198,100 @@ impl Engine {
     }
 
     /// Ids of the session's tool calls that have a result in the transcript.
+    /// A run accepted (its caller got its id) but stopped before it logged its start holds
+    /// the user's message only in its record: the message goes into the log
+    /// (`RunStarted`, unless that was written) and the transcript, so what the user sent is
+    /// kept and the agent sees it next time.
+    async fn keep_unlogged_message(
+        &self,
+        run: &RunRecord,
+        fence: Option<&Lease>,
+    ) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let (session_id, run_id) = (run.session_id, run.id);
+        let (msgs, _) = store.list_messages(session_id, u32::MAX, 0).await?;
+        if msgs
+            .iter()
+            .any(|m| m.run_id == Some(run_id) && m.role == Role::User.as_str())
+        {
+            return Ok(());
+        }
+        let Ok(input) = serde_json::from_value::<RunInput>(run.input.clone()) else {
+            tracing::warn!(%run_id, "an interrupted run's stored input does not parse");
+            return Ok(());
+        };
+        if !self.run_started_logged(session_id, run_id).await? {
+            self.inner
+                .log
+                .append_fenced(
+                    session_id,
+                    &AgentEvent::RunStarted {
+                        run_id,
+                        content: Some(input.content.clone()),
+                    },
+                    fence,
+                )
+                .await?;
+        }
+        store
+            .append_message(
+                &MessageRecord {
+                    id: Uuid::now_v7(),
+                    session_id,
+                    run_id: Some(run_id),
+                    role: Role::User.as_str().into(),
+                    content: format!("{}{}", input.content, input.attachment_notes()),
+                    tool_calls: None,
+                    tool_call_id: None,
+                    is_error: false,
+                    created_at: now_rfc3339(),
+                },
+                fence,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the log holds `RunStarted` of `run_id`: read backwards from the newest event
+    /// down to the end of the run before it (runs of a session are serial, so its start,
+    /// if written, comes after that).
+    async fn run_started_logged(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+    ) -> Result<bool, EngineError> {
+        const PAGE: u64 = 256;
+        let store = &self.inner.store;
+        let bounds = store.event_bounds(session_id).await?;
+        let (Some(oldest), Some(mut end)) = (bounds.oldest, bounds.newest) else {
+            return Ok(false);
+        };
+        loop {
+            let after = end.saturating_sub(PAGE).max(oldest.saturating_sub(1));
+            let page = store
+                .read_events(
+                    session_id,
+                    after,
+                    u32::try_from(end - after).unwrap_or(u32::MAX),
+                )
+                .await?;
+            for e in page.iter().rev() {
+                if e.run_id == Some(run_id) && e.kind == "run_started" {
+                    return Ok(true);
+                }
+                if e.run_id != Some(run_id)
+                    && matches!(e.kind.as_str(), "run_completed" | "run_error")
+                {
+                    return Ok(false);
+                }
+            }
+            if after < oldest {
+                return Ok(false);
+            }
+            end = after;
+        }
+    }
+
     pub(super) async fn answered_calls(
         &self,
         session_id: Uuid,
