@@ -96,12 +96,11 @@ pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> 
     let addr = listener.local_addr()?;
     println!("gateway listening on http://{addr} for server {server}");
     let router = switchboard_gateway::api::router(gw.slot.clone(), token);
-    axum::serve(switchboard_server::listener(listener), router)
-        .with_graceful_shutdown(async move {
-            crate::serve::shutdown_signal().await;
-            gw.shutdown().await;
-        })
-        .await
-        .context("serving HTTP")?;
+    switchboard_http::serve(listener, router, settings.conn_limits, async move {
+        crate::serve::shutdown_signal().await;
+        gw.shutdown().await;
+    })
+    .await
+    .context("serving HTTP")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -135,6 +135,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let mut server_config = ServerConfig::new(token);
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
+    server_config.max_streams_per_token = settings.max_streams_per_token;
     server_config.openai_approvals = settings.chat_completions_approvals;
     server_config.api_doc = Some(api_doc(settings));
     let router = switchboard_server::router(engine.clone(), server_config);
@@ -281,6 +282,11 @@ pub async fn run(settings: Settings) -> Result<()> {
     // `Content-Length` over it is answered 413 before the body is read) and the request id.
     let router = router
         .merge(switchboard_server::web::router(console.clone()))
+        // Inside the guard, which has turned a console cookie into the bearer it stands for.
+        .layer(axum::middleware::from_fn_with_state(
+            switchboard_http::WriteRate::new(settings.write_requests_per_minute),
+            switchboard_http::limit_writes,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             console,
             switchboard_server::web::guard,
@@ -293,20 +299,19 @@ pub async fn run(settings: Settings) -> Result<()> {
             switchboard_http::reject_oversized,
         ))
         .layer(axum::middleware::from_fn(switchboard_http::request_id));
-    axum::serve(switchboard_server::listener(listener), router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down");
-            scheduler.shutdown().await;
-            relay.shutdown().await;
-            if let Some(gw) = gateway {
-                gw.shutdown().await;
-            }
-            // Runs record their end before the event streams close.
-            engine.shutdown(Duration::from_secs(5)).await;
-        })
-        .await
-        .context("serving HTTP")?;
+    switchboard_http::serve(listener, router, settings.conn_limits, async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        scheduler.shutdown().await;
+        relay.shutdown().await;
+        if let Some(gw) = gateway {
+            gw.shutdown().await;
+        }
+        // Runs record their end before the event streams close.
+        engine.shutdown(Duration::from_secs(5)).await;
+    })
+    .await
+    .context("serving HTTP")?;
     app.store.close().await;
     Ok(())
 }

@@ -61,6 +61,8 @@ pub struct ApiError {
     message: String,
     /// Boxed: most errors have none, and a `Result<_, ApiError>` stays small.
     fields: Option<Box<Map<String, Value>>>,
+    /// `Retry-After`, in seconds (every 503 has one; see [`RETRY_AFTER_SECS`]).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -72,6 +74,7 @@ impl ApiError {
             code: Cow::Borrowed(code.as_str()),
             message: message.into(),
             fields: None,
+            retry_after: None,
         }
     }
 
@@ -83,6 +86,7 @@ impl ApiError {
             code: Cow::Owned(code.into()),
             message: message.into(),
             fields: None,
+            retry_after: None,
         }
     }
 
@@ -93,6 +97,12 @@ impl ApiError {
         if !matches!(name.as_str(), "error" | "code" | "request_id") {
             self.fields.get_or_insert_default().insert(name, value);
         }
+        self
+    }
+
+    /// Tells the client when to try again (`Retry-After: secs`).
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
         self
     }
 
@@ -147,10 +157,11 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
-        // Every 503 says when to try again (RFC 9110 §10.2.3); a caller's own header wins.
-        if self.status == StatusCode::SERVICE_UNAVAILABLE
-            && !resp.headers().contains_key(axum::http::header::RETRY_AFTER)
-        {
+        // Every 503 says when to try again (RFC 9110 §10.2.3), and so does a 429 that knows.
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 HeaderValue::from_static(RETRY_AFTER_SECS),

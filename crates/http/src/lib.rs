@@ -10,8 +10,12 @@ mod auth;
 mod error;
 mod extract;
 mod limit;
+mod per_token;
+mod serve;
 
 pub use auth::{BearerToken, bearer_value, check_bearer, require_bearer};
 pub use error::{ApiError, current_request_id, method_not_allowed, not_found, request_id};
 pub use extract::{Json, Path, Query};
 pub use limit::{BodyLimit, reject_oversized};
+pub use per_token::{CallerKey, CallerKeys, StreamSlot, StreamSlots, WriteRate, limit_writes};
+pub use serve::{ConnLimits, serve};

@@ -83,6 +83,8 @@ pub enum ErrorCode {
     /// The database did not answer or failed the write (503, with `Retry-After`). Nothing of
     /// the request was kept: retrying it is safe.
     StoreUnavailable,
+    /// The token already holds as many event streams as allowed (429).
+    TooManyStreams,
 }
 
 impl ErrorCode {
@@ -120,6 +122,7 @@ impl ErrorCode {
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
             Self::StoreUnavailable => "store_unavailable",
+            Self::TooManyStreams => "too_many_streams",
         }
     }
 
@@ -147,7 +150,7 @@ impl ErrorCode {
             | Self::SandboxUnsupported
             | Self::UnknownFile
             | Self::CheckpointsUnavailable => 422,
-            Self::RateLimited => 429,
+            Self::RateLimited | Self::TooManyStreams => 429,
             Self::Internal => 500,
             Self::Unavailable | Self::StoreUnavailable => 503,
         }
@@ -180,6 +183,7 @@ mod tests {
             ErrorCode::NoPendingApproval,
             ErrorCode::SandboxUnsupported,
             ErrorCode::StoreUnavailable,
+            ErrorCode::TooManyStreams,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -34,6 +34,9 @@ pub struct ServerConfig {
     pub api_doc: Option<utoipa::openapi::OpenApi>,
     /// What `/v1/chat/completions` does with tool calls that wait for approval.
     pub openai_approvals: routes::openai::DoorApprovals,
+    /// Most event streams one token may hold open at once (a client that opens more gets
+    /// 429 `too_many_streams`).
+    pub max_streams_per_token: usize,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -54,6 +57,7 @@ impl ServerConfig {
             keepalive: Duration::from_secs(15),
             api_doc: None,
             openai_approvals: routes::openai::DoorApprovals::default(),
+            max_streams_per_token: 1024,
         }
     }
 }
@@ -64,6 +68,8 @@ pub struct AppState {
     pub engine: Engine,
     pub config: Arc<ServerConfig>,
     pub started: Instant,
+    /// Event streams open per token.
+    pub streams: Arc<switchboard_http::StreamSlots>,
 }
 
 /// The listener every Switchboard HTTP surface serves on: accepted connections get
@@ -90,6 +96,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
     let token = switchboard_http::BearerToken::new(config.token.clone());
     let state = AppState {
         engine,
+        streams: switchboard_http::StreamSlots::new(config.max_streams_per_token),
         config: Arc::new(config),
         started: Instant::now(),
     };

@@ -350,6 +350,14 @@ pub struct ServerSection {
     /// (default), `auto_approve` (what the permission mode allows runs) or `wait` (another
     /// surface answers; the approval timeout fails it closed).
     pub chat_completions_approvals: Option<String>,
+    /// Seconds a client may take to send a request's headers (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Largest request head, in bytes (default 65,536; at least 8,192).
+    pub max_header_bytes: Option<usize>,
+    /// Most event streams one token may hold open (default 1,024).
+    pub max_streams_per_token: Option<usize>,
+    /// Writes (POST, PUT, PATCH, DELETE) a token may make a minute (default 0: no limit).
+    pub write_requests_per_minute: Option<u32>,
 }
 
 /// The effective settings after file, environment and defaults.
@@ -378,6 +386,9 @@ pub struct Settings {
     pub gateway: Option<GatewaySettings>,
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
+    pub conn_limits: switchboard_http::ConnLimits,
+    pub max_streams_per_token: usize,
+    pub write_requests_per_minute: u32,
     pub allowed_hosts: Vec<String>,
     pub chat_completions_approvals: switchboard_server::routes::openai::DoorApprovals,
     pub relay: RelaySettings,
@@ -636,6 +647,25 @@ impl Settings {
             max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?
                 .or(file.server.max_body_bytes)
                 .unwrap_or(2 * 1024 * 1024),
+            conn_limits: switchboard_http::ConnLimits {
+                header_timeout: std::time::Duration::from_secs(
+                    env_parse("SWITCHBOARD_HEADER_TIMEOUT_SECS")?
+                        .or(file.server.header_timeout_secs)
+                        .unwrap_or(10)
+                        .max(1),
+                ),
+                max_header_bytes: env_parse("SWITCHBOARD_MAX_HEADER_BYTES")?
+                    .or(file.server.max_header_bytes)
+                    .unwrap_or(64 * 1024)
+                    .max(8192),
+            },
+            max_streams_per_token: env_parse("SWITCHBOARD_MAX_STREAMS_PER_TOKEN")?
+                .or(file.server.max_streams_per_token)
+                .unwrap_or(1024)
+                .max(1),
+            write_requests_per_minute: env_parse("SWITCHBOARD_WRITE_REQUESTS_PER_MINUTE")?
+                .or(file.server.write_requests_per_minute)
+                .unwrap_or(0),
             files_dir: env("SWITCHBOARD_FILES_DIR")
                 .map(PathBuf::from)
                 .or(file.files.dir.clone())

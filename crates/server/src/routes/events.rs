@@ -55,7 +55,8 @@ fn parse_cursor(raw: &str, what: &str) -> Result<u64, ApiError> {
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "resume after this seq")),
     security(("bearer" = [])),
     responses((status = 200, description = "SSE frames; each `data:` is an `EventEnvelope` (a `gap_detected` frame's is a `GapDetected`)", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
-              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+              (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 429, description = "`too_many_streams`: this token holds as many event streams as allowed (`Retry-After`)", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     SessionId(id): SessionId,
@@ -78,8 +79,14 @@ pub async fn events(
         .transpose()?;
     // The header wins: a browser's EventSource sends it on reconnect with the newest id.
     let after = header_cursor.or(query_cursor).unwrap_or(0);
+    let slot = state.streams.take(&headers)?;
     let sub = state.engine.subscribe(id, after).await?;
-    let body = Body::from_stream(frames(sub, state.config.keepalive, state.engine.closed()));
+    let body = Body::from_stream(frames(
+        sub,
+        state.config.keepalive,
+        state.engine.closed(),
+        slot,
+    ));
     Ok((
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -95,6 +102,7 @@ fn frames(
     sub: Subscription,
     keepalive: Duration,
     closed: tokio_util::sync::CancellationToken,
+    slot: switchboard_http::StreamSlot,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
     let chunks = futures::stream::unfold(Some(sub), move |sub| {
         let closed = closed.clone();
@@ -129,7 +137,8 @@ fn frames(
     });
     let gauge = super::metrics::SubscriberGauge::up();
     chunks.flat_map(move |parts| {
-        let _open = &gauge;
+        // Held as long as the stream: the token's slot is given back when it ends.
+        let _open = (&gauge, &slot);
         futures::stream::iter(parts.into_iter().map(Ok))
     })
 }

@@ -1,0 +1,232 @@
+//! Limits per credential: how many event streams one token may hold open, and how many
+//! writes it may make a minute.
+//!
+//! A credential is told apart by a keyed hash of its bearer value (the console's cookie
+//! is turned into the same bearer value in front of the routes), never by the secret
+//! itself: the maps below hold no token.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use switchboard_protocol::ErrorCode;
+
+use crate::ApiError;
+
+/// A credential, as a hash only this process can compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CallerKey(u64);
+
+/// The keyed hash of the requests' credentials (`Authorization: Bearer …`, else none).
+#[derive(Debug, Default)]
+pub struct CallerKeys(std::collections::hash_map::RandomState);
+
+impl CallerKeys {
+    pub fn key(&self, headers: &HeaderMap) -> CallerKey {
+        CallerKey(
+            self.0.hash_one(
+                headers
+                    .get(axum::http::header::AUTHORIZATION)
+                    .map(|v| v.as_bytes())
+                    .unwrap_or_default(),
+            ),
+        )
+    }
+}
+
+/// Open event streams per credential, at most `max` each.
+#[derive(Debug)]
+pub struct StreamSlots {
+    max: usize,
+    keys: CallerKeys,
+    open: Mutex<HashMap<CallerKey, usize>>,
+}
+
+/// One open stream; its slot is given back when this is dropped (the stream ended or the
+/// client went away).
+#[derive(Debug)]
+pub struct StreamSlot {
+    slots: Arc<StreamSlots>,
+    key: CallerKey,
+}
+
+impl StreamSlots {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            keys: CallerKeys::default(),
+            open: Mutex::default(),
+        })
+    }
+
+    /// A slot for the request's credential, or 429 `too_many_streams` when it holds `max`.
+    pub fn take(self: &Arc<Self>, headers: &HeaderMap) -> Result<StreamSlot, ApiError> {
+        let key = self.keys.key(headers);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let n = open.entry(key).or_default();
+        if *n >= self.max {
+            return Err(ApiError::new(
+                ErrorCode::TooManyStreams,
+                format!(
+                    "this token already has {} event streams open (the most allowed); close one, or raise [server] max_streams_per_token",
+                    self.max
+                ),
+            )
+            .with_retry_after(1));
+        }
+        *n += 1;
+        Ok(StreamSlot {
+            slots: self.clone(),
+            key,
+        })
+    }
+
+    /// Streams open for the request's credential.
+    pub fn open(&self, headers: &HeaderMap) -> usize {
+        let key = self.keys.key(headers);
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.get(&key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A token bucket per credential for the write routes (`POST`, `PUT`, `PATCH`, `DELETE`):
+/// `per_minute` writes a minute, in bursts of up to `per_minute`.
+#[derive(Debug)]
+pub struct WriteRate {
+    per_minute: u32,
+    keys: CallerKeys,
+    buckets: Mutex<HashMap<CallerKey, Bucket>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl WriteRate {
+    /// `per_minute` of 0 means no limit.
+    pub fn new(per_minute: u32) -> Arc<Self> {
+        Arc::new(Self {
+            per_minute,
+            keys: CallerKeys::default(),
+            buckets: Mutex::default(),
+        })
+    }
+
+    /// Takes one write for `key` at `now`; `Err(wait)` when the bucket is empty.
+    fn take(&self, key: CallerKey, now: Instant) -> Result<(), Duration> {
+        let cap = f64::from(self.per_minute);
+        let per_sec = cap / 60.0;
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        // Full buckets carry no information: dropped, so idle callers cost no memory.
+        buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < cap);
+        let b = buckets.entry(key).or_insert(Bucket {
+            tokens: cap,
+            at: now,
+        });
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec).min(cap);
+        b.at = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - b.tokens) / per_sec))
+        }
+    }
+}
+
+/// Middleware: a write over the credential's rate is answered 429 `rate_limited` with
+/// `Retry-After` before the route sees it. Reads and streams are not counted.
+pub async fn limit_writes(
+    State(rate): State<Arc<WriteRate>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let write = matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    if rate.per_minute == 0 || !write {
+        return next.run(req).await;
+    }
+    let key = rate.keys.key(req.headers());
+    match rate.take(key, Instant::now()) {
+        Ok(()) => next.run(req).await,
+        Err(wait) => ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "more than {} writes a minute with this token; retry in {} s",
+                rate.per_minute,
+                wait.as_secs().max(1)
+            ),
+        )
+        .with_retry_after(wait.as_secs().max(1))
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn bearer(t: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            axum::http::header::AUTHORIZATION,
+            format!("Bearer {t}").parse().unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn stream_slots_are_per_token_and_given_back() {
+        let slots = StreamSlots::new(2);
+        let a = bearer("a");
+        let one = slots.take(&a).unwrap();
+        let _two = slots.take(&a).unwrap();
+        let err = slots.take(&a).unwrap_err();
+        assert_eq!(err.code(), "too_many_streams");
+        assert_eq!(err.status().as_u16(), 429);
+        // Another token has its own slots.
+        let _b = slots.take(&bearer("b")).unwrap();
+        drop(one);
+        assert_eq!(slots.open(&a), 1);
+        let _three = slots.take(&a).unwrap();
+    }
+
+    #[test]
+    fn the_write_bucket_refills_at_its_rate() {
+        let rate = WriteRate::new(60);
+        let key = rate.keys.key(&bearer("a"));
+        let t0 = Instant::now();
+        for _ in 0..60 {
+            rate.take(key, t0).unwrap();
+        }
+        let wait = rate.take(key, t0).unwrap_err();
+        assert!((0.9..=1.1).contains(&wait.as_secs_f64()), "{wait:?}");
+        // One a second comes back.
+        rate.take(key, t0 + Duration::from_millis(1001)).unwrap();
+        assert!(rate.take(key, t0 + Duration::from_millis(1002)).is_err());
+        // Another token is not affected.
+        rate.take(rate.keys.key(&bearer("b")), t0).unwrap();
+    }
+}
