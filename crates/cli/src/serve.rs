@@ -200,6 +200,19 @@ pub async fn run(settings: Settings) -> Result<()> {
         _ => addr.to_string(),
     };
     let _ = app.self_url.set(format!("http://{local}"));
+    if let Some(listen) = &settings.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding [metrics] listen {listen}"))?;
+        // Printed before the ready line, so whoever waits for that has this one too.
+        println!("metrics on http://{}/metrics", metrics.local_addr()?);
+        let limits = settings.conn_limits;
+        tokio::spawn(async move {
+            let router = switchboard_server::routes::metrics::standalone()
+                .layer(axum::middleware::from_fn(switchboard_http::request_id));
+            let _ = switchboard_http::serve(metrics, router, limits, std::future::pending()).await;
+        });
+    }
     // Scripts and tests wait for this exact line.
     println!("listening on http://{addr}");
     println!("token: {token_note}");
@@ -571,6 +584,7 @@ async fn gateway_election(
                     Ok(Some(lease)) => match parts.active().await {
                         Ok(gw) => {
                             tracing::info!(instance = %me, token = lease.token, "gateway lease taken: running the chat channels");
+                            metrics::counter!("switchboard_lease_takeovers_total", "lease" => "gateway").increment(1);
                             slot.replace(gw).stop().await;
                             held = Some((lease, std::time::Instant::now()));
                         }

@@ -10,34 +10,6 @@ use serde_json::json;
 use switchboard_protocol::{AgentEvent, CreateSessionRequest, DecisionAction};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-/// The value of the sample `name{labels}` (exactly as rendered), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-async fn scrape(url: &str) -> String {
-    let r = reqwest::Client::new()
-        .get(format!("{url}/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(
-        r.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/plain; version=0.0.4")
-    );
-    r.text().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_with_runs_approvals_and_streams() {
     let llm = MockLlm::start().await;
@@ -176,4 +148,64 @@ async fn json_logs_are_one_object_per_line() {
         }
     }
     assert!(json > 0, "no JSON log line: {logs}");
+}
+
+/// `[metrics] listen`: a second address serving `/metrics` alone, without the token, while
+/// the main listener keeps it behind the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_listen_serves_metrics_alone_without_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        "http://127.0.0.1:9/v1",
+        &[("SWITCHBOARD_METRICS_LISTEN", "127.0.0.1:0")],
+    )
+    .await;
+    let logs = server.logs();
+    let url = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .expect("the metrics address is printed")
+        .trim()
+        .to_string();
+    let http = reqwest::Client::new();
+    // Something to count: an event stream opened (and left open).
+    let c = client(&server);
+    let session = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let stream = http
+        .get(format!("{}/v1/sessions/{}/events", server.url, session.id))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let open = http.get(&url).send().await.unwrap();
+    assert_eq!(open.status(), 200);
+    let text = open.text().await.unwrap();
+    assert_eq!(
+        sample(&text, "switchboard_sse_subscribers"),
+        Some(1.0),
+        "{text}"
+    );
+    // Nothing else is served there: not the API, not the console.
+    let base = url.trim_end_matches("/metrics");
+    for path in ["/v1/sessions", "/v1/health", "/"] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+    }
+    // The main listener still wants the token.
+    let r = http
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        sample(&scrape(&server.url).await, "switchboard_sse_subscribers"),
+        Some(1.0)
+    );
+    drop(stream);
 }

@@ -373,6 +373,12 @@ async fn a_killed_instance_s_run_is_closed_and_its_follow_up_runs_on_a_survivor(
     let all = client(&b).get_session(session.id).await.unwrap().session;
     assert_eq!(all.active_run_id, None);
     assert_eq!(rest.last().unwrap().0.id, all.last_event_id);
+    // One survivor took the dead instance's run lease over, and says so in its metrics.
+    let takeovers = |text: &str| {
+        sample(text, "switchboard_lease_takeovers_total{lease=\"run\"}").unwrap_or(0.0)
+    };
+    let (on_a, on_b) = (scrape(&a.url).await, scrape(&b.url).await);
+    assert_eq!(takeovers(&on_a) + takeovers(&on_b), 1.0, "{on_a}\n{on_b}");
     drop((a, b, c));
     db.drop_now().await;
 }
@@ -715,6 +721,14 @@ async fn a_killed_poller_is_taken_over_and_no_update_is_lost_or_handled_twice() 
     }
     let took_over = killed.elapsed();
     eprintln!("poller failover after SIGKILL: {took_over:?}");
+    assert_eq!(
+        sample(
+            &scrape(&b.url).await,
+            "switchboard_lease_takeovers_total{lease=\"gateway\"}"
+        ),
+        Some(1.0),
+        "B counts the gateway lease it took"
+    );
     assert!(
         took_over < Duration::from_millis(2000 * 2 + 1000),
         "{took_over:?}"

@@ -27,6 +27,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub server: ServerSection,
     #[serde(default)]
+    pub metrics: MetricsSection,
+    #[serde(default)]
     pub tools: ToolsSection,
     /// External ACP agents by name: `[agents.claude] command = "…"`.
     #[serde(default)]
@@ -360,6 +362,14 @@ pub struct ServerSection {
     pub write_requests_per_minute: Option<u32>,
 }
 
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// A second address serving only `GET /metrics`, without the token (for a Prometheus
+    /// on a private network); `/metrics` on the main listener stays, behind the token.
+    pub listen: Option<String>,
+}
+
 /// The effective settings after file, environment and defaults.
 #[derive(Clone)]
 pub struct Settings {
@@ -387,6 +397,8 @@ pub struct Settings {
     pub keepalive_secs: u64,
     pub max_body_bytes: usize,
     pub conn_limits: switchboard_http::ConnLimits,
+    /// `[metrics] listen`: where `/metrics` is served without the token, if anywhere.
+    pub metrics_listen: Option<String>,
     pub max_streams_per_token: usize,
     pub write_requests_per_minute: u32,
     pub allowed_hosts: Vec<String>,
@@ -659,6 +671,7 @@ impl Settings {
                     .unwrap_or(64 * 1024)
                     .max(8192),
             },
+            metrics_listen: env("SWITCHBOARD_METRICS_LISTEN").or(file.metrics.listen.clone()),
             max_streams_per_token: env_parse("SWITCHBOARD_MAX_STREAMS_PER_TOKEN")?
                 .or(file.server.max_streams_per_token)
                 .unwrap_or(1024)

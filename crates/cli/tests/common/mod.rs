@@ -273,3 +273,31 @@ impl Db {
         .unwrap();
     }
 }
+
+/// The value of the sample `name{labels}` (exactly as rendered), if present.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+pub async fn scrape(url: &str) -> String {
+    let r = reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    r.text().await.unwrap()
+}

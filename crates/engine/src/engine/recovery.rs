@@ -129,6 +129,7 @@ impl Engine {
         else {
             return Ok(());
         };
+        metrics::counter!("switchboard_lease_takeovers_total", "lease" => "run").increment(1);
         match store.get_run(run_id).await? {
             Some(run) if run.state == RunState::Running => {
                 let lock = self.session_lock(run.session_id);

@@ -171,14 +171,15 @@ impl PlatformClient {
         policy: RetryPolicy,
         limits: Limits,
     ) -> Self {
+        let channel: String = channel.into();
         Self {
-            channel: channel.into(),
+            outbox: Outbox::new(limits).for_channel(&channel),
+            channel,
             base: base.trim().trim_end_matches('/').to_owned(),
             http,
             secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
             status: Mutex::new("configured".into()),
             policy,
-            outbox: Outbox::new(limits),
         }
     }
 

@@ -129,6 +129,27 @@ pub struct Outbox {
     /// that an edit's guard dropped after its entry was replaced by a newer one never takes
     /// out a generation of that newer entry.
     next_edit: std::sync::atomic::AtomicU64,
+    /// The channel, as the `channel` label of `switchboard_gateway_outbound_waiting`.
+    channel: String,
+}
+
+/// `switchboard_gateway_outbound_waiting{channel}`: up while a call waits for its turn,
+/// down when it goes (or its caller gives up).
+struct QueueGauge<'a>(&'a str);
+
+impl<'a> QueueGauge<'a> {
+    fn up(channel: &'a str) -> Self {
+        metrics::gauge!("switchboard_gateway_outbound_waiting", "channel" => channel.to_owned())
+            .increment(1.0);
+        Self(channel)
+    }
+}
+
+impl Drop for QueueGauge<'_> {
+    fn drop(&mut self) {
+        metrics::gauge!("switchboard_gateway_outbound_waiting", "channel" => self.0.to_owned())
+            .decrement(1.0);
+    }
 }
 
 /// Entries kept before the map is pruned of keys whose every instant is past.
@@ -141,7 +162,14 @@ impl Outbox {
             keys: Mutex::new(HashMap::new()),
             edits: Mutex::new(HashMap::new()),
             next_edit: std::sync::atomic::AtomicU64::new(0),
+            channel: String::new(),
         }
+    }
+
+    /// Names the channel this outbox paces (for its queue-depth gauge).
+    pub fn for_channel(mut self, channel: &str) -> Self {
+        self.channel = channel.to_owned();
+        self
     }
 
     /// Reserves the earliest instant every key allows, and returns it.
@@ -201,6 +229,7 @@ impl Outbox {
         if keys.is_empty() {
             return;
         }
+        let _queued = QueueGauge::up(&self.channel);
         let at = self.reserve(keys);
         self.wait(keys, at).await;
     }
@@ -208,6 +237,7 @@ impl Outbox {
     /// Waits for the turn of an edit of `message` on `keys`; false when a newer edit of the
     /// same message took this one's place while it waited (this one must not go out).
     pub async fn edit_turn(&self, message: &str, keys: &[String]) -> bool {
+        let _queued = QueueGauge::up(&self.channel);
         let (generation, at) = {
             let mut edits = lock(&self.edits);
             let p = match edits.get_mut(message) {

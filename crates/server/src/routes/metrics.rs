@@ -79,10 +79,30 @@ fn describe() {
         "switchboard_gateway_rate_limited_total",
         "Platform API calls answered 429 (or the platform's slow-down), by channel"
     );
+    describe_gauge!(
+        "switchboard_gateway_outbound_waiting",
+        "Platform API calls waiting for their turn in the outbound scheduler, by channel"
+    );
+    describe_counter!(
+        "switchboard_lease_takeovers_total",
+        "Leases this instance took: run (a run of a stopped instance closed here), gateway (became the active chat instance)"
+    );
+    describe_counter!(
+        "switchboard_store_unavailable_answers_total",
+        "API answers 503 store_unavailable (the database failed or did not answer)"
+    );
 }
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/metrics", get(metrics_text))
+}
+
+/// `/metrics` alone, without the token: for `[metrics] listen`, an address only a
+/// Prometheus on a private network reaches. Anything else there is 404.
+pub fn standalone() -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_text))
+        .fallback(crate::error::not_found)
 }
 
 /// The metrics in Prometheus' text exposition format.
