@@ -10,6 +10,7 @@ mod hub_cmd;
 mod relay_cmd;
 mod schedule_cmd;
 mod serve;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,35 +98,9 @@ enum Command {
     },
 }
 
-fn init_tracing() {
-    let filter = std::env::var("SWITCHBOARD_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info,sqlx=warn".into());
-    // `SWITCHBOARD_LOG_FORMAT=json`: one JSON object per line (timestamp, level, target,
-    // fields, the spans it is in), for log shippers; anything else: text.
-    let format = std::env::var("SWITCHBOARD_LOG_FORMAT").unwrap_or_default();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr);
-    if format.eq_ignore_ascii_case("json") {
-        let _ = builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init();
-    } else {
-        let _ = builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init();
-        if !format.is_empty() && !format.eq_ignore_ascii_case("text") {
-            tracing::warn!(format = %format, "SWITCHBOARD_LOG_FORMAT is json or text; logging text");
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    telemetry::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -225,6 +200,8 @@ fn main() -> ExitCode {
             }
         }
     });
+    drop(runtime);
+    telemetry::shutdown();
     match result {
         Ok(code) => code,
         Err(e) => {

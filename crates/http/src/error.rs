@@ -8,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 use switchboard_protocol::{Coded, ErrorCode};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 tokio::task_local! {
@@ -33,7 +34,27 @@ pub async fn request_id(req: Request, next: Next) -> Response {
         .filter(|v| sane(v))
         .map(str::to_string)
         .unwrap_or_else(|| Uuid::now_v7().to_string());
-    let mut resp = REQUEST_ID.scope(id.clone(), next.run(req)).await;
+    // One span per request: what happens while serving it (and the run it starts, for a
+    // trace exporter) is found by its request id and session.
+    let path = req.uri().path().to_owned();
+    let session = path
+        .strip_prefix("/v1/sessions/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|s| Uuid::parse_str(s).is_ok())
+        .unwrap_or_default()
+        .to_owned();
+    let span = tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %path,
+        request_id = %id,
+        session_id = %session,
+        status = tracing::field::Empty,
+    );
+    let mut resp = REQUEST_ID
+        .scope(id.clone(), next.run(req).instrument(span.clone()))
+        .await;
+    span.record("status", resp.status().as_u16());
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }

@@ -237,21 +237,35 @@ impl Engine {
             );
         }
         let engine = self.clone();
-        let task = tokio::spawn(async move {
-            engine
-                .execute(RunJob {
-                    session,
-                    config,
-                    run_id,
-                    input,
-                    backend,
-                    steering: steer_rx,
-                    cancel,
-                    lease,
-                    lost,
-                })
-                .await;
-        });
+        // The run's span: everything it logs carries its session and run (and a trace
+        // exporter shows the run as one span with its work inside).
+        let span = tracing::info_span!(
+            "run",
+            %session_id,
+            %run_id,
+            backend = %match &config.backend {
+                switchboard_protocol::BackendSpec::Builtin => "builtin".to_string(),
+                switchboard_protocol::BackendSpec::Acp(name) => format!("acp:{name}"),
+            },
+        );
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                engine
+                    .execute(RunJob {
+                        session,
+                        config,
+                        run_id,
+                        input,
+                        backend,
+                        steering: steer_rx,
+                        cancel,
+                        lease,
+                        lost,
+                    })
+                    .await;
+            },
+            span,
+        ));
         let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = map.get_mut(&session_id)
             && a.run_id == run_id
