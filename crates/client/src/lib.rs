@@ -32,6 +32,9 @@ mod schedules;
 mod sse;
 mod stream;
 
+#[cfg(test)]
+mod sse_prop_tests;
+
 pub use client::Client;
 pub use error::ClientError;
 pub use relay::RelayClientError;

@@ -22,6 +22,9 @@ pub mod text;
 mod util;
 pub mod webhook;
 
+#[cfg(test)]
+mod prop_json;
+
 pub use channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind,
     ChatRef, Inbound, InboundMessage, InboundSink, Peer,

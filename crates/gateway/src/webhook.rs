@@ -782,3 +782,7 @@ impl Channel for WebhookChannel {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "webhook_prop_tests.rs"]
+mod prop_tests;

@@ -525,6 +525,10 @@ fn list_or_none(v: &[String]) -> String {
 }
 
 #[cfg(test)]
+#[path = "config_prop_tests.rs"]
+mod prop_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -66,13 +66,13 @@ pub(super) struct Runner<'a> {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct GatewayPayload {
-    op: u64,
+    pub(super) op: u64,
     #[serde(default)]
-    d: Value,
+    pub(super) d: Value,
     #[serde(default)]
-    s: Option<u64>,
+    pub(super) s: Option<u64>,
     #[serde(default)]
-    t: Option<String>,
+    pub(super) t: Option<String>,
 }
 
 pub(super) fn text_frame(v: &Value) -> Message {

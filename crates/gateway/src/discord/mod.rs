@@ -422,3 +422,6 @@ impl Channel for DiscordChannel {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prop_tests;

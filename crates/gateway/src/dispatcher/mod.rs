@@ -345,3 +345,6 @@ async fn press_loop(gw: Gateway, mut rx: mpsc::UnboundedReceiver<()>) {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prop_tests;

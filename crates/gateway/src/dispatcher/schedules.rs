@@ -16,7 +16,7 @@ pub(super) const SCHEDULE_USAGE: &str = "Usage:\n\
 The result is posted here. Tool calls that ask for approval are rejected: nobody watches a scheduled run (use the API or `switchboard schedule add --ask` to be asked).";
 
 /// The words after the command (`/schedule@bot every 1h x` → `every 1h x`).
-fn args(text: &str) -> &str {
+pub(super) fn args(text: &str) -> &str {
     let text = text.trim_start();
     match text.find(char::is_whitespace) {
         Some(i) => text[i..].trim(),

@@ -657,3 +657,6 @@ impl Channel for SlackChannel {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prop_tests;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{ChannelContext, ChannelError};
+use crate::channel::{ChannelContext, ChannelError, ChannelState};
 
 use super::*;
 
@@ -163,47 +163,39 @@ impl SlackChannel {
                 Some(Ok(WsMessage::Text(t))) => t,
                 Some(Ok(_)) => continue,
             };
-            let envelope: Value = match serde_json::from_str(text.as_str()) {
-                Ok(v) => v,
-                Err(e) => {
+            let (kind, envelope_id, payload) = match socket_frame(text.as_str()) {
+                SocketFrame::NotJson(e) => {
                     tracing::warn!(channel = %self.cfg.name, error = %e, "a Socket Mode frame that is not JSON; ignoring it");
                     continue;
                 }
-            };
-            let kind = envelope
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            match kind {
-                "hello" => {
+                SocketFrame::Hello => {
                     backoff.reset();
                     self.set_status("socket: connected");
                     tracing::info!(channel = %self.cfg.name, "Socket Mode connected");
                     continue;
                 }
-                "disconnect" => {
+                SocketFrame::Disconnect => {
                     let _ = ws.close(None).await;
                     return SessionEnd::Disconnect;
                 }
-                "events_api" | "interactive" | "slash_commands" => {}
-                other => {
-                    tracing::debug!(channel = %self.cfg.name, kind = other, "Socket Mode frame ignored");
+                SocketFrame::Other(kind) => {
+                    tracing::debug!(channel = %self.cfg.name, kind, "Socket Mode frame ignored");
                     continue;
                 }
-            }
-            let Some(envelope_id) = envelope.get("envelope_id").and_then(Value::as_str) else {
-                tracing::warn!(channel = %self.cfg.name, kind, "an envelope without envelope_id; ignoring it");
-                continue;
-            };
-            let payload = envelope.get("payload").unwrap_or(&Value::Null);
-            let mapped = match kind {
-                "events_api" => {
-                    self.map_event_callback(payload, me, Some(ctx.state.as_ref()))
-                        .await
+                SocketFrame::NoEnvelopeId(kind) => {
+                    tracing::warn!(channel = %self.cfg.name, kind, "an envelope without envelope_id; ignoring it");
+                    continue;
                 }
-                "interactive" => self.map_interactive(payload),
-                _ => self.map_slash_command(payload).await,
+                SocketFrame::Envelope {
+                    kind,
+                    envelope_id,
+                    payload,
+                } => (kind, envelope_id, payload),
             };
+            let envelope_id = envelope_id.as_str();
+            let mapped = self
+                .map_socket_payload(kind, &payload, me, Some(ctx.state.as_ref()))
+                .await;
             if let Some(mapped) = mapped {
                 if let Err(reason) = self.deliver(ctx, mapped).await {
                     tracing::warn!(channel = %self.cfg.name, envelope_id, %reason, "the gateway did not take an event; not acknowledging it (Slack delivers it again)");
@@ -217,6 +209,80 @@ impl SlackChannel {
                 return SessionEnd::Lost(format!("websocket: cannot acknowledge: {e}"));
             }
         }
+    }
+}
+
+impl SlackChannel {
+    /// What the payload of a Socket Mode envelope of `kind` means to the gateway.
+    pub(super) async fn map_socket_payload(
+        &self,
+        kind: SocketKind,
+        payload: &Value,
+        me: &BotIdentity,
+        state: Option<&dyn ChannelState>,
+    ) -> Option<Mapped> {
+        match kind {
+            SocketKind::EventsApi => self.map_event_callback(payload, me, state).await,
+            SocketKind::Interactive => self.map_interactive(payload),
+            SocketKind::SlashCommands => self.map_slash_command(payload).await,
+        }
+    }
+}
+
+/// The Socket Mode envelopes that carry a payload to map (and acknowledge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SocketKind {
+    EventsApi,
+    Interactive,
+    SlashCommands,
+}
+
+/// What one Socket Mode text frame is.
+#[derive(Debug, PartialEq)]
+pub(super) enum SocketFrame {
+    /// Not JSON (the parser's error): ignored.
+    NotJson(String),
+    /// The connection is ready.
+    Hello,
+    /// Slack asks to reconnect.
+    Disconnect,
+    /// A `type` without meaning here (or none): ignored.
+    Other(String),
+    /// A payload envelope without `envelope_id`: ignored, it cannot be acknowledged.
+    NoEnvelopeId(&'static str),
+    /// A payload to map, then acknowledge by `envelope_id`; a missing payload is null.
+    Envelope {
+        kind: SocketKind,
+        envelope_id: String,
+        payload: Value,
+    },
+}
+
+/// Reads one Socket Mode text frame.
+pub(super) fn socket_frame(text: &str) -> SocketFrame {
+    let envelope: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return SocketFrame::NotJson(e.to_string()),
+    };
+    let (kind, name) = match envelope
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+    {
+        "hello" => return SocketFrame::Hello,
+        "disconnect" => return SocketFrame::Disconnect,
+        "events_api" => (SocketKind::EventsApi, "events_api"),
+        "interactive" => (SocketKind::Interactive, "interactive"),
+        "slash_commands" => (SocketKind::SlashCommands, "slash_commands"),
+        other => return SocketFrame::Other(other.to_owned()),
+    };
+    let Some(envelope_id) = envelope.get("envelope_id").and_then(Value::as_str) else {
+        return SocketFrame::NoEnvelopeId(name);
+    };
+    SocketFrame::Envelope {
+        kind,
+        envelope_id: envelope_id.to_owned(),
+        payload: envelope.get("payload").cloned().unwrap_or(Value::Null),
     }
 }
 

@@ -222,7 +222,13 @@ pub(super) fn attachments(m: &ApiMessage) -> Vec<Attachment> {
     if let Some(p) = m.photo.as_ref().and_then(|sizes| {
         sizes
             .iter()
-            .max_by_key(|p| (p.width.unwrap_or(0) * p.height.unwrap_or(0), p.file_size))
+            // Telegram's numbers: a product too large for u64 is only "very large"
+            .max_by_key(|p| {
+                (
+                    p.width.unwrap_or(0).saturating_mul(p.height.unwrap_or(0)),
+                    p.file_size,
+                )
+            })
     }) {
         out.push(Attachment {
             kind: "photo".into(),

@@ -440,3 +440,6 @@ impl Channel for TelegramChannel {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod prop_tests;
