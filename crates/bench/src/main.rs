@@ -24,7 +24,13 @@
 //! (h) checkpoints (`--only h`): one workspace checkpoint of a 10,000-file workspace,
 //!     unchanged and with 100 files changed (needs `git`).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h] [--grid KxM]`.
+//! (s) soak (`--only soak [--minutes 10]`): one `switchboard serve` under 100 sessions
+//!     streaming back to back, 1,000 SSE readers and 50 chat messages/s through a fake
+//!     Telegram for the whole time: no loss (contiguous ids, every run ended, every chat
+//!     message confirmed and counted), RSS after warm-up / peak / end, p50 and p99 delivery
+//!     latency from commit to reader.
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|soak] [--grid KxM] [--minutes M]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -37,6 +43,7 @@ mod common;
 mod failover;
 mod scale;
 mod single;
+mod soak;
 mod streaming;
 
 const TOKEN: &str = "bench-token";
@@ -79,6 +86,50 @@ async fn main() -> Result<()> {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let want = |k: &str| only.as_deref().is_none_or(|o| o == k);
+    if only.as_deref() == Some("soak") {
+        let minutes: f64 = args
+            .iter()
+            .position(|a| a == "--minutes")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10.0);
+        let f = soak::soak(
+            std::time::Duration::from_secs_f64(minutes * 60.0),
+            100,
+            10,
+            50,
+            50,
+        )
+        .await?;
+        println!(
+            "| (s) soak, {minutes} min: 100 sessions streaming, 1,000 SSE readers, 50 chat messages/s | | |\n|---|---|---|"
+        );
+        println!(
+            "| (s) runs completed (no loss: contiguous ids, one end per start) | {} | |",
+            f.runs
+        );
+        println!(
+            "| (s) events delivered to readers | {} | |",
+            f.events_delivered
+        );
+        println!(
+            "| (s) chat messages sent, all confirmed and counted in | {} | |",
+            f.chat_sent
+        );
+        println!(
+            "| (s) delivery latency commit → reader, p50 (ms) | {:.1} | |",
+            f.p50_ms
+        );
+        println!(
+            "| (s) delivery latency commit → reader, p99 (ms) | {:.1} | |",
+            f.p99_ms
+        );
+        println!(
+            "| (s) server RSS after warm-up / peak / end (MiB) | {:.1} / {:.1} / {:.1} | |",
+            f.rss_start_mib, f.rss_peak_mib, f.rss_end_mib
+        );
+        return Ok(());
+    }
     println!("| measurement | median of {runs} | all runs |\n|---|---|---|");
     if want("a") {
         // (subscribers, events, concurrent appenders). Appenders each await their commit, so
