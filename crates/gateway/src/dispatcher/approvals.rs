@@ -296,7 +296,29 @@ impl Gateway {
             prompt_text: text,
             requester: route.requester.clone(),
         };
-        self.inner.store.put_prompt(&prompt).await?;
+        if let Err(e) = self.inner.store.put_prompt(&prompt).await {
+            // Fails closed: a prompt without its record could never be answered (a press
+            // would find nothing) nor survive a restart, so it is not posted; the calls are
+            // rejected and the chat is told why.
+            tracing::error!(session_id = %run.session_id, run_id = %run.run_id, error = %e, "an approval prompt could not be stored; rejecting its calls");
+            log_err(
+                "telling the chat an approval could not be asked",
+                ch.send(
+                    &route.chat,
+                    "⚠️ Switchboard could not ask for your approval (its database failed), so the tool call was not run.",
+                    &[],
+                )
+                .await,
+            );
+            return self
+                .decide(
+                    run,
+                    &ask,
+                    false,
+                    "the approval could not be asked in the chat (the gateway's database failed)",
+                )
+                .await;
+        }
         self.post_prompt(prompt).await.map(drop)
     }
 

@@ -1,0 +1,135 @@
+//! The chat gateway's writes under a failing database: real SQLite errors, raised by a
+//! trigger put on the gateway's own database file (`gateway.db`) while the server runs,
+//! and taken away to let it recover.
+//!
+//! - An inbound chat message that cannot be stored in the inbox is not confirmed to
+//!   Telegram: it stays pending there, is fetched again, and once the database takes writes
+//!   it reaches the agent exactly once.
+//! - An approval prompt that cannot be stored is not posted without its record, and the
+//!   call does not run: the chat is told the approval could not be asked and the call is
+//!   rejected (fails closed).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::chat::World;
+use sqlx::Connection as _;
+use switchboard_test_support::fake_telegram::FakeTelegram;
+use switchboard_test_support::mock_llm::MockReply;
+
+/// A connection of the test's own to the server's gateway database.
+async fn gateway_db(w: &World) -> sqlx::SqliteConnection {
+    let path = w.dir.path().join("gateway.db");
+    sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap()
+}
+
+/// Makes every insert into `table` fail with a database error.
+async fn break_inserts(db: &mut sqlx::SqliteConnection, table: &str) {
+    sqlx::query(&format!(
+        "CREATE TRIGGER fault_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+    ))
+    .execute(&mut *db)
+    .await
+    .unwrap();
+}
+
+async fn heal(db: &mut sqlx::SqliteConnection, table: &str) {
+    sqlx::query(&format!("DROP TRIGGER fault_{table}"))
+        .execute(&mut *db)
+        .await
+        .unwrap();
+}
+
+fn telegram(w: &World) -> &FakeTelegram {
+    match &w.fake {
+        common::chat::Fake::Telegram(f) => f,
+        _ => unreachable!(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_message_the_inbox_cannot_store_is_not_confirmed_and_arrives_once_later() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    // The gateway is up and polling: one message goes through first.
+    w.llm.push(MockReply::text(&["first answer"]));
+    w.dm("before the fault");
+    w.wait("42", "the first answer", |m| {
+        m.text.contains("first answer")
+    })
+    .await;
+    let mut db = gateway_db(&w).await;
+    break_inserts(&mut db, "inbox").await;
+    w.dm("sent while the database fails");
+    // Polled (and refused by the store) a few times: never confirmed, never answered.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        telegram(&w).pending_updates(),
+        1,
+        "the update is still Telegram's to deliver"
+    );
+    assert_eq!(w.llm.chat_requests().len(), 1, "nothing reached the agent");
+    w.llm.push(MockReply::text(&["second answer"]));
+    heal(&mut db, "inbox").await;
+    w.wait(
+        "42",
+        "the answer to the message sent during the fault",
+        |m| m.text.contains("second answer"),
+    )
+    .await;
+    telegram(&w)
+        .wait_until(Duration::from_secs(20), "the update confirmed", |tg| {
+            tg.pending_updates() == 0
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked: Vec<String> = (0..w.llm.chat_requests().len())
+        .map(|i| w.user_text(i))
+        .collect();
+    assert_eq!(
+        asked,
+        ["before the fault", "sent while the database fails"],
+        "each message reached the agent once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_prompt_that_cannot_be_stored_fails_closed() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    w.llm.push(MockReply::text(&["first answer"]));
+    w.dm("before the fault");
+    w.wait("42", "the first answer", |m| m.text.contains("first answer"))
+        .await;
+    let mut db = gateway_db(&w).await;
+    let marker = w.ws.path().join("ran");
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        serde_json::json!({"command": format!("touch {}", marker.display())}),
+    ));
+    w.llm.push(MockReply::text(&["understood"]));
+    break_inserts(&mut db, "approvals").await;
+    w.dm("please run it");
+    let told = w
+        .wait("42", "a note that the approval could not be asked", |m| {
+            m.text.contains("could not ask")
+        })
+        .await;
+    assert!(
+        told.buttons.is_empty(),
+        "no buttons without a stored prompt"
+    );
+    w.wait("42", "the agent's answer after the rejection", |m| {
+        m.text.contains("understood")
+    })
+    .await;
+    assert!(!marker.exists(), "the call ran without an approval");
+    let second = w.llm.chat_requests()[2].body.to_string();
+    assert!(second.contains("not run"), "the agent was told: {second}");
+    heal(&mut db, "approvals").await;
+}
