@@ -188,6 +188,11 @@ pub async fn run(settings: Settings) -> Result<()> {
     // Before anything records: every counter from start-up on is in `/metrics`.
     switchboard_server::routes::metrics::install();
     let (token, token_note) = resolve_token(&settings)?;
+    // The server's own token is exempt from the write limit unless asked otherwise.
+    let write_rate = switchboard_http::WriteRate::new(
+        settings.write_requests_per_minute,
+        (!settings.write_limit_local_token).then_some(token.as_str()),
+    );
     let app = build(&settings, token).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
@@ -297,7 +302,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         .merge(switchboard_server::web::router(console.clone()))
         // Inside the guard, which has turned a console cookie into the bearer it stands for.
         .layer(axum::middleware::from_fn_with_state(
-            switchboard_http::WriteRate::new(settings.write_requests_per_minute),
+            write_rate,
             switchboard_http::limit_writes,
         ))
         .layer(axum::middleware::from_fn_with_state(

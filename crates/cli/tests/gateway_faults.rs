@@ -64,9 +64,24 @@ async fn a_chat_message_the_inbox_cannot_store_is_not_confirmed_and_arrives_once
     .await;
     let mut db = gateway_db(&w).await;
     break_inserts(&mut db, "inbox").await;
+    let polls = telegram(&w).calls("getUpdates").len();
     w.dm("sent while the database fails");
-    // Polled (and refused by the store) a few times: never confirmed, never answered.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Fetched (and refused by the store) again and again: never confirmed, never answered.
+    telegram(&w)
+        .wait_until(
+            Duration::from_secs(20),
+            "the update fetched twice more",
+            |tg| tg.calls("getUpdates").len() >= polls + 3,
+        )
+        .await;
+    let offsets: Vec<i64> = telegram(&w).calls("getUpdates")[polls..]
+        .iter()
+        .filter_map(|c| c["offset"].as_i64())
+        .collect();
+    assert!(
+        offsets.windows(2).all(|w| w[0] == w[1]),
+        "the offset did not move past the refused update: {offsets:?}"
+    );
     assert_eq!(
         telegram(&w).pending_updates(),
         1,
@@ -103,8 +118,10 @@ async fn an_approval_prompt_that_cannot_be_stored_fails_closed() {
     let _server = w.server().await;
     w.llm.push(MockReply::text(&["first answer"]));
     w.dm("before the fault");
-    w.wait("42", "the first answer", |m| m.text.contains("first answer"))
-        .await;
+    w.wait("42", "the first answer", |m| {
+        m.text.contains("first answer")
+    })
+    .await;
     let mut db = gateway_db(&w).await;
     let marker = w.ws.path().join("ran");
     w.llm.push(MockReply::tool_call(
@@ -131,5 +148,19 @@ async fn an_approval_prompt_that_cannot_be_stored_fails_closed() {
     assert!(!marker.exists(), "the call ran without an approval");
     let second = w.llm.chat_requests()[2].body.to_string();
     assert!(second.contains("not run"), "the agent was told: {second}");
+    // Healed: the next call is asked about with buttons, as usual.
     heal(&mut db, "approvals").await;
+    w.llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        serde_json::json!({"command": "true"}),
+    ));
+    w.llm.push(MockReply::text(&["done"]));
+    w.dm("try again");
+    let prompt = w
+        .wait("42", "an approval prompt with buttons", |m| {
+            !m.buttons.is_empty()
+        })
+        .await;
+    assert!(prompt.text.contains("true"), "{}", prompt.text);
 }

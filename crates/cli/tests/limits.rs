@@ -118,6 +118,8 @@ async fn event_streams_are_capped_per_token_and_writes_rate_limited() {
         &[
             ("SWITCHBOARD_MAX_STREAMS_PER_TOKEN", "2"),
             ("SWITCHBOARD_WRITE_REQUESTS_PER_MINUTE", "3"),
+            // The test's only token is the server's own: counted too.
+            ("SWITCHBOARD_WRITE_LIMIT_LOCAL_TOKEN", "true"),
             ("SWITCHBOARD_KEEPALIVE_SECS", "1"),
         ],
     )

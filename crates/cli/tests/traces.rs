@@ -1,5 +1,5 @@
 //! Traces over OTLP: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, the server exports a span per
-//! request and per run (with session and run ids) to a collector — here a fake one on
+//! request and per run (with session and run ids, linked to the request) to a collector — here a fake one on
 //! real TCP that decodes the OTLP/HTTP protobuf the exporter sends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +26,8 @@ struct Span {
     trace_id: Vec<u8>,
     span_id: Vec<u8>,
     parent: Vec<u8>,
+    /// (trace id, span id) of each linked span.
+    links: Vec<(Vec<u8>, Vec<u8>)>,
     attributes: HashMap<String, String>,
     service: String,
 }
@@ -66,6 +68,11 @@ async fn collect(State(spans): State<Received>, body: Bytes) -> Bytes {
                     trace_id: s.trace_id,
                     span_id: s.span_id,
                     parent: s.parent_span_id,
+                    links: s
+                        .links
+                        .iter()
+                        .map(|l| (l.trace_id.clone(), l.span_id.clone()))
+                        .collect(),
                     attributes,
                     service: service.clone(),
                 });
@@ -142,7 +149,11 @@ async fn requests_and_runs_are_exported_as_spans_over_otlp() {
     assert_eq!(request_span.attributes["status"], "200");
     assert_eq!(request_span.attributes["session_id"], sid);
     assert!(!request_span.attributes["request_id"].is_empty());
-    // The run started by the request is inside its trace, as the request's child.
-    assert_eq!(run_span.trace_id, request_span.trace_id);
-    assert_eq!(run_span.parent, request_span.span_id);
+    // A run outlives its request: a root span of its own, linked to the request that
+    // started it (so a trace viewer goes from one to the other).
+    assert!(run_span.parent.is_empty(), "the run span has no parent");
+    assert_eq!(
+        run_span.links,
+        [(request_span.trace_id.clone(), request_span.span_id.clone())]
+    );
 }

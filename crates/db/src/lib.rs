@@ -86,6 +86,14 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+impl StoreError {
+    /// The database failed or did not answer (as opposed to a row that does not decode): a
+    /// caller may retry, and the API answers 503 `store_unavailable`.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Db(_) | Self::Open(_))
+    }
+}
+
 /// The time as the stores write it in text columns: RFC 3339, UTC, microseconds
 /// (`2026-12-01T16:04:20.123456Z`; sorts as it reads).
 pub fn now() -> String {
@@ -184,6 +192,13 @@ pub async fn migrate_sqlite(
 /// over one in the URL), so every connection the pool ever opens, reconnects included,
 /// resolves the crate's unqualified table names in its schema, never in another crate's.
 /// Errors name the host and database, never the password.
+/// PostgreSQL's `statement_timeout` on every connection Switchboard opens: a database that
+/// hangs (a lock never released, a server stuck on I/O) fails the statement after this
+/// instead of holding the request, the run or the poller forever; the caller then gets a
+/// database error (503 `store_unavailable` over the API). Every statement Switchboard
+/// runs takes milliseconds.
+pub const STATEMENT_TIMEOUT: &str = "30s";
+
 pub async fn open_postgres(
     url: &str,
     max_connections: u32,
@@ -201,6 +216,7 @@ pub async fn open_postgres(
     if let Some(schema) = migrations.postgres_schema {
         connect = connect.options([("search_path", schema)]);
     }
+    connect = connect.options([("statement_timeout", STATEMENT_TIMEOUT)]);
     let target = format!(
         "{}:{}/{}",
         connect.get_host(),

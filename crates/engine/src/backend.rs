@@ -83,7 +83,7 @@ impl RunInput {
         for f in &self.attachments {
             out.push_str(&format!(
                 "\n[attached: {} ({}, {} bytes) — a copy is at {}]",
-                f.name,
+                inert(&f.name),
                 f.mime,
                 f.size,
                 crate::files::inbox_path(f)
@@ -98,14 +98,33 @@ impl RunInput {
 /// block of its own that the agent would read as the caller's (`<context …>` stays
 /// readable as `&lt;context …>`).
 fn inert(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains("<context") || text.contains("</context") {
-        std::borrow::Cow::Owned(
-            text.replace("</context", "&lt;/context")
-                .replace("<context", "&lt;context"),
-        )
-    } else {
-        std::borrow::Cow::Borrowed(text)
+    const TAG: &[u8] = b"context";
+    let bytes = text.as_bytes();
+    // Byte offsets of every `<` that opens `<context` or `</context`, in any letter case.
+    let opens: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'<')
+        .map(|(i, _)| i)
+        .filter(|&i| {
+            let rest = &bytes[i + 1..];
+            let rest = rest.strip_prefix(b"/").unwrap_or(rest);
+            rest.len() >= TAG.len() && rest[..TAG.len()].eq_ignore_ascii_case(TAG)
+        })
+        .collect();
+    if opens.is_empty() {
+        return std::borrow::Cow::Borrowed(text);
     }
+    let mut out = String::with_capacity(text.len() + opens.len() * 3);
+    let mut from = 0;
+    for i in opens {
+        // `<` is ASCII: `i` is a char boundary.
+        out.push_str(&text[from..i]);
+        out.push_str("&lt;");
+        from = i + 1;
+    }
+    out.push_str(&text[from..]);
+    std::borrow::Cow::Owned(out)
 }
 
 /// How a run ended, as the backend reports it.
@@ -586,5 +605,11 @@ mod tests {
             ),
             "{text}"
         );
+        // Any letter case; text without the tag is left alone (and not copied).
+        assert_eq!(
+            inert("a </Context> b <CONTEXT x> <contexts é"),
+            "a &lt;/Context> b &lt;CONTEXT x> &lt;contexts é"
+        );
+        assert!(matches!(inert("<cont ext>"), std::borrow::Cow::Borrowed(_)));
     }
 }

@@ -101,6 +101,21 @@ fn internal(what: &str, e: impl std::fmt::Display) -> Response {
     error(ErrorCode::Internal, "internal error")
 }
 
+/// A failed gateway store: 503 `store_unavailable` (with `Retry-After`) when the database
+/// failed or did not answer — the caller may retry, nothing was kept — else 500. The
+/// database's own words go to the log only.
+fn store_failed(what: &str, e: crate::store::StoreError) -> Response {
+    if e.is_unavailable() {
+        tracing::warn!(error = %e, "{what}: the gateway's database failed");
+        error(
+            ErrorCode::StoreUnavailable,
+            "the gateway's database is not answering; nothing of this request was kept, retry shortly",
+        )
+    } else {
+        internal(what, e)
+    }
+}
+
 /// The gateway's routes. All but the inbound webhook need `token`; the webhook is
 /// authenticated by its HMAC signature.
 pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
@@ -168,7 +183,7 @@ async fn status(State(s): State<ApiState>) -> Response {
             })
             .into_response()
         }
-        Err(e) => internal("gateway status", e),
+        Err(e) => store_failed("gateway status", e),
     }
 }
 
@@ -192,7 +207,7 @@ async fn sessions(State(s): State<ApiState>) -> Response {
                 .collect(),
         })
         .into_response(),
-        Err(e) => internal("gateway sessions", e),
+        Err(e) => store_failed("gateway sessions", e),
     }
 }
 
@@ -210,7 +225,7 @@ async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response 
             ErrorCode::NotFound,
             format!("no session is bound to routing key {key:?}"),
         ),
-        Err(e) => internal("unbind", e),
+        Err(e) => store_failed("unbind", e),
     }
 }
 
@@ -289,7 +304,7 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
                     .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
                     .await
                 {
-                    return internal("storing a notification context", e);
+                    return store_failed("storing a notification context", e);
                 }
             }
             Json(GatewaySendResponse { message_id }).into_response()
@@ -304,6 +319,7 @@ fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
         crate::GatewayError::Client(e) if e.status() == Some(404) => {
             error(ErrorCode::SessionNotFound, "no such session")
         }
+        crate::GatewayError::Store(e) => store_failed(what, e),
         e => internal(what, e),
     }
 }

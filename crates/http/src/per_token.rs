@@ -27,6 +27,11 @@ pub struct CallerKey(u64);
 pub struct CallerKeys(std::collections::hash_map::RandomState);
 
 impl CallerKeys {
+    /// The key of requests that carry `Authorization: Bearer {token}`.
+    pub fn of_token(&self, token: &str) -> CallerKey {
+        CallerKey(self.0.hash_one(format!("Bearer {token}").as_bytes()))
+    }
+
     pub fn key(&self, headers: &HeaderMap) -> CallerKey {
         CallerKey(
             self.0.hash_one(
@@ -107,11 +112,15 @@ impl Drop for StreamSlot {
 }
 
 /// A token bucket per credential for the write routes (`POST`, `PUT`, `PATCH`, `DELETE`):
-/// `per_minute` writes a minute, in bursts of up to `per_minute`.
+/// `per_minute` writes a minute, in bursts of up to `per_minute`. Requests without a
+/// credential are not counted (webhooks and sign-in carry their own proof), nor is the
+/// exempt credential (the server's own token, by default: the gateway, the relay and the
+/// console use it too).
 #[derive(Debug)]
 pub struct WriteRate {
     per_minute: u32,
     keys: CallerKeys,
+    exempt: Option<CallerKey>,
     buckets: Mutex<HashMap<CallerKey, Bucket>>,
 }
 
@@ -122,11 +131,15 @@ struct Bucket {
 }
 
 impl WriteRate {
-    /// `per_minute` of 0 means no limit.
-    pub fn new(per_minute: u32) -> Arc<Self> {
+    /// `per_minute` of 0 means no limit; requests bearing `exempt` (a token) are never
+    /// counted.
+    pub fn new(per_minute: u32, exempt: Option<&str>) -> Arc<Self> {
+        let keys = CallerKeys::default();
+        let exempt = exempt.map(|t| keys.of_token(t));
         Arc::new(Self {
             per_minute,
-            keys: CallerKeys::default(),
+            keys,
+            exempt,
             buckets: Mutex::default(),
         })
     }
@@ -164,22 +177,31 @@ pub async fn limit_writes(
         *req.method(),
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
-    if rate.per_minute == 0 || !write {
+    let anonymous = !req
+        .headers()
+        .contains_key(axum::http::header::AUTHORIZATION);
+    if rate.per_minute == 0 || !write || anonymous {
         return next.run(req).await;
     }
     let key = rate.keys.key(req.headers());
+    if Some(key) == rate.exempt {
+        return next.run(req).await;
+    }
     match rate.take(key, Instant::now()) {
         Ok(()) => next.run(req).await,
-        Err(wait) => ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "more than {} writes a minute with this token; retry in {} s",
-                rate.per_minute,
-                wait.as_secs().max(1)
-            ),
-        )
-        .with_retry_after(wait.as_secs().max(1))
-        .into_response(),
+        Err(wait) => {
+            // Rounded up: a client that waits exactly this long finds a write allowed.
+            let secs = (wait.as_secs_f64().ceil() as u64).max(1);
+            ApiError::new(
+                ErrorCode::RateLimited,
+                format!(
+                    "more than {} writes a minute with this token; retry in {secs} s",
+                    rate.per_minute
+                ),
+            )
+            .with_retry_after(secs)
+            .into_response()
+        }
     }
 }
 
@@ -213,9 +235,48 @@ mod tests {
         let _three = slots.take(&a).unwrap();
     }
 
+    #[tokio::test]
+    async fn writes_over_the_rate_are_refused_but_not_the_exempt_token_nor_anonymous_ones() {
+        use axum::body::Body;
+        use tower::ServiceExt as _;
+        let app = axum::Router::new()
+            .route(
+                "/w",
+                axum::routing::post(|| async { "ok" }).get(|| async { "ok" }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                WriteRate::new(2, Some("local")),
+                limit_writes,
+            ));
+        let call = |method: &str, auth: Option<&str>| {
+            let mut b = axum::http::Request::builder().method(method).uri("/w");
+            if let Some(t) = auth {
+                b = b.header("authorization", format!("Bearer {t}"));
+            }
+            app.clone().oneshot(b.body(Body::empty()).unwrap())
+        };
+        for _ in 0..2 {
+            assert_eq!(call("POST", Some("member")).await.unwrap().status(), 200);
+        }
+        let refused = call("POST", Some("member")).await.unwrap();
+        assert_eq!(refused.status(), 429);
+        let wait: u64 = refused.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(wait, 30, "one write every 30 s at 2 a minute, rounded up");
+        // Reads, the server's own token and requests without a credential are not counted.
+        assert_eq!(call("GET", Some("member")).await.unwrap().status(), 200);
+        for _ in 0..5 {
+            assert_eq!(call("POST", Some("local")).await.unwrap().status(), 200);
+            assert_eq!(call("POST", None).await.unwrap().status(), 200);
+        }
+    }
+
     #[test]
     fn the_write_bucket_refills_at_its_rate() {
-        let rate = WriteRate::new(60);
+        let rate = WriteRate::new(60, None);
         let key = rate.keys.key(&bearer("a"));
         let t0 = Instant::now();
         for _ in 0..60 {

@@ -43,7 +43,8 @@ impl Default for ConnLimits {
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting, asks
 /// every open connection to finish its request in flight and close, and returns once all
-/// have (long streams end when their producer ends them, as with `axum::serve`).
+/// have (long streams end when their producer ends them, as with `axum::serve`) — or
+/// after 10 s, closing those still open.
 pub async fn serve<F>(
     listener: TcpListener,
     router: Router,
@@ -109,6 +110,21 @@ where
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    while connections.join_next().await.is_some() {}
+    // Requests in flight get a while to finish; a client that stopped reading (a stalled
+    // event stream, a trickled body) does not hold the process past it.
+    let drained = tokio::time::timeout(DRAIN, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still open {DRAIN:?} after shutdown began: closing them"
+        );
+        connections.shutdown().await;
+    }
     Ok(())
 }
+
+/// How long a graceful shutdown waits for open connections to finish.
+const DRAIN: Duration = Duration::from_secs(10);

@@ -447,9 +447,17 @@ async fn a_run_whose_events_cannot_be_stored_fails_retryably() {
     let s = w.session().await;
     let run = w.run(s, "stream 400").await;
     w.until_event(s, "text_delta").await;
+    let before = w.faulty.calls("write_events");
     w.faulty.set("write_events", Fault::always(Action::Fail));
-    // Long enough for the stream to hit it, shorter than the end's retries (0.2 + 0.4 s …).
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Healed once the stream has hit the fault (well within the end's retries, 0.2 + 0.4 s …).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while w.faulty.calls("write_events") == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream never wrote"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     w.faulty.heal();
     assert_eq!(w.ended(run).await, RunState::Failed);
     let evs = w.events(s).await;
@@ -588,8 +596,20 @@ async fn a_lease_that_cannot_be_renewed_stops_the_run_and_it_is_closed_once() {
     w.until_event(s, "waiting_for_tool_approval").await;
     w.faulty.set("renew_lease", Fault::always(Action::Hang));
     w.faulty.set("take_over_lease", Fault::always(Action::Fail));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    // Stopped here: the approval is gone, so a decision now finds nothing to decide.
+    // Stopped here once the lease ran out unrenewed: the approval is withdrawn (polled: a
+    // loaded machine may take longer than the lease), so a decision finds nothing to decide.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let p = w.get(&format!("/v1/sessions/{s}/tools/pending")).await;
+        if p.body["tool_calls"] == json!([]) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run still waits after its lease could not be renewed: {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let d = w
         .post(
             &format!("/v1/sessions/{s}/tools/decisions"),
@@ -597,7 +617,13 @@ async fn a_lease_that_cannot_be_renewed_stops_the_run_and_it_is_closed_once() {
         )
         .await;
     assert_eq!(d.status, 409, "{:?}", d.body);
-    assert!(w.faulty.calls("take_over_lease") > 0, "the reaper tried");
+    while w.faulty.calls("take_over_lease") == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reaper never tried"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         w.store.get_run(run).await.unwrap().unwrap().state,
         RunState::Running,
@@ -627,7 +653,15 @@ async fn a_message_accepted_just_before_a_crash_is_kept() {
         w.faulty.set(stuck, Fault::always(Action::Hang));
         let text = format!("keep me ({stuck})");
         let run = w.run(s, &text).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The old engine is stuck in that write (it never returns): as good as dead.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while w.faulty.calls(stuck) == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{stuck} never called"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let (_b, store) = w.restarted().await;
         let r = store.get_run(run).await.unwrap().unwrap();
         assert_eq!(r.state, RunState::Failed, "closed by the restart");

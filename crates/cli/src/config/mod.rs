@@ -360,6 +360,9 @@ pub struct ServerSection {
     pub max_streams_per_token: Option<usize>,
     /// Writes (POST, PUT, PATCH, DELETE) a token may make a minute (default 0: no limit).
     pub write_requests_per_minute: Option<u32>,
+    /// Whether the server's own token counts against `write_requests_per_minute` too
+    /// (default false: the gateway, relay, scheduler and console use it).
+    pub write_limit_local_token: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -401,6 +404,7 @@ pub struct Settings {
     pub metrics_listen: Option<String>,
     pub max_streams_per_token: usize,
     pub write_requests_per_minute: u32,
+    pub write_limit_local_token: bool,
     pub allowed_hosts: Vec<String>,
     pub chat_completions_approvals: switchboard_server::routes::openai::DoorApprovals,
     pub relay: RelaySettings,
@@ -679,6 +683,9 @@ impl Settings {
             write_requests_per_minute: env_parse("SWITCHBOARD_WRITE_REQUESTS_PER_MINUTE")?
                 .or(file.server.write_requests_per_minute)
                 .unwrap_or(0),
+            write_limit_local_token: env_parse("SWITCHBOARD_WRITE_LIMIT_LOCAL_TOKEN")?
+                .or(file.server.write_limit_local_token)
+                .unwrap_or(false),
             files_dir: env("SWITCHBOARD_FILES_DIR")
                 .map(PathBuf::from)
                 .or(file.files.dir.clone())

@@ -198,7 +198,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Ids of the session's tool calls that have a result in the transcript.
     /// A run accepted (its caller got its id) but stopped before it logged its start holds
     /// the user's message only in its record: the message goes into the log
     /// (`RunStarted`, unless that was written) and the transcript, so what the user sent is
@@ -293,6 +292,7 @@ impl Engine {
         }
     }
 
+    /// Ids of the session's tool calls that have a result in the transcript.
     pub(super) async fn answered_calls(
         &self,
         session_id: Uuid,

@@ -107,18 +107,28 @@ impl Engine {
                     // The caller is told it failed, so it must not run later: taken back
                     // out of the queue (a store that fails this too leaves it to run, as
                     // the retry of a write whose answer was lost would).
-                    if let Err(undo) = self
+                    match self
                         .inner
                         .store
                         .cancel_queued_run(run.id, &now_rfc3339())
                         .await
                     {
-                        tracing::error!(%session_id, run_id = %run.id, error = %undo, "a follow-up that could not be announced stays queued");
+                        Ok(true) => return Err(e),
+                        // Not queued any more: another instance took it from the queue and
+                        // runs it, so it was accepted after all.
+                        Ok(false) => return Ok(run.id),
+                        Err(undo) => {
+                            tracing::error!(%session_id, run_id = %run.id, error = %undo, "a follow-up that could not be announced stays queued");
+                            return Err(e);
+                        }
                     }
-                    return Err(e);
                 }
-                if self.active_run_id(session_id).is_none() {
-                    self.start_next_queued(session_id).await?;
+                // Queued and announced: accepted. Starting it now is a courtesy; if that
+                // fails it starts when the active run ends or the reaper finds it waiting.
+                if self.active_run_id(session_id).is_none()
+                    && let Err(e) = self.start_next_queued(session_id).await
+                {
+                    tracing::warn!(%session_id, run_id = %run.id, error = %e, "a queued follow-up could not start yet");
                 }
                 Ok(run.id)
             }
@@ -240,6 +250,7 @@ impl Engine {
         // The run's span: everything it logs carries its session and run (and a trace
         // exporter shows the run as one span with its work inside).
         let span = tracing::info_span!(
+            parent: None,
             "run",
             %session_id,
             %run_id,
@@ -248,6 +259,9 @@ impl Engine {
                 switchboard_protocol::BackendSpec::Acp(name) => format!("acp:{name}"),
             },
         );
+        // A root span of its own (linked to the request that started it): a run outlives
+        // its request, and a follow-up started at a run's end must not nest under it.
+        span.follows_from(tracing::Span::current());
         let task = tokio::spawn(tracing::Instrument::instrument(
             async move {
                 engine

@@ -60,6 +60,17 @@ fn neither_a_message_nor_a_name_can_forge_another_senders_line() {
 }
 
 #[test]
+fn every_kind_of_line_break_is_indented_and_lookalike_names_are_told_apart() {
+    let mut fake_alice = q("mallory", "hi\rbob: a\u{2028}bob: b\u{85}bob: c\r\nd", None);
+    fake_alice.peer.name = "alice".into();
+    let text = batch_text(&[q("alice", "one", None), fake_alice]);
+    assert_eq!(
+        text,
+        "alice [alice]: one\nalice [mallory]: hi\n  bob: a\n  bob: b\n  bob: c\n  d"
+    );
+}
+
+#[test]
 fn sender_labels_are_one_short_visible_line() {
     assert_eq!(sender_label("Alice  Smith"), "Alice Smith");
     assert_eq!(sender_label("a\u{202E}b\u{200B}c\rd"), "a b c d");

@@ -36,15 +36,36 @@ pub fn batch_text(items: &[Queued]) -> String {
             .collect::<Vec<_>>()
             .join("\n\n");
     }
+    // Two senders shown alike (two "alice"s) are told apart by their platform ids.
+    let mut labels: std::collections::HashMap<&str, String> = Default::default();
+    for q in items {
+        labels
+            .entry(q.peer.id.as_str())
+            .or_insert_with(|| sender_label(&q.peer.name));
+    }
+    let mut shown: std::collections::HashMap<&str, usize> = Default::default();
+    for l in labels.values() {
+        *shown.entry(l.as_str()).or_default() += 1;
+    }
+    let label_of = |q: &Queued| {
+        let l = &labels[q.peer.id.as_str()];
+        if shown.get(l.as_str()).copied().unwrap_or(0) > 1 {
+            format!("{l} [{}]", sender_label(&q.peer.id))
+        } else {
+            l.clone()
+        }
+    };
     items
         .iter()
         .map(|q| {
-            let mut lines = q.text.lines();
-            let mut out = format!(
-                "{}: {}",
-                sender_label(&q.peer.name),
-                lines.next().unwrap_or_default()
+            // Every character a reader may take for a line break starts a new line here,
+            // so each is indented below.
+            let text = q.text.replace("\r\n", "\n").replace(
+                ['\r', '\u{0B}', '\u{0C}', '\u{85}', '\u{2028}', '\u{2029}'],
+                "\n",
             );
+            let mut lines = text.trim_end_matches('\n').split('\n');
+            let mut out = format!("{}: {}", label_of(q), lines.next().unwrap_or_default());
             for line in lines {
                 out.push_str("\n  ");
                 out.push_str(line);

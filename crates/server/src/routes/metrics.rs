@@ -30,9 +30,28 @@ pub fn install() {
         tracing::warn!("a metrics recorder was installed already; /metrics stays empty");
         return;
     }
+    // Histograms keep their samples until drained: the exporter's upkeep does that, and it
+    // is ours to run (the exporter's own listener, which would, is not used). Without it a
+    // server nobody scrapes grows by every sample it records.
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let upkeep = handle.clone();
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval(UPKEEP);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                upkeep.run_upkeep();
+            }
+        });
+    } else {
+        tracing::warn!("no runtime at metrics install: histograms are drained only when scraped");
+    }
     let _ = HANDLE.set(handle);
     describe();
 }
+
+/// How often histograms are drained into their summaries.
+const UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};

@@ -121,6 +121,7 @@ impl SqlStore {
         if connect.get_application_name().is_none() {
             connect = connect.application_name("switchboard");
         }
+        connect = connect.options([("statement_timeout", switchboard_db::STATEMENT_TIMEOUT)]);
         let target = describe(&connect);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections.max(1))
