@@ -76,6 +76,22 @@ impl RunInput {
         out
     }
 
+    /// The user's message of run `run_id` as the transcript records it: the content and a
+    /// line per attached file.
+    pub(crate) fn user_record(&self, session_id: Uuid, run_id: Uuid) -> MessageRecord {
+        MessageRecord {
+            id: Uuid::now_v7(),
+            session_id,
+            run_id: Some(run_id),
+            role: Role::User.as_str().into(),
+            content: format!("{}{}", self.content, self.attachment_notes()),
+            tool_calls: None,
+            tool_call_id: None,
+            is_error: false,
+            created_at: now_rfc3339(),
+        }
+    }
+
     /// One line per attached file, naming its copy in the workspace (empty without files):
     /// what a text-only reader of the message (a model, the transcript) sees of them.
     pub fn attachment_notes(&self) -> String {

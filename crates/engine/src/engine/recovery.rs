@@ -234,20 +234,7 @@ impl Engine {
                 .await?;
         }
         store
-            .append_message(
-                &MessageRecord {
-                    id: Uuid::now_v7(),
-                    session_id,
-                    run_id: Some(run_id),
-                    role: Role::User.as_str().into(),
-                    content: format!("{}{}", input.content, input.attachment_notes()),
-                    tool_calls: None,
-                    tool_call_id: None,
-                    is_error: false,
-                    created_at: now_rfc3339(),
-                },
-                fence,
-            )
+            .append_message(&input.user_record(session_id, run_id), fence)
             .await?;
         Ok(())
     }

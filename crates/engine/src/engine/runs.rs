@@ -358,17 +358,7 @@ impl Engine {
             let history = history.iter().map(transcript_message).collect::<Vec<_>>();
             store
                 .append_message(
-                    &MessageRecord {
-                        id: Uuid::now_v7(),
-                        session_id,
-                        run_id: Some(run_id),
-                        role: Role::User.as_str().into(),
-                        content: format!("{}{}", input.content, input.attachment_notes()),
-                        tool_calls: None,
-                        tool_call_id: None,
-                        is_error: false,
-                        created_at: now_rfc3339(),
-                    },
+                    &input.user_record(session_id, run_id),
                     fence,
                 )
                 .await?;
