@@ -951,3 +951,167 @@ async fn a_command_cut_by_a_crash_gets_an_error_result_and_the_session_goes_on()
     );
     assert_eq!(sent[0].0, "k1");
 }
+
+/// A raw `GET /v1/approvals/events` connection: yields `(event, data)` frames.
+struct ApprovalFrames {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl ApprovalFrames {
+    async fn connect(base: &str) -> Self {
+        let resp = reqwest::Client::new()
+            .get(format!("{base}/v1/approvals/events"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(
+            resp.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        Self {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    async fn next(&mut self) -> (String, Value) {
+        loop {
+            if let Some(pos) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..pos + 2).collect();
+                let name = frame.lines().find_map(|l| l.strip_prefix("event: "));
+                let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
+                if let (Some(name), Some(data)) = (name, data) {
+                    return (name.to_string(), serde_json::from_str(data).unwrap());
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.resp.chunk())
+                .await
+                .expect("no approvals frame for 30 s")
+                .unwrap()
+                .expect("the approvals stream ended");
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
+    use switchboard_test_support::mock_llm::MockToolCall;
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[("SWITCHBOARD_APPROVAL_TIMEOUT_SECS", "600")],
+    )
+    .await;
+    let c = client(&server);
+    assert!(c.waiting_approvals().await.unwrap().approvals.is_empty());
+    let mut frames = ApprovalFrames::connect(&server.url).await;
+    let (kind, data) = frames.next().await;
+    assert_eq!(kind, "snapshot");
+    assert_eq!(data, json!({"approvals": []}));
+
+    // Session A waits on two calls.
+    let a = session(&c, ws.path(), None).await;
+    c.update_session(
+        a,
+        &switchboard_protocol::UpdateSessionRequest {
+            title: Some("Session A".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    llm.push(MockReply::tool_calls(vec![
+        MockToolCall::new("a1", "run_command", json!({"command": "echo one"})),
+        MockToolCall::new("a2", "run_command", json!({"command": "echo two"})),
+    ]));
+    let (mut a_events, a_run) = send(&c, a, "go A").await;
+    until_waiting(&mut a_events, a_run).await;
+    let (kind, data) = frames.next().await;
+    assert_eq!(kind, "approval_requested", "{data}");
+    assert_eq!(data["session_id"], a.to_string());
+    assert_eq!(data["run_id"], a_run.to_string());
+    assert_eq!(data["session_title"], "Session A");
+    assert_eq!(data["backend"], "builtin");
+    assert_eq!(data["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(data["tool_calls"][0]["arguments"]["command"], "echo one");
+
+    // Session B waits on one call, later: it comes first in the list.
+    let b = session(&c, ws.path(), None).await;
+    llm.push(MockReply::tool_call(
+        "b1",
+        "run_command",
+        json!({"command": "echo three"}),
+    ));
+    let (mut b_events, b_run) = send(&c, b, "go B").await;
+    until_waiting(&mut b_events, b_run).await;
+    let (kind, data) = frames.next().await;
+    assert_eq!(kind, "approval_requested", "{data}");
+    assert_eq!(data["session_id"], b.to_string());
+    let list = c.waiting_approvals().await.unwrap().approvals;
+    assert_eq!(
+        list.iter().map(|w| w.session_id).collect::<Vec<_>>(),
+        [b, a],
+        "newest first"
+    );
+    let w = &list[0];
+    assert!(w.expires_at > w.created_at, "{w:?}");
+    let expires = chrono::DateTime::parse_from_rfc3339(&w.expires_at).unwrap();
+    let created = chrono::DateTime::parse_from_rfc3339(&w.created_at).unwrap();
+    assert_eq!((expires - created).num_seconds(), 600);
+
+    // One of A's calls decided: A is updated, with the other call only.
+    c.decide_tools(a, &decide(a_run, "a1", DecisionAction::Accept, None))
+        .await
+        .unwrap();
+    let (kind, data) = frames.next().await;
+    assert_eq!(kind, "approval_updated", "{data}");
+    let ids: Vec<&str> = data["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a2"]);
+    assert_eq!(
+        c.waiting_approvals().await.unwrap().approvals[1]
+            .tool_calls
+            .len(),
+        1
+    );
+
+    // The last one decided: A is resolved, and its run goes on.
+    llm.push(MockReply::text(&["A done."]));
+    c.decide_tools(a, &decide(a_run, "a2", DecisionAction::Reject, Some("no")))
+        .await
+        .unwrap();
+    let (kind, data) = frames.next().await;
+    assert_eq!(kind, "approval_resolved", "{data}");
+    assert_eq!(data, json!({"session_id": a, "run_id": a_run}));
+    until_run_ends(&mut a_events, a_run).await;
+
+    // A second stream starts with the snapshot of what still waits.
+    let mut second = ApprovalFrames::connect(&server.url).await;
+    let (kind, data) = second.next().await;
+    assert_eq!(kind, "snapshot");
+    assert_eq!(data["approvals"].as_array().unwrap().len(), 1);
+    assert_eq!(data["approvals"][0]["session_id"], b.to_string());
+
+    // Cancelling B's run resolves its approval on both streams.
+    c.cancel(b, b_run).await.unwrap();
+    for f in [&mut frames, &mut second] {
+        let (kind, data) = f.next().await;
+        assert_eq!(kind, "approval_resolved", "{data}");
+        assert_eq!(data["session_id"], b.to_string());
+    }
+    assert!(c.waiting_approvals().await.unwrap().approvals.is_empty());
+}

@@ -296,6 +296,14 @@ impl Client {
         self.json(self.request(reqwest::Method::GET, &path)).await
     }
 
+    /// `GET /v1/approvals`: every approval waiting, in any session, newest first.
+    pub async fn waiting_approvals(
+        &self,
+    ) -> Result<switchboard_protocol::ApprovalsResponse, ClientError> {
+        self.json(self.request(reqwest::Method::GET, "/v1/approvals"))
+            .await
+    }
+
     /// `POST /v1/sessions/{id}/tools/decisions`.
     pub async fn decide_tools(
         &self,

@@ -20,7 +20,6 @@ use uuid::Uuid;
 
 use crate::error::EngineError;
 use crate::log::EventLog;
-use crate::time::now_rfc3339;
 
 /// What a tool does, for the permission modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +358,8 @@ pub(crate) async fn ask(
                 run_id,
                 tool_calls: serde_json::to_value(calls)
                     .map_err(|e| EngineError::Internal(format!("encoding tool calls: {e}")))?,
-                created_at: now_rfc3339(),
+                // One instant for both: `expires_at - created_at` is the timeout.
+                created_at: now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
                 expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             },
             scope.fence,

@@ -66,3 +66,34 @@ pub struct ToolDecisionsResponse {
     pub accepted: bool,
     pub run_id: Uuid,
 }
+
+/// One approval waiting for a human, in any session (`GET /v1/approvals`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WaitingApproval {
+    pub session_id: Uuid,
+    pub session_title: String,
+    /// The session's backend (`null` for a session made before backends were recorded).
+    pub backend: Option<crate::BackendSpec>,
+    /// The run that waits: decide its calls with `POST /v1/sessions/{id}/tools/decisions`.
+    pub run_id: Uuid,
+    /// The calls still undecided.
+    pub tool_calls: Vec<ToolCall>,
+    /// When the run started waiting (RFC 3339).
+    pub created_at: String,
+    /// When the undecided calls are rejected unanswered (RFC 3339): approvals fail closed.
+    pub expires_at: String,
+}
+
+/// `GET /v1/approvals`: every approval waiting, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalsResponse {
+    pub approvals: Vec<WaitingApproval>,
+}
+
+/// `data` of an `approval_resolved` frame of `GET /v1/approvals/events`: the approval no
+/// longer waits (every call decided, timed out, cancelled, or its session deleted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalResolved {
+    pub session_id: Uuid,
+    pub run_id: Uuid,
+}

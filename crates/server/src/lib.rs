@@ -109,6 +109,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::messages::router())
         .merge(routes::events::router())
         .merge(routes::tools::router())
+        .merge(routes::approvals::router())
         .merge(routes::checkpoints::router())
         .merge(routes::metrics::router())
         .route_layer(axum::middleware::from_fn_with_state(

@@ -7,7 +7,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
 use crate::routes::{
-    checkpoints, events, files, health, messages, metrics, openai, sessions, tools,
+    approvals, checkpoints, events, files, health, messages, metrics, openai, sessions, tools,
 };
 
 struct BearerAuth;
@@ -134,7 +134,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         messages::send, messages::list, messages::transcript,
         files::upload, files::list, files::fetch, files::share,
         events::events,
-        tools::pending, tools::decide,
+        tools::pending, tools::decide, approvals::list, approvals::events,
         checkpoints::list, checkpoints::diff, checkpoints::restore,
         openai::completions, openai::models,
         metrics::metrics_text,
@@ -153,6 +153,8 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::ListMessagesResponse, switchboard_protocol::TranscriptMessage,
         switchboard_protocol::EventEnvelope, switchboard_protocol::AgentEvent, switchboard_protocol::GapDetected,
         switchboard_protocol::ToolCall, switchboard_protocol::PendingToolsResponse,
+        switchboard_protocol::WaitingApproval, switchboard_protocol::ApprovalsResponse,
+        switchboard_protocol::ApprovalResolved,
         switchboard_protocol::ToolDecisionsRequest, switchboard_protocol::ToolDecisionsResponse,
         switchboard_protocol::ToolDecision, switchboard_protocol::DecisionAction,
         switchboard_protocol::PlanEntry, switchboard_protocol::SteeringDelivery,

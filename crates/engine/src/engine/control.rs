@@ -277,6 +277,55 @@ impl Engine {
         }
     }
 
+    /// Every approval waiting, in any session, newest first: the calls still undecided, with
+    /// the session's title and backend and when the wait fails closed. The store lists them
+    /// (a run waiting on another instance included); for a run executing here this
+    /// instance's memory is the truth (calls decided one by one drop out, and an approval
+    /// settled a moment ago is gone before its record is).
+    pub async fn waiting_approvals(&self) -> Result<Vec<WaitingApproval>, EngineError> {
+        let records = self.inner.store.list_approvals().await?;
+        let mut out = Vec::with_capacity(records.len());
+        for a in records {
+            let tool_calls: Vec<ToolCall> = if self.inner.config.exclusive
+                || self.is_local_run(a.run_id)
+            {
+                match self.inner.approvals.pending(a.session_id) {
+                    Some((run_id, calls)) if run_id == a.run_id && !calls.is_empty() => calls,
+                    _ => continue,
+                }
+            } else {
+                match serde_json::from_value(a.tool_calls) {
+                    Ok(calls) => calls,
+                    Err(e) => {
+                        tracing::warn!(session_id = %a.session_id, error = %e, "a stored approval's calls do not decode; not listed");
+                        continue;
+                    }
+                }
+            };
+            // A session deleted meanwhile takes its approval with it.
+            let Some(record) = self.inner.store.get_session(a.session_id).await? else {
+                continue;
+            };
+            out.push(WaitingApproval {
+                session_id: a.session_id,
+                backend: session_config(&record).ok().map(|c| c.backend),
+                session_title: record.title,
+                run_id: a.run_id,
+                tool_calls,
+                created_at: a.created_at,
+                expires_at: a.expires_at,
+            });
+        }
+        out.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        Ok(out)
+    }
+
+    /// Bumped whenever what [`Self::waiting_approvals`] returns may have changed (on this
+    /// instance, or on another one sharing the store and the bus).
+    pub fn approvals_changed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.log.approval_signal().subscribe()
+    }
+
     /// Decides pending tool calls. Calls not named stay pending; the run goes on once all
     /// are decided.
     pub async fn decide_tools(
@@ -301,6 +350,8 @@ impl Engine {
         match reply {
             ControlReply::Decided { response } => {
                 tracing::info!(%session_id, run_id = %response.run_id, "tool decisions received");
+                // Calls decided one by one leave the inbox at once.
+                self.inner.log.approval_signal().bump();
                 Ok(response)
             }
             other => Err(unexpected(other)),

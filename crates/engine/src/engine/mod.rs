@@ -8,7 +8,7 @@ use std::time::Duration;
 use switchboard_protocol::{
     AgentEvent, CreateSessionRequest, MessageType, PendingToolsResponse, Role, RunStatus,
     SendMessageRequest, SendMessageResponse, SessionConfig, SessionSummary, SteeringDelivery,
-    ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage,
+    ToolCall, ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage, WaitingApproval,
 };
 use switchboard_store::{
     Lease, MessageRecord, NewRun, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, Store,

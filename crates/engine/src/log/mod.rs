@@ -188,6 +188,42 @@ pub struct EventLog {
     live_buffer: usize,
     /// Set once when the instance shares its store with others.
     bus: BusSlot,
+    /// Bumped whenever what waits for approval may have changed (see [`ApprovalSignal`]).
+    approvals: ApprovalSignal,
+}
+
+/// A counter bumped when an event that starts or ends an approval's wait is published
+/// here, committed by this instance or injected from another one
+/// (`waiting_for_tool_approval`, `tool_execution_started`, `tool_rejected`, a run's end),
+/// and when a decision is recorded. Watchers re-read the waiting approvals from the store:
+/// the signal carries no data, so a missed or doubled bump costs a read, never a change.
+#[derive(Clone, Default)]
+pub struct ApprovalSignal(Arc<tokio::sync::watch::Sender<u64>>);
+
+impl ApprovalSignal {
+    pub fn bump(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Bumps if one of `events` starts or ends an approval's wait.
+    pub(crate) fn bump_for(&self, events: &[LogEvent]) {
+        if events.iter().any(|e| {
+            matches!(
+                e.kind.as_str(),
+                "waiting_for_tool_approval"
+                    | "tool_execution_started"
+                    | "tool_rejected"
+                    | "run_completed"
+                    | "run_error"
+            )
+        }) {
+            self.bump();
+        }
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
 }
 
 /// A stream of events one writer appends to one session without waiting for each commit
@@ -230,12 +266,14 @@ impl EventLog {
         let channels: Channels = Arc::default();
         let bus: BusSlot = Arc::default();
         let seqs: Seqs = Arc::default();
+        let approvals = ApprovalSignal::default();
         tokio::spawn(
             Writer {
                 store: store.clone(),
                 seqs: seqs.clone(),
                 channels: channels.clone(),
                 bus: bus.clone(),
+                approvals: approvals.clone(),
             }
             .run(rx),
         );
@@ -246,7 +284,13 @@ impl EventLog {
             channels,
             live_buffer: live_buffer.max(16),
             bus,
+            approvals,
         }
+    }
+
+    /// Bumped whenever what waits for approval may have changed.
+    pub fn approval_signal(&self) -> &ApprovalSignal {
+        &self.approvals
     }
 
     /// Publishes every committed batch on `bus` from now on (set once; later calls are
@@ -267,6 +311,7 @@ impl EventLog {
         let Some(top) = events.last().map(|e| e.seq) else {
             return;
         };
+        self.approvals.bump_for(&events);
         if let Some(last) = self
             .seqs
             .lock()
@@ -490,6 +535,7 @@ struct Writer {
     seqs: Seqs,
     channels: Channels,
     bus: BusSlot,
+    approvals: ApprovalSignal,
 }
 
 /// A request with the seqs it was written with, and its outcome.

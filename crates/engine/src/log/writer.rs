@@ -321,6 +321,9 @@ impl Writer {
                 bus.publish(*session_id, events);
             }
         }
+        for (_, events) in &by_session {
+            self.approvals.bump_for(events);
+        }
         let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         for (session_id, events) in by_session {
             if let Some(tx) = map.get(&session_id) {

@@ -1,5 +1,6 @@
 //! One router per resource.
 
+pub mod approvals;
 pub mod checkpoints;
 pub mod events;
 pub mod files;
