@@ -204,6 +204,54 @@ async fn create_subscribe_send_stream_and_transcript() {
     };
     let e = c.update_session(s.id, &blank).await.unwrap_err();
     assert_eq!(e.code(), Some("validation_failed"));
+    // Every field is checked as create checks it; nothing of a refused request is kept.
+    let refused = |body: serde_json::Value| {
+        let url = format!("{}/v1/sessions/{}", server.url, s.id);
+        async move {
+            let r = reqwest::Client::new()
+                .patch(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap();
+            (status, body["code"].as_str().unwrap_or_default().to_string(), body)
+        }
+    };
+    for (body, field) in [
+        (serde_json::json!({"title": "   "}), "title"),
+        (serde_json::json!({"title": "x".repeat(201)}), "title"),
+        (serde_json::json!({"auto_approve": ["view", " "]}), "auto_approve[1]"),
+        (serde_json::json!({"auto_approve": [" run_command"], "title": "kept?"}), "auto_approve[0]"),
+    ] {
+        let (status, code, err) = refused(body.clone()).await;
+        assert_eq!((status, code.as_str()), (400, "validation_failed"), "{body} → {err}");
+        assert!(err.to_string().contains(field), "{body} → {err}");
+    }
+    for body in [
+        serde_json::json!({"auto_approve": "some"}),
+        serde_json::json!({"auto_aprove": "all"}),
+        serde_json::json!({"archived": "yes"}),
+    ] {
+        let (status, code, err) = refused(body.clone()).await;
+        assert!(status == 400 || status == 422, "{body} → {status} {err}");
+        assert!(!code.is_empty(), "{body} → {err}");
+    }
+    let kept = c.get_session(s.id).await.unwrap();
+    assert_ne!(kept.session.title, "kept?", "a refused request changes nothing");
+    let renamed = c
+        .update_session(
+            s.id,
+            &switchboard_protocol::UpdateSessionRequest {
+                title: Some("  Trimmed  ".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(renamed.title, "Trimmed");
     let raw = reqwest::Client::new()
         .patch(format!("{}/v1/sessions/{}", server.url, s.id))
         .bearer_auth(TOKEN)

@@ -13,17 +13,13 @@ impl Engine {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
         }
-        let title = match req.title.as_deref().map(str::trim) {
-            Some("") => return Err(EngineError::validation("title", "must not be empty")),
-            Some(t) if t.chars().count() > MAX_TITLE => {
-                return Err(EngineError::validation(
-                    "title",
-                    format!("longer than {MAX_TITLE} characters"),
-                ));
-            }
-            Some(t) => t.to_string(),
+        let title = match req.title.as_deref() {
+            Some(t) => valid_title(t)?,
             None => "New session".to_string(),
         };
+        if let Some(a) = &req.auto_approve {
+            validate_auto_approve(a)?;
+        }
         let cwd = match req.cwd.as_deref() {
             Some(c) => validate_cwd(Path::new(c))?,
             None => self.inner.config.default_cwd.clone(),
@@ -173,13 +169,9 @@ impl Engine {
         id: Uuid,
         req: UpdateSessionRequest,
     ) -> Result<SessionSummary, EngineError> {
-        if let Some(t) = &req.title
-            && t.trim().is_empty()
-        {
-            return Err(EngineError::Validation {
-                field: "title".into(),
-                message: "must not be empty".into(),
-            });
+        let title = req.title.as_deref().map(valid_title).transpose()?;
+        if let Some(a) = &req.auto_approve {
+            validate_auto_approve(a)?;
         }
         if let Some(m) = &req.model
             && m.trim().is_empty()
@@ -210,7 +202,7 @@ impl Engine {
         };
         let now = now_rfc3339();
         let update = switchboard_store::SessionUpdate {
-            title: req.title,
+            title,
             archived_at: req.archived.map(|a| a.then(|| now.clone())),
             config,
             updated_at: now,
@@ -340,6 +332,38 @@ fn validate_mcp_servers(
                 "mcp_servers: {} is named twice",
                 s.name
             )));
+        }
+    }
+    Ok(())
+}
+
+/// A session title as given to create or rename: trimmed, not empty, at most [`MAX_TITLE`]
+/// characters.
+fn valid_title(t: &str) -> Result<String, EngineError> {
+    let t = t.trim();
+    if t.is_empty() {
+        return Err(EngineError::validation("title", "must not be empty"));
+    }
+    if t.chars().count() > MAX_TITLE {
+        return Err(EngineError::validation(
+            "title",
+            format!("longer than {MAX_TITLE} characters"),
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// A list of tool names must name tools: no blank entries, no padding around a name (which
+/// would never match a call, silently).
+fn validate_auto_approve(a: &switchboard_protocol::AutoApprove) -> Result<(), EngineError> {
+    if let switchboard_protocol::AutoApprove::Tools(list) = a {
+        for (i, t) in list.iter().enumerate() {
+            if t.trim().is_empty() || t.trim() != t {
+                return Err(EngineError::validation(
+                    &format!("auto_approve[{i}]"),
+                    format!("{t:?} is not a tool name (blank, or spaces around it)"),
+                ));
+            }
         }
     }
     Ok(())
