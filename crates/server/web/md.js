@@ -2,7 +2,11 @@
 //
 // Everything is HTML-escaped before any markup is added, and the only tags produced are the
 // ones written below, so text from a model can never become HTML of its own. Links are made
-// only for http(s) URLs. Unclosed code fences (a reply still streaming) run to the end.
+// only for http(s) URLs. Unclosed code fences (a reply still streaming) run to the end, and a
+// table whose body has not arrived yet is a table without rows. Code blocks are highlighted by
+// hl.js, which escapes the same way and adds only <span class="tok-…">.
+
+import { highlight } from './hl.js';
 
 const ESC = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) => ESC[c]);
@@ -13,8 +17,45 @@ const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 const QUOTE = /^ {0,3}>\s?(.*)$/;
 const RULE = /^ {0,3}([-*_])(\s*\1){2,}\s*$/;
 
-const startsBlock = (line) =>
+const startsBlockLine = (line) =>
   FENCE.test(line) || HEADING.test(line) || ITEM.test(line) || QUOTE.test(line) || RULE.test(line);
+const startsBlock = (lines, i) => startsBlockLine(lines[i]) || tableAt(lines, i) !== null;
+
+/** The cells of a table row: outer pipes optional, `\|` is a pipe inside a cell. */
+function cells(line) {
+  let s = line.trim();
+  if (s.startsWith('|')) s = s.slice(1);
+  if (s.endsWith('|') && !s.endsWith('\\|')) s = s.slice(0, -1);
+  const out = [''];
+  for (let i = 0; i < s.length; i++) {
+    if (s[i] === '\\' && s[i + 1] === '|') out[out.length - 1] += s[++i];
+    else if (s[i] === '|') out.push('');
+    else out[out.length - 1] += s[i];
+  }
+  return out.map((c) => c.trim());
+}
+const isRow = (line) => /(^|[^\\])\|/.test(line) && !startsBlockLine(line);
+const ALIGN = { '::': 'center', ':-': 'left', '-:': 'right' };
+
+/** When lines[i] is a table header followed by its delimiter row: the column alignments. */
+function tableAt(lines, i) {
+  if (i + 1 >= lines.length || !isRow(lines[i]) || !lines[i + 1].includes('|')) return null;
+  const delim = cells(lines[i + 1]);
+  if (delim.length !== cells(lines[i]).length || !delim.every((c) => /^:?-+:?$/.test(c))) return null;
+  return delim.map((c) => ALIGN[c[0] + c[c.length - 1]] ?? '');
+}
+
+/** A table starting at lines[i] (tableAt gave its alignments); returns [html, next index]. */
+function table(lines, i, align) {
+  const row = (line, tag) => {
+    const cs = cells(line);
+    return `<tr>${align.map((a, j) => `<${tag}${a ? ` class="align-${a}"` : ''}>${inline(cs[j] ?? '')}</${tag}>`).join('')}</tr>`;
+  };
+  const head = row(lines[i], 'th');
+  const body = [];
+  for (i += 2; i < lines.length && lines[i].trim() && isRow(lines[i]); i++) body.push(row(lines[i], 'td'));
+  return [`<div class="table-wrap"><table><thead>${head}</thead><tbody>${body.join('')}</tbody></table></div>`, i];
+}
 
 const link = (url, label) =>
   `<a href="${escapeHtml(url)}" rel="noopener noreferrer" target="_blank">${escapeHtml(label)}</a>`;
@@ -73,7 +114,7 @@ export function render(src) {
       for (i++; i < lines.length && !close.test(lines[i]); i++) body.push(lines[i]);
       i++;
       const cls = m[2] ? ` class="language-${escapeHtml(m[2])}"` : '';
-      out.push(`<pre><code${cls}>${escapeHtml(body.join('\n'))}</code></pre>`);
+      out.push(`<pre><code${cls}>${highlight(body.join('\n'), m[2])}</code></pre>`);
     } else if (!line.trim()) {
       i++;
     } else if ((m = line.match(HEADING))) {
@@ -87,13 +128,17 @@ export function render(src) {
       const [html, next] = list(lines, i);
       out.push(html);
       i = next;
+    } else if ((m = tableAt(lines, i))) {
+      const [html, next] = table(lines, i, m);
+      out.push(html);
+      i = next;
     } else if (QUOTE.test(line)) {
       const body = [];
       for (; i < lines.length && (m = lines[i].match(QUOTE)); i++) body.push(m[1]);
       out.push(`<blockquote>${render(body.join('\n'))}</blockquote>`);
     } else {
       const para = [line];
-      for (i++; i < lines.length && lines[i].trim() && !startsBlock(lines[i]); i++) para.push(lines[i]);
+      for (i++; i < lines.length && lines[i].trim() && !startsBlock(lines, i); i++) para.push(lines[i]);
       out.push(`<p>${inline(para.join('\n'))}</p>`);
     }
   }
