@@ -285,6 +285,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         agents: settings.agents.keys().cloned().collect(),
         default_model: settings.model.clone(),
         default_cwd: app.engine.config().default_cwd.display().to_string(),
+        default_permission_mode: app.engine.config().default_permission_mode,
     });
     let code = console.new_login_code();
     let browse_host = if addr.ip().is_unspecified() {

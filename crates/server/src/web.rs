@@ -36,6 +36,38 @@ const INDEX_HTML: &str = include_str!("../web/index.html");
 const APP_JS: &str = include_str!("../web/app.js");
 const MD_JS: &str = include_str!("../web/md.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
+const HL_JS: &str = include_str!("../web/hl.js");
+const HL_CSS: &str = include_str!("../web/hl.css");
+const ICON_SVG: &str = include_str!("../web/icon.svg");
+const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
+const SW_JS: &str = include_str!("../web/sw.js");
+
+/// The console's files: path under `/assets/`, body, content type.
+const ASSETS: [(&str, &str, &str); 6] = [
+    ("app.js", APP_JS, "text/javascript; charset=utf-8"),
+    ("md.js", MD_JS, "text/javascript; charset=utf-8"),
+    ("hl.js", HL_JS, "text/javascript; charset=utf-8"),
+    ("style.css", STYLE_CSS, "text/css; charset=utf-8"),
+    ("hl.css", HL_CSS, "text/css; charset=utf-8"),
+    ("icon.svg", ICON_SVG, "image/svg+xml"),
+];
+
+/// The service worker with the name of its cache: the hash of everything it caches, so a
+/// new build replaces the cached console (and only then).
+static SW_BODY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use sha2::Digest as _;
+    let mut hash = Sha256::new();
+    for part in [INDEX_HTML, MANIFEST]
+        .into_iter()
+        .chain(ASSETS.iter().map(|(_, body, _)| *body))
+    {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let digest = hash.finalize();
+    let version: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    SW_JS.replace("__CACHE_VERSION__", &version)
+});
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
@@ -49,6 +81,8 @@ pub struct ConsoleConfig {
     pub agents: Vec<String>,
     pub default_model: Option<String>,
     pub default_cwd: String,
+    /// The permission mode a session gets unless it asks for another.
+    pub default_permission_mode: switchboard_protocol::PermissionMode,
 }
 
 impl std::fmt::Debug for ConsoleConfig {
@@ -220,6 +254,8 @@ fn host_of(req: &Request) -> Option<String> {
 fn console_path(path: &str) -> bool {
     path == "/"
         || path == "/login"
+        || path == "/manifest.webmanifest"
+        || path == "/sw.js"
         || path.starts_with("/assets/")
         || path.starts_with("/v1/console/")
 }
@@ -281,7 +317,7 @@ pub async fn guard(State(console): State<Console>, mut req: Request, next: Next)
 /// The OpenAPI document of the console's routes.
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(index, asset, login_link, login, logout, me),
+    paths(index, asset, manifest, service_worker, login_link, login, logout, me),
     components(schemas(LoginBody, Me, ErrorBody))
 )]
 pub struct ConsoleDoc;
@@ -291,6 +327,8 @@ pub fn router(console: Console) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/assets/{file}", get(asset))
+        .route("/manifest.webmanifest", get(manifest))
+        .route("/sw.js", get(service_worker))
         .route("/login", get(login_link))
         .route("/v1/console/login", post(login))
         .route("/v1/console/logout", post(logout))
@@ -325,21 +363,35 @@ async fn index() -> Response {
     with_security_headers(INDEX_HTML.into_response(), "text/html; charset=utf-8")
 }
 
-/// The console's scripts and styles.
+/// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js` or `style.css`", content_type = "text/plain", body = String),
+    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css` or `icon.svg`", content_type = "text/plain", body = String),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
-    let (body, ty) = match file.as_str() {
-        "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
-        "md.js" => (MD_JS, "text/javascript; charset=utf-8"),
-        "style.css" => (STYLE_CSS, "text/css; charset=utf-8"),
-        _ => {
-            return ApiError::new(ErrorCode::NotFound, format!("no asset {file:?}"))
-                .into_response();
-        }
-    };
-    with_security_headers(body.into_response(), ty)
+    match ASSETS.iter().find(|(name, _, _)| *name == file) {
+        Some((_, body, ty)) => with_security_headers((*body).into_response(), ty),
+        None => ApiError::new(ErrorCode::NotFound, format!("no asset {file:?}")).into_response(),
+    }
+}
+
+/// The web app manifest: the console can be added to a phone's home screen.
+#[utoipa::path(get, path = "/manifest.webmanifest", tag = "console",
+    responses((status = 200, content_type = "application/manifest+json", body = String),
+              (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
+async fn manifest() -> Response {
+    with_security_headers(MANIFEST.into_response(), "application/manifest+json")
+}
+
+/// The console's service worker: caches the console's own files (never an API answer), so
+/// an installed console opens without the server and says it cannot reach it.
+#[utoipa::path(get, path = "/sw.js", tag = "console",
+    responses((status = 200, content_type = "text/javascript", body = String),
+              (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
+async fn service_worker() -> Response {
+    with_security_headers(
+        SW_BODY.as_str().into_response(),
+        "text/javascript; charset=utf-8",
+    )
 }
 
 #[derive(Deserialize)]
@@ -427,6 +479,7 @@ pub struct Me {
     agents: Vec<String>,
     default_model: Option<String>,
     default_cwd: String,
+    default_permission_mode: switchboard_protocol::PermissionMode,
     version: String,
 }
 
@@ -455,6 +508,7 @@ async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
         agents: c.agents.clone(),
         default_model: c.default_model.clone(),
         default_cwd: c.default_cwd.clone(),
+        default_permission_mode: c.default_permission_mode,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
     .into_response()
@@ -471,6 +525,7 @@ mod tests {
             agents: vec![],
             default_model: None,
             default_cwd: "/".into(),
+            default_permission_mode: switchboard_protocol::PermissionMode::WorkspaceWrite,
         })
     }
 

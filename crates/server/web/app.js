@@ -1,5 +1,5 @@
-// Switchboard web console: sign-in, sessions with a live transcript and approvals, schedules,
-// the relay.
+// Switchboard web console: sign-in, sessions with a live transcript and approvals, the
+// approvals inbox, the chat gateway's channels, schedules, the relay.
 // Plain DOM, no framework. Text from the server is only ever set as textContent, except
 // assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
@@ -78,23 +78,46 @@ const S = {
   views: new Map(), // session id → view (kept, so coming back resumes after its lastSeq)
   current: null, // the session view on screen
   showArchived: false, // the sidebar lists archived sessions instead
+  drafts: new Map(), // session id → text for its composer (a first message that could not be sent)
 };
 
+let bootTimer = 0;
 async function boot() {
+  clearTimeout(bootTimer);
   try {
     S.me = await api('GET', '/v1/console/me');
   } catch (e) {
     const expired = new URLSearchParams(location.search).get('login') === 'expired';
     if (e.status === 401) return showLogin(expired ? 'That login link was already used or has expired.' : undefined);
+    if (!e.status) return showUnreachable(e.message); // no answer at all: offline, or the server is down
     toast(e);
-    return setTimeout(boot, 3000);
+    bootTimer = setTimeout(boot, 3000);
+    return;
   }
   if (location.search) history.replaceState(null, '', `/${location.hash}`);
   $('login').hidden = true;
+  $('unreachable').hidden = true;
   $('app').hidden = false;
   $('version').textContent = S.me.version ? `v${S.me.version}` : '';
   route();
   refreshSessions().catch(toast);
+  openApprovals();
+}
+
+/** The console opened (from the service worker's cache, say) but the server does not answer. */
+function showUnreachable(detail) {
+  $('app').hidden = true;
+  $('login').hidden = true;
+  $('unreachable').hidden = false;
+  $('unreachable-detail').textContent = `${detail}. Trying again every 5 seconds.`;
+  bootTimer = setTimeout(boot, 5000);
+}
+$('unreachable-retry').addEventListener('click', () => boot());
+
+// The service worker caches the console's own files (never API answers), so that an installed
+// console opens offline to the "unreachable" screen instead of the browser's error page.
+if ('serviceWorker' in navigator) {
+  navigator.serviceWorker.register('/sw.js').catch((e) => console.warn('service worker not registered', e));
 }
 
 function showLogin(message) {
@@ -107,6 +130,7 @@ function showLogin(message) {
 
 function signedOut(message) {
   S.me = null;
+  closeApprovals();
   leaveSession();
   closeLook();
   S.views.clear();
@@ -131,30 +155,40 @@ $('logout').addEventListener('click', guard(async () => {
 }));
 
 $('menu').addEventListener('click', () => document.body.classList.toggle('drawer'));
+// On a phone the sidebar is a drawer: a tap outside it closes it.
+document.addEventListener('click', (e) => {
+  if (document.body.classList.contains('drawer') && !$('sidebar').contains(e.target) && !$('menu').contains(e.target)) {
+    document.body.classList.remove('drawer');
+  }
+});
 
 $('show-archived').addEventListener('change', (e) => {
   S.showArchived = e.target.checked;
   refreshSessions().catch(toast);
 });
 
-/** #/ · #/new · #/s/<id> · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> */
+/** Pages that use the whole width (no session sidebar). */
+const WIDE = ['relay', 'schedules', 'inbox', 'channels'];
+
+/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> */
 function route() {
   if (!S.me) return;
   const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
   document.body.classList.remove('drawer');
-  // The relay and the schedules use the whole width (no session sidebar).
-  document.body.classList.toggle('wide', kind === 'relay' || kind === 'schedules');
-  document.body.dataset.page = kind === 'relay' || kind === 'schedules' ? kind : 'sessions';
-  $('sessions-tab').classList.toggle('active', kind !== 'relay' && kind !== 'schedules');
-  $('schedules-tab').classList.toggle('active', kind === 'schedules');
-  $('relay-tab').classList.toggle('active', kind === 'relay');
+  document.body.classList.toggle('wide', WIDE.includes(kind));
+  document.body.dataset.page = WIDE.includes(kind) ? kind : 'sessions';
+  $('sessions-tab').classList.toggle('active', !WIDE.includes(kind));
+  for (const page of WIDE) $(`${page}-tab`).classList.toggle('active', kind === page);
   if (kind !== 's') leaveSession();
   if (kind !== 'relay') closeLook();
+  if (kind !== 'inbox') I.list = null;
   if (kind === 's' && arg) openSession(arg);
   else if (kind === 'relay') openRelay(arg);
   else if (kind === 'schedules') openSchedules(arg);
+  else if (kind === 'inbox') openInbox();
+  else if (kind === 'channels') openChannels();
   else if (kind === 'new') $('main').replaceChildren(newSessionForm());
-  else $('main').replaceChildren(h('div.empty', {}, 'Pick a session on the left, or create a new one.'));
+  else $('main').replaceChildren(homeView());
   markActive();
 }
 window.addEventListener('hashchange', route);
@@ -164,6 +198,8 @@ setInterval(() => {
   const page = document.body.dataset.page;
   if (page === 'relay') refreshRelay().catch(toast);
   else if (page === 'schedules') refreshSchedules().catch(toast);
+  else if (page === 'channels') refreshChannels().catch(toast);
+  else if (page === 'inbox') tickInbox();
   else refreshSessions().catch(toast);
 }, 3000);
 
@@ -206,34 +242,83 @@ function markActive() {
 }
 
 const field = (label, input) => h('label.field', {}, h('span', {}, label), input);
+const MODES = ['read-only', 'workspace-write', 'full-access'];
+const modeSelect = (tid, value, name = 'mode') => h('select', { name, tid, value, 'aria-label': 'Permission mode' },
+  MODES.map((m) => h('option', { value: m }, m)));
+function backendSelect(tid, onchange) {
+  return h('select', { name: 'backend', tid, onchange, 'aria-label': 'Backend' },
+    h('option', { value: 'builtin' }, 'built-in agent'),
+    (S.me.agents ?? []).map((a) => h('option', { value: `acp:${a}` }, `ACP: ${a}`)));
+}
+const backendValue = (v) => (v === 'builtin' ? 'builtin' : { acp: v.slice(4) });
 
 function newSessionForm() {
-  const { agents = [], default_cwd, default_model } = S.me;
+  const { default_cwd, default_model, default_permission_mode } = S.me;
   const model = h('input', { name: 'model', tid: 'new-model', value: default_model ?? '', placeholder: 'default' });
-  const backend = h('select', { name: 'backend', tid: 'new-backend', onchange: () => { model.disabled = backend.value !== 'builtin'; } },
-    h('option', { value: 'builtin' }, 'built-in agent'),
-    agents.map((a) => h('option', { value: `acp:${a}` }, `ACP: ${a}`)));
+  const backend = backendSelect('new-backend', () => { model.disabled = backend.value !== 'builtin'; });
   const form = h('form.new-session.panel', { tid: 'new-session-form' },
     h('h2', {}, 'New session'),
     field('Title', h('input', { name: 'title', tid: 'new-title', placeholder: 'New session' })),
     field('Workspace', h('input', { name: 'cwd', tid: 'new-cwd', value: default_cwd ?? '' })),
     field('Backend', backend),
     field('Model', model),
-    field('Permission mode', h('select', { name: 'mode', tid: 'new-mode', value: 'workspace-write' },
-      ['read-only', 'workspace-write', 'full-access'].map((m) => h('option', { value: m }, m)))),
+    field('Permission mode', modeSelect('new-mode', default_permission_mode ?? 'workspace-write')),
     h('button.primary', { tid: 'new-create' }, 'Create'));
   form.addEventListener('submit', guard(async (e) => {
     e.preventDefault();
     const f = form.elements;
-    const body = { permission_mode: f.mode.value };
+    const body = { permission_mode: f.mode.value, backend: backendValue(f.backend.value) };
     if (f.title.value.trim()) body.title = f.title.value.trim();
     if (f.cwd.value.trim()) body.cwd = f.cwd.value.trim();
-    body.backend = f.backend.value === 'builtin' ? 'builtin' : { acp: f.backend.value.slice(4) };
     if (!model.disabled && model.value.trim()) body.model = model.value.trim();
     const s = await api('POST', '/v1/sessions', body);
     location.hash = `#/s/${s.id}`;
     refreshSoon();
   }));
+  return form;
+}
+
+/** The home screen: type and send; a session is made with the defaults shown beside the box. */
+function homeView() {
+  const { default_cwd, default_permission_mode } = S.me;
+  const text = h('textarea', { tid: 'home-composer', rows: 4, 'aria-label': 'First message',
+    placeholder: 'What should the agent do? Enter starts a session (Shift+Enter for a new line).' });
+  const cwd = h('input', { tid: 'home-cwd', value: default_cwd ?? '', 'aria-label': 'Workspace' });
+  const backend = backendSelect('home-backend');
+  const mode = modeSelect('home-mode', default_permission_mode ?? 'workspace-write');
+  const go = h('button.primary', { tid: 'home-send' }, 'Start');
+  const form = h('form.home.panel', { tid: 'home-form' }, h('h2', {}, 'Start a session'), text,
+    h('div.home-settings', {},
+      h('label.inline', {}, h('span', {}, 'Workspace'), cwd),
+      h('label.inline', {}, h('span', {}, 'Backend'), backend),
+      h('label.inline', {}, h('span', {}, 'Mode'), mode), go),
+    h('p.muted', {}, 'Or pick a session on the left, or ', h('a', { href: '#/new' }, 'set every option'), '.'));
+  text.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
+  });
+  form.addEventListener('submit', guard(async (e) => {
+    e.preventDefault();
+    const content = text.value;
+    if (!content.trim()) return;
+    go.disabled = true;
+    try {
+      const body = { title: clip(content.trim().split('\n')[0], 60), permission_mode: mode.value, backend: backendValue(backend.value) };
+      if (cwd.value.trim()) body.cwd = cwd.value.trim();
+      const session = await api('POST', '/v1/sessions', body);
+      try {
+        await api('POST', `/v1/sessions/${session.id}/messages`, { message: { role: 'user', content }, type: 'message' });
+      } catch (err) {
+        S.drafts.set(session.id, content); // kept in the new session's composer
+        toast(err);
+      }
+      text.value = '';
+      location.hash = `#/s/${session.id}`;
+      refreshSoon();
+    } finally {
+      go.disabled = false;
+    }
+  }));
+  setTimeout(() => text.focus());
   return form;
 }
 
@@ -253,16 +338,87 @@ function openSession(id) {
   const v = S.current;
   $('main').replaceChildren(v.root);
   v.log.scrollTop = v.log.scrollHeight;
-  api('GET', `/v1/sessions/${id}`).then(({ session, config }) => {
-    v.title.textContent = session.title;
-    setArchived(v, session.archived === true);
-    v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
-      .filter(Boolean).join(' · ');
-    v.download.download = `${session.title}.md`;
-  }, (e) => {
+  api('GET', `/v1/sessions/${id}`).then(({ session, config }) => showSession(v, session, config), (e) => {
     toast(e);
     if (e.status === 404) location.hash = '#/';
   });
+}
+
+function showSession(v, session, config) {
+  v.config = config;
+  v.title.textContent = session.title;
+  setArchived(v, session.archived === true);
+  v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
+    .filter(Boolean).join(' · ');
+  v.download.download = `${session.title}.md`;
+}
+
+const autoLabel = (a) => (Array.isArray(a) ? (a.length ? 'these tools' : 'none') : a);
+
+/** Title, permission mode, model and auto_approve, changed with PATCH /v1/sessions/{id}. */
+function settingsPanel(v) {
+  const title = h('input', { tid: 'set-title', 'aria-label': 'Title' });
+  const mode = modeSelect('set-mode', 'workspace-write');
+  const model = h('input', { tid: 'set-model', 'aria-label': 'Model', placeholder: 'the server default' });
+  const auto = h('select', { tid: 'set-auto', 'aria-label': 'Run without asking' },
+    h('option', { value: 'none' }, 'nothing (ask for every call the mode does not allow)'),
+    h('option', { value: 'these tools' }, 'these tools:'),
+    h('option', { value: 'all' }, 'every tool'));
+  const tools = h('input', { tid: 'set-auto-tools', 'aria-label': 'Tools run without asking', placeholder: 'run_command, fetch' });
+  const error = h('p.form-error', { tid: 'set-error', role: 'alert', hidden: true });
+  const panel = h('form.settings.panel', { tid: 'settings-panel', hidden: true },
+    field('Title', title), field('Permission mode', mode), field('Model', model),
+    field('Run without asking', h('div.inline-pair', {}, auto, tools)),
+    h('div.form-actions', {}, h('button.primary', { tid: 'set-save' }, 'Save'),
+      h('button', { type: 'button', tid: 'set-cancel', onclick: () => { panel.hidden = true; } }, 'Cancel')),
+    error);
+  const syncTools = () => { tools.hidden = auto.value !== 'these tools'; };
+  auto.addEventListener('change', syncTools);
+  panel.load = () => {
+    const c = v.config ?? {};
+    title.value = v.title.textContent;
+    mode.value = c.permission_mode ?? 'workspace-write';
+    model.value = c.model ?? '';
+    model.disabled = c.backend && c.backend !== 'builtin';
+    auto.value = autoLabel(c.auto_approve ?? 'none');
+    tools.value = Array.isArray(c.auto_approve) ? c.auto_approve.join(', ') : '';
+    error.hidden = true;
+    syncTools();
+  };
+  panel.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const c = v.config ?? {};
+    const body = {};
+    if (title.value !== v.title.textContent) body.title = title.value;
+    if (mode.value !== c.permission_mode) body.permission_mode = mode.value;
+    if (!model.disabled && model.value !== (c.model ?? '')) body.model = model.value;
+    const wanted = auto.value === 'these tools'
+      ? tools.value.split(',').map((t) => t.trim()).filter(Boolean) : auto.value;
+    if (JSON.stringify(wanted) !== JSON.stringify(c.auto_approve)) body.auto_approve = wanted;
+    try {
+      if (Object.keys(body).length) await api('PATCH', `/v1/sessions/${v.id}`, body);
+      const { session, config } = await api('GET', `/v1/sessions/${v.id}`);
+      showSession(v, session, config);
+      panel.hidden = true;
+      toast('Settings saved: the next run uses them.', 'info');
+      refreshSoon();
+    } catch (err) {
+      error.hidden = false;
+      error.textContent = describe(err);
+    }
+  });
+  return panel;
+}
+
+/** Adds `tool` to the session's auto_approve list (unless every tool runs unasked already). */
+async function allowAlways(v, tool) {
+  const { session, config } = await api('GET', `/v1/sessions/${v.id}`);
+  const cur = config.auto_approve;
+  if (cur !== 'all' && !(Array.isArray(cur) && cur.includes(tool))) {
+    await api('PATCH', `/v1/sessions/${v.id}`, { auto_approve: [...(Array.isArray(cur) ? cur : []), tool] });
+    config.auto_approve = [...(Array.isArray(cur) ? cur : []), tool];
+  }
+  showSession(v, session, config);
 }
 
 function leaveSession() {
@@ -274,6 +430,8 @@ function leaveSession() {
 function sessionView(id) {
   const v = {
     id, lastSeq: 0, es: null, activeRun: null, ended: new Set(), calls: new Map(), plans: new Map(),
+    runs: new Map(), // run id → what started it ({content, files}), for Retry
+    waitingSince: new Map(), // tool call id → when it started waiting for approval
     tail: null, // the last transcript item, if a text or thought block that deltas extend
     deltaSeen: false, // a text_delta since the last text_complete
     dirty: new Set(), flushTimer: 0, pendingTimer: 0,
@@ -283,6 +441,8 @@ function sessionView(id) {
   v.download = h('a.button', { href: `/v1/sessions/${id}/transcript.md`, download: 'transcript.md', tid: 'download' }, 'Download');
   v.log = h('div.log', { tid: 'transcript' });
   v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line; drop or paste files to attach)' });
+  if (S.drafts.has(id)) { v.input.value = S.drafts.get(id); S.drafts.delete(id); }
+  v.settings = settingsPanel(v);
   // Files to send with the next message: uploaded at once, attached on send.
   v.pending = [];
   v.tray = h('div.attachments', { tid: 'attachments' });
@@ -309,8 +469,14 @@ function sessionView(id) {
   });
   v.root = h('section.session-view', { 'data-run-state': 'idle' },
     h('div.session-head', {}, h('div.session-heading', {}, v.title, v.meta),
-      h('div.session-actions', {}, v.download, v.archive,
+      h('div.session-actions', {},
+        h('button', { tid: 'settings', type: 'button', onclick: () => {
+          v.settings.hidden = !v.settings.hidden;
+          if (!v.settings.hidden) v.settings.load();
+        } }, 'Settings'),
+        v.download, v.archive,
         h('button', { tid: 'delete', type: 'button', onclick: () => { confirm.hidden = false; } }, 'Delete'), confirm)),
+    v.settings,
     v.log,
     v.tray,
     h('div.composer', {}, v.input, h('div.composer-actions', {}, v.picker,
@@ -445,26 +611,33 @@ function onEvent(v, kind, env) {
   v.lastSeq = env.id;
   const ev = Object.values(env.event)[0]; // externally tagged: {"TextDelta": {...}}
   if (!v.flushTimer) v.stick = v.log.scrollHeight - v.log.scrollTop - v.log.clientHeight < 120;
-  HANDLERS[kind]?.(v, ev);
+  HANDLERS[kind]?.(v, ev, env.timestamp);
   schedule(v);
 }
 
 const HANDLERS = {
-  run_started(v, ev) {
-    if (ev.content) add(v, h('div.msg.user', { tid: 'message-user' }, ev.content));
+  run_started(v, ev, ts) {
+    v.runs.set(ev.run_id, { content: ev.content, files: [] });
+    if (ev.content) {
+      stamp(v, ts, 'user');
+      add(v, h('div.msg.user', { tid: 'message-user' }, ev.content));
+    }
     if (!v.ended.has(ev.run_id)) setRun(v, ev.run_id);
   },
-  file_attached: (v, ev) => add(v, fileCard(v, ev.file, null, 'file-attached')),
+  file_attached(v, ev) {
+    v.runs.get(ev.run_id)?.files.push(ev.file.file_id);
+    add(v, fileCard(v, ev.file, null, 'file-attached'));
+  },
   file_shared: (v, ev) => add(v, fileCard(v, ev.file, ev.caption, 'file-card')),
   follow_up_queued: (v, ev) => add(v, h('div.notice', {}, `Follow-up queued: ${ev.content}`)),
   steering_received: (v, ev) => add(v, h('div.msg.user.steer', { tid: 'message-steer' }, ev.content)),
-  text_delta(v, ev) {
+  text_delta(v, ev, ts) {
     v.deltaSeen = true;
-    extend(v, 'assistant', ev.run_id).src += ev.delta;
+    extend(v, 'assistant', ev.run_id, ts).src += ev.delta;
   },
-  text_complete(v, ev) {
+  text_complete(v, ev, ts) {
     // Deltas normally carry the text; the complete text only fills in when none came.
-    if (!v.deltaSeen && ev.text) extend(v, 'assistant', ev.run_id).src = ev.text;
+    if (!v.deltaSeen && ev.text) extend(v, 'assistant', ev.run_id, ts).src = ev.text;
     v.deltaSeen = false;
     v.tail = null;
   },
@@ -478,40 +651,67 @@ const HANDLERS = {
   tool_calls_proposed(v, ev) {
     for (const call of ev.tool_calls) if (!v.calls.has(call.id)) addCard(v, call);
   },
-  waiting_for_tool_approval(v, ev) {
-    for (const id of ev.tool_call_ids) v.calls.get(id)?.ask(ev.run_id);
+  waiting_for_tool_approval(v, ev, ts) {
+    for (const id of ev.tool_call_ids) {
+      v.waitingSince.set(id, ts);
+      v.calls.get(id)?.ask(ev.run_id);
+    }
     schedulePending(v);
   },
-  tool_execution_started(v, ev) {
+  tool_execution_started(v, ev, ts) {
     const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: ev.name, arguments: null });
-    card.answered('Allowed', true);
+    card.answered('Allowed', true, ts);
     card.setStatus('running', 'running');
   },
-  tool_execution_completed(v, ev) {
+  tool_execution_completed(v, ev, ts) {
     const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: 'tool', arguments: null });
-    card.answered('Answered', true);
+    card.answered('Answered', true, ts);
     card.finish(ev.result, ev.is_error);
   },
-  tool_rejected(v, ev) {
+  tool_rejected(v, ev, ts) {
     const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: 'tool', arguments: null });
-    card.answered('Denied', true);
+    card.answered(/timed out/.test(ev.reason) ? 'Timed out' : 'Denied', true, ts);
     card.reject(ev.reason);
   },
   notice: (v, ev) => add(v, h('div.notice', { tid: 'notice' }, ev.message)),
   workspace_changed: (v, ev) => add(v, changesCard(v, ev)),
-  run_completed(v, ev) {
+  run_completed(v, ev, ts) {
     const tokens = ev.total_usage?.total_tokens;
+    const cancelled = ev.stop_reason === 'cancelled';
     add(v, h('div.run-end', { 'data-stop': ev.stop_reason },
-      [ev.stop_reason === 'cancelled' ? 'Run cancelled' : 'Done', `${ev.total_turns} turn(s)`, tokens && `${tokens} tokens`]
-        .filter(Boolean).join(' · ')));
+      [cancelled ? 'Run cancelled' : 'Done', `${ev.total_turns} turn(s)`, tokens && `${tokens} tokens`, time(ts)]
+        .filter(Boolean).join(' · '), cancelled && retryButton(v, ev.run_id)));
     endRun(v, ev.run_id);
   },
-  run_error(v, ev) {
+  run_error(v, ev, ts) {
     add(v, h('div.run-error', { tid: 'run-error' },
-      `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''}`));
+      `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''} · ${time(ts)}`, retryButton(v, ev.run_id)));
     endRun(v, ev.run_id);
   },
 };
+
+/** The time an item of the transcript happened, above it. */
+function stamp(v, ts, who) {
+  if (ts) add(v, h(`time.stamp.${who}`, { tid: 'stamp', datetime: ts, title: new Date(ts).toLocaleString() }, time(ts)));
+}
+
+/** Sends the message that started a failed or interrupted run again (its files too). */
+function retryButton(v, run) {
+  const what = v.runs.get(run);
+  if (!what?.content) return null;
+  return h('button.retry', { tid: 'retry', type: 'button', onclick: guard(async (e) => {
+    e.target.disabled = true;
+    const message = { role: 'user', content: what.content };
+    if (what.files.length) message.attachments = what.files.map((file_id) => ({ file_id }));
+    try {
+      const { run_id } = await api('POST', `/v1/sessions/${v.id}/messages`, { message, type: v.activeRun ? 'follow_up' : 'message' });
+      if (!v.activeRun && !v.ended.has(run_id)) setRun(v, run_id);
+    } catch (err) {
+      e.target.disabled = false;
+      throw err;
+    }
+  }) }, 'Retry');
+}
 
 function endRun(v, run) {
   v.ended.add(run);
@@ -526,8 +726,9 @@ function add(v, el) {
 }
 
 /** The text or thought block that a delta of `run` extends (a new one after anything else). */
-function extend(v, kind, run) {
+function extend(v, kind, run, ts) {
   if (v.tail?.kind === kind && v.tail.run === run) return (v.dirty.add(v.tail), v.tail);
+  if (kind === 'assistant') stamp(v, ts, 'assistant');
   const el = kind === 'assistant'
     ? h('div.msg.assistant.md', { tid: 'message-assistant' })
     : h('details.thought', {}, h('summary', {}, 'Thinking'), h('div.thought-text'));
@@ -543,8 +744,10 @@ function schedule(v) {
   v.flushTimer ||= setTimeout(() => {
     v.flushTimer = 0;
     for (const b of v.dirty) {
-      if (b.kind === 'assistant') b.el.innerHTML = render(b.src); // md.js escapes all model text
-      else b.el.lastChild.textContent = b.src;
+      if (b.kind === 'assistant') {
+        b.el.innerHTML = render(b.src); // md.js escapes all model text
+        addCopyButtons(b.el);
+      } else b.el.lastChild.textContent = b.src;
     }
     v.dirty.clear();
     if (v.stick) v.log.scrollTop = v.log.scrollHeight;
@@ -695,7 +898,7 @@ function preview({ name, arguments: a }) {
 
 class ToolCard {
   constructor(v, call) {
-    Object.assign(this, { v, id: call.id, run: null, waiting: false, final: false, box: null });
+    Object.assign(this, { v, id: call.id, name: call.name, run: null, waiting: false, final: false, box: null });
     this.status = h('span.status', { tid: 'tool-status' }, 'proposed');
     this.el = h('div.tool', { tid: 'tool-card', 'data-call-id': call.id },
       h('div.tool-head', {}, h('span.tool-name', {}, call.name), this.status), preview(call));
@@ -713,26 +916,15 @@ class ToolCard {
     this.box ??= this.approvalBox();
     for (const b of this.buttons) b.disabled = false;
     this.label.textContent = '';
+    this.box.classList.remove('answered');
     this.setStatus('waiting for approval', 'waiting');
   }
 
   approvalBox() {
-    const reason = h('input', { tid: 'deny-reason-text', placeholder: 'Reason (the model is told)', 'aria-label': 'Reason' });
-    const submit = h('button.danger', { tid: 'deny-reason-submit' }, 'Deny');
-    this.form = h('form.reason-form', { hidden: true }, reason, submit);
-    this.form.addEventListener('submit', (e) => {
-      e.preventDefault();
-      this.decide('reject', reason.value.trim());
-    });
-    this.buttons = [
-      h('button.allow', { tid: 'allow', type: 'button', onclick: () => this.decide('accept') }, 'Allow'),
-      h('button.danger', { tid: 'deny', type: 'button', onclick: () => this.decide('reject') }, 'Deny'),
-      h('button', { tid: 'deny-reason', type: 'button', onclick: () => { this.form.hidden = false; reason.focus(); } },
-        'Deny with reason'),
-      submit,
-    ];
-    this.label = h('span.answer', { tid: 'approval-status' });
-    const box = h('div.approval', { tid: 'approval-card' }, h('div.approval-buttons', {}, this.buttons.slice(0, 3), this.label), this.form);
+    const always = h('button', { tid: 'always-allow', type: 'button', title: 'Adds the tool to this session\'s auto_approve list',
+      onclick: () => this.decide('always') }, `Always allow ${this.name} here`);
+    Object.assign(this, approvalControls((action, reason) => this.decide(action, reason), [always]));
+    const box = h('div.approval', { tid: 'approval-card' }, this.row, this.form);
     this.el.append(box);
     return box;
   }
@@ -740,11 +932,9 @@ class ToolCard {
   async decide(action, content) {
     for (const b of this.buttons) b.disabled = true;
     try {
-      await api('POST', `/v1/sessions/${this.v.id}/tools/decisions`, {
-        run_id: this.run,
-        decisions: { [this.id]: content ? { action, content } : { action } },
-      });
-      this.answered(action === 'accept' ? 'Allowed' : 'Denied', true);
+      if (action === 'always') await allowAlways(this.v, this.name);
+      await decideCalls(this.v.id, this.run, { [this.id]: action === 'always' ? 'accept' : action }, content);
+      this.answered(action === 'reject' ? 'Denied' : 'Allowed', true, null, true);
     } catch (e) {
       if (e.status !== 409) { // 409: answered elsewhere already; pending tells us
         toast(e);
@@ -755,16 +945,20 @@ class ToolCard {
     refreshSoon();
   }
 
-  /** The call no longer waits; `certain` when we know the answer (not just "gone from pending"). */
-  answered(label, certain) {
+  /** The call no longer waits; `certain` when we know the answer (not just "gone from
+   *  pending"). The approval box folds to one line: the answer, by whom, after how long. */
+  answered(label, certain, ts, mine = false) {
     if (this.final) return;
     this.final = certain;
     this.waiting = false;
     if (!this.box) return;
     for (const b of this.buttons) b.disabled = true;
     this.form.hidden = true;
-    this.label.textContent = label;
+    const since = this.v.waitingSince.get(this.id);
+    const took = since && Date.parse(ts ?? new Date().toISOString()) - Date.parse(since);
+    this.label.textContent = [mine ? `${label} by you` : label, took >= 0 && ago(took)].filter(Boolean).join(' · ');
     this.box.dataset.answer = label.toLowerCase();
+    this.box.classList.add('answered');
   }
 
   finish(result, isError) {
@@ -785,6 +979,64 @@ function addCard(v, call) {
   return card;
 }
 
+/** Allow, Deny and Deny with reason (which opens a reason box), calling `decide(action,
+ *  reason)`; `extra` buttons go after them. The session view's cards and the inbox use it. */
+function approvalControls(decide, extra = []) {
+  const reason = h('input', { tid: 'deny-reason-text', placeholder: 'Reason (the model is told)', 'aria-label': 'Reason' });
+  const submit = h('button.danger', { tid: 'deny-reason-submit' }, 'Deny');
+  const form = h('form.reason-form', { hidden: true }, reason, submit);
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    decide('reject', reason.value.trim());
+  });
+  const shown = [
+    h('button.allow', { tid: 'allow', type: 'button', onclick: () => decide('accept') }, 'Allow'),
+    h('button.danger', { tid: 'deny', type: 'button', onclick: () => decide('reject') }, 'Deny'),
+    h('button', { tid: 'deny-reason', type: 'button', onclick: () => { form.hidden = false; reason.focus(); } }, 'Deny with reason'),
+    ...extra,
+  ];
+  const label = h('span.answer', { tid: 'approval-status' });
+  return { buttons: [...shown, submit], label, form, row: h('div.approval-buttons', {}, shown, label) };
+}
+
+/** Decides calls of a waiting run: `{call id: action}`, with one reason for rejections. */
+function decideCalls(session, run, actions, reason) {
+  const decisions = {};
+  for (const [id, action] of Object.entries(actions)) {
+    decisions[id] = action === 'reject' && reason ? { action, content: reason } : { action };
+  }
+  return api('POST', `/v1/sessions/${session}/tools/decisions`, { run_id: run, decisions });
+}
+
+/** "12 s", "3 min", "2 h 5 min". */
+function ago(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+/** Code blocks of a rendered reply get a Copy button (the block scrolls sideways, never wraps). */
+function addCopyButtons(root) {
+  for (const pre of root.querySelectorAll('pre')) {
+    const code = pre.querySelector('code') ?? pre;
+    const btn = h('button.copy', { tid: 'copy-code', type: 'button', title: 'Copy to the clipboard' }, 'Copy');
+    btn.addEventListener('click', async () => {
+      try {
+        await navigator.clipboard.writeText(code.textContent);
+        btn.textContent = 'Copied';
+      } catch (e) {
+        btn.textContent = 'Copy failed';
+        toast(new Error(`cannot copy: ${e.message}`));
+      }
+      setTimeout(() => { btn.textContent = 'Copy'; }, 1500);
+    });
+    const block = h('div.code-block');
+    pre.replaceWith(block);
+    block.append(btn, pre);
+  }
+}
+
 /** The pending list is the source of truth for what still waits (coalesced, 200 ms). */
 function schedulePending(v) {
   clearTimeout(v.pendingTimer);
@@ -796,6 +1048,273 @@ async function syncPending(v) {
   const waiting = new Set(p.tool_calls.map((c) => c.id));
   for (const call of p.tool_calls) (v.calls.get(call.id) ?? addCard(v, call)).ask(p.run_id);
   for (const card of v.calls.values()) if (card.waiting && !waiting.has(card.id)) card.answered('Answered', false);
+}
+
+// ---------- approvals: one stream for the header badge, the inbox and notifications ----------
+
+const A = {
+  waiting: new Map(), // "session/run" → WaitingApproval
+  es: null,
+  down: false, // the stream is down: the banner shows, badges are stale
+  backTimer: 0,
+};
+const akey = (a) => `${a.session_id}/${a.run_id}`;
+
+/** `GET /v1/approvals/events`: a snapshot, then changes. It is also how the console knows
+ *  whether it can reach the server (the banner). */
+function openApprovals() {
+  A.es?.close();
+  const es = new EventSource('/v1/approvals/events');
+  const on = (kind, fn) => es.addEventListener(kind, (e) => { fn(JSON.parse(e.data)); approvalsChanged(); });
+  on('snapshot', ({ approvals }) => { A.waiting = new Map(approvals.map((a) => [akey(a), a])); });
+  on('approval_requested', (a) => { A.waiting.set(akey(a), a); notifyApproval(a); });
+  on('approval_updated', (a) => { A.waiting.set(akey(a), a); });
+  on('approval_resolved', (a) => { A.waiting.delete(akey(a)); });
+  es.addEventListener('open', () => connection(true));
+  es.addEventListener('error', () => {
+    if (A.es !== es) return;
+    connection(false);
+    // The browser retries by itself unless the server answered with an error (closed).
+    if (es.readyState === EventSource.CLOSED) {
+      A.es = null;
+      setTimeout(() => { if (S.me && !A.es) openApprovals(); }, 3000);
+    }
+  });
+  A.es = es;
+}
+
+function closeApprovals() {
+  A.es?.close();
+  A.es = null;
+  A.waiting.clear();
+  approvalsChanged();
+}
+
+function approvalsChanged() {
+  const n = [...A.waiting.values()].reduce((sum, a) => sum + a.tool_calls.length, 0);
+  const badge = $('inbox-badge');
+  badge.hidden = n === 0;
+  badge.textContent = String(n);
+  badge.title = `${n} tool call${n === 1 ? '' : 's'} waiting for approval`;
+  drawInbox();
+}
+
+/** The banner: "reconnecting…" while the stream is down, "back" for a moment after. */
+function connection(up) {
+  const el = $('conn');
+  if (!up) {
+    if (A.down) return;
+    A.down = true;
+    clearTimeout(A.backTimer);
+    document.body.classList.add('stale');
+    el.hidden = false;
+    el.dataset.state = 'down';
+    el.textContent = 'Connection to the server lost — reconnecting… Badges and run states may be out of date.';
+    return;
+  }
+  if (!A.down) return;
+  A.down = false;
+  document.body.classList.remove('stale');
+  el.dataset.state = 'back';
+  el.textContent = 'Connected again.';
+  A.backTimer = setTimeout(() => { el.hidden = true; }, 2500);
+  refreshSessions().catch(toast);
+  const v = S.current;
+  if (v && !v.es) connect(v);
+}
+
+const NOTIFY_KEY = 'switchboard.notify';
+const notifyOn = () => localStorage.getItem(NOTIFY_KEY) === 'on';
+
+/** A system notification for a new approval, only while the tab is in the background. */
+function notifyApproval(a) {
+  if (!notifyOn() || !document.hidden || !('Notification' in window) || Notification.permission !== 'granted') return;
+  const what = a.tool_calls.map((c) => c.name).join(', ');
+  const n = new Notification(`Approval needed: ${a.session_title}`, { body: what, tag: akey(a) });
+  n.addEventListener('click', () => {
+    window.focus();
+    location.hash = '#/inbox';
+    n.close();
+  });
+}
+
+function notifyToggle() {
+  const box = h('input', { type: 'checkbox', tid: 'notify-toggle', checked: notifyOn() && Notification.permission === 'granted' });
+  box.addEventListener('change', guard(async () => {
+    if (!box.checked) return localStorage.setItem(NOTIFY_KEY, 'off');
+    if (!('Notification' in window)) throw new Error('this browser has no notifications');
+    const permission = Notification.permission === 'default' ? await Notification.requestPermission() : Notification.permission;
+    if (permission !== 'granted') {
+      box.checked = false;
+      throw new Error('notifications are blocked for this site: allow them in the browser\'s site settings');
+    }
+    localStorage.setItem(NOTIFY_KEY, 'on');
+    toast('You will be notified of new approvals while this tab is in the background.', 'info');
+  }));
+  return h('label.notify', {}, box, ' Notify me when an approval arrives in the background');
+}
+
+// ---------- the inbox ----------
+
+const I = { list: null, items: new Map() }; // items: key → { json, el }
+
+function openInbox() {
+  I.list = h('div.inbox-list', { tid: 'inbox-list' });
+  I.items.clear();
+  $('main').replaceChildren(h('section.inbox', {},
+    h('div.inbox-head', {}, h('h2', {}, 'Approvals waiting'), notifyToggle()),
+    h('p.muted', {}, 'Every tool call waiting for a decision, in every session, newest first. Unanswered calls are rejected when their time runs out.'),
+    I.list));
+  drawInbox();
+}
+
+/** Redraws the inbox from A.waiting, keeping the items that did not change (a reason being
+ *  typed survives an update elsewhere). */
+function drawInbox() {
+  if (!I.list) return;
+  const all = [...A.waiting.values()].sort((x, y) => y.created_at.localeCompare(x.created_at));
+  const next = new Map();
+  for (const a of all) {
+    const json = JSON.stringify(a);
+    const old = I.items.get(akey(a));
+    next.set(akey(a), old?.json === json ? old : { json, el: inboxItem(a) });
+  }
+  I.items = next;
+  if (!all.length) {
+    fill(I.list, h('div.empty', { tid: 'inbox-empty' }, 'Nothing is waiting for you.'));
+  } else {
+    fill(I.list, [...next.values()].map((x) => x.el));
+  }
+  tickInbox();
+}
+
+function inboxItem(a) {
+  const calls = a.tool_calls.map((call) => {
+    const controls = approvalControls(guard(async (action, reason) => {
+      for (const b of controls.buttons) b.disabled = true;
+      try {
+        await decideCalls(a.session_id, a.run_id, { [call.id]: action }, reason);
+        controls.label.textContent = action === 'accept' ? 'Allowed by you' : 'Denied by you';
+        controls.form.hidden = true;
+      } catch (e) {
+        for (const b of controls.buttons) b.disabled = false;
+        throw e;
+      }
+    }));
+    return h('div.inbox-call', { tid: 'inbox-call', 'data-call-id': call.id },
+      h('div.tool-head', {}, h('span.tool-name', {}, call.name)), preview(call), controls.row, controls.form);
+  });
+  return h('article.inbox-item.panel', { tid: 'inbox-item', 'data-session-id': a.session_id, 'data-run-id': a.run_id },
+    h('div.inbox-item-head', {},
+      h('a.inbox-session', { href: `#/s/${a.session_id}`, tid: 'inbox-session' }, a.session_title),
+      h('span.muted', {}, backendLabel(a.backend)),
+      h('span.muted', { tid: 'inbox-age', 'data-since': a.created_at }),
+      h('span.left', { tid: 'inbox-left', 'data-until': a.expires_at })),
+    calls);
+}
+
+/** Ages and time left, every second while the inbox is open. */
+function tickInbox() {
+  if (!I.list) return;
+  const now = Date.now();
+  for (const el of I.list.querySelectorAll('[data-since]')) el.textContent = `waiting ${ago(now - Date.parse(el.dataset.since))}`;
+  for (const el of I.list.querySelectorAll('[data-until]')) {
+    const left = Date.parse(el.dataset.until) - now;
+    el.textContent = left > 0 ? `rejected unanswered in ${ago(left)}` : 'timing out…';
+    el.classList.toggle('soon', left < 60_000);
+  }
+}
+setInterval(tickInbox, 1000);
+
+// ---------- channels: the chat gateway ----------
+
+const G = { root: null };
+
+function openChannels() {
+  G.root = h('section.channels', { tid: 'channels' }, h('div.empty', {}, 'Loading…'));
+  $('main').replaceChildren(G.root);
+  refreshChannels().catch(toast);
+}
+
+async function refreshChannels() {
+  if (!G.root || document.body.dataset.page !== 'channels') return;
+  let status;
+  try {
+    status = await api('GET', '/v1/gateway/status');
+  } catch (e) {
+    if (e.status !== 404) throw e;
+    return fill(G.root, h('div.panel.empty', { tid: 'gateway-off' }, 'The chat gateway is not running on this server. Turn it on with ',
+      h('code', {}, '[gateway] enabled = true'), ' and a channel (Telegram, Slack, Discord or a webhook) in switchboard.toml; see the README.'));
+  }
+  const [{ sessions }, pairing] = await Promise.all([
+    api('GET', '/v1/gateway/sessions'),
+    api('GET', '/v1/gateway/pairing').catch((e) => (e.status === 404 ? { requests: [] } : Promise.reject(e))),
+  ]);
+  if (document.body.dataset.page !== 'channels') return;
+  // Redrawn only when something changed: a reply being typed is not lost every 3 s.
+  const key = JSON.stringify([status, sessions, pairing]);
+  if (G.root.dataset.key === key) return;
+  G.root.dataset.key = key;
+  fill(G.root,
+    h('div.panel', {}, h('h2', {}, 'Channels'),
+      h('p.muted', {}, `This instance is ${status.role || 'active'}. ${status.active_runs} run(s) under way, ${status.queued_messages} message(s) queued, ${status.pending_approvals} approval(s) waiting in chats.`),
+      status.channels.length ? h('ul.channel-list', {}, status.channels.map(channelRow))
+        : h('p.muted', {}, 'No channel is configured.')),
+    h('div.panel', {}, h('h2', {}, 'Pairing requests'),
+      pairing.requests.length ? h('ul.pairing-list', {}, pairing.requests.map(pairingRow))
+        : h('p.muted', { tid: 'pairing-empty' }, 'No one is waiting to be let in. When someone new writes to the bot in a direct message, their request shows here.')),
+    h('div.panel', {}, h('h2', {}, 'Conversations'),
+      sessions.length ? h('table.conversations', {}, h('thead', {}, h('tr', {}, ['Chat', 'Session', 'Last activity', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, sessions.map(conversationRow)))
+        : h('p.muted', {}, 'No chat has talked to an agent yet.')));
+}
+
+function channelRow(c) {
+  const state = c.state ?? c.status;
+  return h('li.channel', { tid: 'channel', 'data-channel': c.name, 'data-state': state },
+    h('strong', {}, c.name), ' ', h(`span.channel-state.${state}`, { tid: 'channel-state' }, state),
+    c.reason && h('span.channel-reason', { tid: 'channel-reason' }, ` — ${c.reason}`));
+}
+
+const peerName = (p) => [p?.name ?? p?.display_name, p?.username && `@${p.username}`, p?.id && `(${p.id})`].filter(Boolean).join(' ');
+
+function pairingRow(p) {
+  const act = (verb) => guard(async (e) => {
+    e.target.disabled = true;
+    try {
+      await api('POST', `/v1/gateway/pairing/${verb}`, { channel: p.channel, code: p.code });
+      toast(verb === 'approve' ? `${peerName(p.peer)} may chat now.` : 'Request refused.', 'info');
+      delete G.root.dataset.key;
+      await refreshChannels();
+    } finally {
+      e.target.disabled = false;
+    }
+  });
+  return h('li.pairing', { tid: 'pairing-request', 'data-code': p.code, 'data-channel': p.channel },
+    h('span', {}, `${p.channel}: `, h('strong', {}, peerName(p.peer) || 'someone'), ` — code ${p.code}`),
+    h('span.muted', {}, p.expires_at ? ` · expires ${new Date(p.expires_at).toLocaleTimeString()}` : ''),
+    h('button.primary', { tid: 'pairing-approve', type: 'button', onclick: act('approve') }, 'Let in'),
+    h('button.danger', { tid: 'pairing-refuse', type: 'button', onclick: act('refuse') }, 'Refuse'));
+}
+
+function conversationRow(s) {
+  const chat = s.chat ?? {};
+  const test = guard(async (e) => {
+    e.target.disabled = true;
+    try {
+      const body = { channel: s.channel, target: String(chat.id ?? chat.chat_id ?? ''), text: 'Test message from the Switchboard console.' };
+      if (chat.thread) body.thread = String(chat.thread);
+      await api('POST', '/v1/gateway/send', body);
+      toast(`Test message sent to ${s.routing_key}.`, 'info');
+    } finally {
+      e.target.disabled = false;
+    }
+  });
+  return h('tr', { tid: 'conversation', 'data-routing-key': s.routing_key },
+    h('td', {}, h('code', {}, s.routing_key), chat.title ? ` ${chat.title}` : ''),
+    h('td', {}, h('a', { href: `#/s/${s.session_id}` }, s.bound === false ? 'unbound' : 'open')),
+    h('td', { tid: 'conversation-activity' }, s.last_activity ? new Date(s.last_activity).toLocaleString() : '—'),
+    h('td', {}, h('button', { tid: 'send-test', type: 'button', onclick: test }, 'Send test message')));
 }
 
 // ---------- schedules ----------
@@ -1004,7 +1523,8 @@ function relayView() {
     h('div.table-wrap', {}, h('table.audit', { tid: 'audit' },
       h('thead', {}, h('tr', {}, ['Time', 'Event', 'Requester', 'Targets', 'Outcome'].map((c) => h('th', {}, c)))),
       R.audit)));
-  return h('section.relay', {}, h('aside.bundles', {}, h('h3', {}, 'Bundles'), R.list), R.detail);
+  R.empty = relayHelp();
+  return h('section.relay', {}, h('aside.bundles', {}, h('h3', {}, 'Bundles'), R.list), R.empty, R.detail);
 }
 
 function openRelay(name) {
@@ -1020,6 +1540,36 @@ function openRelay(name) {
   refreshRelay().catch(toast);
 }
 
+const BUNDLE_EXAMPLE = `format-version = 1
+
+[[members]]
+id = "builder"
+name = "Builder"
+directory = "/src/app"
+[members.tmux]
+command = "claude"
+
+[[members]]
+id = "reviewer"
+name = "Reviewer"
+directory = "/src/app"
+[members.tmux]
+command = "claude"
+`;
+
+/** What the relay page says when there is no bundle: how to add one. */
+function relayHelp() {
+  const example = h('div', {}, h('pre.bundle-example', { tid: 'bundle-example' }, h('code', {}, BUNDLE_EXAMPLE)));
+  addCopyButtons(example);
+  return h('div.panel.relay-help', { tid: 'relay-empty', hidden: true },
+    h('h2', {}, 'No bundles yet'),
+    h('p', {}, 'A bundle is a group of agents that can message each other (tmux panes, ACP agents or Switchboard sessions). Add one as a TOML file in the bundles directory — ',
+      h('code', {}, 'SWITCHBOARD_BUNDLES_DIR'), ', by default ', h('code', {}, 'bundles/'), ' beside ', h('code', {}, 'switchboard.toml'),
+      ' — named after the bundle, e.g. ', h('code', {}, 'bundles/dev.toml'), ':'),
+    example,
+    h('p.muted', {}, 'Check it with ', h('code', {}, 'switchboard relay check'), '; it shows here within a few seconds. More in docs/relay.md.'));
+}
+
 async function refreshRelay() {
   const { bundles, invalid = [] } = await api('GET', '/v1/relay/bundles');
   fill(R.list,
@@ -1029,6 +1579,7 @@ async function refreshRelay() {
       h('span.muted', {}, `${b.ready}/${b.members} ready${b.health === 'degraded' ? ` · ${b.reason_code ?? 'degraded'}` : ''}`)))),
     bundles.length ? null : h('li.muted', {}, 'No bundles configured.'),
     invalid.map((i) => h('li.invalid', { tid: 'bundle-invalid' }, h('strong', {}, `${i.file} is invalid`), h('pre', {}, i.error))));
+  R.empty.hidden = bundles.length > 0 || invalid.length > 0;
   R.detail.hidden = !R.name;
   if (!R.name) return;
   const name = encodeURIComponent(R.name);
