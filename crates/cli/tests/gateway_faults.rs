@@ -5,6 +5,8 @@
 //! - An inbound chat message that cannot be stored in the inbox is not confirmed to
 //!   Telegram: it stays pending there, is fetched again, and once the database takes writes
 //!   it reaches the agent exactly once.
+//! - A chat message is marked taken (a redelivery dropped) only together with its inbox row:
+//!   a crash between the two cannot make the redelivery look like a repeat.
 //! - An approval prompt that cannot be stored is not posted without its record, and the
 //!   call does not run: the chat is told the approval could not be asked and the call is
 //!   rejected (fails closed).
@@ -31,6 +33,17 @@ async fn gateway_db(w: &World) -> sqlx::SqliteConnection {
 async fn break_inserts(db: &mut sqlx::SqliteConnection, table: &str) {
     sqlx::query(&format!(
         "CREATE TRIGGER fault_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+    ))
+    .execute(&mut *db)
+    .await
+    .unwrap();
+}
+
+/// Makes every delete from `table` fail with a database error (healed with
+/// `heal(db, "{table}_delete")`).
+async fn break_deletes(db: &mut sqlx::SqliteConnection, table: &str) {
+    sqlx::query(&format!(
+        "CREATE TRIGGER fault_{table}_delete BEFORE DELETE ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
     ))
     .execute(&mut *db)
     .await
@@ -108,6 +121,70 @@ async fn a_chat_message_the_inbox_cannot_store_is_not_confirmed_and_arrives_once
     assert_eq!(
         asked,
         ["before the fault", "sent while the database fails"],
+        "each message reached the agent once"
+    );
+}
+
+/// The window a SIGKILL can hit between taking a chat message and queueing it: the gateway
+/// marks a message taken (its `seen` row, which drops a platform's redelivery) and stores
+/// it in the inbox. Were these two writes, a crash between them would leave the mark without
+/// the message, unconfirmed to Telegram: the redelivery after the restart would be dropped
+/// as "seen before" and the message lost (the crash torture caught it). Here the inbox
+/// refuses the message and the mark cannot be taken back — what the crash leaves behind —
+/// and the message must still arrive once the database heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_message_is_marked_taken_only_with_its_inbox_row() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    w.llm.push(MockReply::text(&["first answer"]));
+    w.dm("before the fault");
+    w.wait("42", "the first answer", |m| {
+        m.text.contains("first answer")
+    })
+    .await;
+    let mut db = gateway_db(&w).await;
+    break_inserts(&mut db, "inbox").await;
+    break_deletes(&mut db, "seen").await;
+    let polls = telegram(&w).calls("getUpdates").len();
+    w.dm("sent before the crash");
+    telegram(&w)
+        .wait_until(
+            Duration::from_secs(20),
+            "the update fetched twice more",
+            |tg| tg.calls("getUpdates").len() >= polls + 3,
+        )
+        .await;
+    assert_eq!(
+        telegram(&w).pending_updates(),
+        1,
+        "the update is still Telegram's to deliver"
+    );
+    let marks: i64 = sqlx::query_scalar("SELECT count(*) FROM seen")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(marks, 1, "only the first message is marked taken");
+    w.llm.push(MockReply::text(&["second answer"]));
+    heal(&mut db, "seen_delete").await;
+    heal(&mut db, "inbox").await;
+    w.wait(
+        "42",
+        "the answer to the message sent before the crash",
+        |m| m.text.contains("second answer"),
+    )
+    .await;
+    telegram(&w)
+        .wait_until(Duration::from_secs(20), "the update confirmed", |tg| {
+            tg.pending_updates() == 0
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked: Vec<String> = (0..w.llm.chat_requests().len())
+        .map(|i| w.user_text(i))
+        .collect();
+    assert_eq!(
+        asked,
+        ["before the fault", "sent before the crash"],
         "each message reached the agent once"
     );
 }

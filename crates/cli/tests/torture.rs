@@ -266,6 +266,36 @@ async fn check_stored(db: &Path) -> BTreeMap<Uuid, Vec<Stored>> {
     logs
 }
 
+/// What the gateway's own database says of a chat message (for a failure's report): whether
+/// it was marked taken (`seen`), whether it waits in the inbox, and the stored offset.
+async fn gateway_knows(dir: &Path, message_id: i64) -> String {
+    use sqlx::Connection as _;
+    let path = dir.join("gateway.db");
+    let Ok(mut db) = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await
+    else {
+        return "cannot be opened".into();
+    };
+    let seen: Option<String> =
+        sqlx::query_scalar("SELECT seen_at FROM seen WHERE chat_id = $1 AND message_id = $2")
+            .bind(CHAT_USER.to_string())
+            .bind(message_id.to_string())
+            .fetch_optional(&mut db)
+            .await
+            .ok()
+            .flatten();
+    let inbox: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox")
+        .fetch_one(&mut db)
+        .await
+        .unwrap_or(-1);
+    let offset: Option<String> =
+        sqlx::query_scalar("SELECT value FROM kv WHERE key LIKE '%:offset'")
+            .fetch_optional(&mut db)
+            .await
+            .ok()
+            .flatten();
+    format!("message {message_id} seen at {seen:?}; {inbox} queued in the inbox; offset {offset:?}")
+}
+
 fn seed() -> u64 {
     std::env::var("TORTURE_SEED")
         .ok()
@@ -348,8 +378,18 @@ async fn kill_9_at_random_instants_loses_nothing_and_runs_nothing_unallowed() {
         })
     };
 
+    // Lines of every server's log that say an inbound chat message was dropped (a
+    // failure's report shows them; each server's log is read before it is killed).
+    let mut dropped: Vec<String> = Vec::new();
+    let drops = |logs: String| -> Vec<String> {
+        logs.lines()
+            .filter(|l| l.contains("dropped"))
+            .map(str::to_string)
+            .collect()
+    };
     for k in 0..kills {
         tokio::time::sleep(Duration::from_millis(rng.random_range(150..1200))).await;
+        dropped.extend(drops(server.logs()));
         server.kill().await;
         check_stored(&db).await;
         server = start(dir.path(), &llm.base_url(), &env).await;
@@ -459,7 +499,7 @@ async fn kill_9_at_random_instants_loses_nothing_and_runs_nothing_unallowed() {
     // Chat: every message Telegram was told we have (no update pending) is in a run's
     // prompt, and that run ended.
     assert_eq!(telegram.pending_updates(), 0);
-    for (_, text) in &ledger.chat {
+    for (id, text) in &ledger.chat {
         let Some(run) = chat_run(&logs, text) else {
             let store = SqlStore::open_path(&db).await.unwrap();
             let mut found = Vec::new();
@@ -476,7 +516,11 @@ async fn kill_9_at_random_instants_loses_nothing_and_runs_nothing_unallowed() {
                     }
                 }
             }
-            panic!("chat message {text:?} never reached an agent; seen in: {found:#?}");
+            let gateway = gateway_knows(dir.path(), *id).await;
+            dropped.extend(drops(server.logs()));
+            panic!(
+                "chat message {text:?} never reached an agent; seen in: {found:#?}; gateway.db: {gateway}; dropped by the gateway: {dropped:#?}"
+            );
         };
         assert!(
             ended(&logs, run),

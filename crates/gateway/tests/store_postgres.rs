@@ -272,6 +272,39 @@ async fn first_seen_from_two_stores_is_true_exactly_once() {
     }
 }
 
+/// A chat message handed to two instances is queued by exactly one: the mark that drops a
+/// repeat is taken in the transaction that queues the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_inbound_from_two_stores_queues_once() {
+    let db = TestDb::create().await;
+    let stores = [db.open().await, db.open().await];
+    const N: usize = 100;
+    let results = race(&stores, 4, |s, _| async move {
+        let mut taken = Vec::new();
+        for i in 0..N {
+            let q = store_suite::queued("route", &i.to_string(), None);
+            taken.push(s.take_inbound(&q, &i.to_string()).await.unwrap().is_some());
+        }
+        taken
+    })
+    .await;
+    for i in 0..N {
+        let winners = results.iter().filter(|r| r[i]).count();
+        assert_eq!(winners, 1, "message {i}: {winners} instances queued it");
+    }
+    let texts: Vec<String> = stores[0]
+        .queued("route")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|q| q.text)
+        .collect();
+    let mut sorted = texts.clone();
+    sorted.sort_by_key(|t| t.parse::<usize>().unwrap());
+    assert_eq!(texts.len(), N, "every message queued once");
+    assert_eq!(texts, sorted, "each racer's messages in id order");
+}
+
 /// Two presses of one prompt's buttons, handled on two instances: one settles it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn take_prompt_races_have_exactly_one_winner() {

@@ -14,30 +14,53 @@ impl Gateway {
             tracing::warn!(channel = %m.channel, "message from an unknown channel ignored");
             return Ok(());
         };
-        // A platform's redelivery (a crash before its offset was stored) or a replayed
-        // webhook is taken once.
-        if !m.message_id.is_empty()
-            && !self
-                .inner
-                .store
-                .first_seen(&m.channel, &m.chat.id, &m.message_id)
-                .await?
-        {
-            tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
-            return Ok(());
-        }
-        if !self.allowed(&m).await? {
-            return self.pairing(&channel, &m).await;
-        }
-        metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
-            .increment(1);
+        let allowed = self.allowed(&m).await?;
         // (Whether a group message is addressed to the bot is the channel's call: Telegram
         // filters unless `require_mention` is off.)
         let text = m.text.trim();
+        let cmd = if allowed { command(text) } else { None };
+        // Files are fetched when the batch goes to the agent (the worker), so that
+        // acknowledging the message to the platform waits for no download.
+        let for_agent = allowed && cmd.is_none() && !(text.is_empty() && m.attachments.is_empty());
+        // A platform's redelivery (a crash before its offset was stored) or a replayed
+        // webhook is taken once. A message for the agent is marked taken in the transaction
+        // that queues it (`store_message`): a mark stored on its own, then a crash before the
+        // message was queued, would make the redelivery look like a repeat and lose it.
+        // Anything else is marked here, before it is acted on (a command acts at most once).
+        if !for_agent && self.seen_before(&m).await? {
+            return Ok(());
+        }
+        if !allowed {
+            return self.pairing(&channel, &m).await;
+        }
         let cfg = &self.inner.config;
         let threads = !cfg.chat_sessions.contains(&m.channel);
         let key = routing_key(cfg.dm_scope, threads, &m.channel, &m.peer, &m.chat);
-        if let Some(cmd) = command(text) {
+        if for_agent {
+            if !self.store_message(&m, &key, text).await? {
+                tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
+                return Ok(());
+            }
+            metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
+                .increment(1);
+            // A pending approval yields to the new message: rejected, the run goes on, and
+            // the message is taken when the run ends. Done in the background: the channel
+            // waits for this call before it acknowledges the message to its platform.
+            let gw = self.clone();
+            let key2 = key.clone();
+            self.spawn(async move {
+                if let Ok(Some(route)) = gw.inner.store.route(&key2).await
+                    && let Ok(Some(p)) = gw.inner.store.prompt_of_session(route.session_id).await
+                {
+                    gw.settle_prompt(&p, false, NEW_MESSAGE_REASON, None).await;
+                }
+            });
+            self.kick(&key);
+            return Ok(());
+        }
+        metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
+            .increment(1);
+        if let Some(cmd) = cmd {
             // A command that fails says so in the chat; it never blocks the channel.
             if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {
                 tracing::warn!(error = %e, "chat command failed");
@@ -48,67 +71,54 @@ impl Gateway {
                         .await,
                 );
             }
-            return Ok(());
         }
-        // The files are fetched when the batch goes to the agent (the worker), so that
-        // acknowledging the message to the platform waits for no download.
-        if text.is_empty() && m.attachments.is_empty() {
-            return Ok(());
-        }
-        let stored = self.store_message(&m, &key, text).await;
-        if let Err(e) = stored {
-            // Not stored: forget that it was seen, so the platform's redelivery is taken.
-            if let Err(e2) = self
-                .inner
-                .store
-                .forget_seen(&m.channel, &m.chat.id, &m.message_id)
-                .await
-            {
-                tracing::warn!(error = %e2, "could not forget a message that was not stored");
-            }
-            return Err(e);
-        }
-        // A pending approval yields to the new message: rejected, the run goes on, and the
-        // message is taken when the run ends. Done in the background: the channel waits for
-        // this call before it acknowledges the message to its platform.
-        let gw = self.clone();
-        let key2 = key.clone();
-        self.spawn(async move {
-            if let Ok(Some(route)) = gw.inner.store.route(&key2).await
-                && let Ok(Some(p)) = gw.inner.store.prompt_of_session(route.session_id).await
-            {
-                gw.settle_prompt(&p, false, NEW_MESSAGE_REASON, None).await;
-            }
-        });
-        self.kick(&key);
         Ok(())
     }
 
+    /// Marks a message taken; true (and logged) when it was taken before. A message without
+    /// an id is always new.
+    async fn seen_before(&self, m: &InboundMessage) -> Result<bool, GatewayError> {
+        if m.message_id.is_empty()
+            || self
+                .inner
+                .store
+                .first_seen(&m.channel, &m.chat.id, &m.message_id)
+                .await?
+        {
+            return Ok(false);
+        }
+        tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
+        Ok(true)
+    }
+
+    /// Queues a message for the agent with its chat's pending caller context, marking it
+    /// taken in the same transaction (see [`GatewayStore::take_inbound`]); false when it was
+    /// taken before. A message that cannot be stored is not marked either: the platform's
+    /// redelivery is taken.
     pub(super) async fn store_message(
         &self,
         m: &InboundMessage,
         key: &str,
         text: &str,
-    ) -> Result<(), GatewayError> {
-        let context = self
+    ) -> Result<bool, GatewayError> {
+        let taken = self
             .inner
             .store
-            .take_context(&m.channel, &m.chat.id)
+            .take_inbound(
+                &Queued {
+                    id: 0,
+                    routing_key: key.to_string(),
+                    channel: m.channel.clone(),
+                    peer: m.peer.clone(),
+                    chat: m.chat.clone(),
+                    text: text.to_string(),
+                    context: None,
+                    attachments: m.attachments.clone(),
+                },
+                &m.message_id,
+            )
             .await?;
-        self.inner
-            .store
-            .enqueue(&Queued {
-                id: 0,
-                routing_key: key.to_string(),
-                channel: m.channel.clone(),
-                peer: m.peer.clone(),
-                chat: m.chat.clone(),
-                text: text.to_string(),
-                context,
-                attachments: m.attachments.clone(),
-            })
-            .await?;
-        Ok(())
+        Ok(taken.is_some())
     }
 
     /// Allowed: an open channel, a configured chat, or a chat paired before.
@@ -168,9 +178,9 @@ impl Gateway {
                 expires_at: expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
             })
             .await?;
-        tracing::warn!(channel = %m.channel, peer = %m.peer.id, name = %m.peer.name, %code, "pairing requested; approve with `switchboard pairing approve {} {code}`", m.channel);
+        tracing::warn!(channel = %m.channel, peer = %m.peer.id, name = %m.peer.name, %code, "pairing requested; approve in the web console or with `switchboard pairing approve {} {code}`", m.channel);
         let text = format!(
-            "This bot does not know you yet. Ask its owner to run:\n\nswitchboard pairing approve {} {code}\n\n(the code is valid for {} minutes)",
+            "This bot does not know you yet. Ask its owner to approve the code {code} in the web console, or to run:\n\nswitchboard pairing approve {} {code}\n\n(the code is valid for {} minutes)",
             m.channel,
             self.inner.config.pairing_ttl.as_secs() / 60
         );

@@ -41,6 +41,78 @@ impl GatewayStore {
         })
     }
 
+    /// Takes an inbound message from a chat, in one transaction: marks it seen (unless
+    /// `message_id` is empty; as [`GatewayStore::first_seen`], forgetting marks older than two
+    /// days), takes its chat's pending caller context (`contexts`; an expired one is dropped)
+    /// as the message's, and queues it. A crash leaves all of it or none: a mark stored without
+    /// its message would make the platform's redelivery of an unconfirmed message look like a
+    /// repeat, and the message would be lost. `q.context` and `q.id` are not read.
+    ///
+    /// `None` when the message was seen before (a redelivery, a replayed webhook, or another
+    /// instance sharing the store took it): nothing is changed. Otherwise the queued
+    /// message's id.
+    pub async fn take_inbound(&self, q: &Queued, message_id: &str) -> Result<Option<i64>> {
+        let (peer, chat, t) = (to_json(&q.peer), to_json(&q.chat), now());
+        let cutoff = (chrono::Utc::now() - chrono::Duration::days(2))
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let attachments = (!q.attachments.is_empty()).then(|| to_json(&q.attachments));
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            // As in `enqueue`: a route's ids commit in order.
+            (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
+            if !message_id.is_empty() {
+                let inserted = sqlx::query(
+                    "INSERT INTO seen (channel, chat_id, message_id, seen_at) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                )
+                .bind(&q.channel)
+                .bind(&q.chat.id)
+                .bind(message_id)
+                .bind(&t)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if inserted != 1 {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                sqlx::query("DELETE FROM seen WHERE seen_at < $1")
+                    .bind(&cutoff)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let context = sqlx::query(
+                "DELETE FROM contexts WHERE channel = $1 AND target = $2 RETURNING context, expires_at",
+            )
+            .bind(&q.channel)
+            .bind(&q.chat.id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|row| -> Result<(String, String)> {
+                Ok((row.text("expires_at")?, row.text("context")?))
+            })
+            .transpose()?
+            .filter(|(expires, _)| *expires >= t)
+            .map(|(_, context)| context);
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
+                 attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+            )
+            .bind(&q.routing_key)
+            .bind(&q.channel)
+            .bind(&peer)
+            .bind(&chat)
+            .bind(&q.text)
+            .bind(&context)
+            .bind(&t)
+            .bind(&attachments)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some(id))
+        })
+    }
+
     /// Everything queued for a route, oldest first.
     pub async fn queued(&self, key: &str) -> Result<Vec<Queued>> {
         with_pool!(self, |pool| {

@@ -23,12 +23,16 @@
 //! writer):
 //!
 //! - [`GatewayStore::first_seen`] is one `INSERT … ON CONFLICT DO NOTHING`: of two instances
-//!   handed the same update, exactly one is told it is new.
+//!   handed the same update, exactly one is told it is new. [`GatewayStore::take_inbound`]
+//!   makes the same insert in the transaction that queues the message (and takes its chat's
+//!   context): exactly one instance queues it, and a crash never leaves the mark without the
+//!   message.
 //! - Taking something is one `DELETE`: exactly one caller of [`GatewayStore::take_prompt`],
 //!   [`GatewayStore::take_context`] or [`GatewayStore::approve_pairing`] gets the row.
-//! - [`GatewayStore::enqueue`] serializes the inserts of one routing key, so a route's inbox
-//!   ids commit in id order and [`GatewayStore::dequeue`] (`id <= upto`) never removes a
-//!   message its reader has not seen.
+//! - [`GatewayStore::enqueue`] and [`GatewayStore::take_inbound`] serialize the inserts of
+//!   one routing key, so a route's inbox ids commit in id order and
+//!   [`GatewayStore::dequeue`] (`id <= upto`) never removes a message its reader has not
+//!   seen.
 //! - [`GatewayStore::put_prompt`] serializes the writers of one session: the last one's
 //!   prompt is the one left, as with SQLite's `INSERT OR REPLACE`.
 //! - Migrations are serialized by an advisory lock: instances starting at once on a fresh

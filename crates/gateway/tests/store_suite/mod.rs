@@ -23,6 +23,7 @@ macro_rules! store_suite {
             followed_runs_round_trip,
             start_run_resets_the_cursor_and_takes_the_batch,
             first_seen_detects_repeats,
+            take_inbound_marks_and_queues_at_once,
             prompts_round_trip,
             a_prompt_replaces_the_one_of_its_session,
             take_prompt_succeeds_once,
@@ -336,6 +337,52 @@ pub async fn first_seen_detects_repeats(s: &GatewayStore) {
     s.forget_seen("telegram", "100", "1").await.unwrap();
     assert!(s.first_seen("telegram", "100", "1").await.unwrap());
     assert!(!s.first_seen("telegram", "100", "1").await.unwrap());
+}
+
+pub async fn take_inbound_marks_and_queues_at_once(s: &GatewayStore) {
+    let hour = Duration::from_secs(3600);
+    s.put_context("telegram", "100", &json!({"n": 1}), hour)
+        .await
+        .unwrap();
+    let q = queued("k", "hello", Some(json!("not read")));
+    let id = s.take_inbound(&q, "m1").await.unwrap().expect("new");
+    let mut want = queued("k", "hello", Some(json!({"n": 1})));
+    want.id = id;
+    assert_eq!(
+        s.queued("k").await.unwrap(),
+        vec![want],
+        "the chat's context taken"
+    );
+    assert_eq!(s.take_context("telegram", "100").await.unwrap(), None);
+    // Marked: a redelivery changes nothing, and `first_seen` agrees.
+    s.put_context("telegram", "100", &json!({"n": 2}), hour)
+        .await
+        .unwrap();
+    assert_eq!(s.take_inbound(&q, "m1").await.unwrap(), None);
+    assert_eq!(s.queued("k").await.unwrap().len(), 1);
+    assert!(!s.first_seen("telegram", "100", "m1").await.unwrap());
+    assert_eq!(
+        s.take_context("telegram", "100").await.unwrap(),
+        Some(json!({"n": 2})),
+        "a repeat takes no context"
+    );
+    // Marked by `first_seen` (a command, say): not queued.
+    assert!(s.first_seen("telegram", "100", "m2").await.unwrap());
+    assert_eq!(s.take_inbound(&q, "m2").await.unwrap(), None);
+    // No id: always new, never marked.
+    let a = s.take_inbound(&q, "").await.unwrap().expect("new");
+    let b = s.take_inbound(&q, "").await.unwrap().expect("new");
+    assert!(id < a && a < b);
+    assert!(s.first_seen("telegram", "100", "").await.unwrap());
+    // An expired context is dropped, not attached.
+    s.put_context("telegram", "100", &json!({"n": 3}), Duration::ZERO)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let c = s.take_inbound(&q, "m3").await.unwrap().expect("new");
+    let last = s.queued("k").await.unwrap().pop().unwrap();
+    assert_eq!((last.id, last.context), (c, None));
+    assert_eq!(s.take_context("telegram", "100").await.unwrap(), None);
 }
 
 pub async fn prompts_round_trip(s: &GatewayStore) {
