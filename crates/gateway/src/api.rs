@@ -8,9 +8,9 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use switchboard_http::{ApiError, BearerToken, Path};
 use switchboard_protocol::gateway::{
-    Accepted, ChannelStatus, GatewayAskRequest, GatewayAskResponse, GatewayExpireRequest,
-    GatewayExpireResponse, GatewaySendRequest, GatewaySendResponse, GatewaySession,
-    GatewaySessionsResponse, GatewayStatus,
+    Accepted, ChannelStatus, ConnectionState, GatewayAskRequest, GatewayAskResponse,
+    GatewayExpireRequest, GatewayExpireResponse, GatewaySendRequest, GatewaySendResponse,
+    GatewaySession, GatewaySessionsResponse, GatewayStatus,
 };
 use switchboard_protocol::{ErrorBody, ErrorCode};
 
@@ -39,6 +39,7 @@ pub use switchboard_protocol::gateway as wire;
     components(schemas(
         GatewayStatus,
         switchboard_protocol::gateway::ChannelStatus,
+        ConnectionState,
         GatewaySessionsResponse,
         GatewaySession,
         ChatRef,
@@ -140,10 +141,13 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
         .with_state(state)
 }
 
+/// The channels (each with its connection state and, when it is not connected, why), the
+/// bound sessions and what waits.
 #[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
-              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn status(State(s): State<ApiState>) -> Response {
     let gw = s.gw();
     let store = gw.store();
@@ -163,14 +167,7 @@ async fn status(State(s): State<ApiState>) -> Response {
             let mut channels: Vec<ChannelStatus> = gw
                 .channels()
                 .iter()
-                .map(|c| ChannelStatus {
-                    name: c.name().to_string(),
-                    status: if gw.is_standby() {
-                        "standby".to_string()
-                    } else {
-                        c.status()
-                    },
-                })
+                .map(|c| channel_status(c.name(), gw.is_standby(), c.health()))
                 .collect();
             channels.sort_by(|a, b| a.name.cmp(&b.name));
             Json(GatewayStatus {
@@ -184,6 +181,33 @@ async fn status(State(s): State<ApiState>) -> Response {
             .into_response()
         }
         Err(e) => store_failed("gateway status", e),
+    }
+}
+
+/// A channel's line in the status; on standby, the channels run on another instance.
+fn channel_status(name: &str, standby: bool, h: crate::health::ChannelHealth) -> ChannelStatus {
+    if standby {
+        return ChannelStatus {
+            name: name.to_string(),
+            status: "standby".to_string(),
+            state: ConnectionState::Standby,
+            since: None,
+            reason: None,
+            last_error: None,
+            last_error_at: None,
+        };
+    }
+    let (last_error, last_error_at) = h
+        .last_error
+        .map_or((None, None), |(e, at)| (Some(e), Some(at)));
+    ChannelStatus {
+        name: name.to_string(),
+        status: h.status,
+        state: h.state,
+        since: h.since,
+        reason: h.reason,
+        last_error,
+        last_error_at,
     }
 }
 

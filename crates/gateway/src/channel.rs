@@ -237,9 +237,16 @@ pub trait Channel: Send + Sync + 'static {
         let _ = (attachment, max_bytes);
         Err("this channel does not fetch files".into())
     }
-    /// Connection state for `/v1/gateway/status` (`connected`, `polling`, an error …).
+    /// The human-readable connection status for `/v1/gateway/status` (`connected`,
+    /// `polling`, an error …).
     fn status(&self) -> String {
         "configured".into()
+    }
+
+    /// How the connection is doing, machine-readable (`connected`, `reconnecting` with the
+    /// reason …); see [`crate::health`]. The default: `configured`, with [`Channel::status`].
+    fn health(&self) -> crate::health::ChannelHealth {
+        crate::health::ChannelHealth::configured(self.status())
     }
 
     /// For platforms that push updates over HTTP (Telegram's webhook mode): checks the

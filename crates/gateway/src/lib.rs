@@ -11,6 +11,7 @@ pub mod channel;
 pub mod config;
 pub mod discord;
 mod dispatcher;
+pub mod health;
 pub mod platform;
 pub mod preview;
 pub mod routing;

@@ -503,6 +503,8 @@ pub struct WebhookChannel {
     client: PlatformClient,
     running: AtomicBool,
     last_error: Mutex<Option<String>>,
+    /// `connected` while it runs; the last failed delivery.
+    health: crate::health::Health,
 }
 
 impl std::fmt::Debug for WebhookChannel {
@@ -582,6 +584,7 @@ impl WebhookChannel {
             client,
             running: AtomicBool::new(false),
             last_error: Mutex::new(None),
+            health: crate::health::Health::new(),
         })
     }
 
@@ -596,6 +599,9 @@ impl WebhookChannel {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *last = result.err().map(ToString::to_string);
+        if let Some(e) = last.as_deref() {
+            self.health.error(format!("delivery failed: {e}"));
+        }
     }
 
     /// POSTs `payload` signed, retrying after 429s; a 2xx reply or an error.
@@ -686,8 +692,10 @@ impl Channel for WebhookChannel {
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
         self.running.store(true, Ordering::SeqCst);
+        self.health.connected("listening");
         cancel.cancelled().await;
         self.running.store(false, Ordering::SeqCst);
+        self.health.configured("configured");
         Ok(())
     }
 
@@ -779,6 +787,15 @@ impl Channel for WebhookChannel {
         match last {
             Some(err) => format!("{base}; last delivery failed: {err}"),
             None => base.to_string(),
+        }
+    }
+
+    /// `connected` while it runs (it receives over the gateway's HTTP route), else
+    /// `configured`; a failed delivery is the last error.
+    fn health(&self) -> crate::health::ChannelHealth {
+        crate::health::ChannelHealth {
+            status: self.status(),
+            ..self.health.snapshot()
         }
     }
 }

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use switchboard_gateway::health::{ConnectionState, FAILING_AFTER};
 use switchboard_gateway::telegram::{TelegramChannel, TelegramConfig};
 use switchboard_gateway::{
     Button, ButtonPress, Channel, ChannelError, ChatKind, ChatRef, Inbound, InboundMessage,
 };
 use switchboard_test_support::fake_telegram::FakeTelegram;
-use switchboard_test_support::wait::until;
+use switchboard_test_support::wait::{until, until_within};
 
 use common::*;
 
@@ -428,6 +429,66 @@ async fn a_second_poller_is_a_conflict() {
     assert!(matches!(r, Err(ChannelError::Conflict { .. })), "{r:?}");
     assert_eq!(ch.status(), "conflict: another poller is running");
     assert_eq!(fake.calls("getUpdates").len(), 1, "no spinning");
+    let h = ch.health();
+    assert_eq!(h.state, ConnectionState::Failed, "stopped for good: {h:?}");
+    assert!(h.reason.unwrap().contains("409"));
+}
+
+#[tokio::test]
+async fn an_outage_is_reconnecting_then_failing_with_the_reason_and_connected_after() {
+    let fake = FakeTelegram::start().await;
+    let ch = channel(&fake);
+    assert_eq!(ch.health().state, ConnectionState::Configured);
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = run(&ch, &sink, &state);
+    until("connected", || {
+        ch.health().state == ConnectionState::Connected
+    })
+    .await;
+    let up = ch.health();
+    assert_eq!(
+        (up.status.as_str(), up.reason.as_deref()),
+        ("polling", None)
+    );
+    assert!(up.since.is_some());
+
+    fake.outage("getUpdates", FAILING_AFTER as usize);
+    until("reconnecting", || {
+        ch.health().state == ConnectionState::Reconnecting
+    })
+    .await;
+    let first = ch.health();
+    let reason = first.reason.clone().unwrap();
+    assert!(reason.contains("Bad Gateway"), "{reason}");
+    assert!(!reason.contains(FakeTelegram::TOKEN), "{reason}");
+    assert!(first.status.starts_with("error: "), "{}", first.status);
+    assert!(first.since >= up.since);
+    // The back-off waits 1 s, then 2 s: the third failure in a row is `failing`.
+    until_within(Duration::from_secs(15), "failing", || {
+        ch.health().state == ConnectionState::Failing
+    })
+    .await;
+    let failing = ch.health();
+    assert_eq!(failing.since, first.since, "since: when the failures began");
+    assert!(failing.reason.unwrap().contains("Bad Gateway"));
+    until_within(Duration::from_secs(15), "connected again", || {
+        ch.health().state == ConnectionState::Connected
+    })
+    .await;
+    let back = ch.health();
+    assert_eq!(back.reason, None);
+    assert_eq!(back.status, "polling");
+    let (last, at) = back.last_error.unwrap();
+    assert!(
+        last.contains("Bad Gateway"),
+        "the last error is kept: {last}"
+    );
+    assert!(back.since.unwrap() >= at);
+    fake.dm(42, "Alice", "after the outage");
+    until("the DM arrives", || sink.len() == 1).await;
+    running.stop().await.unwrap();
+    assert_eq!(ch.health().state, ConnectionState::Stopped);
 }
 
 #[tokio::test]

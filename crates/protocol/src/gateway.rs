@@ -1,5 +1,6 @@
 //! Wire types of the chat gateway's routes (`/v1/gateway/*`).
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -34,11 +35,75 @@ pub struct ChatRef {
     pub thread: Option<String>,
 }
 
+/// Where a channel's connection to its platform stands.
+///
+/// - `configured`: not started (a channel of a gateway that has not run yet).
+/// - `starting`: identifying the bot or opening the first connection.
+/// - `connected`: receiving (polling, socket open, webhook registered, listening).
+/// - `reconnecting`: the connection ended or an attempt failed; it is retried with back-off.
+/// - `failing`: still retried, but [`FAILING_AFTER`] attempts in a row have failed.
+/// - `failed`: stopped for a failure that retrying will not fix (a bad token, another
+///   poller with the same token); needs the operator, then a restart.
+/// - `stopped`: shut down.
+/// - `standby`: another instance holds the gateway lease and runs the channels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectionState {
+    #[default]
+    Configured,
+    Starting,
+    Connected,
+    Reconnecting,
+    Failing,
+    Failed,
+    Stopped,
+    Standby,
+}
+
+/// Failed attempts in a row after which a channel that is still retrying is `failing`
+/// rather than `reconnecting`.
+pub const FAILING_AFTER: u32 = 3;
+
+impl ConnectionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Configured => "configured",
+            Self::Starting => "starting",
+            Self::Connected => "connected",
+            Self::Reconnecting => "reconnecting",
+            Self::Failing => "failing",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+            Self::Standby => "standby",
+        }
+    }
+}
+
 /// One configured channel and how it is doing.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct ChannelStatus {
     pub name: String,
+    /// Human-readable, as before `state` existed: `polling`, `socket: connected`,
+    /// `error: …`, `standby` …
     pub status: String,
+    /// Machine-readable: see [`ConnectionState`].
+    #[serde(default)]
+    pub state: ConnectionState,
+    /// When the channel entered `state` (for `reconnecting` and `failing`: when the failures
+    /// began). `null` when nothing happened yet (`configured`, `standby`).
+    #[serde(default)]
+    pub since: Option<DateTime<Utc>>,
+    /// Why the channel is `reconnecting`, `failing` or `failed`: the last error, readable,
+    /// never a token or secret. `null` in the other states.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The last error (a failed connection attempt, or a failed delivery of the signed
+    /// webhook channel), kept after the channel recovered; never a token or secret.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// When `last_error` happened.
+    #[serde(default)]
+    pub last_error_at: Option<DateTime<Utc>>,
 }
 
 /// `GET /v1/gateway/status`.

@@ -179,7 +179,9 @@ impl Runner<'_> {
                                 _ => backoff.next_wait(),
                             };
                             tracing::warn!(channel = %self.name(), error = %e, ?wait, "cannot find the Discord gateway; retrying");
-                            self.ch.set_status(format!("error: {e}"));
+                            self.ch
+                                .client
+                                .retrying(&format!("error: {e}"), &e.to_string());
                             if !pause(wait, self.cancel).await {
                                 return Ok(());
                             }
@@ -188,7 +190,7 @@ impl Runner<'_> {
                     }
                 }
             };
-            self.ch.set_status(if self.session.is_some() {
+            self.ch.client.connecting(if self.session.is_some() {
                 "resuming"
             } else {
                 "connecting"
@@ -222,7 +224,13 @@ impl Runner<'_> {
                         backoff.next_wait()
                     };
                     tracing::info!(channel = %self.name(), %reason, ?wait, "Discord gateway connection ended; reconnecting");
-                    self.ch.set_status(format!("reconnecting: {reason}"));
+                    let status = format!("reconnecting: {reason}");
+                    if established {
+                        self.ch.client.reconnecting(&status, Some(&reason));
+                    } else {
+                        // Never got to receive: a failed attempt.
+                        self.ch.client.retrying(&status, &reason);
+                    }
                     if !pause(wait, self.cancel).await {
                         return Ok(());
                     }
@@ -238,7 +246,9 @@ impl Runner<'_> {
                     };
                     tracing::info!(channel = %self.name(), %reason, ?wait, "Discord session ended; identifying afresh");
                     self.forget_session().await;
-                    self.ch.set_status(format!("reconnecting: {reason}"));
+                    self.ch
+                        .client
+                        .reconnecting(&format!("reconnecting: {reason}"), Some(&reason));
                     if !pause(wait, self.cancel).await {
                         return Ok(());
                     }
@@ -462,7 +472,7 @@ impl Runner<'_> {
                     match self.dispatch(&t, payload.d, payload.s).await {
                         Ok(true) => {
                             established = true;
-                            self.ch.set_status("connected");
+                            self.ch.client.connected("connected");
                         }
                         Ok(false) => {}
                         Err(end) => {
@@ -605,11 +615,9 @@ impl Runner<'_> {
             Ok(()) => Ok(()),
             Err(reason) => {
                 tracing::warn!(channel = %self.name(), seq = ?s, %reason, "the gateway did not take a Discord event; resuming to get it again");
-                self.ch
-                    .set_status(format!("error: inbound not stored: {reason}"));
                 Err(End::Reconnect {
                     established: false,
-                    reason: format!("inbound not stored: {reason}"),
+                    reason: crate::health::NOT_STORED.to_string(),
                 })
             }
         }

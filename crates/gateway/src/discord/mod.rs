@@ -47,6 +47,7 @@
 //! The bot token (and an interaction's token) is a secret: it is never logged, and it is
 //! removed from every error text.
 
+use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy};
 use crate::util::lock;
 use std::collections::HashMap;
@@ -267,7 +268,7 @@ impl Channel for DiscordChannel {
         ctx: ChannelContext,
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
-        self.set_status("starting");
+        self.client.connecting("starting");
         let mut runner = Runner {
             ch: self,
             ctx: &ctx,
@@ -280,10 +281,10 @@ impl Channel for DiscordChannel {
         };
         let r = runner.run().await;
         match &r {
-            Ok(()) => self.set_status("stopped"),
+            Ok(()) => self.client.stopped(),
             Err(e) => {
                 tracing::error!(channel = %self.cfg.name, error = %e, "stopped the Discord gateway connection");
-                self.set_status(format!("error: {e}"));
+                self.client.failed(&format!("error: {e}"), &e.to_string());
             }
         }
         r
@@ -417,6 +418,10 @@ impl Channel for DiscordChannel {
 
     fn status(&self) -> String {
         self.client.status()
+    }
+
+    fn health(&self) -> ChannelHealth {
+        self.client.health()
     }
 }
 

@@ -117,10 +117,6 @@ impl DiscordChannel {
         &self.cfg
     }
 
-    pub(super) fn set_status(&self, status: impl Into<String>) {
-        self.client.set_status(status);
-    }
-
     pub(super) fn other(&self, reason: impl Into<String>) -> ChannelError {
         self.client.other(reason)
     }

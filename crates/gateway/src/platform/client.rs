@@ -21,7 +21,6 @@
 //! Errors never carry a secret: every text the client builds goes through
 //! [`PlatformClient::redact`], and request errors are reported without their URL.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,7 +29,7 @@ use reqwest::{RequestBuilder, StatusCode};
 
 use super::outbox::{Limits, Outbox};
 use crate::channel::ChannelError;
-use crate::util::lock;
+use crate::health::{ChannelHealth, Health};
 
 /// What replaces a secret in error texts and logs.
 pub const REDACTED: &str = "<redacted>";
@@ -155,7 +154,7 @@ pub struct PlatformClient {
     base: String,
     http: reqwest::Client,
     secrets: Vec<String>,
-    status: Mutex<String>,
+    health: Health,
     policy: RetryPolicy,
     outbox: Outbox,
 }
@@ -178,7 +177,7 @@ impl PlatformClient {
             base: base.trim().trim_end_matches('/').to_owned(),
             http,
             secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
-            status: Mutex::new("configured".into()),
+            health: Health::new(),
             policy,
         }
     }
@@ -205,12 +204,46 @@ impl PlatformClient {
         &self.outbox
     }
 
+    /// The human-readable status (`polling`, `error: …`).
     pub fn status(&self) -> String {
-        lock(&self.status).clone()
+        self.health.status()
     }
 
-    pub fn set_status(&self, status: impl Into<String>) {
-        *lock(&self.status) = status.into();
+    /// How the channel's connection is doing (see [`crate::health`]).
+    pub fn health(&self) -> ChannelHealth {
+        self.health.snapshot()
+    }
+
+    /// An attempt to connect begins: `starting` (see [`Health::connecting`]).
+    pub fn connecting(&self, status: &str) {
+        self.health.connecting(self.redact(status));
+    }
+
+    /// Receiving.
+    pub fn connected(&self, status: &str) {
+        self.health.connected(self.redact(status));
+    }
+
+    /// An ordinary reconnect (the platform asked for it): not a failure.
+    pub fn reconnecting(&self, status: &str, reason: Option<&str>) {
+        self.health
+            .reconnecting(self.redact(status), reason.map(|r| self.redact(r)));
+    }
+
+    /// An attempt failed and is retried; `reason` is the error (redacted here).
+    pub fn retrying(&self, status: &str, reason: &str) {
+        self.health
+            .retrying(self.redact(status), self.redact(reason));
+    }
+
+    /// Stopped for a failure that retrying will not fix.
+    pub fn failed(&self, status: &str, reason: &str) {
+        self.health.failed(self.redact(status), self.redact(reason));
+    }
+
+    /// Shut down.
+    pub fn stopped(&self) {
+        self.health.stopped();
     }
 
     /// `text` without any of the secrets.

@@ -55,6 +55,7 @@
 //! Tokens and the signing secret are secrets: `Debug` hides them and they are removed from
 //! every error text; the websocket URL (it carries a connection ticket) is never logged.
 
+use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy};
 use crate::util::lock;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -341,7 +342,7 @@ impl Channel for SlackChannel {
         ctx: ChannelContext,
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
-        self.set_status("starting");
+        self.client.connecting("starting");
         self.load_seen(ctx.state.as_ref()).await;
         let r = match self.cfg.app_token.clone() {
             Some(app_token) => self.run_socket(&ctx, &cancel, &app_token).await,
@@ -351,7 +352,7 @@ impl Channel for SlackChannel {
                 let r = match self.identify(&cancel).await {
                     Ok(Some(me)) => {
                         tracing::info!(channel = %self.cfg.name, bot = %me.user, user_id = %me.user_id, team = %me.team, "slack bot identified; receiving over the Events API");
-                        self.set_status("events api");
+                        self.client.connected("events api");
                         cancel.cancelled().await;
                         Ok(())
                     }
@@ -363,10 +364,10 @@ impl Channel for SlackChannel {
             }
         };
         match &r {
-            Ok(()) => self.set_status("stopped"),
+            Ok(()) => self.client.stopped(),
             Err(e) => {
                 tracing::error!(channel = %self.cfg.name, error = %e, "stopped receiving");
-                self.set_status(format!("error: {e}"));
+                self.client.failed(&format!("error: {e}"), &e.to_string());
             }
         }
         r
@@ -572,6 +573,10 @@ impl Channel for SlackChannel {
 
     fn status(&self) -> String {
         self.client.status()
+    }
+
+    fn health(&self) -> ChannelHealth {
+        self.client.health()
     }
 
     fn http_answer(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<String> {

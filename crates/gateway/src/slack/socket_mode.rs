@@ -50,7 +50,8 @@ impl SlackChannel {
                 Err(e) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "cannot open a Socket Mode connection; retrying");
-                    self.set_status(format!("socket: reconnecting ({e})"));
+                    self.client
+                        .retrying(&format!("socket: reconnecting ({e})"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(());
                     }
@@ -74,7 +75,10 @@ impl SlackChannel {
                     // `link_disabled`) must not spin: the waits grow.
                     let wait = disconnects.next_wait();
                     tracing::info!(channel = %self.cfg.name, ?wait, "Slack asked to reconnect");
-                    self.set_status("socket: reconnecting");
+                    self.client.reconnecting(
+                        "socket: reconnecting",
+                        Some("Slack asked for a new connection"),
+                    );
                     if !pause(
                         wait.saturating_sub(std::time::Duration::from_secs(1)),
                         cancel,
@@ -87,7 +91,8 @@ impl SlackChannel {
                 SessionEnd::Lost(reason) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, %reason, ?wait, "Socket Mode connection lost; reconnecting");
-                    self.set_status(format!("socket: reconnecting ({reason})"));
+                    self.client
+                        .retrying(&format!("socket: reconnecting ({reason})"), &reason);
                     if !pause(wait, cancel).await {
                         return Ok(());
                     }
@@ -124,7 +129,7 @@ impl SlackChannel {
             }
             Err(_) => return SessionEnd::Lost("websocket: connect timed out".into()),
         };
-        self.set_status("socket: connecting");
+        self.client.connecting("socket: connecting");
         let mut last_frame = Instant::now();
         let mut pinged = false;
         loop {
@@ -170,7 +175,7 @@ impl SlackChannel {
                 }
                 SocketFrame::Hello => {
                     backoff.reset();
-                    self.set_status("socket: connected");
+                    self.client.connected("socket: connected");
                     tracing::info!(channel = %self.cfg.name, "Socket Mode connected");
                     continue;
                 }
@@ -199,10 +204,11 @@ impl SlackChannel {
             if let Some(mapped) = mapped {
                 if let Err(reason) = self.deliver(ctx, mapped).await {
                     tracing::warn!(channel = %self.cfg.name, envelope_id, %reason, "the gateway did not take an event; not acknowledging it (Slack delivers it again)");
-                    self.set_status(format!("error: inbound not stored: {reason}"));
+                    self.client
+                        .retrying("error: inbound not stored", crate::health::NOT_STORED);
                     continue;
                 }
-                self.set_status("socket: connected");
+                self.client.connected("socket: connected");
             }
             let ack = json!({ "envelope_id": envelope_id }).to_string();
             if let Err(e) = ws.send(WsMessage::Text(ack.into())).await {

@@ -134,10 +134,6 @@ impl SlackChannel {
         self.cfg.app_token.is_none() && self.cfg.signing_secret.is_some()
     }
 
-    pub(super) fn set_status(&self, status: impl Into<String>) {
-        self.client.set_status(status);
-    }
-
     /// `text` without any of the secrets.
     pub(super) fn redact(&self, text: &str) -> String {
         self.client.redact(text)
@@ -300,7 +296,7 @@ impl SlackChannel {
                 Err(e) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "auth.test failed; retrying");
-                    self.set_status(format!("error: {e}"));
+                    self.client.retrying(&format!("error: {e}"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(None);
                     }

@@ -66,10 +66,6 @@ impl TelegramChannel {
         &self.cfg
     }
 
-    pub(super) fn set_status(&self, status: impl Into<String>) {
-        self.client.set_status(status);
-    }
-
     pub(super) fn other(&self, reason: impl Into<String>) -> ChannelError {
         self.client.other(reason)
     }

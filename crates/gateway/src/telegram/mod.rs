@@ -22,6 +22,7 @@
 //!
 //! The bot token is a secret: it is never logged, and it is removed from every error text.
 
+use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy};
 use std::fmt;
 use std::time::Duration;
@@ -197,35 +198,46 @@ impl Channel for TelegramChannel {
         ctx: ChannelContext,
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
-        self.set_status("starting");
+        self.client.connecting("starting");
         if let Some(hook) = &self.cfg.webhook {
             // Webhook mode: tell Telegram where to POST, then updates arrive over HTTP.
-            let me = self.get_me(false).await?;
-            let _ = self.me.set(me);
-            self.call(
-                "setWebhook",
-                &json!({
-                    "url": hook.url,
-                    "secret_token": hook.secret_token,
-                    "allowed_updates": ["message", "callback_query"],
-                }),
-            )
-            .await?;
-            self.set_status("webhook");
+            let registered = async {
+                let me = self.get_me(false).await?;
+                let _ = self.me.set(me);
+                self.call(
+                    "setWebhook",
+                    &json!({
+                        "url": hook.url,
+                        "secret_token": hook.secret_token,
+                        "allowed_updates": ["message", "callback_query"],
+                    }),
+                )
+                .await
+            }
+            .await;
+            if let Err(e) = registered {
+                tracing::error!(channel = %self.cfg.name, error = %e, "cannot register the webhook");
+                self.client.failed(&format!("error: {e}"), &e.to_string());
+                return Err(e);
+            }
+            self.client.connected("webhook");
             cancel.cancelled().await;
-            self.set_status("stopped");
+            self.client.stopped();
             return Ok(());
         }
         let r = self.run_inner(&ctx, &cancel).await;
         match &r {
-            Ok(()) => self.set_status("stopped"),
+            Ok(()) => self.client.stopped(),
             Err(ChannelError::Conflict { .. }) => {
                 tracing::error!(channel = %self.cfg.name, "another poller is running with this bot token; stopped polling");
-                self.set_status("conflict: another poller is running");
+                self.client.failed(
+                    "conflict: another poller is running",
+                    "another process polls with this bot token (getUpdates answered 409); stopped polling",
+                );
             }
             Err(e) => {
                 tracing::error!(channel = %self.cfg.name, error = %e, "stopped polling");
-                self.set_status(format!("error: {e}"));
+                self.client.failed(&format!("error: {e}"), &e.to_string());
             }
         }
         r
@@ -435,6 +447,10 @@ impl Channel for TelegramChannel {
 
     fn status(&self) -> String {
         self.client.status()
+    }
+
+    fn health(&self) -> ChannelHealth {
+        self.client.health()
     }
 }
 

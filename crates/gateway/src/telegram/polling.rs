@@ -37,7 +37,7 @@ impl TelegramChannel {
                 Err(e) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "getMe failed; retrying");
-                    self.set_status(format!("error: {e}"));
+                    self.client.retrying(&format!("error: {e}"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(());
                     }
@@ -55,7 +55,7 @@ impl TelegramChannel {
                 }
             },
         };
-        self.set_status("polling");
+        self.client.connected("polling");
         let poll_timeout = Duration::from_secs(self.cfg.poll_timeout_secs);
         loop {
             if cancel.is_cancelled() {
@@ -82,7 +82,7 @@ impl TelegramChannel {
                     ));
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "polling failed; retrying");
-                    self.set_status(format!("error: {e}"));
+                    self.client.retrying(&format!("error: {e}"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(());
                     }
@@ -101,14 +101,16 @@ impl TelegramChannel {
                 Err(e) => {
                     let wait = backoff.next_wait();
                     tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "polling failed; retrying");
-                    self.set_status(format!("error: {e}"));
+                    self.client.retrying(&format!("error: {e}"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(());
                     }
                     continue;
                 }
             };
-            self.set_status("polling");
+            if updates.is_empty() {
+                self.client.connected("polling");
+            }
             if updates.is_empty() && self.cfg.poll_timeout_secs == 0 {
                 // short polling: don't spin
                 if !pause(BACKOFF_START, cancel).await {
@@ -129,7 +131,8 @@ impl TelegramChannel {
                     Some(item) => {
                         if let Err(reason) = ctx.sink.accept(item).await {
                             tracing::warn!(channel = %self.cfg.name, update_id, %reason, "the gateway did not take an update; fetching it again later");
-                            self.set_status(format!("error: inbound not stored: {reason}"));
+                            self.client
+                                .retrying("error: inbound not stored", crate::health::NOT_STORED);
                             sink_failed = true;
                             break;
                         }
@@ -149,6 +152,8 @@ impl TelegramChannel {
                     return Ok(());
                 }
             } else {
+                // Polled, and whatever came is stored.
+                self.client.connected("polling");
                 backoff.reset();
             }
         }

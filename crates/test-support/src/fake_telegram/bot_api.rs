@@ -93,6 +93,12 @@ pub(super) async fn api(
             *left -= 1;
             slow = Some(*delay);
         }
+        if let Some(left) = inner.outages.get_mut(&method)
+            && *left > 0
+        {
+            *left -= 1;
+            return reply(Err((StatusCode::BAD_GATEWAY, "Bad Gateway".into(), None)));
+        }
         if let Some((left, description)) = inner.failures.get_mut(&method)
             && *left > 0
         {

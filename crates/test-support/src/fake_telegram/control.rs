@@ -289,6 +289,17 @@ impl FakeTelegram {
             .insert(method.to_owned(), (n, description.to_owned()));
     }
 
+    /// The next `n` calls to `method` fail as during an outage of Telegram: HTTP 502,
+    /// `{"ok":false,"error_code":502,"description":"Bad Gateway"}`, with no effect.
+    pub fn outage(&self, method: &str, n: usize) {
+        self.state.lock().outages.insert(method.to_owned(), n);
+    }
+
+    /// Calls to `method` still to be answered 502 (see [`FakeTelegram::outage`]).
+    pub fn outage_left(&self, method: &str) -> usize {
+        self.state.lock().outages.get(method).copied().unwrap_or(0)
+    }
+
     /// The next `n` calls to `method` take effect at once (a sent message is visible to
     /// the test) but are answered only after `delay`: the window in which the caller does
     /// not know the message id yet.

@@ -114,6 +114,8 @@ struct Inner {
     rate_limits: HashMap<String, (usize, u64)>,
     /// method → (calls still to refuse, the `Bad Request: …` description).
     failures: HashMap<String, (usize, String)>,
+    /// method → calls still to answer 502 Bad Gateway (an outage).
+    outages: HashMap<String, usize>,
     /// Calls whose effect is immediate but whose answer comes late: (calls left, delay).
     slow: HashMap<String, (usize, std::time::Duration)>,
     /// Flood control: at most `.0` sendMessage calls per chat within any `.1`.
