@@ -438,3 +438,33 @@ async fn console_sign_in_and_guards() {
     assert_eq!(again.headers()["location"], "/?login=expired");
     assert!(again.headers().get("set-cookie").is_none());
 }
+
+/// The console's Markdown renderer and code highlighter, unit-tested in node
+/// (`tests/e2e/md.test.mjs`, `node --test`): tables, highlighting per language, escaping,
+/// and pathological input in bounded time.
+#[tokio::test]
+async fn markdown_and_highlighter_unit_tests_pass_in_node() {
+    let e2e = repo_root().join("tests/e2e");
+    let out = tokio::process::Command::new("node")
+        .args(["--test", "md.test.mjs"])
+        .current_dir(&e2e)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out)
+        .await
+        .expect("node --test finished within 180 s")
+        .expect("node runs (scripts/test installs it)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("# fail 0"), "{stdout}");
+    let passed: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("# pass "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(passed >= 20, "only {passed} tests ran:\n{stdout}");
+}
