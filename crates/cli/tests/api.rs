@@ -217,17 +217,31 @@ async fn create_subscribe_send_stream_and_transcript() {
                 .unwrap();
             let status = r.status().as_u16();
             let body: serde_json::Value = r.json().await.unwrap();
-            (status, body["code"].as_str().unwrap_or_default().to_string(), body)
+            (
+                status,
+                body["code"].as_str().unwrap_or_default().to_string(),
+                body,
+            )
         }
     };
     for (body, field) in [
         (serde_json::json!({"title": "   "}), "title"),
         (serde_json::json!({"title": "x".repeat(201)}), "title"),
-        (serde_json::json!({"auto_approve": ["view", " "]}), "auto_approve[1]"),
-        (serde_json::json!({"auto_approve": [" run_command"], "title": "kept?"}), "auto_approve[0]"),
+        (
+            serde_json::json!({"auto_approve": ["view", " "]}),
+            "auto_approve[1]",
+        ),
+        (
+            serde_json::json!({"auto_approve": [" run_command"], "title": "kept?"}),
+            "auto_approve[0]",
+        ),
     ] {
         let (status, code, err) = refused(body.clone()).await;
-        assert_eq!((status, code.as_str()), (400, "validation_failed"), "{body} → {err}");
+        assert_eq!(
+            (status, code.as_str()),
+            (400, "validation_failed"),
+            "{body} → {err}"
+        );
         assert!(err.to_string().contains(field), "{body} → {err}");
     }
     for body in [
@@ -240,7 +254,10 @@ async fn create_subscribe_send_stream_and_transcript() {
         assert!(!code.is_empty(), "{body} → {err}");
     }
     let kept = c.get_session(s.id).await.unwrap();
-    assert_ne!(kept.session.title, "kept?", "a refused request changes nothing");
+    assert_ne!(
+        kept.session.title, "kept?",
+        "a refused request changes nothing"
+    );
     let renamed = c
         .update_session(
             s.id,

@@ -376,7 +376,7 @@ async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Respon
 
 /// The web app manifest: the console can be added to a phone's home screen.
 #[utoipa::path(get, path = "/manifest.webmanifest", tag = "console",
-    responses((status = 200, content_type = "application/manifest+json", body = String),
+    responses((status = 200, content_type = "application/manifest+json", body = serde_json::Value),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn manifest() -> Response {
     with_security_headers(MANIFEST.into_response(), "application/manifest+json")

@@ -52,7 +52,7 @@ const SHARED_RECHECK: Duration = Duration::from_secs(2);
 /// timed out, cancelled, or its session deleted). `: ping` comments keep the connection
 /// alive.
 #[utoipa::path(get, path = "/v1/approvals/events", tag = "tools", security(("bearer" = [])),
-    responses((status = 200, description = "SSE frames: `snapshot` (data: `ApprovalsResponse`), then `approval_requested` and `approval_updated` (data: `WaitingApproval`) and `approval_resolved` (data: `ApprovalResolved`)", content_type = "text/event-stream", body = String),
+    responses((status = 200, description = "SSE frames: `snapshot` (data: `ApprovalsResponse`), then `approval_requested` and `approval_updated` (data: `WaitingApproval`) and `approval_resolved` (data: `ApprovalResolved`)", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
               (status = 429, description = "`too_many_streams`: this token holds as many event streams as allowed (`Retry-After`)", body = ErrorBody),
               (status = 503, description = "`store_unavailable` (`Retry-After`)", body = ErrorBody)))]
 pub async fn events(
