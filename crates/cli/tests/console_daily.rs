@@ -227,7 +227,9 @@ async fn the_console_as_a_daily_tool_in_headless_chromium() {
     for shot in ["10-inbox.png", "11-channels.png", "12-home.png"] {
         let p = shots.join(shot);
         assert!(
-            std::fs::metadata(&p).map(|m| m.len() > 1000).unwrap_or(false),
+            std::fs::metadata(&p)
+                .map(|m| m.len() > 1000)
+                .unwrap_or(false),
             "{} missing",
             p.display()
         );
