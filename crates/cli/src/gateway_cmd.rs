@@ -1,4 +1,4 @@
-//! `switchboard gateway`, `switchboard channels test`, `switchboard pairing approve`.
+//! `switchboard gateway`, `switchboard channels test`, `switchboard pairing list|approve|refuse`.
 
 use std::process::ExitCode;
 
@@ -19,8 +19,12 @@ pub enum ChannelsCommand {
 
 #[derive(Subcommand)]
 pub enum PairingCommand {
+    /// The pending requests: channel, code, who asked, when the code expires.
+    List,
     /// Allow the chat that asked for CODE (shown to the person who wrote to the bot).
     Approve { channel: String, code: String },
+    /// Refuse the request with CODE: it is deleted and the person is told.
+    Refuse { channel: String, code: String },
 }
 
 fn gateway_settings(settings: &Settings) -> Result<&crate::config::GatewaySettings> {
@@ -61,13 +65,52 @@ pub async fn channels(settings: &Settings, cmd: ChannelsCommand) -> Result<ExitC
     })
 }
 
+/// `switchboard pairing …`: the same functions as `/v1/gateway/pairing*`
+/// ([`switchboard_gateway::pairing`]), on the gateway's store.
 pub async fn pairing(settings: &Settings, cmd: PairingCommand) -> Result<ExitCode> {
-    let PairingCommand::Approve { channel, code } = cmd;
+    use switchboard_gateway::pairing;
     let store = crate::serve::open_gateway_store(settings).await?;
-    match store.approve_pairing(&channel, &code).await? {
-        Some(p) => {
+    let (decided, channel, code) = match cmd {
+        PairingCommand::List => {
+            let pending = pairing::pending(&store).await?;
+            if pending.is_empty() {
+                println!("no pending pairing requests");
+            }
+            for p in pending {
+                println!(
+                    "{} {}  {} ({}), chat {}, expires {}",
+                    p.channel, p.code, p.peer.name, p.peer.id, p.chat.id, p.expires_at
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        PairingCommand::Approve { channel, code } => (
+            pairing::approve(&store, &channel, &code)
+                .await?
+                .map(|p| ("paired", p)),
+            channel,
+            code,
+        ),
+        PairingCommand::Refuse { channel, code } => {
+            // The person is told through the channel, when it is configured here.
+            let channels = match settings.gateway.as_ref() {
+                Some(g) => serve::build_channels(g)?,
+                None => Vec::new(),
+            };
+            let chat = channels.iter().find(|c| c.name() == channel);
+            (
+                pairing::refuse(&store, chat.map(|c| c.as_ref()), &channel, &code)
+                    .await?
+                    .map(|p| ("refused", p)),
+                channel,
+                code,
+            )
+        }
+    };
+    match decided {
+        Some((what, p)) => {
             println!(
-                "paired: {} ({}) on {channel}, chat {}",
+                "{what}: {} ({}) on {channel}, chat {}",
                 p.peer.name, p.peer.id, p.chat.id
             );
             Ok(ExitCode::SUCCESS)

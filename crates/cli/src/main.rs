@@ -65,7 +65,7 @@ enum Command {
     /// Chat channels.
     #[command(subcommand)]
     Channels(gateway_cmd::ChannelsCommand),
-    /// Allow unknown chats that asked to pair.
+    /// Unknown chats that asked to pair: list, approve or refuse their requests.
     #[command(subcommand)]
     Pairing(gateway_cmd::PairingCommand),
     /// Answer the tool calls a session waits on (accept all, or --deny).

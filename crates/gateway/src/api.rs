@@ -1,4 +1,5 @@
-//! `/v1/gateway/*`: status, sessions, bindings, notifications, and inbound webhooks.
+//! `/v1/gateway/*`: status, sessions, bindings, pairing, notifications, and inbound
+//! webhooks.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -10,7 +11,8 @@ use switchboard_http::{ApiError, BearerToken, Path};
 use switchboard_protocol::gateway::{
     Accepted, ChannelStatus, ConnectionState, GatewayAskRequest, GatewayAskResponse,
     GatewayExpireRequest, GatewayExpireResponse, GatewaySendRequest, GatewaySendResponse,
-    GatewaySession, GatewaySessionsResponse, GatewayStatus,
+    GatewaySession, GatewaySessionsResponse, GatewayStatus, PairingDecision, PairingRequest,
+    PairingRequestsResponse, Peer,
 };
 use switchboard_protocol::{ErrorBody, ErrorCode};
 
@@ -29,6 +31,9 @@ pub use switchboard_protocol::gateway as wire;
         status,
         sessions,
         unbind,
+        pairing_list,
+        pairing_approve,
+        pairing_refuse,
         send,
         ask,
         expire,
@@ -42,8 +47,12 @@ pub use switchboard_protocol::gateway as wire;
         ConnectionState,
         GatewaySessionsResponse,
         GatewaySession,
+        Peer,
         ChatRef,
         ChatKind,
+        PairingRequestsResponse,
+        PairingRequest,
+        PairingDecision,
         GatewaySendRequest,
         GatewaySendResponse,
         GatewayAskRequest,
@@ -125,6 +134,9 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
         .route("/v1/gateway/status", get(status))
         .route("/v1/gateway/sessions", get(sessions))
         .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
+        .route("/v1/gateway/pairing", get(pairing_list))
+        .route("/v1/gateway/pairing/approve", post(pairing_approve))
+        .route("/v1/gateway/pairing/refuse", post(pairing_refuse))
         .route("/v1/gateway/send", post(send))
         .route("/v1/gateway/approvals", post(ask))
         .route("/v1/gateway/approvals/{id}/expire", post(expire))
@@ -211,26 +223,48 @@ fn channel_status(name: &str, standby: bool, h: crate::health::ChannelHealth) ->
     }
 }
 
-/// The chats bound to sessions.
+/// A time the store wrote ([`switchboard_db::now`]'s format).
+fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// The chats bound to sessions, each with its last activity, the most recent first. A test
+/// message to one of them: `POST /v1/gateway/send` with `channel`, `target` = `chat.id`,
+/// `thread` = `chat.thread` and `kind` = `chat.kind`.
 #[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, body = GatewaySessionsResponse),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
-              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn sessions(State(s): State<ApiState>) -> Response {
-    match s.gw().store().routes().await {
-        Ok(routes) => Json(GatewaySessionsResponse {
-            sessions: routes
+    let gw = s.gw();
+    let store = gw.store();
+    let read = async {
+        Ok::<_, crate::store::StoreError>((store.routes().await?, store.chat_activity().await?))
+    };
+    match read.await {
+        Ok((routes, activity)) => {
+            let mut sessions: Vec<GatewaySession> = routes
                 .into_iter()
                 .map(|r| GatewaySession {
+                    last_activity: activity
+                        .get(&crate::store::chat_key(&r.channel, &r.chat))
+                        .and_then(|t| stored_time(t)),
                     routing_key: r.routing_key,
                     session_id: r.session_id,
                     channel: r.channel,
                     chat: r.chat,
                     bound: r.bound,
+                    peer: Some(r.requester),
                 })
-                .collect(),
-        })
-        .into_response(),
+                .collect();
+            // Most recent first; chats without a recorded activity last (in the store's
+            // order: the route updated last first).
+            sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
+            Json(GatewaySessionsResponse { sessions }).into_response()
+        }
         Err(e) => store_failed("gateway sessions", e),
     }
 }
@@ -253,6 +287,135 @@ async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response 
     }
 }
 
+/// A stored pairing request on the wire.
+fn pairing_wire(p: crate::store::Pairing) -> Result<PairingRequest, crate::store::StoreError> {
+    let expires_at = stored_time(&p.expires_at).ok_or_else(|| {
+        crate::store::StoreError::Corrupt(format!(
+            "pairing {}: expires_at {:?} is not a time",
+            p.code, p.expires_at
+        ))
+    })?;
+    Ok(PairingRequest {
+        channel: p.channel,
+        code: p.code,
+        peer: p.peer,
+        chat: p.chat,
+        expires_at,
+    })
+}
+
+/// The pending pairing requests: people unknown to the bot who wrote to it in a direct
+/// message and were given a code; the oldest first, expired ones left out.
+#[utoipa::path(get, path = "/v1/gateway/pairing", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, description = "The pending requests", body = PairingRequestsResponse),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
+async fn pairing_list(State(s): State<ApiState>) -> Response {
+    let listed = crate::pairing::pending(s.gw().store())
+        .await
+        .and_then(|ps| {
+            ps.into_iter()
+                .map(pairing_wire)
+                .collect::<Result<Vec<_>, _>>()
+        });
+    match listed {
+        Ok(requests) => Json(PairingRequestsResponse { requests }).into_response(),
+        Err(e) => store_failed("listing pairing requests", e),
+    }
+}
+
+/// What is wrong with the request's fields, if anything: neither may be blank.
+fn invalid_decision(req: &PairingDecision) -> Option<Response> {
+    if req.channel.trim().is_empty() {
+        return Some(error(
+            ErrorCode::ValidationFailed,
+            "invalid channel: must not be blank",
+        ));
+    }
+    if req.code.trim().is_empty() {
+        return Some(error(
+            ErrorCode::ValidationFailed,
+            "invalid code: must not be blank",
+        ));
+    }
+    None
+}
+
+fn no_pairing(req: &PairingDecision) -> Response {
+    error(
+        ErrorCode::PairingNotFound,
+        format!(
+            "no pending pairing request with code {:?} on {:?} (a wrong code, one decided already, or expired)",
+            req.code.trim(),
+            req.channel
+        ),
+    )
+}
+
+/// Approves a pairing request: its chat is allowed from now on, so the person's next message
+/// reaches the agent. The same as `switchboard pairing approve CHANNEL CODE` (nothing is
+/// said in the chat). Answers the request approved.
+#[utoipa::path(post, path = "/v1/gateway/pairing/approve", tag = "gateway", request_body = PairingDecision,
+    security(("bearer" = [])),
+    responses((status = 200, description = "Approved: the request", body = PairingRequest),
+              (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 415, description = "`unsupported_media_type`: the body is not JSON", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; nothing was decided, retry", body = ErrorBody)))]
+async fn pairing_approve(
+    State(s): State<ApiState>,
+    switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
+) -> Response {
+    if let Some(r) = invalid_decision(&req) {
+        return r;
+    }
+    match crate::pairing::approve(s.gw().store(), &req.channel, &req.code).await {
+        Ok(Some(p)) => match pairing_wire(p) {
+            Ok(p) => Json(p).into_response(),
+            Err(e) => store_failed("approving a pairing request", e),
+        },
+        Ok(None) => no_pairing(&req),
+        Err(e) => store_failed("approving a pairing request", e),
+    }
+}
+
+/// Refuses a pairing request: it is deleted, and the person is told in one short message
+/// ("The owner of this bot declined your pairing request."; a message that cannot be posted
+/// is logged, the refusal stands). The chat stays unknown: writing again asks anew. Answers
+/// the request refused.
+#[utoipa::path(post, path = "/v1/gateway/pairing/refuse", tag = "gateway", request_body = PairingDecision,
+    security(("bearer" = [])),
+    responses((status = 200, description = "Refused: the request", body = PairingRequest),
+              (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),
+              (status = 413, description = "`payload_too_large`", body = ErrorBody),
+              (status = 415, description = "`unsupported_media_type`: the body is not JSON", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; nothing was decided, retry", body = ErrorBody)))]
+async fn pairing_refuse(
+    State(s): State<ApiState>,
+    switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
+) -> Response {
+    if let Some(r) = invalid_decision(&req) {
+        return r;
+    }
+    let gw = s.gw();
+    let chat = gw.channel(&req.channel);
+    match crate::pairing::refuse(gw.store(), chat.as_deref(), &req.channel, &req.code).await {
+        Ok(Some(p)) => match pairing_wire(p) {
+            Ok(p) => Json(p).into_response(),
+            Err(e) => store_failed("refusing a pairing request", e),
+        },
+        Ok(None) => no_pairing(&req),
+        Err(e) => store_failed("refusing a pairing request", e),
+    }
+}
+
 /// Longest field of a stored notification context.
 const CONTEXT_FIELD_MAX: usize = 4000;
 
@@ -270,11 +433,14 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// Sends a notification to a chat.
+/// Sends a notification to a chat — or a test message to a conversation listed by
+/// `GET /v1/gateway/sessions`: `{"channel": s.channel, "target": s.chat.id, "thread":
+/// s.chat.thread, "kind": s.chat.kind, "text": "…"}` posts where that conversation's replies
+/// go.
 #[utoipa::path(post, path = "/v1/gateway/send", tag = "gateway", request_body = GatewaySendRequest,
     security(("bearer" = [])),
     responses((status = 200, description = "Sent", body = GatewaySendResponse),
-              (status = 400, description = "`invalid_json` (not a send request) or `validation_failed` (empty text)", body = ErrorBody),
+              (status = 400, description = "`invalid_json` (not a send request) or `validation_failed` (empty text, `kind` `thread` without `thread`)", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
@@ -289,6 +455,12 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
         return error(
             ErrorCode::ValidationFailed,
             "invalid text: must not be empty",
+        );
+    }
+    if req.kind == Some(ChatKind::Thread) && req.thread.is_none() {
+        return error(
+            ErrorCode::ValidationFailed,
+            "invalid kind: \"thread\" needs the thread's id in `thread`",
         );
     }
     let Some(ch) = s.gw().channel(&req.channel) else {
@@ -310,11 +482,11 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
     };
     let chat = ChatRef {
         id: req.target.clone(),
-        kind: if req.thread.is_some() {
+        kind: req.kind.unwrap_or(if req.thread.is_some() {
             ChatKind::Thread
         } else {
             ChatKind::Direct
-        },
+        }),
         thread: req.thread.clone(),
     };
     let text = crate::text::truncate(&req.text, ch.max_chars());

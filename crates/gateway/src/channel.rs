@@ -6,18 +6,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-/// Who wrote a message or pressed a button.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
-    /// The platform's stable id (Telegram user id, webhook sender id …).
-    pub id: String,
-    /// A name to show (`alice` in "alice: …").
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-}
-
-pub use switchboard_protocol::gateway::{ChatKind, ChatRef};
+pub use switchboard_protocol::gateway::{ChatKind, ChatRef, Peer};
 
 /// Metadata of a file sent with a message (content is not fetched).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +154,9 @@ pub struct ChannelContext {
 }
 
 /// A chat platform connection.
+///
+/// (A gateway wraps each channel to note its chats' activity — `dispatcher/activity.rs`: a
+/// method added here must be forwarded there.)
 #[async_trait]
 pub trait Channel: Send + Sync + 'static {
     /// The configured name: `telegram`, `webhook:ops` …

@@ -79,9 +79,10 @@ async fn fresh() -> (TestDb, GatewayStore) {
 
 store_suite!(fresh);
 
-const TABLES: [&str; 11] = [
+const TABLES: [&str; 12] = [
     "allowed",
     "approvals",
+    "chat_activity",
     "contexts",
     "inbox",
     "kv",
@@ -112,7 +113,7 @@ async fn concurrent_opens_of_a_fresh_database_all_migrate() {
     }
     assert_eq!(
         db.migrations().await,
-        [1, 2, 3, 4],
+        [1, 2, 3, 4, 5],
         "each migration applied exactly once"
     );
     // Every one of them works on the same tables.
@@ -215,7 +216,7 @@ async fn the_tables_live_in_the_gateway_schema_beside_the_engines() {
             .await
             .unwrap();
     assert_eq!(run_id, run.run_id.to_string());
-    assert_eq!(db.migrations().await, [1, 2, 3, 4]);
+    assert_eq!(db.migrations().await, [1, 2, 3, 4, 5]);
 }
 
 /// Runs `work(store, task)` in `tasks` tasks spread over `stores`, all released at once.

@@ -45,6 +45,9 @@ pub enum ErrorCode {
     FileNotFound,
     /// No checkpoint with that id in this session (404).
     CheckpointNotFound,
+    /// No pending pairing request with that code on that channel: wrong, already decided
+    /// or expired (404).
+    PairingNotFound,
     /// Method not allowed on this route (405).
     MethodNotAllowed,
     /// A `message` arrived while a run is active (409).
@@ -104,6 +107,7 @@ impl ErrorCode {
             Self::NotFound => "not_found",
             Self::FileNotFound => "file_not_found",
             Self::CheckpointNotFound => "checkpoint_not_found",
+            Self::PairingNotFound => "pairing_not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::SessionAlreadyRunning => "session_already_running",
             Self::SessionNotRunning => "session_not_running",
@@ -138,7 +142,8 @@ impl ErrorCode {
             Self::SessionNotFound
             | Self::NotFound
             | Self::FileNotFound
-            | Self::CheckpointNotFound => 404,
+            | Self::CheckpointNotFound
+            | Self::PairingNotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::SessionAlreadyRunning
             | Self::SessionNotRunning
@@ -184,6 +189,7 @@ mod tests {
             ErrorCode::SandboxUnsupported,
             ErrorCode::StoreUnavailable,
             ErrorCode::TooManyStreams,
+            ErrorCode::PairingNotFound,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -35,6 +35,17 @@ pub struct ChatRef {
     pub thread: Option<String>,
 }
 
+/// Who wrote a message or pressed a button.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Peer {
+    /// The platform's stable id (Telegram user id, webhook sender id …).
+    pub id: String,
+    /// A name to show (`alice` in "alice: …").
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+}
+
 /// Where a channel's connection to its platform stands.
 ///
 /// - `configured`: not started (a channel of a gateway that has not run yet).
@@ -121,13 +132,25 @@ pub struct GatewayStatus {
 }
 
 /// A chat bound to a session.
+///
+/// A test message to this chat is `POST /v1/gateway/send` with `channel` = `channel`,
+/// `target` = `chat.id`, `thread` = `chat.thread` and `kind` = `chat.kind`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct GatewaySession {
     pub routing_key: String,
     pub session_id: uuid::Uuid,
     pub channel: String,
+    /// Where the replies go (the chat of the latest message).
     pub chat: ChatRef,
+    /// An explicit binding (`[gateway.bindings]`), not a session the gateway created.
     pub bound: bool,
+    /// Who wrote the latest message the agent got (in a direct chat: the person).
+    #[serde(default)]
+    pub peer: Option<Peer>,
+    /// The latest message in or out of this chat (a message from it, a reply, an
+    /// approval prompt, a notification); `null` when none was recorded yet.
+    #[serde(default)]
+    pub last_activity: Option<DateTime<Utc>>,
 }
 
 /// `GET /v1/gateway/sessions`.
@@ -154,6 +177,10 @@ pub struct GatewaySendRequest {
     /// For a thread chat: the thread id.
     #[serde(default)]
     pub thread: Option<String>,
+    /// The kind of chat, as in a [`GatewaySession`]'s `chat.kind`; default: `thread` when
+    /// `thread` is given, else `direct`. `thread` needs `thread`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ChatKind>,
 }
 
 /// `POST /v1/gateway/approvals`: ask a chat to decide tool calls of a run the gateway does
@@ -215,4 +242,35 @@ pub struct GatewaySendResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct Accepted {
     pub ok: bool,
+}
+
+/// A pending pairing request: someone unknown wrote to the bot in a direct message and got
+/// `code`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct PairingRequest {
+    pub channel: String,
+    /// The code the person was given (8 characters, upper case).
+    pub code: String,
+    /// Who asked.
+    pub peer: Peer,
+    /// The chat that is allowed once the request is approved.
+    pub chat: ChatRef,
+    /// When the code stops being valid.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// `GET /v1/gateway/pairing`: the pending requests, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct PairingRequestsResponse {
+    pub requests: Vec<PairingRequest>,
+}
+
+/// `POST /v1/gateway/pairing/approve` and `POST /v1/gateway/pairing/refuse`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairingDecision {
+    pub channel: String,
+    /// As the person was given it (case and surrounding spaces do not matter).
+    #[schema(pattern = r"\S")]
+    pub code: String,
 }

@@ -874,6 +874,7 @@ impl Scheduler {
                             "summary": f.firing.reply.as_deref().map(|r| truncate(r, 2000)),
                         })),
                         thread: t.thread,
+                        kind: None,
                     })
                     .await
                     .map(|r| r.message_id)

@@ -33,6 +33,10 @@ impl Gateway {
         if !allowed {
             return self.pairing(&channel, &m).await;
         }
+        log_err(
+            "noting a chat's last activity",
+            self.inner.store.touch_chat(&m.channel, &m.chat).await,
+        );
         let cfg = &self.inner.config;
         let threads = !cfg.chat_sessions.contains(&m.channel);
         let key = routing_key(cfg.dm_scope, threads, &m.channel, &m.peer, &m.chat);

@@ -20,6 +20,7 @@ use crate::channel::{Channel, ChannelContext, Inbound, InboundSink};
 use crate::config::GatewayConfig;
 use crate::store::{GatewayStore, NamespacedState};
 
+mod activity;
 mod approvals;
 mod commands;
 mod inbound;
@@ -154,15 +155,23 @@ impl Gateway {
         standby: bool,
     ) -> (Gateway, mpsc::UnboundedReceiver<()>) {
         let (press_tx, press_rx) = mpsc::unbounded_channel();
+        // Each channel notes its chats' outbound activity.
+        let channels = channels
+            .into_iter()
+            .map(|c| {
+                let tracked: Arc<dyn Channel> = Arc::new(activity::Tracked {
+                    inner: c,
+                    store: store.clone(),
+                });
+                (tracked.name().to_string(), tracked)
+            })
+            .collect();
         let gw = Gateway {
             inner: Arc::new(Inner {
                 client,
                 store,
                 config,
-                channels: channels
-                    .into_iter()
-                    .map(|c| (c.name().to_string(), c))
-                    .collect(),
+                channels,
                 workers: StdMutex::default(),
                 presses: press_tx,
                 unposted: StdMutex::new(HashMap::new()),

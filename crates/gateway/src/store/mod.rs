@@ -1,7 +1,7 @@
 //! The gateway's durable state: routes, the inbox of messages waiting for the agent, button
 //! presses, the run each route follows with how far its reply got, approval prompts,
-//! notification contexts, pairing, allowed chats, channel state and the inbound messages
-//! already taken.
+//! notification contexts, pairing, allowed chats, channel state, the inbound messages
+//! already taken and when each chat last had a message in or out.
 //!
 //! Two back-ends behind one [`GatewayStore`]:
 //!
@@ -232,6 +232,7 @@ mod inbox;
 mod pairing;
 mod prompts;
 mod routes;
+pub use routes::{ChatKey, chat_key};
 mod runs;
 
 /// The gateway's tables: the same tables and columns on both back-ends; on PostgreSQL in
@@ -253,6 +254,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             4,
             include_str!("../../migrations/sqlite/0004_inbox_attachments.sql"),
         ),
+        (
+            5,
+            include_str!("../../migrations/sqlite/0005_chat_activity.sql"),
+        ),
     ],
     postgres: &[
         (
@@ -270,6 +275,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
         (
             4,
             include_str!("../../migrations/postgres/0004_inbox_attachments.sql"),
+        ),
+        (
+            5,
+            include_str!("../../migrations/postgres/0005_chat_activity.sql"),
         ),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),

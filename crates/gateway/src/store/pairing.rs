@@ -45,6 +45,43 @@ impl GatewayStore {
         Ok(pairings.into_iter().find(|p| p.peer.id == peer_id))
     }
 
+    /// The pending pairing requests that have not expired, the oldest first.
+    pub async fn pairings(&self) -> Result<Vec<Pairing>> {
+        with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                pairing_cols!(),
+                " FROM pairing WHERE expires_at > $1 ORDER BY expires_at, code"
+            ))
+            .bind(now())
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(pairing_from_row)
+            .collect()
+        })
+    }
+
+    /// Refuses a pairing code: the request is deleted (the chat stays unknown; writing
+    /// again asks anew). The pairing, if the code was valid and not expired.
+    pub async fn refuse_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {
+        let code = code.trim().to_ascii_uppercase();
+        let taken = with_pool!(self, |pool| {
+            sqlx::query(concat!(
+                "DELETE FROM pairing WHERE channel = $1 AND code = $2 RETURNING ",
+                pairing_cols!()
+            ))
+            .bind(channel)
+            .bind(&code)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(pairing_from_row)
+            .transpose()?
+        });
+        Ok(taken.filter(|p| p.expires_at > now()))
+    }
+
     /// Approves a pairing code: the chat is allowed from now on. The pairing, if the code
     /// was valid and not expired.
     pub async fn approve_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {

@@ -1,5 +1,7 @@
 //! Routes: which session a chat (routing key) talks to.
 
+use std::collections::HashMap;
+
 use uuid::Uuid;
 
 use super::*;
@@ -88,6 +90,58 @@ impl GatewayStore {
         });
         Ok(n > 0)
     }
+}
+
+/// A chat, as [`GatewayStore::chat_activity`] knows it: channel, chat id, and the thread
+/// (`""` for none).
+pub type ChatKey = (String, String, String);
+
+impl GatewayStore {
+    /// Notes that `chat` had a message in or out now (an earlier time never replaces a
+    /// later one).
+    pub async fn touch_chat(&self, channel: &str, chat: &ChatRef) -> Result<()> {
+        let t = now();
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO chat_activity (channel, chat_id, thread, at) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (channel, chat_id, thread) DO UPDATE SET at = excluded.at \
+                 WHERE excluded.at > chat_activity.at",
+            )
+            .bind(channel)
+            .bind(&chat.id)
+            .bind(chat.thread.as_deref().unwrap_or(""))
+            .bind(&t)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// When each chat last had a message in or out (see [`GatewayStore::touch_chat`]).
+    pub async fn chat_activity(&self) -> Result<HashMap<ChatKey, String>> {
+        with_pool!(self, |pool| {
+            sqlx::query("SELECT channel, chat_id, thread, at FROM chat_activity")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok((
+                        (r.text("channel")?, r.text("chat_id")?, r.text("thread")?),
+                        r.text("at")?,
+                    ))
+                })
+                .collect()
+        })
+    }
+}
+
+/// The key of `chat` on `channel` in [`GatewayStore::chat_activity`].
+pub fn chat_key(channel: &str, chat: &ChatRef) -> ChatKey {
+    (
+        channel.to_owned(),
+        chat.id.clone(),
+        chat.thread.clone().unwrap_or_default(),
+    )
 }
 
 pub(super) fn route_from_row(r: &impl Cols) -> Result<Route> {

@@ -29,7 +29,9 @@ macro_rules! store_suite {
             take_prompt_succeeds_once,
             contexts_are_used_once_and_expire,
             pairing_and_allowed_chats,
-            kv_and_namespaced_state
+            kv_and_namespaced_state,
+            pending_pairings_are_listed_and_refused,
+            chat_activity_keeps_the_latest_time
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -551,4 +553,57 @@ pub async fn kv_and_namespaced_state(s: &GatewayStore) {
         s.kv_get("slack:cursor").await.unwrap().as_deref(),
         Some("abc")
     );
+}
+
+pub async fn pending_pairings_are_listed_and_refused(s: &GatewayStore) {
+    assert!(s.pairings().await.unwrap().is_empty());
+    let later = pairing("LATER222", "bob", chrono::Duration::hours(2));
+    let sooner = pairing("SOON1111", "alice", chrono::Duration::hours(1));
+    let stale = pairing("OLD33333", "carol", chrono::Duration::seconds(-5));
+    for p in [&later, &sooner, &stale] {
+        s.put_pairing(p).await.unwrap();
+    }
+    assert_eq!(
+        s.pairings().await.unwrap(),
+        vec![sooner.clone(), later.clone()],
+        "pending ones, the oldest request (first to expire) first; expired ones left out"
+    );
+
+    // Refused: gone, the chat not allowed; case and spaces do not matter; once; per channel.
+    assert_eq!(s.refuse_pairing("slack", "soon1111").await.unwrap(), None);
+    assert_eq!(
+        s.refuse_pairing("telegram", " soon1111 ").await.unwrap(),
+        Some(sooner)
+    );
+    assert_eq!(
+        s.refuse_pairing("telegram", "SOON1111").await.unwrap(),
+        None
+    );
+    assert!(!s.is_allowed("telegram", "dm-alice").await.unwrap());
+    assert_eq!(s.pairing_of("telegram", "alice").await.unwrap(), None);
+    assert_eq!(s.pairings().await.unwrap(), vec![later]);
+    // An expired one cannot be refused either (it is gone for good).
+    s.put_pairing(&stale).await.unwrap();
+    assert_eq!(
+        s.refuse_pairing("telegram", "OLD33333").await.unwrap(),
+        None
+    );
+}
+
+pub async fn chat_activity_keeps_the_latest_time(s: &GatewayStore) {
+    use switchboard_gateway::store::chat_key;
+    assert!(s.chat_activity().await.unwrap().is_empty());
+    let dm = chat("100", ChatKind::Direct);
+    let topic = chat("-200", ChatKind::Thread);
+    s.touch_chat("telegram", &dm).await.unwrap();
+    let first = s.chat_activity().await.unwrap()[&chat_key("telegram", &dm)].clone();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    s.touch_chat("telegram", &topic).await.unwrap();
+    s.touch_chat("telegram", &dm).await.unwrap();
+    let now = s.chat_activity().await.unwrap();
+    assert_eq!(now.len(), 2, "{now:?}");
+    let second = &now[&chat_key("telegram", &dm)];
+    assert!(*second > first, "{second} after {first}");
+    assert!(now.contains_key(&("telegram".into(), "-200".into(), "thread--200".into())));
+    assert!(!now.contains_key(&chat_key("slack", &dm)), "per channel");
 }

@@ -375,6 +375,7 @@ impl Relay {
                 text,
                 context: None,
                 thread: None,
+                kind: None,
             })
             .await;
         if let Err(err) = sent {
