@@ -409,6 +409,15 @@ try {
     check(!pending.requests.some((r) => JSON.stringify(r).includes('Intruder')), JSON.stringify(pending));
   });
 
+  await step('Channels: a failing channel shows its state and reason, then connected again', async () => {
+    await rust({ cmd: 'outage', n: 4 });
+    const tg = page.locator('[data-testid="channel"][data-channel="telegram"]');
+    await tg.locator('[data-testid="channel-state"]', { hasText: /reconnecting|failing/ }).waitFor({ timeout: 45_000 });
+    await tg.getByTestId('channel-reason').filter({ hasText: /\S/ }).waitFor();
+    check(!(await tg.textContent()).includes('TOKEN'), 'the reason shows a token');
+    await tg.locator('[data-testid="channel-state"]', { hasText: 'connected' }).waitFor({ timeout: 60_000 });
+  });
+
   await step('the relay page without bundles says how to add one, with a copyable example', async () => {
     await T('relay-tab').click();
     const help = T('relay-empty');

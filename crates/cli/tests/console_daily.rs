@@ -8,7 +8,8 @@
 //! The script asks this test for what only it can do, one line each way: it prints
 //! `@@ {"cmd": …}` on its stdout and reads one JSON line answer on its stdin — `kill` and
 //! `restart` the server (same data, same port, so the browser's cookie still works), `dm`
-//! (a Telegram user writes to the bot), `bot_messages` (what the bot sent a chat).
+//! (a Telegram user writes to the bot), `bot_messages` (what the bot sent a chat), `outage`
+//! (Telegram answers the next polls 502).
 
 mod common;
 
@@ -199,6 +200,11 @@ async fn the_console_as_a_daily_tool_in_headless_chromium() {
                     cmd["text"].as_str().unwrap(),
                 );
                 json!({"update_id": id})
+            }
+            "outage" => {
+                let n = cmd["n"].as_u64().unwrap() as usize;
+                tg.outage("getUpdates", n);
+                json!({"ok": true})
             }
             "bot_messages" => {
                 let texts: Vec<String> = tg

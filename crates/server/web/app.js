@@ -931,11 +931,14 @@ class ToolCard {
 
   async decide(action, content) {
     for (const b of this.buttons) b.disabled = true;
+    // The run's events may say the call was answered before this request returns.
+    this.mine = true;
     try {
       if (action === 'always') await allowAlways(this.v, this.name);
       await decideCalls(this.v.id, this.run, { [this.id]: action === 'always' ? 'accept' : action }, content);
-      this.answered(action === 'reject' ? 'Denied' : 'Allowed', true, null, true);
+      this.answered(action === 'reject' ? 'Denied' : 'Allowed', true);
     } catch (e) {
+      this.mine = false;
       if (e.status !== 409) { // 409: answered elsewhere already; pending tells us
         toast(e);
         for (const b of this.buttons) b.disabled = false;
@@ -947,7 +950,7 @@ class ToolCard {
 
   /** The call no longer waits; `certain` when we know the answer (not just "gone from
    *  pending"). The approval box folds to one line: the answer, by whom, after how long. */
-  answered(label, certain, ts, mine = false) {
+  answered(label, certain, ts) {
     if (this.final) return;
     this.final = certain;
     this.waiting = false;
@@ -956,7 +959,7 @@ class ToolCard {
     this.form.hidden = true;
     const since = this.v.waitingSince.get(this.id);
     const took = since && Date.parse(ts ?? new Date().toISOString()) - Date.parse(since);
-    this.label.textContent = [mine ? `${label} by you` : label, took >= 0 && ago(took)].filter(Boolean).join(' · ');
+    this.label.textContent = [this.mine ? `${label} by you` : label, took >= 0 && ago(took)].filter(Boolean).join(' · ');
     this.box.dataset.answer = label.toLowerCase();
     this.box.classList.add('answered');
   }
@@ -1271,12 +1274,14 @@ async function refreshChannels() {
 
 function channelRow(c) {
   const state = c.state ?? c.status;
+  const since = c.since ? ` since ${new Date(c.since).toLocaleTimeString()}` : '';
   return h('li.channel', { tid: 'channel', 'data-channel': c.name, 'data-state': state },
     h('strong', {}, c.name), ' ', h(`span.channel-state.${state}`, { tid: 'channel-state' }, state),
-    c.reason && h('span.channel-reason', { tid: 'channel-reason' }, ` — ${c.reason}`));
+    c.reason && h('span.channel-reason', { tid: 'channel-reason' }, ` — ${c.reason}${since}`),
+    !c.reason && c.last_error && h('span.channel-reason', {}, ` (last error ${new Date(c.last_error_at).toLocaleString()}: ${c.last_error})`));
 }
 
-const peerName = (p) => [p?.name ?? p?.display_name, p?.username && `@${p.username}`, p?.id && `(${p.id})`].filter(Boolean).join(' ');
+const peerName = (p) => [p?.name, p?.username && `@${p.username}`, p?.id && `(${p.id})`].filter(Boolean).join(' ');
 
 function pairingRow(p) {
   const act = (verb) => guard(async (e) => {
@@ -1302,8 +1307,10 @@ function conversationRow(s) {
   const test = guard(async (e) => {
     e.target.disabled = true;
     try {
-      const body = { channel: s.channel, target: String(chat.id ?? chat.chat_id ?? ''), text: 'Test message from the Switchboard console.' };
+      // Where this conversation's replies go: its chat, thread and kind.
+      const body = { channel: s.channel, target: String(chat.id), text: 'Test message from the Switchboard console.' };
       if (chat.thread) body.thread = String(chat.thread);
+      if (chat.kind) body.kind = chat.kind;
       await api('POST', '/v1/gateway/send', body);
       toast(`Test message sent to ${s.routing_key}.`, 'info');
     } finally {
@@ -1311,7 +1318,7 @@ function conversationRow(s) {
     }
   });
   return h('tr', { tid: 'conversation', 'data-routing-key': s.routing_key },
-    h('td', {}, h('code', {}, s.routing_key), chat.title ? ` ${chat.title}` : ''),
+    h('td', {}, h('code', {}, s.routing_key), s.peer ? ` ${peerName(s.peer)}` : ''),
     h('td', {}, h('a', { href: `#/s/${s.session_id}` }, s.bound === false ? 'unbound' : 'open')),
     h('td', { tid: 'conversation-activity' }, s.last_activity ? new Date(s.last_activity).toLocaleString() : '—'),
     h('td', {}, h('button', { tid: 'send-test', type: 'button', onclick: test }, 'Send test message')));
