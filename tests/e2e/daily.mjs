@@ -238,13 +238,18 @@ try {
     await T('notify-toggle').check();
     await until('the setting to be kept', () => page.evaluate(() => localStorage.getItem('switchboard.notify') === 'on'));
     await page.evaluate(() => {
-      const Real = window.Notification;
       window.__notes = [];
+      const Real = window.Notification;
       window.Notification = class extends Real {
         constructor(title, options) {
           super(title, options);
-          window.__notes.push({ title, body: options?.body });
+          window.__notes.push({ title, body: options?.body, via: 'page' });
         }
+      };
+      const show = ServiceWorkerRegistration.prototype.showNotification;
+      ServiceWorkerRegistration.prototype.showNotification = function (title, options) {
+        window.__notes.push({ title, body: options?.body, via: 'worker' });
+        return show.call(this, title, options);
       };
       Object.defineProperty(document, 'hidden', { configurable: true, get: () => true });
     });

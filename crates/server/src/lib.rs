@@ -70,6 +70,8 @@ pub struct AppState {
     pub started: Instant,
     /// Event streams open per token.
     pub streams: Arc<switchboard_http::StreamSlots>,
+    /// The waiting approvals, read once per change for every `/v1/approvals/events` stream.
+    pub approvals: routes::approvals::ApprovalsFeed,
 }
 
 /// The listener every Switchboard HTTP surface serves on: accepted connections get
@@ -97,6 +99,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
     let state = AppState {
         engine,
         streams: switchboard_http::StreamSlots::new(config.max_streams_per_token),
+        approvals: routes::approvals::ApprovalsFeed::default(),
         config: Arc::new(config),
         started: Instant::now(),
     };

@@ -89,7 +89,8 @@ async function boot() {
   } catch (e) {
     const expired = new URLSearchParams(location.search).get('login') === 'expired';
     if (e.status === 401) return showLogin(expired ? 'That login link was already used or has expired.' : undefined);
-    if (!e.status) return showUnreachable(e.message); // no answer at all: offline, or the server is down
+    // No answer at all (offline, the server down), or a proxy in front answering for it.
+    if (!e.status || e.status === 502 || e.status === 503 || e.status === 504) return showUnreachable(e.message);
     toast(e);
     bootTimer = setTimeout(boot, 3000);
     return;
@@ -122,6 +123,7 @@ if ('serviceWorker' in navigator) {
 
 function showLogin(message) {
   $('app').hidden = true;
+  $('unreachable').hidden = true;
   $('login').hidden = false;
   $('login-error').hidden = !message;
   $('login-error').textContent = message ?? '';
@@ -359,7 +361,7 @@ const autoLabel = (a) => (Array.isArray(a) ? (a.length ? 'these tools' : 'none')
 function settingsPanel(v) {
   const title = h('input', { tid: 'set-title', 'aria-label': 'Title' });
   const mode = modeSelect('set-mode', 'workspace-write');
-  const model = h('input', { tid: 'set-model', 'aria-label': 'Model', placeholder: 'the server default' });
+  const model = h('input', { tid: 'set-model', 'aria-label': 'Model', placeholder: 'unchanged' });
   const auto = h('select', { tid: 'set-auto', 'aria-label': 'Run without asking' },
     h('option', { value: 'none' }, 'nothing (ask for every call the mode does not allow)'),
     h('option', { value: 'these tools' }, 'these tools:'),
@@ -391,7 +393,8 @@ function settingsPanel(v) {
     const body = {};
     if (title.value !== v.title.textContent) body.title = title.value;
     if (mode.value !== c.permission_mode) body.permission_mode = mode.value;
-    if (!model.disabled && model.value !== (c.model ?? '')) body.model = model.value;
+    // Empty means "leave it": a session's model can be changed, not unset.
+    if (!model.disabled && model.value.trim() && model.value.trim() !== (c.model ?? '')) body.model = model.value.trim();
     const wanted = auto.value === 'these tools'
       ? tools.value.split(',').map((t) => t.trim()).filter(Boolean) : auto.value;
     if (JSON.stringify(wanted) !== JSON.stringify(c.auto_approve)) body.auto_approve = wanted;
@@ -410,8 +413,14 @@ function settingsPanel(v) {
   return panel;
 }
 
-/** Adds `tool` to the session's auto_approve list (unless every tool runs unasked already). */
-async function allowAlways(v, tool) {
+/** Adds `tool` to the session's auto_approve list (unless every tool runs unasked already).
+ *  One at a time per session, so two quick clicks on different tools keep both. */
+function allowAlways(v, tool) {
+  v.allowing = (v.allowing ?? Promise.resolve()).catch(() => {}).then(() => addAutoApprove(v, tool));
+  return v.allowing;
+}
+
+async function addAutoApprove(v, tool) {
   const { session, config } = await api('GET', `/v1/sessions/${v.id}`);
   const cur = config.auto_approve;
   if (cur !== 'all' && !(Array.isArray(cur) && cur.includes(tool))) {
@@ -1064,9 +1073,13 @@ const A = {
 const akey = (a) => `${a.session_id}/${a.run_id}`;
 
 /** `GET /v1/approvals/events`: a snapshot, then changes. It is also how the console knows
- *  whether it can reach the server (the banner). */
+ *  whether it can reach the server (the banner). A tab in the background holds no stream
+ *  unless it notifies (browsers allow a handful of connections per server over HTTP/1.1,
+ *  shared by every tab). */
 function openApprovals() {
   A.es?.close();
+  A.es = null;
+  if (document.hidden && !notifyOn()) return;
   const es = new EventSource('/v1/approvals/events');
   const on = (kind, fn) => es.addEventListener(kind, (e) => { fn(JSON.parse(e.data)); approvalsChanged(); });
   on('snapshot', ({ approvals }) => { A.waiting = new Map(approvals.map((a) => [akey(a), a])); });
@@ -1076,15 +1089,37 @@ function openApprovals() {
   es.addEventListener('open', () => connection(true));
   es.addEventListener('error', () => {
     if (A.es !== es) return;
-    connection(false);
-    // The browser retries by itself unless the server answered with an error (closed).
-    if (es.readyState === EventSource.CLOSED) {
-      A.es = null;
-      setTimeout(() => { if (S.me && !A.es) openApprovals(); }, 3000);
-    }
+    // Still connecting: the server went away and the browser retries by itself.
+    if (es.readyState !== EventSource.CLOSED) return connection(false);
+    // Closed: the server answered with an error. Signed out (api() then shows the sign-in),
+    // refusing for a moment (503), or gone: ask, then open again.
+    A.es = null;
+    setTimeout(() => {
+      if (!S.me || A.es) return;
+      api('GET', '/v1/console/me').then(() => {
+        connection(true);
+        if (S.me && !A.es) openApprovals();
+      }, (e) => {
+        if (e.status === 401) return;
+        connection(false);
+        setTimeout(() => { if (S.me && !A.es) openApprovals(); }, 3000);
+      });
+    }, 1000);
   });
   A.es = es;
 }
+
+document.addEventListener('visibilitychange', () => {
+  if (!S.me) return;
+  const v = S.current;
+  if (document.hidden) {
+    if (!notifyOn()) { A.es?.close(); A.es = null; }
+    if (v?.es) { v.es.close(); v.es = null; }
+  } else {
+    if (!A.es) openApprovals();
+    if (v && !v.es) connect(v); // resumes after the last event it showed
+  }
+});
 
 function closeApprovals() {
   A.es?.close();
@@ -1129,17 +1164,35 @@ function connection(up) {
 const NOTIFY_KEY = 'switchboard.notify';
 const notifyOn = () => localStorage.getItem(NOTIFY_KEY) === 'on';
 
-/** A system notification for a new approval, only while the tab is in the background. */
-function notifyApproval(a) {
+/** A system notification for a new approval, only while the tab is in the background:
+ *  through the service worker where there is one (phones only allow that), else the page's
+ *  own. Never throws. */
+async function notifyApproval(a) {
   if (!notifyOn() || !document.hidden || !('Notification' in window) || Notification.permission !== 'granted') return;
-  const what = a.tool_calls.map((c) => c.name).join(', ');
-  const n = new Notification(`Approval needed: ${a.session_title}`, { body: what, tag: akey(a) });
-  n.addEventListener('click', () => {
-    window.focus();
-    location.hash = '#/inbox';
-    n.close();
-  });
+  const title = `Approval needed: ${a.session_title}`;
+  const options = { body: a.tool_calls.map((c) => c.name).join(', '), tag: akey(a), data: { open: '#/inbox' } };
+  try {
+    const reg = await navigator.serviceWorker?.getRegistration();
+    if (reg?.active) return await reg.showNotification(title, options);
+  } catch (e) {
+    console.warn('notification through the service worker failed', e);
+  }
+  try {
+    const n = new Notification(title, options);
+    n.addEventListener('click', () => {
+      window.focus();
+      location.hash = '#/inbox';
+      n.close();
+    });
+  } catch (e) {
+    console.warn('notification failed', e);
+  }
 }
+
+// A click on a notification (shown by the service worker) opens the inbox here.
+navigator.serviceWorker?.addEventListener('message', (e) => {
+  if (typeof e.data?.open === 'string' && e.data.open.startsWith('#/')) location.hash = e.data.open;
+});
 
 function notifyToggle() {
   const box = h('input', { type: 'checkbox', tid: 'notify-toggle', checked: notifyOn() && Notification.permission === 'granted' });
@@ -1159,11 +1212,12 @@ function notifyToggle() {
 
 // ---------- the inbox ----------
 
-const I = { list: null, items: new Map() }; // items: key → { json, el }
+const I = { list: null, items: new Map(), empty: null }; // items: key → { el, calls: Map(call id → el), title }
 
 function openInbox() {
   I.list = h('div.inbox-list', { tid: 'inbox-list' });
   I.items.clear();
+  I.empty = h('div.empty', { tid: 'inbox-empty' }, 'Nothing is waiting for you.');
   $('main').replaceChildren(h('section.inbox', {},
     h('div.inbox-head', {}, h('h2', {}, 'Approvals waiting'), notifyToggle()),
     h('p.muted', {}, 'Every tool call waiting for a decision, in every session, newest first. Unanswered calls are rejected when their time runs out.'),
@@ -1171,49 +1225,66 @@ function openInbox() {
   drawInbox();
 }
 
-/** Redraws the inbox from A.waiting, keeping the items that did not change (a reason being
- *  typed survives an update elsewhere). */
+/** Brings the inbox to A.waiting. Items and their calls are kept and updated in place, and
+ *  the list's elements move only when the order changes: a reason being typed keeps its
+ *  focus whatever else arrives or goes. */
 function drawInbox() {
   if (!I.list) return;
   const all = [...A.waiting.values()].sort((x, y) => y.created_at.localeCompare(x.created_at));
   const next = new Map();
   for (const a of all) {
-    const json = JSON.stringify(a);
-    const old = I.items.get(akey(a));
-    next.set(akey(a), old?.json === json ? old : { json, el: inboxItem(a) });
+    const item = I.items.get(akey(a)) ?? inboxItem(a);
+    updateItem(item, a);
+    next.set(akey(a), item);
   }
   I.items = next;
-  if (!all.length) {
-    fill(I.list, h('div.empty', { tid: 'inbox-empty' }, 'Nothing is waiting for you.'));
-  } else {
-    fill(I.list, [...next.values()].map((x) => x.el));
-  }
+  const want = all.length ? [...next.values()].map((x) => x.el) : [I.empty];
+  for (const el of [...I.list.children]) if (!want.includes(el)) el.remove();
+  want.forEach((el, i) => {
+    if (I.list.children[i] !== el) I.list.insertBefore(el, I.list.children[i] ?? null);
+  });
   tickInbox();
 }
 
 function inboxItem(a) {
-  const calls = a.tool_calls.map((call) => {
-    const controls = approvalControls(guard(async (action, reason) => {
-      for (const b of controls.buttons) b.disabled = true;
-      try {
-        await decideCalls(a.session_id, a.run_id, { [call.id]: action }, reason);
-        controls.label.textContent = action === 'accept' ? 'Allowed by you' : 'Denied by you';
-        controls.form.hidden = true;
-      } catch (e) {
-        for (const b of controls.buttons) b.disabled = false;
-        throw e;
-      }
-    }));
-    return h('div.inbox-call', { tid: 'inbox-call', 'data-call-id': call.id },
-      h('div.tool-head', {}, h('span.tool-name', {}, call.name)), preview(call), controls.row, controls.form);
-  });
-  return h('article.inbox-item.panel', { tid: 'inbox-item', 'data-session-id': a.session_id, 'data-run-id': a.run_id },
-    h('div.inbox-item-head', {},
-      h('a.inbox-session', { href: `#/s/${a.session_id}`, tid: 'inbox-session' }, a.session_title),
+  const item = { calls: new Map(), title: h('a.inbox-session', { href: `#/s/${a.session_id}`, tid: 'inbox-session' }) };
+  item.body = h('div.inbox-calls');
+  item.el = h('article.inbox-item.panel', { tid: 'inbox-item', 'data-session-id': a.session_id, 'data-run-id': a.run_id },
+    h('div.inbox-item-head', {}, item.title,
       h('span.muted', {}, backendLabel(a.backend)),
       h('span.muted', { tid: 'inbox-age', 'data-since': a.created_at }),
       h('span.left', { tid: 'inbox-left', 'data-until': a.expires_at })),
-    calls);
+    item.body);
+  return item;
+}
+
+function updateItem(item, a) {
+  item.title.textContent = a.session_title;
+  const ids = new Set(a.tool_calls.map((c) => c.id));
+  for (const [id, el] of item.calls) if (!ids.has(id)) { el.remove(); item.calls.delete(id); }
+  for (const call of a.tool_calls) {
+    if (!item.calls.has(call.id)) {
+      const el = inboxCall(a, call);
+      item.calls.set(call.id, el);
+      item.body.append(el);
+    }
+  }
+}
+
+function inboxCall(a, call) {
+  const controls = approvalControls(guard(async (action, reason) => {
+    for (const b of controls.buttons) b.disabled = true;
+    try {
+      await decideCalls(a.session_id, a.run_id, { [call.id]: action }, reason);
+      controls.label.textContent = action === 'accept' ? 'Allowed by you' : 'Denied by you';
+      controls.form.hidden = true;
+    } catch (e) {
+      for (const b of controls.buttons) b.disabled = false;
+      throw e;
+    }
+  }));
+  return h('div.inbox-call', { tid: 'inbox-call', 'data-call-id': call.id },
+    h('div.tool-head', {}, h('span.tool-name', {}, call.name)), preview(call), controls.row, controls.form);
 }
 
 /** Ages and time left, every second while the inbox is open. */

@@ -28,11 +28,28 @@ self.addEventListener('fetch', (event) => {
   if (!SHELL.includes(key)) return;
   // Network first, so a running server always serves its current console; the cache when
   // the network fails.
-  event.respondWith(fetch(req).then((res) => {
+  const cached = () => caches.open(CACHE).then((c) => c.match(key));
+  event.respondWith(fetch(req).then(async (res) => {
     if (res.ok) {
       const copy = res.clone();
       caches.open(CACHE).then((c) => c.put(key, copy));
+      return res;
     }
+    // A proxy in front answering for a server that is down (502/503/504): the cached console,
+    // which then says the server is unreachable.
+    if (res.status >= 502 && res.status <= 504) return (await cached()) ?? res;
     return res;
-  }).catch(() => caches.open(CACHE).then((c) => c.match(key)).then((hit) => hit ?? Response.error())));
+  }).catch(async () => (await cached()) ?? Response.error()));
+});
+
+// A notification of a new approval: focus a console window (or open one) on the inbox.
+self.addEventListener('notificationclick', (event) => {
+  event.notification.close();
+  const open = event.notification.data?.open ?? '#/inbox';
+  event.waitUntil(self.clients.matchAll({ type: 'window', includeUncontrolled: true }).then((list) => {
+    const client = list[0];
+    if (!client) return self.clients.openWindow(`/${open}`);
+    client.postMessage({ open });
+    return client.focus();
+  }));
 });

@@ -123,6 +123,11 @@ impl Engine {
                 .inner
                 .approvals
                 .decide(session_id, request.run_id, &request.decisions)
+                .inspect(|()| {
+                    // Calls decided one by one leave the inbox at once (a decision forwarded
+                    // from another instance included).
+                    self.inner.log.approval_signal().bump();
+                })
                 .map(|()| ControlReply::Decided {
                     response: ToolDecisionsResponse {
                         accepted: true,
@@ -350,8 +355,6 @@ impl Engine {
         match reply {
             ControlReply::Decided { response } => {
                 tracing::info!(%session_id, run_id = %response.run_id, "tool decisions received");
-                // Calls decided one by one leave the inbox at once.
-                self.inner.log.approval_signal().bump();
                 Ok(response)
             }
             other => Err(unexpected(other)),

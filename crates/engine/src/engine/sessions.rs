@@ -180,6 +180,10 @@ impl Engine {
         }
         let changes_config =
             req.permission_mode.is_some() || req.model.is_some() || req.auto_approve.is_some();
+        // Read, change, write under the session's lock: two updates of different fields at
+        // once both land (on this instance; the store has the last word across instances).
+        let lock = self.session_lock(id);
+        let _guard = lock.lock().await;
         let config = if changes_config {
             let record = self.record(id).await?;
             let mut config: SessionConfig = serde_json::from_value(record.config)

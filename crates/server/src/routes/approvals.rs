@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -14,7 +15,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use futures::StreamExt as _;
 use switchboard_engine::Engine;
-use switchboard_protocol::{ApprovalResolved, ApprovalsResponse, ErrorBody, WaitingApproval};
+use switchboard_protocol::{
+    ApprovalResolved, ApprovalsResponse, ErrorBody, ErrorCode, WaitingApproval,
+};
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::{ApiError, AppState};
@@ -41,8 +45,71 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<ApprovalsRespons
 /// (a run's calls rejected one by one, many runs ending) costs one read.
 const SETTLE: Duration = Duration::from_millis(50);
 /// With a store shared by several instances, how often the list is read even without a
-/// signal (a decision recorded on another instance sends none).
+/// signal (a decision recorded on another instance sends none here).
 const SHARED_RECHECK: Duration = Duration::from_secs(2);
+/// Alone, how often it is read anyway (a change that sends no signal: a session renamed).
+const RECHECK: Duration = Duration::from_secs(15);
+/// How long a new stream waits for the first read before answering 503.
+const FIRST_READ: Duration = Duration::from_secs(5);
+
+type Snapshot = Option<Arc<Vec<WaitingApproval>>>;
+
+/// The waiting approvals as one task of the server reads them: once per change (after
+/// [`SETTLE`]) and every so often, whatever the number of streams open. Started by the first
+/// stream; `None` until its first read succeeds. A failed read keeps the last list.
+#[derive(Clone, Default)]
+pub struct ApprovalsFeed(Arc<OnceLock<watch::Receiver<Snapshot>>>);
+
+impl ApprovalsFeed {
+    fn subscribe(&self, engine: &Engine) -> watch::Receiver<Snapshot> {
+        self.0
+            .get_or_init(|| {
+                let (tx, rx) = watch::channel(None);
+                let recheck = if engine.config().exclusive {
+                    RECHECK
+                } else {
+                    SHARED_RECHECK
+                };
+                tokio::spawn(read_loop(engine.clone(), tx, recheck));
+                rx
+            })
+            .clone()
+    }
+}
+
+async fn read_loop(engine: Engine, tx: watch::Sender<Snapshot>, recheck: Duration) {
+    let mut changed = engine.approvals_changed();
+    let closed = engine.closed();
+    loop {
+        let wait = match engine.waiting_approvals().await {
+            Ok(list) => {
+                tx.send_if_modified(|cur| {
+                    let same = cur.as_deref() == Some(&list);
+                    if !same {
+                        *cur = Some(Arc::new(list));
+                    }
+                    !same
+                });
+                recheck
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the waiting approvals could not be read; trying again");
+                Duration::from_secs(1)
+            }
+        };
+        tokio::select! {
+            _ = closed.cancelled() => return,
+            r = changed.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                tokio::time::sleep(SETTLE).await;
+                changed.borrow_and_update();
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
 
 /// The waiting approvals as Server-Sent Events. Every connection starts with a `snapshot`
 /// frame (`ApprovalsResponse`: the whole list), so a client that reconnects needs no
@@ -60,39 +127,54 @@ pub async fn events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let slot = state.streams.take(&headers)?;
-    // Subscribed before the first read: a change after it is seen by the next one.
-    let changed = state.engine.approvals_changed();
-    let first = state.engine.waiting_approvals().await?;
+    let mut feed = state.approvals.subscribe(&state.engine);
+    let first = match tokio::time::timeout(FIRST_READ, feed.wait_for(Option::is_some)).await {
+        Ok(Ok(list)) => list.clone().unwrap_or_default(),
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::StoreUnavailable,
+                "the waiting approvals cannot be read now; retry shortly",
+            )
+            .with_retry_after(2));
+        }
+    };
+    feed.borrow_and_update();
     let snapshot = frame(
         "snapshot",
         &ApprovalsResponse {
-            approvals: first.clone(),
+            approvals: first.to_vec(),
         },
     );
-    let recheck = if state.engine.config().exclusive {
-        state.config.keepalive
-    } else {
-        SHARED_RECHECK.min(state.config.keepalive)
-    };
-    let watcher = Watcher {
-        engine: state.engine.clone(),
-        changed,
-        known: first.into_iter().map(|a| (key(&a), a)).collect(),
-        recheck,
-        keepalive: state.config.keepalive,
-        quiet_since: tokio::time::Instant::now(),
-    };
+    let mut known: HashMap<(Uuid, Uuid), WaitingApproval> =
+        first.iter().map(|a| (key(a), a.clone())).collect();
+    let keepalive = state.config.keepalive;
     let closed = state.engine.closed();
     let gauge = super::metrics::SubscriberGauge::up();
-    let rest = futures::stream::unfold(Some(watcher), move |w| {
+    let rest = futures::stream::unfold(Some(feed), move |feed| {
         let closed = closed.clone();
-        async move {
-            let mut w = w?;
+        let out = async move {
+            let mut feed = feed?;
             tokio::select! {
                 _ = closed.cancelled() => None,
-                next = w.next() => next.map(|bytes| (bytes, Some(w))),
+                r = feed.changed() => {
+                    r.ok()?;
+                    let now = feed.borrow_and_update().clone().unwrap_or_default();
+                    Some((Some(now), Some(feed)))
+                }
+                _ = tokio::time::sleep(keepalive) => Some((None, Some(feed))),
             }
-        }
+        };
+        out
+    })
+    .filter_map(move |now| {
+        let bytes = match now {
+            Some(list) => {
+                let out = diff(&mut known, &list);
+                (!out.is_empty()).then(|| Bytes::from(out))
+            }
+            None => Some(Bytes::from_static(b": ping\n\n")),
+        };
+        futures::future::ready(bytes)
     });
     let body = futures::stream::once(async move { snapshot })
         .chain(rest)
@@ -112,7 +194,6 @@ pub async fn events(
         .into_response())
 }
 
-
 fn key(a: &WaitingApproval) -> (Uuid, Uuid) {
     (a.session_id, a.run_id)
 }
@@ -122,79 +203,44 @@ fn frame(kind: &str, data: &impl serde::Serialize) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {data}\n\n"))
 }
 
-/// One connection's view: what it last told the client, and what wakes it.
-struct Watcher {
-    engine: Engine,
-    changed: tokio::sync::watch::Receiver<u64>,
-    known: HashMap<(Uuid, Uuid), WaitingApproval>,
-    recheck: Duration,
-    keepalive: Duration,
-    quiet_since: tokio::time::Instant,
-}
-
-impl Watcher {
-    /// The next chunk to send (frames of what changed, or a ping); `None` ends the stream
-    /// (the server is stopping, or the store failed: the client reconnects and gets a new
-    /// snapshot).
-    async fn next(&mut self) -> Option<Bytes> {
-        loop {
-            tokio::select! {
-                r = self.changed.changed() => {
-                    r.ok()?;
-                    tokio::time::sleep(SETTLE).await;
-                    self.changed.borrow_and_update();
-                }
-                _ = tokio::time::sleep(self.recheck) => {}
-            }
-            let now = match self.engine.waiting_approvals().await {
-                Ok(list) => list,
-                Err(e) => {
-                    tracing::warn!(error = %e, "approvals stream: the list could not be read; closing it so the client reconnects");
-                    return None;
-                }
-            };
-            let out = diff(&mut self.known, now);
-            if !out.is_empty() {
-                self.quiet_since = tokio::time::Instant::now();
-                return Some(Bytes::from(out));
-            }
-            if self.quiet_since.elapsed() >= self.keepalive {
-                self.quiet_since = tokio::time::Instant::now();
-                return Some(Bytes::from_static(b": ping\n\n"));
-            }
+/// Frames taking the client from `known` to `now` (new ones oldest first, so a client
+/// putting each on top shows the newest first), and remembers `now`. A run that waits again
+/// on other calls between two reads is its first approval resolved and a new one requested.
+fn diff(known: &mut HashMap<(Uuid, Uuid), WaitingApproval>, now: &[WaitingApproval]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let now: HashMap<_, _> = now.iter().map(|a| (key(a), a)).collect();
+    let another_wait = |old: &WaitingApproval, new: &WaitingApproval| {
+        old.created_at != new.created_at
+            || !new
+                .tool_calls
+                .iter()
+                .any(|c| old.tool_calls.iter().any(|o| o.id == c.id))
+    };
+    for (k, old) in known.iter() {
+        if now.get(k).is_none_or(|new| another_wait(old, new)) {
+            out.extend_from_slice(&frame(
+                "approval_resolved",
+                &ApprovalResolved {
+                    session_id: k.0,
+                    run_id: k.1,
+                },
+            ));
         }
     }
-}
-
-/// Frames taking the client from `known` to `now` (new ones oldest first, so a client
-/// putting each on top shows the newest first), and remembers `now`.
-fn diff(known: &mut HashMap<(Uuid, Uuid), WaitingApproval>, now: Vec<WaitingApproval>) -> Vec<u8> {
-    let mut out = Vec::new();
-    let now: HashMap<_, _> = now.into_iter().map(|a| (key(&a), a)).collect();
-    for k in known.keys().filter(|k| !now.contains_key(*k)) {
-        out.extend_from_slice(&frame(
-            "approval_resolved",
-            &ApprovalResolved {
-                session_id: k.0,
-                run_id: k.1,
-            },
-        ));
-    }
-    let mut fresh: Vec<&WaitingApproval> = now
+    let mut fresh: Vec<(&str, &WaitingApproval)> = now
         .iter()
-        .filter(|(k, a)| known.get(*k) != Some(*a))
-        .map(|(_, a)| a)
+        .filter_map(|(k, a)| match known.get(k) {
+            None => Some(("approval_requested", *a)),
+            Some(old) if another_wait(old, a) => Some(("approval_requested", *a)),
+            Some(old) if old != *a => Some(("approval_updated", *a)),
+            Some(_) => None,
+        })
         .collect();
-    fresh.sort_by(|a, b| a.created_at.cmp(&b.created_at));
-    for a in fresh {
-        let kind = if known.contains_key(&key(a)) {
-            "approval_updated"
-        } else {
-            "approval_requested"
-        };
+    fresh.sort_by(|a, b| a.1.created_at.cmp(&b.1.created_at));
+    for (kind, a) in fresh {
         out.extend_from_slice(&frame(kind, a));
     }
-    *known = now;
+    *known = now.into_iter().map(|(k, a)| (k, a.clone())).collect();
     out
 }
 
@@ -234,7 +280,7 @@ mod tests {
     fn diff_tells_new_changed_and_gone_approvals() {
         let (a, b) = (approval(&["1", "2"], "t1"), approval(&["3"], "t2"));
         let mut known: HashMap<_, _> = [(key(&a), a.clone())].into();
-        let mut step = |now: Vec<WaitingApproval>| kinds(&diff(&mut known, now));
+        let mut step = |now: Vec<WaitingApproval>| kinds(&diff(&mut known, &now));
         assert_eq!(step(vec![a.clone(), b.clone()]), ["approval_requested"]);
         let mut a2 = a.clone();
         a2.tool_calls.remove(0);
@@ -242,6 +288,14 @@ mod tests {
         assert!(step(vec![a2.clone(), b.clone()]).is_empty());
         assert_eq!(step(vec![b.clone()]), ["approval_resolved"]);
         assert_eq!(step(vec![]), ["approval_resolved"]);
+        // The same run waiting again on other calls: resolved, then requested anew.
+        assert_eq!(step(vec![b.clone()]), ["approval_requested"]);
+        let mut again = approval(&["4"], "t3");
+        (again.session_id, again.run_id) = (b.session_id, b.run_id);
+        assert_eq!(
+            step(vec![again]),
+            ["approval_resolved", "approval_requested"]
+        );
     }
 
     #[test]
@@ -250,7 +304,7 @@ mod tests {
             approval(&["1"], "2026-01-01T00:00:02Z"),
             approval(&["2"], "2026-01-01T00:00:01Z"),
         );
-        let out = String::from_utf8(diff(&mut HashMap::new(), vec![a.clone(), b.clone()])).unwrap();
+        let out = String::from_utf8(diff(&mut HashMap::new(), &[a.clone(), b.clone()])).unwrap();
         assert!(
             out.find(&b.run_id.to_string()).unwrap() < out.find(&a.run_id.to_string()).unwrap()
         );
