@@ -152,7 +152,7 @@ pub async fn events(
     let gauge = super::metrics::SubscriberGauge::up();
     let rest = futures::stream::unfold(Some(feed), move |feed| {
         let closed = closed.clone();
-        let out = async move {
+        async move {
             let mut feed = feed?;
             tokio::select! {
                 _ = closed.cancelled() => None,
@@ -163,8 +163,7 @@ pub async fn events(
                 }
                 _ = tokio::time::sleep(keepalive) => Some((None, Some(feed))),
             }
-        };
-        out
+        }
     })
     .filter_map(move |now| {
         let bytes = match now {
