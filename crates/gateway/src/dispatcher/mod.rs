@@ -50,7 +50,10 @@ pub(crate) struct Inner {
     /// Prompts settled while they were being posted (see `approvals::Unposted`).
     pub(crate) unposted: StdMutex<HashMap<String, approvals::Unposted>>,
     pub cancel: CancellationToken,
-    tasks: StdMutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Every task the gateway spawned and has not reaped yet. Finished ones are reaped at
+    /// each spawn: a task's memory lives until it is joined, and the gateway spawns a few
+    /// per chat message (the soak found a `Vec` of handles growing by ~3 KB a message).
+    tasks: StdMutex<tokio::task::JoinSet<()>>,
     /// A standby gateway (another instance holds the gateway lease) stores what reaches it
     /// over HTTP — webhooks, pushes — but runs no channel, worker or press handler: the
     /// active instance's scan picks the stored work up.
@@ -197,29 +200,37 @@ impl Gateway {
     /// resumes them like a restart would.
     pub async fn stop(&self) {
         self.inner.cancel.cancel();
-        let tasks: Vec<_> =
+        let mut tasks =
             std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         // Tasks end at the next await that watches the cancel token; one in the middle of
         // taking a message (seen, then queued) gets a moment to finish it. Aborted only
         // after that.
-        let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
-        if tokio::time::timeout(STOP_GRACE, futures::future::join_all(tasks))
-            .await
-            .is_err()
-        {
-            for a in aborts {
-                a.abort();
+        let joined = async {
+            while let Some(done) = tasks.join_next().await {
+                log_panic(done);
             }
+        };
+        if tokio::time::timeout(STOP_GRACE, joined).await.is_err() {
+            tasks.abort_all();
         }
     }
 
     fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        let handle = tokio::spawn(fut);
+        let mut tasks = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(done) = tasks.try_join_next() {
+            log_panic(done);
+        }
+        tasks.spawn(fut);
+    }
+
+    /// Tasks spawned and not reaped yet (finished ones are reaped at the next spawn).
+    #[cfg(test)]
+    pub(crate) fn task_count(&self) -> usize {
         self.inner
             .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(handle);
+            .len()
     }
 
     pub fn store(&self) -> &GatewayStore {
@@ -284,11 +295,18 @@ impl Gateway {
                 .await;
             })
             .await;
-        let tasks: Vec<_> =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
-        for t in tasks {
-            t.abort();
-        }
+        std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()))
+            .abort_all();
+    }
+}
+
+/// A gateway task that panicked says so in the log (its work is picked up again by the
+/// next scan or restart, as after a crash).
+fn log_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a gateway task panicked");
     }
 }
 

@@ -123,3 +123,34 @@ fn commands_and_buttons_parse() {
     assert!(format!("ap:{}:y", short_id()).len() <= 64);
     assert_eq!(pairing_code().len(), 8);
 }
+
+/// The soak's leak: every spawned task's handle was kept for the gateway's life. Finished
+/// tasks are now reaped at the next spawn, so their number stays bounded.
+#[tokio::test]
+async fn finished_tasks_are_reaped_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::GatewayStore::open(&dir.path().join("gateway.db"))
+        .await
+        .unwrap();
+    let client = switchboard_client::Client::new("http://127.0.0.1:9", None).unwrap();
+    let gw = Gateway::standby(crate::GatewayConfig::default(), client, store, Vec::new());
+    for _ in 0..2_000 {
+        gw.spawn(async {});
+        tokio::task::yield_now().await;
+    }
+    // Let the last ones finish, then one more spawn reaps them.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    gw.spawn(async {});
+    assert!(gw.task_count() < 10, "{} tasks kept", gw.task_count());
+    // A long-lived task is kept until stop, which ends it.
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let cancel = gw.inner.cancel.clone();
+    gw.spawn(async move {
+        cancel.cancelled().await;
+        let _ = tx.send(());
+    });
+    gw.stop().await;
+    assert_eq!(gw.task_count(), 0);
+    rx.await
+        .expect("the long-lived task ran to its end at stop");
+}
