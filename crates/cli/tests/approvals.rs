@@ -1115,3 +1115,71 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     }
     assert!(c.waiting_approvals().await.unwrap().approvals.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_approve_changed_mid_run_applies_to_the_run_under_way() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let id = session(&c, ws.path(), Some(PermissionMode::WorkspaceWrite)).await;
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo first"}),
+    ));
+    llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "echo second"}),
+    ));
+    llm.push(MockReply::text(&["Both ran."]));
+    let (mut events, run) = send(&c, id, "two commands").await;
+    until_waiting(&mut events, run).await;
+    // "Always allow run_command here": the session's list, then the waiting call.
+    c.update_session(
+        id,
+        &switchboard_protocol::UpdateSessionRequest {
+            auto_approve: Some(AutoApprove::Tools(vec!["run_command".into()])),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    c.decide_tools(id, &decide(run, "c1", DecisionAction::Accept, None))
+        .await
+        .unwrap();
+    let all = until_run_ends(&mut events, run).await;
+    assert!(completed(&all, "c2").unwrap().0.starts_with("second"));
+    let asked: Vec<_> = all
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => Some(tool_call_ids.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(asked.is_empty(), "c2 was asked about: {asked:?}");
+    // Narrowing applies the same way: the next run of the session asks again.
+    c.update_session(
+        id,
+        &switchboard_protocol::UpdateSessionRequest {
+            auto_approve: Some(AutoApprove::Keyword(
+                switchboard_protocol::AutoApproveKeyword::None,
+            )),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    llm.push(MockReply::tool_call(
+        "c3",
+        "run_command",
+        json!({"command": "echo third"}),
+    ));
+    llm.push(MockReply::text(&["Asked."]));
+    let (mut events, run) = send(&c, id, "again").await;
+    until_waiting(&mut events, run).await;
+    c.cancel(id, run).await.unwrap();
+    until_run_ends(&mut events, run).await;
+}

@@ -243,7 +243,7 @@ pub(crate) struct GateScope<'a> {
     pub session_id: Uuid,
     pub run_id: Uuid,
     pub mode: PermissionMode,
-    pub auto_approve: &'a AutoApprove,
+    pub auto_approve: AutoApprove,
     pub timeout: Duration,
     pub log: &'a EventLog,
     pub store: &'a Arc<dyn Store>,
@@ -303,7 +303,7 @@ pub(crate) async fn propose(
         .await?;
     let mut out = Vec::with_capacity(calls.len());
     for (call, class) in calls {
-        let verdict = settle(scope.mode, scope.auto_approve, &call.name, *class);
+        let verdict = settle(scope.mode, &scope.auto_approve, &call.name, *class);
         if let Verdict::Deny(reason) = &verdict {
             emit_rejected(scope, call, reason).await?;
         }

@@ -271,7 +271,8 @@ pub struct RunHandle {
     pub(crate) deltas: crate::Pipeline,
     pub(crate) steering: mpsc::UnboundedReceiver<String>,
     pub(crate) mode: PermissionMode,
-    pub(crate) auto_approve: AutoApprove,
+    /// Read at each tool call: the session's changes reach the run under way.
+    pub(crate) auto_approve: Arc<std::sync::Mutex<AutoApprove>>,
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approval_timeout: Duration,
     pub(crate) cancel: CancellationToken,
@@ -360,7 +361,11 @@ impl RunHandle {
             session_id: self.session_id,
             run_id: self.run_id,
             mode: self.mode,
-            auto_approve: &self.auto_approve,
+            auto_approve: self
+                .auto_approve
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             timeout: self.approval_timeout,
             log: &self.log,
             store: &self.store,

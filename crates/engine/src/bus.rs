@@ -60,6 +60,12 @@ pub enum RunControl {
         session_id: Uuid,
         checkpoint: String,
     },
+    /// The session's `auto_approve` changed: the run under way applies it from its next
+    /// tool call (unless the run has its own override).
+    AutoApprove {
+        session_id: Uuid,
+        auto_approve: switchboard_protocol::AutoApprove,
+    },
 }
 
 /// The owner's answer to a [`RunControl`].
@@ -70,6 +76,8 @@ pub enum ControlReply {
         run_id: Uuid,
     },
     Cancelled,
+    /// The run under way took the new `auto_approve` (or has its own override).
+    AutoApproveSet,
     Decided {
         response: ToolDecisionsResponse,
     },

@@ -100,6 +100,21 @@ impl Engine {
                 .steer_local(session_id, run_id, content)
                 .await
                 .map(|run_id| ControlReply::Steered { run_id }),
+            RunControl::AutoApprove {
+                session_id,
+                auto_approve,
+            } => {
+                let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                match map.get(&session_id) {
+                    Some(slot) => {
+                        if let Some(live) = &slot.auto_approve {
+                            *live.lock().unwrap_or_else(|p| p.into_inner()) = auto_approve;
+                        }
+                        Ok(ControlReply::AutoApproveSet)
+                    }
+                    None => Err(EngineError::SessionNotRunning(session_id)),
+                }
+            }
             RunControl::Cancel { session_id, run_id } => {
                 let active = {
                     let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());

@@ -58,6 +58,9 @@ struct RunSlot {
     renewed: Arc<StdMutex<std::time::Instant>>,
     cancel: CancellationToken,
     steering: mpsc::UnboundedSender<String>,
+    /// The session's `auto_approve` as the run applies it, call by call: a change of the
+    /// session's reaches the run under way. `None` when the run has its own override.
+    auto_approve: Option<Arc<StdMutex<switchboard_protocol::AutoApprove>>>,
     task: Option<JoinHandle<()>>,
 }
 

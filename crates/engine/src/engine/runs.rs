@@ -229,6 +229,12 @@ impl Engine {
         let input: RunInput = serde_json::from_value(run.input.clone())
             .map_err(|e| EngineError::Internal(format!("stored run input: {e}")))?;
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        let live_auto_approve = input
+            .overrides
+            .as_ref()
+            .and_then(|o| o.auto_approve.as_ref())
+            .is_none()
+            .then(|| Arc::new(StdMutex::new(config.auto_approve.clone())));
         let cancel = self.inner.shutdown.child_token();
         let lost = CancellationToken::new();
         {
@@ -242,6 +248,7 @@ impl Engine {
                     renewed: Arc::new(StdMutex::new(std::time::Instant::now())),
                     cancel: cancel.clone(),
                     steering: steer_tx,
+                    auto_approve: live_auto_approve,
                     task: None,
                 },
             );
@@ -376,12 +383,25 @@ impl Engine {
                     .await
                     .is_some();
                 // A run's `auto_approve` override stands in for the session's; the
-                // permission mode still bounds it (see `approval::settle`).
-                let auto_approve = input
-                    .overrides
-                    .as_ref()
-                    .and_then(|o| o.auto_approve.clone())
-                    .unwrap_or_else(|| config.auto_approve.clone());
+                // permission mode still bounds it (see `approval::settle`). Without one,
+                // the run shares its slot's copy, which a change of the session's updates.
+                let live = {
+                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    map.get(&session_id)
+                        .filter(|s| s.run_id == run_id)
+                        .and_then(|s| s.auto_approve.clone())
+                };
+                let auto_approve = match (
+                    input
+                        .overrides
+                        .as_ref()
+                        .and_then(|o| o.auto_approve.clone()),
+                    live,
+                ) {
+                    (Some(own), _) => Arc::new(StdMutex::new(own)),
+                    (None, Some(live)) => live,
+                    (None, None) => Arc::new(StdMutex::new(config.auto_approve.clone())),
+                };
                 let ctx = RunContext {
                     session_id,
                     run_id,

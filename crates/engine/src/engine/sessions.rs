@@ -184,6 +184,7 @@ impl Engine {
         // once both land (on this instance; the store has the last word across instances).
         let lock = self.session_lock(id);
         let _guard = lock.lock().await;
+        let auto_approve_now = req.auto_approve.clone();
         let config = if changes_config {
             let record = self.record(id).await?;
             let mut config: SessionConfig = serde_json::from_value(record.config)
@@ -214,8 +215,37 @@ impl Engine {
         if !self.inner.store.update_session(id, &update).await? {
             return Err(EngineError::SessionNotFound(id));
         }
+        drop(_guard);
+        if let Some(auto_approve) = auto_approve_now {
+            self.tell_run_auto_approve(id, auto_approve).await;
+        }
         let shared = self.shared_state(Some(id)).await?;
         Ok(self.summary(&self.record(id).await?, shared.as_ref()))
+    }
+
+    /// The run under way (here or on another instance) applies the session's new
+    /// `auto_approve` from its next tool call. Best effort: the change is stored, and the
+    /// next run starts with it whatever happens here.
+    async fn tell_run_auto_approve(
+        &self,
+        id: Uuid,
+        auto_approve: switchboard_protocol::AutoApprove,
+    ) {
+        let control = RunControl::AutoApprove {
+            session_id: id,
+            auto_approve,
+        };
+        match self.apply_local(control.clone()).await {
+            Ok(_) => {}
+            Err(EngineError::SessionNotRunning(_)) => {
+                if let Err(e) = self.forward(id, control).await {
+                    tracing::warn!(session_id = %id, error = %e, "the run under way on another instance was not told of the new auto_approve");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(session_id = %id, error = %e, "the run under way was not told of the new auto_approve")
+            }
+        }
     }
 
     /// Deletes a session; an active run is cancelled first.
