@@ -39,17 +39,29 @@ const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
 const ICON_SVG: &str = include_str!("../web/icon.svg");
+const ICON_192: &[u8] = include_bytes!("../web/icon-192.png");
+const ICON_512: &[u8] = include_bytes!("../web/icon-512.png");
+const ICON_MASKABLE: &[u8] = include_bytes!("../web/icon-maskable-512.png");
+const APPLE_TOUCH_ICON: &[u8] = include_bytes!("../web/apple-touch-icon.png");
 const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &str, &str); 6] = [
-    ("app.js", APP_JS, "text/javascript; charset=utf-8"),
-    ("md.js", MD_JS, "text/javascript; charset=utf-8"),
-    ("hl.js", HL_JS, "text/javascript; charset=utf-8"),
-    ("style.css", STYLE_CSS, "text/css; charset=utf-8"),
-    ("hl.css", HL_CSS, "text/css; charset=utf-8"),
-    ("icon.svg", ICON_SVG, "image/svg+xml"),
+const ASSETS: [(&str, &[u8], &str); 10] = [
+    (
+        "app.js",
+        APP_JS.as_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
+    ("md.js", MD_JS.as_bytes(), "text/javascript; charset=utf-8"),
+    ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),
+    ("style.css", STYLE_CSS.as_bytes(), "text/css; charset=utf-8"),
+    ("hl.css", HL_CSS.as_bytes(), "text/css; charset=utf-8"),
+    ("icon.svg", ICON_SVG.as_bytes(), "image/svg+xml"),
+    ("icon-192.png", ICON_192, "image/png"),
+    ("icon-512.png", ICON_512, "image/png"),
+    ("icon-maskable-512.png", ICON_MASKABLE, "image/png"),
+    ("apple-touch-icon.png", APPLE_TOUCH_ICON, "image/png"),
 ];
 
 /// The service worker with the name of its cache: the hash of everything it caches, so a
@@ -57,11 +69,11 @@ const ASSETS: [(&str, &str, &str); 6] = [
 static SW_BODY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     use sha2::Digest as _;
     let mut hash = Sha256::new();
-    for part in [INDEX_HTML, MANIFEST]
+    for part in [INDEX_HTML.as_bytes(), MANIFEST.as_bytes()]
         .into_iter()
         .chain(ASSETS.iter().map(|(_, body, _)| *body))
     {
-        hash.update(part.as_bytes());
+        hash.update(part);
         hash.update([0]);
     }
     let digest = hash.finalize();
@@ -365,11 +377,11 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css` or `icon.svg`", content_type = "text/plain", body = String),
+    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)", content_type = "text/plain", body = String),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     match ASSETS.iter().find(|(name, _, _)| *name == file) {
-        Some((_, body, ty)) => with_security_headers((*body).into_response(), ty),
+        Some((_, body, ty)) => with_security_headers(Bytes::from_static(body).into_response(), ty),
         None => ApiError::new(ErrorCode::NotFound, format!("no asset {file:?}")).into_response(),
     }
 }

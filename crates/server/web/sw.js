@@ -6,7 +6,8 @@
 
 const CACHE = 'switchboard-console-__CACHE_VERSION__';
 const SHELL = ['/', '/assets/app.js', '/assets/md.js', '/assets/hl.js', '/assets/style.css', '/assets/hl.css',
-  '/assets/icon.svg', '/manifest.webmanifest'];
+  '/assets/icon.svg', '/assets/icon-192.png', '/assets/icon-512.png', '/assets/icon-maskable-512.png',
+  '/assets/apple-touch-icon.png', '/manifest.webmanifest'];
 
 self.addEventListener('install', (event) => {
   event.waitUntil(caches.open(CACHE).then((c) => c.addAll(SHELL)).then(() => self.skipWaiting()));
