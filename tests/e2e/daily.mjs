@@ -367,6 +367,17 @@ try {
     const h = await c.getByTestId('approval-card').boundingBox();
     check(h.height < 40, `the answered card is ${h.height} px high`);
     await idle();
+    // Answered somewhere else, by someone who said who: the card names them.
+    await T('composer').fill('approve-me-C2 card');
+    await T('send').click();
+    const c2 = T('tool-card').filter({ hasText: '$ echo inbox-C2' });
+    await c2.getByTestId('approval-card').waitFor();
+    const { run_id: c2run, tool_calls: c2calls } = await call('GET', `/v1/sessions/${home}/tools/pending`);
+    await call('POST', `/v1/sessions/${home}/tools/decisions`, {
+      run_id: c2run, decisions: { [c2calls[0].id]: { action: 'accept', by: 'Alice (telegram)' } },
+    });
+    await c2.getByTestId('approval-status').filter({ hasText: /^Allowed by Alice \(telegram\) · \d+ s$/ }).waitFor();
+    await idle();
     await T('composer').fill('approve-me-D card');
     await T('send').click();
     const d = T('tool-card').filter({ hasText: '$ echo inbox-D' });

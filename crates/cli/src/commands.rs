@@ -477,6 +477,7 @@ impl Answer {
         let decision = |action: DecisionAction| ToolDecision {
             action,
             content: (action == DecisionAction::Reject).then(|| reason.to_string()),
+            by: Some("the terminal (switchboard chat)".to_string()),
         };
         match self {
             Answer::All(a) => calls.iter().map(|c| (c.id.clone(), decision(*a))).collect(),
@@ -552,6 +553,7 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
                 ToolDecision {
                     action,
                     content: args.reason.clone(),
+                    by: Some("the CLI (switchboard approve)".to_string()),
                 },
             )
         })

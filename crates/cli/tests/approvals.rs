@@ -1183,3 +1183,77 @@ async fn auto_approve_changed_mid_run_applies_to_the_run_under_way() {
     c.cancel(id, run).await.unwrap();
     until_run_ends(&mut events, run).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn who_decided_is_carried_by_the_calls_events() {
+    use switchboard_test_support::mock_llm::MockToolCall;
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let id = session(&c, ws.path(), None).await;
+    llm.push(MockReply::tool_calls(vec![
+        MockToolCall::new("w1", "run_command", json!({"command": "echo allowed"})),
+        MockToolCall::new("w2", "run_command", json!({"command": "echo denied"})),
+    ]));
+    llm.push(MockReply::text(&["Done."]));
+    let (mut events, run) = send(&c, id, "two").await;
+    until_waiting(&mut events, run).await;
+    let url = format!("{}/v1/sessions/{id}/tools/decisions", server.url);
+    let post = |body: Value| {
+        let url = url.clone();
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    for bad in ["", "two\nlines", &"x".repeat(101)] {
+        let (status, body) =
+            post(json!({"run_id": run, "decisions": {"w1": {"action": "accept", "by": bad}}}))
+                .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("validation_failed")),
+            "{bad:?}: {body}"
+        );
+        assert!(body.to_string().contains("decisions.w1.by"), "{body}");
+    }
+    let (status, body) = post(json!({"run_id": run, "decisions": {
+        "w1": {"action": "accept", "by": "Alice (telegram)"},
+        "w2": {"action": "reject", "content": "not that one", "by": "Bob (slack)"},
+    }}))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let all = until_run_ends(&mut events, run).await;
+    let by: Vec<(String, Option<String>)> = all
+        .iter()
+        .filter_map(|e| match &e.event {
+            AgentEvent::ToolExecutionStarted {
+                tool_call_id,
+                decided_by,
+                ..
+            }
+            | AgentEvent::ToolRejected {
+                tool_call_id,
+                decided_by,
+                ..
+            } => Some((tool_call_id.clone(), decided_by.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        by.contains(&("w1".into(), Some("Alice (telegram)".into()))),
+        "{by:?}"
+    );
+    assert!(
+        by.contains(&("w2".into(), Some("Bob (slack)".into()))),
+        "{by:?}"
+    );
+}

@@ -260,6 +260,7 @@ async fn json_errors_keep_the_server_code() {
         ToolDecision {
             action: DecisionAction::Accept,
             content: None,
+            by: None,
         },
     )]);
     let req = ToolDecisionsRequest {

@@ -163,6 +163,16 @@ impl Approvals {
                     "this tool call was already decided",
                 ));
             }
+            if let Some(by) = &d.by
+                && (by.trim().is_empty()
+                    || by.chars().count() > 100
+                    || by.chars().any(char::is_control))
+            {
+                return Err(EngineError::validation(
+                    &format!("decisions.{id}.by"),
+                    "who decided: one line of at most 100 characters, not blank",
+                ));
+            }
             if d.action == DecisionAction::CustomResult && d.content.is_none() {
                 return Err(EngineError::validation(
                     &format!("decisions.{id}.content"),
@@ -251,12 +261,16 @@ pub(crate) struct GateScope<'a> {
     pub fence: Option<&'a Lease>,
     pub approvals: &'a Approvals,
     pub cancel: &'a CancellationToken,
+    /// Who allowed each call a person allowed (call id → `ToolDecision::by`), for the
+    /// call's `ToolExecutionStarted`.
+    pub decided_by: &'a StdMutex<HashMap<String, String>>,
 }
 
 async fn emit_rejected(
     scope: &GateScope<'_>,
     call: &ToolCall,
     reason: &str,
+    decided_by: Option<&str>,
 ) -> Result<(), EngineError> {
     scope
         .log
@@ -266,6 +280,7 @@ async fn emit_rejected(
                 run_id: scope.run_id,
                 tool_call_id: call.id.clone(),
                 reason: reason.to_string(),
+                decided_by: decided_by.map(str::to_string),
             },
             scope.fence,
         )
@@ -305,7 +320,7 @@ pub(crate) async fn propose(
     for (call, class) in calls {
         let verdict = settle(scope.mode, &scope.auto_approve, &call.name, *class);
         if let Verdict::Deny(reason) = &verdict {
-            emit_rejected(scope, call, reason).await?;
+            emit_rejected(scope, call, reason, None).await?;
         }
         out.push(verdict);
     }
@@ -446,10 +461,12 @@ pub(crate) async fn ask(
             Some(ToolDecision {
                 action: DecisionAction::CustomResult,
                 content,
+                ..
             }) => Decision::Custom(content.clone().unwrap_or_default()),
             Some(ToolDecision {
                 action: DecisionAction::Reject,
                 content,
+                ..
             }) => Decision::Rejected(match content.as_deref().map(str::trim) {
                 Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
                 _ => "rejected by the user".into(),
@@ -460,8 +477,19 @@ pub(crate) async fn ask(
                 unanswered_reason.clone()
             }),
         };
-        if let Decision::Rejected(reason) = &decision {
-            emit_rejected(scope, call, reason).await?;
+        let by = answers.get(&call.id).and_then(|d| d.by.as_deref());
+        match &decision {
+            Decision::Rejected(reason) => emit_rejected(scope, call, reason, by).await?,
+            Decision::Run => {
+                if let Some(by) = by {
+                    scope
+                        .decided_by
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(call.id.clone(), by.to_string());
+                }
+            }
+            Decision::Custom(_) => {}
         }
         result.push(decision);
     }

@@ -273,6 +273,8 @@ pub struct RunHandle {
     pub(crate) mode: PermissionMode,
     /// Read at each tool call: the session's changes reach the run under way.
     pub(crate) auto_approve: Arc<std::sync::Mutex<AutoApprove>>,
+    /// Who allowed the calls a person allowed, until their `ToolExecutionStarted`.
+    pub(crate) decided_by: std::sync::Mutex<std::collections::HashMap<String, String>>,
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approval_timeout: Duration,
     pub(crate) cancel: CancellationToken,
@@ -372,6 +374,7 @@ impl RunHandle {
             fence: self.fence.as_ref(),
             approvals: &self.approvals,
             cancel: &self.cancel,
+            decided_by: &self.decided_by,
         }
     }
 
@@ -434,6 +437,7 @@ impl RunHandle {
             run_id: self.run_id,
             tool_call_id: call.id.clone(),
             reason: reason.to_string(),
+            decided_by: None,
         })
         .await?;
         let text = format!("The tool call was not run: {reason}");
@@ -461,10 +465,16 @@ impl RunHandle {
 
     /// Emits `ToolExecutionStarted`.
     pub async fn tool_started(&self, call: &ToolCall) -> Result<(), EngineError> {
+        let decided_by = self
+            .decided_by
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&call.id);
         self.emit(AgentEvent::ToolExecutionStarted {
             run_id: self.run_id,
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
+            decided_by,
         })
         .await?;
         Ok(())

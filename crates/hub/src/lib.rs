@@ -983,6 +983,7 @@ fn ask(
                     ToolDecision {
                         action,
                         content: reject.then(|| "denied in the editor".to_owned()),
+                        by: Some("the editor (ACP)".to_owned()),
                     },
                 )]
                 .into_iter()

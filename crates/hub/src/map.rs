@@ -379,6 +379,7 @@ mod tests {
                 run_id: run,
                 tool_call_id: "c1".into(),
                 reason: "denied".into(),
+                decided_by: None,
             },
             true,
         );

@@ -89,6 +89,9 @@ pub enum AgentEvent {
         run_id: Uuid,
         tool_call_id: String,
         name: String,
+        /// Who allowed it, when a person did and said who (`ToolDecision::by`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decided_by: Option<String>,
     },
     /// A tool finished.
     ToolExecutionCompleted {
@@ -102,6 +105,9 @@ pub enum AgentEvent {
         run_id: Uuid,
         tool_call_id: String,
         reason: String,
+        /// Who rejected it, when a person did and said who (`ToolDecision::by`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        decided_by: Option<String>,
     },
     /// A steering message reached the agent.
     SteeringReceived { run_id: Uuid, content: String },

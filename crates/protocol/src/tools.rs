@@ -50,6 +50,12 @@ pub struct ToolDecision {
     /// Reason for a rejection or the result for `custom_result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Who decided, as people should read it (`Alice (telegram)`, `the CLI`): carried by the
+    /// call's `ToolExecutionStarted` or `ToolRejected` as `decided_by`. One line, at most 100
+    /// characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 100)]
+    pub by: Option<String>,
 }
 
 /// `POST /v1/sessions/{id}/tools/decisions`.

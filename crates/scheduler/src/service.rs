@@ -693,6 +693,7 @@ impl Scheduler {
                     ToolDecision {
                         action: DecisionAction::Reject,
                         content: Some(why.into()),
+                        by: None,
                     },
                 )
             })
@@ -816,6 +817,7 @@ impl Scheduler {
                         ToolDecision {
                             action: DecisionAction::Reject,
                             content: Some(a.reason.clone()),
+                            by: None,
                         },
                     )
                 })

@@ -669,7 +669,7 @@ const HANDLERS = {
   },
   tool_execution_started(v, ev, ts) {
     const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: ev.name, arguments: null });
-    card.answered('Allowed', true, ts);
+    card.answered('Allowed', true, ts, ev.decided_by);
     card.setStatus('running', 'running');
   },
   tool_execution_completed(v, ev, ts) {
@@ -679,7 +679,7 @@ const HANDLERS = {
   },
   tool_rejected(v, ev, ts) {
     const card = v.calls.get(ev.tool_call_id) ?? addCard(v, { id: ev.tool_call_id, name: 'tool', arguments: null });
-    card.answered(/timed out/.test(ev.reason) ? 'Timed out' : 'Denied', true, ts);
+    card.answered(/timed out/.test(ev.reason) ? 'Timed out' : 'Denied', true, ts, ev.decided_by);
     card.reject(ev.reason);
   },
   notice: (v, ev) => add(v, h('div.notice', { tid: 'notice' }, ev.message)),
@@ -959,7 +959,7 @@ class ToolCard {
 
   /** The call no longer waits; `certain` when we know the answer (not just "gone from
    *  pending"). The approval box folds to one line: the answer, by whom, after how long. */
-  answered(label, certain, ts) {
+  answered(label, certain, ts, by) {
     if (this.final) return;
     this.final = certain;
     this.waiting = false;
@@ -968,7 +968,8 @@ class ToolCard {
     this.form.hidden = true;
     const since = this.v.waitingSince.get(this.id);
     const took = since && Date.parse(ts ?? new Date().toISOString()) - Date.parse(since);
-    this.label.textContent = [this.mine ? `${label} by you` : label, took >= 0 && ago(took)].filter(Boolean).join(' · ');
+    const who = this.mine ? `${label} by you` : by ? `${label} by ${by}` : label;
+    this.label.textContent = [who, took >= 0 && ago(took)].filter(Boolean).join(' · ');
     this.box.dataset.answer = label.toLowerCase();
     this.box.classList.add('answered');
   }
@@ -1016,6 +1017,7 @@ function decideCalls(session, run, actions, reason) {
   const decisions = {};
   for (const [id, action] of Object.entries(actions)) {
     decisions[id] = action === 'reject' && reason ? { action, content: reason } : { action };
+    decisions[id].by = 'the web console'; // who decided, as the other surfaces show it
   }
   return api('POST', `/v1/sessions/${session}/tools/decisions`, { run_id: run, decisions });
 }

@@ -202,6 +202,7 @@ pub fn decide(
         switchboard_protocol::ToolDecision {
             action,
             content: content.map(str::to_string),
+            by: None,
         },
     )]
     .into_iter()

@@ -49,6 +49,7 @@ impl Engine {
                     run_id,
                     tool_call_id: call.id.clone(),
                     reason: why.to_string(),
+                    decided_by: None,
                 };
                 self.close_call(session_id, run_id, call, event, fence, why)
                     .await?;

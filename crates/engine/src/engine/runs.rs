@@ -418,6 +418,7 @@ impl Engine {
                         steering,
                         mode: config.permission_mode,
                         auto_approve,
+                        decided_by: Default::default(),
                         approvals: self.inner.approvals.clone(),
                         approval_timeout: self.inner.config.approval_timeout,
                         cancel: cancel.clone(),

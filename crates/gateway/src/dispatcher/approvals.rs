@@ -66,6 +66,8 @@ impl Gateway {
                             DecisionAction::Reject
                         },
                         content: (!accept).then(|| reason.to_string()),
+                        // Shown in every surface as who decided.
+                        by: by.map(|peer| decider(peer, &p.channel)),
                     },
                 )
             })
@@ -477,6 +479,7 @@ impl Gateway {
                             DecisionAction::Reject
                         },
                         content: (!accept).then(|| reason.to_string()),
+                        by: None,
                     },
                 )
             })
@@ -530,4 +533,25 @@ pub fn deadline_after_decision(
 
 pub(super) fn short_id() -> String {
     Uuid::new_v4().simple().to_string()[..12].to_string()
+}
+
+/// Who pressed a button, as `ToolDecision::by` says it: the chat name (or username, or id)
+/// and the channel, on one line of at most 100 characters.
+pub(super) fn decider(peer: &Peer, channel: &str) -> String {
+    let name = [
+        peer.name.as_str(),
+        peer.username.as_deref().unwrap_or(""),
+        peer.id.as_str(),
+    ]
+    .into_iter()
+    .map(|n| n.chars().filter(|c| !c.is_control()).collect::<String>())
+    .find(|n| !n.trim().is_empty())
+    .unwrap_or_else(|| "someone".into());
+    let channel: String = channel
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(30)
+        .collect();
+    let name: String = name.trim().chars().take(60).collect();
+    format!("{name} ({channel})")
 }

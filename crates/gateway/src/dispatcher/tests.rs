@@ -154,3 +154,29 @@ async fn finished_tasks_are_reaped_not_kept() {
     rx.await
         .expect("the long-lived task ran to its end at stop");
 }
+
+#[test]
+fn who_pressed_is_one_readable_line() {
+    let peer = |id: &str, name: &str, username: Option<&str>| Peer {
+        id: id.into(),
+        name: name.into(),
+        username: username.map(str::to_string),
+    };
+    assert_eq!(
+        super::approvals::decider(&peer("42", "Alice", Some("alice")), "telegram"),
+        "Alice (telegram)"
+    );
+    assert_eq!(
+        super::approvals::decider(&peer("42", " ", Some("alice")), "slack"),
+        "alice (slack)"
+    );
+    assert_eq!(
+        super::approvals::decider(&peer("42", "", None), "discord"),
+        "42 (discord)"
+    );
+    let long = super::approvals::decider(&peer("1", &"é\n".repeat(200), None), "telegram");
+    assert!(
+        long.chars().count() <= 100 && !long.contains('\n'),
+        "{long}"
+    );
+}

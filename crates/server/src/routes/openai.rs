@@ -347,6 +347,7 @@ async fn step(
                                 content: Some(
                                     "tool calls that need approval are refused on the OpenAI-compatible endpoint ([openai] approvals = \"deny\")".into(),
                                 ),
+                                by: None,
                             },
                         )
                     })
