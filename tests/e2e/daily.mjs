@@ -445,8 +445,15 @@ try {
   });
 
   await step('the phone layout has no horizontal overflow; the drawer closes on an outside tap', async () => {
+    // An inbox with an item whose preview is long and unbreakable.
+    const wide = await session('Wide');
+    await say(wide.id, `approve-me-${'W'.repeat(300)} now`);
+    await until('the wide approval', () => waitingOn(wide.id));
     const phone = watch(await ctx.newPage());
     await phone.setViewportSize({ width: 390, height: 844 });
+    await phone.goto(`${BASE}/#/inbox`);
+    await phone.locator(`[data-testid="inbox-item"][data-session-id="${wide.id}"]`).waitFor();
+    check(await noOverflow(phone), 'the inbox with a long preview overflows sideways on a phone');
     for (const hash of ['#/', '#/inbox', '#/channels', `#/s/${home}`, '#/relay', '#/schedules']) {
       await phone.goto(`${BASE}/${hash}`);
       await phone.getByTestId('inbox-tab').waitFor();
