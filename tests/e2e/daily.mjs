@@ -187,9 +187,9 @@ try {
     const overlaps = (a, b) => a && b && a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
     check(!overlaps(t, c) && !overlaps(t, send), `the toast ${JSON.stringify(t)} covers the composer ${JSON.stringify(c)} or Send ${JSON.stringify(send)}`);
     // The API answers the same codes to any client.
-    for (const [body, code] of [[{ permission_mode: 'yolo' }, 'validation_failed'], [{ auto_approve: [' view'] }, 'validation_failed'], [{ title: 'x'.repeat(201) }, 'validation_failed']]) {
+    for (const [body, code] of [[{ permission_mode: 'yolo' }, 'validation_failed'], [{ auto_approve: [' view'] }, 'unprocessable_entity'], [{ title: 'x'.repeat(201) }, 'validation_failed']]) {
       const err = await call('PATCH', `/v1/sessions/${home}`, body).then(() => null, (e) => e);
-      check(err && err.status === 400 && err.data.code === code, `PATCH ${JSON.stringify(body)}: ${err?.status} ${JSON.stringify(err?.data)}`);
+      check(err && err.status === (code === 'unprocessable_entity' ? 422 : 400) && err.data.code === code, `PATCH ${JSON.stringify(body)}: ${err?.status} ${JSON.stringify(err?.data)}`);
     }
     const missing = await call('PATCH', '/v1/sessions/00000000-0000-7000-8000-000000000000', { title: 'x' }).then(() => null, (e) => e);
     check(missing?.status === 404 && missing.data.code === 'session_not_found', `missing session: ${JSON.stringify(missing?.data)}`);

@@ -224,24 +224,24 @@ async fn create_subscribe_send_stream_and_transcript() {
             )
         }
     };
-    for (body, field) in [
-        (serde_json::json!({"title": "   "}), "title"),
-        (serde_json::json!({"title": "x".repeat(201)}), "title"),
+    let bad = (400, "validation_failed");
+    let unprocessable = (422, "unprocessable_entity");
+    for (body, field, want) in [
+        (serde_json::json!({"title": "   "}), "title", bad),
+        (serde_json::json!({"title": "x".repeat(201)}), "title", bad),
         (
             serde_json::json!({"auto_approve": ["view", " "]}),
             "auto_approve[1]",
+            unprocessable,
         ),
         (
             serde_json::json!({"auto_approve": [" run_command"], "title": "kept?"}),
             "auto_approve[0]",
+            unprocessable,
         ),
     ] {
         let (status, code, err) = refused(body.clone()).await;
-        assert_eq!(
-            (status, code.as_str()),
-            (400, "validation_failed"),
-            "{body} → {err}"
-        );
+        assert_eq!((status, code.as_str()), want, "{body} → {err}");
         assert!(err.to_string().contains(field), "{body} → {err}");
     }
     for body in [

@@ -377,7 +377,8 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)", content_type = "text/plain", body = String),
+    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
+               content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     match ASSETS.iter().find(|(name, _, _)| *name == file) {

@@ -388,15 +388,15 @@ fn valid_title(t: &str) -> Result<String, EngineError> {
 }
 
 /// A list of tool names must name tools: no blank entries, no padding around a name (which
-/// would never match a call, silently).
+/// would never match a call, silently). 422 `unprocessable_entity`: the body is well-formed,
+/// its schema cannot say this.
 fn validate_auto_approve(a: &switchboard_protocol::AutoApprove) -> Result<(), EngineError> {
     if let switchboard_protocol::AutoApprove::Tools(list) = a {
         for (i, t) in list.iter().enumerate() {
             if t.trim().is_empty() || t.trim() != t {
-                return Err(EngineError::validation(
-                    &format!("auto_approve[{i}]"),
-                    format!("{t:?} is not a tool name (blank, or spaces around it)"),
-                ));
+                return Err(EngineError::Unprocessable(format!(
+                    "auto_approve[{i}]: {t:?} is not a tool name (blank, or spaces around it)"
+                )));
             }
         }
     }
