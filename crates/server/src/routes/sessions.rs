@@ -54,7 +54,8 @@ pub async fn list(
 /// permission mode its next runs start with.
 #[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
     request_body = UpdateSessionRequest, security(("bearer" = [])),
-    responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: an `auto_approve` entry is not a tool name (blank, or spaces around it)", body = ErrorBody)))]
 pub async fn update(
     State(state): State<AppState>,
     SessionId(id): SessionId,
