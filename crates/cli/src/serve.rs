@@ -122,6 +122,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         files: settings.files.clone(),
         checkpoints: settings.checkpoints.clone(),
         mcp_servers: settings.mcp_servers.clone(),
+        history: settings.history,
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

@@ -835,3 +835,63 @@ async fn steering_reaches_the_agent_before_its_next_step() {
             .any(|m| m.content == "focus on tests" && m.role == Role::User)
     );
 }
+
+/// `[sessions] history_max_*`: a run gives its agent only the session's recent messages,
+/// cut at a user's message, while the transcript keeps everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_gives_the_agent_only_the_recent_history() {
+    let llm = MockLlm::start().await;
+    llm.set_responder(|req| {
+        let n = req.body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["role"] != "system").count());
+        MockReply::text(&[&format!("reply to {n}")])
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[("SWITCHBOARD_HISTORY_MAX_MESSAGES", "3")],
+    )
+    .await;
+    let c = client(&server);
+    let s = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let mut events = c.subscribe(s.id, None);
+    for text in ["one", "two", "three"] {
+        let run = c
+            .send_message(s.id, &SendMessageRequest::user(text, MessageType::Message))
+            .await
+            .unwrap()
+            .run_id;
+        until_run_ends(&mut events, run).await;
+    }
+    let said = |i: usize| -> Vec<String> {
+        let reqs = llm.chat_requests();
+        reqs[i].body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] != "system")
+            .map(|m| {
+                format!(
+                    "{}: {}",
+                    m["role"].as_str().unwrap(),
+                    m["content"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(said(1), ["user: one", "assistant: reply to 1", "user: two"]);
+    // The newest 3 stored are "reply to 1", "two", "reply to 3": the cut starts at "two",
+    // so the first reply, whose question is gone, is not sent either.
+    assert_eq!(
+        said(2),
+        ["user: two", "assistant: reply to 3", "user: three"],
+        "only the recent turn, opening with the user"
+    );
+    let all = c.list_messages(s.id, None, None).await.unwrap();
+    assert_eq!(all.total, 6, "the transcript keeps every message");
+}

@@ -36,6 +36,30 @@ pub struct EngineConfig {
     pub checkpoints: crate::checkpoints::CheckpointConfig,
     /// `[mcp.servers]`: MCP servers every session's agent gets.
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
+    /// How much of the conversation so far a run gives its agent.
+    pub history: HistoryLimits,
+}
+
+/// The conversation a run hands its agent is the session's most recent messages within
+/// these bounds, cut so that it opens with a user's message (a whole turn: providers refuse
+/// a tool result without its call, Anthropic a conversation that does not open with the
+/// user). Older messages stay in the transcript; the agent no longer sees them. This keeps
+/// what each run reads, holds and sends bounded however long a session grows, and a long
+/// session within the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimits {
+    pub max_messages: u32,
+    /// Characters of content and tool calls (about 4 per token).
+    pub max_chars: u64,
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        Self {
+            max_messages: 2_000,
+            max_chars: 400_000,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -56,6 +80,7 @@ impl Default for EngineConfig {
             files: crate::files::FileLimits::default(),
             checkpoints: crate::checkpoints::CheckpointConfig::default(),
             mcp_servers: Vec::new(),
+            history: HistoryLimits::default(),
         }
     }
 }

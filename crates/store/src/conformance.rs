@@ -20,6 +20,7 @@ macro_rules! conformance_suite {
             runs_queue_and_states,
             one_running_run_per_session,
             messages_keep_order,
+            recent_messages_are_bounded,
             delete_removes_everything,
             unknown_session_is_not_found,
             approvals_round_trip,
@@ -63,6 +64,7 @@ pub async fn run_all(store: &dyn Store) {
     runs_queue_and_states(store).await;
     one_running_run_per_session(store).await;
     messages_keep_order(store).await;
+    recent_messages_are_bounded(store).await;
     delete_removes_everything(store).await;
     unknown_session_is_not_found(store).await;
     approvals_round_trip(store).await;
@@ -404,6 +406,69 @@ pub async fn messages_keep_order(store: &dyn Store) {
     assert_eq!(all, written, "messages read back in order, unchanged");
     let (page, _) = check("list", store.list_messages(s.id, 2, 1).await);
     assert_eq!(page, written[1..3].to_vec());
+}
+
+pub async fn recent_messages_are_bounded(store: &dyn Store) {
+    let s = new_session(store, "recent").await;
+    let other = new_session(store, "other").await;
+    let mut written = Vec::new();
+    // Sizes 10, 20, …, 100: content only, but the second carries a tool call (its JSON
+    // counts too).
+    for i in 0..10u32 {
+        let calls = json!([{"id": "c", "name": "view", "arguments": {}}]);
+        let m = MessageRecord {
+            id: Uuid::now_v7(),
+            session_id: s.id,
+            run_id: None,
+            role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
+            content: "x".repeat(10 * (i as usize + 1)),
+            tool_calls: (i == 8).then_some(calls),
+            tool_call_id: None,
+            is_error: false,
+            created_at: ts(i),
+        };
+        check("append", store.append_message(&m, None).await);
+        let mut noise = m.clone();
+        noise.id = Uuid::now_v7();
+        noise.session_id = other.id;
+        check("append other", store.append_message(&noise, None).await);
+        written.push(m);
+    }
+    let calls_len = written[8]
+        .tool_calls
+        .as_ref()
+        .map_or(0, |c| c.to_string().len() as u64);
+    let recent = |n, chars| store.recent_messages(s.id, n, chars);
+    assert_eq!(
+        check("all", recent(100, u64::MAX).await),
+        written,
+        "everything, in order"
+    );
+    assert_eq!(
+        check("last 3", recent(3, u64::MAX).await),
+        written[7..].to_vec()
+    );
+    // Newest first: 100 (< 150, kept), then 90 + calls (100 < 150, kept), then 80
+    // (190 + calls ≥ 150: not kept).
+    assert_eq!(
+        check("budget", recent(100, 150).await),
+        written[8..].to_vec()
+    );
+    assert_eq!(
+        check("budget with the calls", recent(100, 191 + calls_len).await),
+        written[7..].to_vec(),
+        "80 fits when the newer ones add up to less than the budget"
+    );
+    // The newest is always there, however small the budget.
+    assert_eq!(check("tiny", recent(100, 1).await), written[9..].to_vec());
+    assert!(check("none", recent(0, u64::MAX).await).is_empty());
+    assert!(
+        check(
+            "unknown",
+            store.recent_messages(Uuid::now_v7(), 10, 100).await
+        )
+        .is_empty()
+    );
 }
 
 pub async fn delete_removes_everything(store: &dyn Store) {

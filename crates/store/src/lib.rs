@@ -131,6 +131,16 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
         offset: u32,
     ) -> Result<(Vec<MessageRecord>, u64)>;
+    /// The session's most recent messages, oldest first: at most `max_messages`, and of
+    /// those only as many of the newest as fit in `max_chars` (content plus tool calls'
+    /// JSON, counted from the newest; the newest one is always included). What a run gives
+    /// its agent as the conversation so far: bounded however long the session grows.
+    async fn recent_messages(
+        &self,
+        session_id: Uuid,
+        max_messages: u32,
+        max_chars: u64,
+    ) -> Result<Vec<MessageRecord>>;
 
     // --- approvals --------------------------------------------------------------------------
 

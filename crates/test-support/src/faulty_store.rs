@@ -279,6 +279,17 @@ impl Store for FaultyStore {
         self.enter("list_messages").await?;
         self.inner.list_messages(session_id, limit, offset).await
     }
+    async fn recent_messages(
+        &self,
+        session_id: Uuid,
+        max_messages: u32,
+        max_chars: u64,
+    ) -> Result<Vec<MessageRecord>> {
+        self.enter("recent_messages").await?;
+        self.inner
+            .recent_messages(session_id, max_messages, max_chars)
+            .await
+    }
     async fn put_approval(&self, approval: &ApprovalRecord, fence: Option<&Lease>) -> Result<()> {
         self.enter("put_approval").await?;
         self.inner.put_approval(approval, fence).await

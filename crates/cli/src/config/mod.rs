@@ -324,6 +324,10 @@ pub struct SessionsSection {
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: Option<PermissionMode>,
     pub approval_timeout_secs: Option<u64>,
+    /// Most messages of the conversation so far a run gives its agent (default 2,000).
+    pub history_max_messages: Option<u32>,
+    /// Most characters of it, newest first (default 400,000, about 100,000 tokens).
+    pub history_max_chars: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -391,6 +395,8 @@ pub struct Settings {
     pub default_cwd: Option<PathBuf>,
     pub permission_mode: PermissionMode,
     pub approval_timeout_secs: u64,
+    /// `[sessions] history_max_*`: what a run gives its agent of the conversation.
+    pub history: switchboard_engine::HistoryLimits,
     pub command_timeout_secs: u64,
     pub command_max_timeout_secs: u64,
     pub output_cap_chars: usize,
@@ -425,6 +431,25 @@ pub struct Settings {
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `[sessions] history_max_messages` / `history_max_chars` (or `SWITCHBOARD_HISTORY_MAX_*`);
+/// each at least 1.
+fn history_limits(file: &SessionsSection) -> Result<switchboard_engine::HistoryLimits> {
+    let default = switchboard_engine::HistoryLimits::default();
+    let max_messages = env_parse("SWITCHBOARD_HISTORY_MAX_MESSAGES")?
+        .or(file.history_max_messages)
+        .unwrap_or(default.max_messages);
+    let max_chars = env_parse("SWITCHBOARD_HISTORY_MAX_CHARS")?
+        .or(file.history_max_chars)
+        .unwrap_or(default.max_chars);
+    if max_messages == 0 || max_chars == 0 {
+        bail!("[sessions] history_max_messages and history_max_chars must be at least 1");
+    }
+    Ok(switchboard_engine::HistoryLimits {
+        max_messages,
+        max_chars,
+    })
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
@@ -646,6 +671,7 @@ impl Settings {
                 .or(file.sessions.default_cwd.clone()),
             permission_mode,
             approval_timeout_secs,
+            history: history_limits(&file.sessions)?,
             command_timeout_secs,
             command_max_timeout_secs,
             output_cap_chars: env_parse("SWITCHBOARD_OUTPUT_CAP_CHARS")?

@@ -26,6 +26,20 @@ fn one_rate_limit_policy_reaches_every_channel() {
 }
 
 #[test]
+fn history_limits_default_and_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, "").unwrap();
+    let s = Settings::load(Some(&path), Some(&dir.path().join("data")), None).unwrap();
+    assert_eq!(s.history, switchboard_engine::HistoryLimits::default());
+    std::fs::write(&path, "[sessions]\nhistory_max_chars = 0\n").unwrap();
+    let e = Settings::load(Some(&path), Some(&dir.path().join("data")), None)
+        .err()
+        .expect("a zero budget is refused");
+    assert!(format!("{e:#}").contains("history_max_chars"), "{e:#}");
+}
+
+#[test]
 fn unknown_keys_are_named() {
     let err = parse_config("[provider]\nmodle = \"x\"\n", Path::new("s.toml"))
         .unwrap_err()
@@ -215,6 +229,8 @@ mod prop_tests {
                 ("default_cwd", "path"),
                 ("permission_mode", "mode"),
                 ("approval_timeout_secs", "u64"),
+                ("history_max_messages", "u64"),
+                ("history_max_chars", "u64"),
             ],
         ),
         (
@@ -412,6 +428,8 @@ mod prop_tests {
             model in "[a-z0-9.-]{1,12}",
             retries in 0u32..10,
             approval in 1u64..100_000,
+            history_messages in 1u32..100_000,
+            history_chars in 1u64..10_000_000,
             tick in any::<u32>(),
             queue in 0usize..1000,
             types in prop::collection::vec("[a-z]{1,6}/([a-z]{1,6}|\\*)", 0..3),
@@ -419,6 +437,7 @@ mod prop_tests {
             let text = format!(
                 "[provider]\nmodel = {model:?}\nmax_retries = {retries}\n\
                  [sessions]\napproval_timeout_secs = {approval}\n\
+                 history_max_messages = {history_messages}\nhistory_max_chars = {history_chars}\n\
                  [scheduler]\ntick_ms = {tick}\n[relay]\nqueue_capacity = {queue}\n\
                  [files]\nallowed_types = {types:?}\n"
             );
@@ -430,6 +449,8 @@ mod prop_tests {
             prop_assert_eq!(s.model.as_deref(), Some(model.as_str()));
             prop_assert_eq!(s.max_retries, retries);
             prop_assert_eq!(s.approval_timeout_secs, approval);
+            prop_assert_eq!(s.history.max_messages, history_messages);
+            prop_assert_eq!(s.history.max_chars, history_chars);
             prop_assert_eq!(s.scheduler.tick_ms, u64::from(tick).clamp(50, 60_000));
             prop_assert_eq!(s.relay.queue_capacity, queue.max(1));
             prop_assert_eq!(s.files.allowed_types, types);

@@ -286,6 +286,17 @@ fn session_config(r: &SessionRecord) -> Result<SessionConfig, EngineError> {
         .map_err(|e| EngineError::Internal(format!("stored config of session {}: {e}", r.id)))
 }
 
+/// The conversation a run's agent gets from the session's recent messages
+/// ([`crate::HistoryLimits`]): from the first user's message on, so that no turn is cut in
+/// the middle (every run's messages start with its user's; none in the tail: nothing).
+fn conversation(recent: &[MessageRecord]) -> Vec<TranscriptMessage> {
+    let start = recent
+        .iter()
+        .position(|m| m.role == Role::User.as_str())
+        .unwrap_or(recent.len());
+    recent[start..].iter().map(transcript_message).collect()
+}
+
 fn transcript_message(m: &MessageRecord) -> TranscriptMessage {
     TranscriptMessage {
         id: m.id,

@@ -361,8 +361,11 @@ impl Engine {
                 .await?;
             }
             store.touch_session(session_id, &now_rfc3339()).await?;
-            let (history, _) = store.list_messages(session_id, u32::MAX, 0).await?;
-            let history = history.iter().map(transcript_message).collect::<Vec<_>>();
+            let limits = self.inner.config.history;
+            let recent = store
+                .recent_messages(session_id, limits.max_messages, limits.max_chars)
+                .await?;
+            let history = conversation(&recent);
             store
                 .append_message(
                     &input.user_record(session_id, run_id),

@@ -667,6 +667,36 @@ impl Store for SqlStore {
         })
     }
 
+    async fn recent_messages(
+        &self,
+        session_id: Uuid,
+        max_messages: u32,
+        max_chars: u64,
+    ) -> Result<Vec<MessageRecord>> {
+        // The newest `max_messages` (an index range scan on (session_id, pos)), then a
+        // running total of their sizes from the newest back: a message is kept while the
+        // newer ones add up to less than the budget. Nothing older is read.
+        let size = "LENGTH(content) + COALESCE(LENGTH(tool_calls), 0)";
+        with_db!(self, |pool, d| {
+            let rows = sqlx::query(&format!(
+                "SELECT {MESSAGE_COLS} FROM ( \
+                   SELECT {MESSAGE_COLS}, pos, {size} AS size, \
+                          SUM({size}) OVER (ORDER BY pos DESC ROWS UNBOUNDED PRECEDING) AS upto \
+                   FROM (SELECT {MESSAGE_COLS}, pos FROM messages WHERE session_id = $1 \
+                         ORDER BY pos DESC LIMIT $2) AS newest \
+                 ) AS counted WHERE upto - size < $3 ORDER BY pos"
+            ))
+            .bind(d.id(session_id))
+            .bind(i64::from(max_messages))
+            .bind(i64::try_from(max_chars).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(message_from_row)
+                .collect::<Result<Vec<_>>>()
+        })
+    }
+
     // --- approvals --------------------------------------------------------------------------
 
     async fn put_approval(&self, a: &ApprovalRecord, fence: Option<&Lease>) -> Result<()> {
