@@ -952,52 +952,10 @@ async fn a_command_cut_by_a_crash_gets_an_error_result_and_the_session_goes_on()
     assert_eq!(sent[0].0, "k1");
 }
 
-/// A raw `GET /v1/approvals/events` connection: yields `(event, data)` frames.
-struct ApprovalFrames {
-    resp: reqwest::Response,
-    buf: String,
-}
-
-impl ApprovalFrames {
-    async fn connect(base: &str) -> Self {
-        let resp = reqwest::Client::new()
-            .get(format!("{base}/v1/approvals/events"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        assert!(
-            resp.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("text/event-stream")
-        );
-        Self {
-            resp,
-            buf: String::new(),
-        }
-    }
-
-    async fn next(&mut self) -> (String, Value) {
-        loop {
-            if let Some(pos) = self.buf.find("\n\n") {
-                let frame: String = self.buf.drain(..pos + 2).collect();
-                let name = frame.lines().find_map(|l| l.strip_prefix("event: "));
-                let data = frame.lines().find_map(|l| l.strip_prefix("data: "));
-                if let (Some(name), Some(data)) = (name, data) {
-                    return (name.to_string(), serde_json::from_str(data).unwrap());
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), self.resp.chunk())
-                .await
-                .expect("no approvals frame for 30 s")
-                .unwrap()
-                .expect("the approvals stream ended");
-            self.buf.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
+/// The next `(event, data)` frame of a `GET /v1/approvals/events` stream.
+async fn approval_frame(sse: &mut RawSse) -> (String, Value) {
+    let frame = sse.next_frame().await.expect("the approvals stream ended");
+    (frame.name, serde_json::from_str(&frame.data).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1014,8 +972,8 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     .await;
     let c = client(&server);
     assert!(c.waiting_approvals().await.unwrap().approvals.is_empty());
-    let mut frames = ApprovalFrames::connect(&server.url).await;
-    let (kind, data) = frames.next().await;
+    let mut frames = RawSse::open(&server.url, "/v1/approvals/events", None).await;
+    let (kind, data) = approval_frame(&mut frames).await;
     assert_eq!(kind, "snapshot");
     assert_eq!(data, json!({"approvals": []}));
 
@@ -1036,7 +994,7 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     ]));
     let (mut a_events, a_run) = send(&c, a, "go A").await;
     until_waiting(&mut a_events, a_run).await;
-    let (kind, data) = frames.next().await;
+    let (kind, data) = approval_frame(&mut frames).await;
     assert_eq!(kind, "approval_requested", "{data}");
     assert_eq!(data["session_id"], a.to_string());
     assert_eq!(data["run_id"], a_run.to_string());
@@ -1054,7 +1012,7 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     ));
     let (mut b_events, b_run) = send(&c, b, "go B").await;
     until_waiting(&mut b_events, b_run).await;
-    let (kind, data) = frames.next().await;
+    let (kind, data) = approval_frame(&mut frames).await;
     assert_eq!(kind, "approval_requested", "{data}");
     assert_eq!(data["session_id"], b.to_string());
     let list = c.waiting_approvals().await.unwrap().approvals;
@@ -1073,7 +1031,7 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     c.decide_tools(a, &decide(a_run, "a1", DecisionAction::Accept, None))
         .await
         .unwrap();
-    let (kind, data) = frames.next().await;
+    let (kind, data) = approval_frame(&mut frames).await;
     assert_eq!(kind, "approval_updated", "{data}");
     let ids: Vec<&str> = data["tool_calls"]
         .as_array()
@@ -1094,14 +1052,14 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     c.decide_tools(a, &decide(a_run, "a2", DecisionAction::Reject, Some("no")))
         .await
         .unwrap();
-    let (kind, data) = frames.next().await;
+    let (kind, data) = approval_frame(&mut frames).await;
     assert_eq!(kind, "approval_resolved", "{data}");
     assert_eq!(data, json!({"session_id": a, "run_id": a_run}));
     until_run_ends(&mut a_events, a_run).await;
 
     // A second stream starts with the snapshot of what still waits.
-    let mut second = ApprovalFrames::connect(&server.url).await;
-    let (kind, data) = second.next().await;
+    let mut second = RawSse::open(&server.url, "/v1/approvals/events", None).await;
+    let (kind, data) = approval_frame(&mut second).await;
     assert_eq!(kind, "snapshot");
     assert_eq!(data["approvals"].as_array().unwrap().len(), 1);
     assert_eq!(data["approvals"][0]["session_id"], b.to_string());
@@ -1109,7 +1067,7 @@ async fn the_approvals_inbox_lists_and_streams_every_waiting_approval() {
     // Cancelling B's run resolves its approval on both streams.
     c.cancel(b, b_run).await.unwrap();
     for f in [&mut frames, &mut second] {
-        let (kind, data) = f.next().await;
+        let (kind, data) = approval_frame(f).await;
         assert_eq!(kind, "approval_resolved", "{data}");
         assert_eq!(data["session_id"], b.to_string());
     }

@@ -342,6 +342,20 @@ fn invalid_decision(req: &PairingDecision) -> Option<Response> {
     None
 }
 
+/// The answer to a pairing decision (`what` names it in the log): the request decided, 404
+/// when there was no such pending request, or the store's failure.
+fn pairing_decided(
+    what: &str,
+    req: &PairingDecision,
+    decided: Result<Option<crate::store::Pairing>, crate::store::StoreError>,
+) -> Response {
+    match decided.and_then(|p| p.map(pairing_wire).transpose()) {
+        Ok(Some(p)) => Json(p).into_response(),
+        Ok(None) => no_pairing(req),
+        Err(e) => store_failed(what, e),
+    }
+}
+
 fn no_pairing(req: &PairingDecision) -> Response {
     error(
         ErrorCode::PairingNotFound,
@@ -373,14 +387,8 @@ async fn pairing_approve(
     if let Some(r) = invalid_decision(&req) {
         return r;
     }
-    match crate::pairing::approve(s.gw().store(), &req.channel, &req.code).await {
-        Ok(Some(p)) => match pairing_wire(p) {
-            Ok(p) => Json(p).into_response(),
-            Err(e) => store_failed("approving a pairing request", e),
-        },
-        Ok(None) => no_pairing(&req),
-        Err(e) => store_failed("approving a pairing request", e),
-    }
+    let decided = crate::pairing::approve(s.gw().store(), &req.channel, &req.code).await;
+    pairing_decided("approving a pairing request", &req, decided)
 }
 
 /// Refuses a pairing request: it is deleted, and the person is told in one short message
@@ -406,14 +414,9 @@ async fn pairing_refuse(
     }
     let gw = s.gw();
     let chat = gw.channel(&req.channel);
-    match crate::pairing::refuse(gw.store(), chat.as_deref(), &req.channel, &req.code).await {
-        Ok(Some(p)) => match pairing_wire(p) {
-            Ok(p) => Json(p).into_response(),
-            Err(e) => store_failed("refusing a pairing request", e),
-        },
-        Ok(None) => no_pairing(&req),
-        Err(e) => store_failed("refusing a pairing request", e),
-    }
+    let decided =
+        crate::pairing::refuse(gw.store(), chat.as_deref(), &req.channel, &req.code).await;
+    pairing_decided("refusing a pairing request", &req, decided)
 }
 
 /// Longest field of a stored notification context.

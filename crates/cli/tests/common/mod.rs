@@ -66,10 +66,28 @@ pub struct RawSse {
     buf: String,
 }
 
+/// One raw SSE frame: its `id:` (if any), `event:` and `data:` lines.
+pub struct SseFrame {
+    pub id: Option<u64>,
+    pub name: String,
+    pub data: String,
+}
+
 impl RawSse {
+    /// A session's event stream, resumed after `last_event_id` if given.
     pub async fn connect(base: &str, session: Uuid, last_event_id: Option<u64>) -> RawSse {
+        Self::open(
+            base,
+            &format!("/v1/sessions/{session}/events"),
+            last_event_id,
+        )
+        .await
+    }
+
+    /// Any SSE route of the API (`path` from `/v1`), checked to answer 200 `text/event-stream`.
+    pub async fn open(base: &str, path: &str, last_event_id: Option<u64>) -> RawSse {
         let mut req = reqwest::Client::new()
-            .get(format!("{base}/v1/sessions/{session}/events"))
+            .get(format!("{base}{path}"))
             .bearer_auth(TOKEN);
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id.to_string());
@@ -88,28 +106,26 @@ impl RawSse {
         }
     }
 
-    /// Next frame with an id (keep-alives and control frames are skipped), or None at EOF.
-    pub async fn next(&mut self) -> Option<(u64, String, EventEnvelope)> {
+    /// Next frame with an `event:` and a `data:` line (keep-alive comments are skipped), or
+    /// None at EOF. Panics after 30 s without data.
+    pub async fn next_frame(&mut self) -> Option<SseFrame> {
         loop {
             if let Some(pos) = self.buf.find("\n\n") {
                 let frame: String = self.buf.drain(..pos + 2).collect();
                 let mut id = None;
-                let mut name = String::new();
-                let mut data = String::new();
+                let mut name = None;
+                let mut data = None;
                 for line in frame.lines() {
                     if let Some(v) = line.strip_prefix("id: ") {
                         id = Some(v.parse::<u64>().unwrap());
                     } else if let Some(v) = line.strip_prefix("event: ") {
-                        name = v.to_string();
+                        name = Some(v.to_string());
                     } else if let Some(v) = line.strip_prefix("data: ") {
-                        data = v.to_string();
+                        data = Some(v.to_string());
                     }
                 }
-                if let Some(id) = id {
-                    let env: EventEnvelope = serde_json::from_str(&data).unwrap();
-                    assert_eq!(env.id, id, "SSE id matches data.id");
-                    assert_eq!(env.event.kind(), name, "event: line matches the variant");
-                    return Some((id, name, env));
+                if let (Some(name), Some(data)) = (name, data) {
+                    return Some(SseFrame { id, name, data });
                 }
                 continue;
             }
@@ -118,6 +134,22 @@ impl RawSse {
                 Ok(Ok(None)) | Ok(Err(_)) => return None,
                 Err(_) => panic!("no SSE data for 30 s"),
             }
+        }
+    }
+
+    /// Next event frame (with an id; control frames are skipped), or None at EOF.
+    pub async fn next(&mut self) -> Option<(u64, String, EventEnvelope)> {
+        loop {
+            let frame = self.next_frame().await?;
+            let Some(id) = frame.id else { continue };
+            let env: EventEnvelope = serde_json::from_str(&frame.data).unwrap();
+            assert_eq!(env.id, id, "SSE id matches data.id");
+            assert_eq!(
+                env.event.kind(),
+                frame.name,
+                "event: line matches the variant"
+            );
+            return Some((id, frame.name, env));
         }
     }
 }
