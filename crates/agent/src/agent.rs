@@ -63,7 +63,7 @@ impl BuiltinAgent {
 /// The stored transcript as provider messages. An assistant tool call that has no recorded
 /// result (the process died while it ran) gets one saying so, because providers refuse a
 /// conversation with an unanswered call.
-fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
+fn history_messages(history: Vec<TranscriptMessage>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len());
     let mut open: Vec<String> = Vec::new();
     let close_open = |out: &mut Vec<ChatMessage>, open: &mut Vec<String>| {
@@ -83,17 +83,17 @@ fn history_messages(history: &[TranscriptMessage]) -> Vec<ChatMessage> {
                 let id = m.tool_call_id.clone().unwrap_or_default();
                 if let Some(pos) = open.iter().position(|o| *o == id) {
                     open.remove(pos);
-                    out.push(ChatMessage::tool_result(id, &m.content, m.is_error));
+                    out.push(ChatMessage::tool_result(id, m.content, m.is_error));
                 }
             }
             Role::Assistant => {
                 close_open(&mut out, &mut open);
                 open = m.tool_calls.iter().map(|c| c.id.clone()).collect();
-                out.push(ChatMessage::assistant(&m.content, m.tool_calls.clone()));
+                out.push(ChatMessage::assistant(m.content, m.tool_calls));
             }
             Role::User | Role::System => {
                 close_open(&mut out, &mut open);
-                out.push(ChatMessage::user(&m.content));
+                out.push(ChatMessage::user(m.content));
             }
         }
     }
@@ -316,12 +316,13 @@ impl BuiltinAgent {
         })?;
         let mut specs = tools::specs();
         specs.extend(mcp.specs());
-        let mut messages = history_messages(&ctx.history);
         let mut used_ids: HashSet<String> = ctx
             .history
             .iter()
             .flat_map(|m| m.tool_calls.iter().map(|c| c.id.clone()))
             .collect();
+        // Moved, not copied: the run holds the conversation once.
+        let mut messages = history_messages(std::mem::take(&mut ctx.history));
         messages.push(ChatMessage::user_with_images(
             ctx.input.prompt_text(),
             attached_images(&ctx).await,

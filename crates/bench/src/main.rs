@@ -24,13 +24,13 @@
 //! (h) checkpoints (`--only h`): one workspace checkpoint of a 10,000-file workspace,
 //!     unchanged and with 100 files changed (needs `git`).
 //!
-//! (s) soak (`--only soak [--minutes 10]`): one `switchboard serve` under 100 sessions
+//! (s) soak (`--only soak [--minutes 10] [--history-chars N]`): one `switchboard serve` under 100 sessions
 //!     streaming back to back, 1,000 SSE readers and 50 chat messages/s through a fake
 //!     Telegram for the whole time: no loss (contiguous ids, every run ended, every chat
 //!     message confirmed and counted), RSS after warm-up / peak / end, p50 and p99 delivery
 //!     latency from commit to reader.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|soak] [--grid KxM] [--minutes M]`.
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -93,12 +93,19 @@ async fn main() -> Result<()> {
             .and_then(|i| args.get(i + 1))
             .and_then(|v| v.parse().ok())
             .unwrap_or(10.0);
+        // `[sessions] history_max_chars` of the server (its default when not given).
+        let history_chars: Option<u64> = args
+            .iter()
+            .position(|a| a == "--history-chars")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok());
         let f = soak::soak(
             std::time::Duration::from_secs_f64(minutes * 60.0),
             100,
             10,
             50,
             50,
+            history_chars,
         )
         .await?;
         println!(

@@ -52,6 +52,32 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// The server's memory by kind and its thread count, for the per-minute report: where RSS
+/// grows (anonymous memory: the heap; file: mapped database pages; threads: their stacks).
+fn mem_breakdown(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("?")
+            .to_string()
+    };
+    let mib = |name: &str| {
+        field(name)
+            .parse::<f64>()
+            .map_or("?".to_string(), |k| format!("{:.1}", k / 1024.0))
+    };
+    format!(
+        "anon {} MiB, file {} MiB, shmem {} MiB, {} threads",
+        mib("RssAnon:"),
+        mib("RssFile:"),
+        mib("RssShmem:"),
+        field("Threads:")
+    )
+}
+
 /// Milliseconds from the frame's `"timestamp":"…"` (the commit, server clock) to now.
 fn latency_ms(data: &str) -> Option<f64> {
     let at = data.find("\"timestamp\":\"")? + 13;
@@ -142,6 +168,7 @@ pub(super) async fn soak(
     readers_per: usize,
     chats: i64,
     chat_per_s: u32,
+    history_chars: Option<u64>,
 ) -> Result<SoakFigures> {
     let mock = MockLlm::start().await;
     mock.set_default(MockReply::Text {
@@ -158,7 +185,8 @@ pub(super) async fn soak(
         .collect::<Vec<_>>()
         .join(",");
     let (base, tg) = (mock.base_url(), telegram.base_url());
-    let proc = spawn_serve(&[
+    let history = history_chars.map(|n| n.to_string());
+    let mut env = vec![
         ("SWITCHBOARD_DATA_DIR", data.to_str().context("path")?),
         (
             "SWITCHBOARD_DEFAULT_CWD",
@@ -173,8 +201,11 @@ pub(super) async fn soak(
         ("SWITCHBOARD_TELEGRAM_BASE_URL", &tg),
         ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", &allowed),
         ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
-    ])
-    .await?;
+    ];
+    if let Some(h) = &history {
+        env.push(("SWITCHBOARD_HISTORY_MAX_CHARS", h));
+    }
+    let proc = spawn_serve(&env).await?;
     let pid = proc.child.id().context("server pid")?;
     let url = proc.url.clone();
     let http = http()?;
@@ -284,9 +315,10 @@ pub(super) async fn soak(
                 .last()
                 .map_or(0.0, |s| s.1);
             eprintln!(
-                "soak: {:.0} s, {} runs accepted, RSS {rss:.1} MiB",
+                "soak: {:.0} s, {} runs accepted, RSS {rss:.1} MiB ({})",
                 started.elapsed().as_secs_f64(),
-                accepted.load(Ordering::Relaxed)
+                accepted.load(Ordering::Relaxed),
+                mem_breakdown(pid)
             );
         }
         if readers.iter().any(|r| r.is_finished()) {
