@@ -6,70 +6,16 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import {
+  WAIT, check, env, failedWith, finish, launch, noPageErrors, shot, step, until, watch,
+} from './harness.mjs';
 
-const WAIT = 20_000; // per wait: the machine may be a loaded 2-core box
-const env = (name) => {
-  if (!process.env[name]) {
-    console.log(`not ok - environment: ${name} is not set`);
-    console.log('0 passed, 1 failed');
-    process.exit(1);
-  }
-  return process.env[name];
-};
 const BASE = env('SB_URL').replace(/\/$/, '');
 const TOKEN = env('SB_TOKEN');
 const LOGIN_URL = env('SB_LOGIN_URL');
 const BIN = env('SB_BIN');
 const WORKSPACE = env('SB_WORKSPACE');
-const SHOTS = env('SB_SCREENSHOTS');
-const CHROMIUM = env('CHROMIUM');
 const BUNDLE = process.env.SB_BUNDLE || 'dev';
-
-let passed = 0;
-let failed = 0;
-class Stop extends Error {}
-
-async function step(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    const msg = String(e?.message ?? e);
-    console.log(`not ok - ${name}: ${msg.split('\n').find((l) => l.trim()) ?? msg}`);
-    console.error(`--- ${name}\n${e?.stack ?? msg}`);
-    throw new Stop();
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-function check(cond, message) {
-  if (!cond) throw new Error(message);
-}
-
-/** Polls `fn` until it returns something truthy. */
-async function until(what, fn, timeout = WAIT) {
-  const end = Date.now() + timeout;
-  let last;
-  while (Date.now() < end) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(200);
-  }
-  throw new Error(`timed out after ${timeout / 1000} s waiting for ${what}${last ? ` (${last.message.split('\n')[0]})` : ''}`);
-}
-
-/** A full-page screenshot, taken from the top so that sticky bars sit where they belong. */
-async function shot(page, name) {
-  await page.evaluate(() => scrollTo(0, 0));
-  await page.screenshot({ path: path.join(SHOTS, name), fullPage: true });
-}
 
 function hostRequest() {
   const u = new URL(BASE);
@@ -94,15 +40,6 @@ function cli(...args) {
   });
 }
 
-const pageErrors = [];
-function watch(page) {
-  page.on('pageerror', (e) => pageErrors.push(`uncaught: ${e.message}`));
-  page.on('console', (m) => {
-    if (/Content Security Policy/i.test(m.text())) pageErrors.push(`CSP: ${m.text()}`);
-  });
-  return page;
-}
-
 let browser;
 let page; // the main tab, for the failure screenshot
 try {
@@ -121,11 +58,7 @@ try {
     check(r.status === 403 && JSON.parse(r.body).code === 'host_not_allowed', `got ${r.status} ${r.body}`);
   });
 
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    headless: true,
-  });
+  browser = await launch();
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   ctx.setDefaultTimeout(WAIT);
   page = watch(await ctx.newPage());
@@ -453,19 +386,9 @@ try {
     check(status === 404, `the deleted session answers ${status}`);
   });
 
-  await step('no script errors or CSP violations', async () => {
-    check(pageErrors.length === 0, pageErrors.join('; '));
-  });
+  await noPageErrors();
 } catch (e) {
-  if (!(e instanceof Stop)) {
-    failed++;
-    console.log(`not ok - unexpected error: ${String(e?.message ?? e).split('\n')[0]}`);
-    console.error(e?.stack ?? e);
-  }
-  if (pageErrors.length) console.error(`page errors: ${pageErrors.join('\n')}`);
-  await page?.screenshot({ path: path.join(SHOTS, 'failure.png'), fullPage: true }).catch(() => {});
+  await failedWith(e, page, 'failure.png');
 } finally {
-  await browser?.close().catch(() => {});
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 && passed > 0 ? 0 : 1);
+  await finish(browser);
 }

@@ -6,67 +6,14 @@
 // asked for with `@@ {json}` lines on stdout, answered by one JSON line on stdin.
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
-import path from 'node:path';
 import readline from 'node:readline';
-import { chromium } from 'playwright-core';
+import {
+  WAIT, check, env, failedWith, finish, launch, noOverflow, noPageErrors, shot, sleep, step, until, watch,
+} from './harness.mjs';
 
-const WAIT = 20_000;
-const env = (name) => {
-  if (!process.env[name]) {
-    console.log(`not ok - environment: ${name} is not set`);
-    console.log('0 passed, 1 failed');
-    process.exit(1);
-  }
-  return process.env[name];
-};
 const BASE = env('SB_URL').replace(/\/$/, '');
 const TOKEN = env('SB_TOKEN');
 const WORKSPACE = env('SB_WORKSPACE');
-const SHOTS = env('SB_SCREENSHOTS');
-const CHROMIUM = env('CHROMIUM');
-
-let passed = 0;
-let failed = 0;
-class Stop extends Error {}
-
-async function step(name, fn) {
-  try {
-    await fn();
-    passed++;
-    console.log(`ok - ${name}`);
-  } catch (e) {
-    failed++;
-    const msg = String(e?.message ?? e);
-    console.log(`not ok - ${name}: ${msg.split('\n').find((l) => l.trim()) ?? msg}`);
-    console.error(`--- ${name}\n${e?.stack ?? msg}`);
-    throw new Stop();
-  }
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-function check(cond, message) {
-  if (!cond) throw new Error(message);
-}
-
-async function until(what, fn, timeout = WAIT) {
-  const end = Date.now() + timeout;
-  let last;
-  while (Date.now() < end) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(200);
-  }
-  throw new Error(`timed out after ${timeout / 1000} s waiting for ${what}${last ? ` (${last.message.split('\n')[0]})` : ''}`);
-}
-
-async function shot(page, name) {
-  await page.evaluate(() => scrollTo(0, 0));
-  await page.screenshot({ path: path.join(SHOTS, name), fullPage: true });
-}
 
 // ---- the Rust side ----
 const answers = [];
@@ -112,25 +59,10 @@ async function events(id) {
   return text;
 }
 
-const pageErrors = [];
-function watch(page) {
-  page.on('pageerror', (e) => pageErrors.push(`uncaught: ${e.message}`));
-  page.on('console', (m) => {
-    if (/Content Security Policy/i.test(m.text())) pageErrors.push(`CSP: ${m.text()}`);
-  });
-  return page;
-}
-
-const noOverflow = (p) => p.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
-
 let browser;
 let page;
 try {
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-    headless: true,
-  });
+  browser = await launch();
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   await ctx.grantPermissions(['notifications', 'clipboard-read', 'clipboard-write'], { origin: BASE });
   ctx.setDefaultTimeout(WAIT);
@@ -469,19 +401,9 @@ try {
     await phone.close();
   });
 
-  await step('no script errors or CSP violations', async () => {
-    check(pageErrors.length === 0, pageErrors.join('; '));
-  });
+  await noPageErrors();
 } catch (e) {
-  if (!(e instanceof Stop)) {
-    failed++;
-    console.log(`not ok - unexpected error: ${String(e?.message ?? e).split('\n')[0]}`);
-    console.error(e?.stack ?? e);
-  }
-  if (pageErrors.length) console.error(`page errors: ${pageErrors.join('\n')}`);
-  await page?.screenshot({ path: path.join(SHOTS, 'daily-failure.png'), fullPage: true }).catch(() => {});
+  await failedWith(e, page, 'daily-failure.png');
 } finally {
-  await browser?.close().catch(() => {});
-  console.log(`${passed} passed, ${failed} failed`);
-  process.exit(failed === 0 && passed > 0 ? 0 : 1);
+  await finish(browser);
 }
