@@ -9,6 +9,10 @@ use super::*;
 impl TelegramChannel {
     /// What an update means to the gateway; `None` to skip it.
     pub(super) fn map_update(&self, raw: Value, me: &BotIdentity) -> Option<Inbound> {
+        if !raw.is_object() {
+            tracing::warn!(channel = %self.cfg.name, "an update that is {}, not an object; ignoring it", kind_of(&raw));
+            return None;
+        }
         let update: ApiUpdate = match serde_json::from_value(raw) {
             Ok(u) => u,
             Err(e) => {

@@ -320,3 +320,33 @@ proptest! {
         prop_assert!(mentions_in_entities(&full, Some(&e), &me));
     }
 }
+
+/// Found by the property above: serde builds a struct from an array, by position, so
+/// `"from": [42]` was a user with id 42. An object-typed field that is not an object now
+/// makes the update ignored; so does an update that is not an object.
+#[test]
+fn arrays_in_place_of_objects_are_refused() {
+    let ch = channel();
+    let ok = json!({"update_id": 1, "message": {"message_id": 5, "from": {"id": 42},
+        "chat": {"id": 42, "type": "private"}, "text": "hi"}});
+    assert!(
+        ch.map_update(ok.clone(), &me()).is_some(),
+        "the object form is a message"
+    );
+    for (pointer, array) in [
+        ("/message/from", json!([42])),
+        ("/message/chat", json!([42, "private"])),
+        (
+            "/message",
+            json!([5, {"id": 42}, {"id": 42, "type": "private"}]),
+        ),
+    ] {
+        let mut bad = ok.clone();
+        *bad.pointer_mut(pointer).unwrap() = array;
+        assert!(ch.map_update(bad.clone(), &me()).is_none(), "{bad}");
+    }
+    assert!(ch.map_update(json!([1, ok["message"]]), &me()).is_none());
+    let press = json!({"update_id": 2, "callback_query": {"id": "q", "from": [42], "data": "x",
+        "message": {"message_id": 5, "chat": {"id": 42, "type": "private"}}}});
+    assert!(ch.map_update(press, &me()).is_none());
+}
