@@ -1,6 +1,7 @@
 //! The Gateway websocket: connecting, identifying or resuming, heartbeats, dispatches.
 
 use crate::platform::pause;
+use crate::platform::wire::from_object;
 use crate::util::{Backoff, lock};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -73,6 +74,17 @@ pub(super) struct GatewayPayload {
     pub(super) s: Option<u64>,
     #[serde(default)]
     pub(super) t: Option<String>,
+}
+
+impl GatewayPayload {
+    /// A frame's text read as a payload: a JSON object (not an array taken field by
+    /// position, see `platform::wire`), or why not.
+    pub(super) fn parse(text: &str) -> Result<Self, String> {
+        if !text.trim_start().starts_with('{') {
+            return Err("a frame that is not a JSON object".into());
+        }
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
 }
 
 pub(super) fn text_frame(v: &Value) -> Message {
@@ -335,7 +347,7 @@ impl Runner<'_> {
             loop {
                 match rx.next().await {
                     Some(Ok(Message::Text(t))) => {
-                        return Ok(serde_json::from_str::<GatewayPayload>(t.as_str()).ok());
+                        return Ok(GatewayPayload::parse(t.as_str()).ok());
                     }
                     Some(Ok(Message::Close(frame))) => {
                         return Err(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
@@ -456,7 +468,7 @@ impl Runner<'_> {
                 Some(Ok(Message::Text(t))) => t,
                 Some(Ok(_)) => continue,
             };
-            let payload = match serde_json::from_str::<GatewayPayload>(text.as_str()) {
+            let payload = match GatewayPayload::parse(text.as_str()) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(channel = %self.name(), error = %e, "a gateway payload of unexpected shape; ignoring it");
@@ -525,7 +537,7 @@ impl Runner<'_> {
         let mut accepted = false;
         match t {
             "READY" => {
-                let ready: ApiReady = serde_json::from_value(d).map_err(|e| End::Reconnect {
+                let ready: ApiReady = from_object(d).map_err(|e| End::Reconnect {
                     established: false,
                     reason: format!("READY of unexpected shape: {e}"),
                 })?;
@@ -554,7 +566,7 @@ impl Runner<'_> {
                 tracing::info!(channel = %self.name(), "Discord session resumed");
                 return Ok(true);
             }
-            "MESSAGE_CREATE" if !duplicate => match serde_json::from_value::<ApiMessage>(d) {
+            "MESSAGE_CREATE" if !duplicate => match from_object::<ApiMessage>(d) {
                 Ok(m) => {
                     if let Some(msg) = self.ch.map_message(m, s) {
                         let chat = msg.chat.id.clone();
@@ -568,23 +580,21 @@ impl Runner<'_> {
                     tracing::warn!(channel = %self.name(), error = %e, "a MESSAGE_CREATE of unexpected shape; ignoring it");
                 }
             },
-            "INTERACTION_CREATE" if !duplicate => {
-                match serde_json::from_value::<ApiInteraction>(d) {
-                    Ok(i) => {
-                        if let Some((press, token)) = self.ch.map_press(i) {
-                            let id = press.press_id.clone();
-                            self.accept(Inbound::Press(press), s).await?;
-                            accepted = true;
-                            if let Err(e) = self.ch.ack_interaction(&id, &token).await {
-                                tracing::warn!(channel = %self.name(), interaction = %id, error = %e, "cannot acknowledge a button press");
-                            }
+            "INTERACTION_CREATE" if !duplicate => match from_object::<ApiInteraction>(d) {
+                Ok(i) => {
+                    if let Some((press, token)) = self.ch.map_press(i) {
+                        let id = press.press_id.clone();
+                        self.accept(Inbound::Press(press), s).await?;
+                        accepted = true;
+                        if let Err(e) = self.ch.ack_interaction(&id, &token).await {
+                            tracing::warn!(channel = %self.name(), interaction = %id, error = %e, "cannot acknowledge a button press");
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(channel = %self.name(), error = %e, "an INTERACTION_CREATE of unexpected shape; ignoring it");
-                    }
                 }
-            }
+                Err(e) => {
+                    tracing::warn!(channel = %self.name(), error = %e, "an INTERACTION_CREATE of unexpected shape; ignoring it");
+                }
+            },
             _ => {
                 let before = lock(&self.ch.threads).clone();
                 self.ch.note_threads(t, &d);

@@ -13,6 +13,7 @@ use super::inbound::strip_mention;
 use super::wire::{ApiInteraction, ApiMessage, ApiReady};
 use super::*;
 use crate::channel::ChatKind;
+use crate::platform::wire::from_object;
 use crate::prop_json::{flag, int, json, list, obj, object, one_of, string};
 
 const BOT: &str = "900";
@@ -204,7 +205,7 @@ proptest! {
     #[test]
     fn gateway_frames_never_panic(text in frames()) {
         let ch = channel();
-        let Ok(p) = serde_json::from_str::<GatewayPayload>(&text) else {
+        let Ok(p) = GatewayPayload::parse(&text) else {
             let v = serde_json::from_str::<Value>(&text).ok();
             prop_assert!(
                 v.as_ref().is_none_or(|v| !v["op"].is_u64()
@@ -220,11 +221,11 @@ proptest! {
         let t = p.t.clone().unwrap_or_default();
         match t.as_str() {
             "READY" => {
-                if let Ok(r) = serde_json::from_value::<ApiReady>(p.d.clone()) {
+                if let Ok(r) = from_object::<ApiReady>(p.d.clone()) {
                     prop_assert_eq!(Some(r.session_id.as_str()), p.d["session_id"].as_str());
                 }
             }
-            "MESSAGE_CREATE" => match serde_json::from_value::<ApiMessage>(p.d.clone()) {
+            "MESSAGE_CREATE" => match from_object::<ApiMessage>(p.d.clone()) {
                 Ok(m) => {
                     if let Some(msg) = ch.map_message(m, p.s) {
                         check_message(&p.d, &msg)?;
@@ -240,7 +241,7 @@ proptest! {
                 ),
             },
             "INTERACTION_CREATE" => {
-                if let Ok(i) = serde_json::from_value::<ApiInteraction>(p.d.clone())
+                if let Ok(i) = from_object::<ApiInteraction>(p.d.clone())
                     && let Some((press, token)) = ch.map_press(i)
                 {
                     prop_assert_eq!(p.d["type"].as_u64(), Some(3));
@@ -324,4 +325,50 @@ proptest! {
             prop_assert_eq!(out, text.trim());
         }
     }
+}
+
+/// serde builds a struct from an array too, field by position: `"author": ["U1"]` was a
+/// user `U1`. Every object-typed field of a dispatch must be an object, or the dispatch is
+/// refused.
+#[test]
+fn arrays_in_place_of_objects_are_refused() {
+    let ch = channel();
+    let ok = json!({"id": "M1", "channel_id": "C9", "content": "hi",
+        "author": {"id": "U1", "username": "u"},
+        "mentions": [{"id": BOT}], "attachments": [{"filename": "a.txt", "url": "https://x/a"}],
+        "referenced_message": {"author": {"id": BOT}}});
+    let m = ch
+        .map_message(from_object::<ApiMessage>(ok.clone()).unwrap(), Some(1))
+        .expect("the object form is a message");
+    assert_eq!(m.peer.id, "U1");
+    for (pointer, array) in [
+        ("/author", json!(["U1", "u"])),
+        ("/mentions/0", json!([BOT])),
+        ("/attachments/0", json!(["a.txt", "https://x/a"])),
+        ("/referenced_message", json!([{"id": BOT}])),
+        ("/referenced_message/author", json!([BOT])),
+    ] {
+        let mut bad = ok.clone();
+        *bad.pointer_mut(pointer).unwrap() = array;
+        assert!(from_object::<ApiMessage>(bad.clone()).is_err(), "{bad}");
+    }
+    assert!(from_object::<ApiMessage>(json!(["M1", "C9", null, {"id": "U1"}])).is_err());
+
+    let press = json!({"id": "I1", "type": 3, "token": "t", "channel_id": "C1",
+        "member": {"user": {"id": "U1"}}, "message": {"id": "M1"}, "data": {"custom_id": "x"}});
+    assert!(from_object::<ApiInteraction>(press.clone()).is_ok());
+    for (pointer, array) in [
+        ("/member", json!([{"id": "U1"}])),
+        ("/member/user", json!(["U1"])),
+        ("/message", json!(["M1"])),
+        ("/data", json!(["x"])),
+    ] {
+        let mut bad = press.clone();
+        *bad.pointer_mut(pointer).unwrap() = array;
+        assert!(from_object::<ApiInteraction>(bad.clone()).is_err(), "{bad}");
+    }
+    let ready = json!({"session_id": "s", "resume_gateway_url": "wss://x", "user": ["900", "bot"]});
+    assert!(GatewayPayload::parse(r#" {"op": 0, "d": {}, "s": 1, "t": "RESUMED"}"#).is_ok());
+    assert!(GatewayPayload::parse(r#"[0, {}, 1, "RESUMED"]"#).is_err());
+    assert!(from_object::<ApiReady>(ready).is_err());
 }

@@ -2,6 +2,9 @@
 
 use serde::Deserialize;
 
+// Every object-typed field is read strictly: see `platform::wire`.
+use crate::platform::wire::{object, object_opt, objects};
+
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiUser {
     pub(super) id: String,
@@ -17,6 +20,7 @@ pub(super) struct ApiUser {
 pub(super) struct ApiReady {
     pub(super) session_id: String,
     pub(super) resume_gateway_url: String,
+    #[serde(deserialize_with = "object")]
     pub(super) user: ApiUser,
 }
 
@@ -35,7 +39,7 @@ pub(super) struct ApiAttachment {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiReferenced {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) author: Option<ApiUser>,
 }
 
@@ -45,18 +49,19 @@ pub(super) struct ApiMessage {
     pub(super) channel_id: String,
     #[serde(default)]
     pub(super) guild_id: Option<String>,
+    #[serde(deserialize_with = "object")]
     pub(super) author: ApiUser,
     #[serde(default)]
     pub(super) content: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub(super) mentions: Vec<ApiUser>,
     #[serde(default, rename = "type")]
     pub(super) kind: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects")]
     pub(super) attachments: Vec<ApiAttachment>,
     #[serde(default)]
     pub(super) webhook_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) referenced_message: Option<ApiReferenced>,
     #[serde(default)]
     pub(super) channel_type: Option<u64>,
@@ -64,7 +69,7 @@ pub(super) struct ApiMessage {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiMember {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) user: Option<ApiUser>,
 }
 
@@ -91,12 +96,12 @@ pub(super) struct ApiInteraction {
     pub(super) channel_id: Option<String>,
     #[serde(default)]
     pub(super) guild_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) member: Option<ApiMember>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) user: Option<ApiUser>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) message: Option<ApiMessageId>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_opt")]
     pub(super) data: Option<ApiComponentData>,
 }

@@ -8,6 +8,7 @@ use crate::channel::{ChatKind, ChatRef};
 
 pub mod client;
 pub mod outbox;
+pub(crate) mod wire;
 
 pub use client::{Answer, Call, OverCap, PlatformClient, REDACTED, RetryPolicy, Verdict, pause};
 pub use outbox::{Limits, Outbox, Rate};

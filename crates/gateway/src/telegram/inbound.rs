@@ -9,11 +9,7 @@ use super::*;
 impl TelegramChannel {
     /// What an update means to the gateway; `None` to skip it.
     pub(super) fn map_update(&self, raw: Value, me: &BotIdentity) -> Option<Inbound> {
-        if !raw.is_object() {
-            tracing::warn!(channel = %self.cfg.name, "an update that is {}, not an object; ignoring it", kind_of(&raw));
-            return None;
-        }
-        let update: ApiUpdate = match serde_json::from_value(raw) {
+        let update: ApiUpdate = match crate::platform::wire::from_object(raw) {
             Ok(u) => u,
             Err(e) => {
                 tracing::warn!(channel = %self.cfg.name, error = %e, "an update of unexpected shape; ignoring it");
@@ -84,17 +80,6 @@ impl TelegramChannel {
             message_id: message.message_id.to_string(),
             data,
         })
-    }
-}
-
-pub(super) fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -42,6 +42,7 @@ mod polling;
 mod wire;
 
 use bot_api::*;
+#[cfg(test)]
 use inbound::*;
 use wire::*;
 

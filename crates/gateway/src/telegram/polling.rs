@@ -1,6 +1,7 @@
 //! Long polling: `getUpdates` from the stored offset, until cancelled.
 
 use crate::platform::pause;
+use crate::platform::wire::kind_of;
 use crate::util::{BACKOFF_START, Backoff};
 use std::time::Duration;
 

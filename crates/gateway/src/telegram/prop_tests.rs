@@ -328,7 +328,8 @@ proptest! {
 fn arrays_in_place_of_objects_are_refused() {
     let ch = channel();
     let ok = json!({"update_id": 1, "message": {"message_id": 5, "from": {"id": 42},
-        "chat": {"id": 42, "type": "private"}, "text": "hi"}});
+        "chat": {"id": 42, "type": "private"}, "text": "hi",
+        "entities": [{"type": "bold", "offset": 0, "length": 2}], "photo": [{"file_id": "p"}]}});
     assert!(
         ch.map_update(ok.clone(), &me()).is_some(),
         "the object form is a message"
@@ -336,6 +337,8 @@ fn arrays_in_place_of_objects_are_refused() {
     for (pointer, array) in [
         ("/message/from", json!([42])),
         ("/message/chat", json!([42, "private"])),
+        ("/message/entities/0", json!(["bold", 0, 2])),
+        ("/message/photo/0", json!(["p"])),
         (
             "/message",
             json!([5, {"id": 42}, {"id": 42, "type": "private"}]),

@@ -1,29 +1,10 @@
 //! The Bot API's wire types (only the fields used).
 
 use serde::Deserialize;
-use serde::de::{DeserializeOwned, Deserializer, Error as _};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-// The Bot API sends objects. serde would also build a struct from an array, field by
-// position (`"from": [42]` as a user with id 42), so every object-typed field of an
-// update is read through these: an object, or the update is refused.
-
-/// An object-typed field: a JSON object, or an error.
-fn object<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<T, D::Error> {
-    let map = Map::<String, Value>::deserialize(d)?;
-    T::deserialize(Value::Object(map)).map_err(D::Error::custom)
-}
-
-/// An optional object-typed field: absent or null is `None`, an object is read, anything
-/// else is an error.
-fn object_opt<'de, D: Deserializer<'de>, T: DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
-    match Option::<Map<String, Value>>::deserialize(d)? {
-        Some(map) => T::deserialize(Value::Object(map))
-            .map(Some)
-            .map_err(D::Error::custom),
-        None => Ok(None),
-    }
-}
+// Every object-typed field is read strictly: see `platform::wire`.
+use crate::platform::wire::{object, object_opt, objects_opt};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiAnswer {
@@ -124,13 +105,13 @@ pub(super) struct ApiMessage {
     pub(super) forum_topic_created: Option<Value>,
     #[serde(default)]
     pub(super) text: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects_opt")]
     pub(super) entities: Option<Vec<ApiEntity>>,
     #[serde(default)]
     pub(super) caption: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects_opt")]
     pub(super) caption_entities: Option<Vec<ApiEntity>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "objects_opt")]
     pub(super) photo: Option<Vec<ApiPhotoSize>>,
     #[serde(default, deserialize_with = "object_opt")]
     pub(super) document: Option<ApiFile>,
