@@ -63,6 +63,12 @@ impl BuiltinAgent {
 /// The stored transcript as provider messages. An assistant tool call that has no recorded
 /// result (the process died while it ran) gets one saying so, because providers refuse a
 /// conversation with an unanswered call.
+/// Added to the system prompt when the session's older messages were left out of the run's
+/// history (`[sessions] history_max_*`).
+pub const EARLIER_LEFT_OUT: &str = "Only the most recent part of this conversation is shown \
+to you: its earlier messages were left out to fit. If the user refers to something you \
+cannot see, say so and ask them to repeat it.";
+
 fn history_messages(history: Vec<TranscriptMessage>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len());
     let mut open: Vec<String> = Vec::new();
@@ -329,10 +335,16 @@ impl BuiltinAgent {
         ));
         // A run's overrides replace the system prompt (when not blank) and the turn limit.
         let overrides = ctx.input.overrides.clone().unwrap_or_default();
-        let system_prompt = overrides
+        let mut system_prompt = overrides
             .system_prompt
             .filter(|p| !p.trim().is_empty())
             .unwrap_or_else(|| self.config.system_prompt.clone());
+        if ctx.earlier_left_out {
+            // Else the model takes the tail for the whole conversation, and answers a
+            // question about its start as if it had never been asked.
+            system_prompt.push_str("\n\n");
+            system_prompt.push_str(EARLIER_LEFT_OUT);
+        }
         let max_turns = overrides.max_turns.unwrap_or(self.config.max_turns);
         let run_id = ctx.run_id;
         let mut usage = Usage::default();

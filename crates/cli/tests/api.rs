@@ -892,6 +892,17 @@ async fn a_run_gives_the_agent_only_the_recent_history() {
         ["user: two", "assistant: reply to 3", "user: three"],
         "only the recent turn, opening with the user"
     );
+    // The model is told when earlier messages were left out, and only then.
+    let system = |i: usize| -> String {
+        let reqs = llm.chat_requests();
+        reqs[i].body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let note = switchboard_agent::EARLIER_LEFT_OUT;
+    assert!(!system(0).contains(note) && !system(1).contains(note));
+    assert!(system(2).ends_with(note), "{}", system(2));
     let all = c.list_messages(s.id, None, None).await.unwrap();
     assert_eq!(all.total, 6, "the transcript keeps every message");
 }

@@ -249,8 +249,12 @@ pub struct RunContext {
     pub cwd: PathBuf,
     pub config: SessionConfig,
     pub input: RunInput,
-    /// The transcript before this run's user message.
+    /// The transcript before this run's user message: its recent part, whole turns only
+    /// (`[sessions] history_max_messages` / `history_max_chars`).
     pub history: Vec<TranscriptMessage>,
+    /// The session has older messages than `history` holds: a backend that builds the
+    /// model's context from `history` should tell the model so.
+    pub earlier_left_out: bool,
     pub handle: RunHandle,
     /// Fires on cancel and on shutdown.
     pub cancel: CancellationToken,

@@ -46,8 +46,8 @@ use uuid::Uuid;
 use std::time::Duration;
 
 use crate::{
-    ApprovalRecord, FileRecord, Lease, MessageRecord, NewEvent, NewRun, RunFinish, RunOutcome,
-    RunState, SessionRecord, SessionUpdate, Store, StoreError,
+    ApprovalRecord, FileRecord, Lease, MessageRecord, NewEvent, NewRun, RecentMessages, RunFinish,
+    RunOutcome, RunState, SessionRecord, SessionUpdate, Store, StoreError,
 };
 
 /// The lease length the checks use: long enough never to run out during a check.
@@ -438,36 +438,36 @@ pub async fn recent_messages_are_bounded(store: &dyn Store) {
         .tool_calls
         .as_ref()
         .map_or(0, |c| c.to_string().len() as u64);
-    let recent = |n, chars| store.recent_messages(s.id, n, chars);
+    let sid = s.id;
+    let recent = |n, chars| async move {
+        let r = check("recent", store.recent_messages(sid, n, chars).await);
+        (r.messages, r.earlier)
+    };
     assert_eq!(
-        check("all", recent(100, u64::MAX).await),
-        written,
-        "everything, in order"
+        recent(100, u64::MAX).await,
+        (written.clone(), false),
+        "everything, in order, nothing earlier"
     );
-    assert_eq!(
-        check("last 3", recent(3, u64::MAX).await),
-        written[7..].to_vec()
-    );
+    assert_eq!(recent(10, u64::MAX).await, (written.clone(), false));
+    assert_eq!(recent(3, u64::MAX).await, (written[7..].to_vec(), true));
     // Newest first: 100 (< 150, kept), then 90 + calls (100 < 150, kept), then 80
     // (190 + calls ≥ 150: not kept).
+    assert_eq!(recent(100, 150).await, (written[8..].to_vec(), true));
     assert_eq!(
-        check("budget", recent(100, 150).await),
-        written[8..].to_vec()
-    );
-    assert_eq!(
-        check("budget with the calls", recent(100, 191 + calls_len).await),
-        written[7..].to_vec(),
+        recent(100, 191 + calls_len).await,
+        (written[7..].to_vec(), true),
         "80 fits when the newer ones add up to less than the budget"
     );
     // The newest is always there, however small the budget.
-    assert_eq!(check("tiny", recent(100, 1).await), written[9..].to_vec());
-    assert!(check("none", recent(0, u64::MAX).await).is_empty());
-    assert!(
+    assert_eq!(recent(100, 1).await, (written[9..].to_vec(), true));
+    assert_eq!(recent(0, u64::MAX).await, (vec![], true));
+    assert_eq!(
         check(
             "unknown",
             store.recent_messages(Uuid::now_v7(), 10, 100).await
-        )
-        .is_empty()
+        ),
+        RecentMessages::default(),
+        "an unknown session: nothing, and nothing earlier"
     );
 }
 

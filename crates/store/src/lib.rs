@@ -135,12 +135,13 @@ pub trait Store: Send + Sync + 'static {
     /// those only as many of the newest as fit in `max_chars` (content plus tool calls'
     /// JSON, counted from the newest; the newest one is always included). What a run gives
     /// its agent as the conversation so far: bounded however long the session grows.
+    /// `earlier` says whether older messages were left out.
     async fn recent_messages(
         &self,
         session_id: Uuid,
         max_messages: u32,
         max_chars: u64,
-    ) -> Result<Vec<MessageRecord>>;
+    ) -> Result<RecentMessages>;
 
     // --- approvals --------------------------------------------------------------------------
 

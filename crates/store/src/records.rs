@@ -153,6 +153,17 @@ pub struct MessageRecord {
     pub created_at: String,
 }
 
+/// What [`crate::Store::recent_messages`] reads: the newest messages, and whether the
+/// session holds older ones that were left out.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RecentMessages {
+    /// Oldest first.
+    pub messages: Vec<MessageRecord>,
+    /// The session has messages older than the first of `messages` (or, when `messages`
+    /// is empty, any at all).
+    pub earlier: bool,
+}
+
 /// Tool calls of a run that wait for a human decision.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRecord {

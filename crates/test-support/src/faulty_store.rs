@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use switchboard_store::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
-    Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store,
-    StoreError, StoredEvent,
+    RecentMessages, Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord,
+    SessionUpdate, Store, StoreError, StoredEvent,
 };
 use uuid::Uuid;
 
@@ -284,7 +284,7 @@ impl Store for FaultyStore {
         session_id: Uuid,
         max_messages: u32,
         max_chars: u64,
-    ) -> Result<Vec<MessageRecord>> {
+    ) -> Result<RecentMessages> {
         self.enter("recent_messages").await?;
         self.inner
             .recent_messages(session_id, max_messages, max_chars)

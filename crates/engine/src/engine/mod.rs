@@ -11,8 +11,8 @@ use switchboard_protocol::{
     ToolCall, ToolDecisionsRequest, ToolDecisionsResponse, TranscriptMessage, WaitingApproval,
 };
 use switchboard_store::{
-    Lease, MessageRecord, NewRun, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, Store,
-    StoreError,
+    Lease, MessageRecord, NewRun, RecentMessages, RunFinish, RunOutcome, RunRecord, RunState,
+    SessionRecord, Store, StoreError,
 };
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
@@ -289,12 +289,15 @@ fn session_config(r: &SessionRecord) -> Result<SessionConfig, EngineError> {
 /// The conversation a run's agent gets from the session's recent messages
 /// ([`crate::HistoryLimits`]): from the first user's message on, so that no turn is cut in
 /// the middle (every run's messages start with its user's; none in the tail: nothing).
-fn conversation(recent: &[MessageRecord]) -> Vec<TranscriptMessage> {
-    let start = recent
+/// With it, whether older messages were left out (by the store or by that cut).
+fn conversation(recent: &RecentMessages) -> (Vec<TranscriptMessage>, bool) {
+    let msgs = &recent.messages;
+    let start = msgs
         .iter()
         .position(|m| m.role == Role::User.as_str())
-        .unwrap_or(recent.len());
-    recent[start..].iter().map(transcript_message).collect()
+        .unwrap_or(msgs.len());
+    let history = msgs[start..].iter().map(transcript_message).collect();
+    (history, recent.earlier || start > 0)
 }
 
 fn transcript_message(m: &MessageRecord) -> TranscriptMessage {

@@ -378,7 +378,7 @@ impl Engine {
         let deltas = log.pipeline(session_id, fence);
         let mut checkpointed = false;
         let result = match prepared {
-            Ok(history) => {
+            Ok((history, earlier_left_out)) => {
                 // The workspace as the run finds it, so what the run changes can be shown
                 // and undone, whatever the backend.
                 checkpointed = self
@@ -411,6 +411,7 @@ impl Engine {
                     cwd: PathBuf::from(&session.cwd),
                     input,
                     history,
+                    earlier_left_out,
                     handle: RunHandle {
                         session_id,
                         run_id,

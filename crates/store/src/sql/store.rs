@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
-    Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord, SessionUpdate, Store,
-    StoreError,
+    RecentMessages, Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord,
+    SessionUpdate, Store, StoreError,
 };
 
 /// A foreign-key violation names the session that is missing; other errors as they are.
@@ -672,14 +672,17 @@ impl Store for SqlStore {
         session_id: Uuid,
         max_messages: u32,
         max_chars: u64,
-    ) -> Result<Vec<MessageRecord>> {
+    ) -> Result<RecentMessages> {
         // The newest `max_messages` (an index range scan on (session_id, pos)), then a
         // running total of their sizes from the newest back: a message is kept while the
-        // newer ones add up to less than the budget. Nothing older is read.
+        // newer ones add up to less than the budget. Nothing older is read: the session's
+        // first position (for `earlier`) is one probe of the same index.
         let size = "LENGTH(content) + COALESCE(LENGTH(tool_calls), 0)";
         with_db!(self, |pool, d| {
             let rows = sqlx::query(&format!(
-                "SELECT {MESSAGE_COLS} FROM ( \
+                "SELECT {MESSAGE_COLS}, pos, \
+                        (SELECT MIN(pos) FROM messages WHERE session_id = $1) AS first_pos \
+                 FROM ( \
                    SELECT {MESSAGE_COLS}, pos, {size} AS size, \
                           SUM({size}) OVER (ORDER BY pos DESC ROWS UNBOUNDED PRECEDING) AS upto \
                    FROM (SELECT {MESSAGE_COLS}, pos FROM messages WHERE session_id = $1 \
@@ -691,9 +694,22 @@ impl Store for SqlStore {
             .bind(i64::try_from(max_chars).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?;
-            rows.iter()
-                .map(message_from_row)
-                .collect::<Result<Vec<_>>>()
+            let earlier = match rows.first() {
+                Some(first) => first.int("pos")? > first.int("first_pos")?,
+                // Nothing kept (`max_messages` 0): earlier are all there are.
+                None => sqlx::query("SELECT 1 AS one FROM messages WHERE session_id = $1 LIMIT 1")
+                    .bind(d.id(session_id))
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some(),
+            };
+            Ok(RecentMessages {
+                messages: rows
+                    .iter()
+                    .map(message_from_row)
+                    .collect::<Result<Vec<_>>>()?,
+                earlier,
+            })
         })
     }
 
