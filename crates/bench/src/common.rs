@@ -135,6 +135,35 @@ pub(super) async fn read_frames(
     Ok(())
 }
 
+/// `/proc/<pid>/status` of `pid`, or of this process; empty where there is none.
+pub(super) fn proc_status(pid: Option<u32>) -> String {
+    let path = pid.map_or("/proc/self/status".to_string(), |p| {
+        format!("/proc/{p}/status")
+    });
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// A field of a `/proc/<pid>/status` text: the first word after its name (`kB` fields in
+/// KiB, `Threads:` a count).
+pub(super) fn status_field(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A sample's value in a Prometheus text document (`name` with its labels, as written).
+pub(super) fn prom_sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 pub(super) fn http() -> Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .pool_max_idle_per_host(2000)

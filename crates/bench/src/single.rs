@@ -130,11 +130,7 @@ pub(super) async fn start_to_healthy(runs: usize) -> Result<Vec<f64>> {
 }
 
 fn vm_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_string))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+    crate::common::status_field(&crate::common::proc_status(None), field).unwrap_or(0)
 }
 
 /// (d) 1,000 subscribers, one reading 64 KiB every 50 ms; returns peak RSS (MiB) after

@@ -19,6 +19,7 @@ use switchboard_test_support::fake_telegram::FakeTelegram;
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use tokio::sync::watch;
 
+use crate::common::{proc_status, prom_sample, status_field};
 use crate::{TOKEN, http, spawn_serve};
 
 /// What one soak measured.
@@ -42,39 +43,42 @@ struct ReaderState {
 }
 
 fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
+    status_field(&proc_status(Some(pid)), "VmRSS:").map_or(0.0, |kib| kib as f64 / 1024.0)
 }
 
 /// The server's memory by kind and its thread count, for the per-minute report: where RSS
 /// grows (anonymous memory: the heap; file: mapped database pages; threads: their stacks).
 fn mem_breakdown(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap_or("?")
-            .to_string()
-    };
-    let mib = |name: &str| {
-        field(name)
-            .parse::<f64>()
-            .map_or("?".to_string(), |k| format!("{:.1}", k / 1024.0))
-    };
+    let status = proc_status(Some(pid));
+    let field = |name: &str| status_field(&status, name);
+    let mib =
+        |name: &str| field(name).map_or("?".to_string(), |k| format!("{:.1}", k as f64 / 1024.0));
     format!(
         "anon {} MiB, file {} MiB, shmem {} MiB, {} threads",
         mib("RssAnon:"),
         mib("RssFile:"),
         mib("RssShmem:"),
-        field("Threads:")
+        field("Threads:").map_or("?".to_string(), |t| t.to_string())
+    )
+}
+
+/// The server's live async tasks and open descriptors, from its `/metrics`: a count that
+/// only grows is spawned work that never ends.
+async fn runtime_gauges(http: &reqwest::Client, url: &str) -> String {
+    let text = match http
+        .get(format!("{url}/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+    {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let gauge = |name| prom_sample(&text, name).map_or("?".to_string(), |v| format!("{v:.0}"));
+    format!(
+        "{} tasks, {} fds",
+        gauge("switchboard_runtime_alive_tasks"),
+        gauge("process_open_fds")
     )
 }
 
@@ -315,10 +319,11 @@ pub(super) async fn soak(
                 .last()
                 .map_or(0.0, |s| s.1);
             eprintln!(
-                "soak: {:.0} s, {} runs accepted, RSS {rss:.1} MiB ({})",
+                "soak: {:.0} s, {} runs accepted, RSS {rss:.1} MiB ({}, {})",
                 started.elapsed().as_secs_f64(),
                 accepted.load(Ordering::Relaxed),
-                mem_breakdown(pid)
+                mem_breakdown(pid),
+                runtime_gauges(&http, &url).await
             );
         }
         if readers.iter().any(|r| r.is_finished()) {

@@ -95,6 +95,17 @@ async fn metrics_move_with_runs_approvals_and_streams() {
         "{after}"
     );
     assert!(after.contains("# HELP switchboard_runs_started_total"));
+    // The process's own gauges, sampled at the scrape.
+    for gauge in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "switchboard_runtime_alive_tasks",
+    ] {
+        assert!(
+            sample(&after, gauge).unwrap_or(0.0) > 0.0,
+            "{gauge}: {after}"
+        );
+    }
 
     // A cancelled run counts as such.
     llm.push(MockReply::text_slow(&["a ", "b ", "c ", "d "], 500));

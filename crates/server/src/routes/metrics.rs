@@ -106,6 +106,19 @@ fn describe() {
         "switchboard_lease_takeovers_total",
         "Leases this instance took: run (a run of a stopped instance closed here), gateway (became the active chat instance)"
     );
+    describe_gauge!(
+        "switchboard_runtime_alive_tasks",
+        "Tasks alive in the server's async runtime (sampled when scraped)"
+    );
+    describe_gauge!(
+        "process_resident_memory_bytes",
+        metrics::Unit::Bytes,
+        "Resident memory of the server process (sampled when scraped; Linux)"
+    );
+    describe_gauge!(
+        "process_open_fds",
+        "Open file descriptors of the server process: sockets, database files (sampled when scraped; Linux)"
+    );
     describe_counter!(
         "switchboard_store_unavailable_answers_total",
         "API answers 503 store_unavailable (the database failed or did not answer)"
@@ -129,6 +142,7 @@ pub fn standalone() -> Router {
     responses((status = 200, description = "Prometheus text format (version 0.0.4)", body = String, content_type = "text/plain"),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = switchboard_protocol::ErrorBody)))]
 pub async fn metrics_text() -> impl IntoResponse {
+    sample_process();
     let body = HANDLE.get().map(|h| h.render()).unwrap_or_default();
     (
         [(
@@ -137,6 +151,36 @@ pub async fn metrics_text() -> impl IntoResponse {
         )],
         body,
     )
+}
+
+/// The process's own gauges, read when scraped: resident memory and open descriptors (from
+/// `/proc/self`, so on Linux only) and the tokio runtime's live tasks. A task count that
+/// only grows is a leak of spawned work; RSS that grows while it stays flat is the heap.
+fn sample_process() {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let tasks = rt.metrics().num_alive_tasks();
+        metrics::gauge!("switchboard_runtime_alive_tasks").set(tasks as f64);
+    }
+    let rss_kib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| status_kib(&s, "VmRSS:"));
+    if let Some(kib) = rss_kib {
+        metrics::gauge!("process_resident_memory_bytes").set(kib as f64 * 1024.0);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        metrics::gauge!("process_open_fds").set(fds.count() as f64);
+    }
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:   1234 kB`).
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `switchboard_sse_subscribers`: up while a stream is open, down when it is dropped.
@@ -152,5 +196,19 @@ impl SubscriberGauge {
 impl Drop for SubscriberGauge {
     fn drop(&mut self) {
         metrics::gauge!("switchboard_sse_subscribers").decrement(1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_kib;
+
+    #[test]
+    fn status_fields_are_read_in_kib() {
+        let status = "Name:\tswitchboard\nVmPeak:\t  2048 kB\nVmRSS:\t   1234 kB\nThreads:\t7\n";
+        assert_eq!(status_kib(status, "VmRSS:"), Some(1234));
+        assert_eq!(status_kib(status, "VmPeak:"), Some(2048));
+        assert_eq!(status_kib(status, "RssAnon:"), None);
+        assert_eq!(status_kib("VmRSS:\tlots kB\n", "VmRSS:"), None);
     }
 }
