@@ -143,17 +143,9 @@ pub(super) fn proc_status(pid: Option<u32>) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// A field of a `/proc/<pid>/status` text: the first word after its name (`kB` fields in
-/// KiB, `Threads:` a count).
-pub(super) fn status_field(status: &str, field: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
+/// A field of a `/proc/<pid>/status` text (`kB` fields in KiB, `Threads:` a count): read as
+/// the server's `/metrics` reads it.
+pub(super) use switchboard_server::routes::metrics::status_kib as status_field;
 
 /// A sample's value in a Prometheus text document (`name` with its labels, as written).
 pub(super) fn prom_sample(text: &str, name: &str) -> Option<f64> {

@@ -196,3 +196,17 @@ mod tests {
         }
     }
 }
+
+/// What a JSON value is, for error messages: "null", "a boolean", "a number", "a string",
+/// "an array" or "an object" ("`path` must be a string, not an array").
+pub fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -430,16 +430,7 @@ pub(crate) fn as_integer(v: &Value) -> Option<i64> {
     }
 }
 
-pub(crate) fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(crate) use switchboard_protocol::error::json_kind;
 
 /// `1 line`, `2 lines`.
 pub(crate) fn plural(n: usize, word: &str) -> String {

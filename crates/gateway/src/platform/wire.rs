@@ -63,16 +63,7 @@ pub(crate) fn from_object<T: DeserializeOwned>(v: Value) -> Result<T, String> {
 }
 
 /// What a JSON value is, for messages ("an array", "a string", ...).
-pub(crate) fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(crate) use switchboard_protocol::error::json_kind as kind_of;
 
 #[cfg(test)]
 mod tests {

@@ -172,8 +172,8 @@ fn sample_process() {
     }
 }
 
-/// A `kB` field of `/proc/<pid>/status` (`VmRSS:   1234 kB`).
-fn status_kib(status: &str, field: &str) -> Option<u64> {
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:   1234 kB`), or a count (`Threads:`).
+pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))?
