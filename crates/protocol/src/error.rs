@@ -174,6 +174,20 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
+/// What a JSON value is, for error messages: "null", "a boolean", "a number", "a string",
+/// "an array" or "an object" ("`path` must be a string, not an array").
+pub fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,19 +208,5 @@ mod tests {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
         }
-    }
-}
-
-/// What a JSON value is, for error messages: "null", "a boolean", "a number", "a string",
-/// "an array" or "an object" ("`path` must be a string, not an array").
-pub fn json_kind(v: &serde_json::Value) -> &'static str {
-    use serde_json::Value;
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
