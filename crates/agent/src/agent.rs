@@ -60,15 +60,15 @@ impl BuiltinAgent {
     }
 }
 
-/// The stored transcript as provider messages. An assistant tool call that has no recorded
-/// result (the process died while it ran) gets one saying so, because providers refuse a
-/// conversation with an unanswered call.
 /// Added to the system prompt when the session's older messages were left out of the run's
 /// history (`[sessions] history_max_*`).
 pub const EARLIER_LEFT_OUT: &str = "Only the most recent part of this conversation is shown \
 to you: its earlier messages were left out to fit. If the user refers to something you \
 cannot see, say so and ask them to repeat it.";
 
+/// The stored transcript as provider messages. An assistant tool call that has no recorded
+/// result (the process died while it ran) gets one saying so, because providers refuse a
+/// conversation with an unanswered call.
 fn history_messages(history: Vec<TranscriptMessage>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(history.len());
     let mut open: Vec<String> = Vec::new();
