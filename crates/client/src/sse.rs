@@ -15,7 +15,8 @@
 
 use std::collections::VecDeque;
 
-/// Default cap on the size of one frame (its pending line plus its `data:`), in bytes.
+/// Default cap on the size of one frame (its pending line plus its `data:` lines), in bytes
+/// as they came over the wire: invalid UTF-8 decoded to U+FFFD does not count extra.
 pub(crate) const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
 /// One dispatched SSE frame.
@@ -46,6 +47,8 @@ pub(crate) struct SseParser {
     /// Whether the first line was seen (a UTF-8 BOM is stripped from it only).
     started: bool,
     data: String,
+    /// Wire bytes of the frame's `data:` lines so far (what the cap counts, with `line`).
+    data_wire_bytes: usize,
     has_data: bool,
     event: Option<String>,
     id: Option<String>,
@@ -66,6 +69,7 @@ impl SseParser {
             skip_lf: false,
             started: false,
             data: String::new(),
+            data_wire_bytes: 0,
             has_data: false,
             event: None,
             id: None,
@@ -112,7 +116,7 @@ impl SseParser {
     }
 
     fn check_size(&self) -> Result<(), SseError> {
-        if self.line.len() + self.data.len() > self.max_frame_bytes {
+        if self.line.len() + self.data_wire_bytes > self.max_frame_bytes {
             return Err(SseError::FrameTooLarge(self.max_frame_bytes));
         }
         Ok(())
@@ -140,6 +144,7 @@ impl SseParser {
         };
         match field {
             "data" => {
+                self.data_wire_bytes += bytes.len();
                 self.data.push_str(value);
                 self.data.push('\n');
                 self.has_data = true;
@@ -157,6 +162,7 @@ impl SseParser {
             return;
         }
         self.has_data = false;
+        self.data_wire_bytes = 0;
         let mut data = std::mem::take(&mut self.data);
         if data.ends_with('\n') {
             data.pop();
@@ -291,5 +297,16 @@ mod tests {
         );
         let mut parser = SseParser::new(16);
         assert!(parser.feed(b"data: 0123456789abcdefgh").is_err());
+    }
+
+    #[test]
+    fn the_cap_counts_wire_bytes_not_decoded_ones() {
+        // 11 invalid bytes decode to 11 U+FFFD (33 bytes); the frame is 16 bytes on the wire
+        let mut parser = SseParser::new(16);
+        let body = b"data:\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\n";
+        assert_eq!(body.len(), 17);
+        assert!(parser.feed(body).is_ok());
+        assert!(parser.feed(b"\n").is_ok(), "the blank line that ends the frame");
+        assert_eq!(parser.next_frame().map(|f| f.data.chars().count()), Some(11));
     }
 }
