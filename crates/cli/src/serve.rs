@@ -123,6 +123,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         checkpoints: settings.checkpoints.clone(),
         mcp_servers: settings.mcp_servers.clone(),
         history: settings.history,
+        live_buffer: settings.live_buffer,
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

@@ -306,7 +306,13 @@ mod tests {
         let body = b"data:\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\n";
         assert_eq!(body.len(), 17);
         assert!(parser.feed(body).is_ok());
-        assert!(parser.feed(b"\n").is_ok(), "the blank line that ends the frame");
-        assert_eq!(parser.next_frame().map(|f| f.data.chars().count()), Some(11));
+        assert!(
+            parser.feed(b"\n").is_ok(),
+            "the blank line that ends the frame"
+        );
+        assert_eq!(
+            parser.next_frame().map(|f| f.data.chars().count()),
+            Some(11)
+        );
     }
 }

@@ -3,6 +3,9 @@ use std::time::Duration;
 
 use switchboard_protocol::{AutoApprove, PermissionMode};
 
+/// Default of [`EngineConfig::live_buffer`].
+pub const DEFAULT_LIVE_BUFFER: usize = 256;
+
 /// Settings of the engine, filled from the configuration file by the binary.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -70,7 +73,7 @@ impl Default for EngineConfig {
             default_permission_mode: PermissionMode::WorkspaceWrite,
             default_auto_approve: AutoApprove::default(),
             event_retention: None,
-            live_buffer: 256,
+            live_buffer: DEFAULT_LIVE_BUFFER,
             approval_timeout: Duration::from_secs(900),
             instance_id: format!("local-{}", std::process::id()),
             run_lease_ttl: Duration::from_secs(10),

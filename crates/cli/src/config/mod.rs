@@ -343,6 +343,8 @@ pub struct ToolsSection {
 pub struct EventsSection {
     pub retention_days: Option<u64>,
     pub keepalive_secs: Option<u64>,
+    /// Committed batches each session's live ring keeps for its streams (default 256).
+    pub live_buffer: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -404,6 +406,8 @@ pub struct Settings {
     pub agents: std::collections::BTreeMap<String, AgentSection>,
     pub gateway: Option<GatewaySettings>,
     pub keepalive_secs: u64,
+    /// `[events] live_buffer`: committed batches each session's live ring keeps.
+    pub live_buffer: usize,
     pub max_body_bytes: usize,
     pub conn_limits: switchboard_http::ConnLimits,
     /// `[metrics] listen`: where `/metrics` is served without the token, if anywhere.
@@ -450,6 +454,25 @@ fn history_limits(file: &SessionsSection) -> Result<switchboard_engine::HistoryL
         max_messages,
         max_chars,
     })
+}
+
+/// Bounds of `[events] live_buffer`: below 16 a stream that pauses for a moment falls back
+/// to reading the store; each slot is reserved up front for every session with a stream.
+const LIVE_BUFFER_RANGE: std::ops::RangeInclusive<usize> = 16..=65_536;
+
+/// `[events] live_buffer` (or `SWITCHBOARD_LIVE_BUFFER`), within [`LIVE_BUFFER_RANGE`].
+fn live_buffer(file: &EventsSection) -> Result<usize> {
+    let n = env_parse("SWITCHBOARD_LIVE_BUFFER")?
+        .or(file.live_buffer)
+        .unwrap_or(switchboard_engine::DEFAULT_LIVE_BUFFER);
+    if !LIVE_BUFFER_RANGE.contains(&n) {
+        bail!(
+            "[events] live_buffer = {n}: it must be between {} and {}",
+            LIVE_BUFFER_RANGE.start(),
+            LIVE_BUFFER_RANGE.end()
+        );
+    }
+    Ok(n)
 }
 
 fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
@@ -686,6 +709,7 @@ impl Settings {
                 .or(file.events.keepalive_secs)
                 .unwrap_or(15)
                 .max(1),
+            live_buffer: live_buffer(&file.events)?,
             max_body_bytes: env_parse("SWITCHBOARD_MAX_BODY_BYTES")?
                 .or(file.server.max_body_bytes)
                 .unwrap_or(2 * 1024 * 1024),

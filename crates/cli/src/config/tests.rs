@@ -40,6 +40,29 @@ fn history_limits_default_and_zero_is_refused() {
 }
 
 #[test]
+fn live_buffer_default_file_and_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    let data = dir.path().join("data");
+    std::fs::write(&path, "").unwrap();
+    let s = Settings::load(Some(&path), Some(&data), None).unwrap();
+    assert_eq!(s.live_buffer, 256);
+    std::fs::write(&path, "[events]\nlive_buffer = 64\n").unwrap();
+    let s = Settings::load(Some(&path), Some(&data), None).unwrap();
+    assert_eq!(s.live_buffer, 64);
+    for bad in ["0", "15", "65537"] {
+        std::fs::write(&path, format!("[events]\nlive_buffer = {bad}\n")).unwrap();
+        let e = Settings::load(Some(&path), Some(&data), None)
+            .err()
+            .expect("out of bounds is refused");
+        assert!(
+            format!("{e:#}").contains("live_buffer") && format!("{e:#}").contains("16 and 65536"),
+            "{e:#}"
+        );
+    }
+}
+
+#[test]
 fn unknown_keys_are_named() {
     let err = parse_config("[provider]\nmodle = \"x\"\n", Path::new("s.toml"))
         .unwrap_err()
