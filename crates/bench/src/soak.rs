@@ -75,10 +75,16 @@ async fn runtime_gauges(http: &reqwest::Client, url: &str) -> String {
         Err(_) => String::new(),
     };
     let gauge = |name| prom_sample(&text, name).map_or("?".to_string(), |v| format!("{v:.0}"));
+    let mib = |name| {
+        prom_sample(&text, name).map_or("?".to_string(), |v| format!("{:.1}", v / 1048576.0))
+    };
     format!(
-        "{} tasks, {} fds",
+        "{} tasks, {} fds, heap allocated {} / active {} / resident {} MiB",
         gauge("switchboard_runtime_alive_tasks"),
-        gauge("process_open_fds")
+        gauge("process_open_fds"),
+        mib("switchboard_heap_allocated_bytes"),
+        mib("switchboard_heap_active_bytes"),
+        mib("switchboard_heap_resident_bytes")
     )
 }
 

@@ -6,6 +6,7 @@ mod config;
 mod datadir;
 mod doctor;
 mod gateway_cmd;
+mod heap;
 mod hub_cmd;
 mod relay_cmd;
 mod schedule_cmd;
@@ -16,6 +17,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// jemalloc for the whole process (see crates/cli/Cargo.toml and docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Switchboard: a self-hosted gateway for AI agents.
 #[derive(Parser)]

@@ -189,6 +189,7 @@ pub async fn run(settings: Settings) -> Result<()> {
     }
     // Before anything records: every counter from start-up on is in `/metrics`.
     switchboard_server::routes::metrics::install();
+    crate::heap::register();
     let (token, token_note) = resolve_token(&settings)?;
     // The server's own token is exempt from the write limit unless asked otherwise.
     let write_rate = switchboard_http::WriteRate::new(

@@ -95,11 +95,22 @@ async fn metrics_move_with_runs_approvals_and_streams() {
         "{after}"
     );
     assert!(after.contains("# HELP switchboard_runs_started_total"));
+    assert!(after.contains("# HELP switchboard_heap_allocated_bytes"));
+    let heap = |name| sample(&after, name).unwrap_or(0.0);
+    assert!(
+        heap("switchboard_heap_allocated_bytes") <= heap("switchboard_heap_active_bytes")
+            && heap("switchboard_heap_active_bytes") <= heap("switchboard_heap_resident_bytes"),
+        "allocated <= active <= resident: {after}"
+    );
     // The process's own gauges, sampled at the scrape.
     for gauge in [
         "process_resident_memory_bytes",
         "process_open_fds",
         "switchboard_runtime_alive_tasks",
+        // The allocator's (jemalloc's) heap, read at the scrape too.
+        "switchboard_heap_allocated_bytes",
+        "switchboard_heap_active_bytes",
+        "switchboard_heap_resident_bytes",
     ] {
         assert!(
             sample(&after, gauge).unwrap_or(0.0) > 0.0,

@@ -18,6 +18,16 @@ use crate::AppState;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Sets more gauges at each scrape, for what only the binary knows (its allocator's heap).
+static EXTRA_SAMPLER: OnceLock<fn()> = OnceLock::new();
+
+/// Registers `sample` to run at each scrape, before the document is rendered, beside the
+/// process gauges (once; a later registration is ignored). The binary registers its
+/// allocator's heap gauges here.
+pub fn sample_also(sample: fn()) {
+    let _ = EXTRA_SAMPLER.set(sample);
+}
+
 /// Installs the Prometheus recorder as the process's global one (once; later calls do
 /// nothing) and describes the metrics Switchboard records.
 pub fn install() {
@@ -169,6 +179,9 @@ fn sample_process() {
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         metrics::gauge!("process_open_fds").set(fds.count() as f64);
+    }
+    if let Some(extra) = EXTRA_SAMPLER.get() {
+        extra();
     }
 }
 

@@ -1,0 +1,114 @@
+//! The heap gauges of `/metrics`: what jemalloc (the process's allocator, see `main.rs`)
+//! holds, so an operator can tell a growing heap from memory the allocator keeps.
+//!
+//! - `switchboard_heap_allocated_bytes`: bytes the program has allocated and not freed
+//!   (the live heap; a leak grows this one).
+//! - `switchboard_heap_active_bytes`: bytes in pages holding live allocations (allocated plus
+//!   the unused space of those pages: fragmentation is active minus allocated).
+//! - `switchboard_heap_resident_bytes`: bytes of the allocator's memory in RAM, its metadata
+//!   and the freed pages not yet given back included (the heap's share of RSS).
+//! - `switchboard_heap_retained_bytes`: address space kept for reuse but given back to the OS
+//!   (not in RSS).
+//!
+//! jemalloc's statistics are snapshots refreshed by advancing its epoch; [`sample`] does
+//! that at each scrape of `/metrics` (registered with the server's metrics route by
+//! [`register`]). A failed read leaves the gauges as they were and is logged once: the
+//! gauges are a diagnostic, never a reason to fail a scrape.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tikv_jemalloc_ctl::{epoch, stats};
+
+/// The heap's figures at one instant, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heap {
+    pub allocated: usize,
+    pub active: usize,
+    pub resident: usize,
+    pub retained: usize,
+}
+
+/// Reads jemalloc's statistics now (advancing its epoch first, so they are current).
+pub fn read() -> Result<Heap, tikv_jemalloc_ctl::Error> {
+    epoch::advance()?;
+    Ok(Heap {
+        allocated: stats::allocated::read()?,
+        active: stats::active::read()?,
+        resident: stats::resident::read()?,
+        retained: stats::retained::read()?,
+    })
+}
+
+/// Describes the heap gauges and has the metrics route set them at each scrape.
+pub fn register() {
+    use metrics::{Unit, describe_gauge};
+    describe_gauge!(
+        "switchboard_heap_allocated_bytes",
+        Unit::Bytes,
+        "Bytes allocated and not freed (the live heap)"
+    );
+    describe_gauge!(
+        "switchboard_heap_active_bytes",
+        Unit::Bytes,
+        "Bytes in the allocator's pages that hold live allocations"
+    );
+    describe_gauge!(
+        "switchboard_heap_resident_bytes",
+        Unit::Bytes,
+        "Bytes of the allocator's memory resident in RAM (its share of RSS)"
+    );
+    describe_gauge!(
+        "switchboard_heap_retained_bytes",
+        Unit::Bytes,
+        "Bytes of address space the allocator keeps but gave back to the OS"
+    );
+    switchboard_server::routes::metrics::sample_also(sample);
+}
+
+/// Sets the heap gauges from the allocator's current statistics.
+fn sample() {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    match read() {
+        Ok(h) => {
+            // Gauges are f64; a heap under 2^53 bytes converts exactly.
+            metrics::gauge!("switchboard_heap_allocated_bytes").set(h.allocated as f64);
+            metrics::gauge!("switchboard_heap_active_bytes").set(h.active as f64);
+            metrics::gauge!("switchboard_heap_resident_bytes").set(h.resident as f64);
+            metrics::gauge!("switchboard_heap_retained_bytes").set(h.retained as f64);
+        }
+        Err(e) => {
+            if !WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %e, "cannot read the allocator's statistics; the heap gauges keep their last values");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_allocation_shows_in_the_allocated_figure() {
+        let before = read().expect("stats");
+        // 64 MiB, touched so it is resident: far above anything else this test thread does.
+        let big = vec![1u8; 64 << 20];
+        let during = read().expect("stats");
+        assert!(
+            during.allocated >= before.allocated + (60 << 20),
+            "allocated {} -> {} with 64 MiB live",
+            before.allocated,
+            during.allocated
+        );
+        assert!(during.active >= during.allocated, "{during:?}");
+        assert!(during.resident >= during.active, "{during:?}");
+        drop(std::hint::black_box(big));
+        let after = read().expect("stats");
+        assert!(
+            after.allocated + (60 << 20) <= during.allocated,
+            "allocated {} -> {} after freeing 64 MiB",
+            during.allocated,
+            after.allocated
+        );
+    }
+}
