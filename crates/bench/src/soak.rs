@@ -79,12 +79,15 @@ async fn runtime_gauges(http: &reqwest::Client, url: &str) -> String {
         prom_sample(&text, name).map_or("?".to_string(), |v| format!("{:.1}", v / 1048576.0))
     };
     format!(
-        "{} tasks, {} fds, heap allocated {} / active {} / resident {} MiB",
+        "{} tasks, {} fds, heap allocated {} / active {} / resident {} / metadata {} / dirty {} / muzzy {} MiB",
         gauge("switchboard_runtime_alive_tasks"),
         gauge("process_open_fds"),
         mib("switchboard_heap_allocated_bytes"),
         mib("switchboard_heap_active_bytes"),
-        mib("switchboard_heap_resident_bytes")
+        mib("switchboard_heap_resident_bytes"),
+        mib("switchboard_heap_metadata_bytes"),
+        mib("switchboard_heap_dirty_bytes"),
+        mib("switchboard_heap_muzzy_bytes")
     )
 }
 

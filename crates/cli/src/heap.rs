@@ -7,8 +7,14 @@
 //!   the unused space of those pages: fragmentation is active minus allocated).
 //! - `switchboard_heap_resident_bytes`: bytes of the allocator's memory in RAM, its metadata
 //!   and the freed pages not yet given back included (the heap's share of RSS).
+//! - `switchboard_heap_metadata_bytes`: the allocator's own bookkeeping (part of resident).
 //! - `switchboard_heap_retained_bytes`: address space kept for reuse but given back to the OS
 //!   (not in RSS).
+//! - `switchboard_heap_dirty_bytes`: freed pages kept in RAM for reuse (part of resident),
+//!   given back to the OS after `dirty_decay_ms` (jemalloc's default 10 s; `MALLOC_CONF`
+//!   sets it). Under a steady load it follows the rate memory is freed at.
+//! - `switchboard_heap_muzzy_bytes`: freed pages marked reclaimable (`MADV_FREE`), 0 unless
+//!   `MALLOC_CONF` sets a `muzzy_decay_ms`.
 //!
 //! jemalloc's statistics are snapshots refreshed by advancing its epoch; [`sample`] does
 //! that at each scrape of `/metrics` (registered with the server's metrics route by
@@ -17,7 +23,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tikv_jemalloc_ctl::{epoch, stats};
+use tikv_jemalloc_ctl::{Access, AsName, epoch, stats};
 
 /// The heap's figures at one instant, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +31,12 @@ pub struct Heap {
     pub allocated: usize,
     pub active: usize,
     pub resident: usize,
+    pub metadata: usize,
     pub retained: usize,
+    /// Freed pages kept for reuse, still in RAM (all arenas).
+    pub dirty: usize,
+    /// Freed pages marked reclaimable (`MADV_FREE`): the kernel takes them when it needs to.
+    pub muzzy: usize,
 }
 
 /// Reads jemalloc's statistics now (advancing its epoch first, so they are current).
@@ -35,8 +46,18 @@ pub fn read() -> Result<Heap, tikv_jemalloc_ctl::Error> {
         allocated: stats::allocated::read()?,
         active: stats::active::read()?,
         resident: stats::resident::read()?,
+        metadata: stats::metadata::read()?,
         retained: stats::retained::read()?,
+        dirty: all_arenas(b"stats.arenas.4096.pdirty\0")?,
+        muzzy: all_arenas(b"stats.arenas.4096.pmuzzy\0")?,
     })
+}
+
+/// A page count summed over every arena (4096 is jemalloc's `MALLCTL_ARENAS_ALL`), in bytes.
+fn all_arenas(key: &[u8]) -> Result<usize, tikv_jemalloc_ctl::Error> {
+    let pages: usize = key.name().read()?;
+    let page: usize = b"arenas.page\0".name().read()?;
+    Ok(pages.saturating_mul(page))
 }
 
 /// Describes the heap gauges and has the metrics route set them at each scrape.
@@ -58,6 +79,21 @@ pub fn register() {
         "Bytes of the allocator's memory resident in RAM (its share of RSS)"
     );
     describe_gauge!(
+        "switchboard_heap_metadata_bytes",
+        Unit::Bytes,
+        "Bytes of the allocator's own bookkeeping"
+    );
+    describe_gauge!(
+        "switchboard_heap_dirty_bytes",
+        Unit::Bytes,
+        "Bytes of freed pages the allocator keeps in RAM for reuse"
+    );
+    describe_gauge!(
+        "switchboard_heap_muzzy_bytes",
+        Unit::Bytes,
+        "Bytes of freed pages the allocator marked reclaimable by the kernel"
+    );
+    describe_gauge!(
         "switchboard_heap_retained_bytes",
         Unit::Bytes,
         "Bytes of address space the allocator keeps but gave back to the OS"
@@ -74,7 +110,10 @@ fn sample() {
             metrics::gauge!("switchboard_heap_allocated_bytes").set(h.allocated as f64);
             metrics::gauge!("switchboard_heap_active_bytes").set(h.active as f64);
             metrics::gauge!("switchboard_heap_resident_bytes").set(h.resident as f64);
+            metrics::gauge!("switchboard_heap_metadata_bytes").set(h.metadata as f64);
             metrics::gauge!("switchboard_heap_retained_bytes").set(h.retained as f64);
+            metrics::gauge!("switchboard_heap_dirty_bytes").set(h.dirty as f64);
+            metrics::gauge!("switchboard_heap_muzzy_bytes").set(h.muzzy as f64);
         }
         Err(e) => {
             if !WARNED.swap(true, Ordering::Relaxed) {
@@ -88,8 +127,33 @@ fn sample() {
 mod tests {
     use super::*;
 
+    /// The heap tests measure the whole process's heap: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn freed_pages_show_as_dirty() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        if std::env::var_os("MALLOC_CONF").is_some() {
+            return; // its decay settings could give them back at once
+        }
+        let before = read().expect("stats");
+        // 96 blocks of 1 MiB, touched: below jemalloc's oversize threshold (8 MiB, given
+        // back at once) and above its thread cache, so freeing them leaves dirty pages.
+        let blocks: Vec<Vec<u8>> = (0..96).map(|i| vec![i as u8; 1 << 20]).collect();
+        drop(std::hint::black_box(blocks));
+        let after = read().expect("stats");
+        assert!(
+            after.dirty >= before.dirty + (64 << 20),
+            "96 MiB freed: dirty {} -> {}",
+            before.dirty,
+            after.dirty
+        );
+        assert!(after.resident >= after.active + after.dirty, "{after:?}");
+    }
+
     #[test]
     fn a_live_allocation_shows_in_the_allocated_figure() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let before = read().expect("stats");
         // 64 MiB, touched so it is resident: far above anything else this test thread does.
         let big = vec![1u8; 64 << 20];

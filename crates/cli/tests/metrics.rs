@@ -102,6 +102,12 @@ async fn metrics_move_with_runs_approvals_and_streams() {
             && heap("switchboard_heap_active_bytes") <= heap("switchboard_heap_resident_bytes"),
         "allocated <= active <= resident: {after}"
     );
+    // Freed pages kept for reuse: there is always some after a run (a gauge at 0 is fine
+    // for muzzy, which jemalloc's defaults do not use).
+    assert!(
+        sample(&after, "switchboard_heap_muzzy_bytes").is_some(),
+        "{after}"
+    );
     // The process's own gauges, sampled at the scrape.
     for gauge in [
         "process_resident_memory_bytes",
@@ -111,6 +117,8 @@ async fn metrics_move_with_runs_approvals_and_streams() {
         "switchboard_heap_allocated_bytes",
         "switchboard_heap_active_bytes",
         "switchboard_heap_resident_bytes",
+        "switchboard_heap_metadata_bytes",
+        "switchboard_heap_dirty_bytes",
     ] {
         assert!(
             sample(&after, gauge).unwrap_or(0.0) > 0.0,

@@ -6,6 +6,10 @@ use switchboard_protocol::{AutoApprove, PermissionMode};
 /// Default of [`EngineConfig::live_buffer`].
 pub const DEFAULT_LIVE_BUFFER: usize = 256;
 
+/// Least [`EngineConfig::live_buffer`] the event log uses (a smaller value is raised to it):
+/// below it a stream that pauses for a moment falls back to reading the store.
+pub const MIN_LIVE_BUFFER: usize = 16;
+
 /// Settings of the engine, filled from the configuration file by the binary.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {

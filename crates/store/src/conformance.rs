@@ -469,6 +469,45 @@ pub async fn recent_messages_are_bounded(store: &dyn Store) {
         RecentMessages::default(),
         "an unknown session: nothing, and nothing earlier"
     );
+
+    // A longer session, read in pages from the newest (16, 32, 64 …): the cuts fall inside
+    // and across pages alike. 40 messages of 10 chars each.
+    let long = new_session(store, "recent long").await;
+    let mut written = Vec::new();
+    for i in 0..40u32 {
+        let m = MessageRecord {
+            id: Uuid::now_v7(),
+            session_id: long.id,
+            run_id: None,
+            role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
+            content: format!("{i:0>10}"),
+            tool_calls: None,
+            tool_call_id: None,
+            is_error: false,
+            created_at: ts(i),
+        };
+        check("append long", store.append_message(&m, None).await);
+        written.push(m);
+    }
+    let lid = long.id;
+    let recent = |n, chars| async move {
+        let r = check("recent long", store.recent_messages(lid, n, chars).await);
+        (r.messages, r.earlier)
+    };
+    assert_eq!(recent(100, u64::MAX).await, (written.clone(), false));
+    assert_eq!(recent(40, u64::MAX).await, (written.clone(), false));
+    assert_eq!(recent(39, u64::MAX).await, (written[1..].to_vec(), true));
+    assert_eq!(recent(16, u64::MAX).await, (written[24..].to_vec(), true));
+    assert_eq!(recent(17, u64::MAX).await, (written[23..].to_vec(), true));
+    // Newer ones add up to 0, 10, …, 250 < 255: 26 kept, in the second page.
+    assert_eq!(recent(100, 255).await, (written[14..].to_vec(), true));
+    assert_eq!(
+        recent(100, 160).await,
+        (written[24..].to_vec(), true),
+        "16: one page"
+    );
+    assert_eq!(recent(100, 390).await, (written[1..].to_vec(), true));
+    assert_eq!(recent(100, 391).await, (written.clone(), false));
 }
 
 pub async fn delete_removes_everything(store: &dyn Store) {

@@ -456,9 +456,11 @@ fn history_limits(file: &SessionsSection) -> Result<switchboard_engine::HistoryL
     })
 }
 
-/// Bounds of `[events] live_buffer`: below 16 a stream that pauses for a moment falls back
-/// to reading the store; each slot is reserved up front for every session with a stream.
-const LIVE_BUFFER_RANGE: std::ops::RangeInclusive<usize> = 16..=65_536;
+/// Bounds of `[events] live_buffer`: the engine's least (below it a stream that pauses for a
+/// moment falls back to reading the store) up to 65,536 (each slot is reserved up front for
+/// every session with a stream).
+const LIVE_BUFFER_RANGE: std::ops::RangeInclusive<usize> =
+    switchboard_engine::MIN_LIVE_BUFFER..=65_536;
 
 /// `[events] live_buffer` (or `SWITCHBOARD_LIVE_BUFFER`), within [`LIVE_BUFFER_RANGE`].
 fn live_buffer(file: &EventsSection) -> Result<usize> {

@@ -282,7 +282,7 @@ impl EventLog {
             writer: tx,
             seqs,
             channels,
-            live_buffer: live_buffer.max(16),
+            live_buffer: live_buffer.max(crate::MIN_LIVE_BUFFER),
             bus,
             approvals,
         }
