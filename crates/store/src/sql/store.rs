@@ -680,7 +680,8 @@ impl Store for SqlStore {
         // 2,000 by default, at every run: the cost of a run grew with the session's age.)
         // A message is kept while the newer ones add up to less than `max_chars`. Appends
         // only add positions above the first page, so the pages need no transaction.
-        let size = "LENGTH(content) + COALESCE(LENGTH(tool_calls), 0)";
+        // BIGINT: PostgreSQL's LENGTH is a 4-byte integer, read here as i64.
+        let size = "CAST(LENGTH(content) + COALESCE(LENGTH(tool_calls), 0) AS BIGINT)";
         let max_chars = i64::try_from(max_chars).unwrap_or(i64::MAX);
         with_db!(self, |pool, d| {
             let mut kept = Vec::new(); // newest first
