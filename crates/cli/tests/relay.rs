@@ -1477,3 +1477,37 @@ async fn a_member_s_send_budget_refuses_with_its_code() {
     assert!(!read(&log).contains("one too many"));
     c.relay_down("dev").await.unwrap();
 }
+
+/// A tmux member gets the same scrubbed environment as ACP agents and MCP servers: no
+/// provider key, no server token (its shell could print them to anyone who reads the pane).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmux_members_get_no_provider_keys_nor_the_server_token() {
+    let w = World::new().await;
+    let out = w.path("member.env");
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"a\"\ndirectory = \"{ws}\"\n[members.tmux]\ncommand = \"bash -c 'env > {out}.tmp; mv {out}.tmp {out}; sleep 600'\"\n{SHORT}\n",
+            ws = w.path("ws").display(),
+            out = out.display(),
+        ),
+    );
+    let server = w
+        .server_with(&[
+            ("OPENAI_API_KEY", "sk-openai-must-not-leak"),
+            ("ANTHROPIC_API_KEY", "sk-ant-must-not-leak"),
+        ])
+        .await;
+    let c = client(&server);
+    c.relay_up("dev").await.unwrap();
+    wait_for("the member's environment", Duration::from_secs(30), || {
+        out.exists()
+    })
+    .await;
+    let env = read(&out);
+    assert!(env.contains("PATH="), "{env}");
+    for secret in ["sk-openai-must-not-leak", "sk-ant-must-not-leak", TOKEN] {
+        assert!(!env.contains(secret), "{secret} reached the member: {env}");
+    }
+    c.relay_down("dev").await.unwrap();
+}

@@ -7,11 +7,8 @@ use std::collections::BTreeMap;
 /// (with the API token an agent could approve its own requests) and the model providers'
 /// keys — except those `keep` sets explicitly (the agent's own configured `env`).
 pub fn scrub_server_secrets(cmd: &mut tokio::process::Command, keep: &BTreeMap<String, String>) {
-    for (key, _) in std::env::vars_os() {
-        let k = key.to_string_lossy();
-        if (k.starts_with("SWITCHBOARD_") || k == "OPENAI_API_KEY" || k == "ANTHROPIC_API_KEY")
-            && !keep.contains_key(k.as_ref())
-        {
+    for key in switchboard_protocol::secrets::server_secrets_in_env() {
+        if !keep.contains_key(key.to_string_lossy().as_ref()) {
             cmd.env_remove(&key);
         }
     }

@@ -16,6 +16,7 @@ pub mod nullable;
 pub mod openai;
 pub mod relay;
 pub mod schedules;
+pub mod secrets;
 pub mod sessions;
 pub mod system;
 pub mod tools;

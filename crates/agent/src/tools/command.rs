@@ -2,7 +2,6 @@
 //! bounded output capture, a timeout and cancellation that kill the whole group.
 
 use std::collections::VecDeque;
-use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
@@ -22,8 +21,6 @@ use super::{ToolLimits, ToolOutput, Workspace, as_integer, json_kind, req_str, t
 const GRACE: Duration = Duration::from_secs(2);
 /// Read buffer per pipe.
 const READ_BUF: usize = 16 * 1024;
-/// Environment variables never passed to commands (besides every `SWITCHBOARD_*`).
-const SECRET_VARS: [&str; 2] = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 
 pub(super) async fn run_command(
     ws: &Workspace,
@@ -90,22 +87,16 @@ fn command_for(root: &Path, command: &str) -> Command {
     cmd
 }
 
-fn is_secret(name: &OsStr) -> bool {
-    name.as_encoded_bytes().starts_with(b"SWITCHBOARD_") || SECRET_VARS.iter().any(|s| name == *s)
-}
-
 /// Removes the server's secrets from the child's environment: every `SWITCHBOARD_*` variable,
 /// `OPENAI_API_KEY` and `ANTHROPIC_API_KEY`, whether inherited or set on `cmd`.
 fn scrub_env(cmd: &mut Command) {
-    let mut names: Vec<_> = std::env::vars_os()
-        .map(|(name, _)| name)
-        .filter(|name| is_secret(name))
-        .collect();
+    use switchboard_protocol::secrets::{is_server_secret, server_secrets_in_env};
+    let mut names = server_secrets_in_env();
     names.extend(
         cmd.as_std()
             .get_envs()
             .map(|(name, _)| name.to_os_string())
-            .filter(|name| is_secret(name)),
+            .filter(|name| is_server_secret(name)),
     );
     for name in names {
         cmd.env_remove(name);

@@ -1,12 +1,9 @@
 //! Running the tmux client: one invocation per command, on the bundle's socket, with a
 //! scrubbed environment; its errors and how tmux says "not there".
 
-use std::ffi::OsString;
 use std::process::Stdio;
 
-use super::{
-    COMMAND_TIMEOUT, OWNED_OPTION, Output, SessionInfo, TMUX_BIN, TOKEN_ENV_PREFIX, Tmux, TmuxError,
-};
+use super::{COMMAND_TIMEOUT, OWNED_OPTION, Output, SessionInfo, TMUX_BIN, Tmux, TmuxError};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
@@ -201,11 +198,9 @@ pub(super) fn pane_target(session: &str) -> String {
 
 /// The environment of a tmux client, which becomes the server's if it starts one.
 fn prepare_env(cmd: &mut Command) {
-    let secrets: Vec<OsString> = std::env::vars_os()
-        .map(|(key, _)| key)
-        .filter(|key| key.to_string_lossy().starts_with(TOKEN_ENV_PREFIX))
-        .collect();
-    for key in secrets {
+    // The same scrub as every process started for an agent: no server token, no provider
+    // keys (a member's shell could otherwise print them).
+    for key in switchboard_protocol::secrets::server_secrets_in_env() {
         cmd.env_remove(key);
     }
     // Running inside another tmux must not leak into ours.

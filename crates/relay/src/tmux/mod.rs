@@ -41,10 +41,6 @@ pub const MAX_PASTE_BYTES: usize = 1024 * 1024;
 pub const MAX_CAPTURE_LINES: u32 = 1000;
 /// How many lines of output an immediately exiting command reports in [`TmuxError::Exited`].
 const EXIT_OUTPUT_LINES: u32 = 20;
-/// Environment variables with this prefix never reach the tmux server (and so the panes):
-/// the server's token and the chat platforms' secrets all live there. What a member needs
-/// (`SWITCHBOARD_URL`, `SWITCHBOARD_RELAY_*` …) is given per session with `-e`.
-const TOKEN_ENV_PREFIX: &str = "SWITCHBOARD_";
 /// A single tmux client invocation that takes longer than this is killed.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 /// How often, and how many times, to ask again for the exit status of a pane that just died.
