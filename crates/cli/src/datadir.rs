@@ -8,13 +8,22 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use rand::RngCore;
 
-/// Creates the data directory with mode 0700 if missing.
+/// Creates the data directory if missing, and makes it 0700 at every start: it holds the
+/// token, the databases and every file users sent, and a directory others can read (made
+/// by hand, restored from a backup) would hand all of it out.
 pub fn ensure_data_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
         fs::create_dir_all(dir)
             .with_context(|| format!("creating data directory {}", dir.display()))?;
+    }
+    if let Some(mode) = mode_of(dir)
+        && mode != 0o700
+    {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .with_context(|| format!("setting permissions of {}", dir.display()))?;
+        if mode & 0o077 != 0 {
+            tracing::warn!(dir = %dir.display(), was = format!("{mode:o}"), "the data directory was readable by others; it is 0700 now");
+        }
     }
     Ok(())
 }
@@ -66,6 +75,17 @@ pub fn mode_of(path: &Path) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_data_dir_is_tightened_at_every_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("data");
+        ensure_data_dir(&d).unwrap();
+        assert_eq!(mode_of(&d), Some(0o700));
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_data_dir(&d).unwrap();
+        assert_eq!(mode_of(&d), Some(0o700));
+    }
 
     #[test]
     fn token_file_is_private_and_stable() {

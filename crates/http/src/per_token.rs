@@ -144,13 +144,33 @@ impl WriteRate {
         })
     }
 
-    /// Takes one write for `key` at `now`; `Err(wait)` when the bucket is empty.
-    fn take(&self, key: CallerKey, now: Instant) -> Result<(), Duration> {
+    /// Gives back the write [`Self::take`] took for a request the route then refused as
+    /// unauthenticated; a bucket that request made is dropped. So buckets are kept only for
+    /// credentials the server accepted: a stream of made-up tokens costs no memory.
+    fn give_back(&self, key: CallerKey, created: bool) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if created {
+            buckets.remove(&key);
+        } else if let Some(b) = buckets.get_mut(&key) {
+            b.tokens = (b.tokens + 1.0).min(f64::from(self.per_minute));
+        }
+    }
+
+    /// How many credentials have a bucket.
+    #[cfg(test)]
+    fn tracked(&self) -> usize {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Takes one write for `key` at `now`: whether its bucket was made for it, or
+    /// `Err(wait)` when the bucket is empty.
+    fn take(&self, key: CallerKey, now: Instant) -> Result<bool, Duration> {
         let cap = f64::from(self.per_minute);
         let per_sec = cap / 60.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         // Full buckets carry no information: dropped, so idle callers cost no memory.
         buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < cap);
+        let created = !buckets.contains_key(&key);
         let b = buckets.entry(key).or_insert(Bucket {
             tokens: cap,
             at: now,
@@ -159,7 +179,7 @@ impl WriteRate {
         b.at = now;
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
-            Ok(())
+            Ok(created)
         } else {
             Err(Duration::from_secs_f64((1.0 - b.tokens) / per_sec))
         }
@@ -188,7 +208,13 @@ pub async fn limit_writes(
         return next.run(req).await;
     }
     match rate.take(key, Instant::now()) {
-        Ok(()) => next.run(req).await,
+        Ok(created) => {
+            let resp = next.run(req).await;
+            if resp.status() == axum::http::StatusCode::UNAUTHORIZED {
+                rate.give_back(key, created);
+            }
+            resp
+        }
         Err(wait) => {
             // Rounded up: a client that waits exactly this long finds a write allowed.
             let secs = (wait.as_secs_f64().ceil() as u64).max(1);
@@ -272,6 +298,46 @@ mod tests {
             assert_eq!(call("POST", Some("local")).await.unwrap().status(), 200);
             assert_eq!(call("POST", None).await.unwrap().status(), 200);
         }
+    }
+
+    /// Made-up tokens are refused by the route (401): no bucket is kept for them, so a
+    /// flood of them costs no memory; a valid token's bucket stays.
+    #[tokio::test]
+    async fn write_buckets_are_kept_only_for_accepted_tokens() {
+        use axum::body::Body;
+        use tower::ServiceExt as _;
+        let rate = WriteRate::new(10, None);
+        let app = axum::Router::new()
+            .route(
+                "/w",
+                axum::routing::post(|headers: HeaderMap| async move {
+                    let ok = headers
+                        .get("authorization")
+                        .is_some_and(|v| v == "Bearer good");
+                    if ok {
+                        axum::http::StatusCode::OK
+                    } else {
+                        axum::http::StatusCode::UNAUTHORIZED
+                    }
+                }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                rate.clone(),
+                limit_writes,
+            ));
+        let call = |t: String| {
+            let b = axum::http::Request::builder()
+                .method("POST")
+                .uri("/w")
+                .header("authorization", format!("Bearer {t}"));
+            app.clone().oneshot(b.body(Body::empty()).unwrap())
+        };
+        for i in 0..500 {
+            assert_eq!(call(format!("bogus-{i}")).await.unwrap().status(), 401);
+        }
+        assert_eq!(rate.tracked(), 0, "no bucket for a refused token");
+        assert_eq!(call("good".into()).await.unwrap().status(), 200);
+        assert_eq!(rate.tracked(), 1);
     }
 
     #[test]

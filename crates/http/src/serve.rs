@@ -6,9 +6,11 @@
 //! megabytes of headers exploits. This loop is `axum::serve` with those two bounds: hyper's
 //! HTTP/1 connection builder with `header_read_timeout` and `max_header_size`, upgrades kept
 //! (the `/v1/acp` WebSocket), `TCP_NODELAY` on every connection, and a graceful shutdown
-//! that lets requests in flight finish.
+//! that lets requests in flight finish; and two bounds of its own: an idle timeout on
+//! request bodies, and a cap on open connections.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -16,9 +18,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tower::ServiceExt as _;
+use tower_http::timeout::TimeoutBody;
 
 /// Bounds on each connection.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +33,13 @@ pub struct ConnLimits {
     /// Largest request head (request line and headers) accepted, in bytes; a larger one is
     /// answered `431 Request Header Fields Too Large` and the connection closed.
     pub max_header_bytes: usize,
+    /// How long a request body may go without sending a byte; past it the body fails and
+    /// the request ends: a client that trickles a body cannot hold a connection and a
+    /// handler open. Reset by every chunk, so a large upload on a slow link still works.
+    pub body_timeout: Duration,
+    /// Most connections open at once. At the cap, new ones wait in the kernel's backlog
+    /// until one closes, instead of each taking a task and buffers.
+    pub max_connections: usize,
 }
 
 impl Default for ConnLimits {
@@ -37,6 +47,8 @@ impl Default for ConnLimits {
         Self {
             header_timeout: Duration::from_secs(10),
             max_header_bytes: 64 * 1024,
+            body_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
         }
     }
 }
@@ -57,7 +69,16 @@ where
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
+        // A slot first: at the cap, connections wait in the backlog, not in memory.
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -75,13 +96,15 @@ where
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|req: axum::http::Request<Incoming>| req.map(axum::body::Body::new)),
-        );
+        let body_timeout = limits.body_timeout;
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |req: axum::http::Request<Incoming>| {
+                req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)))
+            },
+        ));
         let mut stop = stop_rx.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)

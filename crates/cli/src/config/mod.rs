@@ -362,6 +362,10 @@ pub struct ServerSection {
     pub header_timeout_secs: Option<u64>,
     /// Largest request head, in bytes (default 65,536; at least 8,192).
     pub max_header_bytes: Option<usize>,
+    /// Seconds a request body may go without a byte before the request ends (default 30).
+    pub body_timeout_secs: Option<u64>,
+    /// Most connections open at once (default 10,000; at least 16).
+    pub max_connections: Option<usize>,
     /// Most event streams one token may hold open (default 1,024).
     pub max_streams_per_token: Option<usize>,
     /// Writes (POST, PUT, PATCH, DELETE) a token may make a minute (default 0: no limit).
@@ -726,6 +730,16 @@ impl Settings {
                     .or(file.server.max_header_bytes)
                     .unwrap_or(64 * 1024)
                     .max(8192),
+                body_timeout: std::time::Duration::from_secs(
+                    env_parse("SWITCHBOARD_BODY_TIMEOUT_SECS")?
+                        .or(file.server.body_timeout_secs)
+                        .unwrap_or(30)
+                        .max(1),
+                ),
+                max_connections: env_parse("SWITCHBOARD_MAX_CONNECTIONS")?
+                    .or(file.server.max_connections)
+                    .unwrap_or(10_000)
+                    .max(16),
             },
             metrics_listen: env("SWITCHBOARD_METRICS_LISTEN").or(file.metrics.listen.clone()),
             max_streams_per_token: env_parse("SWITCHBOARD_MAX_STREAMS_PER_TOKEN")?
