@@ -317,9 +317,9 @@ impl BuiltinAgent {
                 )
             })?;
         let confine = ctx.config.permission_mode != PermissionMode::FullAccess;
-        let workspace = Workspace::new(&ctx.cwd, confine).map_err(|e| {
-            BackendError::new(format!("workspace {}: {e}", ctx.cwd.display()), false)
-        })?;
+        let workspace = Workspace::new(&ctx.cwd, confine)
+            .map_err(|e| BackendError::new(format!("workspace {}: {e}", ctx.cwd.display()), false))?
+            .protecting(ctx.protected.clone());
         let mut specs = tools::specs();
         specs.extend(mcp.specs());
         let mut used_ids: HashSet<String> = ctx

@@ -788,3 +788,76 @@ async fn fifos_are_refused_instead_of_blocking_forever() {
         );
     }
 }
+
+/// Switchboard's own state in the workspace (the default workspace is often `$HOME`, which
+/// holds the data directory): no file tool reaches it, in any mode, through any path.
+#[tokio::test]
+async fn switchboards_own_state_is_forbidden_in_every_mode() {
+    let fx = Fixture::new();
+    let data = fx.ws_dir.join(".local/share/switchboard");
+    std::fs::create_dir_all(data.join("checkpoints")).unwrap();
+    std::fs::write(data.join("token"), "admin-token\n").unwrap();
+    std::fs::write(fx.ws_dir.join("config.toml"), "[server]\n").unwrap();
+    std::os::unix::fs::symlink(&data, fx.ws_dir.join("sneaky")).unwrap();
+    std::fs::write(fx.ws_dir.join("notes.txt"), "mine\n").unwrap();
+    let protected =
+        switchboard_engine::ProtectedPaths::new([data.clone(), fx.ws_dir.join("config.toml")]);
+    for confine in [true, false] {
+        let ws = fx.ws(confine).protecting(protected.clone());
+        let token_abs = data.join("token").display().to_string();
+        for path in [
+            ".local/share/switchboard/token",
+            "sneaky/token",
+            token_abs.as_str(),
+            ".local/share/./switchboard/checkpoints",
+        ] {
+            let out = call(&ws, "view", json!({ "path": path })).await;
+            let msg = err(&out);
+            assert!(
+                msg.starts_with("forbidden_path: "),
+                "{confine} {path}: {msg}"
+            );
+            assert!(!msg.contains("admin-token"), "{msg}");
+        }
+        for (tool, args) in [
+            ("view", json!({ "path": "config.toml" })),
+            (
+                "create",
+                json!({ "path": ".local/share/switchboard/new", "file_text": "x" }),
+            ),
+            (
+                "create",
+                json!({ "path": "sneaky/checkpoints/config", "file_text": "x" }),
+            ),
+            (
+                "str_replace",
+                json!({ "path": "config.toml", "old_str": "[server]", "new_str": "[x]" }),
+            ),
+            ("remove", json!({ "path": "sneaky/token" })),
+            // A directory that holds the state cannot go either.
+            ("remove", json!({ "path": ".local", "recursive": true })),
+        ] {
+            let out = call(&ws, tool, args.clone()).await;
+            assert!(
+                err(&out).starts_with("forbidden_path: "),
+                "{confine} {tool} {args}: {}",
+                out.content
+            );
+        }
+        // The link itself may go (its target stays); the rest of the workspace works.
+        assert!(ok(&call(&ws, "view", json!({ "path": "notes.txt" })).await).contains("mine"));
+        let listing = call(&ws, "view", json!({ "path": ".local/share" })).await;
+        assert!(ok(&listing).contains("switchboard/ (Switchboard's own state"));
+        assert!(!ok(&listing).contains("token"), "{}", listing.content);
+    }
+    assert_eq!(
+        std::fs::read_to_string(data.join("token")).unwrap(),
+        "admin-token\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.ws_dir.join("config.toml")).unwrap(),
+        "[server]\n"
+    );
+    assert!(!data.join("new").exists());
+    assert!(!data.join("checkpoints/config").exists());
+}

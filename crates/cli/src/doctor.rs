@@ -160,6 +160,28 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
             },
         );
     }
+    let protected = crate::workspace::protected_paths(&settings);
+    let workspace = match &settings.default_cwd {
+        Some(p) => Some(p.clone()),
+        None => std::env::current_dir().ok(),
+    };
+    if let Some(ws) = workspace {
+        let verdict = match (
+            crate::workspace::warning(&ws, &protected),
+            settings.default_cwd.is_some(),
+        ) {
+            (None, _) => Verdict::Ok(format!(
+                "{} (holds none of Switchboard's own state)",
+                ws.display()
+            )),
+            (Some(w), true) => Verdict::Warn(w),
+            (Some(_), false) => Verdict::Warn(format!(
+                "the current directory {} holds Switchboard's own state: `serve` started here uses ~/switchboard-workspace instead; set [sessions] default_cwd to choose",
+                ws.display()
+            )),
+        };
+        check("workspace", verdict);
+    }
     match &settings.model {
         Some(m) => check("model", Verdict::Ok(m.clone())),
         None => check(

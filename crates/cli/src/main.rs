@@ -12,6 +12,7 @@ mod relay_cmd;
 mod schedule_cmd;
 mod serve;
 mod telemetry;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

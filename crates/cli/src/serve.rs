@@ -101,10 +101,12 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         }
         backends.named.insert(name.clone(), Arc::new(backend));
     }
-    let default_cwd = match &settings.default_cwd {
-        Some(p) => p.clone(),
-        None => std::env::current_dir().context("reading the current directory")?,
-    };
+    let protected = crate::workspace::protected_paths(settings);
+    let (default_cwd, why) = crate::workspace::default_workspace(settings, &protected)?;
+    println!("workspace: {} ({why})", default_cwd.display());
+    if let Some(w) = crate::workspace::warning(&default_cwd, &protected) {
+        tracing::warn!("{w}");
+    }
     let engine_config = EngineConfig {
         default_cwd,
         default_model: settings.model.clone(),
@@ -124,6 +126,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         mcp_servers: settings.mcp_servers.clone(),
         history: settings.history,
         live_buffer: settings.live_buffer,
+        protected,
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)
@@ -227,7 +230,10 @@ pub async fn run(settings: Settings) -> Result<()> {
     println!("data directory: {}", settings.data_dir.display());
     tracing::info!(%addr, "serving");
     let engine = app.engine.clone();
-    let mut router = app.router;
+    // The server's routes carry their own body limits (the JSON limit, and the per-file
+    // limit on uploads); the surfaces below get the JSON limit as one layer.
+    let server_routes = app.router;
+    let mut router = axum::Router::new();
     // The chat gateway runs in-process but talks to the engine through the /v1 API, like
     // any surface.
     let gateway = match &settings.gateway {
@@ -300,10 +306,21 @@ pub async fn run(settings: Settings) -> Result<()> {
         "console: http://{browse_host}/login?code={code}  (one-time sign-in link, valid {} min)",
         switchboard_server::web::LOGIN_LINK_TTL.as_secs() / 60
     );
-    // Outermost, in front of every route: the guard, the body limit (a declared
-    // `Content-Length` over it is answered 413 before the body is read) and the request id.
-    let router = router
+    // The surfaces' body limit (a declared `Content-Length` over it is answered 413 before
+    // the body is read); the server's routes have theirs. Not one limit outside everything:
+    // that capped uploads at the JSON limit whatever `[files] max_file_mb` said.
+    let surfaces = router
         .merge(switchboard_server::web::router(console.clone()))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            settings.max_body_bytes,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            switchboard_http::BodyLimit(settings.max_body_bytes),
+            switchboard_http::reject_oversized,
+        ));
+    // Outermost, in front of every route: the guard and the request id.
+    let router = server_routes
+        .merge(surfaces)
         // Inside the guard, which has turned a console cookie into the bearer it stands for.
         .layer(axum::middleware::from_fn_with_state(
             write_rate,
@@ -312,13 +329,6 @@ pub async fn run(settings: Settings) -> Result<()> {
         .layer(axum::middleware::from_fn_with_state(
             console,
             switchboard_server::web::guard,
-        ))
-        .layer(axum::extract::DefaultBodyLimit::max(
-            settings.max_body_bytes,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            switchboard_http::BodyLimit(settings.max_body_bytes),
-            switchboard_http::reject_oversized,
         ))
         .layer(axum::middleware::from_fn(switchboard_http::request_id));
     switchboard_http::serve(listener, router, settings.conn_limits, async move {

@@ -310,3 +310,25 @@ async fn a_batch_keeps_every_file_with_who_sent_it() {
     );
     assert_eq!(req.images().len(), 1, "the photo goes with the batch");
 }
+
+/// A phone photo is 3–5 MB: over the JSON body limit (2 MiB), under the default per-file
+/// limit (20 MB). It reaches the agent whole (the upload route has the file limit, not the
+/// JSON one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_file_over_the_json_limit_and_under_the_file_limit_arrives() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    w.llm.push(MockReply::Text {
+        chunks: vec!["Big one.".into()],
+        delay_ms: 0,
+    });
+    let mut big = jpeg();
+    big.extend((0..3 * 1024 * 1024).map(|i| (i % 251) as u8));
+    w.dm_file("document", "phone.jpg", "image/jpeg", &big, "from my phone");
+    w.wait(w.dm_chat(), "the reply", |m| m.text.contains("Big one"))
+        .await;
+    let inbox = w.ws.path().join(".switchboard/inbox");
+    let copies: Vec<_> = std::fs::read_dir(&inbox).unwrap().flatten().collect();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(std::fs::read(copies[0].path()).unwrap(), big);
+}

@@ -571,3 +571,28 @@ async fn a_model_that_refuses_images_fails_clearly_or_gets_the_text_alone() {
             .contains(".switchboard/inbox/")
     );
 }
+
+/// The upload route has the per-file limit (default 20 MB), not the JSON body limit
+/// (2 MiB): a 3 MB photo is taken; one over the file limit is `file_too_large`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_over_the_json_limit_and_under_the_file_limit_is_taken() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let s = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let photo = png(3 * 1024 * 1024);
+    let (status, body) = upload(&server.url, s.id, "file", "phone.png", photo.clone()).await;
+    assert_eq!(status, 201, "{body}");
+    let info: FileInfo = serde_json::from_str(&body).unwrap();
+    assert_eq!(info.size, photo.len() as u64);
+    let (status, body) = upload(&server.url, s.id, "file", "huge.png", png(20 * 1024 * 1024)).await;
+    assert_eq!(
+        (status, error_code(&body).as_str()),
+        (413, "file_too_large"),
+        "{body}"
+    );
+}

@@ -261,6 +261,8 @@ pub struct RunContext {
     /// The MCP servers the agent gets: the server's `[mcp.servers]`, then the session's own
     /// (which replace those of the same name).
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
+    /// Switchboard's own state: the built-in file tools refuse it in every mode.
+    pub protected: crate::ProtectedPaths,
 }
 
 /// A backend's way back into the engine: events, transcript, steering, approvals.
@@ -284,6 +286,8 @@ pub struct RunHandle {
     pub(crate) cancel: CancellationToken,
     /// Where files the agent shares are stored, and their limits.
     pub(crate) blobs: Arc<crate::files::Blobs>,
+    /// Switchboard's own state: never shared.
+    pub(crate) protected: crate::ProtectedPaths,
     pub(crate) file_limits: crate::files::FileLimits,
     pub(crate) tokens: Arc<crate::tokens::SessionTokens>,
 }
@@ -337,6 +341,7 @@ impl RunHandle {
                 session_id: self.session_id,
                 run_id: self.run_id,
                 fence: self.fence.as_ref(),
+                protected: &self.protected,
             },
             path,
             caption,

@@ -45,6 +45,9 @@ pub struct EngineConfig {
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
     /// How much of the conversation so far a run gives its agent.
     pub history: HistoryLimits,
+    /// Switchboard's own state (data directory, token, configuration, files store,
+    /// checkpoints): no agent reaches it, no checkpoint records it, no workspace lies in it.
+    pub protected: crate::ProtectedPaths,
 }
 
 /// The conversation a run hands its agent is the session's most recent messages within
@@ -88,6 +91,7 @@ impl Default for EngineConfig {
             checkpoints: crate::checkpoints::CheckpointConfig::default(),
             mcp_servers: Vec::new(),
             history: HistoryLimits::default(),
+            protected: crate::ProtectedPaths::default(),
         }
     }
 }

@@ -31,6 +31,12 @@ pub enum EngineError {
     AttachmentsTooLarge { limit: u64 },
     #[error("files of type {0} are not accepted (the type is read from the content, not the name)")]
     UnsupportedFileType(String),
+    /// `path` is Switchboard's own state ([`crate::protected`]).
+    #[error("{}", crate::ProtectedPaths::refusal(given, by))]
+    ForbiddenPath {
+        given: String,
+        by: std::path::PathBuf,
+    },
     #[error("session has no file {0}")]
     FileNotFound(Uuid),
     #[error("message.attachments: {0} is not a file of this session (upload it first)")]
@@ -85,6 +91,7 @@ impl EngineError {
             Self::AttachmentsTooLarge { .. } => ErrorCode::AttachmentsTooLarge,
             Self::UnsupportedFileType(_) => ErrorCode::UnsupportedFileType,
             Self::FileNotFound(_) => ErrorCode::FileNotFound,
+            Self::ForbiddenPath { .. } => ErrorCode::ForbiddenPath,
             Self::UnknownFile(_) => ErrorCode::UnknownFile,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Remote { code, .. } => *code,
@@ -106,6 +113,7 @@ impl EngineError {
                     | C::NotADirectory(_)
                     | C::TooManyFiles { .. }
                     | C::NoCheckpoints
+                    | C::Protected(_)
                     | C::Git(_) => ErrorCode::CheckpointsUnavailable,
                 }
             }

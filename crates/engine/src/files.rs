@@ -438,6 +438,8 @@ pub(crate) struct ShareTarget<'a> {
     /// The run's lease: the event is written under it, so a run another instance took
     /// over cannot share any more.
     pub fence: Option<&'a switchboard_store::Lease>,
+    /// Switchboard's own state, never shared whatever path led to it.
+    pub protected: &'a crate::ProtectedPaths,
 }
 
 /// Shares the file at `path` (already confined by the caller) from the run: stores it as a
@@ -449,6 +451,12 @@ pub(crate) async fn share(
     path: &Path,
     caption: Option<String>,
 ) -> Result<FileInfo, EngineError> {
+    if let Some(by) = to.protected.covering(path) {
+        return Err(EngineError::ForbiddenPath {
+            given: path.display().to_string(),
+            by: by.to_path_buf(),
+        });
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

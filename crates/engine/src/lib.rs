@@ -16,6 +16,7 @@ mod error;
 pub mod files;
 mod log;
 mod markdown;
+pub mod protected;
 mod time;
 pub mod tokens;
 
@@ -28,6 +29,7 @@ pub use error::EngineError;
 pub use files::FileLimits;
 pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};
 pub use markdown::render_transcript;
+pub use protected::ProtectedPaths;
 pub use time::now_rfc3339;
 
 pub use switchboard_protocol as protocol;

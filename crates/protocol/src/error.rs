@@ -32,6 +32,9 @@ pub enum ErrorCode {
     InvalidToken,
     /// Authenticated but not allowed (403).
     Forbidden,
+    /// The path is Switchboard's own state (data directory, token, configuration, files
+    /// store, checkpoints), out of every agent's reach (403).
+    ForbiddenPath,
     /// A browser request (cookie, console page) whose `Host` is not this server's (403):
     /// DNS-rebinding protection.
     HostNotAllowed,
@@ -101,6 +104,7 @@ impl ErrorCode {
             Self::Unauthorized => "unauthorized",
             Self::InvalidToken => "invalid_token",
             Self::Forbidden => "forbidden",
+            Self::ForbiddenPath => "forbidden_path",
             Self::HostNotAllowed => "host_not_allowed",
             Self::OriginNotAllowed => "origin_not_allowed",
             Self::SessionNotFound => "session_not_found",
@@ -138,7 +142,10 @@ impl ErrorCode {
             | Self::InvalidHeader
             | Self::InvalidQuery => 400,
             Self::Unauthorized | Self::InvalidToken => 401,
-            Self::Forbidden | Self::HostNotAllowed | Self::OriginNotAllowed => 403,
+            Self::Forbidden
+            | Self::ForbiddenPath
+            | Self::HostNotAllowed
+            | Self::OriginNotAllowed => 403,
             Self::SessionNotFound
             | Self::NotFound
             | Self::FileNotFound

@@ -71,7 +71,7 @@ fn view_inner(ws: &Workspace, limits: &ToolLimits, args: &Value) -> Res {
                 "view: {given} is a directory; `view_range` and `grep` only apply to files"
             )));
         }
-        return Ok(list_dir(&path, given, limits.output_cap));
+        return Ok(list_dir(ws, &path, given, limits.output_cap));
     }
     regular_file("view", given, &meta)?;
     view_file(
@@ -258,10 +258,10 @@ fn read_line_bounded(
     }
 }
 
-fn list_dir(path: &Path, given: &str, cap: usize) -> ToolOutput {
+fn list_dir(ws: &Workspace, path: &Path, given: &str, cap: usize) -> ToolOutput {
     let mut lines = Vec::new();
     let mut total = 0usize;
-    if let Err(e) = walk(path, "", 1, &mut lines, &mut total) {
+    if let Err(e) = walk(ws, path, "", 1, &mut lines, &mut total) {
         return io_error("view", given, &e);
     }
     if total == 0 {
@@ -295,6 +295,7 @@ fn list_dir(path: &Path, given: &str, cap: usize) -> ToolOutput {
 /// subdirectories (not into symlinks) up to [`LISTING_DEPTH`]. Counts every entry in `total`
 /// but keeps at most [`MAX_LISTING`] lines.
 fn walk(
+    ws: &Workspace,
     dir: &Path,
     prefix: &str,
     depth: usize,
@@ -313,13 +314,25 @@ fn walk(
         let file_type = entry.file_type();
         let shown = format!("{prefix}{name}");
         match file_type {
+            // Switchboard's own state: named, never opened.
+            Ok(t) if t.is_dir() && ws.is_protected(&entry.path()) => {
+                if keep {
+                    lines.push(format!("{shown}/ (Switchboard's own state: not shown)"));
+                }
+            }
             Ok(t) if t.is_dir() => {
                 if keep {
                     lines.push(format!("{shown}/"));
                 }
                 if depth < LISTING_DEPTH
-                    && let Err(e) =
-                        walk(&entry.path(), &format!("{shown}/"), depth + 1, lines, total)
+                    && let Err(e) = walk(
+                        ws,
+                        &entry.path(),
+                        &format!("{shown}/"),
+                        depth + 1,
+                        lines,
+                        total,
+                    )
                     && keep
                 {
                     lines.push(format!("{shown}/ (unreadable: {e})"));

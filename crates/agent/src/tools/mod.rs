@@ -8,7 +8,8 @@
 //! `execute` never returns `Err` and never panics.
 //!
 //! File tools resolve paths through a [`Workspace`], which (when confining) refuses any path
-//! that resolves outside its root. `run_command` is **not** sandboxed: it runs `bash` with the
+//! that resolves outside its root, and in every mode refuses Switchboard's own state
+//! (`forbidden_path`: data directory, token, configuration, files store, checkpoints). `run_command` is **not** sandboxed: it runs `bash` with the
 //! server's privileges, with the workspace root as its working directory; only the file tools
 //! are confined.
 
@@ -85,6 +86,9 @@ pub enum ToolError {
     Outside { path: String, root: PathBuf },
     #[error("path {path:?}: {message}")]
     Path { path: String, message: String },
+    /// Switchboard's own state, refused in every permission mode.
+    #[error("{}", switchboard_engine::ProtectedPaths::refusal(path, by))]
+    Forbidden { path: String, by: PathBuf },
 }
 
 impl From<ToolError> for ToolOutput {

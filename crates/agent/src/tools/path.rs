@@ -25,6 +25,8 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use switchboard_engine::ProtectedPaths;
+
 use super::ToolError;
 
 /// How many symlinks one resolution may follow by hand before giving up (like `ELOOP`).
@@ -37,6 +39,8 @@ pub struct Workspace {
     root: PathBuf,
     /// Refuse paths that resolve outside `root`.
     confine: bool,
+    /// Refused in every mode, wherever they are.
+    protected: ProtectedPaths,
 }
 
 impl Workspace {
@@ -54,7 +58,35 @@ impl Workspace {
         Ok(Self {
             root: canonical,
             confine,
+            protected: ProtectedPaths::default(),
         })
+    }
+
+    /// The same, refusing `protected` (Switchboard's own state) in every mode.
+    pub fn protecting(mut self, protected: ProtectedPaths) -> Self {
+        self.protected = protected;
+        self
+    }
+
+    /// Whether `path` is (or lies in) Switchboard's own state.
+    pub(crate) fn is_protected(&self, path: &Path) -> bool {
+        self.protected.covering(path).is_some()
+    }
+
+    /// Refuses `path` (resolved, or as joined) when it is protected or, for what acts on a
+    /// whole tree (`remove`), when it holds a protected path.
+    fn check_protected(&self, given: &str, path: &Path, tree: bool) -> Result<(), ToolError> {
+        let by = self.protected.covering(path).or_else(|| {
+            tree.then(|| self.protected.inside(path).first().copied())
+                .flatten()
+        });
+        match by {
+            Some(by) => Err(ToolError::Forbidden {
+                path: given.to_owned(),
+                by: by.to_path_buf(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// The canonical root.
@@ -67,6 +99,11 @@ impl Workspace {
     pub(crate) fn resolve(&self, given: &str) -> Result<PathBuf, ToolError> {
         let joined = self.join(given)?;
         if !self.confine {
+            // Full access reaches anything but Switchboard's own state, through any link.
+            self.check_protected(given, &joined, false)?;
+            if let Ok(resolved) = resolve_physical(&joined, 0) {
+                self.check_protected(given, &resolved, false)?;
+            }
             return Ok(joined);
         }
         let resolved = resolve_physical(&joined, 0).map_err(|e| match e {
@@ -84,6 +121,7 @@ impl Workspace {
             },
         })?;
         if resolved.starts_with(&self.root) {
+            self.check_protected(given, &resolved, false)?;
             Ok(resolved)
         } else {
             Err(self.outside(given))
@@ -107,6 +145,8 @@ impl Workspace {
             if !is_link && std::fs::canonicalize(&joined).is_ok_and(|c| c == self.root) {
                 return Err(root_refused());
             }
+            // Removing a link is harmless; removing a directory that holds state is not.
+            self.check_protected(given, &joined, !is_link)?;
             return Ok(joined);
         }
         let target = self.resolve(given)?;
@@ -127,6 +167,8 @@ impl Workspace {
         if entry == self.root {
             return Err(root_refused());
         }
+        let is_link = std::fs::symlink_metadata(&entry).is_ok_and(|m| m.is_symlink());
+        self.check_protected(given, &entry, !is_link)?;
         Ok(entry)
     }
 

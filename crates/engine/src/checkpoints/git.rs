@@ -190,6 +190,26 @@ impl Git {
         .map(drop)
     }
 
+    /// Drops everything under each of `paths` (relative, files or directories) from the
+    /// index; the work tree is not touched.
+    pub(super) async fn forget_trees(&self, paths: &[String]) -> Result<(), GitError> {
+        for p in paths {
+            let spec = format!(":(literal){p}");
+            self.with_index_retry(&[
+                "rm",
+                "-r",
+                "--cached",
+                "--force",
+                "--quiet",
+                "--ignore-unmatch",
+                "--",
+                &spec,
+            ])
+            .await?;
+        }
+        Ok(())
+    }
+
     pub(super) async fn add_all(&self) -> Result<(), GitError> {
         self.with_index_retry(&["add", "--all", "--", "."])
             .await

@@ -96,6 +96,8 @@ pub enum CheckpointError {
     Git(#[from] GitError),
     #[error("checkpoint metadata: {0}")]
     Metadata(String),
+    #[error("the workspace {0} lies in Switchboard's own state; it is never checkpointed")]
+    Protected(PathBuf),
 }
 
 /// What [`Checkpoints::take`] produced.
@@ -138,6 +140,9 @@ pub struct Checkpoints {
     locks: StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     /// Shadow repositories already opened (stale locks removed) by this process.
     opened: StdMutex<HashSet<PathBuf>>,
+    /// Switchboard's own state (these shadow repositories among it): never recorded, never
+    /// restored, whatever workspace holds it.
+    protected: crate::ProtectedPaths,
 }
 
 fn ref_prefix(session: Uuid) -> String {
@@ -171,7 +176,17 @@ impl Checkpoints {
             config,
             locks: StdMutex::new(HashMap::new()),
             opened: StdMutex::new(HashSet::new()),
+            protected: crate::ProtectedPaths::default(),
         }
+    }
+
+    /// The same, leaving out `protected` (and refusing a workspace inside it). The
+    /// repositories' own directory is always protected.
+    pub fn protecting(mut self, protected: crate::ProtectedPaths) -> Self {
+        let mut all: Vec<PathBuf> = protected.iter().map(Path::to_path_buf).collect();
+        all.push(self.config.dir.clone());
+        self.protected = crate::ProtectedPaths::new(all);
+        self
     }
 
     pub fn enabled(&self) -> bool {
@@ -188,6 +203,9 @@ impl Checkpoints {
             .map_err(|_| CheckpointError::NotADirectory(workspace.to_path_buf()))?;
         if !tokio::fs::metadata(&root).await.is_ok_and(|m| m.is_dir()) {
             return Err(CheckpointError::NotADirectory(root));
+        }
+        if self.protected.covering(&root).is_some() {
+            return Err(CheckpointError::Protected(root));
         }
         let hash = Sha256::digest(root.as_os_str().as_encoded_bytes());
         let name: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
@@ -284,8 +302,22 @@ impl Checkpoints {
     async fn stage(&self, git: &Git) -> Result<Vec<String>, CheckpointError> {
         let mut excludes: Vec<String> = BUILTIN_EXCLUDES.iter().map(|s| (*s).to_owned()).collect();
         excludes.extend(self.config.exclude.iter().cloned());
-        git.write_excludes(&excludes).await?;
+        // Switchboard's own state inside the workspace (a data directory under `$HOME`):
+        // never recorded. A shadow repository made before it was protected may hold it:
+        // dropped from the index.
         let root = git.work_tree().to_path_buf();
+        let own: Vec<String> = self
+            .protected
+            .inside(&root)
+            .iter()
+            .filter_map(|p| p.strip_prefix(&root).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        excludes.extend(own.iter().map(|p| exact_pattern(p)));
+        git.write_excludes(&excludes).await?;
+        if !own.is_empty() {
+            git.forget_trees(&own).await?;
+        }
         let patterns = excludes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
         let large =

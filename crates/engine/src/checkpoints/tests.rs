@@ -350,3 +350,68 @@ async fn a_workspace_too_large_or_missing_gets_no_checkpoint() {
         Err(CheckpointError::Disabled)
     ));
 }
+
+/// The common layout: the workspace is `$HOME`, which holds the data directory and, in it,
+/// the shadow repositories. Nothing of Switchboard's own state is recorded (a checkpoint
+/// used to record its own repository and grow by itself at every run), and a repository
+/// made before that drops it.
+#[tokio::test]
+async fn switchboards_own_state_in_the_workspace_is_never_recorded() {
+    let home = tempfile::tempdir().unwrap();
+    let w = home.path().canonicalize().unwrap();
+    let data = w.join(".local/share/switchboard");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("token"), "admin\n").unwrap();
+    std::fs::write(w.join("notes.txt"), "mine\n").unwrap();
+    let config = CheckpointConfig {
+        enabled: true,
+        dir: data.join("checkpoints"),
+        ..CheckpointConfig::default()
+    };
+    let s = Uuid::now_v7();
+    let tree_names = |id: &str| {
+        let repo = std::fs::read_dir(data.join("checkpoints"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let out = std::process::Command::new("git")
+            .args(["ls-tree", "-r", "--name-only", id])
+            .env("GIT_DIR", &repo)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // As before this fix: the state is recorded, and the next checkpoint sees it change.
+    let old = Checkpoints::new(config.clone());
+    let first = old
+        .take(s, &w, CheckpointKind::BeforeRun, None)
+        .await
+        .unwrap();
+    assert!(tree_names(&first.id).contains(".local/share/switchboard/token"));
+
+    let c = Checkpoints::new(config).protecting(crate::ProtectedPaths::new([data.clone()]));
+    let cleaned = c
+        .take(s, &w, CheckpointKind::BeforeRun, None)
+        .await
+        .unwrap();
+    let names = tree_names(&cleaned.id);
+    assert!(!names.contains(".local"), "{names}");
+    assert!(names.contains("notes.txt"), "{names}");
+    for _ in 0..3 {
+        std::fs::write(data.join("token"), format!("{}\n", Uuid::now_v7())).unwrap();
+        let again = c
+            .take(s, &w, CheckpointKind::BeforeRun, None)
+            .await
+            .unwrap();
+        assert!(!again.created, "nothing of the user's changed");
+        assert_eq!(again.id, cleaned.id);
+    }
+    // A workspace inside the state is never checkpointed.
+    let inside = c
+        .take(s, &data, CheckpointKind::BeforeRun, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(inside, CheckpointError::Protected(_)), "{inside}");
+}

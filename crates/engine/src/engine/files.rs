@@ -137,6 +137,7 @@ impl Engine {
                 session_id,
                 run_id,
                 fence: Some(&lease),
+                protected: &self.inner.config.protected,
             },
             &path,
             req.caption,

@@ -156,7 +156,8 @@ impl Engine {
                 backends,
                 blobs,
                 tokens: Arc::new(crate::tokens::SessionTokens::new()),
-                checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone()),
+                checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone())
+                    .protecting(config.protected.clone()),
                 config,
                 session_locks: StdMutex::default(),
                 active: StdMutex::default(),

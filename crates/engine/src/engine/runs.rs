@@ -429,6 +429,7 @@ impl Engine {
                         blobs: self.inner.blobs.clone(),
                         file_limits: self.inner.config.files.clone(),
                         tokens: self.inner.tokens.clone(),
+                        protected: self.inner.config.protected.clone(),
                     },
                     mcp_servers: {
                         let own = &config.mcp_servers;
@@ -445,6 +446,7 @@ impl Engine {
                     },
                     config,
                     cancel: cancel.clone(),
+                    protected: self.inner.config.protected.clone(),
                 };
                 let result = backend.run(ctx).await;
                 // Every delta the run streamed is committed before its end is written; one

@@ -21,7 +21,7 @@ impl Engine {
             validate_auto_approve(a)?;
         }
         let cwd = match req.cwd.as_deref() {
-            Some(c) => validate_cwd(Path::new(c))?,
+            Some(c) => validate_cwd(Path::new(c), &self.inner.config.protected)?,
             None => self.inner.config.default_cwd.clone(),
         };
         let backend = req.backend.unwrap_or_default();
@@ -325,9 +325,19 @@ impl Engine {
     }
 }
 
-pub(super) fn validate_cwd(p: &Path) -> Result<PathBuf, EngineError> {
+pub(super) fn validate_cwd(
+    p: &Path,
+    protected: &crate::ProtectedPaths,
+) -> Result<PathBuf, EngineError> {
     if !p.is_absolute() {
         return Err(EngineError::validation("cwd", "must be an absolute path"));
+    }
+    // A workspace inside Switchboard's own state would hand it to the agent.
+    if let Some(by) = protected.covering(p) {
+        return Err(EngineError::ForbiddenPath {
+            given: p.display().to_string(),
+            by: by.to_path_buf(),
+        });
     }
     // An absolute path that is not a directory here: well-formed, but this server has no
     // such workspace (422, like an unknown agent), not a malformed request.

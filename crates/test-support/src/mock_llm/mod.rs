@@ -179,6 +179,8 @@ impl MockLlm {
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .fallback(not_found)
+            // Real providers take requests of tens of MB (images inline, base64).
+            .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(state.clone());
         crate::serve::spawn(listener, app, shutdown_rx);
         MockLlm {
