@@ -12,7 +12,8 @@ use rand::RngCore;
 /// token, the databases and every file users sent, and a directory others can read (made
 /// by hand, restored from a backup) would hand all of it out.
 pub fn ensure_data_dir(dir: &Path) -> Result<()> {
-    if !dir.exists() {
+    let created = !dir.exists();
+    if created {
         fs::create_dir_all(dir)
             .with_context(|| format!("creating data directory {}", dir.display()))?;
     }
@@ -21,7 +22,7 @@ pub fn ensure_data_dir(dir: &Path) -> Result<()> {
     {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .with_context(|| format!("setting permissions of {}", dir.display()))?;
-        if mode & 0o077 != 0 {
+        if !created && mode & 0o077 != 0 {
             tracing::warn!(dir = %dir.display(), was = format!("{mode:o}"), "the data directory was readable by others; it is 0700 now");
         }
     }

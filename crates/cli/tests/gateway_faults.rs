@@ -241,3 +241,48 @@ async fn an_approval_prompt_that_cannot_be_stored_fails_closed() {
         .await;
     assert!(prompt.text.contains("true"), "{}", prompt.text);
 }
+
+/// The crash window between handing a batch to the session and recording its run here
+/// (the gateway's `runs` insert fails, as a crash would leave it): the batch is sent again
+/// under the same idempotency key, so the session answers the run it already started —
+/// although a message that arrived meanwhile changed what the batch would now be. It runs
+/// once; the newer message runs in the next batch. (The gateway used to guess its run by
+/// comparing the session's newest user message with the batch text: a grown batch did not
+/// match and was run a second time, with the first message in it again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_run_was_not_recorded_runs_once_even_when_more_arrived() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    w.llm.push(MockReply::text(&["hello back"]));
+    w.dm("hello");
+    w.wait("42", "the first answer", |m| m.text.contains("hello back"))
+        .await;
+    let mut db = gateway_db(&w).await;
+    break_inserts(&mut db, "runs").await;
+    w.llm.push(MockReply::text(&["did X"]));
+    w.dm("please do X");
+    telegram(&w)
+        .wait_until(Duration::from_secs(20), "X reaching the agent", |_| {
+            w.llm.chat_requests().len() >= 2
+        })
+        .await;
+    w.dm("and then Y");
+    // The worker keeps failing to record X's run, with the bigger batch queued.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    w.llm.push(MockReply::text(&["did Y"]));
+    heal(&mut db, "runs").await;
+    w.wait("42", "the answer to Y", |m| m.text.contains("did Y"))
+        .await;
+    w.wait("42", "the answer to X", |m| m.text.contains("did X"))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let asked: Vec<String> = (0..w.llm.chat_requests().len())
+        .map(|i| w.user_text(i))
+        .collect();
+    assert_eq!(asked.len(), 3, "three runs: hello, X, Y: {asked:?}");
+    assert!(asked[1].contains("please do X"), "{asked:?}");
+    assert!(
+        asked[2].contains("and then Y") && !asked[2].contains("please do X"),
+        "X ran once; Y alone in the next batch: {asked:?}"
+    );
+}

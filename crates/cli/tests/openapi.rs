@@ -126,6 +126,31 @@ async fn the_document_lists_every_route_serve_answers() {
             );
         }
     }
+    // Every UUID in it (components, parameters, bodies) carries the pattern the server
+    // parses, and the server started without an error (it used to log one at every start:
+    // the patterns did not survive a JSON round trip).
+    fn uuids(v: &Value, at: &str, found: &mut usize) {
+        match v {
+            Value::Object(m) => {
+                if m.get("format").and_then(Value::as_str) == Some("uuid") {
+                    *found += 1;
+                    assert!(
+                        m.get("pattern").and_then(Value::as_str).is_some(),
+                        "{at}: a uuid without its pattern"
+                    );
+                }
+                for (k, v) in m {
+                    uuids(v, &format!("{at}/{k}"), found);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| uuids(v, at, found)),
+            _ => {}
+        }
+    }
+    let mut found = 0;
+    uuids(&doc, "", &mut found);
+    assert!(found > 20, "{found} uuids");
+    assert!(!server.logs().contains("ERROR"), "{}", server.logs());
     // The document is served by a route of its own.
     let mut routes = routes_in_sources();
     routes.insert("get /openapi.json".into());

@@ -92,3 +92,74 @@ async fn the_agent_cannot_reach_switchboards_own_state() {
         server.logs()
     );
 }
+
+/// `Idempotency-Key` on `POST …/messages`: a repeat answers the first send's run (while it
+/// runs, and after), starts nothing and stores nothing; follow-ups likewise; a malformed key
+/// is a 400 `invalid_header`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_repeated_with_its_idempotency_key_runs_once() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let c = client(&server);
+    let s = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    llm.push(MockReply::Text {
+        chunks: vec!["once".into(), " only".into()],
+        delay_ms: 300,
+    });
+    let http = reqwest::Client::new();
+    let post = |key: &'static str, kind: &'static str, text: &'static str| {
+        http.post(format!("{}/v1/sessions/{}/messages", server.url, s.id))
+            .bearer_auth(TOKEN)
+            .header("Idempotency-Key", key)
+            .json(&serde_json::json!({
+                "message": { "role": "user", "content": text },
+                "type": kind,
+            }))
+            .send()
+    };
+    let run_of = |r: reqwest::Response| async move {
+        assert_eq!(r.status(), 200);
+        let v: serde_json::Value = r.json().await.unwrap();
+        v["run_id"].as_str().unwrap().to_string()
+    };
+    let first = run_of(post("chat-42-7", "message", "yes").await.unwrap()).await;
+    // While it runs: the same run, not 409 session_already_running.
+    let again = run_of(post("chat-42-7", "message", "yes").await.unwrap()).await;
+    assert_eq!(again, first);
+    let mut events = c.subscribe(s.id, None);
+    until(&mut events, "the run's end", |e| {
+        e.is_terminal() && e.run_id().to_string() == first
+    })
+    .await;
+    // After it ended, and with another body: still the same run.
+    let later = run_of(post("chat-42-7", "message", "yes, again").await.unwrap()).await;
+    assert_eq!(later, first);
+    assert_eq!(llm.chat_requests().len(), 1, "the model was asked once");
+    // Follow-ups: the same.
+    llm.push(MockReply::text(&["two"]));
+    let f1 = run_of(post("chat-42-8", "follow_up", "ok").await.unwrap()).await;
+    let f2 = run_of(post("chat-42-8", "follow_up", "ok").await.unwrap()).await;
+    assert_eq!(f1, f2);
+    assert_ne!(f1, first);
+    until(&mut events, "the follow-up's end", |e| {
+        e.is_terminal() && e.run_id().to_string() == f1
+    })
+    .await;
+    let msgs = c.list_messages(s.id, None, None).await.unwrap();
+    let users: Vec<&str> = msgs
+        .messages
+        .iter()
+        .filter(|m| m.role == switchboard_protocol::Role::User)
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(users, ["yes", "ok"], "each stored once");
+    // A malformed key.
+    let bad = post("has space", "message", "x").await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: ErrorBody = bad.json().await.unwrap();
+    assert_eq!(body.code, "invalid_header");
+}

@@ -158,6 +158,24 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sessions/{id}/messages` with an `Idempotency-Key`: a retry with the same
+    /// key (after a lost answer, a crash, a restart) answers the first send's run instead
+    /// of starting another. Surfaces derive the key from what they deliver.
+    pub async fn send_message_once(
+        &self,
+        id: Uuid,
+        req: &SendMessageRequest,
+        idempotency_key: &str,
+    ) -> Result<SendMessageResponse, ClientError> {
+        let path = format!("/v1/sessions/{id}/messages");
+        self.json(
+            self.request(reqwest::Method::POST, &path)
+                .header("Idempotency-Key", idempotency_key)
+                .json(req),
+        )
+        .await
+    }
+
     /// `GET /v1/sessions/{id}/messages?limit&offset`.
     pub async fn list_messages(
         &self,

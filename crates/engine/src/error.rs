@@ -37,6 +37,8 @@ pub enum EngineError {
         given: String,
         by: std::path::PathBuf,
     },
+    #[error("Idempotency-Key must be 1 to 255 visible ASCII characters (a UUID is a good one)")]
+    InvalidIdempotencyKey,
     #[error("session has no file {0}")]
     FileNotFound(Uuid),
     #[error("message.attachments: {0} is not a file of this session (upload it first)")]
@@ -92,6 +94,7 @@ impl EngineError {
             Self::UnsupportedFileType(_) => ErrorCode::UnsupportedFileType,
             Self::FileNotFound(_) => ErrorCode::FileNotFound,
             Self::ForbiddenPath { .. } => ErrorCode::ForbiddenPath,
+            Self::InvalidIdempotencyKey => ErrorCode::InvalidHeader,
             Self::UnknownFile(_) => ErrorCode::UnknownFile,
             Self::ShuttingDown => ErrorCode::Unavailable,
             Self::Remote { code, .. } => *code,

@@ -5,6 +5,11 @@ pub fn now_rfc3339() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// `t` in the format of [`now_rfc3339`].
+pub(crate) fn rfc3339(t: chrono::DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
 /// Parses a stored timestamp; falls back to the epoch for unreadable values.
 pub(crate) fn parse_ts(s: &str) -> chrono::DateTime<Utc> {
     chrono::DateTime::parse_from_rfc3339(s)

@@ -7,10 +7,9 @@
 //! [`ScheduleStore`], so a restart (or another instance, once the owner's lease has run
 //! out) carries on where it stopped:
 //! - a firing claimed but not started is started;
-//! - a firing whose new session was made but whose run was not recorded adopts the run of
-//!   that session if there is one (so a crash between the two does not run it twice);
-//! - a firing into a fixed session interrupted while its message was being sent is failed
-//!   rather than sent again (it may have arrived: at most once beats a duplicate);
+//! - a firing whose run was not recorded (a crash while or after its message was sent)
+//!   sends it again under the firing's idempotency key (`schedule:<id>:firing:<id>`): the
+//!   session answers the run it started for it, or starts it now — exactly once;
 //! - a run being followed is followed again from its session's log;
 //! - pending deliveries are tried again at their time.
 
@@ -27,7 +26,7 @@ use switchboard_protocol::schedules::{
     UpdateScheduleRequest,
 };
 use switchboard_protocol::{
-    AgentEvent, CreateSessionRequest, DecisionAction, MessageType, Role, SendMessageRequest,
+    AgentEvent, CreateSessionRequest, DecisionAction, MessageType, SendMessageRequest,
     ToolDecision, ToolDecisionsRequest,
 };
 use tokio_util::sync::CancellationToken;
@@ -45,8 +44,6 @@ const MAX_REPLY_CHARS: usize = 16_000;
 pub const HISTORY_LIMIT: u32 = 200;
 /// Why a scheduled run's tool call was rejected.
 const DENIED: &str = "this run is scheduled and nobody is watching: the schedule's approvals deny tool calls that ask";
-/// Marks a firing whose message is being sent (see the module docs).
-const SENDING: &str = "sending";
 /// Tries to start a run before the firing fails, when the server answers with a transient
 /// error.
 const START_ATTEMPTS: u32 = 10;
@@ -503,36 +500,13 @@ impl Scheduler {
         };
         let spec = &row.spec;
         let client = &self.inner.client;
+        // A firing interrupted while its message was being sent (or after, before its run
+        // was recorded) sends it again under the same idempotency key: the session answers
+        // the run it started for it, or starts it now — exactly once either way.
         let session = match (spec.session_id, f.firing.session_id) {
-            (Some(fixed), _) => {
-                if f.firing.outcome.as_deref() == Some(SENDING) {
-                    self.finish(
-                        f,
-                        FiringStatus::Failed,
-                        "interrupted while its message was being sent; not sent again, as it may have arrived".into(),
-                    )
-                    .await;
-                    return Ok(());
-                }
-                fixed
-            }
-            (None, Some(made)) => {
-                // Made for this firing before a restart: its run, if it started, is ours.
-                let messages = client.list_messages(made, Some(20), None).await?;
-                if let Some(run) = messages
-                    .messages
-                    .iter()
-                    .find(|m| m.role == Role::User)
-                    .and_then(|m| m.run_id)
-                {
-                    f.firing.run_id = Some(run);
-                    f.firing.status = FiringStatus::Running;
-                    f.firing.started_at.get_or_insert(self.now());
-                    f.firing.outcome = None;
-                    return Ok(());
-                }
-                made
-            }
+            (Some(fixed), _) => fixed,
+            // Made for this firing before a restart.
+            (None, Some(made)) => made,
             (None, None) => {
                 let auto_approve = match spec.approvals {
                     ScheduleApprovals::AutoApprove => spec.auto_approve.clone(),
@@ -557,16 +531,11 @@ impl Scheduler {
             }
         };
         f.firing.session_id = Some(session);
-        if spec.session_id.is_some() {
-            f.firing.outcome = Some(SENDING.into());
-            if !self.save(f).await {
-                return Ok(());
-            }
-        }
         let sent = client
-            .send_message(
+            .send_message_once(
                 session,
                 &SendMessageRequest::user(spec.prompt.clone(), MessageType::FollowUp),
+                &format!("schedule:{}:firing:{}", f.firing.schedule_id, f.firing.id),
             )
             .await;
         let sent = match sent {

@@ -29,31 +29,84 @@ impl Modify for BearerAuth {
 const UUID_PATTERN: &str =
     "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
 
-/// Every string schema with `format: uuid` (bodies, parameters, nested) gets
-/// [`UUID_PATTERN`], so that what the document allows is what the server parses.
+/// Every string schema with `format: uuid` (components, parameters, bodies, answers,
+/// nested) gets [`UUID_PATTERN`], so that what the document allows is what the server
+/// parses. Walked on utoipa's own types: a round trip through JSON failed on schemas that
+/// do not deserialize back (`data did not match any variant of untagged enum RefOr`), and
+/// the server logged an ERROR at every start.
 fn uuid_patterns(doc: &mut utoipa::openapi::OpenApi) {
-    fn walk(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Object(map) => {
-                if map.get("format").and_then(|f| f.as_str()) == Some("uuid")
-                    && !map.contains_key("pattern")
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{
+        AdditionalProperties, ArrayItems, KnownFormat, Schema, SchemaFormat,
+    };
+    fn schema(s: &mut Schema) {
+        match s {
+            Schema::Object(o) => {
+                if matches!(o.format, Some(SchemaFormat::KnownFormat(KnownFormat::Uuid)))
+                    && o.pattern.is_none()
                 {
-                    map.insert("pattern".into(), UUID_PATTERN.into());
+                    o.pattern = Some(UUID_PATTERN.into());
                 }
-                map.values_mut().for_each(walk);
+                o.properties.values_mut().for_each(ref_or);
+                if let Some(AdditionalProperties::RefOr(r)) = o.additional_properties.as_deref_mut()
+                {
+                    ref_or(r);
+                }
             }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            Schema::Array(a) => {
+                if let ArrayItems::RefOrSchema(r) = &mut a.items {
+                    ref_or(r);
+                }
+                a.prefix_items.iter_mut().for_each(schema);
+            }
+            Schema::OneOf(x) => x.items.iter_mut().for_each(ref_or),
+            Schema::AllOf(x) => x.items.iter_mut().for_each(ref_or),
+            Schema::AnyOf(x) => x.items.iter_mut().for_each(ref_or),
             _ => {}
         }
     }
-    let Ok(mut value) = serde_json::to_value(&*doc) else {
-        return;
-    };
-    walk(&mut value);
-    match serde_json::from_value(value) {
-        Ok(patched) => *doc = patched,
-        Err(e) => {
-            tracing::error!(error = %e, "the OpenAPI document did not take the UUID patterns")
+    fn ref_or(r: &mut RefOr<Schema>) {
+        if let RefOr::T(s) = r {
+            schema(s);
+        }
+    }
+    fn content<'a>(c: impl Iterator<Item = &'a mut utoipa::openapi::Content>) {
+        for c in c {
+            if let Some(s) = c.schema.as_mut() {
+                ref_or(s);
+            }
+        }
+    }
+    if let Some(c) = doc.components.as_mut() {
+        c.schemas.values_mut().for_each(ref_or);
+    }
+    for item in doc.paths.paths.values_mut() {
+        for p in item.parameters.iter_mut().flatten() {
+            if let Some(s) = p.schema.as_mut() {
+                ref_or(s);
+            }
+        }
+        let ops = [
+            item.get.as_mut(),
+            item.put.as_mut(),
+            item.post.as_mut(),
+            item.delete.as_mut(),
+            item.patch.as_mut(),
+        ];
+        for op in ops.into_iter().flatten() {
+            for p in op.parameters.iter_mut().flatten() {
+                if let Some(s) = p.schema.as_mut() {
+                    ref_or(s);
+                }
+            }
+            if let Some(b) = op.request_body.as_mut() {
+                content(b.content.values_mut());
+            }
+            for r in op.responses.responses.values_mut() {
+                if let RefOr::T(r) = r {
+                    content(r.content.values_mut());
+                }
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ macro_rules! conformance_suite {
             events_duplicate_seq_is_conflict,
             events_last_seq_survives_pruning,
             runs_queue_and_states,
+            idempotent_runs,
             one_running_run_per_session,
             messages_keep_order,
             recent_messages_are_bounded,
@@ -46,8 +47,9 @@ use uuid::Uuid;
 use std::time::Duration;
 
 use crate::{
-    ApprovalRecord, FileRecord, Lease, MessageRecord, NewEvent, NewRun, RecentMessages, RunFinish,
-    RunOutcome, RunState, SessionRecord, SessionUpdate, Store, StoreError,
+    ApprovalRecord, FileRecord, Idempotency, Lease, MessageRecord, NewEvent, NewRun,
+    RecentMessages, RunFinish, RunOutcome, RunState, SessionRecord, SessionUpdate, Store,
+    StoreError,
 };
 
 /// The lease length the checks use: long enough never to run out during a check.
@@ -62,6 +64,7 @@ pub async fn run_all(store: &dyn Store) {
     events_duplicate_seq_is_conflict(store).await;
     events_last_seq_survives_pruning(store).await;
     runs_queue_and_states(store).await;
+    idempotent_runs(store).await;
     one_running_run_per_session(store).await;
     messages_keep_order(store).await;
     recent_messages_are_bounded(store).await;
@@ -256,6 +259,86 @@ pub async fn events_last_seq_survives_pruning(store: &dyn Store) {
     );
 }
 
+/// A run enqueued with an idempotency key answers every repeat of the key in its session
+/// (front or back of the queue alike) within the window, and nothing more is inserted;
+/// another session, or the same key after the window, makes a new run.
+pub async fn idempotent_runs(store: &dyn Store) {
+    let s = new_session(store, "idempotent").await;
+    let other = new_session(store, "idempotent other").await;
+    let mk = |session: Uuid, n: u32, key: &str, since: u32| NewRun {
+        id: Uuid::now_v7(),
+        session_id: session,
+        input: json!({"content": format!("m{n}")}),
+        created_at: ts(n),
+        idempotency: Some(Idempotency {
+            key: key.into(),
+            since: ts(since),
+        }),
+    };
+    let first = mk(s.id, 10, "chat:42:7", 0);
+    let a = check("enqueue", store.enqueue_run(&first).await);
+    assert_eq!(a.id, first.id);
+    for repeat in [mk(s.id, 11, "chat:42:7", 0), mk(s.id, 12, "chat:42:7", 5)] {
+        let again = check("repeat", store.enqueue_run_front(&repeat).await);
+        assert_eq!(again.id, first.id, "the repeat answers the first run");
+        assert_eq!(again.input, json!({"content": "m10"}));
+        assert!(check("get", store.get_run(repeat.id).await).is_none());
+    }
+    let found = check(
+        "by key",
+        store
+            .run_by_idempotency_key(s.id, "chat:42:7", &ts(0))
+            .await,
+    );
+    assert_eq!(found.map(|r| r.id), Some(first.id));
+    assert!(
+        check(
+            "by key, window passed",
+            store
+                .run_by_idempotency_key(s.id, "chat:42:7", &ts(11))
+                .await
+        )
+        .is_none()
+    );
+    assert!(
+        check(
+            "other key",
+            store
+                .run_by_idempotency_key(s.id, "chat:42:8", &ts(0))
+                .await
+        )
+        .is_none()
+    );
+    // Another session has keys of its own.
+    let elsewhere = mk(other.id, 13, "chat:42:7", 0);
+    assert_eq!(
+        check("other session", store.enqueue_run(&elsewhere).await).id,
+        elsewhere.id
+    );
+    // Past the window the key goes to a new run.
+    let later = mk(s.id, 20, "chat:42:7", 15);
+    assert_eq!(
+        check("after the window", store.enqueue_run(&later).await).id,
+        later.id
+    );
+    let found = check(
+        "by key",
+        store
+            .run_by_idempotency_key(s.id, "chat:42:7", &ts(0))
+            .await,
+    );
+    assert_eq!(found.map(|r| r.id), Some(later.id));
+    // Runs without a key are never matched.
+    let plain = NewRun {
+        idempotency: None,
+        ..mk(s.id, 21, "", 0)
+    };
+    assert_eq!(
+        check("no key", store.enqueue_run(&plain).await).id,
+        plain.id
+    );
+}
+
 pub async fn runs_queue_and_states(store: &dyn Store) {
     let s = new_session(store, "runs").await;
     let mk = |n: u32| NewRun {
@@ -263,6 +346,7 @@ pub async fn runs_queue_and_states(store: &dyn Store) {
         session_id: s.id,
         input: json!({"content": format!("m{n}")}),
         created_at: ts(n),
+        idempotency: None,
     };
     let a = check("enqueue", store.enqueue_run(&mk(1)).await);
     let b = check("enqueue", store.enqueue_run(&mk(2)).await);
@@ -360,6 +444,7 @@ pub async fn one_running_run_per_session(store: &dyn Store) {
         session_id: s.id,
         input: json!({}),
         created_at: ts(1),
+        idempotency: None,
     };
     let a = check("enqueue", store.enqueue_run(&mk()).await);
     let b = check("enqueue", store.enqueue_run(&mk()).await);
@@ -521,6 +606,7 @@ pub async fn delete_removes_everything(store: &dyn Store) {
         session_id: s.id,
         input: json!({}),
         created_at: ts(1),
+        idempotency: None,
     };
     check("enqueue", store.enqueue_run(&run).await);
     assert!(check("delete", store.delete_session(s.id).await));
@@ -543,6 +629,7 @@ pub async fn unknown_session_is_not_found(store: &dyn Store) {
             session_id: ghost,
             input: json!({}),
             created_at: ts(1),
+            idempotency: None,
         })
         .await;
     assert!(
@@ -698,6 +785,7 @@ async fn started_run(
                 session_id: s.id,
                 input: json!({}),
                 created_at: ts(1),
+                idempotency: None,
             })
             .await,
     );

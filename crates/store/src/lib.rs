@@ -82,10 +82,21 @@ pub trait Store: Send + Sync + 'static {
 
     // --- runs and the follow-up queue -------------------------------------------------------
 
-    /// Inserts a run in state `queued` at the back of its session's queue.
+    /// Inserts a run in state `queued` at the back of its session's queue. With an
+    /// idempotency key that a run of the session already holds (created since
+    /// `idempotency.since`), nothing is inserted and that run is returned: callers tell
+    /// the two apart by its id.
     async fn enqueue_run(&self, run: &NewRun) -> Result<RunRecord>;
-    /// Inserts a run in state `queued` at the front of its session's queue.
+    /// Inserts a run in state `queued` at the front of its session's queue (idempotency as
+    /// [`Store::enqueue_run`]).
     async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord>;
+    /// The run of `session_id` holding idempotency key `key`, created since `since`.
+    async fn run_by_idempotency_key(
+        &self,
+        session_id: Uuid,
+        key: &str,
+        since: &str,
+    ) -> Result<Option<RunRecord>>;
     async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>>;
     /// Moves a queued run to `running` and, in the same transaction, gives `holder` the
     /// run's lease ([`Lease::run_name`]) for `ttl`. [`StoreError::Conflict`] if the session

@@ -20,6 +20,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
         7,
         include_str!("../migrations/sqlite/0007_run_instance.sql"),
     ),
+    (8, include_str!("../migrations/sqlite/0008_idempotency.sql")),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -36,6 +37,10 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
     (
         7,
         include_str!("../migrations/postgres/0007_run_instance.sql"),
+    ),
+    (
+        8,
+        include_str!("../migrations/postgres/0008_idempotency.sql"),
     ),
 ];
 

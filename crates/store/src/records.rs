@@ -95,6 +95,18 @@ pub struct NewRun {
     /// JSON of what started the run (message content, model, context, overrides).
     pub input: Value,
     pub created_at: String,
+    /// The client's `Idempotency-Key`: when a run of the session already has it (and was
+    /// created at or after its `since`), that run is answered and nothing is inserted.
+    pub idempotency: Option<Idempotency>,
+}
+
+/// An idempotency key and how far back a run holding it counts as the same request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    /// RFC 3339, the format of `created_at`: a run created before it no longer holds the
+    /// key (it is cleared and given to the new run).
+    pub since: String,
 }
 
 /// A run row.

@@ -115,7 +115,7 @@ async fn migrations_apply_once_and_data_survives_reopen() {
     let first = db.migrations().await;
     assert_eq!(
         first.iter().map(|m| m.0).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7]
+        vec![1, 2, 3, 4, 5, 6, 7, 8]
     );
     // Opening again applies nothing: same rows, same timestamps.
     for _ in 0..2 {
@@ -165,7 +165,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             .iter()
             .map(|m| m.0)
             .collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7],
+        vec![1, 2, 3, 4, 5, 6, 7, 8],
         "each migration applied exactly once"
     );
 }
@@ -353,6 +353,7 @@ async fn concurrent_writers_get_distinct_queue_and_transcript_positions() {
                         session_id: sid,
                         input: json!({"content": format!("{w}/{i}")}),
                         created_at: "2026-01-01T00:00:00Z".into(),
+                        idempotency: None,
                     };
                     if i % 5 == 0 {
                         store.enqueue_run_front(&run).await.unwrap();

@@ -221,6 +221,17 @@ impl Store for FaultyStore {
         self.enter("enqueue_run_front").await?;
         self.inner.enqueue_run_front(run).await
     }
+    async fn run_by_idempotency_key(
+        &self,
+        session_id: Uuid,
+        key: &str,
+        since: &str,
+    ) -> Result<Option<RunRecord>> {
+        self.enter("run_by_idempotency_key").await?;
+        self.inner
+            .run_by_idempotency_key(session_id, key, since)
+            .await
+    }
     async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>> {
         self.enter("get_run").await?;
         self.inner.get_run(id).await

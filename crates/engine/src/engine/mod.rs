@@ -34,6 +34,7 @@ mod files;
 mod leases;
 mod recovery;
 mod runs;
+pub use runs::{IDEMPOTENCY_WINDOW, MAX_IDEMPOTENCY_KEY};
 mod sessions;
 
 use control::unexpected;

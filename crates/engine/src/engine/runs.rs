@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// How long a run answers repeats of the `Idempotency-Key` it was sent with.
+pub const IDEMPOTENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII characters (what an HTTP header carries
+/// unambiguously).
+fn validate_idempotency_key(key: &str) -> Result<(), EngineError> {
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(EngineError::InvalidIdempotencyKey);
+    }
+    Ok(())
+}
+
 impl Engine {
     // --- messages and runs ----------------------------------------------------------------
 
@@ -13,11 +31,55 @@ impl Engine {
         session_id: Uuid,
         req: SendMessageRequest,
     ) -> Result<SendMessageResponse, EngineError> {
+        self.send_message_once(session_id, req, None).await
+    }
+
+    /// [`Self::send_message`] with the client's `Idempotency-Key`: a `message` or
+    /// `follow_up` repeated with a key one of the session's runs got in the last
+    /// [`IDEMPOTENCY_WINDOW`] answers that run (whatever its state) and starts nothing.
+    /// Steering starts no run and ignores the key.
+    pub async fn send_message_once(
+        &self,
+        session_id: Uuid,
+        req: SendMessageRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<SendMessageResponse, EngineError> {
         let delivery = match req.kind {
             MessageType::Steering => Some(self.steering_delivery(session_id).await?),
             _ => None,
         };
-        let run_id = self.send_message_inner(session_id, req).await?;
+        let idempotency = match (req.kind, idempotency_key) {
+            (MessageType::Steering, _) | (_, None) => None,
+            (_, Some(key)) => {
+                validate_idempotency_key(key)?;
+                Some(switchboard_store::Idempotency {
+                    key: key.to_owned(),
+                    since: crate::time::rfc3339(
+                        chrono::Utc::now()
+                            - chrono::Duration::from_std(IDEMPOTENCY_WINDOW)
+                                .unwrap_or_else(|_| chrono::Duration::days(1)),
+                    ),
+                })
+            }
+        };
+        if let Some(i) = &idempotency {
+            self.record(session_id).await?;
+            if let Some(run) = self
+                .inner
+                .store
+                .run_by_idempotency_key(session_id, &i.key, &i.since)
+                .await?
+            {
+                tracing::info!(%session_id, run_id = %run.id, "a repeated idempotency key answers its run");
+                return Ok(SendMessageResponse {
+                    run_id: run.id,
+                    steering: None,
+                });
+            }
+        }
+        let run_id = self
+            .send_message_inner(session_id, req, idempotency)
+            .await?;
         Ok(SendMessageResponse {
             run_id,
             steering: delivery,
@@ -36,6 +98,7 @@ impl Engine {
         &self,
         session_id: Uuid,
         req: SendMessageRequest,
+        idempotency: Option<switchboard_store::Idempotency>,
     ) -> Result<Uuid, EngineError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
@@ -73,7 +136,13 @@ impl Engine {
                 {
                     return Err(EngineError::SessionAlreadyRunning(session_id));
                 }
-                let run = self.new_run(session_id, &req, attachments, true).await?;
+                let (run, fresh) = self
+                    .new_run(session_id, &req, attachments, true, idempotency)
+                    .await?;
+                if !fresh {
+                    // The same key, sent meanwhile by another instance: its run.
+                    return Ok(run.id);
+                }
                 if let Err(e) = self.start_run(session_id, run.id).await {
                     // Another instance started a run in between: this one must not linger
                     // at the front of the queue. If it is not queued any more, another
@@ -91,7 +160,12 @@ impl Engine {
                 Ok(run.id)
             }
             MessageType::FollowUp => {
-                let run = self.new_run(session_id, &req, attachments, false).await?;
+                let (run, fresh) = self
+                    .new_run(session_id, &req, attachments, false, idempotency)
+                    .await?;
+                if !fresh {
+                    return Ok(run.id);
+                }
                 let announced = self
                     .inner
                     .log
@@ -141,7 +215,8 @@ impl Engine {
         req: &SendMessageRequest,
         attachments: Vec<switchboard_protocol::FileInfo>,
         front: bool,
-    ) -> Result<RunRecord, EngineError> {
+        idempotency: Option<switchboard_store::Idempotency>,
+    ) -> Result<(RunRecord, bool), EngineError> {
         let overrides = req.overrides.clone().filter(|o| !o.is_empty());
         let input = RunInput {
             content: req.message.content.clone(),
@@ -160,13 +235,16 @@ impl Engine {
             input: serde_json::to_value(&input)
                 .map_err(|e| EngineError::Internal(e.to_string()))?,
             created_at: now_rfc3339(),
+            idempotency,
         };
         let run = if front {
             self.inner.store.enqueue_run_front(&new).await?
         } else {
             self.inner.store.enqueue_run(&new).await?
         };
-        Ok(run)
+        // Another run answered for the same idempotency key: nothing new was queued.
+        let fresh = run.id == new.id;
+        Ok((run, fresh))
     }
 
     /// Starts the front of the follow-up queue, if any. Caller holds the session lock.

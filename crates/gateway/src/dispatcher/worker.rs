@@ -271,10 +271,29 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         follow(gw, key, run).await?;
         return Ok(true);
     }
-    let items = gw.inner.store.queued(key).await?;
-    let Some(last) = items.last() else {
+    let mut items = gw.inner.store.queued(key).await?;
+    // A batch sent before a crash, whose run was not recorded: sent again exactly as it
+    // was (messages that arrived since wait for the next batch), under the same
+    // idempotency key, so the server answers the run it started for it, or starts it now.
+    let intent_key = format!("intent:{key}");
+    let intent = gw
+        .inner
+        .store
+        .kv_get(&intent_key)
+        .await?
+        .and_then(|i| Intent::parse(&i));
+    if let Some(i) = &intent {
+        items.retain(|q| q.id <= i.upto);
+    }
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        if intent.is_some() {
+            // Nothing of it left queued: the intent is stale.
+            gw.inner.store.kv_set(&intent_key, "").await?;
+            return Ok(true);
+        }
         return Ok(false);
     };
+    let idempotency_key = format!("gateway:{key}:{}-{}", first.id, last.id);
     let route = ensure_route(gw, key, last).await?;
     // Another client may run something on the session: wait for its end.
     let detail = match gw.inner.client.get_session(route.session_id).await {
@@ -305,7 +324,10 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         }
         Err(e) => return Err(e.into()),
     };
-    let after = detail.session.last_event_id;
+    let after = intent
+        .as_ref()
+        .map(|i| i.after)
+        .unwrap_or(detail.session.last_event_id);
     let (items, files) = fetch_files(gw, route.session_id, items.clone()).await;
     let text = batch_text(&items);
     let mut context = Vec::new();
@@ -335,36 +357,24 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         pages: Vec::new(),
     };
     // An intent, stored before sending: if the process dies after the server took the
-    // message but before the run was recorded, the restart finds the run instead of
-    // sending the batch a second time.
-    let intent_key = format!("intent:{key}");
-    if let Some(intent) = gw.inner.store.kv_get(&intent_key).await?
-        && let Some(run_id) = adopt(gw, route.session_id, &intent, &req.message.content).await?
-    {
-        tracing::info!(routing_key = %key, %run_id, "found the run a crash left unrecorded");
-        let deadline = chrono::Utc::now()
-            + chrono::Duration::from_std(gw.inner.config.run_timeout).unwrap_or_default();
-        let after: u64 = intent
-            .split_once(':')
-            .and_then(|(a, _)| a.parse().ok())
-            .unwrap_or(after);
-        let mut r = followed(
-            run_id,
-            Some(deadline.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-        );
-        r.last_event_id = after;
-        gw.inner.store.start_run(&r, last.id).await?;
-        gw.inner.store.kv_set(&intent_key, "").await?;
-        return Ok(true);
+    // batch but before its run was recorded here, the restart sends the same batch with
+    // the same key, and the server answers the run it started (exactly once, whatever the
+    // batch's text or files).
+    if intent.is_none() {
+        let intent = Intent {
+            after,
+            upto: last.id,
+        };
+        gw.inner.store.kv_set(&intent_key, &intent.text()).await?;
+    } else {
+        tracing::info!(routing_key = %key, "sending again the batch a crash left without its run");
     }
-    gw.inner
-        .store
-        .kv_set(
-            &intent_key,
-            &format!("{after}:{}:{}", last.id, chrono::Utc::now().to_rfc3339()),
-        )
-        .await?;
-    let run_id = match gw.inner.client.send_message(route.session_id, &req).await {
+    let sent = gw
+        .inner
+        .client
+        .send_message_once(route.session_id, &req, &idempotency_key)
+        .await;
+    let run_id = match sent {
         Ok(r) => r.run_id,
         Err(e) if e.code() == Some("session_already_running") => {
             // Follow the active run first; the batch stays at the front of the queue.
@@ -388,41 +398,45 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
     Ok(true)
 }
 
-/// After a crash between sending a batch and recording its run: the run the server started
-/// for it, if the session's newest user message is that batch.
-pub(super) async fn adopt(
-    gw: &Gateway,
-    session_id: Uuid,
-    intent: &str,
-    content: &str,
-) -> Result<Option<Uuid>, GatewayError> {
-    // "<after>:<upto>:<when>": only a message stored after the intent can be its run.
-    let Some(when) = intent
-        .splitn(3, ':')
-        .nth(2)
-        .and_then(|w| chrono::DateTime::parse_from_rfc3339(w).ok())
-        .map(|w| w.with_timezone(&chrono::Utc))
-    else {
-        return Ok(None);
-    };
-    let total = gw
-        .inner
-        .client
-        .list_messages(session_id, Some(1), Some(0))
-        .await?
-        .total;
-    let recent = gw
-        .inner
-        .client
-        .list_messages(session_id, Some(20), Some(total.saturating_sub(20) as u32))
-        .await?;
-    Ok(recent
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == switchboard_protocol::Role::User)
-        .filter(|m| m.content == content && m.created_at >= when)
-        .and_then(|m| m.run_id))
+/// A batch about to be sent, stored before the send: the log position its run is followed
+/// from, and the newest inbox message it holds. Until the run is recorded, the route's
+/// next step sends exactly this batch again, with the same idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Intent {
+    after: u64,
+    upto: i64,
+}
+
+impl Intent {
+    /// `"<after>:<upto>"` (an older build added `:<when>`, ignored).
+    fn text(&self) -> String {
+        format!("{}:{}", self.after, self.upto)
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.splitn(3, ':');
+        Some(Self {
+            after: parts.next()?.parse().ok()?,
+            upto: parts.next()?.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod intent_tests {
+    use super::Intent;
+
+    #[test]
+    fn round_trip_and_old_form() {
+        let i = Intent { after: 7, upto: 42 };
+        assert_eq!(Intent::parse(&i.text()), Some(i));
+        assert_eq!(
+            Intent::parse("7:42:2026-12-04T10:00:00+00:00"),
+            Some(Intent { after: 7, upto: 42 })
+        );
+        assert_eq!(Intent::parse(""), None);
+        assert_eq!(Intent::parse("x:1"), None);
+    }
 }
 
 /// The route's session, created when there is none; the reply target refreshed.

@@ -44,8 +44,13 @@ impl Relay {
                 }
             };
             let (outcome, code, reason) = match row.state.as_str() {
-                // Found mid-hand-over (a crash, or an outcome that could not be stored):
-                // it may have arrived, so it is never sent again.
+                // Found mid-hand-over to a session (or ACP) member: sent again under the
+                // same idempotency key, so the session answers the run it started for it
+                // if it arrived, and starts it if not — exactly once either way.
+                "committing" if self.is_session_member(&row) => self.deliver(&row).await,
+                // Found mid-hand-over to a pane (a crash, or an outcome that could not be
+                // stored): it may have arrived, and a paste cannot be asked, so it is never
+                // sent again.
                 "committing" => (
                     Outcome::Failed,
                     Some("delivery_interrupted".to_string()),
@@ -125,7 +130,23 @@ impl Relay {
         Err((Outcome::Failed, Some("relay_store".into()), Some(reason)))
     }
 
-    /// One delivery attempt: (outcome, reason code, reason).
+    /// Whether the row's target is a session or ACP member (reached through the API, where
+    /// sends are idempotent).
+    fn is_session_member(&self, row: &DeliveryRow) -> bool {
+        self.inner.dir.load(&row.bundle).ok().is_some_and(|b| {
+            b.member(&row.target)
+                .is_some_and(|m| matches!(m.transport, Transport::Acp(_) | Transport::Session(_)))
+        })
+    }
+
+    /// The idempotency key of a delivery's hand-over to a session: one per message and
+    /// target, whatever the attempt.
+    fn idempotency_key(row: &DeliveryRow) -> String {
+        format!("relay:{}:{}:{}", row.bundle, row.message_id, row.target)
+    }
+
+    /// One delivery attempt: (outcome, reason code, reason). A row found `committing`
+    /// (session members only) resumes at the hand-over.
     async fn deliver(&self, row: &DeliveryRow) -> (Outcome, Option<String>, Option<String>) {
         let fail =
             |code: &str, reason: String| (Outcome::Failed, Some(code.to_string()), Some(reason));
@@ -146,7 +167,9 @@ impl Relay {
             }
             Err(e) => return fail("relay_store", e.to_string()),
         }
-        if let Err(failed) = self.step(row, "queued", "attempting").await {
+        if row.state != "committing"
+            && let Err(failed) = self.step(row, "queued", "attempting").await
+        {
             return failed;
         }
         match &m.transport {
@@ -238,13 +261,18 @@ impl Relay {
             }
             Err(e) => return fail("session_unreachable", e.to_string()),
         };
-        if let Err(failed) = self.step(row, "attempting", "committing").await {
+        if row.state != "committing"
+            && let Err(failed) = self.step(row, "attempting", "committing").await
+        {
             return failed;
         }
         // A follow-up starts a run at once when the session is idle and queues durably
         // behind the active run otherwise.
         let req = SendMessageRequest::user(row.envelope.clone(), MessageType::FollowUp);
-        let run_id = match client.send_message(id, &req).await {
+        let run_id = match client
+            .send_message_once(id, &req, &Self::idempotency_key(row))
+            .await
+        {
             Ok(r) => r.run_id,
             Err(e) => {
                 return fail(

@@ -19,11 +19,15 @@ pub fn router() -> Router<AppState> {
 }
 
 /// Sends a message (`type`: `message` starts a run, `steering` reaches the active run,
-/// `follow_up` is queued).
-#[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "runs", params(("id" = uuid::Uuid, Path)),
+/// `follow_up` is queued). With an `Idempotency-Key` header, a `message` or `follow_up`
+/// repeated with the same key within 24 h answers 200 with the first one's `run_id` and
+/// starts nothing: the safe way to retry a send whose answer was lost.
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "runs",
+    params(("id" = uuid::Uuid, Path),
+           ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters; a repeat within 24 h answers the first run instead of starting another")),
     request_body = SendMessageRequest, security(("bearer" = [])),
     responses((status = 200, body = SendMessageResponse),
-              (status = 400, description = "`invalid_json` or `validation_failed` (the field is named)", body = ErrorBody),
+              (status = 400, description = "`invalid_json`, `validation_failed` (the field is named) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
               (status = 404, body = ErrorBody),
               (status = 409, description = "`session_already_running`, `session_not_running` or `run_mismatch`", body = ErrorBody),
               (status = 413, description = "`attachments_too_large` (the message's files together are over the per-message limit) or `payload_too_large` (the body is over the limit)", body = ErrorBody),
@@ -32,10 +36,23 @@ pub fn router() -> Router<AppState> {
 pub async fn send(
     State(state): State<AppState>,
     SessionId(id): SessionId,
+    headers: axum::http::HeaderMap,
     extract::Json(req): extract::Json<SendMessageRequest>,
 ) -> Result<Json<SendMessageResponse>, ApiError> {
-    Ok(Json(state.engine.send_message(id, req).await?))
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        Some(v) => Some(v.to_str().map_err(|_| {
+            ApiError::new(
+                switchboard_protocol::ErrorCode::InvalidHeader,
+                "Idempotency-Key must be visible ASCII",
+            )
+        })?),
+        None => None,
+    };
+    Ok(Json(state.engine.send_message_once(id, req, key).await?))
 }
+
+/// The header a client retries a send with (the IETF draft's name).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The transcript, oldest first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "runs",

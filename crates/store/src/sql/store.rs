@@ -37,19 +37,47 @@ impl SqlStore {
             "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs WHERE session_id = $2)"
         };
         let sql = format!(
-            "INSERT INTO runs (id, session_id, queue_pos, state, input, created_at) \
-             VALUES ($1, $2, {pos_sql}, 'queued', $3, $4)"
+            "INSERT INTO runs (id, session_id, queue_pos, state, input, created_at, idempotency_key) \
+             VALUES ($1, $2, {pos_sql}, 'queued', $3, $4, $5)"
         );
+        let key = run.idempotency.as_ref().map(|i| i.key.as_str());
         with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
             if !tx.lock_session(run.session_id).await? {
                 return Err(StoreError::NotFound(format!("session {}", run.session_id)));
+            }
+            // Under the session's lock: a repeat of the key answers the run that has it;
+            // a run holding it from before the window gives it up.
+            if let Some(i) = &run.idempotency {
+                let held = sqlx::query(&format!(
+                    "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2"
+                ))
+                .bind(d.id(run.session_id))
+                .bind(&i.key)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| run_from_row(&r))
+                .transpose()?;
+                match held {
+                    Some(r) if r.created_at >= i.since => {
+                        tx.commit().await?;
+                        return Ok(r);
+                    }
+                    Some(r) => {
+                        sqlx::query("UPDATE runs SET idempotency_key = NULL WHERE id = $1")
+                            .bind(d.id(r.id))
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    None => {}
+                }
             }
             sqlx::query(&sql)
                 .bind(d.id(run.id))
                 .bind(d.id(run.session_id))
                 .bind(&input)
                 .bind(&run.created_at)
+                .bind(key)
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| missing_session(e, || run.session_id.to_string()))?;
@@ -457,6 +485,27 @@ impl Store for SqlStore {
 
     async fn enqueue_run_front(&self, run: &NewRun) -> Result<RunRecord> {
         self.enqueue(run, true).await
+    }
+
+    async fn run_by_idempotency_key(
+        &self,
+        session_id: Uuid,
+        key: &str,
+        since: &str,
+    ) -> Result<Option<RunRecord>> {
+        with_db!(self, |pool, d| {
+            sqlx::query(&format!(
+                "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2 \
+                 AND created_at >= $3"
+            ))
+            .bind(d.id(session_id))
+            .bind(key)
+            .bind(since)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| run_from_row(&r))
+            .transpose()
+        })
     }
 
     async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>> {
