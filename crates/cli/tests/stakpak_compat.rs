@@ -650,6 +650,75 @@ async fn approvals_pending_reject_with_reason_and_accept() {
     assert_eq!(late.0, 409, "{}", late.1);
 }
 
+/// That client's gateway posts a decision for every call it sees proposed, and takes any
+/// 409 for a failed run. A call the permission mode runs without asking (`view` is a read)
+/// is decided by policy before that decision arrives: it is answered 200 with how it was
+/// settled, as the stakpak server answers while the run is active — alone, and beside a
+/// call that does wait (which the same request decides).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_on_a_call_policy_settled_is_answered_200() {
+    use switchboard_test_support::mock_llm::MockToolCall;
+    let setup = Setup::new().await;
+    let Setup { llm, ws, c, .. } = &setup;
+    std::fs::write(ws.path().join("notes.txt"), "hi\n").unwrap();
+    let id = c.create_session("slack: C2").await.id;
+    let mut stream = c.subscribe(id, None).await;
+    // Turn 1: a read, run at once; the model's next answer takes a while, so the run is
+    // still active when the client's decision comes.
+    llm.push(MockReply::tool_call(
+        "call_1",
+        "view",
+        json!({"path": "notes.txt"}),
+    ));
+    // Turn 2: a read and a command that waits.
+    llm.push(MockReply::ToolCalls {
+        text: None,
+        calls: vec![
+            MockToolCall::new("call_2", "view", json!({"path": "notes.txt"})),
+            MockToolCall::new(
+                "call_3",
+                "run_command",
+                json!({"command": "echo x > x.txt"}),
+            ),
+        ],
+        delay_ms: 1500,
+    });
+    llm.push(MockReply::text(&["done"]));
+    let run = run_id_of(&c.send_message(id, "look, then write").await);
+    let proposed = stream.until_proposed(run).await;
+    assert_eq!(proposed.tool_calls[0].id, "call_1");
+    let answer = c
+        .resolve_tools(id, run, r#"{"call_1":{"action":"accept"}}"#)
+        .await;
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    let body: Value = serde_json::from_str(&answer.1).unwrap();
+    assert_eq!(body["already_settled"]["call_1"], "allowed_by_policy");
+    // Turn 2: the client decides both calls, one after the other, as it sees them.
+    let proposed = stream.until_proposed(run).await;
+    assert_eq!(proposed.tool_calls.len(), 2);
+    wait_pending(c, id).await;
+    let answer = c
+        .resolve_tools(id, run, r#"{"call_2":{"action":"accept"}}"#)
+        .await;
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    let answer = c
+        .resolve_tools(id, run, r#"{"call_3":{"action":"accept"}}"#)
+        .await;
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    // A repeat of a decision already taken: 200, nothing changes.
+    let answer = c
+        .resolve_tools(id, run, r#"{"call_3":{"action":"reject"}}"#)
+        .await;
+    assert!(
+        answer.0 == 200 || answer.0 == 409,
+        "200 while the run is active, 409 once it ended: {}",
+        answer.1
+    );
+    let rest = stream.until_terminal(run).await;
+    assert_eq!(rest.last().unwrap().event_type, "run_completed");
+    assert!(ws.path().join("x.txt").exists(), "the accepted command ran");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_ends_the_run_as_the_stakpak_server_does() {
     let setup = Setup::new().await;

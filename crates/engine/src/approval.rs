@@ -102,9 +102,63 @@ struct Waiting {
 #[derive(Default)]
 pub(crate) struct Approvals {
     waiting: StdMutex<HashMap<Uuid, Waiting>>,
+    /// Per session, the active run's calls already settled — by policy before anyone was
+    /// asked, or by a decision — and how: a decision repeated on one of them answers what
+    /// happened instead of failing (clients that decide every proposed call, a retried
+    /// request). Dropped at the run's end. Locked after `waiting`, never before.
+    settled: StdMutex<HashMap<Uuid, (Uuid, HashMap<String, String>)>>,
+}
+
+/// How a call was settled, as [`switchboard_protocol::ToolDecisionsResponse`] says it.
+fn settled_by_policy(verdict: &Verdict) -> Option<&'static str> {
+    match verdict {
+        Verdict::Allow => Some("allowed_by_policy"),
+        Verdict::Deny(_) => Some("rejected_by_policy"),
+        Verdict::Ask => None,
+    }
+}
+
+fn settled_by_decision(d: &ToolDecision) -> &'static str {
+    match d.action {
+        DecisionAction::Accept => "accepted",
+        DecisionAction::Reject => "rejected",
+        DecisionAction::CustomResult => "custom_result",
+    }
 }
 
 impl Approvals {
+    fn settled(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, (Uuid, HashMap<String, String>)>> {
+        self.settled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records how calls of `run_id` were settled (a newer run of the session replaces
+    /// what an older one left).
+    pub(crate) fn record_settled(
+        &self,
+        session_id: Uuid,
+        run_id: Uuid,
+        calls: impl IntoIterator<Item = (String, &'static str)>,
+    ) {
+        let mut settled = self.settled();
+        let entry = settled
+            .entry(session_id)
+            .or_insert_with(|| (run_id, HashMap::new()));
+        if entry.0 != run_id {
+            *entry = (run_id, HashMap::new());
+        }
+        entry
+            .1
+            .extend(calls.into_iter().map(|(id, how)| (id, how.to_owned())));
+    }
+
+    /// Forgets the settled calls of `run_id` (its end).
+    pub(crate) fn forget_settled(&self, session_id: Uuid, run_id: Uuid) {
+        let mut settled = self.settled();
+        if settled.get(&session_id).is_some_and(|(r, _)| *r == run_id) {
+            settled.remove(&session_id);
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Waiting>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -123,30 +177,55 @@ impl Approvals {
         })
     }
 
-    /// Records decisions; when every call is decided the waiting run goes on.
+    /// Records decisions; when every call is decided the waiting run goes on. Decisions on
+    /// calls of the active run that were already settled (by policy, or decided before)
+    /// change nothing and are answered with how they were settled; failing them made a
+    /// client that decides every proposed call (stakpak's) take a 409 for a failed run.
     pub(crate) fn decide(
         &self,
         session_id: Uuid,
         run_id: Uuid,
         decisions: &BTreeMap<String, ToolDecision>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<BTreeMap<String, String>, EngineError> {
         let mut map = self.lock();
-        let w = map
-            .get_mut(&session_id)
-            .ok_or(EngineError::NoPendingApproval)?;
-        if w.run_id != run_id {
-            return Err(EngineError::RunMismatch {
-                given: run_id,
-                active: Some(w.run_id),
-            });
-        }
         if decisions.is_empty() {
             return Err(EngineError::validation(
                 "decisions",
                 "must decide at least one tool call",
             ));
         }
+        let settled_before = |id: &str| -> Option<String> {
+            self.settled()
+                .get(&session_id)
+                .filter(|(r, _)| *r == run_id)
+                .and_then(|(_, s)| s.get(id).cloned())
+        };
+        let Some(w) = map.get_mut(&session_id) else {
+            // Nothing waits: decisions on settled calls of this run answer how.
+            let already: Option<BTreeMap<String, String>> = decisions
+                .keys()
+                .map(|id| settled_before(id).map(|how| (id.clone(), how)))
+                .collect();
+            return already.ok_or(EngineError::NoPendingApproval);
+        };
+        if w.run_id != run_id {
+            return Err(EngineError::RunMismatch {
+                given: run_id,
+                active: Some(w.run_id),
+            });
+        }
+        let mut already = BTreeMap::new();
         for (id, d) in decisions {
+            if let Some(prev) = w.decided.get(id) {
+                already.insert(id.clone(), settled_by_decision(prev).to_owned());
+                continue;
+            }
+            if !w.calls.iter().any(|c| c.id == *id)
+                && let Some(how) = settled_before(id)
+            {
+                already.insert(id.clone(), how);
+                continue;
+            }
             if !w.calls.iter().any(|c| c.id == *id) {
                 let pending: Vec<&str> = w.calls.iter().map(|c| c.id.as_str()).collect();
                 return Err(EngineError::validation(
@@ -155,12 +234,6 @@ impl Approvals {
                         "no pending tool call has this id; pending: [{}]",
                         pending.join(", ")
                     ),
-                ));
-            }
-            if w.decided.contains_key(id) {
-                return Err(EngineError::validation(
-                    &format!("decisions.{id}"),
-                    "this tool call was already decided",
                 ));
             }
             if let Some(by) = &d.by
@@ -180,16 +253,24 @@ impl Approvals {
                 ));
             }
         }
+        let fresh: Vec<(String, &'static str)> = decisions
+            .iter()
+            .filter(|(id, _)| !already.contains_key(*id))
+            .map(|(id, d)| (id.clone(), settled_by_decision(d)))
+            .collect();
         for (id, d) in decisions {
-            w.decided.insert(id.clone(), d.clone());
+            if !already.contains_key(id) {
+                w.decided.insert(id.clone(), d.clone());
+            }
         }
+        self.record_settled(session_id, run_id, fresh);
         if w.decided.len() == w.calls.len()
             && let Some(w) = map.remove(&session_id)
             && let Some(done) = w.done
         {
             let _ = done.send(w.decided);
         }
-        Ok(())
+        Ok(already)
     }
 
     fn register(
@@ -305,6 +386,20 @@ pub(crate) async fn propose(
             )));
         }
     }
+    let out: Vec<Verdict> = calls
+        .iter()
+        .map(|(call, class)| settle(scope.mode, &scope.auto_approve, &call.name, *class))
+        .collect();
+    // Known as settled before anyone sees the calls: a decision sent for one of them as
+    // soon as `ToolCallsProposed` arrives is answered with how.
+    scope.approvals.record_settled(
+        scope.session_id,
+        scope.run_id,
+        calls
+            .iter()
+            .zip(&out)
+            .filter_map(|((c, _), v)| settled_by_policy(v).map(|how| (c.id.clone(), how))),
+    );
     scope
         .log
         .append_fenced(
@@ -316,13 +411,10 @@ pub(crate) async fn propose(
             scope.fence,
         )
         .await?;
-    let mut out = Vec::with_capacity(calls.len());
-    for (call, class) in calls {
-        let verdict = settle(scope.mode, &scope.auto_approve, &call.name, *class);
-        if let Verdict::Deny(reason) = &verdict {
+    for ((call, _), verdict) in calls.iter().zip(&out) {
+        if let Verdict::Deny(reason) = verdict {
             emit_rejected(scope, call, reason, None).await?;
         }
-        out.push(verdict);
     }
     Ok(out)
 }

@@ -71,6 +71,12 @@ pub struct ToolDecisionsRequest {
 pub struct ToolDecisionsResponse {
     pub accepted: bool,
     pub run_id: Uuid,
+    /// Calls of the request that were settled before it, and how: `allowed_by_policy` or
+    /// `rejected_by_policy` (the permission mode or auto-approve decided without asking),
+    /// or `accepted`, `rejected`, `custom_result` (decided earlier). Such decisions change
+    /// nothing; the rest of the request was applied.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub already_settled: std::collections::BTreeMap<String, String>,
 }
 
 /// One approval waiting for a human, in any session (`GET /v1/approvals`).

@@ -138,15 +138,16 @@ impl Engine {
                 .inner
                 .approvals
                 .decide(session_id, request.run_id, &request.decisions)
-                .inspect(|()| {
+                .inspect(|_| {
                     // Calls decided one by one leave the inbox at once (a decision forwarded
                     // from another instance included).
                     self.inner.log.approval_signal().bump();
                 })
-                .map(|()| ControlReply::Decided {
+                .map(|already_settled| ControlReply::Decided {
                     response: ToolDecisionsResponse {
                         accepted: true,
                         run_id: request.run_id,
+                        already_settled,
                     },
                 }),
             RunControl::Share {

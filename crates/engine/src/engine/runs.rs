@@ -629,6 +629,7 @@ impl Engine {
         // Not active here from now on: whoever sees the terminal event finds the session idle
         // (requests for it wait for the session lock held here).
         self.forget_active(session_id, run_id);
+        self.inner.approvals.forget_settled(session_id, run_id);
         let mut attempt = 0;
         let recorded = loop {
             let r = self
