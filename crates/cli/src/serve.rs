@@ -515,6 +515,7 @@ pub async fn start_gateway(
     }
     let mut config = g.config.clone();
     config.max_file_bytes = settings.files.max_file_bytes;
+    config.max_attachments = settings.files.max_attachments;
     config.speech = settings.speech.clone();
     if store.kind() != "postgres" {
         let gw = switchboard_gateway::Gateway::start(config.clone(), client, store, channels)

@@ -79,6 +79,15 @@ async fn diff_and_undo_from_the_chat(platform: &str) {
         std::fs::read_to_string(w.ws.path().join("notes.txt")).unwrap(),
         "new line\nsecond\n"
     );
+    // The answered offer's other button does nothing any more: the offer is kept on the
+    // server and answered once (its buttons used to carry the checkpoint and the requester,
+    // and restored whenever pressed).
+    w.press(chat, &ask.id, &undo);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(
+        std::fs::read_to_string(w.ws.path().join("notes.txt")).unwrap(),
+        "new line\nsecond\n"
+    );
 
     // Undo undoes.
     w.dm("/undo");

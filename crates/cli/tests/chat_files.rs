@@ -332,3 +332,79 @@ async fn a_chat_file_over_the_json_limit_and_under_the_file_limit_arrives() {
     assert_eq!(copies.len(), 1);
     assert_eq!(std::fs::read(copies[0].path()).unwrap(), big);
 }
+
+fn telegram(w: &World) -> &switchboard_test_support::fake_telegram::FakeTelegram {
+    match &w.fake {
+        Fake::Telegram(f) => f,
+        _ => unreachable!(),
+    }
+}
+
+/// Twelve photos sent to a busy chat: the queue is cut into batches the session takes (at
+/// most 10 files each), so all twelve reach the agent, each downloaded once. (The batch used
+/// to hold all twelve, be refused, and be fetched and sent again forever, jamming the chat.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn photos_sent_to_a_busy_chat_go_in_batches_the_session_takes() {
+    let w = World::new("telegram").await;
+    let _server = w.server().await;
+    w.llm.push(MockReply::text_slow(&["Busy", "."], 500));
+    w.llm.push(MockReply::text(&["Ten seen."]));
+    w.llm.push(MockReply::text(&["Two more seen."]));
+    w.dm("start");
+    telegram(&w)
+        .wait_until(std::time::Duration::from_secs(20), "the first run", |_| {
+            w.llm.chat_requests().len() == 1
+        })
+        .await;
+    for i in 0..12u8 {
+        let mut photo = jpeg();
+        photo.push(i);
+        w.dm_file("photo", "", "image/jpeg", &photo, "");
+    }
+    w.wait(w.dm_chat(), "the second batch's answer", |m| {
+        m.text.contains("Two more seen.")
+    })
+    .await;
+    let reqs = w.llm.chat_requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[1].images().len(), 10);
+    assert_eq!(reqs[2].images().len(), 2);
+    assert_eq!(telegram(&w).calls("getFile").len(), 12, "each fetched once");
+}
+
+/// A message the session refuses for good (here: longer than a message may be) is told to
+/// the chat in words and set aside where an operator sees it (`GET /v1/gateway/parked`);
+/// the chat's next message runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_refused_for_good_is_set_aside_and_the_chat_goes_on() {
+    let w = World::new("telegram").await;
+    let server = w.server().await;
+    let huge = "x".repeat(switchboard_protocol::MAX_MESSAGE_CONTENT_BYTES + 10);
+    w.dm(&huge);
+    let told = w
+        .wait(w.dm_chat(), "the refusal", |m| {
+            m.text.starts_with("⚠️ Your message")
+        })
+        .await;
+    assert!(told.text.contains("set aside"), "{}", told.text);
+    let parked: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/gateway/parked", server.url))
+        .bearer_auth(common::TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let list = parked["parked"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{parked}");
+    assert_eq!(list[0]["code"], "validation_failed");
+    assert_eq!(list[0]["senders"][0]["name"], "alice");
+    w.llm.push(MockReply::text(&["Hello again."]));
+    w.dm("hello");
+    w.wait(w.dm_chat(), "the next reply", |m| {
+        m.text.contains("Hello again.")
+    })
+    .await;
+    assert_eq!(w.llm.chat_requests().len(), 1, "the refused one never ran");
+}

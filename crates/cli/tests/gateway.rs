@@ -1510,3 +1510,59 @@ async fn channel_state_and_last_activity_for_the_console() {
     })
     .await;
 }
+
+/// In a group with no approvers configured, every sender of a batch asked for its calls: the
+/// first member's press of Allow counts, though a second member's message came after theirs
+/// in the same batch (the requester used to be the last sender alone, so the one who asked
+/// was refused and the one who said "ok" could decide). Someone outside the batch may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sender_of_a_batch_may_answer_its_prompt() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::text_slow(&["Busy", "."], 400));
+    w.llm.push(MockReply::tool_call(
+        "b1",
+        "run_command",
+        json!({"command": "touch batch.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Batch done."]));
+    w.tg.group_message(
+        -100,
+        3,
+        "carol",
+        "@switchboard_test_bot warm up",
+        None,
+        false,
+    );
+    w.tg.wait_until(WAIT, "the first run started", |_| {
+        w.llm.chat_requests().len() == 1
+    })
+    .await;
+    w.tg.group_message(
+        -100,
+        1,
+        "alice",
+        "@switchboard_test_bot please touch batch.txt",
+        None,
+        false,
+    );
+    w.tg.group_message(-100, 2, "bob", "@switchboard_test_bot ok", None, false);
+    let prompt = w
+        .wait_message(-100, "the batch's prompt", |m| prompt_of(m).is_some())
+        .await;
+    let (allow, _) = prompt_of(&prompt).unwrap();
+    // Carol's message was in the run before, not in this batch.
+    let by_carol = w.tg.press(-100, prompt.message_id, 3, "carol", &allow);
+    w.tg.wait_until(WAIT, "carol's press answered", |tg| {
+        tg.answered().contains(&by_carol)
+    })
+    .await;
+    assert!(!w.ws.path().join("batch.txt").exists());
+    w.tg.press(-100, prompt.message_id, 1, "alice", &allow);
+    w.wait_message(-100, "the reply", |m| m.text.contains("Batch done."))
+        .await;
+    assert!(
+        w.ws.path().join("batch.txt").exists(),
+        "alice asked: her Allow counts"
+    );
+}

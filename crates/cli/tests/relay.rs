@@ -276,9 +276,10 @@ quiet_window_ms = 300
         got.contains(&format!("[relay message {mid} in bundle dev")),
         "{got}"
     );
+    // Every line indented under the envelope (no line can pass for the envelope's own).
     assert!(
-        got.contains(&body),
-        "the body arrives byte for byte:\n{got}"
+        got.contains(&switchboard_protocol::text::indent_all(&body, "  ")),
+        "the body arrives byte for byte, indented:\n{got}"
     );
     assert!(read(&lb).is_empty(), "the sender got nothing");
 
@@ -1155,7 +1156,7 @@ asyncio.run(main())
         r["request_id"].is_string(),
         "the CLI sends a request id: {r}"
     );
-    assert!(read(&lr).contains("piped line one\npiped line two"));
+    assert!(read(&lr).contains("  piped line one\n  piped line two"));
     c.relay_down("dev").await.unwrap();
 }
 
@@ -1239,7 +1240,16 @@ backend = "builtin"
         }) {
             break m.content.clone();
         }
-        assert!(Instant::now() < deadline, "b never got a's message");
+        assert!(
+            Instant::now() < deadline,
+            "b never got a's message: {}\n{:?}",
+            server.logs(),
+            w.llm
+                .chat_requests()
+                .iter()
+                .map(|r| r.body.to_string())
+                .collect::<Vec<_>>()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(

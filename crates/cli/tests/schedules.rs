@@ -678,6 +678,44 @@ async fn chat_commands_schedule_list_and_remove() {
     .await;
 }
 
+/// A schedule made from a chat runs with that chat's session settings — its workspace,
+/// model, backend and permission mode — not the server's defaults: a chat confined to
+/// `read-only` cannot get a `workspace-write` run through `/schedule`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_s_schedule_keeps_the_chat_s_limits() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let e = env(&clock);
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    w.llm.push(MockReply::text(&["hi"]));
+    w.dm("hello");
+    w.wait("42", "the reply", |m| m.text.contains("hi")).await;
+    let session = c.list_sessions(None, None).await.unwrap().sessions[0].id;
+    c.update_session(
+        session,
+        &switchboard_protocol::UpdateSessionRequest {
+            permission_mode: Some(switchboard_protocol::PermissionMode::ReadOnly),
+            model: Some("small-model".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    w.dm("/schedule every 1h tidy the repository");
+    w.wait("42", "the confirmation", |m| m.text.contains("Scheduled"))
+        .await;
+    let all = c.list_schedules().await.unwrap().schedules;
+    let spec = &all[0].spec;
+    assert_eq!(
+        spec.permission_mode,
+        Some(switchboard_protocol::PermissionMode::ReadOnly)
+    );
+    assert_eq!(spec.model.as_deref(), Some("small-model"));
+    let ws = std::fs::canonicalize(w.ws.path()).unwrap();
+    assert_eq!(spec.cwd.as_deref(), Some(ws.to_str().unwrap()));
+}
+
 fn cli(
     server: &switchboard_test_support::process::ServerProcess,
     args: &[&str],

@@ -71,7 +71,7 @@ impl Default for FileLimits {
         Self {
             max_file_bytes: DEFAULT_MAX_BYTES,
             max_message_bytes: DEFAULT_MAX_BYTES,
-            max_attachments: 10,
+            max_attachments: switchboard_protocol::DEFAULT_MAX_ATTACHMENTS,
             allowed_types: DEFAULT_ALLOWED_TYPES
                 .iter()
                 .map(|s| s.to_string())

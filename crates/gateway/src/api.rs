@@ -30,6 +30,7 @@ pub use switchboard_protocol::gateway as wire;
     paths(
         status,
         sessions,
+        parked,
         unbind,
         pairing_list,
         pairing_approve,
@@ -47,6 +48,8 @@ pub use switchboard_protocol::gateway as wire;
         ConnectionState,
         GatewaySessionsResponse,
         GatewaySession,
+        switchboard_protocol::gateway::ParkedBatch,
+        switchboard_protocol::gateway::ParkedBatchesResponse,
         Peer,
         ChatRef,
         ChatKind,
@@ -133,6 +136,7 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
     let protected = Router::new()
         .route("/v1/gateway/status", get(status))
         .route("/v1/gateway/sessions", get(sessions))
+        .route("/v1/gateway/parked", get(parked))
         .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
         .route("/v1/gateway/pairing", get(pairing_list))
         .route("/v1/gateway/pairing/approve", post(pairing_approve))
@@ -228,6 +232,22 @@ fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::parse_from_rfc3339(t)
         .ok()
         .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// Chat messages the session refused for good (too many files, too long …), set aside so
+/// that the chat's later messages run; each chat was told. The oldest first.
+#[utoipa::path(get, path = "/v1/gateway/parked", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, body = switchboard_protocol::gateway::ParkedBatchesResponse),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
+async fn parked(State(s): State<ApiState>) -> Response {
+    match s.gw().store().parked().await {
+        Ok(parked) => {
+            Json(switchboard_protocol::gateway::ParkedBatchesResponse { parked }).into_response()
+        }
+        Err(e) => store_failed("parked batches", e),
+    }
 }
 
 /// The chats bound to sessions, each with its last activity, the most recent first. A test

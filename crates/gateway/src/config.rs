@@ -88,6 +88,9 @@ pub struct GatewayConfig {
     pub webhook_tolerance: Duration,
     /// Largest file fetched from a platform for the agent (the server's per-file limit).
     pub max_file_bytes: u64,
+    /// Most files one batch hands the agent (the server's per-message limit): a busy chat's
+    /// queued messages are cut into batches under it.
+    pub max_attachments: usize,
     /// Channels whose threads and topics share their chat's session (`thread_sessions =
     /// false`); replies still go to the thread a message came from.
     pub chat_sessions: Vec<String>,
@@ -130,6 +133,7 @@ impl Default for GatewayConfig {
             webhook_secrets: HashMap::new(),
             webhook_tolerance: Duration::from_secs(300),
             max_file_bytes: 20 * 1024 * 1024,
+            max_attachments: switchboard_protocol::DEFAULT_MAX_ATTACHMENTS,
             speech: None,
             chat_sessions: Vec::new(),
         }

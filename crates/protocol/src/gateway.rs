@@ -131,6 +131,34 @@ pub struct GatewayStatus {
     pub pending_approvals: usize,
 }
 
+/// Chat messages the session refused for good (a `4xx` that a retry cannot change: too many
+/// files, too long, a type not allowed), set aside so that the chat's later messages run;
+/// the chat was told. `GET /v1/gateway/parked`, the console's Channels page.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct ParkedBatch {
+    /// `<routing key>:<first>-<last inbox id>`.
+    pub id: String,
+    pub routing_key: String,
+    pub channel: String,
+    pub chat: ChatRef,
+    /// Who sent them.
+    pub senders: Vec<Peer>,
+    /// The messages' text as the agent would have got it.
+    pub text: String,
+    /// Files that came with them.
+    pub files: usize,
+    /// The session's answer: its code and message.
+    pub code: String,
+    pub error: String,
+    pub parked_at: DateTime<Utc>,
+}
+
+/// `GET /v1/gateway/parked`: the oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct ParkedBatchesResponse {
+    pub parked: Vec<ParkedBatch>,
+}
+
 /// A chat bound to a session.
 ///
 /// A test message to this chat is `POST /v1/gateway/send` with `channel` = `channel`,

@@ -19,6 +19,7 @@ pub mod schedules;
 pub mod secrets;
 pub mod sessions;
 pub mod system;
+pub mod text;
 pub mod tools;
 
 pub use checkpoints::*;

@@ -125,6 +125,11 @@ pub struct ContextItem {
     pub priority: Option<ContextPriority>,
 }
 
+/// Most bytes in one message's content (`message.content`).
+pub const MAX_MESSAGE_CONTENT_BYTES: usize = 1 << 20;
+/// Files one message may carry by default (`[files] max_attachments`).
+pub const DEFAULT_MAX_ATTACHMENTS: usize = 10;
+
 /// Most context items one message may carry (the stakpak server's limits, so a client that
 /// checks against them is never refused here).
 pub const MAX_CONTEXT_ITEMS: usize = 32;

@@ -1322,13 +1322,14 @@ async function refreshChannels() {
     return fill(G.root, h('div.panel.empty', { tid: 'gateway-off' }, 'The chat gateway is not running on this server. Turn it on with ',
       h('code', {}, '[gateway] enabled = true'), ' and a channel (Telegram, Slack, Discord or a webhook) in switchboard.toml; see the README.'));
   }
-  const [{ sessions }, pairing] = await Promise.all([
+  const [{ sessions }, pairing, { parked }] = await Promise.all([
     api('GET', '/v1/gateway/sessions'),
     api('GET', '/v1/gateway/pairing').catch((e) => (e.status === 404 ? { requests: [] } : Promise.reject(e))),
+    api('GET', '/v1/gateway/parked').catch((e) => (e.status === 404 ? { parked: [] } : Promise.reject(e))),
   ]);
   if (document.body.dataset.page !== 'channels') return;
   // Redrawn only when something changed: a reply being typed is not lost every 3 s.
-  const key = JSON.stringify([status, sessions, pairing]);
+  const key = JSON.stringify([status, sessions, pairing, parked]);
   if (G.root.dataset.key === key) return;
   G.root.dataset.key = key;
   fill(G.root,
@@ -1339,6 +1340,14 @@ async function refreshChannels() {
     h('div.panel', {}, h('h2', {}, 'Pairing requests'),
       pairing.requests.length ? h('ul.pairing-list', {}, pairing.requests.map(pairingRow))
         : h('p.muted', { tid: 'pairing-empty' }, 'No one is waiting to be let in. When someone new writes to the bot in a direct message, their request shows here.')),
+    parked.length > 0 && h('div.panel', { tid: 'parked' }, h('h2', {}, 'Set aside'),
+      h('p.muted', {}, 'Messages the agent refused for good (too many files, too long …). The chat was told; its later messages went through.'),
+      h('ul.parked-list', {}, parked.map((p) => h('li.parked', { tid: 'parked-batch', 'data-id': p.id },
+        h('strong', {}, `${p.channel} ${p.chat?.id ?? ''}`), ' — ',
+        p.senders.map(peerName).join(', '), ` · ${new Date(p.parked_at).toLocaleString()} · `,
+        h('code', {}, p.code), ` ${p.error}`,
+        p.files ? ` · ${p.files} file(s)` : '',
+        h('pre.parked-text', {}, p.text.length > 600 ? `${p.text.slice(0, 600)}…` : p.text))))),
     h('div.panel', {}, h('h2', {}, 'Conversations'),
       sessions.length ? h('table.conversations', {}, h('thead', {}, h('tr', {}, ['Chat', 'Session', 'Last activity', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, sessions.map(conversationRow)))

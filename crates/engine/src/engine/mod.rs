@@ -44,7 +44,7 @@ use recovery::{prune_loop, reap_loop};
 /// Most characters in a session title.
 const MAX_TITLE: usize = 200;
 /// Most bytes in one message's content.
-const MAX_CONTENT: usize = 1 << 20;
+const MAX_CONTENT: usize = switchboard_protocol::MAX_MESSAGE_CONTENT_BYTES;
 
 /// The slot of a run that is executing in this process: what steering, cancel and the
 /// lease renewal need to reach it.

@@ -204,12 +204,14 @@ impl Gateway {
                 _ => true,
             };
         }
+        // Everyone whose message is in the batch the run answers asked for its calls.
+        let asked = peer.id == p.requester.id || p.requesters.contains(&peer.id);
         if p.chat.kind == ChatKind::Direct {
-            return peer.id == p.requester.id;
+            return asked;
         }
         match self.inner.config.approvers.get(&p.channel) {
             Some(list) if !list.is_empty() => list.contains(&peer.id),
-            _ => peer.id == p.requester.id,
+            _ => asked,
         }
     }
 
@@ -297,6 +299,7 @@ impl Gateway {
             prompt_message: String::new(),
             prompt_text: text,
             requester: route.requester.clone(),
+            requesters: route.requesters.clone(),
         };
         if let Err(e) = self.inner.store.put_prompt(&prompt).await {
             // Fails closed: a prompt without its record could never be answered (a press
@@ -393,6 +396,7 @@ impl Gateway {
                 name: "anyone in the chat".into(),
                 username: None,
             },
+            requesters: Vec::new(),
         };
         self.inner.store.put_prompt(&prompt).await?;
         let id = prompt.id.clone();

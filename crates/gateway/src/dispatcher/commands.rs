@@ -174,14 +174,27 @@ impl Gateway {
             "Undo the last run's changes ({})? The workspace goes back to how it was before that run.",
             switchboard_protocol::change_summary(last.files, last.insertions, last.deletions)
         );
+        // The offer stays here; its buttons carry only its id (a press cannot name another
+        // checkpoint, session or requester than the offer's).
+        let offer = UndoOffer {
+            session_id: session,
+            target,
+            requester: m.peer.id.clone(),
+            chat: m.chat.id.clone(),
+        };
+        let id = uuid::Uuid::now_v7().simple().to_string();
+        self.inner
+            .store
+            .kv_set(&format!("undo:{id}"), &offer.to_json())
+            .await?;
         let buttons = [
             Button {
                 text: "Undo".into(),
-                data: format!("un:{target}:{}", m.peer.id),
+                data: format!("un:{id}:undo"),
             },
             Button {
                 text: "Keep".into(),
-                data: format!("un:-:{}", m.peer.id),
+                data: format!("un:{id}:keep"),
             },
         ];
         log_err(
@@ -191,24 +204,43 @@ impl Gateway {
         Ok(())
     }
 
-    /// A press of an undo confirmation (`un:CHECKPOINT:REQUESTER`, `un:-:REQUESTER` to
-    /// keep). Only the one who asked may answer — in a group, or a configured approver.
+    /// A press of an undo confirmation (`un:OFFER:undo`, `un:OFFER:keep`), the offer kept
+    /// here. Only the one who asked may answer — in a group, or a configured approver —
+    /// in the chat it was offered in, once.
     pub(super) async fn on_undo_press(
         &self,
         ch: &Arc<dyn Channel>,
         press: &ButtonPress,
     ) -> Result<(), GatewayError> {
-        let Some((target, requester)) = press
+        let parsed = press
             .data
             .strip_prefix("un:")
             .and_then(|rest| rest.split_once(':'))
-        else {
+            .filter(|(id, _)| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some((id, choice)) = parsed else {
             log_err(
                 "answering a press",
                 ch.answer_press(press, Some("Unknown button")).await,
             );
             return Ok(());
         };
+        let offer_key = format!("undo:{id}");
+        let offer = self
+            .inner
+            .store
+            .kv_get(&offer_key)
+            .await?
+            .and_then(|v| UndoOffer::from_json(&v))
+            .filter(|o| o.chat == press.chat.id);
+        let Some(offer) = offer else {
+            log_err(
+                "answering a press",
+                ch.answer_press(press, Some("This offer was answered or has expired"))
+                    .await,
+            );
+            return Ok(());
+        };
+        let requester = offer.requester.as_str();
         let approvers = self.inner.config.approvers.get(&press.channel);
         let allowed = press.peer.id == requester
             || (press.chat.kind != ChatKind::Direct
@@ -221,7 +253,9 @@ impl Gateway {
             );
             return Ok(());
         }
-        if target == "-" {
+        if choice != "undo" {
+            // Answered: a second press (or a replayed one) finds no offer.
+            self.inner.store.kv_set(&offer_key, "").await?;
             log_err(
                 "answering a press",
                 ch.answer_press(press, Some("Kept")).await,
@@ -233,25 +267,14 @@ impl Gateway {
             );
             return Ok(());
         }
-        let cfg = &self.inner.config;
-        let threads = !cfg.chat_sessions.contains(&press.channel);
-        let key = crate::routing::routing_key(
-            cfg.dm_scope,
-            threads,
-            &press.channel,
-            &press.peer,
-            &press.chat,
-        );
-        let Some(route) = self.inner.store.route(&key).await? else {
-            log_err(
-                "answering a press",
-                ch.answer_press(press, Some("This chat has no session any more"))
-                    .await,
-            );
-            return Ok(());
-        };
-        match self.inner.client.restore(route.session_id, target).await {
+        match self
+            .inner
+            .client
+            .restore(offer.session_id, &offer.target)
+            .await
+        {
             Ok(r) => {
+                self.inner.store.kv_set(&offer_key, "").await?;
                 log_err(
                     "answering a press",
                     ch.answer_press(press, Some("Undone")).await,
@@ -317,5 +340,29 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "schedules" => Some(Command::Schedules),
         "unschedule" => Some(Command::Unschedule),
         _ => None,
+    }
+}
+
+/// An `/undo` confirmation waiting for its button, kept in the store (`undo:<id>`): the
+/// buttons carry only the id.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct UndoOffer {
+    session_id: uuid::Uuid,
+    /// The checkpoint to restore.
+    target: String,
+    /// Who asked (the one who may answer, besides a group's approvers).
+    requester: String,
+    /// The chat it was offered in.
+    chat: String,
+}
+
+impl UndoOffer {
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// `None` for an answered offer (an empty value) or anything unreadable.
+    fn from_json(v: &str) -> Option<Self> {
+        serde_json::from_str(v).ok()
     }
 }

@@ -114,10 +114,16 @@ const UNAVAILABLE: &str = "Scheduled tasks are not available on this server.";
 
 impl Gateway {
     pub(super) async fn add_schedule(&self, m: &InboundMessage) -> String {
-        let spec = match schedule_spec(args(&m.text), &target_of(m)) {
+        let mut spec = match schedule_spec(args(&m.text), &target_of(m)) {
             Ok(s) => s,
             Err(e) => return e,
         };
+        // The chat's own limits go with it: a schedule made here runs with this chat's
+        // session settings, never the server's defaults (a chat confined to `read-only` in
+        // a sandbox directory must not get a `workspace-write` session elsewhere).
+        if let Err(e) = self.inherit_chat_settings(m, &mut spec).await {
+            return format!("Not scheduled: {e}");
+        }
         match self.inner.client.create_schedule(&spec).await {
             Ok(s) => format!(
                 "⏰ Scheduled: {}\nResults come here. /schedules lists this chat's schedules; /unschedule {} removes it.",
@@ -130,6 +136,45 @@ impl Gateway {
             }
             Err(e) => format!("Not scheduled: {e}"),
         }
+    }
+
+    /// Sets `spec`'s workspace, backend, model and permission mode to those of the chat's
+    /// session, or (before the chat has one) to those its session would get.
+    async fn inherit_chat_settings(
+        &self,
+        m: &InboundMessage,
+        spec: &mut ScheduleSpec,
+    ) -> Result<(), GatewayError> {
+        let cfg = &self.inner.config;
+        let threads = !cfg.chat_sessions.contains(&m.channel);
+        let key = crate::routing::routing_key(cfg.dm_scope, threads, &m.channel, &m.peer, &m.chat);
+        let session = match cfg.bindings.get(&key) {
+            Some(bound) => Some(*bound),
+            None => self.inner.store.route(&key).await?.map(|r| r.session_id),
+        };
+        let detail = match session {
+            Some(id) => match self.inner.client.get_session(id).await {
+                Ok(d) => Some(d),
+                // The chat's session is gone: its next message makes one from the config.
+                Err(e) if e.status() == Some(404) => None,
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        match detail {
+            Some(d) => {
+                spec.cwd = Some(d.session.cwd);
+                spec.backend = Some(d.config.backend);
+                spec.model = d.config.model;
+                spec.permission_mode = Some(d.config.permission_mode);
+            }
+            None => {
+                spec.cwd = cfg.session_cwd.clone();
+                spec.model = cfg.session_model.clone();
+                spec.permission_mode = cfg.session_permission_mode;
+            }
+        }
+        Ok(())
     }
 
     /// The schedules that report to this chat.

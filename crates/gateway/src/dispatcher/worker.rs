@@ -58,19 +58,13 @@ pub fn batch_text(items: &[Queued]) -> String {
     items
         .iter()
         .map(|q| {
-            // Every character a reader may take for a line break starts a new line here,
-            // so each is indented below.
-            let text = q.text.replace("\r\n", "\n").replace(
-                ['\r', '\u{0B}', '\u{0C}', '\u{85}', '\u{2028}', '\u{2029}'],
-                "\n",
-            );
-            let mut lines = text.trim_end_matches('\n').split('\n');
-            let mut out = format!("{}: {}", label_of(q), lines.next().unwrap_or_default());
-            for line in lines {
-                out.push_str("\n  ");
-                out.push_str(line);
-            }
-            out
+            // Every line but the first indented under its sender: no line can pass for
+            // another sender's.
+            format!(
+                "{}: {}",
+                label_of(q),
+                switchboard_protocol::text::indent_after_first(&q.text, "  ")
+            )
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -284,7 +278,14 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         .and_then(|i| Intent::parse(&i));
     if let Some(i) = &intent {
         items.retain(|q| q.id <= i.upto);
+    } else {
+        // A batch the session takes: under its file count and content size (the rest
+        // waits for the next batch), so a busy chat's queue never grows into a batch that
+        // is refused whole, again and again.
+        let keep = batch_cut(&items, gw.inner.config.max_attachments, MAX_BATCH_BYTES);
+        items.truncate(keep);
     }
+    let files_in_batch: usize = items.iter().map(|q| q.attachments.len()).sum();
     let (Some(first), Some(last)) = (items.first(), items.last()) else {
         if intent.is_some() {
             // Nothing of it left queued: the intent is stale.
@@ -294,7 +295,7 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         return Ok(false);
     };
     let idempotency_key = format!("gateway:{key}:{}-{}", first.id, last.id);
-    let route = ensure_route(gw, key, last).await?;
+    let route = ensure_route(gw, key, last, &items).await?;
     // Another client may run something on the session: wait for its end.
     let detail = match gw.inner.client.get_session(route.session_id).await {
         Ok(d) => d,
@@ -384,6 +385,23 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
             }
             return Err(e.into());
         }
+        // Refused for good (too many files, too long, a type the server does not take): a
+        // retry would get the same answer and jam the chat. Told in words and set aside
+        // where an operator sees it; the chat's next messages run.
+        Err(e) if is_permanent(&e) => {
+            park(
+                gw,
+                key,
+                &route,
+                &items,
+                &req.message.content,
+                files_in_batch,
+                &e,
+            )
+            .await?;
+            gw.inner.store.kv_set(&intent_key, "").await?;
+            return Ok(true);
+        }
         // The batch stays queued (at the front) and is retried.
         Err(e) => return Err(e.into()),
     };
@@ -396,6 +414,95 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         .await?;
     gw.inner.store.kv_set(&intent_key, "").await?;
     Ok(true)
+}
+
+/// Room a batch leaves in a message's content for what is added when it is sent (file
+/// notes, voice transcripts).
+const MAX_BATCH_BYTES: usize = switchboard_protocol::MAX_MESSAGE_CONTENT_BYTES - 64 * 1024;
+
+/// How many of `items` (oldest first) go in one batch: as many as fit under `max_files` files
+/// and about `max_bytes` of text (each message's text, its line breaks indented, and its
+/// sender's label), but at least one — a message over the limits alone is the session's to
+/// refuse.
+pub fn batch_cut(items: &[Queued], max_files: usize, max_bytes: usize) -> usize {
+    let (mut files, mut bytes) = (0usize, 0usize);
+    for (i, q) in items.iter().enumerate() {
+        files += q.attachments.len();
+        // The label (at most a line of its own) and two spaces of indent per line break.
+        bytes += q.text.len() + 2 * q.text.matches('\n').count() + 160;
+        if i > 0 && (files > max_files || bytes > max_bytes) {
+            return i;
+        }
+    }
+    items.len()
+}
+
+/// Whether the session's refusal of a batch is final: a malformed or over-limit message
+/// (400, 413, 415, 422). Not a conflict, a rate limit, a missing session or the server's
+/// own trouble, which pass.
+fn is_permanent(e: &switchboard_client::ClientError) -> bool {
+    matches!(e.status(), Some(400 | 413 | 415 | 422))
+}
+
+/// Sets a refused batch aside ([`crate::store::GatewayStore::park`]) and tells the chat why.
+async fn park(
+    gw: &Gateway,
+    key: &str,
+    route: &Route,
+    items: &[Queued],
+    text: &str,
+    files: usize,
+    e: &switchboard_client::ClientError,
+) -> Result<(), GatewayError> {
+    let (Some(first), Some(last)) = (items.first(), items.last()) else {
+        return Ok(());
+    };
+    let mut senders: Vec<switchboard_protocol::gateway::Peer> = Vec::new();
+    for q in items {
+        if !senders.iter().any(|p| p.id == q.peer.id) {
+            senders.push(q.peer.clone());
+        }
+    }
+    let error = match e {
+        switchboard_client::ClientError::Api { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let parked = switchboard_protocol::gateway::ParkedBatch {
+        id: format!("{key}:{}-{}", first.id, last.id),
+        routing_key: key.to_string(),
+        channel: route.channel.clone(),
+        chat: route.chat.clone(),
+        senders,
+        text: text.to_string(),
+        files,
+        code: e.code().unwrap_or("refused").to_string(),
+        error: error.clone(),
+        parked_at: chrono::Utc::now(),
+    };
+    gw.inner.store.park(key, last.id, &parked).await?;
+    metrics::counter!("switchboard_gateway_batches_parked_total").increment(1);
+    tracing::warn!(routing_key = %key, code = %parked.code, %error, "the session refused a batch for good: set aside");
+    if let Some(ch) = gw.channel(&route.channel) {
+        let n = items.len();
+        let what = if n == 1 {
+            "Your message".to_string()
+        } else {
+            format!("These {n} messages")
+        };
+        log_err(
+            "telling a chat its batch was set aside",
+            ch.send(
+                &route.chat,
+                &format!(
+                    "⚠️ {what} could not be given to the agent and {} set aside: {error}. Later messages go through as usual.",
+                    if n == 1 { "was" } else { "were" }
+                ),
+                &[],
+            )
+            .await,
+        );
+    }
+    Ok(())
 }
 
 /// A batch about to be sent, stored before the send: the log position its run is followed
@@ -439,11 +546,13 @@ mod intent_tests {
     }
 }
 
-/// The route's session, created when there is none; the reply target refreshed.
+/// The route's session, created when there is none; the reply target and the requesters
+/// (every sender of `batch`, whose newest message is `latest`) refreshed.
 pub(super) async fn ensure_route(
     gw: &Gateway,
     key: &str,
     latest: &Queued,
+    batch: &[Queued],
 ) -> Result<Route, GatewayError> {
     let cfg = &gw.inner.config;
     let existing = gw.inner.store.route(key).await?;
@@ -477,6 +586,15 @@ pub(super) async fn ensure_route(
         channel: latest.channel.clone(),
         chat: latest.chat.clone(),
         requester: latest.peer.clone(),
+        requesters: {
+            let mut ids: Vec<String> = Vec::new();
+            for q in batch {
+                if !ids.contains(&q.peer.id) {
+                    ids.push(q.peer.id.clone());
+                }
+            }
+            ids
+        },
         bound,
     };
     gw.inner.store.put_route(&route).await?;

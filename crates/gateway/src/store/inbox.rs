@@ -4,6 +4,9 @@ use crate::channel::ButtonPress;
 
 use super::*;
 
+/// The `kv` prefix of batches set aside.
+const PARKED: &str = "parked:";
+
 impl GatewayStore {
     /// Queues a message; its id, greater than every id queued before it.
     pub async fn enqueue(&self, q: &Queued) -> Result<i64> {
@@ -111,6 +114,56 @@ impl GatewayStore {
             tx.commit().await?;
             Ok(Some(id))
         })
+    }
+
+    /// Sets a batch aside: its inbox messages up to `upto` leave the queue and `parked` is
+    /// kept (`parked:<id>` in `kv`), in one transaction.
+    pub async fn park(
+        &self,
+        key: &str,
+        upto: i64,
+        parked: &switchboard_protocol::gateway::ParkedBatch,
+    ) -> Result<()> {
+        let value = to_json(parked);
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO kv (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(format!("{PARKED}{}", parked.id))
+            .bind(&value)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
+                .bind(key)
+                .bind(upto)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Every batch set aside, the oldest first.
+    pub async fn parked(&self) -> Result<Vec<switchboard_protocol::gateway::ParkedBatch>> {
+        let rows: Vec<String> = with_pool!(self, |pool| {
+            sqlx::query("SELECT value FROM kv WHERE key LIKE $1 AND value <> ''")
+                .bind(format!("{PARKED}%"))
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.text("value"))
+                .collect::<Result<Vec<String>>>()?
+        });
+        let mut out: Vec<switchboard_protocol::gateway::ParkedBatch> = rows
+            .iter()
+            .map(|v| {
+                serde_json::from_str(v).map_err(|e| StoreError::Corrupt(format!("parked: {e}")))
+            })
+            .collect::<Result<_>>()?;
+        out.sort_by_key(|p| p.parked_at);
+        Ok(out)
     }
 
     /// Everything queued for a route, oldest first.

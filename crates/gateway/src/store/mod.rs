@@ -85,6 +85,17 @@ macro_rules! impl_cols {
 
 impl_cols!(SqliteRow, PgRow);
 
+/// The `requesters` column: a JSON array of peer ids; NULL (a row from before the column)
+/// is the `requester` alone.
+fn requesters_from_row(row: &impl Cols, requester: &Peer) -> Result<Vec<String>> {
+    match row.opt_text("requesters")? {
+        Some(text) => {
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("requesters: {e}")))
+        }
+        None => Ok(vec![requester.id.clone()]),
+    }
+}
+
 fn from_json<T: DeserializeOwned>(row: &impl Cols, col: &str) -> Result<T> {
     let s = row.text(col)?;
     serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
@@ -102,7 +113,10 @@ pub struct Route {
     pub session_id: Uuid,
     pub channel: String,
     pub chat: ChatRef,
+    /// The last sender of the batch (who a DM prompt and `/undo` belong to).
     pub requester: Peer,
+    /// The ids of every sender of the batch: each may answer its prompts.
+    pub requesters: Vec<String>,
     pub bound: bool,
 }
 
@@ -159,6 +173,8 @@ pub struct Prompt {
     pub prompt_message: String,
     pub prompt_text: String,
     pub requester: Peer,
+    /// The ids of every sender of the batch the run answers (with `requester`).
+    pub requesters: Vec<String>,
 }
 
 /// A pairing request from an unknown direct message.
@@ -202,7 +218,7 @@ macro_rules! with_pool {
 // result type".
 macro_rules! route_cols {
     () => {
-        "routing_key, session_id, channel, chat, requester, bound"
+        "routing_key, session_id, channel, chat, requester, bound, requesters"
     };
 }
 macro_rules! queued_cols {
@@ -217,7 +233,7 @@ macro_rules! run_cols {
 }
 macro_rules! prompt_cols {
     () => {
-        "id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester"
+        "id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester, requesters"
     };
 }
 macro_rules! pairing_cols {
@@ -258,6 +274,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             5,
             include_str!("../../migrations/sqlite/0005_chat_activity.sql"),
         ),
+        (
+            6,
+            include_str!("../../migrations/sqlite/0006_requesters.sql"),
+        ),
     ],
     postgres: &[
         (
@@ -279,6 +299,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
         (
             5,
             include_str!("../../migrations/postgres/0005_chat_activity.sql"),
+        ),
+        (
+            6,
+            include_str!("../../migrations/postgres/0006_requesters.sql"),
         ),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),

@@ -30,8 +30,8 @@ impl GatewayStore {
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(
-                "INSERT INTO approvals (id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                "INSERT INTO approvals (id, routing_key, session_id, run_id, tool_call_ids, channel, chat, prompt_message, prompt_text, requester, created_at, requesters) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(&p.id)
             .bind(&p.routing_key)
@@ -44,6 +44,7 @@ impl GatewayStore {
             .bind(&p.prompt_text)
             .bind(&requester)
             .bind(&t)
+            .bind(to_json(&p.requesters))
             .execute(&mut *tx)
             .await?;
             tx.commit().await?;
@@ -175,6 +176,7 @@ impl GatewayStore {
 }
 
 pub(super) fn prompt_from_row(r: &impl Cols) -> Result<Prompt> {
+    let requester: Peer = from_json(r, "requester")?;
     Ok(Prompt {
         id: r.text("id")?,
         routing_key: r.text("routing_key")?,
@@ -185,6 +187,7 @@ pub(super) fn prompt_from_row(r: &impl Cols) -> Result<Prompt> {
         chat: from_json(r, "chat")?,
         prompt_message: r.text("prompt_message")?,
         prompt_text: r.text("prompt_text")?,
-        requester: from_json(r, "requester")?,
+        requesters: requesters_from_row(r, &requester)?,
+        requester,
     })
 }

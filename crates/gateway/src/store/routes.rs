@@ -59,11 +59,11 @@ impl GatewayStore {
         let t = now();
         with_pool!(self, |pool| {
             sqlx::query(
-                "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+                "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at, requesters) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8) \
                  ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, \
                  channel = excluded.channel, chat = excluded.chat, requester = excluded.requester, \
-                 bound = excluded.bound, updated_at = excluded.updated_at",
+                 bound = excluded.bound, updated_at = excluded.updated_at, requesters = excluded.requesters",
             )
             .bind(&r.routing_key)
             .bind(r.session_id.to_string())
@@ -73,6 +73,7 @@ impl GatewayStore {
             // An integer on both back-ends (PostgreSQL would not take a bool for BIGINT).
             .bind(i64::from(r.bound))
             .bind(&t)
+            .bind(to_json(&r.requesters))
             .execute(pool)
             .await?;
         });
@@ -145,12 +146,14 @@ pub fn chat_key(channel: &str, chat: &ChatRef) -> ChatKey {
 }
 
 pub(super) fn route_from_row(r: &impl Cols) -> Result<Route> {
+    let requester: Peer = from_json(r, "requester")?;
     Ok(Route {
         routing_key: r.text("routing_key")?,
         session_id: uuid(r, "session_id")?,
         channel: r.text("channel")?,
         chat: from_json(r, "chat")?,
-        requester: from_json(r, "requester")?,
+        requesters: requesters_from_row(r, &requester)?,
+        requester,
         bound: r.int("bound")? != 0,
     })
 }

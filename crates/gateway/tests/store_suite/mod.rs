@@ -66,6 +66,7 @@ pub fn route(key: &str, session_id: Uuid, bound: bool) -> Route {
         channel: "telegram".into(),
         chat: chat("100", ChatKind::Group),
         requester: peer("alice"),
+        requesters: vec!["bob".into(), "alice".into()],
         bound,
     }
 }
@@ -130,6 +131,7 @@ pub fn prompt(id: &str, session_id: Uuid) -> Prompt {
         prompt_message: String::new(),
         prompt_text: "Run `ls`?".into(),
         requester: peer("alice"),
+        requesters: vec!["bob".into(), "alice".into()],
     }
 }
 
