@@ -716,6 +716,55 @@ async fn a_chat_s_schedule_keeps_the_chat_s_limits() {
     assert_eq!(spec.cwd.as_deref(), Some(ws.to_str().unwrap()));
 }
 
+/// Many firings due at once, on a fast tick: each result reaches the chat exactly once.
+/// (The tick handed an open firing to a new worker from a copy read before its previous
+/// worker finished, and a result was delivered a second time: 4 of 12 in the report.)
+/// Deliveries also carry an idempotency key per firing and target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_firings_due_at_once_are_each_delivered_once() {
+    let w = World::new("telegram").await;
+    let clock = Clock::new(w.dir.path(), t0());
+    let mut e = env(&clock);
+    for (k, v) in e.iter_mut() {
+        if k == "SWITCHBOARD_SCHEDULER_TICK_MS" {
+            *v = "20".into();
+        }
+    }
+    let server = w.server_with(&pairs(&e)).await;
+    let c = client(&server);
+    // Replies of different lengths: the firings' workers end at different times, among
+    // the ticks.
+    w.llm
+        .set_default(MockReply::text_slow(&["Result", " ready."], 30));
+    for i in 0..24 {
+        c.create_schedule(&ScheduleSpec {
+            name: Some(format!("job {i}")),
+            in_: Some("1m".into()),
+            prompt: format!("job {i}"),
+            deliver: vec!["telegram:42".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    clock.set(t0() + TimeDelta::minutes(2));
+    let results = |w: &World| {
+        w.messages("42")
+            .into_iter()
+            .filter(|m| m.text.contains("Result ready."))
+            .count()
+    };
+    wait_for("every result", async || (results(&w) >= 24).then_some(())).await;
+    // Long enough for many more ticks.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(results(&w), 24, "each delivered once");
+    for s in c.list_schedules().await.unwrap().schedules {
+        let firings = c.list_firings(s.id).await.unwrap().firings;
+        assert_eq!(firings.len(), 1);
+        assert_eq!(firings[0].deliveries[0].attempts, 1);
+    }
+}
+
 fn cli(
     server: &switchboard_test_support::process::ServerProcess,
     args: &[&str],

@@ -31,6 +31,21 @@ impl Client {
         .await
     }
 
+    /// [`Self::gateway_send`] with an `Idempotency-Key`: a retry with the same key answers
+    /// the first send's message instead of posting it again.
+    pub async fn gateway_send_once(
+        &self,
+        req: &GatewaySendRequest,
+        idempotency_key: &str,
+    ) -> Result<GatewaySendResponse, ClientError> {
+        self.json(
+            self.request(reqwest::Method::POST, "/v1/gateway/send")
+                .header("Idempotency-Key", idempotency_key)
+                .json(req),
+        )
+        .await
+    }
+
     /// `POST /v1/gateway/approvals`: a chat asked to decide a run's waiting calls.
     pub async fn gateway_ask(
         &self,

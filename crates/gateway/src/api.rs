@@ -459,17 +459,33 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
 /// Sends a notification to a chat — or a test message to a conversation listed by
 /// `GET /v1/gateway/sessions`: `{"channel": s.channel, "target": s.chat.id, "thread":
 /// s.chat.thread, "kind": s.chat.kind, "text": "…"}` posts where that conversation's replies
-/// go.
+/// go. With an `Idempotency-Key` header, the same key sent again answers the first send's
+/// `message_id` and posts nothing (a send under way with it answers 503: retry).
 #[utoipa::path(post, path = "/v1/gateway/send", tag = "gateway", request_body = GatewaySendRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters: a repeat answers the first send instead of posting again")),
     security(("bearer" = [])),
     responses((status = 200, description = "Sent", body = GatewaySendResponse),
-              (status = 400, description = "`invalid_json` (not a send request) or `validation_failed` (empty text, `kind` `thread` without `thread`)", body = ErrorBody),
+              (status = 400, description = "`invalid_json` (not a send request), `validation_failed` (empty text, `kind` `thread` without `thread`) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
               (status = 500, description = "`internal`: the context could not be stored", body = ErrorBody),
-              (status = 503, description = "`unavailable`: the platform refused or did not answer", body = ErrorBody)))]
-async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
+              (status = 503, description = "`unavailable`: the platform refused or did not answer, or a send with the same `Idempotency-Key` is under way", body = ErrorBody)))]
+async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k))
+            if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            Some(k.to_string())
+        }
+        Some(_) => {
+            return error(
+                ErrorCode::InvalidHeader,
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            );
+        }
+    };
     let req: GatewaySendRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
@@ -513,7 +529,34 @@ async fn send(State(s): State<ApiState>, body: Bytes) -> Response {
         thread: req.thread.clone(),
     };
     let text = crate::text::truncate(&req.text, ch.max_chars());
-    match ch.send(&chat, &text, &[]).await {
+    if let Some(k) = &key {
+        match s.gw().store().claim_send(k).await {
+            Ok(crate::store::SendClaim::Mine) => {}
+            Ok(crate::store::SendClaim::Sent(message_id)) => {
+                return Json(GatewaySendResponse { message_id }).into_response();
+            }
+            Ok(crate::store::SendClaim::Busy) => {
+                return ApiError::new(
+                    ErrorCode::Unavailable,
+                    "a send with this Idempotency-Key is under way; retry",
+                )
+                .with_retry_after(1)
+                .into_response();
+            }
+            Err(e) => return store_failed("claiming a send", e),
+        }
+    }
+    let sent = ch.send(&chat, &text, &[]).await;
+    if let Some(k) = &key {
+        let recorded = match &sent {
+            Ok(message_id) => s.gw().store().send_done(k, message_id).await,
+            Err(_) => s.gw().store().send_failed(k).await,
+        };
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "recording an idempotent send");
+        }
+    }
+    match sent {
         Ok(message_id) => {
             if let Some(ctx) = req.context {
                 let ttl = s.gw().config().context_ttl;

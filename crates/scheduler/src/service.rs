@@ -351,9 +351,24 @@ impl Scheduler {
         let me = self.clone();
         self.inner.tasks.spawn(async move {
             let id = f.firing.id;
-            tokio::select! {
-                _ = me.inner.cancel.cancelled() => {}
-                _ = me.work(f) => {}
+            // Read again now that this task has the firing: the copy the tick read may
+            // predate the end of the firing's previous worker (which saved it delivered and
+            // left `driving` since), and acting on it delivered a result twice.
+            let fresh = match me.inner.store.firing(id).await {
+                // Closed meanwhile (done and delivered): nothing to do. Saves are guarded
+                // by owner, so a firing another instance took is not acted on either.
+                Ok(Some(fresh)) if fresh.open => Some(fresh),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(firing = %id, error = %e, "reading a firing failed");
+                    None
+                }
+            };
+            if let Some(f) = fresh {
+                tokio::select! {
+                    _ = me.inner.cancel.cancelled() => {}
+                    _ = me.work(f) => {}
+                }
             }
             lock(&me.inner.driving).remove(&id);
         });
@@ -833,20 +848,27 @@ impl Scheduler {
                 Ok(t) => self
                     .inner
                     .client
-                    .gateway_send(&GatewaySendRequest {
-                        channel: t.channel,
-                        target: t.chat,
-                        text: text.clone(),
-                        context: Some(serde_json::json!({
-                            "trigger": "schedule",
-                            "schedule": name,
-                            "schedule_id": f.firing.schedule_id,
-                            "status": f.firing.status.as_str(),
-                            "summary": f.firing.reply.as_deref().map(|r| truncate(r, 2000)),
-                        })),
-                        thread: t.thread,
-                        kind: None,
-                    })
+                    .gateway_send_once(
+                        &GatewaySendRequest {
+                            channel: t.channel,
+                            target: t.chat,
+                            text: text.clone(),
+                            context: Some(serde_json::json!({
+                                "trigger": "schedule",
+                                "schedule": name,
+                                "schedule_id": f.firing.schedule_id,
+                                "status": f.firing.status.as_str(),
+                                "summary": f.firing.reply.as_deref().map(|r| truncate(r, 2000)),
+                            })),
+                            thread: t.thread,
+                            kind: None,
+                        },
+                        // One post per firing and target, whatever the timing.
+                        &format!(
+                            "schedule:{}:firing:{}:{target}",
+                            f.firing.schedule_id, f.firing.id
+                        ),
+                    )
                     .await
                     .map(|r| r.message_id)
                     .map_err(|e| e.to_string()),

@@ -106,6 +106,14 @@ fn uuid(row: &impl Cols, col: &str) -> Result<Uuid> {
     Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 
+/// What [`GatewayStore::claim_send`] found for an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendClaim {
+    Mine,
+    Sent(String),
+    Busy,
+}
+
 /// A routing key's session and where its replies go.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {

@@ -135,6 +135,51 @@ impl GatewayStore {
         Ok(found)
     }
 
+    /// Claims the outbound send of idempotency key `key` for this request: `Mine` (send it,
+    /// then [`Self::send_done`] or [`Self::send_failed`]), `Sent` (sent before: its message
+    /// id), or `Busy` (another request is sending it). A claim older than a minute whose
+    /// request never finished (a crash mid-send) may be taken again.
+    pub async fn claim_send(&self, key: &str) -> Result<SendClaim> {
+        let kv_key = format!("send:{key}");
+        let now = chrono::Utc::now();
+        let pending = format!("pending:{}", switchboard_db::text_time(now));
+        let stale = format!(
+            "pending:{}",
+            switchboard_db::text_time(now - chrono::Duration::seconds(60))
+        );
+        let claimed = with_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO kv (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value \
+                 WHERE kv.value = '' OR (kv.value LIKE 'pending:%' AND kv.value < $3)",
+            )
+            .bind(&kv_key)
+            .bind(&pending)
+            .bind(&stale)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if claimed == 1 {
+            return Ok(SendClaim::Mine);
+        }
+        Ok(match self.kv_get(&kv_key).await? {
+            Some(v) if v.starts_with("sent:") => SendClaim::Sent(v["sent:".len()..].to_string()),
+            _ => SendClaim::Busy,
+        })
+    }
+
+    /// The claimed send went out as `message_id`: repeats of its key answer that.
+    pub async fn send_done(&self, key: &str, message_id: &str) -> Result<()> {
+        self.kv_set(&format!("send:{key}"), &format!("sent:{message_id}"))
+            .await
+    }
+
+    /// The claimed send failed: the key may be tried again.
+    pub async fn send_failed(&self, key: &str) -> Result<()> {
+        self.kv_set(&format!("send:{key}"), "").await
+    }
+
     pub async fn kv_get(&self, key: &str) -> Result<Option<String>> {
         with_pool!(self, |pool| {
             sqlx::query("SELECT value FROM kv WHERE key = $1")
