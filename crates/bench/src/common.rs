@@ -59,7 +59,7 @@ pub(super) async fn serve_engine(
     .await
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some((url, instance)) = bus {
-        switchboard_bus::NatsBus::start(url, instance, engine.clone()).await?;
+        switchboard_bus::NatsBus::start(url, instance, TOKEN.as_bytes(), engine.clone()).await?;
     }
     let mut cfg = ServerConfig::new(TOKEN);
     cfg.keepalive = Duration::from_secs(3600);

@@ -6,6 +6,11 @@
 //! log. Core NATS may drop messages (a slow consumer, a reconnect); that is fine here,
 //! because the store is the truth: a subscription that sees a seq gap, or a quiet bus,
 //! reads the store (see `switchboard_engine::EventBus`).
+//!
+//! Every message — event batches, control requests and their answers — is signed under the
+//! cluster's bus secret ([`sign`]); what is not is dropped and counted.
+
+pub mod sign;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +52,7 @@ fn subject_token(instance: &str) -> String {
     out
 }
 
-/// Header naming the instance that published a batch.
-const INSTANCE_HEADER: &str = "Switchboard-Instance";
+use sign::Signer;
 /// Batches waiting to be published; beyond this they are dropped (subscribers elsewhere
 /// catch up from the store).
 const PUBLISH_QUEUE: usize = 8192;
@@ -78,6 +82,9 @@ struct WireEvent {
 pub struct NatsBus {
     client: async_nats::Client,
     queue: mpsc::Sender<(Uuid, Bytes)>,
+    signer: Signer,
+    /// This instance's id, signed into what it sends.
+    instance: String,
 }
 
 impl std::fmt::Debug for NatsBus {
@@ -108,8 +115,10 @@ impl NatsBus {
     pub async fn start(
         url: &str,
         instance_id: &str,
+        secret: &[u8],
         engine: Engine,
     ) -> Result<Arc<NatsBus>, BusError> {
+        let signer = Signer::new(secret);
         let log = engine.log().clone();
         if !(url.starts_with("nats://") || url.starts_with("tls://")) {
             return Err(BusError::Url(redact(url)));
@@ -136,16 +145,27 @@ impl NatsBus {
         let bus = Arc::new(NatsBus {
             client: client.clone(),
             queue,
+            signer: signer.clone(),
+            instance: instance_id.to_string(),
         });
         // Control requests: each answered on its own task (a decision must not wait behind
         // a slow steer).
         let responder = client.clone();
+        let (control_signer, me) = (signer.clone(), instance_id.to_string());
         tokio::spawn(async move {
             while let Some(msg) = control.next().await {
                 let Some(reply_to) = msg.reply.clone() else {
                     continue;
                 };
+                if let Err(r) =
+                    control_signer.verify(msg.subject.as_str(), msg.headers.as_ref(), &msg.payload)
+                {
+                    // No answer: a forger learns nothing.
+                    sign::count(r, msg.subject.as_str());
+                    continue;
+                }
                 let (engine, responder) = (engine.clone(), responder.clone());
+                let (signer, me) = (control_signer.clone(), me.clone());
                 tokio::spawn(async move {
                     let reply = match serde_json::from_slice::<RunControl>(&msg.payload) {
                         Ok(request) => engine.handle_control(request).await,
@@ -156,7 +176,11 @@ impl NatsBus {
                     };
                     match serde_json::to_vec(&reply) {
                         Ok(body) => {
-                            if let Err(e) = responder.publish(reply_to, body.into()).await {
+                            let headers = signer.headers(reply_to.as_str(), &me, &body);
+                            if let Err(e) = responder
+                                .publish_with_headers(reply_to, headers, body.into())
+                                .await
+                            {
                                 tracing::warn!(error = %e, "answering a control request");
                             }
                         }
@@ -168,12 +192,11 @@ impl NatsBus {
         });
         // Publisher: one task, so batches of a session leave in commit order.
         let publisher = client.clone();
-        let me = instance_id.to_string();
+        let (me, publish_signer) = (instance_id.to_string(), signer.clone());
         tokio::spawn(async move {
             while let Some((session, payload)) = rx.recv().await {
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert(INSTANCE_HEADER, me.as_str());
                 let subject = format!("{SUBJECT_PREFIX}.{session}");
+                let headers = publish_signer.headers(&subject, &me, &payload);
                 if let Err(e) = publisher
                     .publish_with_headers(subject, headers, payload)
                     .await
@@ -187,12 +210,15 @@ impl NatsBus {
         let inject_into = log.clone();
         tokio::spawn(async move {
             while let Some(msg) = sub.next().await {
-                let from_me = msg
-                    .headers
-                    .as_ref()
-                    .and_then(|h| h.get(INSTANCE_HEADER))
-                    .is_some_and(|v| v.as_str() == me);
-                if from_me {
+                let from =
+                    match signer.verify(msg.subject.as_str(), msg.headers.as_ref(), &msg.payload) {
+                        Ok(from) => from,
+                        Err(r) => {
+                            sign::count(r, msg.subject.as_str());
+                            continue;
+                        }
+                    };
+                if from == me {
                     continue;
                 }
                 let Some(session) = msg
@@ -297,11 +323,27 @@ impl EventBus for NatsBus {
         Box::pin(async move {
             let body = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
             let subject = format!("{CONTROL_PREFIX}.{}", subject_token(instance));
-            let answer =
-                tokio::time::timeout(CONTROL_TIMEOUT, self.client.request(subject, body.into()))
-                    .await
-                    .map_err(|_| format!("no answer within {} s", CONTROL_TIMEOUT.as_secs()))?
-                    .map_err(|e| e.to_string())?;
+            let headers = self.signer.headers(&subject, &self.instance, &body);
+            let answer = tokio::time::timeout(
+                CONTROL_TIMEOUT,
+                self.client
+                    .request_with_headers(subject, headers, body.into()),
+            )
+            .await
+            .map_err(|_| format!("no answer within {} s", CONTROL_TIMEOUT.as_secs()))?
+            .map_err(|e| e.to_string())?;
+            // Only the instance holding the secret may answer.
+            if let Err(r) = self.signer.verify(
+                answer.subject.as_str(),
+                answer.headers.as_ref(),
+                &answer.payload,
+            ) {
+                sign::count(r, answer.subject.as_str());
+                return Err(format!(
+                    "the answer was not signed by the cluster ({})",
+                    r.as_str()
+                ));
+            }
             serde_json::from_slice(&answer.payload).map_err(|e| format!("bad answer: {e}"))
         })
     }

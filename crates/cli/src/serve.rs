@@ -133,9 +133,17 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         .await
         .map_err(|e| anyhow::anyhow!("starting engine: {e}"))?;
     if let Some(url) = &settings.bus_url {
-        switchboard_bus::NatsBus::start(url, &settings.instance_id, engine.clone())
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        // The bus secret, else the API token the instances share: what they send each other
+        // is signed under it (docs/scale-out.md, "Trust").
+        let secret = settings.bus_secret.as_deref().unwrap_or(token.as_str());
+        switchboard_bus::NatsBus::start(
+            url,
+            &settings.instance_id,
+            secret.as_bytes(),
+            engine.clone(),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let mut server_config = ServerConfig::new(token);
     server_config.max_body_bytes = settings.max_body_bytes;

@@ -908,3 +908,137 @@ async fn two_instances_fire_each_scheduled_time_once() {
         "no firing added by the takeover"
     );
 }
+
+/// A raw NATS connection of the test's own: what any process that can reach the NATS server
+/// can do (the text protocol, by hand).
+struct Raw {
+    read: tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl Raw {
+    async fn connect(nats: &Nats) -> Raw {
+        use tokio::io::AsyncWriteExt as _;
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", nats.port))
+            .await
+            .unwrap();
+        let (r, mut w) = tcp.into_split();
+        w.write_all(
+            b"CONNECT {\"verbose\":false,\"headers\":true}\r\nSUB _INBOX.forger 1\r\nPING\r\n",
+        )
+        .await
+        .unwrap();
+        let mut raw = Raw {
+            read: tokio::io::BufReader::new(r),
+            write: w,
+        };
+        raw.line_until("PONG").await;
+        raw
+    }
+
+    async fn line_until(&mut self, want: &str) -> Vec<String> {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            self.read.read_line(&mut line).await.unwrap();
+            let line = line.trim_end().to_string();
+            if line.starts_with(want) {
+                return seen;
+            }
+            seen.push(line);
+        }
+    }
+
+    async fn publish(&mut self, subject: &str, reply: &str, payload: &str) {
+        use tokio::io::AsyncWriteExt as _;
+        let msg = format!(
+            "PUB {subject} {reply} {}\r\n{payload}\r\nPING\r\n",
+            payload.len()
+        );
+        self.write.write_all(msg.as_bytes()).await.unwrap();
+    }
+}
+
+/// The bus is not a back door: a process that can publish on the NATS subjects but does not
+/// hold the cluster's secret can neither decide a waiting approval (nor cancel, steer …)
+/// nor inject events into anyone's stream. What it sends is dropped, unanswered, and
+/// counted (`switchboard_bus_rejected_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_bus_messages_are_dropped_and_counted() {
+    let llm = MockLlm::start().await;
+    let db = Db::create().await;
+    let nats = Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let a = instance(dir.path(), "a", &llm, &db, &nats).await;
+    let c = client(&a);
+    let s = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(ws.path().display().to_string()),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap();
+    llm.push(MockReply::tool_call(
+        "call_1",
+        "run_command",
+        serde_json::json!({"command": "touch pwned.txt"}),
+    ));
+    llm.push(MockReply::text(&["done"]));
+    let mut events = c.subscribe(s.id, None);
+    let run = send(&a, s.id, "do it", MessageType::Message).await;
+    until(&mut events, "the approval wait", |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    let mut forger = Raw::connect(&nats).await;
+    // A decision, as another instance would forward it.
+    let decide = serde_json::json!({
+        "op": "decide",
+        "session_id": s.id,
+        "request": {"run_id": run, "decisions": {"call_1": {"action": "accept"}}},
+    })
+    .to_string();
+    forger
+        .publish("switchboard.control.a", "_INBOX.forger", &decide)
+        .await;
+    // An event batch, as another instance would publish it: the next seq, a forged reply.
+    let last = c.get_session(s.id).await.unwrap().session.last_event_id;
+    let forged = serde_json::json!([{
+        "seq": last + 1,
+        "run_id": run,
+        "kind": "text_delta",
+        "payload": serde_json::json!({"TextDelta": {"run_id": run, "delta": "FORGED"}}).to_string(),
+        "created_at": "2026-12-05T00:00:00.000000Z",
+    }])
+    .to_string();
+    forger
+        .publish(&format!("switchboard.events.{}", s.id), "", &forged)
+        .await;
+    let seen = forger.line_until("PONG").await;
+    forger.line_until("PONG").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pending = c.pending_tools(s.id).await.unwrap();
+    assert_eq!(pending.run_id, Some(run), "the call still waits");
+    assert!(!ws.path().join("pwned.txt").exists());
+    assert!(
+        !seen.iter().any(|l| l.starts_with("MSG _INBOX.forger")),
+        "no answer to a forger: {seen:?}"
+    );
+    let text = scrape(&a.url).await;
+    let rejected =
+        sample(&text, "switchboard_bus_rejected_total{reason=\"unsigned\"}").unwrap_or(0.0);
+    assert!(rejected >= 2.0, "{rejected}");
+    // The live stream never showed the forged text; a real decision still works.
+    c.decide_tools(s.id, &decide_one(run, "call_1"))
+        .await
+        .unwrap();
+    let rest = until_run_ends(&mut events, run).await;
+    assert!(!text_of(&rest).contains("FORGED"), "{rest:?}");
+    assert!(ws.path().join("pwned.txt").exists());
+}
+
+fn decide_one(run: uuid::Uuid, call: &str) -> switchboard_protocol::ToolDecisionsRequest {
+    decide(run, call, DecisionAction::Accept, None)
+}

@@ -130,6 +130,9 @@ pub struct BusSection {
     pub url: Option<String>,
     /// This instance's name on the bus (default: host name and pid).
     pub instance_id: Option<String>,
+    /// The secret every message between instances is signed with (HMAC-SHA256); every
+    /// instance of the cluster has the same (default: the API token, which they share).
+    pub secret: Option<String>,
 }
 
 /// `[store]`: where sessions, runs and events live.
@@ -427,6 +430,8 @@ pub struct Settings {
     pub store_url: Option<String>,
     /// `nats://…`; `None` means a single instance (in-process fan-out only).
     pub bus_url: Option<String>,
+    /// `[bus] secret` / `SWITCHBOARD_BUS_SECRET`.
+    pub bus_secret: Option<String>,
     pub instance_id: String,
     /// Lease length of runs and chat connections (see `[store] lease_ms`).
     pub lease: std::time::Duration,
@@ -656,6 +661,12 @@ impl Settings {
         Ok(Self {
             store_url: env("SWITCHBOARD_STORE_URL").or(file.store.url.clone()),
             bus_url: env("SWITCHBOARD_BUS_URL").or(file.bus.url.clone()),
+            bus_secret: match env("SWITCHBOARD_BUS_SECRET").or(file.bus.secret.clone()) {
+                Some(s) if s.len() < 16 => {
+                    bail!("[bus] secret must be at least 16 characters (32 random ones are best)")
+                }
+                s => s,
+            },
             lease: std::time::Duration::from_millis(
                 env_parse::<u64>("SWITCHBOARD_LEASE_MS")?
                     .or(file.store.lease_ms)
