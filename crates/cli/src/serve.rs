@@ -23,6 +23,8 @@ pub struct App {
     /// The server's own URL, for Switchboard's MCP server in ACP agents: set by whoever binds
     /// the listener.
     pub self_url: Arc<std::sync::OnceLock<String>>,
+    /// Every long answer's slot, per token (SSE, streamed completions, the relay's events).
+    pub streams: Arc<switchboard_http::StreamSlots>,
 }
 
 /// The configured LLM provider (`openai` or `anthropic`).
@@ -149,6 +151,8 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     server_config.max_body_bytes = settings.max_body_bytes;
     server_config.keepalive = Duration::from_secs(settings.keepalive_secs);
     server_config.max_streams_per_token = settings.max_streams_per_token;
+    let streams = switchboard_http::StreamSlots::new(settings.max_streams_per_token);
+    server_config.streams = Some(streams.clone());
     server_config.openai_approvals = settings.chat_completions_approvals;
     server_config.api_doc = Some(api_doc(settings));
     let router = switchboard_server::router(engine.clone(), server_config);
@@ -157,6 +161,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         router,
         store,
         self_url,
+        streams,
     })
 }
 
@@ -273,6 +278,7 @@ pub async fn run(settings: Settings) -> Result<()> {
     router = router.merge(switchboard_relay::api::router(
         relay.clone(),
         token_for_gateway(&settings)?,
+        app.streams.clone(),
     ));
     // Scheduled tasks: a surface like the gateway, over the API; results go out through
     // the gateway's send route.

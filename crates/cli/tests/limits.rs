@@ -205,3 +205,68 @@ async fn event_streams_are_capped_per_token_and_writes_rate_limited() {
     drop((second, again));
     assert_eq!(health(&server.url).await, 200);
 }
+
+/// One cap per token over every long answer: the session event streams, the relay's event
+/// stream and streamed chat completions all count (the last two used to be free: a client
+/// could hold any number of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_stream_counts_against_the_token_s_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundles = dir.path().join("bundles");
+    std::fs::create_dir_all(&bundles).unwrap();
+    std::fs::write(
+        bundles.join("dev.toml"),
+        "format-version = 1\n[[members]]\nid = \"a\"\ndirectory = \"/tmp\"\n[members.session]\nbackend = \"builtin\"\n",
+    )
+    .unwrap();
+    let llm = switchboard_test_support::mock_llm::MockLlm::start().await;
+    llm.set_default(switchboard_test_support::mock_llm::MockReply::text_slow(
+        &["slow", " answer"],
+        3000,
+    ));
+    let server = start(
+        dir.path(),
+        &llm.base_url(),
+        &[
+            ("SWITCHBOARD_MAX_STREAMS_PER_TOKEN", "2"),
+            ("SWITCHBOARD_KEEPALIVE_SECS", "1"),
+            ("SWITCHBOARD_BUNDLES_DIR", bundles.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let relay_events = || {
+        http.get(format!("{}/v1/relay/bundles/dev/events", server.url))
+            .bearer_auth(TOKEN)
+            .send()
+    };
+    let completion = || {
+        http.post(format!("{}/v1/chat/completions", server.url))
+            .bearer_auth(TOKEN)
+            .json(&json!({
+                "model": "switchboard/builtin",
+                "stream": true,
+                "messages": [{"role": "user", "content": "hi"}],
+            }))
+            .send()
+    };
+    let one = relay_events().await.unwrap();
+    assert_eq!(one.status(), 200);
+    let two = completion().await.unwrap();
+    assert_eq!(two.status(), 200);
+    // The third of any kind is refused, in each route's own error shape.
+    let three = relay_events().await.unwrap();
+    assert_eq!(three.status(), 429);
+    assert_eq!(
+        three.json::<Value>().await.unwrap()["code"],
+        "too_many_streams"
+    );
+    let four = completion().await.unwrap();
+    assert_eq!(four.status(), 429);
+    assert_eq!(
+        four.json::<Value>().await.unwrap()["error"]["code"],
+        "too_many_streams"
+    );
+    drop((one, two));
+    assert_eq!(health(&server.url).await, 200);
+}

@@ -28,6 +28,8 @@ use crate::relay::Relay;
 struct ApiState {
     relay: Relay,
     keepalive: Duration,
+    /// The per-token cap on open streams, shared with the server's routes.
+    streams: std::sync::Arc<switchboard_http::StreamSlots>,
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -149,7 +151,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 pub struct RelayDoc;
 
 /// The relay's routes, all behind `token`.
-pub fn router(relay: Relay, token: impl Into<String>) -> Router {
+pub fn router(
+    relay: Relay,
+    token: impl Into<String>,
+    streams: std::sync::Arc<switchboard_http::StreamSlots>,
+) -> Router {
     let token: String = token.into();
     let auth = Auth {
         token: BearerToken::new(token.clone()),
@@ -158,6 +164,7 @@ pub fn router(relay: Relay, token: impl Into<String>) -> Router {
     let state = ApiState {
         relay,
         keepalive: Duration::from_secs(15),
+        streams,
     };
     Router::new()
         .route("/v1/relay/bundles", get(bundles))
@@ -348,7 +355,9 @@ async fn message(
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Replay outcomes with a greater seq (wins over `after`)")),
     responses((status = 200, description = "`event: relay.outcome` frames", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
               (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
-              (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
+              (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody),
+              (status = 429, description = "`too_many_streams`: the token holds as many streams as `[server] max_streams_per_token` allows (counted with the server's event streams)", body = switchboard_protocol::ErrorBody),
+              (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn events(
     State(s): State<ApiState>,
     Extension(caller): Extension<Caller>,
@@ -379,6 +388,9 @@ async fn events(
                 )
             })?,
     };
+    // Counted against the token's open streams, as every long answer is; held as long as
+    // the stream.
+    let slot = s.streams.take(&headers)?;
     let relay = s.relay.clone();
     let keepalive = s.keepalive;
     let stream = futures::stream::unfold(
@@ -389,13 +401,14 @@ async fn events(
             after,
             s.relay.outcome_signal(),
             Vec::<Bytes>::new(),
+            slot,
         ),
-        move |(relay, bundle, who, mut cursor, mut signal, mut buf)| async move {
+        move |(relay, bundle, who, mut cursor, mut signal, mut buf, slot)| async move {
             loop {
                 if let Some(b) = buf.pop() {
                     return Some((
                         Ok::<_, Infallible>(b),
-                        (relay, bundle, who, cursor, signal, buf),
+                        (relay, bundle, who, cursor, signal, buf, slot),
                     ));
                 }
                 signal.borrow_and_update();
@@ -423,7 +436,7 @@ async fn events(
                     Err(_) => {
                         return Some((
                             Ok(Bytes::from_static(b": keepalive\n\n")),
-                            (relay, bundle, who, cursor, signal, buf),
+                            (relay, bundle, who, cursor, signal, buf, slot),
                         ));
                     }
                 }

@@ -37,6 +37,10 @@ pub struct ServerConfig {
     /// Most event streams one token may hold open at once (a client that opens more gets
     /// 429 `too_many_streams`).
     pub max_streams_per_token: usize,
+    /// The stream slots to count in, when the binary shares them with other surfaces' long
+    /// answers (the relay's event stream): one cap per token over every route. `None`: a
+    /// set of this router's own, of `max_streams_per_token`.
+    pub streams: Option<Arc<switchboard_http::StreamSlots>>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -58,6 +62,7 @@ impl ServerConfig {
             api_doc: None,
             openai_approvals: routes::openai::DoorApprovals::default(),
             max_streams_per_token: 1024,
+            streams: None,
         }
     }
 }
@@ -98,7 +103,10 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
     let token = switchboard_http::BearerToken::new(config.token.clone());
     let state = AppState {
         engine,
-        streams: switchboard_http::StreamSlots::new(config.max_streams_per_token),
+        streams: config
+            .streams
+            .clone()
+            .unwrap_or_else(|| switchboard_http::StreamSlots::new(config.max_streams_per_token)),
         approvals: routes::approvals::ApprovalsFeed::default(),
         config: Arc::new(config),
         started: Instant::now(),

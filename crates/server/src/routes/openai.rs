@@ -118,6 +118,7 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
               (status = 401, description = "`authentication_error`", body = OpenAiErrorBody),
               (status = 404, description = "`model_not_found` or `session_not_found`", body = OpenAiErrorBody),
               (status = 409, description = "`session_already_running`: the session is answering another call", body = OpenAiErrorBody),
+              (status = 429, description = "`too_many_streams`: with `stream: true`, the token holds as many streams as allowed", body = OpenAiErrorBody),
               (status = 422, description = "`validation_failed`: no messages, or the last one is not the user's with text; `unprocessable_entity`: the backend is not configured", body = OpenAiErrorBody),
               (status = 500, description = "`run_failed`: the backend failed (unstreamed; streamed, the error is the last chunk)", body = OpenAiErrorBody),
               (status = 503, description = "`unavailable`: shutting down", body = OpenAiErrorBody)))]
@@ -140,8 +141,18 @@ pub async fn completions(
             );
         }
     };
+    // A streamed answer is a long one: counted against the token's open streams like an
+    // event stream (before the run starts, so a refusal costs nothing).
+    let slot = if req.stream == Some(true) {
+        match state.streams.take(&headers) {
+            Ok(slot) => Some(slot),
+            Err(e) => return from_api(e),
+        }
+    } else {
+        None
+    };
     match start(&state, &headers, &req).await {
-        Ok(started) => answer(state, req, started).await,
+        Ok(started) => answer(state, req, started, slot).await,
         Err(resp) => resp,
     }
 }
@@ -405,7 +416,12 @@ fn with_session(mut resp: Response, session: Uuid) -> Response {
     resp
 }
 
-async fn answer(state: AppState, req: ChatCompletionRequest, started: Started) -> Response {
+async fn answer(
+    state: AppState,
+    req: ChatCompletionRequest,
+    started: Started,
+    slot: Option<switchboard_http::StreamSlot>,
+) -> Response {
     let Started { session, run, sub } = started;
     let id = format!("chatcmpl-{}", run.simple());
     let created = chrono::Utc::now().timestamp();
@@ -483,6 +499,8 @@ async fn answer(state: AppState, req: ChatCompletionRequest, started: Started) -
         sub: Subscription,
         first: bool,
         done: bool,
+        /// The token's stream slot, given back when the answer ends.
+        _slot: Option<switchboard_http::StreamSlot>,
     }
     let engine = state.engine.clone();
     let body = futures::stream::unfold(
@@ -490,6 +508,7 @@ async fn answer(state: AppState, req: ChatCompletionRequest, started: Started) -
             sub,
             first: true,
             done: false,
+            _slot: slot,
         },
         move |mut st| {
             let engine = engine.clone();
