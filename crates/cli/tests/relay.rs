@@ -1275,6 +1275,22 @@ backend = "builtin"
         .await
         .unwrap();
     assert_eq!(own.status(), 200);
+    // A member reads the outcomes of messages it sent or received, and no other: alice's
+    // message to a is a's to read, not b's (not even that it exists).
+    let to_a = &r.results[0].message_id;
+    let b_token = switchboard_relay::member_token::mint(TOKEN, "pair", "b").unwrap();
+    for (tok, status) in [(&token, 200), (&b_token, 404)] {
+        let got = http
+            .get(format!(
+                "{}/v1/relay/bundles/pair/messages/{to_a}",
+                server.url
+            ))
+            .bearer_auth(tok)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status().as_u16(), status);
+    }
     for (path, status) in [
         ("/v1/relay/bundles", 403),
         ("/v1/relay/bundles/other?as=a", 401),

@@ -64,17 +64,181 @@ impl McpServerSpec {
         }
     }
 
-    /// The same with the values of `env` and `headers` hidden (they may hold secrets).
+    /// The same with what may hold secrets hidden: the values of `env` and `headers`, the
+    /// URL's password and query values, and arguments that look like credentials (a value
+    /// after `--token`/`--api-key`/`--password` …, `NAME=value` with such a name, a value
+    /// shaped like a known provider's key).
     pub fn redacted(&self) -> Self {
         let hide = |m: &BTreeMap<String, String>| {
-            m.keys()
-                .map(|k| (k.clone(), "[redacted]".to_owned()))
-                .collect()
+            m.keys().map(|k| (k.clone(), REDACTED.to_owned())).collect()
         };
+        let mut args = Vec::with_capacity(self.args.len());
+        let mut prev: Option<&str> = None;
+        for a in &self.args {
+            args.push(redact_arg(prev, a));
+            prev = Some(a);
+        }
         Self {
             env: hide(&self.env),
             headers: hide(&self.headers),
+            url: self.url.as_deref().map(redact_url),
+            args,
             ..self.clone()
         }
+    }
+}
+
+const REDACTED: &str = "[redacted]";
+
+/// Whether a flag or variable name names a secret.
+fn secret_name(name: &str) -> bool {
+    let n = name.trim_start_matches('-').to_ascii_lowercase();
+    [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "apikey",
+        "api-key",
+        "api_key",
+        "auth",
+        "credential",
+        "private-key",
+        "private_key",
+        "access-key",
+        "access_key",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+}
+
+/// Whether a value has the shape of a well-known provider's secret.
+fn secret_shape(v: &str) -> bool {
+    [
+        "sk-",
+        "sk_",
+        "ghp_",
+        "gho_",
+        "ghs_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+        "xapp-",
+        "glpat-",
+        "hf_",
+        "AKIA",
+        "Bearer ",
+    ]
+    .iter()
+    .any(|p| v.starts_with(p))
+}
+
+fn redact_arg(prev: Option<&str>, arg: &str) -> String {
+    if let Some((name, _)) = arg.split_once('=')
+        && secret_name(name)
+    {
+        return format!("{name}={REDACTED}");
+    }
+    if prev.is_some_and(|p| p.starts_with('-') && !p.contains('=') && secret_name(p))
+        || secret_shape(arg)
+    {
+        return REDACTED.to_owned();
+    }
+    arg.to_owned()
+}
+
+/// `scheme://user:password@host/path?k=v` → `scheme://user:[redacted]@host/path?k=[redacted]`.
+fn redact_url(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    if userinfo.contains(':') {
+                        format!("{scheme}://{user}:{REDACTED}@{host}{path}")
+                    } else {
+                        format!("{scheme}://{REDACTED}@{host}{path}")
+                    }
+                }
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    match query {
+        None => base,
+        Some(q) => {
+            let pairs: Vec<String> = q
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) => format!("{k}={REDACTED}"),
+                    None => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", pairs.join("&"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_in_urls_and_arguments_are_hidden() {
+        let s = McpServerSpec {
+            name: "x".into(),
+            url: Some("https://bob:hunter2@mcp.example.com/v1?api_key=sk-123&team=a".into()),
+            ..Default::default()
+        }
+        .redacted();
+        assert_eq!(
+            s.url.as_deref(),
+            Some("https://bob:[redacted]@mcp.example.com/v1?api_key=[redacted]&team=[redacted]")
+        );
+        let s = McpServerSpec {
+            name: "x".into(),
+            command: Some("npx".into()),
+            args: [
+                "-y",
+                "@x/server",
+                "--token",
+                "abc123",
+                "--api-key=k",
+                "GITHUB_TOKEN=ghp_x",
+                "ghp_alone",
+                "--port",
+                "8080",
+                "/srv/data",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        }
+        .redacted();
+        assert_eq!(
+            s.args,
+            [
+                "-y",
+                "@x/server",
+                "--token",
+                "[redacted]",
+                "--api-key=[redacted]",
+                "GITHUB_TOKEN=[redacted]",
+                "[redacted]",
+                "--port",
+                "8080",
+                "/srv/data",
+            ]
+        );
+        assert_eq!(redact_url("http://h:1/mcp"), "http://h:1/mcp");
     }
 }

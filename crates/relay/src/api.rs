@@ -341,9 +341,14 @@ async fn audit(
               (status = 404, description = "`bundle_not_found` or `message_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn message(
     State(s): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path((bundle, message_id)): Path<(String, String)>,
 ) -> ApiResult {
-    Ok(Json(s.relay.message(&bundle, &message_id).await?).into_response())
+    let viewer = match &caller {
+        Caller::Operator => None,
+        Caller::Member(m) => Some(m.as_str()),
+    };
+    Ok(Json(s.relay.message(&bundle, &message_id, viewer).await?).into_response())
 }
 
 /// SSE of the bundle's delivery outcomes (`event: relay.outcome`, `id:` = seq), replayed from

@@ -580,19 +580,29 @@ impl Relay {
         &self,
         bundle: &str,
         message_id: &str,
+        viewer: Option<&str>,
     ) -> Result<TargetResult, RelayError> {
+        let not_found = || {
+            RelayError::new(
+                404,
+                "message_not_found",
+                format!("no message {message_id} in bundle {bundle}"),
+            )
+        };
         let row = self
             .inner
             .store
             .delivery(bundle, message_id)
             .await?
-            .ok_or_else(|| {
-                RelayError::new(
-                    404,
-                    "message_not_found",
-                    format!("no message {message_id} in bundle {bundle}"),
-                )
-            })?;
+            .ok_or_else(not_found)?;
+        // A member sees the outcomes of what it sent or received, nothing else (not even
+        // whether another message exists).
+        if let Some(m) = viewer
+            && row.sender != m
+            && row.target != m
+        {
+            return Err(not_found());
+        }
         Ok(TargetResult {
             target: row.target,
             message_id: row.message_id,
