@@ -163,3 +163,43 @@ async fn a_send_repeated_with_its_idempotency_key_runs_once() {
     let body: ErrorBody = bad.json().await.unwrap();
     assert_eq!(body.code, "invalid_header");
 }
+
+/// `/v1/health` tells the truth about writes: with the SQLite file write-locked by another
+/// process (reads still answer), it says `degraded` / 503 within its 2 s budget, so a load
+/// balancer stops sending traffic; once the lock goes, `ok` again. (It used to read only,
+/// and kept answering 200 `store: ok` while every write waited 10 s and failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_a_store_that_takes_no_writes() {
+    use sqlx::Connection as _;
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &llm.base_url(), &[]).await;
+    let health = || async {
+        let r = reqwest::get(format!("{}/v1/health", server.url))
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.unwrap();
+        (
+            status,
+            body["store"]["status"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    assert_eq!(health().await, (200, "ok".to_string()));
+    let db = dir.path().join("switchboard.db");
+    let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(health().await, (503, "unavailable".to_string()));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // Reads still work meanwhile: it is writes that do not.
+    let c = client(&server);
+    c.list_sessions(None, None).await.unwrap();
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    assert_eq!(health().await, (200, "ok".to_string()));
+}

@@ -220,7 +220,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
-    /// A round trip to the database (for health checks).
+    /// A round trip to the database that writes (for health checks): fails when the
+    /// database answers reads but takes no writes.
     async fn ping(&self) -> Result<()>;
     /// Closes the connections, waiting for those in use.
     async fn close(&self);

@@ -14,11 +14,13 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/v1/health", get(health))
 }
 
-/// Health: 200 with `status: "ok"` while the store answers; 503 with `status: "degraded"`
-/// when it does not (so a load balancer stops sending traffic here).
+/// Health: 200 with `status: "ok"` while the store takes a write within 2 s; 503 with
+/// `status: "degraded"` when it does not — down, or answering reads only (a SQLite file
+/// another process holds write-locked, a read-only replica) — so a load balancer stops
+/// sending traffic here.
 #[utoipa::path(get, path = "/v1/health", tag = "system",
-    responses((status = 200, description = "Server and store are up", body = HealthResponse),
-              (status = 503, description = "The store does not answer", body = HealthResponse)))]
+    responses((status = 200, description = "Server and store are up (the store took a write)", body = HealthResponse),
+              (status = 503, description = "The store does not answer, or takes no writes", body = HealthResponse)))]
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {
     let store = state.engine.store();
     let ok = matches!(

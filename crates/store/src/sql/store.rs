@@ -228,8 +228,17 @@ impl Store for SqlStore {
     }
 
     async fn ping(&self) -> Result<()> {
+        // A write, not a read: a database that answers reads but takes no writes (a SQLite
+        // file another process holds write-locked, a PostgreSQL replica) cannot serve, and
+        // health must say so. One row of its own, bumped (never a lease anyone takes: its
+        // name has no prefix the engine uses).
         with_db!(self, |pool, _d| {
-            sqlx::query("SELECT 1").execute(pool).await?;
+            sqlx::query(
+                "INSERT INTO leases (name, holder, token, expires_at_ms) VALUES ('health', 'health', 1, 0) \
+                 ON CONFLICT (name) DO UPDATE SET token = leases.token + 1",
+            )
+            .execute(pool)
+            .await?;
         });
         Ok(())
     }
