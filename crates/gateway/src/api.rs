@@ -462,7 +462,7 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
 /// go. With an `Idempotency-Key` header, the same key sent again answers the first send's
 /// `message_id` and posts nothing (a send under way with it answers 503: retry).
 #[utoipa::path(post, path = "/v1/gateway/send", tag = "gateway", request_body = GatewaySendRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters: a repeat answers the first send instead of posting again")),
+    params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$", description = "1 to 255 visible ASCII characters: a repeat answers the first send instead of posting again")),
     security(("bearer" = [])),
     responses((status = 200, description = "Sent", body = GatewaySendResponse),
               (status = 400, description = "`invalid_json` (not a send request), `validation_failed` (empty text, `kind` `thread` without `thread`) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),

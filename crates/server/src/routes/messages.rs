@@ -24,7 +24,7 @@ pub fn router() -> Router<AppState> {
 /// starts nothing: the safe way to retry a send whose answer was lost.
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "runs",
     params(("id" = uuid::Uuid, Path),
-           ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters; a repeat within 24 h answers the first run instead of starting another")),
+           ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$", description = "1 to 255 visible ASCII characters; a repeat within 24 h answers the first run instead of starting another")),
     request_body = SendMessageRequest, security(("bearer" = [])),
     responses((status = 200, body = SendMessageResponse),
               (status = 400, description = "`invalid_json`, `validation_failed` (the field is named) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
