@@ -1566,3 +1566,43 @@ async fn every_sender_of_a_batch_may_answer_its_prompt() {
         "alice asked: her Allow counts"
     );
 }
+
+/// The independent check's sequence, twice over: `kill -9` while a prompt waits in a DM,
+/// restart, a press of that prompt's Allow (answered: no longer pending), then a new
+/// message a few seconds later — which must be taken and answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kill_a_press_on_the_old_prompt_then_a_new_message_is_answered() {
+    let w = World::new().await;
+    let mut server = w.server(&[]).await;
+    for round in 0..2 {
+        w.llm.push(MockReply::tool_call(
+            &format!("k{round}"),
+            "run_command",
+            json!({"command": "touch never.txt"}),
+        ));
+        w.tg.dm(ALICE, "Alice", &format!("round {round}: do it"));
+        let prompt = w
+            .wait_message(ALICE, "a prompt", |m| {
+                prompt_of(m).is_some() && !m.text.contains("no longer")
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.kill().await;
+        server = w.server(&[]).await;
+        let (allow, _) = prompt_of(&prompt).unwrap();
+        let press = w.tg.press(ALICE, prompt.message_id, ALICE, "Alice", &allow);
+        w.tg.wait_until(WAIT, "the press answered", |tg| {
+            tg.answered().contains(&press)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let reply = format!("Answer after restart {round}.");
+        w.llm.push(MockReply::text(&[reply.as_str()]));
+        w.tg.dm(ALICE, "Alice", &format!("round {round}: anything new?"));
+        w.wait_message(ALICE, "the answer after the restart", |m| {
+            m.text.contains(&reply)
+        })
+        .await;
+    }
+    assert!(!w.ws.path().join("never.txt").exists());
+}
