@@ -106,8 +106,11 @@ pub(crate) struct Approvals {
     /// asked, or by a decision — and how: a decision repeated on one of them answers what
     /// happened instead of failing (clients that decide every proposed call, a retried
     /// request). Dropped at the run's end. Locked after `waiting`, never before.
-    settled: StdMutex<HashMap<Uuid, (Uuid, HashMap<String, String>)>>,
+    settled: StdMutex<HashMap<Uuid, SettledCalls>>,
 }
+
+/// A run (its id) and how each of its settled calls was settled, by call id.
+type SettledCalls = (Uuid, HashMap<String, String>);
 
 /// How a call was settled, as [`switchboard_protocol::ToolDecisionsResponse`] says it.
 fn settled_by_policy(verdict: &Verdict) -> Option<&'static str> {
@@ -127,7 +130,7 @@ fn settled_by_decision(d: &ToolDecision) -> &'static str {
 }
 
 impl Approvals {
-    fn settled(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, (Uuid, HashMap<String, String>)>> {
+    fn settled(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, SettledCalls>> {
         self.settled.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -86,14 +86,7 @@ fn uuid_patterns(doc: &mut utoipa::openapi::OpenApi) {
                 ref_or(s);
             }
         }
-        let ops = [
-            item.get.as_mut(),
-            item.put.as_mut(),
-            item.post.as_mut(),
-            item.delete.as_mut(),
-            item.patch.as_mut(),
-        ];
-        for op in ops.into_iter().flatten() {
+        for op in operations(item) {
             for p in op.parameters.iter_mut().flatten() {
                 if let Some(s) = p.schema.as_mut() {
                     ref_or(s);
@@ -109,6 +102,21 @@ fn uuid_patterns(doc: &mut utoipa::openapi::OpenApi) {
             }
         }
     }
+}
+
+/// A path's operations, of every method the routes use.
+fn operations(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        item.get.as_mut(),
+        item.put.as_mut(),
+        item.post.as_mut(),
+        item.delete.as_mut(),
+        item.patch.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// The answers every route of a kind gives, added to each operation that does not document
@@ -132,14 +140,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         )
     };
     for (path, item) in doc.paths.paths.iter_mut() {
-        let ops = [
-            item.get.as_mut(),
-            item.put.as_mut(),
-            item.post.as_mut(),
-            item.delete.as_mut(),
-            item.patch.as_mut(),
-        ];
-        for op in ops.into_iter().flatten() {
+        for op in operations(item) {
             let mut add = |status: &str, description: &str| {
                 op.responses
                     .responses

@@ -22,6 +22,7 @@ use crate::store::{GatewayStore, NamespacedState};
 
 mod activity;
 mod approvals;
+mod batch;
 mod commands;
 mod inbound;
 mod schedules;
@@ -29,9 +30,10 @@ mod worker;
 
 pub use approvals::AskOutcome;
 use approvals::*;
+use batch::*;
+pub use batch::{batch_context, batch_text};
 use commands::*;
 use worker::*;
-pub use worker::{batch_context, batch_text};
 /// How long [`Gateway::stop`] lets tasks finish what they are doing.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 

@@ -1,5 +1,5 @@
+use super::batch::sender_label;
 use super::inbound::pairing_code;
-use super::worker::sender_label;
 use super::*;
 use crate::channel::{ChatKind, ChatRef, Peer};
 use crate::store::Queued;
@@ -197,22 +197,22 @@ fn batches_are_cut_under_the_file_count_and_the_size() {
         item
     };
     let twelve: Vec<Queued> = (0..12).map(|_| photo(1)).collect();
-    assert_eq!(super::worker::batch_cut(&twelve, 10, 1 << 20), 10);
-    assert_eq!(super::worker::batch_cut(&twelve[10..], 10, 1 << 20), 2);
+    assert_eq!(super::batch::batch_cut(&twelve, 10, 1 << 20), 10);
+    assert_eq!(super::batch::batch_cut(&twelve[10..], 10, 1 << 20), 2);
     // A message over the limits alone still goes (the session refuses it, and it is set
     // aside): never an empty batch.
     assert_eq!(
-        super::worker::batch_cut(&[photo(11), photo(1)], 10, 1 << 20),
+        super::batch::batch_cut(&[photo(11), photo(1)], 10, 1 << 20),
         1
     );
     assert_eq!(
-        super::worker::batch_cut(&[photo(9), photo(2)], 10, 1 << 20),
+        super::batch::batch_cut(&[photo(9), photo(2)], 10, 1 << 20),
         1
     );
     let long = |n: usize| q("bob", &"y".repeat(n), None);
     assert_eq!(
-        super::worker::batch_cut(&[long(600), long(600), long(600)], 10, 1600),
+        super::batch::batch_cut(&[long(600), long(600), long(600)], 10, 1600),
         2
     );
-    assert_eq!(super::worker::batch_cut(&[], 10, 1500), 0);
+    assert_eq!(super::batch::batch_cut(&[], 10, 1500), 0);
 }
