@@ -270,3 +270,57 @@ async fn every_kind_of_stream_counts_against_the_token_s_cap() {
     drop((one, two));
     assert_eq!(health(&server.url).await, 200);
 }
+
+/// A body that stops coming ends its request (`[server] body_timeout_secs`): a client that
+/// sends headers and a trickle of body cannot hold a connection and a handler forever.
+/// And at most `[server] max_connections` connections are served at once: the next waits
+/// until one closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_times_out_and_connections_are_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        "http://127.0.0.1:9/v1",
+        &[
+            ("SWITCHBOARD_BODY_TIMEOUT_SECS", "1"),
+            ("SWITCHBOARD_HEADER_TIMEOUT_SECS", "30"),
+            ("SWITCHBOARD_MAX_CONNECTIONS", "16"),
+        ],
+    )
+    .await;
+    // Headers, ten bytes of a hundred promised, then nothing.
+    let mut stalled = TcpStream::connect(addr(&server.url)).await.unwrap();
+    let started = Instant::now();
+    stalled
+        .write_all(
+            format!(
+                "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"title\":"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut stalled, Duration::from_secs(6)).await;
+    assert!(answer.is_some(), "the stalled body held the connection");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(health(&server.url).await, 200);
+
+    // Sixteen idle connections (headers never sent) take every slot …
+    let mut idle = Vec::new();
+    for _ in 0..16 {
+        idle.push(TcpStream::connect(addr(&server.url)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = tokio::time::timeout(Duration::from_secs(2), health(&server.url)).await;
+    assert!(waiting.is_err(), "a 17th connection was served at once");
+    // … and one closing lets the next in.
+    drop(idle.pop());
+    let served = tokio::time::timeout(Duration::from_secs(5), health(&server.url)).await;
+    assert_eq!(served.ok(), Some(200));
+    drop(idle);
+}
