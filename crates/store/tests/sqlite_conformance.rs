@@ -84,3 +84,47 @@ async fn a_database_newer_than_the_binary_is_refused() {
     let err = SqlStore::open_path(&path).await.err().unwrap().to_string();
     assert!(err.contains("newer than this binary"), "{err}");
 }
+
+/// Many sends with idempotency keys at once, on one SQLite file: none fails, and each key
+/// gets one run. (Reading the key's run before the first write made the transaction a
+/// reader upgraded to a writer, which SQLite refuses at once with `database is locked` when
+/// another writer committed in between: a chat message answered 503.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_idempotent_enqueues_neither_fail_nor_double() {
+    let (_dir, store) = fresh().await;
+    let store = std::sync::Arc::new(store);
+    let s = switchboard_store::SessionRecord {
+        id: uuid::Uuid::now_v7(),
+        title: "busy".into(),
+        cwd: "/".into(),
+        config: serde_json::json!({}),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        updated_at: "2026-01-01T00:00:00Z".into(),
+        last_seq: 0,
+        archived_at: None,
+    };
+    store.create_session(&s).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..48 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .enqueue_run(&switchboard_store::NewRun {
+                    id: uuid::Uuid::now_v7(),
+                    session_id: s.id,
+                    input: serde_json::json!({"content": "x"}),
+                    created_at: "2026-01-01T00:00:01.000000Z".into(),
+                    idempotency: Some(switchboard_store::Idempotency {
+                        key: format!("k{}", i % 8),
+                        since: "2026-01-01T00:00:00.000000Z".into(),
+                    }),
+                })
+                .await
+        }));
+    }
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        ids.insert(t.await.unwrap().unwrap_or_else(|e| panic!("{e}")).id);
+    }
+    assert_eq!(ids.len(), 8, "one run per key");
+}

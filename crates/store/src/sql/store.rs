@@ -46,9 +46,20 @@ impl SqlStore {
             if !tx.lock_session(run.session_id).await? {
                 return Err(StoreError::NotFound(format!("session {}", run.session_id)));
             }
-            // Under the session's lock: a repeat of the key answers the run that has it;
-            // a run holding it from before the window gives it up.
+            // Under the session's lock: a run holding the key from before the window gives
+            // it up, then a run still holding it answers the repeat. The write comes first:
+            // on SQLite it is what takes the write lock (a read first, upgraded to a write,
+            // fails with SQLITE_BUSY when another writer committed in between).
             if let Some(i) = &run.idempotency {
+                sqlx::query(
+                    "UPDATE runs SET idempotency_key = NULL \
+                     WHERE session_id = $1 AND idempotency_key = $2 AND created_at < $3",
+                )
+                .bind(d.id(run.session_id))
+                .bind(&i.key)
+                .bind(&i.since)
+                .execute(&mut *tx)
+                .await?;
                 let held = sqlx::query(&format!(
                     "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2"
                 ))
@@ -58,18 +69,9 @@ impl SqlStore {
                 .await?
                 .map(|r| run_from_row(&r))
                 .transpose()?;
-                match held {
-                    Some(r) if r.created_at >= i.since => {
-                        tx.commit().await?;
-                        return Ok(r);
-                    }
-                    Some(r) => {
-                        sqlx::query("UPDATE runs SET idempotency_key = NULL WHERE id = $1")
-                            .bind(d.id(r.id))
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    None => {}
+                if let Some(r) = held {
+                    tx.commit().await?;
+                    return Ok(r);
                 }
             }
             sqlx::query(&sql)
