@@ -24,7 +24,7 @@ pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
 pub use bus::{ControlReply, EventBus, RunControl};
 pub use config::{DEFAULT_LIVE_BUFFER, EngineConfig, HistoryLimits, MIN_LIVE_BUFFER};
-pub use engine::{DiffOutput, Engine, IDEMPOTENCY_WINDOW, MAX_IDEMPOTENCY_KEY};
+pub use engine::{DiffOutput, Engine};
 pub use error::EngineError;
 pub use files::FileLimits;
 pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};

@@ -474,11 +474,7 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
 async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
-        Some(Ok(k))
-            if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) =>
-        {
-            Some(k.to_string())
-        }
+        Some(Ok(k)) if switchboard_protocol::is_valid_idempotency_key(k) => Some(k.to_string()),
         Some(_) => {
             return error(
                 ErrorCode::InvalidHeader,

@@ -125,6 +125,18 @@ pub struct ContextItem {
     pub priority: Option<ContextPriority>,
 }
 
+/// How long a run answers repeats of the `Idempotency-Key` it was sent with.
+pub const IDEMPOTENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// An `Idempotency-Key` (messages, gateway sends): 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII
+/// characters, what an HTTP header carries unambiguously. The documents' pattern says the
+/// same: `^[!-~]{1,255}$`.
+pub fn is_valid_idempotency_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_IDEMPOTENCY_KEY && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Most bytes in one message's content (`message.content`).
 pub const MAX_MESSAGE_CONTENT_BYTES: usize = 1 << 20;
 /// Files one message may carry by default (`[files] max_attachments`).

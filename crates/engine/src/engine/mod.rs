@@ -34,7 +34,6 @@ mod files;
 mod leases;
 mod recovery;
 mod runs;
-pub use runs::{IDEMPOTENCY_WINDOW, MAX_IDEMPOTENCY_KEY};
 mod sessions;
 
 use control::unexpected;

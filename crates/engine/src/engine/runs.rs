@@ -3,23 +3,7 @@
 
 use super::*;
 
-/// How long a run answers repeats of the `Idempotency-Key` it was sent with.
-pub const IDEMPOTENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// Longest `Idempotency-Key` accepted.
-pub const MAX_IDEMPOTENCY_KEY: usize = 255;
-
-/// 1 to [`MAX_IDEMPOTENCY_KEY`] visible ASCII characters (what an HTTP header carries
-/// unambiguously).
-fn validate_idempotency_key(key: &str) -> Result<(), EngineError> {
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY
-        || !key.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(EngineError::InvalidIdempotencyKey);
-    }
-    Ok(())
-}
+use switchboard_protocol::{IDEMPOTENCY_WINDOW, is_valid_idempotency_key};
 
 impl Engine {
     // --- messages and runs ----------------------------------------------------------------
@@ -51,7 +35,9 @@ impl Engine {
         let idempotency = match (req.kind, idempotency_key) {
             (MessageType::Steering, _) | (_, None) => None,
             (_, Some(key)) => {
-                validate_idempotency_key(key)?;
+                if !is_valid_idempotency_key(key) {
+                    return Err(EngineError::InvalidIdempotencyKey);
+                }
                 Some(switchboard_store::Idempotency {
                     key: key.to_owned(),
                     since: crate::time::rfc3339(
