@@ -174,8 +174,8 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     doc.merge(switchboard_relay::api::RelayDoc::openapi());
     doc.merge(switchboard_hub::ws::HubDoc::openapi());
     doc.merge(switchboard_scheduler::api::SchedulerDoc::openapi());
-    if matches!(&settings.gateway, Some(g) if g.enabled) {
-        doc.merge(switchboard_gateway::api::GatewayDoc::openapi());
+    if let Some(g) = settings.gateway.as_ref().filter(|g| g.enabled) {
+        doc.merge(switchboard_gateway::api::document(&g.channel_names()));
     }
     switchboard_server::common_responses(&mut doc);
     doc

@@ -298,6 +298,25 @@ async fn disguised_oversized_and_malformed_uploads_are_refused_and_leave_nothing
         (404, "session_not_found"),
         "{body}"
     );
+    // a good `file` part followed by a part that cannot be read (a control character in its
+    // name's header): the whole form is read before anything is kept, so it is refused
+    let mut form =
+        b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"late.png\"\r\n\r\n"
+            .to_vec();
+    form.extend_from_slice(&png(10));
+    form.extend_from_slice(
+        b"\r\n--XyZ\r\nContent-Disposition: form-data; name=\"a\x06b\"\r\n\r\nx\r\n--XyZ--\r\n",
+    );
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{}/files", server.url, s.id))
+        .bearer_auth(TOKEN)
+        .header("content-type", "multipart/form-data; boundary=XyZ")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(error_code(&resp.text().await.unwrap()), "validation_failed");
     let resp = reqwest::Client::new()
         .get(format!(
             "{}/v1/sessions/{}/files/not-a-uuid",

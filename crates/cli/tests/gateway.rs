@@ -628,6 +628,39 @@ async fn the_gateway_api_reports_unbinds_and_sends_notifications_with_context() 
         .await
         .unwrap();
     assert_eq!(bad.status(), 422);
+    // What the document does not allow is refused: a blank target, a context that is not
+    // an object.
+    for body in [
+        json!({"channel": "telegram", "target": " ", "text": "x"}),
+        json!({"channel": "telegram", "target": "1", "text": "x", "context": [1]}),
+    ] {
+        let bad = http
+            .post(format!("{}/v1/gateway/send", server.url))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bad.status(), 400, "{body}");
+    }
+    // The served document names this server's channels, so an unknown one is not
+    // schema-valid there.
+    let doc: serde_json::Value = http
+        .get(format!("{}/openapi.json", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for schema in ["GatewaySendRequest", "GatewayAskRequest", "PairingDecision"] {
+        assert_eq!(
+            doc["components"]["schemas"][schema]["properties"]["channel"]["enum"],
+            json!(["telegram"]),
+            "{schema}"
+        );
+    }
 }
 
 /// A receiver for the webhook channel's outbound POSTs: checks our signature, records
@@ -1473,9 +1506,10 @@ async fn channel_state_and_last_activity_for_the_console() {
             &json!({"channel": "telegram", "target": "42", "kind": "thread", "text": "x"}),
         )
         .await;
+    // One field read against another: 422, as the document says.
     assert_eq!(
         (status, err["code"].as_str()),
-        (400, Some("validation_failed"))
+        (422, Some("unprocessable_entity"))
     );
 
     // Telegram fails: reconnecting, then failing, with the reason; connected after.

@@ -495,19 +495,19 @@ pub fn confine_existing(root: &Path, given: &str) -> Result<PathBuf, EngineError
             root.display()
         ))
     })?;
+    // Well-formed, but not a file this workspace has: 422, as for any name the server does
+    // not have (a schema cannot say which files exist).
     let resolved = std::fs::canonicalize(root.join(given))
-        .map_err(|e| EngineError::validation("path", format!("{given}: {e}")))?;
+        .map_err(|e| EngineError::Unprocessable(format!("path: {given}: {e}")))?;
     if !resolved.starts_with(&root) {
-        return Err(EngineError::validation(
-            "path",
-            format!("{given} is outside the session's workspace"),
-        ));
+        return Err(EngineError::Unprocessable(format!(
+            "path: {given} is outside the session's workspace"
+        )));
     }
     if !resolved.is_file() {
-        return Err(EngineError::validation(
-            "path",
-            format!("{given} is not a regular file"),
-        ));
+        return Err(EngineError::Unprocessable(format!(
+            "path: {given} is not a regular file"
+        )));
     }
     Ok(resolved)
 }

@@ -68,6 +68,28 @@ pub use switchboard_protocol::gateway as wire;
 )]
 pub struct GatewayDoc;
 
+/// [`GatewayDoc`] as this gateway serves it: a request's `channel` is one of `channels`, the
+/// configured ones (an unknown one is refused, 422), so the document says which.
+pub fn document(channels: &[String]) -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi as _;
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::Schema;
+    let mut doc = GatewayDoc::openapi();
+    if channels.is_empty() {
+        return doc;
+    }
+    if let Some(c) = doc.components.as_mut() {
+        for name in ["GatewaySendRequest", "GatewayAskRequest", "PairingDecision"] {
+            if let Some(RefOr::T(Schema::Object(o))) = c.schemas.get_mut(name)
+                && let Some(RefOr::T(Schema::Object(channel))) = o.properties.get_mut("channel")
+            {
+                channel.enum_values = Some(channels.iter().map(|n| n.as_str().into()).collect());
+            }
+        }
+    }
+    doc
+}
+
 /// The gateway the routes serve: swapped when this instance takes over or hands over the
 /// gateway lease (active ↔ standby).
 #[derive(Clone)]
@@ -468,7 +490,7 @@ fn truncate_context(v: serde_json::Value) -> serde_json::Value {
               (status = 400, description = "`invalid_json` (not a send request), `validation_failed` (empty text, `kind` `thread` without `thread`) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
-              (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: no channel of that name, or `kind: thread` without `thread`", body = ErrorBody),
               (status = 500, description = "`internal`: the context could not be stored", body = ErrorBody),
               (status = 503, description = "`unavailable`: the platform refused or did not answer, or a send with the same `Idempotency-Key` is under way", body = ErrorBody)))]
 async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -482,7 +504,7 @@ async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Res
             );
         }
     };
-    let req: GatewaySendRequest = match serde_json::from_slice(&body) {
+    let req: GatewaySendRequest = match switchboard_http::from_json_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
     };
@@ -492,9 +514,22 @@ async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Res
             "invalid text: must not be empty",
         );
     }
-    if req.kind == Some(ChatKind::Thread) && req.thread.is_none() {
+    if req.target.trim().is_empty() {
         return error(
             ErrorCode::ValidationFailed,
+            "invalid target: must not be blank",
+        );
+    }
+    if req.context.as_ref().is_some_and(|c| !c.is_object()) {
+        return error(
+            ErrorCode::ValidationFailed,
+            "invalid context: must be an object",
+        );
+    }
+    // One field read against another, which the schema does not say: 422.
+    if req.kind == Some(ChatKind::Thread) && req.thread.is_none() {
+        return error(
+            ErrorCode::UnprocessableEntity,
             "invalid kind: \"thread\" needs the thread's id in `thread`",
         );
     }
@@ -597,7 +632,7 @@ fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`unavailable`: the platform refused or did not answer", body = ErrorBody)))]
 async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
-    let req: GatewayAskRequest = match serde_json::from_slice(&body) {
+    let req: GatewayAskRequest = match switchboard_http::from_json_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
     };
@@ -605,6 +640,12 @@ async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
         return error(
             ErrorCode::ValidationFailed,
             "invalid tool_call_ids: name at least one call",
+        );
+    }
+    if req.target.trim().is_empty() {
+        return error(
+            ErrorCode::ValidationFailed,
+            "invalid target: must not be blank",
         );
     }
     match s.gw().ask(&req).await {
@@ -639,7 +680,7 @@ async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn expire(State(s): State<ApiState>, Path(id): Path<String>, body: Bytes) -> Response {
-    let req: GatewayExpireRequest = match serde_json::from_slice(&body) {
+    let req: GatewayExpireRequest = match switchboard_http::from_json_slice(&body) {
         Ok(r) => r,
         Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
     };

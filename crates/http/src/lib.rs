@@ -15,7 +15,7 @@ mod serve;
 
 pub use auth::{BearerToken, bearer_value, check_bearer, require_bearer};
 pub use error::{ApiError, current_request_id, method_not_allowed, not_found, request_id};
-pub use extract::{Json, Path, Query};
+pub use extract::{Json, Path, Query, from_json_slice};
 pub use limit::{BodyLimit, reject_oversized};
 pub use per_token::{CallerKey, CallerKeys, StreamSlot, StreamSlots, WriteRate, limit_writes};
 pub use serve::{ConnLimits, serve};

@@ -35,14 +35,40 @@ pub struct AttachmentRef {
     pub file_id: Uuid,
 }
 
-/// The multipart form of an upload (documents the request body).
-#[derive(Debug, ToSchema)]
+/// The multipart form of an upload (documents the request body): the part named `file`;
+/// other parts are skipped.
+#[derive(Debug)]
 #[allow(dead_code)]
 pub struct UploadForm {
     /// The file (one part named `file`; its `filename` is the name kept).
-    #[schema(value_type = String, format = Binary)]
     pub file: Vec<u8>,
 }
+
+/// Written by hand for the names of the other parts: a part's name travels in a header
+/// (`Content-Disposition`), where control characters other than tab, CR and LF (which
+/// clients escape) cannot be sent, so no form with such a name can be read (400).
+impl utoipa::PartialSchema for UploadForm {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        let file = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+            .description(Some(
+                "The file (one part named `file`; its `filename` is the name kept)",
+            ));
+        crate::schema::t(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .required("file")
+                .property("file", file)
+                .property_names(Some(crate::schema::string(Some(
+                    r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*$",
+                )))),
+        )
+    }
+}
+
+impl ToSchema for UploadForm {}
 
 /// `POST /v1/sessions/{id}/share`: a file of the session's workspace, shared with the user
 /// by the run that is executing (an external agent's `send_file` tool, through
@@ -50,8 +76,8 @@ pub struct UploadForm {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShareFileRequest {
-    /// The file: relative to the session's workspace, or absolute inside it.
-    #[schema(min_length = 1, max_length = 4096)]
+    /// The file: relative to the session's workspace, or absolute inside it. Not blank.
+    #[schema(max_length = 4096, pattern = r"\S")]
     pub path: String,
     /// Shown with the file (a chat's caption).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -191,8 +191,11 @@ pub struct GatewaySessionsResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySendRequest {
+    /// A configured channel's name (the served document lists them).
+    #[schema(pattern = r"\S")]
     pub channel: String,
     /// The chat id on that channel.
+    #[schema(pattern = r"\S")]
     pub target: String,
     /// Not empty or blank.
     #[schema(pattern = r"\S")]
@@ -218,8 +221,11 @@ pub struct GatewaySendRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayAskRequest {
+    /// A configured channel's name (the served document lists them).
+    #[schema(pattern = r"\S")]
     pub channel: String,
     /// The chat id on that channel.
+    #[schema(pattern = r"\S")]
     pub target: String,
     /// For a thread chat: the thread id.
     #[serde(default)]
@@ -297,6 +303,8 @@ pub struct PairingRequestsResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PairingDecision {
+    /// A configured channel's name (the served document lists them).
+    #[schema(pattern = r"\S")]
     pub channel: String,
     /// As the person was given it (case and surrounding spaces do not matter).
     #[schema(pattern = r"\S")]

@@ -16,6 +16,7 @@ pub mod nullable;
 pub mod openai;
 pub mod relay;
 pub mod schedules;
+mod schema;
 pub mod secrets;
 pub mod sessions;
 pub mod system;

@@ -7,12 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// One MCP server: a command speaking MCP on stdio, or a streamable-HTTP URL.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerSpec {
     /// Letters, digits, `_` and `-` (1–64): the built-in agent names its tools
     /// `mcp__NAME__TOOL`.
-    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub name: String,
     /// stdio: the program, started in the session's workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -29,6 +28,64 @@ pub struct McpServerSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
 }
+
+/// Written by hand: one of two shapes ([`McpServerSpec::problem`] is the server's check),
+/// which the derive cannot say — a stdio server (`command`, with `args` and `env`) or a
+/// streamable-HTTP one (`url`, with `headers`); the other shape's fields absent, `null` or
+/// empty.
+impl utoipa::PartialSchema for McpServerSpec {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::schema::{array, null, one_of, string, string_map, t};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let name = || {
+            string(Some("^[A-Za-z0-9_-]{1,64}$")).description(Some(
+                "Letters, digits, `_` and `-` (1–64): the built-in agent names its tools `mcp__NAME__TOOL`",
+            ))
+        };
+        let shape = || {
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .additional_properties(Some(
+                    utoipa::openapi::schema::AdditionalProperties::FreeForm(false),
+                ))
+                .required("name")
+                .property("name", name())
+        };
+        let stdio = shape()
+            .title(Some("stdio"))
+            .required("command")
+            .property(
+                "command",
+                string(Some(r"\S"))
+                    .description(Some("The program, started in the session's workspace")),
+            )
+            .property("args", array(string(None), None))
+            .property(
+                "env",
+                string_map(None).description(Some("Shown redacted by the API")),
+            )
+            .property("url", null())
+            .property("headers", string_map(Some(0)));
+        let http = shape()
+            .title(Some("http"))
+            .required("url")
+            .property(
+                "url",
+                string(Some("^https?://"))
+                    .description(Some("The server's URL (`http://` or `https://`)")),
+            )
+            .property(
+                "headers",
+                string_map(None).description(Some("Sent to it; shown redacted by the API")),
+            )
+            .property("command", null())
+            .property("args", array(string(None), Some(0)))
+            .property("env", string_map(Some(0)));
+        one_of([t(stdio), t(http)])
+    }
+}
+
+impl ToSchema for McpServerSpec {}
 
 /// Most MCP servers one session may have.
 pub const MAX_MCP_SERVERS: usize = 16;

@@ -160,8 +160,10 @@ pub const MAX_TURNS_RANGE: std::ops::RangeInclusive<u32> = 1..=256;
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunOverrides {
-    /// Model for this run; wins over the top-level `model` (as on the stakpak server).
+    /// Model for this run; wins over the top-level `model` (as on the stakpak server). Not
+    /// empty or blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub model: Option<String>,
     /// Which tool calls of this run go without asking, instead of the session's setting.
     /// The permission mode still applies: this never allows what the mode refuses.
@@ -172,6 +174,7 @@ pub struct RunOverrides {
     pub system_prompt: Option<String>,
     /// Most model calls in this run (1–256) for the built-in agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 256)]
     pub max_turns: Option<u32>,
 }
 
@@ -192,8 +195,10 @@ pub struct SendMessageRequest {
     /// For `steering`: the run it is meant for (409 `run_mismatch` if not the active one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<Uuid>,
-    /// Model for this run only (`overrides.model` wins when both are given).
+    /// Model for this run only (`overrides.model` wins when both are given). Not empty or
+    /// blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub model: Option<String>,
     /// Run in a sandbox. Switchboard has none: `true` is refused with 422
     /// `sandbox_unsupported` rather than run unsandboxed; `false` and `null` are accepted.

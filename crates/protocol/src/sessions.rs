@@ -8,7 +8,7 @@ use uuid::Uuid;
 /// What produces a session's events.
 ///
 /// On the wire: `"builtin"` or `{"acp": "<agent name from config>"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendSpec {
     /// Switchboard's built-in LLM agent.
@@ -17,6 +17,29 @@ pub enum BackendSpec {
     /// An external agent speaking the Agent Client Protocol, by its name in the config.
     Acp(String),
 }
+
+/// Written by hand: the derive leaves `{"acp": …}` open to other keys, which the server
+/// refuses (an enum's object has exactly one).
+impl utoipa::PartialSchema for BackendSpec {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::schema::{one_of, string, t};
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+        let builtin = string(None)
+            .enum_values(Some(["builtin"]))
+            .description(Some("Switchboard's built-in LLM agent"));
+        let acp = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .required("acp")
+            .property("acp", string(None))
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .description(Some(
+                "An external agent speaking the Agent Client Protocol, by its name in the config",
+            ));
+        one_of([t(builtin), t(acp)])
+    }
+}
+
+impl ToSchema for BackendSpec {}
 
 /// What the agent may do without asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
@@ -42,12 +65,28 @@ impl PermissionMode {
 }
 
 /// Which tool calls run without an approval: `"all"`, `"none"` or a list of tool names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum AutoApprove {
     Keyword(AutoApproveKeyword),
     Tools(Vec<String>),
 }
+
+/// Written by hand: the derive cannot say that each name of the list is a name (not blank,
+/// no spaces around it), which the server checks (422 `unprocessable_entity`).
+impl utoipa::PartialSchema for AutoApprove {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use crate::schema::{TOOL_NAME_PATTERN, array, one_of, string, t};
+        let keyword = string(None)
+            .enum_values(Some(["all", "none"]))
+            .description(Some("`all` or `none`"));
+        let names = array(string(Some(TOOL_NAME_PATTERN)), None)
+            .description(Some("Tool names (each not blank, no spaces around it)"));
+        one_of([t(keyword), t(names)])
+    }
+}
+
+impl ToSchema for AutoApprove {}
 
 impl Default for AutoApprove {
     /// Nothing runs without asking unless the permission mode says so.
@@ -78,8 +117,9 @@ pub struct CreateSessionRequest {
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSpec>,
-    /// Model name; defaults to the configured model.
+    /// Model name; defaults to the configured model. Not empty or blank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S")]
     pub model: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<PermissionMode>,

@@ -62,8 +62,22 @@ pub struct ToolDecision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolDecisionsRequest {
     pub run_id: Uuid,
-    /// Decisions keyed by tool call id.
+    /// Decisions keyed by tool call id (at least one).
+    #[schema(schema_with = decisions_schema)]
     pub decisions: BTreeMap<String, ToolDecision>,
+}
+
+/// `decisions`: an object of [`ToolDecision`]s, at least one (the derive cannot say it).
+fn decisions_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::RefOr(
+            utoipa::openapi::Ref::from_schema_name("ToolDecision").into(),
+        )))
+        .min_properties(Some(1))
+        .description(Some("Decisions keyed by tool call id (at least one)"))
+        .build()
 }
 
 /// Answer to [`ToolDecisionsRequest`].

@@ -262,7 +262,7 @@ async fn send(
     Path(bundle): Path<String>,
     body: Bytes,
 ) -> ApiResult {
-    let req: SendRequest = serde_json::from_slice(&body).map_err(|e| {
+    let req: SendRequest = switchboard_http::from_json_slice(&body).map_err(|e| {
         RelayError::validation("invalid_arguments", format!("invalid send request: {e}"))
     })?;
     caller.may_act_as(Some(&req.sender))?;

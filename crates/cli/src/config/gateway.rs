@@ -89,6 +89,23 @@ pub struct GatewaySettings {
     pub enabled: bool,
 }
 
+impl GatewaySettings {
+    /// The names of the configured channels, as the gateway's routes take them.
+    pub fn channel_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = [
+            self.telegram.as_ref().map(|c| c.name.clone()),
+            self.slack.as_ref().map(|c| c.name.clone()),
+            self.discord.as_ref().map(|c| c.name.clone()),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.webhooks.iter().map(|w| w.channel_name()))
+        .collect();
+        names.sort();
+        names
+    }
+}
+
 /// The access and approval settings of a platform channel's TOML section.
 struct ChannelAccess<'a> {
     chats: &'a Option<Vec<String>>,

@@ -79,10 +79,10 @@ impl Engine {
     ) -> Result<SharedFile, EngineError> {
         // The session first: a schema-valid share of an unknown session is its 404.
         self.record(session_id).await?;
-        if req.path.len() > 4096 {
+        if req.path.chars().count() > 4096 {
             return Err(EngineError::validation(
                 "path",
-                "must be at most 4096 bytes, naming a file of the workspace",
+                "must be at most 4096 characters, naming a file of the workspace",
             ));
         }
         if req

@@ -1,8 +1,8 @@
 //! `/v1/sessions/{id}/files`: uploading a session's files, listing and fetching them.
 //!
 //! Mounted outside the JSON routes' body limit: an upload may be as large as the per-file
-//! limit (plus the multipart framing), which the engine enforces exactly as the body streams
-//! in; nothing is buffered whole.
+//! limit (plus the multipart framing), which the engine enforces exactly as the file streams
+//! in from its temporary file; nothing is held in memory whole.
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Multipart, State};
@@ -10,10 +10,10 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures::StreamExt as _;
 use switchboard_protocol::{
     ErrorBody, ErrorCode, FileInfo, ListFilesResponse, ShareFileRequest, SharedFile, UploadForm,
 };
+use tokio::io::{AsyncSeekExt as _, AsyncWriteExt as _};
 use uuid::Uuid;
 
 use crate::extract::{Json as JsonBody, SessionCaller, SessionId};
@@ -74,19 +74,41 @@ pub async fn upload(
             format!("expected a multipart/form-data body: {}", e.body_text()),
         )
     })?;
-    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
-        if field.name() != Some("file") {
+    // The session first: an upload to none is its 404 before the body is read.
+    state.engine.get_session(id).await?;
+    // The whole form is read before anything is kept: the first `file` part goes to an
+    // anonymous temporary file (unlinked; gone when dropped), other parts are read and
+    // dropped, so that a malformed part anywhere refuses the upload with nothing stored.
+    let mut spooled: Option<(String, tokio::fs::File)> = None;
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        if field.name() != Some("file") || spooled.is_some() {
+            while field.chunk().await.map_err(multipart_error)?.is_some() {}
             continue;
         }
         let name = field.file_name().unwrap_or("file").to_owned();
-        let body = field.map(|chunk| chunk.map_err(|e| e.body_text()));
-        let info = state.engine.upload_file(id, &name, Box::pin(body)).await?;
-        return Ok((axum::http::StatusCode::CREATED, Json(info)).into_response());
+        let mut spool = tokio::fs::File::from_std(tempfile::tempfile().map_err(spool_error)?);
+        while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+            spool.write_all(&chunk).await.map_err(spool_error)?;
+        }
+        spool.flush().await.map_err(spool_error)?;
+        spool.rewind().await.map_err(spool_error)?;
+        spooled = Some((name, spool));
     }
-    Err(ApiError::new(
-        ErrorCode::ValidationFailed,
-        "file: the form has no part named `file`",
-    ))
+    let Some((name, spool)) = spooled else {
+        return Err(ApiError::new(
+            ErrorCode::ValidationFailed,
+            "file: the form has no part named `file`",
+        ));
+    };
+    let body = tokio_util::io::ReaderStream::new(spool);
+    let info = state.engine.upload_file(id, &name, body).await?;
+    Ok((axum::http::StatusCode::CREATED, Json(info)).into_response())
+}
+
+/// The temporary file of an upload failed (the disk is full, the directory unwritable): 500,
+/// the cause in the log.
+fn spool_error(e: std::io::Error) -> ApiError {
+    switchboard_engine::EngineError::Internal(format!("spooling an upload: {e}")).into()
 }
 
 /// Shares a file of the session's workspace from its active run: stored as a file of the
@@ -97,13 +119,13 @@ pub async fn upload(
     request_body = ShareFileRequest,
     security(("bearer" = [])),
     responses((status = 201, body = SharedFile),
-              (status = 400, description = "`invalid_json`, or `validation_failed`: a malformed id or body, or a `path` that is empty, missing, not a regular file or outside the workspace", body = ErrorBody),
+              (status = 400, description = "`invalid_json`, or `validation_failed`: a malformed id or body, or a blank `path`", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`: neither the server's token nor this session's", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
               (status = 409, description = "`session_not_running` (no run to share from) or `run_mismatch`", body = ErrorBody),
               (status = 413, description = "`file_too_large` (over the per-file limit) or `payload_too_large`", body = ErrorBody),
               (status = 415, description = "`unsupported_file_type` (the sniffed type is not allowed) or `unsupported_media_type` (not a JSON body)", body = ErrorBody),
-              (status = 422, description = "`unprocessable_entity`: the session's workspace cannot be read", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: `path` names no regular file of the workspace (missing, not a regular file, or outside it), or the session's workspace cannot be read", body = ErrorBody),
               (status = 503, description = "`unavailable`: the instance running the session did not answer", body = ErrorBody)))]
 pub async fn share(
     State(state): State<AppState>,

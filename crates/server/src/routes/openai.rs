@@ -130,7 +130,7 @@ pub async fn completions(
     if let Err(e) = switchboard_http::check_bearer(&headers, &state.config.token) {
         return from_api(e);
     }
-    let req: ChatCompletionRequest = match serde_json::from_slice(&body) {
+    let req: ChatCompletionRequest = match switchboard_http::from_json_slice(&body) {
         Ok(r) => r,
         Err(e) => {
             return oai(
