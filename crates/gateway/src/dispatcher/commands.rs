@@ -183,6 +183,7 @@ impl Gateway {
             chat: m.chat.id.clone(),
         };
         let id = uuid::Uuid::now_v7().simple().to_string();
+        self.inner.store.prune_kv().await?;
         self.inner
             .store
             .kv_set(&format!("undo:{id}"), &offer.to_json())

@@ -286,6 +286,7 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             6,
             include_str!("../../migrations/sqlite/0006_requesters.sql"),
         ),
+        (7, include_str!("../../migrations/sqlite/0007_kv_age.sql")),
     ],
     postgres: &[
         (
@@ -312,6 +313,7 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             6,
             include_str!("../../migrations/postgres/0006_requesters.sql"),
         ),
+        (7, include_str!("../../migrations/postgres/0007_kv_age.sql")),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),
     postgres_lock: 0x5357_4247_574d_4947,

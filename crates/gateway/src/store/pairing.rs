@@ -147,15 +147,17 @@ impl GatewayStore {
             "pending:{}",
             switchboard_db::text_time(now - chrono::Duration::seconds(60))
         );
+        self.prune_kv().await?;
         let claimed = with_pool!(self, |pool| {
             sqlx::query(
-                "INSERT INTO kv (key, value) VALUES ($1, $2) \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value \
+                "INSERT INTO kv (key, value, updated_at) VALUES ($1, $2, $4) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at \
                  WHERE kv.value = '' OR (kv.value LIKE 'pending:%' AND kv.value < $3)",
             )
             .bind(&kv_key)
             .bind(&pending)
             .bind(&stale)
+            .bind(switchboard_db::text_time(now))
             .execute(pool)
             .await?
             .rows_affected()
@@ -192,13 +194,39 @@ impl GatewayStore {
     }
 
     pub async fn kv_set(&self, key: &str, value: &str) -> Result<()> {
+        let now = switchboard_db::text_time(chrono::Utc::now());
         with_pool!(self, |pool| {
             sqlx::query(
-                "INSERT INTO kv (key, value) VALUES ($1, $2) \
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                "INSERT INTO kv (key, value, updated_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             )
             .bind(key)
             .bind(value)
+            .bind(&now)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Drops the send claims and /undo offers written more than
+    /// [`switchboard_protocol::IDEMPOTENCY_WINDOW`] ago: a key repeated after that is a new
+    /// send, an offer pressed after it has expired. Run where they are written.
+    pub async fn prune_kv(&self) -> Result<()> {
+        let window = chrono::Duration::from_std(switchboard_protocol::IDEMPOTENCY_WINDOW)
+            .unwrap_or(chrono::Duration::days(1));
+        self.prune_kv_before(chrono::Utc::now() - window).await
+    }
+
+    /// [`Self::prune_kv`] of what was written before `cutoff`; other keys (a channel's
+    /// state) are kept whatever their age.
+    pub async fn prune_kv_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Result<()> {
+        let cutoff = switchboard_db::text_time(cutoff);
+        with_pool!(self, |pool| {
+            sqlx::query(
+                "DELETE FROM kv WHERE updated_at < $1 AND (key LIKE 'send:%' OR key LIKE 'undo:%')",
+            )
+            .bind(&cutoff)
             .execute(pool)
             .await?;
         });

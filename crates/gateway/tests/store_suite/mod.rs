@@ -30,6 +30,7 @@ macro_rules! store_suite {
             contexts_are_used_once_and_expire,
             pairing_and_allowed_chats,
             kv_and_namespaced_state,
+            send_claims_and_undo_offers_expire,
             pending_pairings_are_listed_and_refused,
             chat_activity_keeps_the_latest_time
         );
@@ -555,6 +556,34 @@ pub async fn kv_and_namespaced_state(s: &GatewayStore) {
         s.kv_get("slack:cursor").await.unwrap().as_deref(),
         Some("abc")
     );
+}
+
+/// Send claims and /undo offers are dropped once older than the cutoff; a channel's state
+/// is kept whatever its age.
+pub async fn send_claims_and_undo_offers_expire(s: &GatewayStore) {
+    use switchboard_gateway::store::SendClaim;
+    assert!(matches!(s.claim_send("k1").await.unwrap(), SendClaim::Mine));
+    s.send_done("k1", "m1").await.unwrap();
+    s.kv_set("undo:0123", "{}").await.unwrap();
+    s.kv_set("telegram:offset", "5").await.unwrap();
+    // Within the window: all kept, the key answers its message.
+    s.prune_kv().await.unwrap();
+    s.prune_kv_before(chrono::Utc::now() - chrono::Duration::hours(1))
+        .await
+        .unwrap();
+    assert!(matches!(s.claim_send("k1").await.unwrap(), SendClaim::Sent(m) if m == "m1"));
+    assert!(s.kv_get("undo:0123").await.unwrap().is_some());
+    // Past it: the claim and the offer are gone, the channel's state is not.
+    s.prune_kv_before(chrono::Utc::now() + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    assert_eq!(s.kv_get("send:k1").await.unwrap(), None);
+    assert_eq!(s.kv_get("undo:0123").await.unwrap(), None);
+    assert_eq!(
+        s.kv_get("telegram:offset").await.unwrap().as_deref(),
+        Some("5")
+    );
+    assert!(matches!(s.claim_send("k1").await.unwrap(), SendClaim::Mine));
 }
 
 pub async fn pending_pairings_are_listed_and_refused(s: &GatewayStore) {
