@@ -546,9 +546,15 @@ mod tests {
             ok(&root.join("sub/a.txt").to_string_lossy()),
             root.join("sub/a.txt")
         );
+        // A well-formed path the workspace does not have is 422; a blank one is malformed.
         let refused = |given: &str| {
             let e = confine_existing(ws.path(), given).unwrap_err();
-            assert_eq!(e.code().as_str(), "validation_failed", "{given}: {e}");
+            let code = if given.trim().is_empty() {
+                "validation_failed"
+            } else {
+                "unprocessable_entity"
+            };
+            assert_eq!(e.code().as_str(), code, "{given}: {e}");
             e.to_string()
         };
         assert!(refused("link").contains("outside"));
