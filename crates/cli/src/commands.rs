@@ -372,7 +372,7 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 if wrote_text {
                     println!();
                 }
-                if stop_reason == "cancelled" {
+                if stop_reason == switchboard_protocol::StopReason::Cancelled {
                     eprintln!("run cancelled");
                     return Ok(ExitCode::from(2));
                 }

@@ -94,7 +94,14 @@ impl World {
 
 fn stop_reason(events: &[EventEnvelope]) -> String {
     match &events.last().unwrap().event {
-        AgentEvent::RunCompleted { stop_reason, .. } => stop_reason.clone(),
+        // The backend's own words where it gave them (`end_turn`), else the outcome.
+        AgentEvent::RunCompleted {
+            stop_reason,
+            backend_stop_reason,
+            ..
+        } => backend_stop_reason
+            .clone()
+            .unwrap_or_else(|| stop_reason.to_string()),
         other => panic!("expected RunCompleted, got {other:?}"),
     }
 }

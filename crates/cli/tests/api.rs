@@ -63,10 +63,12 @@ async fn create_subscribe_send_stream_and_transcript() {
     match &got.last().unwrap().event {
         AgentEvent::RunCompleted {
             stop_reason,
+            backend_stop_reason,
             total_turns,
             ..
         } => {
-            assert_eq!(stop_reason, "stop");
+            assert_eq!(*stop_reason, switchboard_protocol::StopReason::Completed);
+            assert_eq!(backend_stop_reason.as_deref(), Some("stop"));
             assert_eq!(*total_turns, 1);
         }
         other => panic!("{other:?}"),
@@ -355,7 +357,9 @@ async fn conflicts_follow_ups_and_cancel() {
     c.cancel(s.id, run1).await.unwrap();
     let first = until_run_ends(&mut events, run1).await;
     match &first.last().unwrap().event {
-        AgentEvent::RunCompleted { stop_reason, .. } => assert_eq!(stop_reason, "cancelled"),
+        AgentEvent::RunCompleted { stop_reason, .. } => {
+            assert_eq!(*stop_reason, switchboard_protocol::StopReason::Cancelled)
+        }
         other => panic!("{other:?}"),
     }
     assert!(kinds(&first).contains(&"follow_up_queued"));

@@ -540,7 +540,9 @@ async fn cancel_kills_a_running_command_and_rejects_a_waiting_one() {
         t0.elapsed()
     );
     match &rest.last().unwrap().event {
-        AgentEvent::RunCompleted { stop_reason, .. } => assert_eq!(stop_reason, "cancelled"),
+        AgentEvent::RunCompleted { stop_reason, .. } => {
+            assert_eq!(*stop_reason, switchboard_protocol::StopReason::Cancelled)
+        }
         other => panic!("{other:?}"),
     }
     let (out, is_error) = completed(&rest, "s1").unwrap();

@@ -610,7 +610,8 @@ async fn steering_approvals_and_cancel_reach_the_run_from_any_instance() {
     .await;
     assert!(matches!(
         &end.last().unwrap().0.event,
-        AgentEvent::RunCompleted { stop_reason, .. } if stop_reason == "cancelled"
+        AgentEvent::RunCompleted { stop_reason, .. }
+            if *stop_reason == switchboard_protocol::StopReason::Cancelled
     ));
     drop((a, b, c));
     db.drop_now().await;

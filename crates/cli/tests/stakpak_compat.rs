@@ -127,6 +127,19 @@ struct PendingToolsResponse {
 struct RunCompletedPayload {
     run_id: Option<Uuid>,
     total_turns: Option<u32>,
+    /// Decoded as the client's enum: a value outside it fails the decode.
+    stop_reason: StakpakStopReason,
+}
+
+/// `stop_reason` as a stakpak client decodes it (its five values, nothing else).
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum StakpakStopReason {
+    Completed,
+    Cancelled,
+    MaxTurns,
+    Error,
+    Refused,
 }
 
 #[derive(Debug, Deserialize)]
@@ -510,12 +523,17 @@ async fn the_gateway_flow_with_every_option_null() {
     let done = last.run_completed().unwrap();
     assert_eq!(done.run_id, Some(run));
     assert_eq!(done.total_turns, Some(1));
+    assert_eq!(done.stop_reason, StakpakStopReason::Completed);
 
     // The session is free at once for the next message (the gateway sends its queue now).
     llm.push(MockReply::text(&["second answer"]));
     let run2 = run_id_of(&c.send_message(id, "are you there?").await);
     let events2 = stream.until_terminal(run2).await;
     assert_eq!(events2.last().unwrap().event_type, "run_completed");
+    assert_eq!(
+        events2.last().unwrap().run_completed().unwrap().stop_reason,
+        StakpakStopReason::Completed
+    );
 
     // History, with the client's limit and offset.
     let history: GetMessagesResponse = c
@@ -752,6 +770,10 @@ async fn cancel_ends_the_run_as_the_stakpak_server_does() {
     assert!(last.run_error().is_none());
     let payload = last.payload("RunCompleted").unwrap();
     assert_eq!(payload["stop_reason"], "cancelled");
+    assert_eq!(
+        last.run_completed().unwrap().stop_reason,
+        StakpakStopReason::Cancelled
+    );
     assert_eq!(payload["run_id"], run.to_string());
     assert!(payload["total_turns"].is_u64());
     assert!(payload["total_usage"].is_object());

@@ -96,8 +96,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How a run ended, as the prompt that waits for it learns.
 #[derive(Debug, Clone)]
 enum Ending {
-    Done(String),
-    Failed { error: String, retryable: bool },
+    /// The run's outcome and the backend's own reason.
+    Done(switchboard_protocol::StopReason, Option<String>),
+    Failed {
+        error: String,
+        retryable: bool,
+    },
 }
 
 #[derive(Default)]
@@ -729,7 +733,10 @@ async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptResponse, Error> 
         }
     }
     match ending {
-        Ending::Done(reason) => Ok(PromptResponse::new(map::stop_reason(&reason))),
+        Ending::Done(reason, backend) => Ok(PromptResponse::new(map::stop_reason(
+            reason,
+            backend.as_deref(),
+        ))),
         Ending::Failed { error, retryable } => Err(Error::new(ErrorCode::INTERNAL_ERROR, error)
             .data(
                 serde_json::json!({"code": "run_failed", "retryable": retryable, "run_id": run}),
@@ -761,7 +768,10 @@ async fn cancel_run(hub: &Hub, open: &Open, run: Uuid) {
         Ok(_) => {
             let started = lock(&open.runs).started.contains(&run);
             if !started {
-                open.end(run, Ending::Done("cancelled".into()));
+                open.end(
+                    run,
+                    Ending::Done(switchboard_protocol::StopReason::Cancelled, None),
+                );
             }
         }
         Err(e) => tracing::info!(session = %open.id, %run, error = %e, "cancelling the run"),
@@ -876,11 +886,15 @@ async fn follow(
             AgentEvent::RunCompleted {
                 run_id,
                 stop_reason,
+                backend_stop_reason,
                 ..
             } => {
                 open.withdraw_run(*run_id);
                 own.remove(run_id);
-                open.end(*run_id, Ending::Done(stop_reason.clone()));
+                open.end(
+                    *run_id,
+                    Ending::Done(*stop_reason, backend_stop_reason.clone()),
+                );
             }
             AgentEvent::RunError {
                 run_id,

@@ -56,14 +56,18 @@ pub fn mode_of(id: &str) -> Option<PermissionMode> {
     .find(|m| m.as_str() == id)
 }
 
-/// The stop reason of a `RunCompleted`.
-pub fn stop_reason(s: &str) -> StopReason {
-    match s {
-        "cancelled" => StopReason::Cancelled,
-        "max_turns" => StopReason::MaxTurnRequests,
-        "max_tokens" | "length" => StopReason::MaxTokens,
-        "refusal" => StopReason::Refusal,
-        _ => StopReason::EndTurn,
+/// ACP's stop reason of a `RunCompleted`: from its typed outcome, and from the backend's
+/// own reason only to tell a turn cut at the token limit (ACP has a word for it).
+pub fn stop_reason(outcome: switchboard_protocol::StopReason, backend: Option<&str>) -> StopReason {
+    use switchboard_protocol::StopReason as S;
+    match outcome {
+        S::Cancelled => StopReason::Cancelled,
+        S::MaxTurns => StopReason::MaxTurnRequests,
+        S::Refused => StopReason::Refusal,
+        S::Completed | S::Error => match backend {
+            Some("max_tokens" | "length") => StopReason::MaxTokens,
+            _ => StopReason::EndTurn,
+        },
     }
 }
 
@@ -407,9 +411,21 @@ mod tests {
             );
         }
         assert!(mode_of("yolo").is_none());
-        assert_eq!(stop_reason("cancelled"), StopReason::Cancelled);
-        assert_eq!(stop_reason("max_turns"), StopReason::MaxTurnRequests);
-        assert_eq!(stop_reason("end_turn"), StopReason::EndTurn);
+        use switchboard_protocol::StopReason as S;
+        assert_eq!(stop_reason(S::Cancelled, None), StopReason::Cancelled);
+        assert_eq!(stop_reason(S::MaxTurns, None), StopReason::MaxTurnRequests);
+        assert_eq!(
+            stop_reason(S::Completed, Some("end_turn")),
+            StopReason::EndTurn
+        );
+        assert_eq!(
+            stop_reason(S::Completed, Some("length")),
+            StopReason::MaxTokens
+        );
+        assert_eq!(
+            stop_reason(S::Refused, Some("refusal")),
+            StopReason::Refusal
+        );
     }
 
     #[test]

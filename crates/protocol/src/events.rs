@@ -134,12 +134,18 @@ pub enum AgentEvent {
     },
     /// Tokens used by one provider call.
     UsageReport { run_id: Uuid, usage: Usage },
-    /// The run ended normally (or was cancelled: `stop_reason = "cancelled"`).
+    /// The run ended normally, or was cancelled (`stop_reason: "cancelled"`).
     RunCompleted {
         run_id: Uuid,
         total_turns: u32,
         total_usage: Usage,
-        stop_reason: String,
+        /// How the run ended, in the stakpak server's words: what clients branch on.
+        stop_reason: StopReason,
+        /// The backend's own reason, for people and logs: the model's (`stop`,
+        /// `tool_calls`, `end_turn`, `max_tokens` …) or the ACP agent's (`end_turn`,
+        /// `refusal` …). Absent on a cancelled run and in logs written before it was added.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backend_stop_reason: Option<String>,
     },
     /// The run ended with an error. `retryable` says whether sending again may work.
     RunError {
@@ -147,6 +153,67 @@ pub enum AgentEvent {
         error: String,
         retryable: bool,
     },
+}
+
+/// How a run ended (`RunCompleted.stop_reason`): the stakpak server's values, so that its
+/// clients decode every run's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The agent finished its turn.
+    Completed,
+    /// Someone cancelled the run.
+    Cancelled,
+    /// The run reached its most model calls (`max_turns`) or the agent's own limit.
+    MaxTurns,
+    /// The run ended on an error the agent reported as its stop reason.
+    Error,
+    /// The model or agent refused to answer.
+    Refused,
+}
+
+impl StopReason {
+    /// The outcome of a backend's own stop reason — the one place that reads those words:
+    /// the built-in agent's (`stop`, `tool_calls`, `end_turn`, `max_tokens`, `max_turns`,
+    /// `refusal`, `content_filter` …) and ACP's (`end_turn`, `max_tokens`,
+    /// `max_turn_requests`, `refusal`, `cancelled`). Anything else is a finished turn.
+    pub fn from_backend(reason: &str) -> Self {
+        match reason {
+            "cancelled" | "canceled" => Self::Cancelled,
+            "max_turns" | "max_turn_requests" => Self::MaxTurns,
+            "refusal" | "refused" | "content_filter" => Self::Refused,
+            "error" => Self::Error,
+            _ => Self::Completed,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Cancelled => "cancelled",
+            Self::MaxTurns => "max_turns",
+            Self::Error => "error",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// Read leniently: a log written before the typed outcome holds the backend's own words
+/// (`end_turn`, `stop` …), read through [`StopReason::from_backend`].
+impl<'de> Deserialize<'de> for StopReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(match s.as_str() {
+            "completed" => Self::Completed,
+            other => Self::from_backend(other),
+        })
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl AgentEvent {

@@ -26,7 +26,8 @@ pub mod tools;
 pub use checkpoints::*;
 pub use error::{Coded, ErrorBody, ErrorCode};
 pub use events::{
-    AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,
+    AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, StopReason,
+    Usage,
 };
 pub use files::*;
 pub use mcp::{MAX_MCP_SERVERS, McpServerSpec};

@@ -648,12 +648,12 @@ impl Scheduler {
                 }
                 AgentEvent::RunCompleted { stop_reason, .. } => {
                     f.firing.reply = reply;
-                    let status = if stop_reason == "cancelled" {
+                    let status = if stop_reason == switchboard_protocol::StopReason::Cancelled {
                         FiringStatus::Cancelled
                     } else {
                         FiringStatus::Succeeded
                     };
-                    self.finish(f, status, stop_reason).await;
+                    self.finish(f, status, stop_reason.to_string()).await;
                     return;
                 }
                 AgentEvent::RunError { error, .. } => {

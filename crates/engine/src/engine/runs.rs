@@ -552,7 +552,8 @@ impl Engine {
                     run_id,
                     total_turns: result.as_ref().map(|s| s.total_turns).unwrap_or(0),
                     total_usage: result.as_ref().map(|s| s.usage).unwrap_or_default(),
-                    stop_reason: "cancelled".into(),
+                    stop_reason: switchboard_protocol::StopReason::Cancelled,
+                    backend_stop_reason: None,
                 },
             )
         } else {
@@ -565,7 +566,8 @@ impl Engine {
                         run_id,
                         total_turns: s.total_turns,
                         total_usage: s.usage,
-                        stop_reason: s.stop_reason,
+                        stop_reason: switchboard_protocol::StopReason::from_backend(&s.stop_reason),
+                        backend_stop_reason: Some(s.stop_reason),
                     },
                 ),
                 Err(e) => (

@@ -624,7 +624,7 @@ pub(super) async fn follow(
                 } else if run.streamed.is_empty()
                     && run.delivered == 0
                     && let AgentEvent::RunCompleted { stop_reason, .. } = &env.event
-                    && stop_reason == "cancelled"
+                    && *stop_reason == switchboard_protocol::StopReason::Cancelled
                 {
                     log_err(
                         "posting a cancel notice",

@@ -309,14 +309,13 @@ impl Relay {
         })
         .await;
         match waited {
-            Ok(Some(switchboard_protocol::AgentEvent::RunCompleted { stop_reason, .. }))
-                if stop_reason == "cancelled" =>
-            {
-                fail(
-                    "turn_cancelled",
-                    format!("`{}` received the message but its turn was cancelled", m.id),
-                )
-            }
+            Ok(Some(switchboard_protocol::AgentEvent::RunCompleted {
+                stop_reason: switchboard_protocol::StopReason::Cancelled,
+                ..
+            })) => fail(
+                "turn_cancelled",
+                format!("`{}` received the message but its turn was cancelled", m.id),
+            ),
             Ok(Some(switchboard_protocol::AgentEvent::RunCompleted { .. })) => {
                 (Outcome::Delivered, None, None)
             }

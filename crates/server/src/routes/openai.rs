@@ -311,7 +311,11 @@ struct Step {
 }
 
 enum End {
-    Done { stop_reason: String, usage: Usage },
+    /// Ended: OpenAI's `finish_reason` for it, and the tokens used.
+    Done {
+        finish_reason: &'static str,
+        usage: Usage,
+    },
     Failed(String),
 }
 
@@ -378,11 +382,12 @@ async fn step(
             }
             AgentEvent::RunCompleted {
                 stop_reason,
+                backend_stop_reason,
                 total_usage,
                 ..
             } => {
                 out.end = Some(End::Done {
-                    stop_reason,
+                    finish_reason: finish_reason(stop_reason, backend_stop_reason.as_deref()),
                     usage: total_usage,
                 });
             }
@@ -393,11 +398,17 @@ async fn step(
     out
 }
 
-fn finish_reason(stop_reason: &str) -> &'static str {
-    match stop_reason {
-        "max_tokens" | "max_turns" | "length" => "length",
-        "refusal" => "content_filter",
-        _ => "stop",
+/// OpenAI's `finish_reason` of a run's end: from its typed outcome, and from the
+/// backend's own reason only to tell a reply cut at the token limit.
+fn finish_reason(outcome: switchboard_protocol::StopReason, backend: Option<&str>) -> &'static str {
+    use switchboard_protocol::StopReason as S;
+    match outcome {
+        S::MaxTurns => "length",
+        S::Refused => "content_filter",
+        S::Completed | S::Cancelled | S::Error => match backend {
+            Some("max_tokens" | "length") => "length",
+            _ => "stop",
+        },
     }
 }
 
@@ -444,7 +455,7 @@ async fn answer(
                     return with_session(resp, session);
                 }
                 Some(End::Done {
-                    stop_reason,
+                    finish_reason,
                     usage: u,
                 }) => {
                     let body = ChatCompletion {
@@ -458,7 +469,7 @@ async fn answer(
                                 role: "assistant".into(),
                                 content: text,
                             },
-                            finish_reason: finish_reason(&stop_reason).into(),
+                            finish_reason: finish_reason.into(),
                         }],
                         usage: usage(u),
                         session_id: session.to_string(),
@@ -543,14 +554,10 @@ async fn answer(
                 match s.end {
                     None => {}
                     Some(End::Done {
-                        stop_reason,
+                        finish_reason,
                         usage: u,
                     }) => {
-                        out.push_str(&chunk(
-                            Delta::default(),
-                            Some(finish_reason(&stop_reason).into()),
-                            None,
-                        ));
+                        out.push_str(&chunk(Delta::default(), Some(finish_reason.into()), None));
                         if include_usage {
                             out.push_str(&chunk(Delta::default(), None, Some(usage(u))));
                         }
@@ -624,8 +631,10 @@ mod tests {
 
     #[test]
     fn stop_reasons_map_to_finish_reasons() {
-        assert_eq!(finish_reason("end_turn"), "stop");
-        assert_eq!(finish_reason("max_tokens"), "length");
-        assert_eq!(finish_reason("refusal"), "content_filter");
+        use switchboard_protocol::StopReason as S;
+        assert_eq!(finish_reason(S::Completed, Some("end_turn")), "stop");
+        assert_eq!(finish_reason(S::Completed, Some("max_tokens")), "length");
+        assert_eq!(finish_reason(S::MaxTurns, Some("max_turns")), "length");
+        assert_eq!(finish_reason(S::Refused, Some("refusal")), "content_filter");
     }
 }
