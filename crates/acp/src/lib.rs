@@ -21,7 +21,9 @@ use agent_client_protocol::v1::schema::*;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
-use switchboard_protocol::{AgentEvent, PermissionMode, SteeringDelivery, Usage};
+use switchboard_protocol::{
+    AgentEvent, PermissionMode, RejectionCause, RunErrorCode, SteeringDelivery, Usage,
+};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -113,7 +115,7 @@ pub enum AcpError {
 impl From<AcpError> for BackendError {
     fn from(e: AcpError) -> Self {
         let retryable = matches!(e, AcpError::Exited { .. });
-        BackendError::new(e.to_string(), retryable)
+        BackendError::new(RunErrorCode::AgentFailed, e.to_string(), retryable)
     }
 }
 
@@ -279,7 +281,7 @@ impl AcpBackend {
                 tokio::select! {
                     _ = tokio::time::sleep(left) => {}
                     _ = ctx.cancel.cancelled() => {
-                        return Err(BackendError::new("cancelled while waiting to respawn the agent", false));
+                        return Err(BackendError::new(RunErrorCode::Other, "cancelled while waiting to respawn the agent", false));
                     }
                 }
             }
@@ -292,7 +294,7 @@ impl AcpBackend {
         let started = tokio::select! {
             r = started => r,
             _ = ctx.cancel.cancelled() => {
-                return Err(BackendError::new("cancelled while starting the agent", false));
+                return Err(BackendError::new(RunErrorCode::Other, "cancelled while starting the agent", false));
             }
         };
         match started {
@@ -463,7 +465,7 @@ impl AcpBackend {
                     return match done {
                         Ok(Ok(resp)) => Ok((map::stop_reason(resp.stop_reason), true)),
                         Ok(Err(e)) => Err(conn.failure(&self.name, "session/prompt", &e).await.into()),
-                        Err(e) => Err(BackendError::new(format!("agent {:?}: prompt task failed: {e}", self.name), true)),
+                        Err(e) => Err(BackendError::new(RunErrorCode::AgentFailed, format!("agent {:?}: prompt task failed: {e}", self.name), true)),
                     };
                 }
                 _ = ctx.cancel.cancelled(), if cancel_sent.is_none() => {
@@ -528,10 +530,9 @@ impl AcpBackend {
             }
         };
         let decision = match decided {
-            Some(Ok(d)) => d
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| Decision::Rejected("no decision was made".into())),
+            Some(Ok(d)) => d.into_iter().next().unwrap_or_else(|| {
+                Decision::Rejected(RejectionCause::Cancelled, "no decision was made".into())
+            }),
             Some(Err(e)) => {
                 tracing::warn!(agent = %self.name, error = %e, "approval failed; answering cancelled");
                 return RequestPermissionOutcome::Cancelled;
@@ -595,6 +596,7 @@ impl Backend for AcpBackend {
             let session = slot.acp_session.clone();
             let (Some(conn), Some(session)) = (slot.conn.as_mut(), session) else {
                 return Err(BackendError::new(
+                    RunErrorCode::AgentFailed,
                     format!("agent {:?}: no connection", self.name),
                     true,
                 ));

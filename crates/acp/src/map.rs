@@ -385,7 +385,7 @@ pub(crate) fn outcome(
             PermissionOptionKind::AllowOnce,
             PermissionOptionKind::AllowAlways,
         ],
-        Decision::Rejected(_) | Decision::Custom(_) => &[
+        Decision::Rejected(..) | Decision::Custom(_) => &[
             PermissionOptionKind::RejectOnce,
             PermissionOptionKind::RejectAlways,
         ],
@@ -438,6 +438,7 @@ fn inside_workspace(locations: Option<&Vec<std::path::PathBuf>>, cwd: &std::path
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchboard_protocol::RejectionCause;
 
     fn opts(kinds: &[(&'static str, PermissionOptionKind)]) -> Vec<PermissionOption> {
         kinds
@@ -466,7 +467,11 @@ mod tests {
             Some("ao")
         );
         assert_eq!(
-            selected(outcome(&Decision::Rejected("no".into()), &all)).as_deref(),
+            selected(outcome(
+                &Decision::Rejected(RejectionCause::User, "no".into()),
+                &all
+            ))
+            .as_deref(),
             Some("ro")
         );
         let always = opts(&[
@@ -483,7 +488,10 @@ mod tests {
         );
         let allow_only = opts(&[("ao", PermissionOptionKind::AllowOnce)]);
         assert_eq!(
-            selected(outcome(&Decision::Rejected("no".into()), &allow_only)),
+            selected(outcome(
+                &Decision::Rejected(RejectionCause::User, "no".into()),
+                &allow_only
+            )),
             None
         );
     }

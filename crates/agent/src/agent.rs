@@ -5,7 +5,10 @@ use serde_json::{Value, json};
 use switchboard_engine::{
     Backend, BackendError, Decision, RunContext, RunSummary, ToolClass, Verdict,
 };
-use switchboard_protocol::{AgentEvent, PermissionMode, Role, ToolCall, TranscriptMessage, Usage};
+use switchboard_protocol::{
+    AgentEvent, PermissionMode, RejectionCause, Role, RunErrorCode, ToolCall, TranscriptMessage,
+    Usage,
+};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -174,7 +177,7 @@ fn refused_images(e: &ProviderError, messages: &[ChatMessage]) -> bool {
 }
 
 fn fail(p: &dyn Provider, e: ProviderError) -> BackendError {
-    BackendError::new(p.redact(&e.to_string()), e.retryable())
+    BackendError::new(e.code(), p.redact(&e.to_string()), e.retryable())
 }
 
 /// Streams text deltas of a reply into the session's log.
@@ -241,7 +244,10 @@ impl BuiltinAgent {
         call: &ToolCall,
     ) -> Result<(String, bool), BackendError> {
         if ctx.cancel.is_cancelled() {
-            let text = ctx.handle.reject(call, "the run was cancelled").await?;
+            let text = ctx
+                .handle
+                .reject(call, RejectionCause::Cancelled, "the run was cancelled")
+                .await?;
             return Ok((text, true));
         }
         ctx.handle.tool_started(call).await?;
@@ -312,13 +318,20 @@ impl BuiltinAgent {
             .or_else(|| self.config.default_model.clone())
             .ok_or_else(|| {
                 BackendError::new(
+                    RunErrorCode::NotConfigured,
                     "no model configured: set SWITCHBOARD_MODEL or give `model`",
                     false,
                 )
             })?;
         let confine = ctx.config.permission_mode != PermissionMode::FullAccess;
         let workspace = Workspace::new(&ctx.cwd, confine)
-            .map_err(|e| BackendError::new(format!("workspace {}: {e}", ctx.cwd.display()), false))?
+            .map_err(|e| {
+                BackendError::new(
+                    RunErrorCode::WorkspaceUnavailable,
+                    format!("workspace {}: {e}", ctx.cwd.display()),
+                    false,
+                )
+            })?
             .protecting(ctx.protected.clone());
         let mut specs = tools::specs();
         specs.extend(mcp.specs());
@@ -383,6 +396,7 @@ impl BuiltinAgent {
                     let reason = self.provider.redact(&e.to_string());
                     if !self.config.image_fallback {
                         return Err(BackendError::new(
+                            RunErrorCode::ProviderRefused,
                             format!(
                                 "the model {model} did not accept the attached images ({reason}); use a vision-capable model, or set [provider] image_fallback = true to send the text alone"
                             ),
@@ -445,6 +459,7 @@ impl BuiltinAgent {
                         .handle
                         .reject(
                             call,
+                            RejectionCause::Policy,
                             "the reply reached the output token limit, so the call may be incomplete; make smaller steps",
                         )
                         .await?;
@@ -472,7 +487,7 @@ impl BuiltinAgent {
                             results[i] = Some(self.run_tool(&ctx, &workspace, mcp, call).await?)
                         }
                         Verdict::Deny(reason) => {
-                            let d = Decision::Rejected(reason.clone());
+                            let d = Decision::Rejected(RejectionCause::Policy, reason.clone());
                             results[i] = Some(ctx.handle.tool_not_run(call, &d).await?);
                         }
                         Verdict::Ask => ask.push(i),
@@ -492,7 +507,12 @@ impl BuiltinAgent {
             for (call, result) in calls.iter().zip(results) {
                 let (content, is_error) = match result {
                     Some(r) => r,
-                    None => (ctx.handle.reject(call, "no decision was made").await?, true),
+                    None => (
+                        ctx.handle
+                            .reject(call, RejectionCause::Cancelled, "no decision was made")
+                            .await?,
+                        true,
+                    ),
                 };
                 messages.push(ChatMessage::tool_result(&call.id, content, is_error));
             }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchboard_protocol::{ToolCall, Usage};
+use switchboard_protocol::{RunErrorCode, ToolCall, Usage};
 use tokio_util::sync::CancellationToken;
 
 /// Who wrote a [`ChatMessage`]. The system prompt is passed apart from the messages.
@@ -120,6 +120,42 @@ impl ProviderError {
             Self::Malformed(_) | Self::Cancelled => false,
         }
     }
+
+    /// What kind of failure it is, for `RunError.code`. The one place that reads a
+    /// provider's error words: whether a refusal is the context window's.
+    pub fn code(&self) -> RunErrorCode {
+        match self {
+            Self::Unreachable { .. } | Self::Idle(_) => RunErrorCode::ProviderUnreachable,
+            Self::Http { status: 429, .. } => RunErrorCode::ProviderRateLimited,
+            Self::Http { status, body } if *status < 500 && context_too_long(body) => {
+                RunErrorCode::ContextTooLong
+            }
+            Self::Http { status, .. } if *status < 500 => RunErrorCode::ProviderRefused,
+            Self::Stream(body) if context_too_long(body) => RunErrorCode::ContextTooLong,
+            Self::Http { .. } | Self::Malformed(_) | Self::CutOff(_) | Self::Stream(_) => {
+                RunErrorCode::ProviderFailed
+            }
+            Self::Cancelled => RunErrorCode::Other,
+        }
+    }
+}
+
+/// Whether a provider's error says the request does not fit the model's context window:
+/// OpenAI's `context_length_exceeded` and its wording, Anthropic's "prompt is too long",
+/// and the words OpenAI-compatible servers (vLLM, llama.cpp, Ollama, OpenRouter) use.
+fn context_too_long(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "maximum context length",
+        "context length",
+        "context window",
+        "prompt is too long",
+        "exceeds the context",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|w| b.contains(w))
 }
 
 /// A tool call assembled from stream deltas.
@@ -290,5 +326,53 @@ pub(crate) mod http {
                 _ = tokio::time::sleep(backoff) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: u16, body: &str) -> ProviderError {
+        ProviderError::Http {
+            status,
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn each_failure_has_its_code() {
+        let unreachable = ProviderError::Unreachable {
+            url: "http://x".into(),
+            reason: "refused".into(),
+        };
+        assert_eq!(unreachable.code(), RunErrorCode::ProviderUnreachable);
+        assert_eq!(
+            ProviderError::Idle(60).code(),
+            RunErrorCode::ProviderUnreachable
+        );
+        assert_eq!(
+            http(429, "slow down").code(),
+            RunErrorCode::ProviderRateLimited
+        );
+        assert_eq!(http(401, "bad key").code(), RunErrorCode::ProviderRefused);
+        assert_eq!(
+            http(404, "no such model").code(),
+            RunErrorCode::ProviderRefused
+        );
+        assert_eq!(http(503, "overloaded").code(), RunErrorCode::ProviderFailed);
+        // OpenAI's and Anthropic's own words for a conversation that does not fit.
+        let openai = r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#;
+        assert_eq!(http(400, openai).code(), RunErrorCode::ContextTooLong);
+        let anthropic = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert_eq!(http(400, anthropic).code(), RunErrorCode::ContextTooLong);
+        assert_eq!(
+            ProviderError::CutOff(String::new()).code(),
+            RunErrorCode::ProviderFailed
+        );
+        assert_eq!(
+            ProviderError::Malformed("x".into()).code(),
+            RunErrorCode::ProviderFailed
+        );
     }
 }

@@ -26,6 +26,7 @@ impl switchboard_engine::Backend for NoBackend {
         _ctx: switchboard_engine::RunContext,
     ) -> Result<switchboard_engine::RunSummary, switchboard_engine::BackendError> {
         Err(switchboard_engine::BackendError::new(
+            switchboard_protocol::RunErrorCode::NotConfigured,
             "the bench runs no agent",
             false,
         ))

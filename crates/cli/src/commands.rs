@@ -478,6 +478,7 @@ impl Answer {
             action,
             content: (action == DecisionAction::Reject).then(|| reason.to_string()),
             by: Some("the terminal (switchboard chat)".to_string()),
+            cause: None,
         };
         match self {
             Answer::All(a) => calls.iter().map(|c| (c.id.clone(), decision(*a))).collect(),
@@ -554,6 +555,7 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
                     action,
                     content: args.reason.clone(),
                     by: Some("the CLI (switchboard approve)".to_string()),
+                    cause: None,
                 },
             )
         })

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use switchboard_client::{Client, EventStream};
 use switchboard_protocol::{
     AgentEvent, AutoApprove, CreateSessionRequest, DecisionAction, EventEnvelope, PermissionMode,
+    RejectionCause, RunErrorCode,
 };
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use uuid::Uuid;
@@ -75,6 +76,17 @@ fn completed(events: &[EventEnvelope], call: &str) -> Option<(String, bool)> {
             is_error,
             ..
         } if tool_call_id == call => Some((result.clone(), *is_error)),
+        _ => None,
+    })
+}
+
+fn cause(events: &[EventEnvelope], call: &str) -> Option<RejectionCause> {
+    events.iter().find_map(|e| match &e.event {
+        AgentEvent::ToolRejected {
+            tool_call_id,
+            cause,
+            ..
+        } if tool_call_id == call => Some(*cause),
         _ => None,
     })
 }
@@ -261,6 +273,7 @@ async fn reject_with_reason_custom_result_and_wrong_decisions() {
     let rest = until_run_ends(&mut events, run).await;
     let reason = rejected(&rest, "c1").unwrap();
     assert!(reason.contains("not now"), "{reason}");
+    assert_eq!(cause(&rest, "c1"), Some(RejectionCause::User));
     assert!(completed(&rest, "c1").is_none());
     assert!(
         !ws.path().join("nope").exists(),
@@ -326,6 +339,7 @@ async fn an_unanswered_approval_is_rejected_after_the_timeout_and_the_model_goes
     let all = until_run_ends(&mut events, run).await;
     let reason = rejected(&all, "c1").unwrap();
     assert!(reason.contains("timed out"), "{reason}");
+    assert_eq!(cause(&all, "c1"), Some(RejectionCause::Timeout));
     assert_eq!(*kinds(&all).last().unwrap(), "run_completed");
     assert!(!ws.path().join("late").exists());
     let sent = tool_results_sent(&llm, 1);
@@ -378,6 +392,7 @@ async fn permission_modes_and_auto_approve_settle_calls_without_asking() {
     assert!(!err && viewed.contains("line two"), "{viewed}");
     assert!(rejected(&all, "w1").unwrap().contains("read-only"));
     assert!(rejected(&all, "x1").unwrap().contains("read-only"));
+    assert_eq!(cause(&all, "x1"), Some(RejectionCause::Policy));
     assert!(!ws.path().join("new.txt").exists());
     assert!(!ws.path().join("ran").exists());
 
@@ -565,6 +580,7 @@ async fn cancel_kills_a_running_command_and_rejects_a_waiting_one() {
     c.cancel(ww, run).await.unwrap();
     let rest = until_run_ends(&mut events, run).await;
     assert!(rejected(&rest, "s2").unwrap().contains("cancelled"));
+    assert_eq!(cause(&rest, "s2"), Some(RejectionCause::Cancelled));
     assert!(c.pending_tools(ww).await.unwrap().run_id.is_none());
     assert!(!ws.path().join("x").exists());
 }
@@ -599,9 +615,11 @@ async fn a_restart_rejects_a_pending_approval_and_closes_the_run() {
         AgentEvent::ToolRejected {
             reason,
             tool_call_id,
+            cause,
             ..
         } => {
             assert_eq!(tool_call_id, "r1");
+            assert_eq!(cause, RejectionCause::Restart);
             assert!(reason.contains("interrupted by restart"), "{reason}");
         }
         other => panic!("{other:?}"),
@@ -612,6 +630,7 @@ async fn a_restart_rejects_a_pending_approval_and_closes_the_run() {
         env.event,
         AgentEvent::RunError {
             retryable: true,
+            code: RunErrorCode::Interrupted,
             ..
         }
     ));

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use futures::StreamExt;
 use serde_json::json;
 use switchboard_test_support::fake_telegram::{BotMessage, FakeTelegram};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
@@ -302,7 +303,7 @@ async fn a_new_message_while_the_prompt_is_being_posted_still_settles_it() {
 
 async fn new_message_rejects_the_pending_approval(slow_prompt: Option<Duration>) {
     let w = World::new().await;
-    let _server = w.server(&[]).await;
+    let server = w.server(&[]).await;
     if let Some(delay) = slow_prompt {
         // The first message the bot sends in this test is the prompt.
         w.tg.slow_answers("sendMessage", 1, delay);
@@ -341,6 +342,21 @@ async fn new_message_rejects_the_pending_approval(slow_prompt: Option<Duration>)
             .any(|m| m.text.contains("OK, skipped."))
     );
     assert_eq!(w.user_text(2), "never mind, do this instead");
+    // The session's log says why, typed: the approval yielded to a new message.
+    let c = client(&server);
+    let id = c.list_sessions(None, None).await.unwrap().sessions[0].id;
+    let mut events = c.subscribe(id, None);
+    let cause = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = events.next().await.unwrap().unwrap();
+            if let switchboard_protocol::AgentEvent::ToolRejected { cause, .. } = e.event {
+                return cause;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(cause, switchboard_protocol::RejectionCause::NewMessage);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

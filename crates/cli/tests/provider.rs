@@ -4,12 +4,17 @@
 mod common;
 
 use common::*;
-use switchboard_protocol::{AgentEvent, CreateSessionRequest, MessageType, SendMessageRequest};
+use switchboard_protocol::{
+    AgentEvent, CreateSessionRequest, MessageType, RunErrorCode, SendMessageRequest,
+};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
 const KEY: &str = "sk-test-SECRET-4242";
 
-async fn run_error(c: &switchboard_client::Client, session: uuid::Uuid) -> (String, bool) {
+async fn run_error(
+    c: &switchboard_client::Client,
+    session: uuid::Uuid,
+) -> (String, bool, RunErrorCode) {
     let after = c.get_session(session).await.unwrap().session.last_event_id;
     let mut events = c.subscribe(session, Some(after));
     let run = c
@@ -23,8 +28,11 @@ async fn run_error(c: &switchboard_client::Client, session: uuid::Uuid) -> (Stri
     let got = until_run_ends(&mut events, run).await;
     match &got.last().unwrap().event {
         AgentEvent::RunError {
-            error, retryable, ..
-        } => (error.clone(), *retryable),
+            error,
+            retryable,
+            code,
+            ..
+        } => (error.clone(), *retryable, *code),
         other => panic!("expected RunError, got {other:?}"),
     }
 }
@@ -68,7 +76,8 @@ async fn each_provider_failure_is_a_clear_run_error_without_the_key() {
         status: 401,
         body: format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
     });
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderRefused, "{e}");
     assert!(e.contains("401") && e.contains("Incorrect API key"), "{e}");
     assert!(!e.contains(KEY), "key leaked: {e}");
     assert!(!retryable);
@@ -88,24 +97,44 @@ async fn each_provider_failure_is_a_clear_run_error_without_the_key() {
         status: 503,
         body: "overloaded".into(),
     });
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderFailed, "{e}");
     assert!(e.contains("503") && e.contains("overloaded"), "{e}");
     assert!(retryable);
 
     llm.push(MockReply::Malformed);
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderFailed, "{e}");
     assert!(e.contains("malformed"), "{e}");
     assert!(!retryable);
 
     llm.push(MockReply::stream_error("model overloaded mid-stream"));
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderFailed, "{e}");
     assert!(e.contains("model overloaded mid-stream"), "{e}");
     assert!(retryable);
+
+    llm.push(MockReply::Status {
+        status: 429,
+        body: "rate limited".into(),
+    });
+    let (_, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderRateLimited);
+    assert!(retryable);
+
+    llm.push(MockReply::Status {
+        status: 400,
+        body: r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","code":"context_length_exceeded"}}"#.into(),
+    });
+    let (_, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ContextTooLong);
+    assert!(!retryable);
 
     llm.push(MockReply::CutOff {
         chunks: vec!["partial ".into(), "answ".into()],
     });
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderFailed, "{e}");
     assert!(e.contains("ended before the reply was complete"), "{e}");
     assert!(retryable);
     completes(&c, s.id).await;
@@ -122,7 +151,8 @@ async fn unreachable_provider_is_a_clear_run_error() {
         .create_session(&CreateSessionRequest::default())
         .await
         .unwrap();
-    let (e, retryable) = run_error(&c, s.id).await;
+    let (e, retryable, code) = run_error(&c, s.id).await;
+    assert_eq!(code, RunErrorCode::ProviderUnreachable, "{e}");
     assert!(
         e.contains("unreachable") && e.contains(&format!("127.0.0.1:{port}")),
         "{e}"

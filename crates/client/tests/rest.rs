@@ -261,6 +261,7 @@ async fn json_errors_keep_the_server_code() {
             action: DecisionAction::Accept,
             content: None,
             by: None,
+            cause: None,
         },
     )]);
     let req = ToolDecisionsRequest {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, AutoApproveKeyword, DecisionAction, PermissionMode, ToolCall,
-    ToolDecision,
+    AgentEvent, AutoApprove, AutoApproveKeyword, DecisionAction, PermissionMode, RejectionCause,
+    ToolCall, ToolDecision,
 };
 use switchboard_store::{ApprovalRecord, Lease, Store};
 use tokio::sync::oneshot;
@@ -84,8 +84,8 @@ pub fn settle(mode: PermissionMode, auto: &AutoApprove, name: &str, class: ToolC
 pub enum Decision {
     /// Run it.
     Run,
-    /// Do not run it; tell the model why.
-    Rejected(String),
+    /// Do not run it; tell the model why (`ToolRejected.cause`, `reason`).
+    Rejected(RejectionCause, String),
     /// Do not run it; give the model this as the tool's result.
     Custom(String),
 }
@@ -353,6 +353,7 @@ pub(crate) struct GateScope<'a> {
 async fn emit_rejected(
     scope: &GateScope<'_>,
     call: &ToolCall,
+    cause: RejectionCause,
     reason: &str,
     decided_by: Option<&str>,
 ) -> Result<(), EngineError> {
@@ -364,6 +365,7 @@ async fn emit_rejected(
                 run_id: scope.run_id,
                 tool_call_id: call.id.clone(),
                 reason: reason.to_string(),
+                cause,
                 decided_by: decided_by.map(str::to_string),
             },
             scope.fence,
@@ -416,7 +418,7 @@ pub(crate) async fn propose(
         .await?;
     for ((call, _), verdict) in calls.iter().zip(&out) {
         if let Verdict::Deny(reason) = verdict {
-            emit_rejected(scope, call, reason, None).await?;
+            emit_rejected(scope, call, RejectionCause::Policy, reason, None).await?;
         }
     }
     Ok(out)
@@ -485,7 +487,7 @@ pub(crate) async fn ask(
         run_id,
         armed: true,
     };
-    let mut unanswered_reason = String::new();
+    let mut unanswered = (RejectionCause::Cancelled, String::new());
     let waiting = WaitingGauge::up();
     let waited = async {
         scope
@@ -506,14 +508,17 @@ pub(crate) async fn ask(
             biased;
             r = &mut rx => r.ok(),
             _ = tokio::time::sleep(scope.timeout) => {
-                unanswered_reason = format!(
+                unanswered = (RejectionCause::Timeout, format!(
                     "no decision within {} s: the approval timed out and the call was not run",
                     scope.timeout.as_secs()
-                );
+                ));
                 None
             }
             _ = scope.cancel.cancelled() => {
-                unanswered_reason = "the run was cancelled while this call waited for approval".into();
+                unanswered = (
+                    RejectionCause::Cancelled,
+                    "the run was cancelled while this call waited for approval".into(),
+                );
                 None
             }
         })
@@ -561,20 +566,29 @@ pub(crate) async fn ask(
             Some(ToolDecision {
                 action: DecisionAction::Reject,
                 content,
+                cause,
                 ..
-            }) => Decision::Rejected(match content.as_deref().map(str::trim) {
-                Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
-                _ => "rejected by the user".into(),
-            }),
-            None => Decision::Rejected(if unanswered_reason.is_empty() {
-                "no decision was made".into()
-            } else {
-                unanswered_reason.clone()
-            }),
+            }) => Decision::Rejected(
+                cause.unwrap_or_default(),
+                match content.as_deref().map(str::trim) {
+                    Some(r) if !r.is_empty() => format!("rejected by the user: {r}"),
+                    _ => "rejected by the user".into(),
+                },
+            ),
+            None => Decision::Rejected(
+                unanswered.0,
+                if unanswered.1.is_empty() {
+                    "no decision was made".into()
+                } else {
+                    unanswered.1.clone()
+                },
+            ),
         };
         let by = answers.get(&call.id).and_then(|d| d.by.as_deref());
         match &decision {
-            Decision::Rejected(reason) => emit_rejected(scope, call, reason, by).await?,
+            Decision::Rejected(cause, reason) => {
+                emit_rejected(scope, call, *cause, reason, by).await?
+            }
             Decision::Run => {
                 if let Some(by) = by {
                     scope

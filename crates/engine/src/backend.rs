@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use switchboard_protocol::{
-    AgentEvent, AutoApprove, BackendSpec, ContextItem, ContextPriority, PermissionMode, Role,
-    RunOverrides, SessionConfig, SteeringDelivery, ToolCall, TranscriptMessage, Usage,
+    AgentEvent, AutoApprove, BackendSpec, ContextItem, ContextPriority, PermissionMode,
+    RejectionCause, Role, RunErrorCode, RunOverrides, SessionConfig, SteeringDelivery, ToolCall,
+    TranscriptMessage, Usage,
 };
 use switchboard_store::{Lease, MessageRecord, Store};
 use tokio::sync::mpsc;
@@ -156,13 +157,16 @@ pub struct RunSummary {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct BackendError {
+    /// What kind of failure, for programs (`RunError.code`).
+    pub code: RunErrorCode,
     pub message: String,
     pub retryable: bool,
 }
 
 impl BackendError {
-    pub fn new(message: impl Into<String>, retryable: bool) -> Self {
+    pub fn new(code: RunErrorCode, message: impl Into<String>, retryable: bool) -> Self {
         Self {
+            code,
             message: message.into(),
             retryable,
         }
@@ -177,11 +181,12 @@ impl From<EngineError> for BackendError {
             EngineError::Store(switchboard_store::StoreError::Database(detail)) => {
                 tracing::warn!(error = %detail, "a run failed on the store");
                 Self::new(
+                    RunErrorCode::StoreUnavailable,
                     "the database failed while the run was being recorded; send the message again",
                     true,
                 )
             }
-            e => Self::new(format!("engine: {e}"), true),
+            e => Self::new(RunErrorCode::Other, format!("engine: {e}"), true),
         }
     }
 }
@@ -429,10 +434,10 @@ impl RunHandle {
         for v in verdicts {
             out.push(match v {
                 Verdict::Allow => Decision::Run,
-                Verdict::Deny(reason) => Decision::Rejected(reason),
-                Verdict::Ask => asked
-                    .next()
-                    .unwrap_or_else(|| Decision::Rejected("no decision was made".into())),
+                Verdict::Deny(reason) => Decision::Rejected(RejectionCause::Policy, reason),
+                Verdict::Ask => asked.next().unwrap_or_else(|| {
+                    Decision::Rejected(RejectionCause::Cancelled, "no decision was made".into())
+                }),
             });
         }
         Ok(out)
@@ -441,11 +446,17 @@ impl RunHandle {
     /// Announces that a call will not run (`ToolRejected`) and records the reason as its
     /// error result. For calls the gate did not already reject (a cancel before it ran, a
     /// reply cut off mid-call).
-    pub async fn reject(&self, call: &ToolCall, reason: &str) -> Result<String, EngineError> {
+    pub async fn reject(
+        &self,
+        call: &ToolCall,
+        cause: RejectionCause,
+        reason: &str,
+    ) -> Result<String, EngineError> {
         self.emit(AgentEvent::ToolRejected {
             run_id: self.run_id,
             tool_call_id: call.id.clone(),
             reason: reason.to_string(),
+            cause,
             decided_by: None,
         })
         .await?;
@@ -520,7 +531,7 @@ impl RunHandle {
             Decision::Run => Err(EngineError::Internal(
                 "tool_not_run called for a call that may run".into(),
             )),
-            Decision::Rejected(reason) => {
+            Decision::Rejected(_, reason) => {
                 let text = format!("The tool call was not run: {reason}");
                 self.record_message(Role::Tool, &text, &[], Some(&call.id), true)
                     .await?;

@@ -900,6 +900,7 @@ async fn follow(
                 run_id,
                 error,
                 retryable,
+                ..
             } => {
                 open.withdraw_run(*run_id);
                 own.remove(run_id);
@@ -998,6 +999,7 @@ fn ask(
                         action,
                         content: reject.then(|| "denied in the editor".to_owned()),
                         by: Some("the editor (ACP)".to_owned()),
+                        cause: reject.then_some(switchboard_protocol::RejectionCause::User),
                     },
                 )]
                 .into_iter()

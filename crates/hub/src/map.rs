@@ -383,6 +383,7 @@ mod tests {
                 run_id: run,
                 tool_call_id: "c1".into(),
                 reason: "denied".into(),
+                cause: switchboard_protocol::RejectionCause::User,
                 decided_by: None,
             },
             true,

@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::files::FileInfo;
+use crate::outcomes::{RejectionCause, RunErrorCode, StopReason};
 use crate::tools::ToolCall;
 
 /// Token counts reported by a provider.
@@ -100,11 +101,15 @@ pub enum AgentEvent {
         result: String,
         is_error: bool,
     },
-    /// A tool call was rejected (by a person, a policy or a timeout).
+    /// A tool call was rejected (by a person, a policy or a timeout): `cause` says which,
+    /// for programs; `reason` says it in words, for people.
     ToolRejected {
         run_id: Uuid,
         tool_call_id: String,
         reason: String,
+        /// Why it was not run. Read as `user` in logs written before it was recorded.
+        #[serde(default)]
+        cause: RejectionCause,
         /// Who rejected it, when a person did and said who (`ToolDecision::by`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decided_by: Option<String>,
@@ -147,73 +152,16 @@ pub enum AgentEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         backend_stop_reason: Option<String>,
     },
-    /// The run ended with an error. `retryable` says whether sending again may work.
+    /// The run ended with an error: `code` says what kind, for programs; `error` says it in
+    /// words, for people; `retryable` says whether sending again may work.
     RunError {
         run_id: Uuid,
         error: String,
         retryable: bool,
+        /// Read as `other` in logs written before it was recorded.
+        #[serde(default)]
+        code: RunErrorCode,
     },
-}
-
-/// How a run ended (`RunCompleted.stop_reason`): the stakpak server's values, so that its
-/// clients decode every run's end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The agent finished its turn.
-    Completed,
-    /// Someone cancelled the run.
-    Cancelled,
-    /// The run reached its most model calls (`max_turns`) or the agent's own limit.
-    MaxTurns,
-    /// The run ended on an error the agent reported as its stop reason.
-    Error,
-    /// The model or agent refused to answer.
-    Refused,
-}
-
-impl StopReason {
-    /// The outcome of a backend's own stop reason — the one place that reads those words:
-    /// the built-in agent's (`stop`, `tool_calls`, `end_turn`, `max_tokens`, `max_turns`,
-    /// `refusal`, `content_filter` …) and ACP's (`end_turn`, `max_tokens`,
-    /// `max_turn_requests`, `refusal`, `cancelled`). Anything else is a finished turn.
-    pub fn from_backend(reason: &str) -> Self {
-        match reason {
-            "cancelled" | "canceled" => Self::Cancelled,
-            "max_turns" | "max_turn_requests" => Self::MaxTurns,
-            "refusal" | "refused" | "content_filter" => Self::Refused,
-            "error" => Self::Error,
-            _ => Self::Completed,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::Cancelled => "cancelled",
-            Self::MaxTurns => "max_turns",
-            Self::Error => "error",
-            Self::Refused => "refused",
-        }
-    }
-}
-
-/// Read leniently: a log written before the typed outcome holds the backend's own words
-/// (`end_turn`, `stop` …), read through [`StopReason::from_backend`].
-impl<'de> Deserialize<'de> for StopReason {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Ok(match s.as_str() {
-            "completed" => Self::Completed,
-            other => Self::from_backend(other),
-        })
-    }
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl AgentEvent {
@@ -338,6 +286,7 @@ mod tests {
                 run_id: Uuid::nil(),
                 error: "x".into(),
                 retryable: true,
+                code: RunErrorCode::Other,
             },
         };
         let s = serde_json::to_string(&env).unwrap();

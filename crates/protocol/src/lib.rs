@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod messages;
 pub mod nullable;
 pub mod openai;
+pub mod outcomes;
 pub mod relay;
 pub mod schedules;
 mod schema;
@@ -26,12 +27,12 @@ pub mod tools;
 pub use checkpoints::*;
 pub use error::{Coded, ErrorBody, ErrorCode};
 pub use events::{
-    AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, StopReason,
-    Usage,
+    AgentEvent, EventEnvelope, GAP_DETECTED_EVENT, GapDetected, PlanEntry, SseFrame, Usage,
 };
 pub use files::*;
 pub use mcp::{MAX_MCP_SERVERS, McpServerSpec};
 pub use messages::*;
+pub use outcomes::{RejectionCause, RunErrorCode, StopReason};
 pub use sessions::*;
 pub use system::*;
 pub use tools::*;

@@ -56,6 +56,11 @@ pub struct ToolDecision {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_length = 100)]
     pub by: Option<String>,
+    /// With `reject`: why, for programs — the call's `ToolRejected.cause` (`user` when
+    /// absent). A surface that rejects by its own rule says `policy`, one that yields to a
+    /// new chat message `new_message`. Ignored with the other actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<crate::RejectionCause>,
 }
 
 /// `POST /v1/sessions/{id}/tools/decisions`.

@@ -28,7 +28,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
-fn no_surface_compares_a_stop_reason_with_text() {
+fn no_surface_branches_on_the_text_of_an_outcome() {
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut found = Vec::new();
     let mut files = Vec::new();
@@ -36,10 +36,19 @@ fn no_surface_compares_a_stop_reason_with_text() {
         rust_files(&crates.join(c).join("src"), &mut files);
     }
     assert!(files.len() > 50, "the surfaces' sources were not found");
+    // A run's end, a rejection and a failure are branched on by their typed fields
+    // (`stop_reason`, `cause`, `code`), never by the words beside them.
     let patterns = [
         "stop_reason == \"",
         "stop_reason.as_str() == \"",
         "\" == stop_reason",
+        "reason.contains(",
+        "reason.starts_with(",
+        "reason.ends_with(",
+        "reason == \"",
+        "error.contains(",
+        "error.starts_with(",
+        "error == \"",
     ];
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
@@ -52,7 +61,7 @@ fn no_surface_compares_a_stop_reason_with_text() {
     }
     assert!(
         found.is_empty(),
-        "compare `StopReason` values, not words:\n{}",
+        "branch on `stop_reason`, `cause` or `code`, not on words:\n{}",
         found.join("\n")
     );
 }
@@ -88,4 +97,64 @@ fn every_stop_reason_reads_back_and_old_logs_read_as_an_outcome() {
             "{old}"
         );
     }
+}
+
+#[test]
+fn rejection_causes_and_error_codes_read_back_and_old_logs_read_as_their_defaults() {
+    use switchboard_protocol::{AgentEvent, RejectionCause as C, RunErrorCode as E};
+    for c in [
+        C::User,
+        C::Timeout,
+        C::Cancelled,
+        C::NewMessage,
+        C::Restart,
+        C::Policy,
+        C::Budget,
+    ] {
+        let json = serde_json::to_string(&c).unwrap();
+        assert_eq!(json, format!("\"{}\"", c.as_str()));
+        assert_eq!(serde_json::from_str::<C>(&json).unwrap(), c);
+    }
+    for e in [
+        E::ProviderUnreachable,
+        E::ProviderRateLimited,
+        E::ProviderRefused,
+        E::ContextTooLong,
+        E::ProviderFailed,
+        E::AgentFailed,
+        E::WorkspaceUnavailable,
+        E::NotConfigured,
+        E::StoreUnavailable,
+        E::Interrupted,
+        E::Other,
+    ] {
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(json, format!("\"{}\"", e.as_str()));
+        assert_eq!(serde_json::from_str::<E>(&json).unwrap(), e);
+    }
+    // Events written before the typed fields existed.
+    let run = "00000000-0000-0000-0000-000000000001";
+    let old: AgentEvent = serde_json::from_str(&format!(
+        r#"{{"ToolRejected":{{"run_id":"{run}","tool_call_id":"c","reason":"rejected by the user"}}}}"#
+    ))
+    .unwrap();
+    assert!(matches!(
+        old,
+        AgentEvent::ToolRejected { cause: C::User, .. }
+    ));
+    let old: AgentEvent = serde_json::from_str(&format!(
+        r#"{{"RunError":{{"run_id":"{run}","error":"boom","retryable":false}}}}"#
+    ))
+    .unwrap();
+    assert!(matches!(old, AgentEvent::RunError { code: E::Other, .. }));
+    // And the typed fields are on the wire.
+    let now = serde_json::to_value(AgentEvent::ToolRejected {
+        run_id: uuid::Uuid::nil(),
+        tool_call_id: "c".into(),
+        reason: "no decision within 300 s".into(),
+        cause: C::Timeout,
+        decided_by: None,
+    })
+    .unwrap();
+    assert_eq!(now["ToolRejected"]["cause"], "timeout");
 }

@@ -37,6 +37,7 @@ use crate::plan::{Policy, plan_tick};
 use crate::spec::{self, SpecError, parse_target, trigger_spec};
 use crate::store::{FiringRow, ScheduleRow, ScheduleStore, StoreError, is_open};
 use crate::when::Trigger;
+use switchboard_protocol::RejectionCause;
 
 /// How much of a reply a firing keeps (and delivers).
 const MAX_REPLY_CHARS: usize = 16_000;
@@ -678,6 +679,7 @@ impl Scheduler {
                         action: DecisionAction::Reject,
                         content: Some(why.into()),
                         by: None,
+                        cause: Some(RejectionCause::Policy),
                     },
                 )
             })
@@ -802,6 +804,7 @@ impl Scheduler {
                             action: DecisionAction::Reject,
                             content: Some(a.reason.clone()),
                             by: None,
+                            cause: Some(RejectionCause::Timeout),
                         },
                     )
                 })

@@ -205,7 +205,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::SendMessageRequest, switchboard_protocol::SendMessageResponse,
         switchboard_protocol::RunOverrides, switchboard_protocol::ContextItem,
         switchboard_protocol::ListMessagesResponse, switchboard_protocol::TranscriptMessage,
-        switchboard_protocol::EventEnvelope, switchboard_protocol::AgentEvent, switchboard_protocol::StopReason, switchboard_protocol::GapDetected,
+        switchboard_protocol::EventEnvelope, switchboard_protocol::AgentEvent, switchboard_protocol::StopReason, switchboard_protocol::RejectionCause, switchboard_protocol::RunErrorCode, switchboard_protocol::GapDetected,
         switchboard_protocol::ToolCall, switchboard_protocol::PendingToolsResponse,
         switchboard_protocol::WaitingApproval, switchboard_protocol::ApprovalsResponse,
         switchboard_protocol::ApprovalResolved,

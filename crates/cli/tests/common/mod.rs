@@ -235,6 +235,7 @@ pub fn decide(
             action,
             content: content.map(str::to_string),
             by: None,
+            cause: None,
         },
     )]
     .into_iter()

@@ -49,6 +49,7 @@ impl Engine {
                     run_id,
                     tool_call_id: call.id.clone(),
                     reason: why.to_string(),
+                    cause: switchboard_protocol::RejectionCause::Restart,
                     decided_by: None,
                 };
                 self.close_call(session_id, run_id, call, event, fence, why)
@@ -86,6 +87,7 @@ impl Engine {
                     run_id,
                     error: error.clone(),
                     retryable: true,
+                    code: switchboard_protocol::RunErrorCode::Interrupted,
                 },
                 RunFinish {
                     run_id,

@@ -543,6 +543,7 @@ impl Engine {
                     run_id,
                     error,
                     retryable: true,
+                    code: switchboard_protocol::RunErrorCode::Interrupted,
                 },
             )
         } else if cancel.is_cancelled() {
@@ -578,6 +579,7 @@ impl Engine {
                         run_id,
                         error: e.message,
                         retryable: e.retryable,
+                        code: e.code,
                     },
                 ),
             }

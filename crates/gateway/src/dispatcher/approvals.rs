@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use switchboard_protocol::{DecisionAction, ToolCall, ToolDecision, ToolDecisionsRequest};
+use switchboard_protocol::{
+    DecisionAction, RejectionCause, ToolCall, ToolDecision, ToolDecisionsRequest,
+};
 use uuid::Uuid;
 
 use switchboard_protocol::gateway::GatewayAskRequest;
@@ -47,6 +49,7 @@ impl Gateway {
         &self,
         p: &Prompt,
         accept: bool,
+        cause: RejectionCause,
         reason: &str,
         by: Option<&Peer>,
     ) -> bool {
@@ -68,6 +71,7 @@ impl Gateway {
                         content: (!accept).then(|| reason.to_string()),
                         // Shown in every surface as who decided.
                         by: by.map(|peer| decider(peer, &p.channel)),
+                        cause: (!accept).then_some(cause),
                     },
                 )
             })
@@ -168,7 +172,13 @@ impl Gateway {
             return Ok(());
         }
         let decided = self
-            .settle_prompt(&prompt, accept, "denied in the chat", Some(&press.peer))
+            .settle_prompt(
+                &prompt,
+                accept,
+                RejectionCause::User,
+                "denied in the chat",
+                Some(&press.peer),
+            )
             .await;
         let toast = match (decided, accept) {
             (true, true) => "Allowed",
@@ -414,7 +424,10 @@ impl Gateway {
         let Some(p) = self.inner.store.prompt(prompt_id).await? else {
             return Ok(None);
         };
-        Ok(Some(self.settle_prompt(&p, false, reason, None).await))
+        Ok(Some(
+            self.settle_prompt(&p, false, RejectionCause::Timeout, reason, None)
+                .await,
+        ))
     }
 
     /// Posts a stored prompt with its buttons and records the message id (empty when the
@@ -471,6 +484,8 @@ impl Gateway {
         accept: bool,
         reason: &str,
     ) -> Result<(), GatewayError> {
+        // Every call the gateway decides itself is its own rule: its approval mode, or an
+        // approval it could not ask.
         let decisions = calls
             .iter()
             .map(|c| {
@@ -484,6 +499,7 @@ impl Gateway {
                         },
                         content: (!accept).then(|| reason.to_string()),
                         by: None,
+                        cause: (!accept).then_some(RejectionCause::Policy),
                     },
                 )
             })

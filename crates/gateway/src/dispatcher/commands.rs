@@ -8,6 +8,7 @@ use switchboard_protocol::RunStatus;
 use crate::channel::{Button, ButtonPress, Channel, ChatKind, InboundMessage, OutgoingFile};
 
 use super::*;
+use switchboard_protocol::RejectionCause;
 
 impl Gateway {
     pub(super) async fn on_command(
@@ -27,8 +28,14 @@ impl Gateway {
                     // holds up the new one.
                     if let Some(r) = &route {
                         if let Some(p) = self.inner.store.prompt_of_session(r.session_id).await? {
-                            self.settle_prompt(&p, false, "the chat started a new session", None)
-                                .await;
+                            self.settle_prompt(
+                                &p,
+                                false,
+                                RejectionCause::NewMessage,
+                                "the chat started a new session",
+                                None,
+                            )
+                            .await;
                         }
                         if let Ok(s) = self.inner.client.get_session(r.session_id).await
                             && let Some(run) = s.session.active_run_id

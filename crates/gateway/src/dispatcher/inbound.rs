@@ -7,6 +7,7 @@ use crate::routing::routing_key;
 use crate::store::{Pairing, Queued};
 
 use super::*;
+use switchboard_protocol::RejectionCause;
 
 impl Gateway {
     pub(super) async fn on_message(&self, m: InboundMessage) -> Result<(), GatewayError> {
@@ -56,7 +57,14 @@ impl Gateway {
                 if let Ok(Some(route)) = gw.inner.store.route(&key2).await
                     && let Ok(Some(p)) = gw.inner.store.prompt_of_session(route.session_id).await
                 {
-                    gw.settle_prompt(&p, false, NEW_MESSAGE_REASON, None).await;
+                    gw.settle_prompt(
+                        &p,
+                        false,
+                        RejectionCause::NewMessage,
+                        NEW_MESSAGE_REASON,
+                        None,
+                    )
+                    .await;
                 }
             });
             self.kick(&key);

@@ -33,6 +33,7 @@ use approvals::*;
 use batch::*;
 pub use batch::{batch_context, batch_text};
 use commands::*;
+use switchboard_protocol::RejectionCause;
 use worker::*;
 /// How long [`Gateway::stop`] lets tasks finish what they are doing.
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -280,7 +281,13 @@ impl Gateway {
             .for_each_concurrent(cfg.shutdown_concurrency.max(1), |p| async move {
                 let done = tokio::time::timeout(
                     cfg.shutdown_call_timeout,
-                    self.settle_prompt(&p, false, "gateway shutting down", None),
+                    self.settle_prompt(
+                        &p,
+                        false,
+                        RejectionCause::Restart,
+                        "gateway shutting down",
+                        None,
+                    ),
                 )
                 .await;
                 if done.is_err() {

@@ -583,6 +583,7 @@ pub(super) async fn follow(
             AgentEvent::ToolRejected {
                 tool_call_id,
                 reason,
+                cause,
                 ..
             } => {
                 if let Some(p) = gw.inner.store.prompt_of_session(run.session_id).await?
@@ -592,7 +593,7 @@ pub(super) async fn follow(
                     && !p.prompt_message.is_empty()
                 {
                     // Rejected by the server (timeout, cancel, restart): the prompt says so.
-                    let note = if reason.contains("timed out") {
+                    let note = if cause == switchboard_protocol::RejectionCause::Timeout {
                         "⌛ This approval expired: no decision in time.".to_string()
                     } else {
                         format!("❌ Rejected: {reason}")

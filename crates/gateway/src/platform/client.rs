@@ -542,20 +542,20 @@ impl PlatformClient {
 pub fn describe(err: reqwest::Error) -> String {
     let timeout = err.is_timeout();
     let err = err.without_url();
-    let mut reason = err.to_string();
+    let mut said = err.to_string();
     let mut source = std::error::Error::source(&err);
     while let Some(s) = source {
         let part = s.to_string();
-        if !reason.contains(&part) {
-            reason.push_str(": ");
-            reason.push_str(&part);
+        if !said.contains(&part) {
+            said.push_str(": ");
+            said.push_str(&part);
         }
         source = s.source();
     }
-    if timeout && !reason.contains("timed out") {
-        reason.push_str(" (timed out)");
+    if timeout && !said.contains("timed out") {
+        said.push_str(" (timed out)");
     }
-    reason
+    said
 }
 
 /// Sleeps `d` unless `cancel` fires first; false when cancelled.

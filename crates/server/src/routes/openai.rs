@@ -363,6 +363,7 @@ async fn step(
                                     "tool calls that need approval are refused on the OpenAI-compatible endpoint ([openai] approvals = \"deny\")".into(),
                                 ),
                                 by: None,
+                                cause: Some(switchboard_protocol::RejectionCause::Policy),
                             },
                         )
                     })
