@@ -5,13 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use futures::StreamExt;
 use std::collections::BTreeMap;
-use switchboard_client::Client;
+use switchboard_client::{Client, RunEnd, RunStep};
 
 use switchboard_protocol::{
-    AgentEvent, CreateSessionRequest, DecisionAction, MessageType, PermissionMode,
-    SendMessageRequest, ToolCall, ToolDecision, ToolDecisionsRequest,
+    CreateSessionRequest, DecisionAction, MessageType, PermissionMode, SendMessageRequest,
+    ToolCall, ToolDecision, ToolDecisionsRequest,
 };
 use uuid::Uuid;
 
@@ -232,8 +231,6 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
             (s.id, 0)
         }
     };
-    // Subscribe from the current end of the log before sending, so nothing is missed.
-    let mut events = c.subscribe(id, Some(after));
     let kind = if args.follow_up {
         MessageType::FollowUp
     } else {
@@ -243,52 +240,38 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
         .send_message(id, &SendMessageRequest::user(message, kind))
         .await?
         .run_id;
+    // Followed from the end of the log before the send, so nothing is missed.
+    let mut steps = c.follow_run(id, run_id, Some(after));
     let mut stdout = std::io::stdout();
     let mut wrote_text = false;
-    let mut proposed: Vec<ToolCall> = Vec::new();
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    while let Some(item) = events.next().await {
-        let env = match item {
-            Ok(e) => e,
-            Err(e) if e.is_transient() => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if env.event.run_id() != run_id {
-            continue;
-        }
+    while let Some(step) = steps.next().await {
         let end_line = |wrote: &mut bool| {
             if std::mem::take(wrote) {
                 println!();
             }
         };
-        match env.event {
-            AgentEvent::TextDelta { delta, .. } => {
+        match step?.kind {
+            RunStep::Text(delta) => {
                 stdout.write_all(delta.as_bytes())?;
                 stdout.flush()?;
                 wrote_text = true;
             }
-            AgentEvent::ToolCallsProposed { tool_calls, .. } => {
+            RunStep::ToolsProposed(_) => end_line(&mut wrote_text),
+            RunStep::ToolsWaiting(calls) => {
                 end_line(&mut wrote_text);
-                proposed = tool_calls;
-            }
-            AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
-                end_line(&mut wrote_text);
-                // Decide exactly the ids the server waits on; a call the proposal did not
+                // Decide exactly the calls the server waits on; one the proposal did not
                 // show (it should not happen) is shown by id and rejected unless --yes.
-                let unknown: Vec<ToolCall> = tool_call_ids
-                    .iter()
-                    .filter(|id| !proposed.iter().any(|c| &c.id == *id))
-                    .map(|id| ToolCall {
-                        id: id.clone(),
-                        name: "(unknown)".into(),
-                        arguments: serde_json::Value::Null,
-                        metadata: None,
+                let calls: Vec<ToolCall> = calls
+                    .into_iter()
+                    .map(|mut c| {
+                        if c.name.is_empty() {
+                            c.name = "(unknown)".into();
+                        }
+                        c
                     })
                     .collect();
-                let waiting: Vec<&ToolCall> = tool_call_ids
-                    .iter()
-                    .filter_map(|id| proposed.iter().chain(unknown.iter()).find(|c| &c.id == id))
-                    .collect();
+                let waiting: Vec<&ToolCall> = calls.iter().collect();
                 let answer = if args.yes {
                     Some(Answer::All(DecisionAction::Accept))
                 } else if args.no {
@@ -323,14 +306,16 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     }
                 }
             }
-            AgentEvent::ToolExecutionStarted { tool_call_id, .. } => {
+            RunStep::ToolStarted { call, .. } => {
                 end_line(&mut wrote_text);
-                match proposed.iter().find(|c| c.id == tool_call_id) {
-                    Some(call) => eprintln!("→ {}", preview(call)),
-                    None => eprintln!("→ {}", safe(&tool_call_id)),
+                // A call the follower did not see proposed is known by its id only.
+                if call.arguments.is_null() && call.metadata.is_none() {
+                    eprintln!("→ {}", safe(&call.id));
+                } else {
+                    eprintln!("→ {}", preview(&call));
                 }
             }
-            AgentEvent::ToolExecutionCompleted {
+            RunStep::ToolFinished {
                 result, is_error, ..
             } => {
                 let lines = result.lines().count();
@@ -345,11 +330,11 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     }
                 );
             }
-            AgentEvent::Notice { message, .. } => {
+            RunStep::Notice(message) => {
                 end_line(&mut wrote_text);
                 eprintln!("note: {}", safe(&message));
             }
-            AgentEvent::PlanUpdated { entries, .. } => {
+            RunStep::Plan(entries) => {
                 end_line(&mut wrote_text);
                 eprintln!("plan:");
                 for e in entries {
@@ -361,14 +346,14 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     eprintln!("  {mark} {}", safe(&e.content));
                 }
             }
-            AgentEvent::ThoughtDelta { delta, .. } => {
+            RunStep::Thought(delta) => {
                 eprint!("{}", safe(&delta));
             }
-            AgentEvent::ToolRejected { reason, .. } => {
+            RunStep::ToolRejected { reason, .. } => {
                 end_line(&mut wrote_text);
                 eprintln!("  ✗ not run: {}", safe(&reason));
             }
-            AgentEvent::RunCompleted { stop_reason, .. } => {
+            RunStep::Ended(RunEnd::Completed { stop_reason, .. }) => {
                 if wrote_text {
                     println!();
                 }
@@ -378,9 +363,9 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            AgentEvent::RunError {
+            RunStep::Ended(RunEnd::Failed {
                 error, retryable, ..
-            } => {
+            }) => {
                 if wrote_text {
                     println!();
                 }
@@ -389,6 +374,10 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     if retryable { " (retryable)" } else { "" }
                 );
                 return Ok(ExitCode::FAILURE);
+            }
+            RunStep::Ended(RunEnd::SessionGone) => {
+                end_line(&mut wrote_text);
+                bail!("session {id} was deleted before the run finished")
             }
             _ => {}
         }

@@ -356,6 +356,13 @@ impl Client {
         })
     }
 
+    /// Follows run `run` of session `session`, from the event after `from` (from the
+    /// session's start when `None`) to the run's end, as typed [`Step`](crate::Step)s: the
+    /// one run follower every surface uses. See [`RunFollower`](crate::RunFollower).
+    pub fn follow_run(&self, session: Uuid, run: Uuid, from: Option<u64>) -> crate::RunFollower {
+        crate::RunFollower::new(self.subscribe(session, from), session, run)
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }

@@ -3,7 +3,8 @@
 //! This crate owns talking to a Switchboard server over HTTP: one method per endpoint on
 //! [`Client`], errors mapped to [`ClientError`] (with the server's stable error codes), and
 //! [`EventStream`], a subscription to a session's SSE events that reconnects by itself with
-//! `Last-Event-ID` and never yields an event twice. The bodies are the types of
+//! `Last-Event-ID` and never yields an event twice, and [`RunFollower`], one run's events as
+//! typed [`Step`]s — what surfaces follow a run with. The bodies are the types of
 //! [`switchboard_protocol`], re-exported as [`protocol`].
 //!
 //! ```no_run
@@ -27,6 +28,7 @@
 
 mod client;
 mod error;
+mod follow;
 mod relay;
 mod schedules;
 mod sse;
@@ -37,6 +39,7 @@ mod sse_prop_tests;
 
 pub use client::Client;
 pub use error::ClientError;
+pub use follow::{RunEnd, RunFollower, RunStep, Step};
 pub use relay::RelayClientError;
 pub use stream::EventStream;
 pub use switchboard_protocol as protocol;

@@ -419,3 +419,174 @@ async fn dropping_the_stream_closes_the_connection() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.seen().len(), 1, "no reconnect after drop");
 }
+
+// ---- `Client::follow_run`: one run's events as typed steps ----
+
+const RUN: Uuid = Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_00aa);
+const OTHER: Uuid = Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_00bb);
+
+fn event_frame(id: u64, run: Uuid, event: serde_json::Value) -> Vec<u8> {
+    let env = serde_json::json!({
+        "id": id,
+        "session_id": SESSION,
+        "run_id": run,
+        "timestamp": "2026-01-01T00:00:00Z",
+        "event": event,
+    });
+    format!("id: {id}\nevent: x\ndata: {env}\n\n").into_bytes()
+}
+
+async fn step(f: &mut switchboard_client::RunFollower) -> switchboard_client::Step {
+    match tokio::time::timeout(Duration::from_secs(10), f.next())
+        .await
+        .expect("timed out waiting for a step")
+    {
+        Some(Ok(step)) => step,
+        other => panic!("expected a step, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn follow_run_yields_one_runs_typed_steps_and_stops_at_its_end() {
+    use serde_json::json;
+    use switchboard_client::protocol::{RejectionCause, StopReason};
+    use switchboard_client::{RunEnd, RunStep};
+    let call = json!({"id": "c1", "name": "run_command", "arguments": {"command": "ls"}});
+    let first = vec![
+        event_frame(1, OTHER, json!({"RunStarted": {"run_id": OTHER}})),
+        event_frame(
+            2,
+            RUN,
+            json!({"RunStarted": {"run_id": RUN, "content": "go"}}),
+        ),
+        event_frame(
+            3,
+            RUN,
+            json!({"TextDelta": {"run_id": RUN, "delta": "Hel"}}),
+        ),
+        // Another run's text, and an event this client cannot read: neither is a step.
+        event_frame(
+            4,
+            OTHER,
+            json!({"TextDelta": {"run_id": OTHER, "delta": "not mine"}}),
+        ),
+        b"id: 5\nevent: x\ndata: {not json\n\n".to_vec(),
+        event_frame(
+            6,
+            RUN,
+            json!({"ToolCallsProposed": {"run_id": RUN, "tool_calls": [call]}}),
+        ),
+    ];
+    // The connection dies mid-run; the follower resumes after 6 without a repeat.
+    let second = vec![
+        event_frame(
+            7,
+            RUN,
+            json!({"WaitingForToolApproval": {"run_id": RUN, "tool_call_ids": ["c1", "c9"]}}),
+        ),
+        event_frame(
+            8,
+            RUN,
+            json!({"ToolRejected": {"run_id": RUN, "tool_call_id": "c1", "reason": "no decision within 1 s", "cause": "timeout"}}),
+        ),
+        event_frame(
+            9,
+            RUN,
+            json!({"RunCompleted": {"run_id": RUN, "total_turns": 1, "total_usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}, "stop_reason": "cancelled"}}),
+        ),
+        event_frame(
+            10,
+            RUN,
+            json!({"TextDelta": {"run_id": RUN, "delta": "after the end"}}),
+        ),
+    ];
+    let (client, fake) = start(vec![
+        Plan::Stream {
+            chunks: first,
+            end: End::Abort,
+        },
+        Plan::Stream {
+            chunks: second,
+            end: End::Hang,
+        },
+    ])
+    .await;
+    let mut f = client.follow_run(SESSION, RUN, None);
+    let s = step(&mut f).await;
+    assert_eq!(
+        (s.seq, s.kind),
+        (
+            2,
+            RunStep::Started {
+                content: Some("go".into())
+            }
+        )
+    );
+    assert_eq!(step(&mut f).await.kind, RunStep::Text("Hel".into()));
+    match step(&mut f).await.kind {
+        RunStep::ToolsProposed(calls) => assert_eq!(calls[0].name, "run_command"),
+        other => panic!("{other:?}"),
+    }
+    // The wait names the calls: the proposed one whole, the unseen one by id.
+    match step(&mut f).await.kind {
+        RunStep::ToolsWaiting(calls) => {
+            assert_eq!(calls.len(), 2);
+            assert_eq!(
+                (calls[0].id.as_str(), calls[0].name.as_str()),
+                ("c1", "run_command")
+            );
+            assert_eq!((calls[1].id.as_str(), calls[1].name.as_str()), ("c9", ""));
+        }
+        other => panic!("{other:?}"),
+    }
+    match step(&mut f).await.kind {
+        RunStep::ToolRejected { call, cause, .. } => {
+            assert_eq!(call.name, "run_command");
+            assert_eq!(cause, RejectionCause::Timeout);
+        }
+        other => panic!("{other:?}"),
+    }
+    let end = step(&mut f).await;
+    assert_eq!(end.seq, 9);
+    assert!(matches!(
+        end.kind,
+        RunStep::Ended(RunEnd::Completed {
+            stop_reason: StopReason::Cancelled,
+            total_turns: 1,
+            ..
+        })
+    ));
+    assert_eq!(f.cursor(), 9);
+    // Nothing after the end.
+    assert!(f.next().await.is_none());
+    let seen = fake.wait_for_connections(2).await;
+    assert_eq!(seen[1].last_event_id.as_deref(), Some("6"));
+}
+
+#[tokio::test]
+async fn follow_run_ends_as_session_gone_when_the_session_is_deleted() {
+    use switchboard_client::{RunEnd, RunStep};
+    let (client, _fake) = start(vec![Plan::Status {
+        status: 404,
+        body: r#"{"error":"no such session","code":"session_not_found"}"#.into(),
+    }])
+    .await;
+    let mut f = client.follow_run(SESSION, RUN, Some(3));
+    assert_eq!(step(&mut f).await.kind, RunStep::Ended(RunEnd::SessionGone));
+    assert!(f.next().await.is_none());
+}
+
+#[tokio::test]
+async fn follow_run_passes_on_a_refusal_then_ends() {
+    let (client, _fake) = start(vec![Plan::Status {
+        status: 401,
+        body: r#"{"error":"bad token","code":"unauthorized"}"#.into(),
+    }])
+    .await;
+    let mut f = client.follow_run(SESSION, RUN, None);
+    match f.next().await {
+        Some(Err(e)) => assert_eq!(e.status(), Some(401)),
+        other => panic!("{other:?}"),
+    }
+    assert!(f.next().await.is_none());
+}

@@ -13,21 +13,21 @@
 //! - a run being followed is followed again from its session's log;
 //! - pending deliveries are tried again at their time.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use futures::StreamExt;
 use switchboard_client::{Client, ClientError};
+use switchboard_client::{RunEnd, RunStep};
 use switchboard_protocol::gateway::{GatewayAskRequest, GatewaySendRequest};
 use switchboard_protocol::schedules::{
     Delivery, DeliveryStatus, Firing, FiringStatus, Schedule, ScheduleApprovals, ScheduleSpec,
     UpdateScheduleRequest,
 };
 use switchboard_protocol::{
-    AgentEvent, CreateSessionRequest, DecisionAction, MessageType, SendMessageRequest,
-    ToolDecision, ToolDecisionsRequest,
+    CreateSessionRequest, DecisionAction, MessageType, SendMessageRequest, ToolDecision,
+    ToolDecisionsRequest,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -581,44 +581,30 @@ impl Scheduler {
             Ok(Some(row)) => Some(row.spec),
             _ => None,
         };
-        let client = &self.inner.client;
-        let mut events = client.subscribe(session, None);
-        let mut names: HashMap<String, String> = HashMap::new();
+        let mut steps = self.inner.client.follow_run(session, run, None);
         let mut reply: Option<String> = None;
         // Questions asked in a chat (`approvals = ask`) that wait for an answer.
         let mut asked: Vec<Asked> = Vec::new();
         loop {
-            let ev = tokio::select! {
-                ev = events.next() => ev,
+            let step = tokio::select! {
+                step = steps.next() => step,
                 _ = tokio::time::sleep(self.inner.opts.tick), if !asked.is_empty() => {
                     self.expire_asked(&mut asked, session, run).await;
                     continue;
                 }
             };
-            let Some(ev) = ev else { break };
-            let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) if e.status() == Some(404) => {
-                    self.finish(f, FiringStatus::Failed, "the session was deleted".into())
-                        .await;
-                    return;
-                }
-                Err(e) => {
+            let step = match step {
+                Some(Ok(step)) => step,
+                Some(Err(e)) => {
+                    // Refused for good (not a 404: that ends the run as `SessionGone`).
                     tracing::warn!(firing = %f.firing.id, error = %e, "following a scheduled run");
-                    tokio::time::sleep(self.inner.opts.tick).await;
-                    continue;
+                    break;
                 }
+                None => break,
             };
-            if ev.run_id != Some(run) {
-                continue;
-            }
-            match ev.event {
-                AgentEvent::ToolCallsProposed { tool_calls, .. } => {
-                    for c in tool_calls {
-                        names.insert(c.id, c.name);
-                    }
-                }
-                AgentEvent::WaitingForToolApproval { tool_call_ids, .. } => {
+            match step.kind {
+                RunStep::ToolsWaiting(calls) => {
+                    let tool_call_ids: Vec<String> = calls.into_iter().map(|c| c.id).collect();
                     let ask = spec
                         .as_ref()
                         .filter(|s| s.approvals == ScheduleApprovals::Ask);
@@ -631,23 +617,25 @@ impl Scheduler {
                         None => self.reject(f, session, run, &tool_call_ids, DENIED).await,
                     }
                 }
-                AgentEvent::ToolExecutionStarted { tool_call_id, .. } => {
-                    self.close_asked(&mut asked, &tool_call_id).await;
+                RunStep::ToolStarted { call, .. } => {
+                    self.close_asked(&mut asked, &call.id).await;
                 }
-                AgentEvent::ToolRejected { tool_call_id, .. } => {
-                    let name = names
-                        .get(&tool_call_id)
-                        .cloned()
-                        .unwrap_or_else(|| tool_call_id.clone());
+                RunStep::ToolRejected { call, .. } => {
+                    // A call proposed before the follower began is named by its id.
+                    let name = if call.name.is_empty() {
+                        call.id.clone()
+                    } else {
+                        call.name.clone()
+                    };
                     if !f.firing.rejected_tools.contains(&name) {
                         f.firing.rejected_tools.push(name);
                     }
-                    self.close_asked(&mut asked, &tool_call_id).await;
+                    self.close_asked(&mut asked, &call.id).await;
                 }
-                AgentEvent::TextComplete { text, .. } if !text.trim().is_empty() => {
+                RunStep::TextComplete(text) if !text.trim().is_empty() => {
                     reply = Some(truncate(&text, MAX_REPLY_CHARS));
                 }
-                AgentEvent::RunCompleted { stop_reason, .. } => {
+                RunStep::Ended(RunEnd::Completed { stop_reason, .. }) => {
                     f.firing.reply = reply;
                     let status = if stop_reason == switchboard_protocol::StopReason::Cancelled {
                         FiringStatus::Cancelled
@@ -657,9 +645,14 @@ impl Scheduler {
                     self.finish(f, status, stop_reason.to_string()).await;
                     return;
                 }
-                AgentEvent::RunError { error, .. } => {
+                RunStep::Ended(RunEnd::Failed { error, .. }) => {
                     f.firing.reply = reply;
                     self.finish(f, FiringStatus::Failed, error).await;
+                    return;
+                }
+                RunStep::Ended(RunEnd::SessionGone) => {
+                    self.finish(f, FiringStatus::Failed, "the session was deleted".into())
+                        .await;
                     return;
                 }
                 _ => {}

@@ -24,6 +24,7 @@ mod activity;
 mod approvals;
 mod batch;
 mod commands;
+mod follow;
 mod inbound;
 mod schedules;
 mod worker;
@@ -33,6 +34,7 @@ use approvals::*;
 use batch::*;
 pub use batch::{batch_context, batch_text};
 use commands::*;
+use follow::*;
 use switchboard_protocol::RejectionCause;
 use worker::*;
 /// How long [`Gateway::stop`] lets tasks finish what they are doing.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use switchboard_client::{RunEnd, RunStep, Step};
 use switchboard_protocol::relay::{BundleState, Outcome};
 use switchboard_protocol::{MessageType, SendMessageRequest};
 
@@ -297,29 +297,30 @@ impl Relay {
             .turn_timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(self.inner.opts.turn_timeout);
-        let mut events = client.subscribe(id, Some(after));
+        let mut run = client.follow_run(id, run_id, Some(after));
         let waited = tokio::time::timeout(limit, async {
-            while let Some(item) = events.next().await {
-                let Ok(env) = item else { continue };
-                if env.event.run_id() == run_id && env.event.is_terminal() {
-                    return Some(env.event);
+            while let Some(step) = run.next().await {
+                if let Ok(Step {
+                    kind: RunStep::Ended(end),
+                    ..
+                }) = step
+                {
+                    return Some(end);
                 }
             }
             None
         })
         .await;
         match waited {
-            Ok(Some(switchboard_protocol::AgentEvent::RunCompleted {
+            Ok(Some(RunEnd::Completed {
                 stop_reason: switchboard_protocol::StopReason::Cancelled,
                 ..
             })) => fail(
                 "turn_cancelled",
                 format!("`{}` received the message but its turn was cancelled", m.id),
             ),
-            Ok(Some(switchboard_protocol::AgentEvent::RunCompleted { .. })) => {
-                (Outcome::Delivered, None, None)
-            }
-            Ok(Some(switchboard_protocol::AgentEvent::RunError { error: message, .. })) => fail(
+            Ok(Some(RunEnd::Completed { .. })) => (Outcome::Delivered, None, None),
+            Ok(Some(RunEnd::Failed { error: message, .. })) => fail(
                 "turn_failed",
                 format!(
                     "`{}` received the message but its turn failed: {message}",
