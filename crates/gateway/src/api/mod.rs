@@ -1,0 +1,338 @@
+//! `/v1/gateway/*`: status, sessions, bindings, pairing, notifications, and inbound
+//! webhooks.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use switchboard_http::{ApiError, BearerToken, Path};
+use switchboard_protocol::gateway::{
+    Accepted, ChannelStatus, ConnectionState, GatewayAskRequest, GatewayAskResponse,
+    GatewayExpireRequest, GatewayExpireResponse, GatewaySendRequest, GatewaySendResponse,
+    GatewaySession, GatewaySessionsResponse, GatewayStatus, PairingDecision, PairingRequest,
+    PairingRequestsResponse, Peer,
+};
+use switchboard_protocol::{ErrorBody, ErrorCode};
+
+use std::sync::{Arc, RwLock};
+
+use crate::channel::{ChatKind, ChatRef, InboundSink};
+use crate::dispatcher::Gateway;
+
+pub use switchboard_protocol::gateway as wire;
+
+mod inbound;
+mod notify;
+mod pairing;
+
+use inbound::*;
+use notify::*;
+use pairing::*;
+
+/// The OpenAPI document of the gateway's routes (merged into the server's `/openapi.json`
+/// when the gateway runs in `switchboard serve`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(
+        status,
+        sessions,
+        parked,
+        unbind,
+        pairing_list,
+        pairing_approve,
+        pairing_refuse,
+        send,
+        ask,
+        expire,
+        webhook,
+        channel_push,
+        slack_events
+    ),
+    components(schemas(
+        GatewayStatus,
+        switchboard_protocol::gateway::ChannelStatus,
+        ConnectionState,
+        GatewaySessionsResponse,
+        GatewaySession,
+        switchboard_protocol::gateway::ParkedBatch,
+        switchboard_protocol::gateway::ParkedBatchesResponse,
+        Peer,
+        ChatRef,
+        ChatKind,
+        PairingRequestsResponse,
+        PairingRequest,
+        PairingDecision,
+        GatewaySendRequest,
+        GatewaySendResponse,
+        GatewayAskRequest,
+        GatewayAskResponse,
+        GatewayExpireRequest,
+        GatewayExpireResponse,
+        Accepted,
+        ErrorBody,
+    ))
+)]
+pub struct GatewayDoc;
+
+/// [`GatewayDoc`] as this gateway serves it: a request's `channel` is one of `channels`, the
+/// configured ones (an unknown one is refused, 422), so the document says which.
+pub fn document(channels: &[String]) -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi as _;
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::Schema;
+    let mut doc = GatewayDoc::openapi();
+    if channels.is_empty() {
+        return doc;
+    }
+    if let Some(c) = doc.components.as_mut() {
+        for name in ["GatewaySendRequest", "GatewayAskRequest", "PairingDecision"] {
+            if let Some(RefOr::T(Schema::Object(o))) = c.schemas.get_mut(name)
+                && let Some(RefOr::T(Schema::Object(channel))) = o.properties.get_mut("channel")
+            {
+                channel.enum_values = Some(channels.iter().map(|n| n.as_str().into()).collect());
+            }
+        }
+    }
+    doc
+}
+
+/// The gateway the routes serve: swapped when this instance takes over or hands over the
+/// gateway lease (active ↔ standby).
+#[derive(Clone)]
+pub struct GatewaySlot(Arc<RwLock<Gateway>>);
+
+impl GatewaySlot {
+    pub fn new(gw: Gateway) -> Self {
+        Self(Arc::new(RwLock::new(gw)))
+    }
+
+    pub fn get(&self) -> Gateway {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Puts `gw` in place and returns the one it replaced.
+    pub fn replace(&self, gw: Gateway) -> Gateway {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|p| p.into_inner()), gw)
+    }
+}
+
+impl From<Gateway> for GatewaySlot {
+    fn from(gw: Gateway) -> Self {
+        Self::new(gw)
+    }
+}
+
+#[derive(Clone)]
+struct ApiState {
+    slot: GatewaySlot,
+}
+
+impl ApiState {
+    fn gw(&self) -> Gateway {
+        self.slot.get()
+    }
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+    ApiError::new(code, message).into_response()
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "{what}");
+    error(ErrorCode::Internal, "internal error")
+}
+
+/// A failed gateway store: 503 `store_unavailable` (with `Retry-After`) when the database
+/// failed or did not answer — the caller may retry, nothing was kept — else 500. The
+/// database's own words go to the log only.
+fn store_failed(what: &str, e: crate::store::StoreError) -> Response {
+    if e.is_unavailable() {
+        tracing::warn!(error = %e, "{what}: the gateway's database failed");
+        error(
+            ErrorCode::StoreUnavailable,
+            "the gateway's database is not answering; nothing of this request was kept, retry shortly",
+        )
+    } else {
+        internal(what, e)
+    }
+}
+
+/// The gateway's routes. All but the inbound webhook need `token`; the webhook is
+/// authenticated by its HMAC signature.
+pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
+    let state = ApiState { slot: gw.into() };
+    let protected = Router::new()
+        .route("/v1/gateway/status", get(status))
+        .route("/v1/gateway/sessions", get(sessions))
+        .route("/v1/gateway/parked", get(parked))
+        .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
+        .route("/v1/gateway/pairing", get(pairing_list))
+        .route("/v1/gateway/pairing/approve", post(pairing_approve))
+        .route("/v1/gateway/pairing/refuse", post(pairing_refuse))
+        .route("/v1/gateway/send", post(send))
+        .route("/v1/gateway/approvals", post(ask))
+        .route("/v1/gateway/approvals/{id}/expire", post(expire))
+        .route_layer(axum::middleware::from_fn_with_state(
+            BearerToken::new(token),
+            switchboard_http::require_bearer,
+        ));
+    Router::new()
+        .merge(protected)
+        .route("/v1/gateway/webhook/{name}", post(webhook))
+        .route("/v1/gateway/channels/{name}/webhook", post(channel_push))
+        .route("/v1/gateway/slack/events", post(slack_events))
+        .layer(axum::middleware::from_fn(switchboard_http::request_id))
+        .with_state(state)
+}
+
+/// The channels (each with its connection state and, when it is not connected, why), the
+/// bound sessions and what waits.
+#[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
+async fn status(State(s): State<ApiState>) -> Response {
+    let gw = s.gw();
+    let store = gw.store();
+    let result = async {
+        let routes = store.routes().await?;
+        let runs = store.runs().await?;
+        let prompts = store.prompts().await?;
+        let mut queued = 0;
+        for key in store.queued_routes().await? {
+            queued += store.queued(&key).await?.len();
+        }
+        Ok::<_, crate::store::StoreError>((routes.len(), runs.len(), prompts.len(), queued))
+    }
+    .await;
+    match result {
+        Ok((sessions, active_runs, pending_approvals, queued_messages)) => {
+            let mut channels: Vec<ChannelStatus> = gw
+                .channels()
+                .iter()
+                .map(|c| channel_status(c.name(), gw.is_standby(), c.health()))
+                .collect();
+            channels.sort_by(|a, b| a.name.cmp(&b.name));
+            Json(GatewayStatus {
+                role: if gw.is_standby() { "standby" } else { "active" }.to_string(),
+                channels,
+                sessions,
+                active_runs,
+                queued_messages,
+                pending_approvals,
+            })
+            .into_response()
+        }
+        Err(e) => store_failed("gateway status", e),
+    }
+}
+
+/// A channel's line in the status; on standby, the channels run on another instance.
+fn channel_status(name: &str, standby: bool, h: crate::health::ChannelHealth) -> ChannelStatus {
+    if standby {
+        return ChannelStatus {
+            name: name.to_string(),
+            status: "standby".to_string(),
+            state: ConnectionState::Standby,
+            since: None,
+            reason: None,
+            last_error: None,
+            last_error_at: None,
+        };
+    }
+    let (last_error, last_error_at) = h
+        .last_error
+        .map_or((None, None), |(e, at)| (Some(e), Some(at)));
+    ChannelStatus {
+        name: name.to_string(),
+        status: h.status,
+        state: h.state,
+        since: h.since,
+        reason: h.reason,
+        last_error,
+        last_error_at,
+    }
+}
+
+/// A time the store wrote ([`switchboard_db::now`]'s format).
+fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(t)
+        .ok()
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// Chat messages the session refused for good (too many files, too long …), set aside so
+/// that the chat's later messages run; each chat was told. The oldest first.
+#[utoipa::path(get, path = "/v1/gateway/parked", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, body = switchboard_protocol::gateway::ParkedBatchesResponse),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
+async fn parked(State(s): State<ApiState>) -> Response {
+    match s.gw().store().parked().await {
+        Ok(parked) => {
+            Json(switchboard_protocol::gateway::ParkedBatchesResponse { parked }).into_response()
+        }
+        Err(e) => store_failed("parked batches", e),
+    }
+}
+
+/// The chats bound to sessions, each with its last activity, the most recent first. A test
+/// message to one of them: `POST /v1/gateway/send` with `channel`, `target` = `chat.id`,
+/// `thread` = `chat.thread` and `kind` = `chat.kind`.
+#[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = [])),
+    responses((status = 200, body = GatewaySessionsResponse),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
+              (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
+async fn sessions(State(s): State<ApiState>) -> Response {
+    let gw = s.gw();
+    let store = gw.store();
+    let read = async {
+        Ok::<_, crate::store::StoreError>((store.routes().await?, store.chat_activity().await?))
+    };
+    match read.await {
+        Ok((routes, activity)) => {
+            let mut sessions: Vec<GatewaySession> = routes
+                .into_iter()
+                .map(|r| GatewaySession {
+                    last_activity: activity
+                        .get(&crate::store::chat_key(&r.channel, &r.chat))
+                        .and_then(|t| stored_time(t)),
+                    routing_key: r.routing_key,
+                    session_id: r.session_id,
+                    channel: r.channel,
+                    chat: r.chat,
+                    bound: r.bound,
+                    peer: Some(r.requester),
+                })
+                .collect();
+            // Most recent first; chats without a recorded activity last (in the store's
+            // order: the route updated last first).
+            sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
+            Json(GatewaySessionsResponse { sessions }).into_response()
+        }
+        Err(e) => store_failed("gateway sessions", e),
+    }
+}
+
+/// Unbinds the chat of a routing key from its session (the next message starts a new one).
+#[utoipa::path(delete, path = "/v1/gateway/bindings/{routing_key}", tag = "gateway",
+    params(("routing_key" = String, Path)), security(("bearer" = [])),
+    responses((status = 204, description = "Unbound"),
+              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
+              (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
+              (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
+async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response {
+    match s.gw().store().delete_route(&key).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => error(
+            ErrorCode::NotFound,
+            format!("no session is bound to routing key {key:?}"),
+        ),
+        Err(e) => store_failed("unbind", e),
+    }
+}

@@ -1,0 +1,214 @@
+//! The follower of an open session: every event of its log to the editor as `session/update`s, in order, once; and a waiting call as `session/request_permission`.
+
+use super::*;
+
+/// Forwards the session's events to the editor, in order, each once. Events up to
+/// `replay_to` are history: their approvals are not asked (those still waiting are, once
+/// the history is out).
+pub(crate) async fn follow(
+    hub: Arc<Hub>,
+    open: Arc<Open>,
+    cx: v1::ConnectionTo<Client>,
+    replay_to: u64,
+    caught: oneshot::Sender<()>,
+) {
+    let session = open.id;
+    let mut mapper = map::Mapper::new(session, hub.api.base_url());
+    let mut caught = Some(caught);
+    if replay_to == 0 {
+        caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+    }
+    let mut events = hub.api.subscribe(session, Some(0));
+    // Runs this editor started: their message and files are not echoed.
+    let mut own: HashSet<Uuid> = HashSet::new();
+    loop {
+        // The server sends the stored history at once: a silence while replaying means
+        // there is no more of it (its newest events may have been pruned).
+        let item = if caught.is_some() {
+            match tokio::time::timeout(REPLAY_IDLE, events.next()).await {
+                Ok(item) => item,
+                Err(_) => {
+                    caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+                    continue;
+                }
+            }
+        } else {
+            events.next().await
+        };
+        let Some(item) = item else { break };
+        let env = match item {
+            Ok(env) => env,
+            Err(ClientError::Decode(e)) => {
+                tracing::warn!(%session, error = %e, "an event did not parse; skipped");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "the session's event stream ended");
+                open.fail_all(&format!("the session's event stream ended: {e}"));
+                return;
+            }
+        };
+        let live = env.id > replay_to;
+        let echo = match &env.event {
+            AgentEvent::RunStarted { run_id, content } => {
+                lock(&open.runs).started.insert(*run_id);
+                if open.take_own_prompt(content.as_deref()) {
+                    own.insert(*run_id);
+                }
+                !own.contains(run_id)
+            }
+            other => !own.contains(&other.run_id()),
+        };
+        for update in mapper.updates(&env.event, echo) {
+            if cx
+                .send_notification(SessionNotification::new(session.to_string(), update))
+                .is_err()
+            {
+                // The editor is gone.
+                return;
+            }
+        }
+        match &env.event {
+            AgentEvent::WaitingForToolApproval {
+                run_id,
+                tool_call_ids,
+            } if live => {
+                for id in tool_call_ids {
+                    ask(&hub, &open, &cx, &mapper, *run_id, id);
+                }
+            }
+            AgentEvent::ToolExecutionStarted { tool_call_id, .. }
+            | AgentEvent::ToolRejected { tool_call_id, .. } => open.withdraw(tool_call_id),
+            AgentEvent::RunCompleted {
+                run_id,
+                stop_reason,
+                backend_stop_reason,
+                ..
+            } => {
+                open.withdraw_run(*run_id);
+                own.remove(run_id);
+                open.end(
+                    *run_id,
+                    Ending::Done(*stop_reason, backend_stop_reason.clone()),
+                );
+            }
+            AgentEvent::RunError {
+                run_id,
+                error,
+                retryable,
+                ..
+            } => {
+                open.withdraw_run(*run_id);
+                own.remove(run_id);
+                open.end(
+                    *run_id,
+                    Ending::Failed {
+                        error: error.clone(),
+                        retryable: *retryable,
+                    },
+                );
+            }
+            _ => {}
+        }
+        if caught.is_some() && env.id >= replay_to {
+            caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+        }
+    }
+    open.fail_all("the session's event stream ended");
+}
+
+/// The history is out: approvals still waiting are asked now.
+pub(crate) async fn caught_up(
+    hub: &Arc<Hub>,
+    open: &Arc<Open>,
+    cx: &v1::ConnectionTo<Client>,
+    mapper: &map::Mapper,
+    caught: &mut Option<oneshot::Sender<()>>,
+) {
+    if let Ok(pending) = hub.api.pending_tools(open.id).await
+        && let Some(run) = pending.run_id
+    {
+        for call in &pending.tool_calls {
+            ask(hub, open, cx, mapper, run, &call.id);
+        }
+    }
+    if let Some(tx) = caught.take() {
+        let _ = tx.send(());
+    }
+}
+
+/// Asks the editor about one waiting call; its answer becomes the decision.
+pub(crate) fn ask(
+    hub: &Arc<Hub>,
+    open: &Arc<Open>,
+    cx: &v1::ConnectionTo<Client>,
+    mapper: &map::Mapper,
+    run: Uuid,
+    tool_call_id: &str,
+) {
+    if !lock(&open.asked).insert(tool_call_id.to_owned()) {
+        return;
+    }
+    let mut fields = ToolCallUpdateFields::new();
+    if let Some(call) = mapper.call(tool_call_id) {
+        fields = fields
+            .title(map::tool_title(call))
+            .kind(map::tool_kind(call))
+            .raw_input(call.arguments.clone());
+    }
+    let request = RequestPermissionRequest::new(
+        open.id.to_string(),
+        ToolCallUpdate::new(tool_call_id.to_owned(), fields),
+        vec![
+            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+            PermissionOption::new("deny", "Deny", PermissionOptionKind::RejectOnce),
+        ],
+    );
+    let sent = cx.send_request(request);
+    lock(&open.asks).insert(tool_call_id.to_owned(), (run, sent.cancellation_handle()));
+    let (hub, open, id) = (hub.clone(), open.clone(), tool_call_id.to_owned());
+    let spawned = cx.spawn(async move {
+        let answer = sent.block_task().await;
+        lock(&open.asks).remove(&id);
+        let action = match answer {
+            Ok(resp) => match resp.outcome {
+                RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == "allow" => {
+                    Some(DecisionAction::Accept)
+                }
+                RequestPermissionOutcome::Selected(_) => Some(DecisionAction::Reject),
+                // Withdrawn, or the editor's user cancelled the turn: the other surfaces
+                // and the approval's timeout decide.
+                _ => None,
+            },
+            Err(e) => {
+                tracing::info!(session = %open.id, tool_call_id = %id, error = %e, "no answer from the editor");
+                None
+            }
+        };
+        if let Some(action) = action {
+            let reject = action == DecisionAction::Reject;
+            let req = ToolDecisionsRequest {
+                run_id: run,
+                decisions: [(
+                    id.clone(),
+                    ToolDecision {
+                        action,
+                        content: reject.then(|| "denied in the editor".to_owned()),
+                        by: Some("the editor (ACP)".to_owned()),
+                        cause: reject.then_some(switchboard_protocol::RejectionCause::User),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            };
+            if let Err(e) = hub.api.decide_tools(open.id, &req).await {
+                // Decided elsewhere meanwhile, or the run ended: nothing to do.
+                tracing::info!(session = %open.id, tool_call_id = %id, error = %e, "the editor's decision was not taken");
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "the connection is closing");
+    }
+}
