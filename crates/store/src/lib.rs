@@ -4,11 +4,12 @@
 //! stored follow-up), the append-only event log, the transcript and pending tool approvals —
 //! and [`SqlStore`], which keeps them in a SQLite file (the embedded default) or a PostgreSQL
 //! database, each operation written once for both. Migrations are embedded in the binary.
-//! [`conformance`] is one test-suite that any `Store` must pass, so every back-end is held to
-//! the same contract.
+//! `conformance` (built for tests, or with the `conformance` feature) is one test-suite that
+//! any `Store` must pass, so every back-end is held to the same contract.
 //!
 //! It does not know about HTTP, agents or fan-out: the engine decides *what* to store and when.
 
+#[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod error;
 mod migrate;

@@ -30,8 +30,11 @@
 //! - deleting a session is one statement; the foreign keys cascade to runs, events, messages
 //!   and approvals.
 
+mod log;
 mod open;
+mod runs;
 mod store;
+mod transcript;
 
 use std::time::Duration;
 

@@ -1,16 +1,14 @@
 //! The [`Store`] operations of [`SqlStore`], each written once for both back-ends.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    APPROVAL_COLS, Cols, FILE_COLS, INSERT_CHUNK, LockSession, MESSAGE_COLS, RUN_COLS,
-    SESSION_COLS, SqlStore, TxOps, approval_from_row, event_from_row, file_from_row,
-    insert_events_sql, lease_from_row, message_from_row, run_from_row, session_from_row, to_i64,
-    ttl_ms, with_db,
+    APPROVAL_COLS, Cols, FILE_COLS, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SqlStore,
+    TxOps, approval_from_row, event_from_row, file_from_row, lease_from_row, message_from_row,
+    run_from_row, session_from_row, to_i64, ttl_ms, with_db,
 };
 use crate::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
@@ -19,83 +17,12 @@ use crate::{
 };
 
 /// A foreign-key violation names the session that is missing; other errors as they are.
-fn missing_session(e: sqlx::Error, session: impl FnOnce() -> String) -> StoreError {
+pub(super) fn missing_session(e: sqlx::Error, session: impl FnOnce() -> String) -> StoreError {
     match e {
         sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
             StoreError::NotFound(format!("session {}", session()))
         }
         e => e.into(),
-    }
-}
-
-impl SqlStore {
-    async fn enqueue(&self, run: &NewRun, front: bool) -> Result<RunRecord> {
-        let input = run.input.to_string();
-        let pos_sql = if front {
-            "(SELECT COALESCE(MIN(queue_pos), 0) - 1 FROM runs WHERE session_id = $2)"
-        } else {
-            "(SELECT COALESCE(MAX(queue_pos), 0) + 1 FROM runs WHERE session_id = $2)"
-        };
-        let sql = format!(
-            "INSERT INTO runs (id, session_id, queue_pos, state, input, created_at, idempotency_key) \
-             VALUES ($1, $2, {pos_sql}, 'queued', $3, $4, $5)"
-        );
-        let key = run.idempotency.as_ref().map(|i| i.key.as_str());
-        with_db!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
-            if !tx.lock_session(run.session_id).await? {
-                return Err(StoreError::NotFound(format!("session {}", run.session_id)));
-            }
-            // Under the session's lock: a run holding the key from before the window gives
-            // it up, then a run still holding it answers the repeat. The write comes first:
-            // on SQLite it is what takes the write lock (a read first, upgraded to a write,
-            // fails with SQLITE_BUSY when another writer committed in between).
-            if let Some(i) = &run.idempotency {
-                sqlx::query(
-                    "UPDATE runs SET idempotency_key = NULL \
-                     WHERE session_id = $1 AND idempotency_key = $2 AND created_at < $3",
-                )
-                .bind(d.id(run.session_id))
-                .bind(&i.key)
-                .bind(&i.since)
-                .execute(&mut *tx)
-                .await?;
-                let held = sqlx::query(&format!(
-                    "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2"
-                ))
-                .bind(d.id(run.session_id))
-                .bind(&i.key)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| run_from_row(&r))
-                .transpose()?;
-                if let Some(r) = held {
-                    tx.commit().await?;
-                    return Ok(r);
-                }
-            }
-            sqlx::query(&sql)
-                .bind(d.id(run.id))
-                .bind(d.id(run.session_id))
-                .bind(&input)
-                .bind(&run.created_at)
-                .bind(key)
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| missing_session(e, || run.session_id.to_string()))?;
-            tx.commit().await?;
-        });
-        Ok(RunRecord {
-            id: run.id,
-            session_id: run.session_id,
-            state: RunState::Queued,
-            input: run.input.clone(),
-            error: None,
-            stop_reason: None,
-            created_at: run.created_at.clone(),
-            started_at: None,
-            finished_at: None,
-        })
     }
 }
 
@@ -372,68 +299,7 @@ impl Store for SqlStore {
         fences: &[Lease],
         finishes: &[RunFinish],
     ) -> Result<()> {
-        if events.is_empty() && finishes.is_empty() {
-            return Ok(());
-        }
-        // Rows go in sorted by (session, seq). The batch commits as a whole, so the order of
-        // the inserts is invisible; but concurrent appenders on PostgreSQL then wait for each
-        // other's keys in one global order and cannot deadlock — the later one gets a
-        // Conflict.
-        let mut sorted: Vec<&NewEvent> = events.iter().collect();
-        sorted.sort_by_key(|e| (e.session_id, e.seq));
-        let mut fences: Vec<&Lease> = fences.iter().collect();
-        fences.sort_by(|a, b| a.name.cmp(&b.name));
-        // In session order too, so that appenders to several sessions lock the rows in the
-        // same order. Only ever raised: an appender of higher seqs may have committed first.
-        let mut highest: BTreeMap<Uuid, u64> = BTreeMap::new();
-        for ev in events {
-            let seq = highest.entry(ev.session_id).or_insert(ev.seq);
-            *seq = (*seq).max(ev.seq);
-        }
-        with_db!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
-            for f in &fences {
-                tx.check_fence(f).await?;
-            }
-            for chunk in sorted.chunks(INSERT_CHUNK) {
-                let sql = insert_events_sql(chunk.len());
-                let mut q = sqlx::query(&sql);
-                for ev in chunk {
-                    q = q
-                        .bind(d.id(ev.session_id))
-                        .bind(to_i64(ev.seq)?)
-                        .bind(d.opt_id(ev.run_id))
-                        .bind(&ev.kind)
-                        .bind(&ev.payload)
-                        .bind(&ev.created_at);
-                }
-                q.execute(&mut *tx).await.map_err(|e| {
-                    missing_session(e, || {
-                        let mut ids: Vec<String> =
-                            chunk.iter().map(|e| e.session_id.to_string()).collect();
-                        ids.dedup();
-                        ids.join(", ")
-                    })
-                })?;
-            }
-            for (session_id, seq) in &highest {
-                sqlx::query(
-                    "UPDATE sessions SET last_seq = \
-                     CASE WHEN last_seq < $1 THEN $1 ELSE last_seq END WHERE id = $2",
-                )
-                .bind(to_i64(*seq)?)
-                .bind(d.id(*session_id))
-                .execute(&mut *tx)
-                .await?;
-            }
-            for f in finishes {
-                if !tx.close_run(f.run_id, &f.outcome, &f.at).await? {
-                    return Err(StoreError::RunNotActive(f.run_id));
-                }
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        self.insert_events(events, fences, finishes).await
     }
 
     async fn read_events(&self, session_id: Uuid, after: u64, limit: u32) -> Result<Vec<NewEvent>> {
@@ -537,39 +403,7 @@ impl Store for SqlStore {
         holder: &str,
         ttl: Duration,
     ) -> Result<(RunRecord, Lease)> {
-        with_db!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
-            // A second running run in the session violates `runs_one_running`: a Conflict.
-            let row = sqlx::query(&format!(
-                "UPDATE runs SET state = 'running', started_at = $1, instance_id = $3 \
-                 WHERE id = $2 AND state = 'queued' RETURNING {RUN_COLS}"
-            ))
-            .bind(at)
-            .bind(d.id(id))
-            .bind(holder)
-            .fetch_optional(&mut *tx)
-            .await?;
-            let run = match row {
-                Some(row) => run_from_row(&row)?,
-                None => return Err(StoreError::Conflict(format!("run {id} is not queued"))),
-            };
-            let row = sqlx::query(&format!(
-                "INSERT INTO leases (name, holder, token, expires_at_ms) \
-                 VALUES ($1, $2, 1, {} + $3) \
-                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
-                 token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
-                 RETURNING name, holder, token",
-                d.now_ms()
-            ))
-            .bind(Lease::run_name(id))
-            .bind(holder)
-            .bind(ttl_ms(ttl))
-            .fetch_one(&mut *tx)
-            .await?;
-            let lease = lease_from_row(&row)?;
-            tx.commit().await?;
-            Ok((run, lease))
-        })
+        self.start_run_tx(id, at, holder, ttl).await
     }
 
     async fn workspace_instance(&self, session_id: Uuid) -> Result<Option<String>> {
@@ -733,67 +567,8 @@ impl Store for SqlStore {
         max_messages: u32,
         max_chars: u64,
     ) -> Result<RecentMessages> {
-        // Pages of the newest messages, newest first (index range scans on
-        // (session_id, pos) below the last position read), until the budget or the count is
-        // reached: what is read is what is kept plus at most one page, however long the
-        // session. (A window function over the newest `max_messages` read all of them,
-        // 2,000 by default, at every run: the cost of a run grew with the session's age.)
-        // A message is kept while the newer ones add up to less than `max_chars`. Appends
-        // only add positions above the first page, so the pages need no transaction.
-        // BIGINT: PostgreSQL's LENGTH is a 4-byte integer, read here as i64.
-        let size = "CAST(LENGTH(content) + COALESCE(LENGTH(tool_calls), 0) AS BIGINT)";
-        let max_chars = i64::try_from(max_chars).unwrap_or(i64::MAX);
-        with_db!(self, |pool, d| {
-            let mut kept = Vec::new(); // newest first
-            let mut newer: i64 = 0; // chars of the messages kept so far
-            let mut below = i64::MAX; // positions below this one are still to read
-            let mut page: u32 = 16; // doubles up to 256: few reads for a small budget
-            let earlier = loop {
-                let want = page.min(max_messages.saturating_sub(kept.len() as u32));
-                if want == 0 || newer >= max_chars {
-                    // The count or the budget is reached: anything older was left out.
-                    break sqlx::query(
-                        "SELECT 1 AS one FROM messages WHERE session_id = $1 AND pos < $2 LIMIT 1",
-                    )
-                    .bind(d.id(session_id))
-                    .bind(below)
-                    .fetch_optional(pool)
-                    .await?
-                    .is_some();
-                }
-                let rows = sqlx::query(&format!(
-                    "SELECT {MESSAGE_COLS}, pos, {size} AS size FROM messages \
-                     WHERE session_id = $1 AND pos < $2 ORDER BY pos DESC LIMIT $3"
-                ))
-                .bind(d.id(session_id))
-                .bind(below)
-                .bind(i64::from(want))
-                .fetch_all(pool)
-                .await?;
-                let mut full = false;
-                for row in &rows {
-                    if newer >= max_chars {
-                        full = true;
-                        break;
-                    }
-                    newer = newer.saturating_add(row.int("size")?);
-                    below = row.int("pos")?;
-                    kept.push(message_from_row(row)?);
-                }
-                if full {
-                    break true; // the budget is spent and an older message is there
-                }
-                if rows.len() < want as usize {
-                    break false; // the session's first message was read
-                }
-                page = (page * 2).min(256);
-            };
-            kept.reverse();
-            Ok(RecentMessages {
-                messages: kept,
-                earlier,
-            })
-        })
+        self.read_recent_messages(session_id, max_messages, max_chars)
+            .await
     }
 
     // --- approvals --------------------------------------------------------------------------

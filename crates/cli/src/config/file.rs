@@ -1,0 +1,378 @@
+//! The configuration file's sections, as read from `switchboard.toml`.
+
+use super::*;
+
+/// The configuration file. Unknown keys are an error, so typos do not go unnoticed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub token: Option<String>,
+    #[serde(default)]
+    pub provider: ProviderSection,
+    #[serde(default)]
+    pub sessions: SessionsSection,
+    #[serde(default)]
+    pub events: EventsSection,
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+    #[serde(default)]
+    pub tools: ToolsSection,
+    /// External ACP agents by name: `[agents.claude] command = "…"`.
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, AgentSection>,
+    #[serde(default)]
+    pub gateway: GatewaySection,
+    #[serde(default)]
+    pub channels: ChannelsSection,
+    #[serde(default)]
+    pub relay: RelaySection,
+    #[serde(default)]
+    pub scheduler: SchedulerSection,
+    #[serde(default)]
+    pub store: StoreSection,
+    #[serde(default)]
+    pub bus: BusSection,
+    #[serde(default)]
+    pub files: FilesSection,
+    #[serde(default)]
+    pub speech: SpeechSection,
+    #[serde(default)]
+    pub checkpoints: CheckpointsSection,
+    #[serde(default)]
+    pub mcp: McpSection,
+}
+
+/// `[mcp.servers.NAME]`: MCP servers every session's agent gets (a session may add its own).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSection {
+    #[serde(default)]
+    pub servers: std::collections::BTreeMap<String, McpServerEntry>,
+}
+
+/// One MCP server: `command` (+ `args`, `env`) for stdio, or `url` (+ `headers`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// `[checkpoints]`: the workspace recorded before and after each run (see
+/// docs/checkpoints.md).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsSection {
+    /// Default true.
+    pub enabled: Option<bool>,
+    /// Where the shadow repositories live (default `checkpoints/` in the data directory).
+    pub dir: Option<PathBuf>,
+    /// gitignore-style patterns left out (the workspace's own `.gitignore` files apply too).
+    pub exclude: Option<Vec<String>>,
+    /// A workspace with more files gets no checkpoint (default 50,000).
+    pub max_files: Option<usize>,
+    /// Files larger than this are left out and named (default 10).
+    pub max_file_mb: Option<u64>,
+}
+
+/// `[speech]`: where chat voice notes are transcribed (an OpenAI-compatible
+/// `/audio/transcriptions`: OpenAI, Groq, whisper.cpp's server, faster-whisper servers).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeechSection {
+    /// E.g. `https://api.openai.com/v1`; without it voice notes are not transcribed.
+    pub base_url: Option<String>,
+    /// Default `whisper-1`.
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+}
+
+/// `[files]`: files uploaded to sessions and attached to messages.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesSection {
+    /// Where their content is stored (default: `files/` in the data directory). Instances
+    /// sharing a PostgreSQL store must share this directory too.
+    pub dir: Option<PathBuf>,
+    /// Largest file accepted, in MB (default 20).
+    pub max_file_mb: Option<u64>,
+    /// Largest total of one message's attachments, in MB (default 20).
+    pub max_message_mb: Option<u64>,
+    /// Types accepted, sniffed from the content: `type/subtype` or `type/*` (default: common
+    /// images, PDF, plain text, audio, MP4/WebM/QuickTime video, zip and gzip).
+    pub allowed_types: Option<Vec<String>>,
+}
+
+/// `[bus]`: event fan-out between instances.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusSection {
+    /// `nats://host:4222` (default: none, one instance).
+    pub url: Option<String>,
+    /// This instance's name on the bus (default: host name and pid).
+    pub instance_id: Option<String>,
+    /// The secret every message between instances is signed with (HMAC-SHA256); every
+    /// instance of the cluster has the same (default: the API token, which they share).
+    pub secret: Option<String>,
+}
+
+/// `[store]`: where sessions, runs and events live.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSection {
+    /// `sqlite://PATH` or `postgres://user:password@host/db` (default: SQLite in the data
+    /// directory).
+    pub url: Option<String>,
+    /// How long a run's or a chat connection's lease lasts unrenewed, in milliseconds
+    /// (default 10,000): when an instance dies, others take over its work within about
+    /// this time.
+    pub lease_ms: Option<u64>,
+}
+
+/// `[relay]`: bundles of agents.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySection {
+    /// Where `BUNDLE.toml` and `policies.toml` live (default: `bundles/` beside the config
+    /// file).
+    pub bundles_dir: Option<PathBuf>,
+    /// Write message bodies into the audit log (default false).
+    pub audit_bodies: Option<bool>,
+    /// Unfinished messages one member may have waiting (default 100).
+    pub queue_capacity: Option<usize>,
+    /// How long a tmux pane may take to become quiescent (default 30).
+    pub quiescence_timeout_secs: Option<u64>,
+    /// How long a sync send to an ACP or session member waits for its turn (default 600).
+    pub turn_timeout_secs: Option<u64>,
+    /// Hops a chain of replies may have (default 8; 0: no limit).
+    pub max_hops: Option<u32>,
+    /// A member's send continues the chain of the message it last received within this
+    /// many seconds (default 600).
+    pub reply_window_secs: Option<u64>,
+    /// Sends (deliveries) one member may make per minute / per day (defaults 30 / 500; 0:
+    /// no budget).
+    pub member_sends_per_minute: Option<u64>,
+    pub member_sends_per_day: Option<u64>,
+    /// Sends a whole bundle may make per minute / per day (defaults 120 / 2000; 0: none).
+    pub bundle_sends_per_minute: Option<u64>,
+    pub bundle_sends_per_day: Option<u64>,
+}
+
+/// `[scheduler]`: scheduled tasks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// How late a due time may be found (the server was busy or restarting) and still run;
+    /// later, it counts as missed (default 60).
+    pub grace_secs: Option<u64>,
+    /// A failed delivery is tried again after this, then twice as long … (default 30).
+    pub retry_base_secs: Option<u64>,
+    /// Attempts of a delivery before it is failed (default 5).
+    pub max_attempts: Option<u32>,
+    /// How often due schedules are looked for, in milliseconds (default 1000).
+    pub tick_ms: Option<u64>,
+}
+
+/// The scheduler's effective settings.
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    pub grace_secs: u64,
+    pub retry_base_secs: u64,
+    pub max_attempts: u32,
+    pub tick_ms: u64,
+    /// Tests only (`SWITCHBOARD_SCHEDULER_CLOCK_FILE`): the scheduler's time is read from
+    /// this file.
+    pub clock_file: Option<PathBuf>,
+}
+
+/// The relay's effective settings.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    pub bundles_dir: PathBuf,
+    pub audit_bodies: bool,
+    pub queue_capacity: usize,
+    pub quiescence_timeout_secs: u64,
+    pub turn_timeout_secs: u64,
+    pub limits: switchboard_relay::Limits,
+}
+
+/// `[gateway]`: how chat messages map to sessions and approvals.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// Run the gateway inside `serve` (default: when a channel is configured).
+    pub enabled: Option<bool>,
+    /// `main`, `per_peer` or `per_channel_peer`.
+    pub dm_scope: Option<switchboard_gateway::DmScope>,
+    pub title_template: Option<String>,
+    /// `allow_all`, `deny_all` or `allowlist`.
+    pub approval_mode: Option<String>,
+    pub allowlist: Option<Vec<String>>,
+    pub run_timeout_secs: Option<u64>,
+    pub session_cwd: Option<String>,
+    pub session_model: Option<String>,
+    pub session_permission_mode: Option<PermissionMode>,
+    pub context_ttl_secs: Option<u64>,
+    pub pairing_ttl_secs: Option<u64>,
+    /// The longest rate-limit wait a platform call waits out (default 60).
+    pub rate_limit_max_wait_secs: Option<u64>,
+    /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
+    pub rate_limit_over_cap: Option<String>,
+    /// Routing key → session id.
+    #[serde(default)]
+    pub bindings: std::collections::BTreeMap<String, uuid::Uuid>,
+}
+
+/// `[channels.*]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsSection {
+    pub telegram: Option<TelegramSection>,
+    pub slack: Option<SlackSection>,
+    pub discord: Option<DiscordSection>,
+    #[serde(default)]
+    pub webhook: std::collections::BTreeMap<String, WebhookSection>,
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSection {
+    pub token: Option<String>,
+    pub base_url: Option<String>,
+    /// Chat ids allowed without pairing.
+    pub allowed_chats: Option<Vec<String>>,
+    /// User ids allowed without pairing, in any chat.
+    pub allowed_users: Option<Vec<String>>,
+    /// User ids that may answer approvals in groups (default: whoever asked).
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+    /// In groups, answer only when mentioned or replied to (default true).
+    pub require_mention: Option<bool>,
+    /// One session per forum topic (default true), or one per group.
+    pub thread_sessions: Option<bool>,
+    /// Webhook mode: the public HTTPS URL Telegram POSTs to (ending in
+    /// `/v1/gateway/channels/telegram/webhook`), and the secret it sends back.
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    pub secret: String,
+    /// Where replies and approval prompts are POSTed.
+    pub url: String,
+    pub approval_mode: Option<String>,
+    pub approvers: Option<Vec<String>>,
+}
+
+/// One ACP agent: the command that starts it (speaking ACP on stdio).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Pass the agent Switchboard's own MCP server (`switchboard mcp --session`, whose
+    /// `send_file` shares workspace files with the user). Default true.
+    #[serde(default = "default_true")]
+    pub switchboard_mcp: bool,
+}
+
+pub(super) fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    /// `openai` (any OpenAI-compatible server) or `anthropic`.
+    pub kind: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    pub model: Option<String>,
+    pub max_retries: Option<u32>,
+    pub system_prompt: Option<String>,
+    /// Anthropic: most output tokens per reply.
+    pub max_tokens: Option<u32>,
+    /// When the model refuses images: send the text alone instead of failing the run
+    /// (default false).
+    pub image_fallback: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsSection {
+    pub default_cwd: Option<PathBuf>,
+    pub permission_mode: Option<PermissionMode>,
+    pub approval_timeout_secs: Option<u64>,
+    /// Most messages of the conversation so far a run gives its agent (default 2,000).
+    pub history_max_messages: Option<u32>,
+    /// Most characters of it, newest first (default 400,000, about 100,000 tokens).
+    pub history_max_chars: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSection {
+    pub command_timeout_secs: Option<u64>,
+    pub command_max_timeout_secs: Option<u64>,
+    pub output_cap_chars: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsSection {
+    pub retention_days: Option<u64>,
+    pub keepalive_secs: Option<u64>,
+    /// Committed batches each session's live ring keeps for its streams (default 256).
+    pub live_buffer: Option<usize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub max_body_bytes: Option<usize>,
+    /// Extra `host[:port]` names browsers may use to reach the server (behind a proxy, on
+    /// a LAN address); loopback names of the listen port are always allowed.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// What `/v1/chat/completions` does with tool calls that wait for approval: `deny`
+    /// (default), `auto_approve` (what the permission mode allows runs) or `wait` (another
+    /// surface answers; the approval timeout fails it closed).
+    pub chat_completions_approvals: Option<String>,
+    /// Seconds a client may take to send a request's headers (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Largest request head, in bytes (default 65,536; at least 8,192).
+    pub max_header_bytes: Option<usize>,
+    /// Seconds a request body may go without a byte before the request ends (default 30).
+    pub body_timeout_secs: Option<u64>,
+    /// Most connections open at once (default 10,000; at least 16).
+    pub max_connections: Option<usize>,
+    /// Most event streams one token may hold open (default 1,024).
+    pub max_streams_per_token: Option<usize>,
+    /// Writes (POST, PUT, PATCH, DELETE) a token may make a minute (default 0: no limit).
+    pub write_requests_per_minute: Option<u32>,
+    /// Whether the server's own token counts against `write_requests_per_minute` too
+    /// (default false: the gateway, relay, scheduler and console use it).
+    pub write_limit_local_token: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSection {
+    /// A second address serving only `GET /metrics`, without the token (for a Prometheus
+    /// on a private network); `/metrics` on the main listener stays, behind the token.
+    pub listen: Option<String>,
+}

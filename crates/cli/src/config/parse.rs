@@ -1,0 +1,223 @@
+//! Reading and checking the values of single settings (each error names its key).
+
+use super::*;
+
+/// The host name and the process id.
+pub(super) fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| env("HOSTNAME"))
+        .unwrap_or_else(|| "switchboard".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// `scheme://user:password@host/…` → `scheme://user:***@host/…`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (auth, host) = match rest.split_once('@') {
+        Some((a, h)) if !a.contains('/') => (a, h),
+        _ => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// The provider's base URL and key. The file's `base_url` and `api_key` belong to the
+/// file's provider `kind` (default `openai`): when the environment picks the other provider
+/// they are not used, so a key never goes to another provider's host.
+pub(super) fn endpoint(
+    anthropic: bool,
+    file: &ProviderSection,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (String, Option<String>) {
+    let file_is_anthropic = file.kind.as_deref() == Some("anthropic");
+    let (file_url, file_key) = if file_is_anthropic == anthropic {
+        (file.base_url.clone(), file.api_key.clone())
+    } else {
+        (None, None)
+    };
+    if anthropic {
+        (
+            env("SWITCHBOARD_ANTHROPIC_BASE_URL")
+                .or(file_url)
+                .unwrap_or_else(|| "https://api.anthropic.com".into()),
+            env("SWITCHBOARD_ANTHROPIC_API_KEY")
+                .or_else(|| env("ANTHROPIC_API_KEY"))
+                .or(file_key),
+        )
+    } else {
+        (
+            env("SWITCHBOARD_OPENAI_BASE_URL")
+                .or(file_url)
+                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            env("SWITCHBOARD_OPENAI_API_KEY")
+                .or_else(|| env("OPENAI_API_KEY"))
+                .or(file_key),
+        )
+    }
+}
+
+/// `[speech]` and `SWITCHBOARD_SPEECH_BASE_URL` / `_MODEL` / `_API_KEY`.
+pub(super) fn speech(
+    section: &SpeechSection,
+) -> Result<Option<switchboard_gateway::speech::SpeechConfig>> {
+    let Some(base_url) = env("SWITCHBOARD_SPEECH_BASE_URL").or(section.base_url.clone()) else {
+        return Ok(None);
+    };
+    if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        bail!("[speech] base_url must be an http:// or https:// URL");
+    }
+    Ok(Some(switchboard_gateway::speech::SpeechConfig {
+        base_url,
+        model: env("SWITCHBOARD_SPEECH_MODEL")
+            .or(section.model.clone())
+            .unwrap_or_else(|| "whisper-1".into()),
+        api_key: env("SWITCHBOARD_SPEECH_API_KEY")
+            .or(section.api_key.clone())
+            .map(switchboard_gateway::config::Secret),
+    }))
+}
+
+/// `[files]` (and `SWITCHBOARD_MAX_FILE_MB`, `SWITCHBOARD_MAX_MESSAGE_MB`) over the defaults.
+pub(super) fn file_limits(section: &FilesSection) -> Result<switchboard_engine::FileLimits> {
+    const MB: u64 = 1024 * 1024;
+    let mut limits = switchboard_engine::FileLimits::default();
+    let mb = |name: &str, key: &str, file: Option<u64>| -> Result<Option<u64>> {
+        match env_parse::<u64>(name)?.or(file) {
+            Some(0) => bail!("[files] {key} must be at least 1"),
+            Some(n) => Ok(Some(n.saturating_mul(MB))),
+            None => Ok(None),
+        }
+    };
+    if let Some(b) = mb(
+        "SWITCHBOARD_MAX_FILE_MB",
+        "max_file_mb",
+        section.max_file_mb,
+    )? {
+        limits.max_file_bytes = b;
+    }
+    if let Some(b) = mb(
+        "SWITCHBOARD_MAX_MESSAGE_MB",
+        "max_message_mb",
+        section.max_message_mb,
+    )? {
+        limits.max_message_bytes = b;
+    }
+    if let Some(types) = &section.allowed_types {
+        for t in types {
+            let ok = t.split_once('/').is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && !a.contains('*') && (b == "*" || !b.contains('*'))
+            });
+            if !ok {
+                bail!("[files] allowed_types: {t:?} is not `type/subtype` or `type/*`");
+            }
+        }
+        limits.allowed_types = types.clone();
+    }
+    Ok(limits)
+}
+
+/// `[checkpoints]` (and `SWITCHBOARD_CHECKPOINTS`, `SWITCHBOARD_CHECKPOINTS_DIR`,
+/// `SWITCHBOARD_CHECKPOINT_MAX_FILES`, `SWITCHBOARD_CHECKPOINT_MAX_FILE_MB`).
+pub(super) fn checkpoints(
+    section: &CheckpointsSection,
+    data_dir: &Path,
+) -> Result<switchboard_engine::checkpoints::CheckpointConfig> {
+    let mut c = switchboard_engine::checkpoints::CheckpointConfig {
+        enabled: env_parse("SWITCHBOARD_CHECKPOINTS")?
+            .or(section.enabled)
+            .unwrap_or(true),
+        dir: env("SWITCHBOARD_CHECKPOINTS_DIR")
+            .map(PathBuf::from)
+            .or(section.dir.clone())
+            .unwrap_or_else(|| data_dir.join("checkpoints")),
+        exclude: section.exclude.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Some(n) = env_parse::<usize>("SWITCHBOARD_CHECKPOINT_MAX_FILES")?.or(section.max_files) {
+        if n == 0 {
+            bail!("[checkpoints] max_files must be at least 1");
+        }
+        c.max_files = n;
+    }
+    if let Some(mb) =
+        env_parse::<u64>("SWITCHBOARD_CHECKPOINT_MAX_FILE_MB")?.or(section.max_file_mb)
+    {
+        if mb == 0 {
+            bail!("[checkpoints] max_file_mb must be at least 1");
+        }
+        c.max_file_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    for p in &c.exclude {
+        if p.trim().is_empty() || p.contains('\n') {
+            bail!("[checkpoints] exclude: {p:?} is not a pattern");
+        }
+    }
+    Ok(c)
+}
+
+/// `[mcp.servers.NAME]` as specs, each checked.
+pub(super) fn mcp_servers(
+    section: &McpSection,
+) -> Result<Vec<switchboard_protocol::McpServerSpec>> {
+    let mut out = Vec::new();
+    for (name, e) in &section.servers {
+        let spec = switchboard_protocol::McpServerSpec {
+            name: name.clone(),
+            command: e.command.clone(),
+            args: e.args.clone(),
+            env: e.env.clone(),
+            url: e.url.clone(),
+            headers: e.headers.clone(),
+        };
+        if let Some(p) = spec.problem() {
+            bail!("[mcp.servers.{name}]: {p}");
+        }
+        out.push(spec);
+    }
+    Ok(out)
+}
+
+/// `[server] chat_completions_approvals` / `SWITCHBOARD_CHAT_COMPLETIONS_APPROVALS`.
+pub(super) fn door_approvals(
+    v: Option<String>,
+) -> Result<switchboard_server::routes::openai::DoorApprovals> {
+    use switchboard_server::routes::openai::DoorApprovals;
+    Ok(match v.as_deref().map(str::trim) {
+        None | Some("deny") => DoorApprovals::Deny,
+        Some("auto_approve") => DoorApprovals::AutoApprove,
+        Some("wait") => DoorApprovals::Wait,
+        Some(other) => bail!(
+            "[server] chat_completions_approvals: {other:?} is not deny, auto_approve or wait"
+        ),
+    })
+}
+
+/// Agent names go into URLs and CLI flags; commands must be given.
+pub(super) fn validate_agents(
+    agents: &std::collections::BTreeMap<String, AgentSection>,
+) -> Result<std::collections::BTreeMap<String, AgentSection>> {
+    for (name, a) in agents {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("[agents.{name}]: agent names use letters, digits, '-' and '_'");
+        }
+        if a.command.trim().is_empty() {
+            bail!("[agents.{name}]: `command` must not be empty");
+        }
+    }
+    Ok(agents.clone())
+}
+
+pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+}
