@@ -14,6 +14,8 @@
 //! - **Newer than the binary**: a database whose recorded version is above the newest
 //!   migration this binary has is refused with [`DbError::Newer`] — an older binary must not
 //!   write to a schema it does not know.
+//! - One pool type for every store, on either back-end ([`Db`]), and one way to write a query
+//!   once for both ([`with_pool!`]).
 //! - One time format for what the stores write as text: [`now`].
 //!
 //! Written by hand rather than with `sqlx::migrate!`, to avoid the macro crate's build cost
@@ -115,6 +117,76 @@ pub fn sqlite_options(path: &Path) -> SqliteConnectOptions {
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true)
+}
+
+/// A store's connection pool, on whichever back-end it was opened: what every store of the
+/// workspace holds. Query it with [`with_pool!`].
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Db {
+    /// Opens (creating) the SQLite file at `path` with the workspace's options
+    /// ([`sqlite_options`]) and a pool of `max_connections`, after applying `migrations`.
+    pub async fn sqlite(
+        path: &Path,
+        max_connections: u32,
+        migrations: &Migrations,
+    ) -> Result<Self, DbError> {
+        let pool = open_sqlite(
+            sqlite_options(path),
+            SqlitePoolOptions::new().max_connections(max_connections.max(1)),
+            migrations,
+        )
+        .await?;
+        Ok(Self::Sqlite(pool))
+    }
+
+    /// Connects to PostgreSQL at `url` (the forms sqlx accepts) with a pool of
+    /// `max_connections`, after applying `migrations` (see [`open_postgres`]).
+    pub async fn postgres(
+        url: &str,
+        max_connections: u32,
+        migrations: &Migrations,
+    ) -> Result<Self, DbError> {
+        Ok(Self::Postgres(
+            open_postgres(url, max_connections, migrations).await?,
+        ))
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => "sqlite",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Closes the pool: waits for connections in use to come back, then closes them.
+    pub async fn close(&self) {
+        match self {
+            Self::Sqlite(pool) => pool.close().await,
+            Self::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// Runs `$body` with `$pool` bound to the [`Db`]'s pool, whichever back-end it is: the body
+/// is written once and compiled once per back-end, so its SQL must be valid on both.
+///
+/// ```ignore
+/// with_pool!(&self.db, |pool| sqlx::query("DELETE FROM t").execute(pool).await)?;
+/// ```
+#[macro_export]
+macro_rules! with_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            $crate::Db::Sqlite($pool) => $body,
+            $crate::Db::Postgres($pool) => $body,
+        }
+    };
 }
 
 /// Opens a pool on `connect` after applying `migrations` on a connection of its own.

@@ -22,8 +22,8 @@ use std::path::Path;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use sqlx::sqlite::SqlitePoolOptions;
-use sqlx::{PgPool, Row, SqlitePool};
+use sqlx::Row;
+use switchboard_db::{Db, with_pool};
 use switchboard_protocol::schedules::{Firing, FiringStatus, ScheduleSpec};
 use uuid::Uuid;
 
@@ -105,23 +105,6 @@ pub struct ScheduleStore {
     db: Db,
 }
 
-#[derive(Debug, Clone)]
-enum Db {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
-
-/// Runs `$body` with `$pool` bound to the store's pool, whichever back-end it is (the
-/// gateway store's pattern: the body is compiled once per back-end).
-macro_rules! with_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match &$store.db {
-            Db::Sqlite($pool) => $body,
-            Db::Postgres($pool) => $body,
-        }
-    };
-}
-
 const SCHEDULE_COLS: &str = "id, spec, paused, next_due, created_at, updated_at";
 const FIRING_COLS: &str = "record, open";
 
@@ -161,37 +144,27 @@ const ACTIVE: &str = "('queued', 'starting', 'running')";
 impl ScheduleStore {
     /// Opens (creating) the SQLite database and applies pending migrations.
     pub async fn open(path: &Path) -> Result<Self> {
-        let pool = switchboard_db::open_sqlite(
-            switchboard_db::sqlite_options(path),
-            SqlitePoolOptions::new().max_connections(4),
-            &MIGRATIONS,
-        )
-        .await?;
         Ok(Self {
-            db: Db::Sqlite(pool),
+            db: Db::sqlite(path, 4, &MIGRATIONS).await?,
         })
     }
 
     /// Connects to a PostgreSQL database and applies pending migrations, creating the
     /// schema `scheduler` if missing. Several instances may open one database at once.
     pub async fn open_postgres(url: &str) -> Result<Self> {
-        let pool = switchboard_db::open_postgres(url, 4, &MIGRATIONS).await?;
         Ok(Self {
-            db: Db::Postgres(pool),
+            db: Db::postgres(url, 4, &MIGRATIONS).await?,
         })
     }
 
     /// `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
-        match self.db {
-            Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
-        }
+        self.db.kind()
     }
 
     pub async fn insert_schedule(&self, s: &ScheduleRow) -> Result<()> {
         let spec = to_json(&s.spec)?;
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO schedules (id, spec, paused, next_due, created_at, updated_at) \
                  VALUES ($1, $2, $3, $4, $5, $6)",
@@ -210,7 +183,7 @@ impl ScheduleStore {
 
     pub async fn schedule(&self, id: Uuid) -> Result<Option<ScheduleRow>> {
         let sql = format!("SELECT {SCHEDULE_COLS} FROM schedules WHERE id = $1");
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .bind(id.to_string())
                 .fetch_optional(pool)
@@ -224,7 +197,7 @@ impl ScheduleStore {
     /// Every schedule, oldest first.
     pub async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         let sql = format!("SELECT {SCHEDULE_COLS} FROM schedules ORDER BY created_at, id");
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .fetch_all(pool)
                 .await?
@@ -237,7 +210,7 @@ impl ScheduleStore {
     /// Writes a schedule's spec, pause and next due time; false if it is gone.
     pub async fn update_schedule(&self, s: &ScheduleRow) -> Result<bool> {
         let spec = to_json(&s.spec)?;
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query(
                 "UPDATE schedules SET spec = $2, paused = $3, next_due = $4, updated_at = $5 \
                  WHERE id = $1",
@@ -256,7 +229,7 @@ impl ScheduleStore {
 
     /// Deletes a schedule and its history; false if there was none.
     pub async fn delete_schedule(&self, id: Uuid) -> Result<bool> {
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query("DELETE FROM firings WHERE schedule_id = $1")
                 .bind(id.to_string())
@@ -279,7 +252,7 @@ impl ScheduleStore {
             "SELECT {SCHEDULE_COLS} FROM schedules \
              WHERE paused = 0 AND next_due IS NOT NULL AND next_due <= $1 ORDER BY next_due"
         );
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .bind(ts(now))
                 .fetch_all(pool)
@@ -308,7 +281,7 @@ impl ScheduleStore {
             .map(|f| to_json(&f.firing))
             .collect::<Result<Vec<_>>>()?;
         let t = switchboard_db::now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             let n = sqlx::query(
                 "UPDATE schedules SET next_due = $3 WHERE id = $1 AND next_due = $2 AND paused = 0",
@@ -354,7 +327,7 @@ impl ScheduleStore {
     ) -> Result<()> {
         let record = to_json(&f.firing)?;
         let t = switchboard_db::now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO firings (id, schedule_id, due_at, status, record, open, owner, lease_until, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -376,7 +349,7 @@ impl ScheduleStore {
 
     pub async fn firing(&self, id: Uuid) -> Result<Option<FiringRow>> {
         let sql = format!("SELECT {FIRING_COLS} FROM firings WHERE id = $1");
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .bind(id.to_string())
                 .fetch_optional(pool)
@@ -393,7 +366,7 @@ impl ScheduleStore {
             "SELECT {FIRING_COLS} FROM firings WHERE schedule_id = $1 \
              ORDER BY due_at DESC, created_at DESC, id DESC LIMIT $2"
         );
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .bind(schedule_id.to_string())
                 .bind(i64::from(limit))
@@ -412,7 +385,7 @@ impl ScheduleStore {
             "SELECT {FIRING_COLS} FROM firings WHERE schedule_id = $1 AND status IN {ACTIVE} \
              ORDER BY due_at, created_at, id"
         );
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(&sql)
                 .bind(schedule_id.to_string())
                 .fetch_all(pool)
@@ -433,7 +406,7 @@ impl ScheduleStore {
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<FiringRow>> {
         let sql = "SELECT id, owner, lease_until FROM firings WHERE open = 1 ORDER BY due_at, created_at, id";
-        let rows: Vec<(String, Option<String>, Option<String>)> = with_pool!(self, |pool| {
+        let rows: Vec<(String, Option<String>, Option<String>)> = with_pool!(&self.db, |pool| {
             sqlx::query(sql)
                 .fetch_all(pool)
                 .await?
@@ -455,7 +428,7 @@ impl ScheduleStore {
             if !ours && !expired {
                 continue;
             }
-            let taken = with_pool!(self, |pool| {
+            let taken = with_pool!(&self.db, |pool| {
                 sqlx::query(
                     "UPDATE firings SET owner = $2, lease_until = $3 WHERE id = $1 AND open = 1 \
                      AND (owner = $2 OR owner IS NULL OR lease_until IS NULL OR lease_until < $4)",
@@ -481,7 +454,7 @@ impl ScheduleStore {
     /// over, and the new owner's word counts). A firing no longer open is released.
     pub async fn save_firing(&self, f: &FiringRow, owner: &str) -> Result<bool> {
         let record = to_json(&f.firing)?;
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query(
                 "UPDATE firings SET status = $3, record = $4, open = $5, \
                  owner = CASE WHEN $5 = 1 THEN owner ELSE NULL END, \
@@ -504,7 +477,7 @@ impl ScheduleStore {
     /// open with no owner, so the next tick of any instance takes it.
     pub async fn reopen_firing(&self, f: &FiringRow) -> Result<bool> {
         let record = to_json(&f.firing)?;
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query(
                 "UPDATE firings SET status = $2, record = $3, open = 1, owner = NULL, lease_until = NULL \
                  WHERE id = $1 AND open = 0",

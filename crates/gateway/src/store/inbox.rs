@@ -17,7 +17,7 @@ impl GatewayStore {
             now(),
         );
         let attachments = (!q.attachments.is_empty()).then(|| to_json(&q.attachments));
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // A PostgreSQL sequence hands out ids when rows are inserted, not when they
             // commit: without the lock, an instance's message could commit with an id below
@@ -59,7 +59,7 @@ impl GatewayStore {
         let cutoff = (chrono::Utc::now() - chrono::Duration::days(2))
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         let attachments = (!q.attachments.is_empty()).then(|| to_json(&q.attachments));
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // As in `enqueue`: a route's ids commit in order.
             (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
@@ -125,7 +125,7 @@ impl GatewayStore {
         parked: &switchboard_protocol::gateway::ParkedBatch,
     ) -> Result<()> {
         let value = to_json(parked);
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO kv (key, value) VALUES ($1, $2) \
@@ -147,7 +147,7 @@ impl GatewayStore {
 
     /// Every batch set aside, the oldest first.
     pub async fn parked(&self) -> Result<Vec<switchboard_protocol::gateway::ParkedBatch>> {
-        let rows: Vec<String> = with_pool!(self, |pool| {
+        let rows: Vec<String> = with_pool!(&self.db, |pool| {
             sqlx::query("SELECT value FROM kv WHERE key LIKE $1 AND value <> ''")
                 .bind(format!("{PARKED}%"))
                 .fetch_all(pool)
@@ -168,7 +168,7 @@ impl GatewayStore {
 
     /// Everything queued for a route, oldest first.
     pub async fn queued(&self, key: &str) -> Result<Vec<Queued>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 queued_cols!(),
@@ -185,7 +185,7 @@ impl GatewayStore {
 
     /// Routing keys with queued messages.
     pub async fn queued_routes(&self) -> Result<Vec<String>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("SELECT DISTINCT routing_key FROM inbox")
                 .fetch_all(pool)
                 .await?
@@ -197,7 +197,7 @@ impl GatewayStore {
 
     /// Removes delivered messages (those with ids up to and including `upto`).
     pub async fn dequeue(&self, key: &str, upto: i64) -> Result<()> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
                 .bind(key)
                 .bind(upto)
@@ -209,7 +209,7 @@ impl GatewayStore {
 
     pub async fn push_press(&self, p: &ButtonPress) -> Result<i64> {
         let (press, t) = (to_json(p), now());
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             Ok(sqlx::query_scalar(
                 "INSERT INTO presses (press, created_at) VALUES ($1, $2) RETURNING id",
             )
@@ -221,7 +221,7 @@ impl GatewayStore {
     }
 
     pub async fn presses(&self) -> Result<Vec<(i64, ButtonPress)>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("SELECT id, press FROM presses ORDER BY id")
                 .fetch_all(pool)
                 .await?
@@ -232,7 +232,7 @@ impl GatewayStore {
     }
 
     pub async fn drop_press(&self, id: i64) -> Result<()> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM presses WHERE id = $1")
                 .bind(id)
                 .execute(pool)

@@ -43,8 +43,8 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use sqlx::postgres::PgRow;
-use sqlx::sqlite::{SqlitePoolOptions, SqliteRow};
-use sqlx::{PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{PgConnection, Row, SqliteConnection};
 use uuid::Uuid;
 
 use crate::channel::{ChannelState, ChatRef, Peer};
@@ -53,7 +53,7 @@ pub use switchboard_db::StoreError;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-use switchboard_db::now;
+use switchboard_db::{Db, now, with_pool};
 
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
@@ -201,23 +201,6 @@ pub struct GatewayStore {
     db: Db,
 }
 
-#[derive(Debug, Clone)]
-enum Db {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
-
-/// Runs `$body` with `$pool` bound to the store's pool, whichever back-end it is: the body is
-/// written once and compiled once per back-end, so its SQL must be valid on both.
-macro_rules! with_pool {
-    ($store:expr, |$pool:ident| $body:expr) => {
-        match &$store.db {
-            Db::Sqlite($pool) => $body,
-            Db::Postgres($pool) => $body,
-        }
-    };
-}
-
 // The columns each record is read from, named rather than `SELECT *`: a cached prepared
 // statement's result columns must not change under it. On SQLite, a connection that loaded
 // the schema before a migration added columns prepares `SELECT *` with the old column count,
@@ -357,14 +340,8 @@ impl TxLock for PgConnection {
 impl GatewayStore {
     /// Opens (creating) the SQLite database and applies pending migrations.
     pub async fn open(path: &Path) -> Result<Self> {
-        let pool = switchboard_db::open_sqlite(
-            switchboard_db::sqlite_options(path),
-            SqlitePoolOptions::new().max_connections(4),
-            &MIGRATIONS,
-        )
-        .await?;
         Ok(Self {
-            db: Db::Sqlite(pool),
+            db: Db::sqlite(path, 4, &MIGRATIONS).await?,
         })
     }
 
@@ -372,18 +349,14 @@ impl GatewayStore {
     /// URL forms sqlx accepts) and applies pending migrations, creating the schema `gateway`
     /// if missing. The database must exist. Several instances may open one database at once.
     pub async fn open_postgres(url: &str) -> Result<Self> {
-        let pool = switchboard_db::open_postgres(url, 8, &MIGRATIONS).await?;
         Ok(Self {
-            db: Db::Postgres(pool),
+            db: Db::postgres(url, 8, &MIGRATIONS).await?,
         })
     }
 
     /// Which back-end this store is on: `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
-        match self.db {
-            Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
-        }
+        self.db.kind()
     }
 }
 

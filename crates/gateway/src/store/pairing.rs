@@ -5,7 +5,7 @@ use super::*;
 impl GatewayStore {
     pub async fn put_pairing(&self, p: &Pairing) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM pairing WHERE expires_at < $1")
                 .bind(&t)
                 .execute(pool)
@@ -28,7 +28,7 @@ impl GatewayStore {
 
     /// The pending pairing of a peer on a channel, if any and not expired.
     pub async fn pairing_of(&self, channel: &str, peer_id: &str) -> Result<Option<Pairing>> {
-        let pairings: Vec<Pairing> = with_pool!(self, |pool| {
+        let pairings: Vec<Pairing> = with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 pairing_cols!(),
@@ -47,7 +47,7 @@ impl GatewayStore {
 
     /// The pending pairing requests that have not expired, the oldest first.
     pub async fn pairings(&self) -> Result<Vec<Pairing>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 pairing_cols!(),
@@ -66,7 +66,7 @@ impl GatewayStore {
     /// again asks anew). The pairing, if the code was valid and not expired.
     pub async fn refuse_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {
         let code = code.trim().to_ascii_uppercase();
-        let taken = with_pool!(self, |pool| {
+        let taken = with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "DELETE FROM pairing WHERE channel = $1 AND code = $2 RETURNING ",
                 pairing_cols!()
@@ -86,7 +86,7 @@ impl GatewayStore {
     /// was valid and not expired.
     pub async fn approve_pairing(&self, channel: &str, code: &str) -> Result<Option<Pairing>> {
         let code = code.trim().to_ascii_uppercase();
-        let taken = with_pool!(self, |pool| {
+        let taken = with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "DELETE FROM pairing WHERE channel = $1 AND code = $2 RETURNING ",
                 pairing_cols!()
@@ -109,7 +109,7 @@ impl GatewayStore {
 
     pub async fn allow(&self, channel: &str, chat_id: &str) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO allowed (channel, chat_id, added_at) VALUES ($1, $2, $3) \
                  ON CONFLICT DO NOTHING",
@@ -124,7 +124,7 @@ impl GatewayStore {
     }
 
     pub async fn is_allowed(&self, channel: &str, chat_id: &str) -> Result<bool> {
-        let found = with_pool!(self, |pool| {
+        let found = with_pool!(&self.db, |pool| {
             sqlx::query("SELECT 1 AS x FROM allowed WHERE channel = $1 AND chat_id = $2")
                 .bind(channel)
                 .bind(chat_id)
@@ -148,7 +148,7 @@ impl GatewayStore {
             switchboard_db::text_time(now - chrono::Duration::seconds(60))
         );
         self.prune_kv().await?;
-        let claimed = with_pool!(self, |pool| {
+        let claimed = with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO kv (key, value, updated_at) VALUES ($1, $2, $4) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at \
@@ -183,7 +183,7 @@ impl GatewayStore {
     }
 
     pub async fn kv_get(&self, key: &str) -> Result<Option<String>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("SELECT value FROM kv WHERE key = $1")
                 .bind(key)
                 .fetch_optional(pool)
@@ -195,7 +195,7 @@ impl GatewayStore {
 
     pub async fn kv_set(&self, key: &str, value: &str) -> Result<()> {
         let now = switchboard_db::text_time(chrono::Utc::now());
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO kv (key, value, updated_at) VALUES ($1, $2, $3) \
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
@@ -222,7 +222,7 @@ impl GatewayStore {
     /// state) are kept whatever their age.
     pub async fn prune_kv_before(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Result<()> {
         let cutoff = switchboard_db::text_time(cutoff);
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "DELETE FROM kv WHERE updated_at < $1 AND (key LIKE 'send:%' OR key LIKE 'undo:%')",
             )

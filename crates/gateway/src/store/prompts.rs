@@ -16,7 +16,7 @@ impl GatewayStore {
             to_json(&p.chat),
             to_json(&p.requester),
         );
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // This was `INSERT OR REPLACE`, which on SQLite removes the rows that conflict on
             // any unique constraint — the id and the session — while an `ON CONFLICT` clause
@@ -55,7 +55,7 @@ impl GatewayStore {
     /// Records the posted prompt's message id, unless the prompt was settled meanwhile
     /// (then false: it is not brought back).
     pub async fn set_prompt_message(&self, id: &str, message: &str) -> Result<bool> {
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query("UPDATE approvals SET prompt_message = $1 WHERE id = $2")
                 .bind(message)
                 .bind(id)
@@ -67,7 +67,7 @@ impl GatewayStore {
     }
 
     pub async fn prompt(&self, id: &str) -> Result<Option<Prompt>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 prompt_cols!(),
@@ -83,7 +83,7 @@ impl GatewayStore {
     }
 
     pub async fn prompt_of_session(&self, session_id: Uuid) -> Result<Option<Prompt>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 prompt_cols!(),
@@ -99,7 +99,7 @@ impl GatewayStore {
     }
 
     pub async fn prompts(&self) -> Result<Vec<Prompt>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!("SELECT ", prompt_cols!(), " FROM approvals"))
                 .fetch_all(pool)
                 .await?
@@ -113,7 +113,7 @@ impl GatewayStore {
     /// concurrent deletes of the row, on any instance, one deletes it and the others find
     /// nothing).
     pub async fn take_prompt(&self, id: &str) -> Result<bool> {
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM approvals WHERE id = $1")
                 .bind(id)
                 .execute(pool)
@@ -132,7 +132,7 @@ impl GatewayStore {
     ) -> Result<()> {
         let expires = chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default();
         let expires = expires.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO contexts (channel, target, context, expires_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (channel, target) DO UPDATE SET context = excluded.context, \
@@ -154,7 +154,7 @@ impl GatewayStore {
         channel: &str,
         target: &str,
     ) -> Result<Option<serde_json::Value>> {
-        let taken = with_pool!(self, |pool| {
+        let taken = with_pool!(&self.db, |pool| {
             sqlx::query(
                 "DELETE FROM contexts WHERE channel = $1 AND target = $2 RETURNING context, expires_at",
             )

@@ -8,7 +8,7 @@ use super::*;
 
 impl GatewayStore {
     pub async fn route(&self, key: &str) -> Result<Option<Route>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 route_cols!(),
@@ -24,7 +24,7 @@ impl GatewayStore {
     }
 
     pub async fn route_of_session(&self, session_id: Uuid) -> Result<Option<Route>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 route_cols!(),
@@ -40,7 +40,7 @@ impl GatewayStore {
     }
 
     pub async fn routes(&self) -> Result<Vec<Route>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 route_cols!(),
@@ -57,7 +57,7 @@ impl GatewayStore {
     /// Creates or updates a route (the session, and the latest reply target).
     pub async fn put_route(&self, r: &Route) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO routes (routing_key, session_id, channel, chat, requester, bound, created_at, updated_at, requesters) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8) \
@@ -82,7 +82,7 @@ impl GatewayStore {
 
     /// Removes a route; the next message on it starts a new session. Whether one was.
     pub async fn delete_route(&self, key: &str) -> Result<bool> {
-        let n = with_pool!(self, |pool| {
+        let n = with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM routes WHERE routing_key = $1")
                 .bind(key)
                 .execute(pool)
@@ -102,7 +102,7 @@ impl GatewayStore {
     /// later one).
     pub async fn touch_chat(&self, channel: &str, chat: &ChatRef) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO chat_activity (channel, chat_id, thread, at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (channel, chat_id, thread) DO UPDATE SET at = excluded.at \
@@ -120,7 +120,7 @@ impl GatewayStore {
 
     /// When each chat last had a message in or out (see [`GatewayStore::touch_chat`]).
     pub async fn chat_activity(&self) -> Result<HashMap<ChatKey, String>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("SELECT channel, chat_id, thread, at FROM chat_activity")
                 .fetch_all(pool)
                 .await?

@@ -6,7 +6,7 @@ use super::*;
 impl GatewayStore {
     pub async fn put_run(&self, r: &FollowedRun) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(
                 "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, pages) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
@@ -36,7 +36,7 @@ impl GatewayStore {
     /// transaction: a crash leaves either both or neither.
     pub async fn start_run(&self, r: &FollowedRun, upto: i64) -> Result<()> {
         let t = now();
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             // A fresh row, as the `INSERT OR REPLACE` this was on SQLite: every column the
             // insert does not name goes back to its default (NULL for `channel` and `chat`).
@@ -75,7 +75,7 @@ impl GatewayStore {
         let t = now();
         let cutoff = (chrono::Utc::now() - chrono::Duration::days(2))
             .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        let inserted = with_pool!(self, |pool| {
+        let inserted = with_pool!(&self.db, |pool| {
             let inserted = sqlx::query(
                 "INSERT INTO seen (channel, chat_id, message_id, seen_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT DO NOTHING",
@@ -98,7 +98,7 @@ impl GatewayStore {
 
     /// Undoes [`GatewayStore::first_seen`] for a message that could not be stored.
     pub async fn forget_seen(&self, channel: &str, chat_id: &str, message_id: &str) -> Result<()> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM seen WHERE channel = $1 AND chat_id = $2 AND message_id = $3")
                 .bind(channel)
                 .bind(chat_id)
@@ -110,7 +110,7 @@ impl GatewayStore {
     }
 
     pub async fn run(&self, key: &str) -> Result<Option<FollowedRun>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!(
                 "SELECT ",
                 run_cols!(),
@@ -126,7 +126,7 @@ impl GatewayStore {
     }
 
     pub async fn runs(&self) -> Result<Vec<FollowedRun>> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query(concat!("SELECT ", run_cols!(), " FROM runs"))
                 .fetch_all(pool)
                 .await?
@@ -137,7 +137,7 @@ impl GatewayStore {
     }
 
     pub async fn finish_run(&self, key: &str) -> Result<()> {
-        with_pool!(self, |pool| {
+        with_pool!(&self.db, |pool| {
             sqlx::query("DELETE FROM runs WHERE routing_key = $1")
                 .bind(key)
                 .execute(pool)

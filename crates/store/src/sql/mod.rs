@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
-use sqlx::{PgConnection, PgPool, Row, SqliteConnection, SqlitePool};
+use sqlx::{PgConnection, Row, SqliteConnection};
 use uuid::Uuid;
 
 pub use open::{PostgresOptions, SqliteOptions};
@@ -57,11 +57,8 @@ pub struct SqlStore {
     db: Db,
 }
 
-#[derive(Debug, Clone)]
-enum Db {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
+/// The kit's pool type, on whichever back-end (see [`with_db`]).
+use switchboard_db::Db;
 
 /// Runs `$body` with `$pool` bound to the store's pool and `$d` to its back-end's marker
 /// ([`Sqlite`] or [`Pg`]): the body is written once and compiled once per back-end, so its
@@ -69,11 +66,11 @@ enum Db {
 macro_rules! with_db {
     ($store:expr, |$pool:ident, $d:ident| $body:expr) => {
         match &$store.db {
-            $crate::sql::Db::Sqlite($pool) => {
+            ::switchboard_db::Db::Sqlite($pool) => {
                 let $d = $crate::sql::Sqlite;
                 $body
             }
-            $crate::sql::Db::Postgres($pool) => {
+            ::switchboard_db::Db::Postgres($pool) => {
                 let $d = $crate::sql::Pg;
                 $body
             }

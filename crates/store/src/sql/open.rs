@@ -137,9 +137,6 @@ impl SqlStore {
 
     /// Closes the pool, waiting for connections to finish.
     pub async fn close(&self) {
-        match &self.db {
-            Db::Sqlite(pool) => pool.close().await,
-            Db::Postgres(pool) => pool.close().await,
-        }
+        self.db.close().await
     }
 }

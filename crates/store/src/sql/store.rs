@@ -150,10 +150,7 @@ impl Store for SqlStore {
     // --- the store itself -------------------------------------------------------------------
 
     fn kind(&self) -> &'static str {
-        match self.db {
-            super::Db::Sqlite(_) => "sqlite",
-            super::Db::Postgres(_) => "postgres",
-        }
+        self.db.kind()
     }
 
     async fn ping(&self) -> Result<()> {
