@@ -153,23 +153,62 @@ pub struct ChannelContext {
     pub state: Arc<dyn ChannelState>,
 }
 
+/// What the dispatcher needs to know of a channel to show replies in it: one value, built
+/// by the channel when it is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// The configured name: `telegram`, `webhook:ops` …
+    pub name: String,
+    /// Longest text of one message.
+    pub max_chars: usize,
+    /// Whether sent messages can be edited (streaming by edits).
+    pub can_edit: bool,
+    /// How often one chat's messages may be edited. The dispatcher shows a streaming reply
+    /// at this pace, each edit with all the text there is by then; [`Channel::edit`] itself
+    /// also waits for its chat's turn.
+    pub edit_interval: std::time::Duration,
+}
+
+impl ChannelInfo {
+    /// A channel that edits, at one edit a second per chat.
+    pub fn new(name: impl Into<String>, max_chars: usize) -> Self {
+        Self {
+            name: name.into(),
+            max_chars,
+            can_edit: true,
+            edit_interval: std::time::Duration::from_secs(1),
+        }
+    }
+
+    pub fn edit_interval(mut self, every: std::time::Duration) -> Self {
+        self.edit_interval = every;
+        self
+    }
+}
+
 /// A chat platform connection.
 ///
 /// (A gateway wraps each channel to note its chats' activity — `dispatcher/activity.rs`: a
 /// method added here must be forwarded there.)
 #[async_trait]
 pub trait Channel: Send + Sync + 'static {
-    /// The configured name: `telegram`, `webhook:ops` …
-    fn name(&self) -> &str;
-    /// Longest text of one message.
-    fn max_chars(&self) -> usize;
-    /// Whether sent messages can be edited (streaming by edits).
-    fn can_edit(&self) -> bool;
-    /// How often one chat's messages may be edited. The dispatcher shows a streaming reply
-    /// at this pace, each edit with all the text there is by then; [`Channel::edit`] itself
-    /// also waits for its chat's turn.
+    /// Its name, message size and edit pace.
+    fn info(&self) -> &ChannelInfo;
+    /// [`ChannelInfo::name`].
+    fn name(&self) -> &str {
+        &self.info().name
+    }
+    /// [`ChannelInfo::max_chars`].
+    fn max_chars(&self) -> usize {
+        self.info().max_chars
+    }
+    /// [`ChannelInfo::can_edit`].
+    fn can_edit(&self) -> bool {
+        self.info().can_edit
+    }
+    /// [`ChannelInfo::edit_interval`].
     fn edit_interval(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(1)
+        self.info().edit_interval
     }
     /// Receives until `cancel` fires, handing everything to `ctx.sink`. Returns an error
     /// only for a failure that retrying will not fix; transient errors are retried inside.

@@ -61,8 +61,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
-    OutgoingFile,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatRef,
+    Fetched, OutgoingFile,
 };
 
 mod gateway;
@@ -200,6 +200,7 @@ impl fmt::Debug for DiscordConfig {
 
 /// A Discord bot connection; see the module docs.
 pub struct DiscordChannel {
+    info: ChannelInfo,
     cfg: DiscordConfig,
     /// The REST API, its retry policy and the bot's outbox (which also holds a bucket
     /// that reported no calls left until it resets).
@@ -247,20 +248,8 @@ fn valid_id(id: &str) -> bool {
 
 #[async_trait]
 impl Channel for DiscordChannel {
-    fn name(&self) -> &str {
-        &self.cfg.name
-    }
-
-    fn max_chars(&self) -> usize {
-        MAX_CHARS
-    }
-
-    fn can_edit(&self) -> bool {
-        true
-    }
-
-    fn edit_interval(&self) -> Duration {
-        self.cfg.edit_interval
+    fn info(&self) -> &ChannelInfo {
+        &self.info
     }
 
     async fn run(

@@ -102,6 +102,7 @@ impl DiscordChannel {
             limits(cfg.edit_interval),
         );
         Ok(Self {
+            info: ChannelInfo::new(cfg.name.clone(), MAX_CHARS).edit_interval(cfg.edit_interval),
             cfg,
             client,
             reply_to: Mutex::new(HashMap::new()),

@@ -39,20 +39,8 @@ impl Tracked {
 
 #[async_trait]
 impl Channel for Tracked {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn max_chars(&self) -> usize {
-        self.inner.max_chars()
-    }
-
-    fn can_edit(&self) -> bool {
-        self.inner.can_edit()
-    }
-
-    fn edit_interval(&self) -> std::time::Duration {
-        self.inner.edit_interval()
+    fn info(&self) -> &crate::channel::ChannelInfo {
+        self.inner.info()
     }
 
     async fn run(

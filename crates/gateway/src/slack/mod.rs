@@ -70,8 +70,8 @@ use sha2::Sha256;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
-    Fetched, Inbound, InboundHttpError, OutgoingFile,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatKind,
+    ChatRef, Fetched, Inbound, InboundHttpError, OutgoingFile,
 };
 
 mod blocks;
@@ -291,6 +291,7 @@ enum SessionEnd {
 
 /// A Slack app connection; see the module docs.
 pub struct SlackChannel {
+    info: ChannelInfo,
     cfg: SlackConfig,
     /// The Web API, its retry policy and the bot's outbox.
     client: PlatformClient,
@@ -321,20 +322,8 @@ fn header_safe(token: &str) -> bool {
 
 #[async_trait]
 impl Channel for SlackChannel {
-    fn name(&self) -> &str {
-        &self.cfg.name
-    }
-
-    fn max_chars(&self) -> usize {
-        MESSAGE_CHARS
-    }
-
-    fn can_edit(&self) -> bool {
-        true
-    }
-
-    fn edit_interval(&self) -> Duration {
-        self.cfg.edit_interval
+    fn info(&self) -> &ChannelInfo {
+        &self.info
     }
 
     async fn run(

@@ -83,6 +83,8 @@ impl SlackChannel {
             limits(cfg.edit_interval),
         );
         Ok(Self {
+            info: ChannelInfo::new(cfg.name.clone(), MESSAGE_CHARS)
+                .edit_interval(cfg.edit_interval),
             cfg,
             client,
             me: tokio::sync::OnceCell::new(),

@@ -55,6 +55,7 @@ impl TelegramChannel {
             limits(cfg.edit_interval),
         );
         Ok(Self {
+            info: ChannelInfo::new(cfg.name.clone(), MAX_CHARS).edit_interval(cfg.edit_interval),
             cfg,
             client,
             me: tokio::sync::OnceCell::new(),

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
-    Inbound, OutgoingFile,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatRef,
+    Fetched, Inbound, OutgoingFile,
 };
 
 mod bot_api;
@@ -161,6 +161,7 @@ struct BotIdentity {
 
 /// A Telegram bot connection; see the module docs.
 pub struct TelegramChannel {
+    info: ChannelInfo,
     cfg: TelegramConfig,
     /// The Bot API, its retry policy and the bot's outbox.
     client: PlatformClient,
@@ -178,20 +179,8 @@ impl fmt::Debug for TelegramChannel {
 
 #[async_trait]
 impl Channel for TelegramChannel {
-    fn name(&self) -> &str {
-        &self.cfg.name
-    }
-
-    fn max_chars(&self) -> usize {
-        MAX_CHARS
-    }
-
-    fn can_edit(&self) -> bool {
-        true
-    }
-
-    fn edit_interval(&self) -> Duration {
-        self.cfg.edit_interval
+    fn info(&self) -> &ChannelInfo {
+        &self.info
     }
 
     async fn run(

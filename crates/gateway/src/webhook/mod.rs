@@ -109,8 +109,8 @@ use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatKind, ChatRef,
-    Inbound, InboundMessage, Peer,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatKind,
+    ChatRef, Inbound, InboundMessage, Peer,
 };
 use crate::platform::{self, Call, Limits, OverCap, PlatformClient, RetryPolicy, Verdict};
 
@@ -239,6 +239,7 @@ fn valid_name(name: &str) -> bool {
 /// A webhook connection: receives through the gateway's HTTP route (see [`verify`] and
 /// [`parse_inbound`]), sends by POSTing signed JSON to the configured URL.
 pub struct WebhookChannel {
+    info: ChannelInfo,
     cfg: WebhookConfig,
     channel_name: String,
     url: reqwest::Url,
@@ -321,6 +322,7 @@ impl WebhookChannel {
             Limits::new(),
         );
         Ok(Self {
+            info: ChannelInfo::new(channel_name.clone(), cfg.max_chars),
             cfg,
             channel_name,
             url,
@@ -417,16 +419,8 @@ impl WebhookChannel {
 
 #[async_trait]
 impl Channel for WebhookChannel {
-    fn name(&self) -> &str {
-        &self.channel_name
-    }
-
-    fn max_chars(&self) -> usize {
-        self.cfg.max_chars
-    }
-
-    fn can_edit(&self) -> bool {
-        true
+    fn info(&self) -> &ChannelInfo {
+        &self.info
     }
 
     /// Inbound arrives over the gateway's HTTP route, so this only waits for `cancel`.
