@@ -60,7 +60,6 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
     params(("agent" = Option<String>, Query, description = "The `[agents.NAME]` this connection's new sessions run (default: the server's default backend)")),
     responses(
         (status = 101, description = "Switching Protocols: the connection is a WebSocket carrying ACP"),
-        (status = 401, description = "`unauthorized` or `invalid_token`", body = switchboard_protocol::ErrorBody),
         (status = 426, description = "`upgrade_required`: not a WebSocket handshake", body = switchboard_protocol::ErrorBody)))]
 async fn acp(
     State(mut state): State<WsState>,

@@ -88,7 +88,6 @@ pub fn router(scheduler: Scheduler, token: impl Into<String>) -> Router {
 /// Every schedule, oldest first, with its next firing.
 #[utoipa::path(get, path = "/v1/schedules", tag = "schedules", security(("bearer" = [])),
     responses((status = 200, body = ListSchedulesResponse),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn list(State(s): State<Scheduler>) -> ApiResult<axum::Json<ListSchedulesResponse>> {
     Ok(axum::Json(ListSchedulesResponse {
@@ -101,7 +100,6 @@ async fn list(State(s): State<Scheduler>) -> ApiResult<axum::Json<ListSchedulesR
     security(("bearer" = [])),
     responses((status = 201, body = Schedule),
               (status = 400, description = "`invalid_json` (not a schedule, unknown field) or `validation_failed` (not an object)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
               (status = 422, description = "`invalid_trigger` (a bad cron, time zone, interval or time), `unknown_target` (a delivery target naming no configured channel) or `validation_failed`; `field` names the field", body = ErrorBody),
@@ -115,7 +113,6 @@ async fn create(State(s): State<Scheduler>, Json(spec): Json<ScheduleSpec>) -> A
     params(("id" = Uuid, Path)), security(("bearer" = [])),
     responses((status = 200, body = Schedule),
               (status = 400, description = "`invalid_path`: not a schedule id", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn get_one(
@@ -131,7 +128,6 @@ async fn get_one(
     params(("id" = Uuid, Path)), request_body = UpdateScheduleRequest, security(("bearer" = [])),
     responses((status = 200, body = Schedule),
               (status = 400, description = "`invalid_json` or `invalid_path`", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
@@ -150,7 +146,6 @@ async fn update(
     params(("id" = Uuid, Path)), security(("bearer" = [])),
     responses((status = 204, description = "Deleted"),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn delete(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<StatusCode> {
@@ -163,7 +158,6 @@ async fn delete(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<S
     params(("id" = Uuid, Path)), security(("bearer" = [])),
     responses((status = 202, description = "The firing, starting or queued", body = Firing),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn run_now(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<Response> {
@@ -177,7 +171,6 @@ async fn run_now(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<
     params(("id" = Uuid, Path)), security(("bearer" = [])),
     responses((status = 200, body = ListFiringsResponse),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn firings(
@@ -194,7 +187,6 @@ async fn firings(
     params(("id" = Uuid, Path), ("firing_id" = Uuid, Path)), security(("bearer" = [])),
     responses((status = 202, description = "The firing, its failed deliveries pending again", body = Firing),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found` or `firing_not_found`", body = ErrorBody),
               (status = 409, description = "`firing_busy`: still being worked on, or no failed delivery", body = ErrorBody),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]

@@ -191,7 +191,6 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
 /// bound sessions and what waits.
 #[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn status(State(s): State<ApiState>) -> Response {
@@ -268,7 +267,6 @@ fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 /// that the chat's later messages run; each chat was told. The oldest first.
 #[utoipa::path(get, path = "/v1/gateway/parked", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, body = switchboard_protocol::gateway::ParkedBatchesResponse),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn parked(State(s): State<ApiState>) -> Response {
@@ -285,7 +283,6 @@ async fn parked(State(s): State<ApiState>) -> Response {
 /// `thread` = `chat.thread` and `kind` = `chat.kind`.
 #[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, body = GatewaySessionsResponse),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn sessions(State(s): State<ApiState>) -> Response {
@@ -323,7 +320,6 @@ async fn sessions(State(s): State<ApiState>) -> Response {
 #[utoipa::path(delete, path = "/v1/gateway/bindings/{routing_key}", tag = "gateway",
     params(("routing_key" = String, Path)), security(("bearer" = [])),
     responses((status = 204, description = "Unbound"),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response {

@@ -29,7 +29,6 @@ pub(crate) fn truncate_context(v: serde_json::Value) -> serde_json::Value {
     security(("bearer" = [])),
     responses((status = 200, description = "Sent", body = GatewaySendResponse),
               (status = 400, description = "`invalid_json` (not a send request), `validation_failed` (empty text, `kind` `thread` without `thread`) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: no channel of that name, or `kind: thread` without `thread`", body = ErrorBody),
               (status = 500, description = "`internal`: the context could not be stored", body = ErrorBody),
@@ -165,7 +164,6 @@ pub(crate) fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
     security(("bearer" = [])),
     responses((status = 200, description = "Asked (or asked already)", body = GatewayAskResponse),
               (status = 400, description = "`invalid_json` (not an ask request) or `validation_failed` (no calls)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
               (status = 409, description = "`no_pending_approval`: the run does not wait for those calls", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
@@ -216,7 +214,6 @@ pub(crate) async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
     security(("bearer" = [])),
     responses((status = 200, description = "Settled: whether the calls were rejected now", body = GatewayExpireResponse),
               (status = 400, description = "`invalid_json` or `validation_failed` (blank reason)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`not_found`: no such prompt (answered already)", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]

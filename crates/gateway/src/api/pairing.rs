@@ -25,7 +25,6 @@ pub(crate) fn pairing_wire(
 /// message and were given a code; the oldest first, expired ones left out.
 #[utoipa::path(get, path = "/v1/gateway/pairing", tag = "gateway", security(("bearer" = [])),
     responses((status = 200, description = "The pending requests", body = PairingRequestsResponse),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 pub(crate) async fn pairing_list(State(s): State<ApiState>) -> Response {
@@ -91,7 +90,6 @@ pub(crate) fn no_pairing(req: &PairingDecision) -> Response {
     security(("bearer" = [])),
     responses((status = 200, description = "Approved: the request", body = PairingRequest),
               (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 415, description = "`unsupported_media_type`: the body is not JSON", body = ErrorBody),
@@ -116,7 +114,6 @@ pub(crate) async fn pairing_approve(
     security(("bearer" = [])),
     responses((status = 200, description = "Refused: the request", body = PairingRequest),
               (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
-              (status = 401, description = "`unauthorized` or `invalid_token`", body = ErrorBody),
               (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
               (status = 415, description = "`unsupported_media_type`: the body is not JSON", body = ErrorBody),
