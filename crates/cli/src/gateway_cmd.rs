@@ -36,7 +36,7 @@ fn gateway_settings(settings: &Settings) -> Result<&crate::config::GatewaySettin
 pub async fn channels(settings: &Settings, cmd: ChannelsCommand) -> Result<ExitCode> {
     let ChannelsCommand::Test { name } = cmd;
     let g = gateway_settings(settings)?;
-    let channels = serve::build_channels(g)?;
+    let channels = g.channels()?;
     let mut failed = false;
     let mut tested = 0;
     for ch in channels {
@@ -94,7 +94,7 @@ pub async fn pairing(settings: &Settings, cmd: PairingCommand) -> Result<ExitCod
         PairingCommand::Refuse { channel, code } => {
             // The person is told through the channel, when it is configured here.
             let channels = match settings.gateway.as_ref() {
-                Some(g) => serve::build_channels(g)?,
+                Some(g) => g.channels()?,
                 None => Vec::new(),
             };
             let chat = channels.iter().find(|c| c.name() == channel);

@@ -481,238 +481,84 @@ pub async fn start_scheduler(
 }
 
 /// The lease that decides which instance runs the chat channels.
-const GATEWAY_LEASE: &str = "gateway";
+/// The engine's leases (in the store the instances share), as the gateway elects its
+/// active instance with them.
+struct StoreLeases(Arc<dyn Store>);
 
-/// This instance's gateway. Alone on its store (SQLite) it runs at once. On a shared
-/// PostgreSQL store exactly one instance runs the channels — the holder of the `gateway`
-/// lease — and the others stand by: they store what reaches them over HTTP (webhooks) for
-/// the active one, and the first to see the lease run out takes over, resuming queues,
-/// followed runs and prompts from the shared store like a restart would.
-pub struct GatewayService {
-    pub slot: switchboard_gateway::api::GatewaySlot,
-    election: Option<(
-        tokio_util::sync::CancellationToken,
-        tokio::task::JoinHandle<()>,
-    )>,
-}
+#[async_trait::async_trait]
+impl switchboard_gateway::service::Leases for StoreLeases {
+    type Lease = switchboard_store::Lease;
 
-impl GatewayService {
-    /// Stops the gateway. Alone: pending approvals are rejected and followed runs cancelled,
-    /// as before. Sharing: the active gateway stops and gives its lease back, so a standby
-    /// instance takes over at once and finds everything as it was.
-    pub async fn shutdown(self) {
-        match self.election {
-            None => self.slot.get().shutdown().await,
-            Some((cancel, task)) => {
-                cancel.cancel();
-                let _ = task.await;
-            }
-        }
+    async fn acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<Self::Lease>, String> {
+        self.0
+            .acquire_lease(name, holder, ttl)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn renew(&self, lease: &Self::Lease, ttl: Duration) -> Result<bool, String> {
+        self.0
+            .renew_lease(lease, ttl)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn release(&self, lease: &Self::Lease) -> Result<(), String> {
+        self.0
+            .release_lease(lease)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 }
 
-/// Opens the gateway store and starts the configured channels (or stands by; see
-/// [`GatewayService`]).
+/// Opens the gateway store and starts the configured channels (or stands by: see
+/// `switchboard_gateway::service`).
 pub async fn start_gateway(
     settings: &Settings,
     g: &crate::config::GatewaySettings,
     server_url: &str,
     token: &str,
     leases: Option<Arc<dyn Store>>,
-) -> Result<GatewayService> {
+) -> Result<switchboard_gateway::service::GatewayService> {
+    use switchboard_gateway::service::{Election, GatewayParts, GatewayService};
     let store = open_gateway_store(settings).await?;
     let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let channels = build_channels(g)?;
-    for c in &channels {
-        tracing::info!(channel = %c.name(), "chat channel configured");
-    }
     let mut config = g.config.clone();
     config.max_file_bytes = settings.files.max_file_bytes;
     config.max_attachments = settings.files.max_attachments;
     config.speech = settings.speech.clone();
-    if store.kind() != "postgres" {
-        let gw = switchboard_gateway::Gateway::start(config.clone(), client, store, channels)
-            .await
-            .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))?;
-        return Ok(GatewayService {
-            slot: gw.into(),
-            election: None,
-        });
-    }
-    // The lease lives in the engine's store (the same database).
-    let leases = match leases {
-        Some(l) => l,
-        None => switchboard_store::open_url(&settings.store_url())
-            .await
-            .with_context(|| format!("opening {}", settings.store_url_redacted()))?,
+    // On a shared store the lease lives in the engine's store (the same database).
+    let election = if store.kind() == "postgres" {
+        let leases = match leases {
+            Some(l) => l,
+            None => switchboard_store::open_url(&settings.store_url())
+                .await
+                .with_context(|| format!("opening {}", settings.store_url_redacted()))?,
+        };
+        Some(Election {
+            leases: StoreLeases(leases),
+            instance: settings.instance_id.clone(),
+            ttl: settings.lease,
+        })
+    } else {
+        None
     };
     let parts = GatewayParts {
         config,
         client,
         store,
-        channels,
+        channels: g.channels()?,
     };
-    let slot = switchboard_gateway::api::GatewaySlot::new(parts.standby());
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(gateway_election(
-        parts,
-        slot.clone(),
-        leases,
-        settings.instance_id.clone(),
-        settings.lease,
-        cancel.clone(),
-    ));
-    Ok(GatewayService {
-        slot,
-        election: Some((cancel, task)),
-    })
-}
-
-/// What a gateway is built from, for building it again at each change of role.
-struct GatewayParts {
-    config: switchboard_gateway::GatewayConfig,
-    client: switchboard_client::Client,
-    store: switchboard_gateway::GatewayStore,
-    channels: Vec<Arc<dyn switchboard_gateway::Channel>>,
-}
-
-impl GatewayParts {
-    fn standby(&self) -> switchboard_gateway::Gateway {
-        switchboard_gateway::Gateway::standby(
-            self.config.clone(),
-            self.client.clone(),
-            self.store.clone(),
-            self.channels.clone(),
-        )
-    }
-
-    async fn active(&self) -> Result<switchboard_gateway::Gateway> {
-        switchboard_gateway::Gateway::start(
-            self.config.clone(),
-            self.client.clone(),
-            self.store.clone(),
-            self.channels.clone(),
-        )
+    GatewayService::start(parts, election)
         .await
         .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))
-    }
-}
-
-/// Takes the gateway lease when it is free (or has run out), renews it while active, and
-/// steps down when it cannot: when the lease was taken over, or when renewing has failed
-/// for a whole lease length (the others may have taken it over meanwhile).
-async fn gateway_election(
-    parts: GatewayParts,
-    slot: switchboard_gateway::api::GatewaySlot,
-    leases: Arc<dyn Store>,
-    me: String,
-    ttl: Duration,
-    cancel: tokio_util::sync::CancellationToken,
-) {
-    let mut held: Option<(switchboard_store::Lease, std::time::Instant)> = None;
-    loop {
-        let step_down = match &held {
-            None => {
-                match leases.acquire_lease(GATEWAY_LEASE, &me, ttl).await {
-                    Ok(Some(lease)) => match parts.active().await {
-                        Ok(gw) => {
-                            tracing::info!(instance = %me, token = lease.token, "gateway lease taken: running the chat channels");
-                            metrics::counter!("switchboard_lease_takeovers_total", "lease" => "gateway").increment(1);
-                            slot.replace(gw).stop().await;
-                            held = Some((lease, std::time::Instant::now()));
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "could not start the gateway");
-                            let _ = leases.release_lease(&lease).await;
-                        }
-                    },
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!(error = %e, "taking the gateway lease failed"),
-                }
-                false
-            }
-            Some((lease, renewed)) => {
-                let started = std::time::Instant::now();
-                // Bounded, and timed from before the call: the lease may run out (and be
-                // taken over) from then on, so step down well before a lease has passed.
-                let result = tokio::time::timeout(ttl / 4, leases.renew_lease(lease, ttl)).await;
-                match result {
-                    Ok(Ok(true)) => {
-                        held = Some((lease.clone(), started));
-                        false
-                    }
-                    Ok(Ok(false)) => {
-                        tracing::warn!(instance = %me, "gateway lease taken over by another instance: standing by");
-                        true
-                    }
-                    failed if renewed.elapsed() >= ttl * 2 / 3 => {
-                        tracing::warn!(outcome = ?failed.map(|r| r.map(|_| ())), "gateway lease not renewed for two thirds of a lease: standing by");
-                        true
-                    }
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "renewing the gateway lease failed");
-                        false
-                    }
-                    Err(_) => {
-                        tracing::warn!("renewing the gateway lease timed out");
-                        false
-                    }
-                }
-            }
-        };
-        if step_down {
-            held = None;
-            slot.replace(parts.standby()).stop().await;
-        }
-        // Renew every third of the lease; while standing by, try every eighth, so that a
-        // dead holder is replaced soon after its lease runs out.
-        let period = if held.is_some() { ttl / 3 } else { ttl / 8 };
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(period) => {}
-        }
-    }
-    // Shutting down: hand over at once.
-    if let Some((lease, _)) = held {
-        slot.get().stop().await;
-        if let Err(e) = leases.release_lease(&lease).await {
-            tracing::warn!(error = %e, "giving the gateway lease back failed");
-        }
-    }
-}
-
-/// The configured channel connections.
-pub fn build_channels(
-    g: &crate::config::GatewaySettings,
-) -> Result<Vec<Arc<dyn switchboard_gateway::Channel>>> {
-    let mut out: Vec<Arc<dyn switchboard_gateway::Channel>> = Vec::new();
-    if let Some(tg) = &g.telegram {
-        out.push(Arc::new(
-            switchboard_gateway::telegram::TelegramChannel::new(tg.clone())
-                .map_err(|e| anyhow::anyhow!("[channels.telegram]: {e}"))?,
-        ));
-    }
-    if let Some(c) = &g.slack {
-        out.push(Arc::new(
-            switchboard_gateway::slack::SlackChannel::new(c.clone())
-                .map_err(|e| anyhow::anyhow!("[channels.slack] (or SWITCHBOARD_SLACK_*): {e}"))?,
-        ));
-    }
-    if let Some(c) = &g.discord {
-        out.push(Arc::new(
-            switchboard_gateway::discord::DiscordChannel::new(c.clone()).map_err(|e| {
-                anyhow::anyhow!("[channels.discord] (or SWITCHBOARD_DISCORD_*): {e}")
-            })?,
-        ));
-    }
-    for w in &g.webhooks {
-        out.push(Arc::new(
-            switchboard_gateway::webhook::WebhookChannel::new(w.clone())
-                .map_err(|e| anyhow::anyhow!("[channels.webhook.{}]: {e}", w.name))?,
-        ));
-    }
-    Ok(out)
 }
 
 pub async fn shutdown_signal() {

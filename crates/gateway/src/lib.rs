@@ -16,6 +16,8 @@ pub mod pairing;
 pub mod platform;
 pub mod preview;
 pub mod routing;
+pub mod service;
+pub mod settings;
 pub mod slack;
 pub mod speech;
 pub mod store;

@@ -25,9 +25,9 @@ pub struct FileConfig {
     #[serde(default)]
     pub agents: std::collections::BTreeMap<String, AgentSection>,
     #[serde(default)]
-    pub gateway: GatewaySection,
+    pub gateway: switchboard_gateway::settings::GatewaySection,
     #[serde(default)]
-    pub channels: ChannelsSection,
+    pub channels: switchboard_gateway::settings::ChannelsSection,
     #[serde(default)]
     pub relay: RelaySection,
     #[serde(default)]
@@ -204,76 +204,6 @@ pub struct RelaySettings {
     pub quiescence_timeout_secs: u64,
     pub turn_timeout_secs: u64,
     pub limits: switchboard_relay::Limits,
-}
-
-/// `[gateway]`: how chat messages map to sessions and approvals.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatewaySection {
-    /// Run the gateway inside `serve` (default: when a channel is configured).
-    pub enabled: Option<bool>,
-    /// `main`, `per_peer` or `per_channel_peer`.
-    pub dm_scope: Option<switchboard_gateway::DmScope>,
-    pub title_template: Option<String>,
-    /// `allow_all`, `deny_all` or `allowlist`.
-    pub approval_mode: Option<String>,
-    pub allowlist: Option<Vec<String>>,
-    pub run_timeout_secs: Option<u64>,
-    pub session_cwd: Option<String>,
-    pub session_model: Option<String>,
-    pub session_permission_mode: Option<PermissionMode>,
-    pub context_ttl_secs: Option<u64>,
-    pub pairing_ttl_secs: Option<u64>,
-    /// The longest rate-limit wait a platform call waits out (default 60).
-    pub rate_limit_max_wait_secs: Option<u64>,
-    /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
-    pub rate_limit_over_cap: Option<String>,
-    /// Routing key → session id.
-    #[serde(default)]
-    pub bindings: std::collections::BTreeMap<String, uuid::Uuid>,
-}
-
-/// `[channels.*]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelsSection {
-    pub telegram: Option<TelegramSection>,
-    pub slack: Option<SlackSection>,
-    pub discord: Option<DiscordSection>,
-    #[serde(default)]
-    pub webhook: std::collections::BTreeMap<String, WebhookSection>,
-}
-
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelegramSection {
-    pub token: Option<String>,
-    pub base_url: Option<String>,
-    /// Chat ids allowed without pairing.
-    pub allowed_chats: Option<Vec<String>>,
-    /// User ids allowed without pairing, in any chat.
-    pub allowed_users: Option<Vec<String>>,
-    /// User ids that may answer approvals in groups (default: whoever asked).
-    pub approvers: Option<Vec<String>>,
-    pub approval_mode: Option<String>,
-    /// In groups, answer only when mentioned or replied to (default true).
-    pub require_mention: Option<bool>,
-    /// One session per forum topic (default true), or one per group.
-    pub thread_sessions: Option<bool>,
-    /// Webhook mode: the public HTTPS URL Telegram POSTs to (ending in
-    /// `/v1/gateway/channels/telegram/webhook`), and the secret it sends back.
-    pub webhook_url: Option<String>,
-    pub webhook_secret: Option<String>,
-}
-
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookSection {
-    pub secret: String,
-    /// Where replies and approval prompts are POSTed.
-    pub url: String,
-    pub approval_mode: Option<String>,
-    pub approvers: Option<Vec<String>>,
 }
 
 /// One ACP agent: the command that starts it (speaking ACP on stdio).

@@ -7,15 +7,22 @@ use serde::Deserialize;
 use switchboard_protocol::PermissionMode;
 
 mod file;
-mod gateway;
 mod parse;
 
 pub use file::*;
 use parse::*;
 pub use parse::{parse_config, redact_url};
 
-use gateway::gateway_settings;
-pub use gateway::{DiscordSection, GatewaySettings, SlackSection};
+pub use switchboard_gateway::settings::GatewaySettings;
+
+/// The gateway's settings from the file's `[gateway]` and `[channels.*]` sections (the
+/// gateway reads them; see `switchboard_gateway::settings`).
+fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
+    Ok(switchboard_gateway::settings::gateway_settings(
+        &file.gateway,
+        &file.channels,
+    )?)
+}
 
 /// The effective settings after file, environment and defaults.
 #[derive(Clone)]

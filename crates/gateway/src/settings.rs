@@ -1,7 +1,108 @@
-//! The chat gateway's settings: `[gateway]`, `[channels.*]` and their environment
-//! variables, checked and turned into the gateway's configs.
+//! The chat gateway's settings: the `[gateway]` and `[channels.*]` sections of the
+//! configuration file (read by the binary, handed over as they are) and their `SWITCHBOARD_*`
+//! environment variables, checked — each error naming its key — and turned into the
+//! gateway's and its channels' configs. The gateway owns them: a new chat platform adds its
+//! section here, not in the binary.
 
-use super::*;
+use serde::Deserialize;
+
+use switchboard_protocol::PermissionMode;
+
+/// A setting that is wrong, in words that name its key.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(String);
+
+impl SettingsError {
+    fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+/// An environment variable, unless unset or empty.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, SettingsError> {
+    match env(name) {
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| SettingsError(format!("{name}={v:?} is not a valid value"))),
+        None => Ok(None),
+    }
+}
+
+/// `[gateway]`: how chat messages map to sessions and approvals.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// Run the gateway inside `serve` (default: when a channel is configured).
+    pub enabled: Option<bool>,
+    /// `main`, `per_peer` or `per_channel_peer`.
+    pub dm_scope: Option<crate::DmScope>,
+    pub title_template: Option<String>,
+    /// `allow_all`, `deny_all` or `allowlist`.
+    pub approval_mode: Option<String>,
+    pub allowlist: Option<Vec<String>>,
+    pub run_timeout_secs: Option<u64>,
+    pub session_cwd: Option<String>,
+    pub session_model: Option<String>,
+    pub session_permission_mode: Option<PermissionMode>,
+    pub context_ttl_secs: Option<u64>,
+    pub pairing_ttl_secs: Option<u64>,
+    /// The longest rate-limit wait a platform call waits out (default 60).
+    pub rate_limit_max_wait_secs: Option<u64>,
+    /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
+    pub rate_limit_over_cap: Option<String>,
+    /// Routing key → session id.
+    #[serde(default)]
+    pub bindings: std::collections::BTreeMap<String, uuid::Uuid>,
+}
+
+/// `[channels.*]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsSection {
+    pub telegram: Option<TelegramSection>,
+    pub slack: Option<SlackSection>,
+    pub discord: Option<DiscordSection>,
+    #[serde(default)]
+    pub webhook: std::collections::BTreeMap<String, WebhookSection>,
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSection {
+    pub token: Option<String>,
+    pub base_url: Option<String>,
+    /// Chat ids allowed without pairing.
+    pub allowed_chats: Option<Vec<String>>,
+    /// User ids allowed without pairing, in any chat.
+    pub allowed_users: Option<Vec<String>>,
+    /// User ids that may answer approvals in groups (default: whoever asked).
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+    /// In groups, answer only when mentioned or replied to (default true).
+    pub require_mention: Option<bool>,
+    /// One session per forum topic (default true), or one per group.
+    pub thread_sessions: Option<bool>,
+    /// Webhook mode: the public HTTPS URL Telegram POSTs to (ending in
+    /// `/v1/gateway/channels/telegram/webhook`), and the secret it sends back.
+    pub webhook_url: Option<String>,
+    pub webhook_secret: Option<String>,
+}
+
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    pub secret: String,
+    /// Where replies and approval prompts are POSTed.
+    pub url: String,
+    pub approval_mode: Option<String>,
+    pub approvers: Option<Vec<String>>,
+}
 
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,11 +182,11 @@ impl std::fmt::Debug for WebhookSection {
 /// The chat gateway's settings, if any channel is configured (file or environment).
 #[derive(Clone)]
 pub struct GatewaySettings {
-    pub config: switchboard_gateway::GatewayConfig,
-    pub telegram: Option<switchboard_gateway::telegram::TelegramConfig>,
-    pub slack: Option<switchboard_gateway::slack::SlackConfig>,
-    pub discord: Option<switchboard_gateway::discord::DiscordConfig>,
-    pub webhooks: Vec<switchboard_gateway::webhook::WebhookConfig>,
+    pub config: crate::GatewayConfig,
+    pub telegram: Option<crate::telegram::TelegramConfig>,
+    pub slack: Option<crate::slack::SlackConfig>,
+    pub discord: Option<crate::discord::DiscordConfig>,
+    pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
 
@@ -106,6 +207,43 @@ impl GatewaySettings {
     }
 }
 
+impl GatewaySettings {
+    /// The configured channel connections.
+    pub fn channels(&self) -> Result<Vec<std::sync::Arc<dyn crate::Channel>>, SettingsError> {
+        use std::sync::Arc;
+        let mut out: Vec<Arc<dyn crate::Channel>> = Vec::new();
+        if let Some(tg) = &self.telegram {
+            out.push(Arc::new(
+                crate::telegram::TelegramChannel::new(tg.clone())
+                    .map_err(|e| SettingsError(format!("[channels.telegram]: {e}")))?,
+            ));
+        }
+        if let Some(c) = &self.slack {
+            out.push(Arc::new(
+                crate::slack::SlackChannel::new(c.clone()).map_err(|e| {
+                    SettingsError(format!("[channels.slack] (or SWITCHBOARD_SLACK_*): {e}"))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.discord {
+            out.push(Arc::new(
+                crate::discord::DiscordChannel::new(c.clone()).map_err(|e| {
+                    SettingsError(format!(
+                        "[channels.discord] (or SWITCHBOARD_DISCORD_*): {e}"
+                    ))
+                })?,
+            ));
+        }
+        for w in &self.webhooks {
+            out.push(Arc::new(
+                crate::webhook::WebhookChannel::new(w.clone())
+                    .map_err(|e| SettingsError(format!("[channels.webhook.{}]: {e}", w.name)))?,
+            ));
+        }
+        Ok(out)
+    }
+}
+
 /// The access and approval settings of a platform channel's TOML section.
 struct ChannelAccess<'a> {
     chats: &'a Option<Vec<String>>,
@@ -121,11 +259,11 @@ struct ChannelAccess<'a> {
 /// `{prefix}_APPROVERS` (comma-separated), `{prefix}_APPROVAL_MODE` and
 /// `{prefix}_THREAD_SESSIONS`.
 fn channel_access(
-    config: &mut switchboard_gateway::GatewayConfig,
+    config: &mut crate::GatewayConfig,
     name: &str,
     prefix: &str,
     file: ChannelAccess<'_>,
-) -> Result<()> {
+) -> Result<(), SettingsError> {
     let list = |suffix: &str, from_file: &Option<Vec<String>>| {
         env(&format!("{prefix}_{suffix}"))
             .map(|v| csv(&v))
@@ -169,13 +307,17 @@ fn csv(v: &str) -> Vec<String> {
         .collect()
 }
 
-fn approval_mode(key: &str, v: &str) -> Result<switchboard_gateway::ApprovalMode> {
-    v.parse().map_err(|e: String| anyhow::anyhow!("{key}: {e}"))
+fn approval_mode(key: &str, v: &str) -> Result<crate::ApprovalMode, SettingsError> {
+    v.parse()
+        .map_err(|e: String| SettingsError(format!("{key}: {e}")))
 }
 
-pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
-    use switchboard_gateway::{GatewayConfig, config::Secret};
-    let g = &file.gateway;
+pub fn gateway_settings(
+    gateway: &GatewaySection,
+    channels: &ChannelsSection,
+) -> Result<Option<GatewaySettings>, SettingsError> {
+    use crate::{GatewayConfig, config::Secret};
+    let g = gateway;
     let mut config = GatewayConfig::default();
     if let Some(s) = g.dm_scope {
         config.dm_scope = s;
@@ -196,7 +338,9 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
     };
     if let Some(t) = g.run_timeout_secs {
         if t == 0 {
-            bail!("[gateway] run_timeout_secs must be at least 1");
+            return Err(SettingsError::new(
+                "[gateway] run_timeout_secs must be at least 1",
+            ));
         }
         config.run_timeout = std::time::Duration::from_secs(t);
     }
@@ -214,22 +358,22 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
     }
     config.bindings = g.bindings.clone().into_iter().collect();
 
-    let file_tg = file.channels.telegram.clone().unwrap_or_default();
+    let file_tg = channels.telegram.clone().unwrap_or_default();
     let token = env("SWITCHBOARD_TELEGRAM_TOKEN").or(file_tg.token.clone());
     let mut telegram = match token {
         None => {
-            if file.channels.telegram.is_some() {
-                bail!(
-                    "[channels.telegram]: no bot token: set `token` or SWITCHBOARD_TELEGRAM_TOKEN"
-                );
+            if channels.telegram.is_some() {
+                return Err(SettingsError::new(
+                    "[channels.telegram]: no bot token: set `token` or SWITCHBOARD_TELEGRAM_TOKEN",
+                ));
             }
             None
         }
         Some(token) => {
             if token.trim().is_empty() || !token.contains(':') {
-                bail!(
-                    "SWITCHBOARD_TELEGRAM_TOKEN / [channels.telegram] token: not a bot token (expected `<id>:<secret>` from @BotFather)"
-                );
+                return Err(SettingsError::new(
+                    "SWITCHBOARD_TELEGRAM_TOKEN / [channels.telegram] token: not a bot token (expected `<id>:<secret>` from @BotFather)",
+                ));
             }
             let name = "telegram".to_string();
             channel_access(
@@ -244,7 +388,7 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
                     thread_sessions: file_tg.thread_sessions,
                 },
             )?;
-            let mut tg = switchboard_gateway::telegram::TelegramConfig::new(token);
+            let mut tg = crate::telegram::TelegramConfig::new(token);
             tg.name = name;
             if let Some(b) = env("SWITCHBOARD_TELEGRAM_BASE_URL").or(file_tg.base_url.clone()) {
                 tg.base_url = b;
@@ -269,49 +413,53 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
                             .chars()
                             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
                     {
-                        bail!(
-                            "[channels.telegram] webhook_secret: 1-256 characters of A-Z, a-z, 0-9, _ and -"
-                        );
+                        return Err(SettingsError::new(
+                            "[channels.telegram] webhook_secret: 1-256 characters of A-Z, a-z, 0-9, _ and -",
+                        ));
                     }
                     if !url.starts_with("https://") && !url.starts_with("http://") {
-                        bail!("[channels.telegram] webhook_url: must be an http(s) URL");
+                        return Err(SettingsError::new(
+                            "[channels.telegram] webhook_url: must be an http(s) URL",
+                        ));
                     }
-                    tg.webhook = Some(switchboard_gateway::telegram::TelegramWebhook {
+                    tg.webhook = Some(crate::telegram::TelegramWebhook {
                         url,
                         secret_token: secret,
                     });
                 }
-                _ => bail!(
-                    "[channels.telegram]: webhook mode needs both webhook_url and webhook_secret"
-                ),
+                _ => {
+                    return Err(SettingsError::new(
+                        "[channels.telegram]: webhook mode needs both webhook_url and webhook_secret",
+                    ));
+                }
             }
             Some(tg)
         }
     };
-    let file_slack = file.channels.slack.clone().unwrap_or_default();
+    let file_slack = channels.slack.clone().unwrap_or_default();
     let mut slack = match env("SWITCHBOARD_SLACK_BOT_TOKEN").or(file_slack.bot_token.clone()) {
         None => {
-            if file.channels.slack.is_some() {
-                bail!(
-                    "[channels.slack]: no bot token: set `bot_token` or SWITCHBOARD_SLACK_BOT_TOKEN"
-                );
+            if channels.slack.is_some() {
+                return Err(SettingsError::new(
+                    "[channels.slack]: no bot token: set `bot_token` or SWITCHBOARD_SLACK_BOT_TOKEN",
+                ));
             }
             None
         }
         Some(token) => {
             if !token.starts_with("xoxb-") {
-                bail!(
-                    "SWITCHBOARD_SLACK_BOT_TOKEN / [channels.slack] bot_token: expected a bot token (xoxb-…)"
-                );
+                return Err(SettingsError::new(
+                    "SWITCHBOARD_SLACK_BOT_TOKEN / [channels.slack] bot_token: expected a bot token (xoxb-…)",
+                ));
             }
-            let mut c = switchboard_gateway::slack::SlackConfig::new(token);
+            let mut c = crate::slack::SlackConfig::new(token);
             c.app_token = env("SWITCHBOARD_SLACK_APP_TOKEN").or(file_slack.app_token.clone());
             c.signing_secret =
                 env("SWITCHBOARD_SLACK_SIGNING_SECRET").or(file_slack.signing_secret.clone());
             if c.app_token.is_none() && c.signing_secret.is_none() {
-                bail!(
-                    "[channels.slack]: set app_token (Socket Mode, SWITCHBOARD_SLACK_APP_TOKEN) or signing_secret (Events API, SWITCHBOARD_SLACK_SIGNING_SECRET)"
-                );
+                return Err(SettingsError::new(
+                    "[channels.slack]: set app_token (Socket Mode, SWITCHBOARD_SLACK_APP_TOKEN) or signing_secret (Events API, SWITCHBOARD_SLACK_SIGNING_SECRET)",
+                ));
             }
             if let Some(b) = env("SWITCHBOARD_SLACK_API_BASE").or(file_slack.api_base.clone()) {
                 c.api_base = b;
@@ -331,19 +479,23 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
             Some(c)
         }
     };
-    let file_dc = file.channels.discord.clone().unwrap_or_default();
+    let file_dc = channels.discord.clone().unwrap_or_default();
     let mut discord = match env("SWITCHBOARD_DISCORD_TOKEN").or(file_dc.token.clone()) {
         None => {
-            if file.channels.discord.is_some() {
-                bail!("[channels.discord]: no bot token: set `token` or SWITCHBOARD_DISCORD_TOKEN");
+            if channels.discord.is_some() {
+                return Err(SettingsError::new(
+                    "[channels.discord]: no bot token: set `token` or SWITCHBOARD_DISCORD_TOKEN",
+                ));
             }
             None
         }
         Some(token) => {
             if token.trim().is_empty() {
-                bail!("SWITCHBOARD_DISCORD_TOKEN / [channels.discord] token: must not be empty");
+                return Err(SettingsError::new(
+                    "SWITCHBOARD_DISCORD_TOKEN / [channels.discord] token: must not be empty",
+                ));
             }
-            let mut c = switchboard_gateway::discord::DiscordConfig::new(token);
+            let mut c = crate::discord::DiscordConfig::new(token);
             if let Some(b) = env("SWITCHBOARD_DISCORD_API_BASE").or(file_dc.api_base.clone()) {
                 c.api_base = b;
             }
@@ -372,19 +524,25 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
         }
     };
     let mut webhooks = Vec::new();
-    for (name, w) in &file.channels.webhook {
+    for (name, w) in &channels.webhook {
         if name.is_empty()
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            bail!("[channels.webhook.{name}]: webhook names use letters, digits, '-' and '_'");
+            return Err(SettingsError::new(format!(
+                "[channels.webhook.{name}]: webhook names use letters, digits, '-' and '_'"
+            )));
         }
         if w.secret.len() < 16 {
-            bail!("[channels.webhook.{name}] secret: use at least 16 characters");
+            return Err(SettingsError::new(format!(
+                "[channels.webhook.{name}] secret: use at least 16 characters"
+            )));
         }
         if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
-            bail!("[channels.webhook.{name}] url: must be an http(s) URL");
+            return Err(SettingsError::new(format!(
+                "[channels.webhook.{name}] url: must be an http(s) URL"
+            )));
         }
         let channel = format!("webhook:{name}");
         config.open_channels.push(channel.clone());
@@ -400,14 +558,10 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
         if let Some(a) = &w.approvers {
             config.approvers.insert(channel.clone(), a.clone());
         }
-        webhooks.push(switchboard_gateway::webhook::WebhookConfig {
+        webhooks.push(crate::webhook::WebhookConfig {
             tolerance: config.webhook_tolerance,
             max_chars: 4000,
-            ..switchboard_gateway::webhook::WebhookConfig::new(
-                name.clone(),
-                w.secret.clone(),
-                w.url.clone(),
-            )
+            ..crate::webhook::WebhookConfig::new(name.clone(), w.secret.clone(), w.url.clone())
         });
     }
     // One retry policy for every platform: the cap on a rate-limit wait, and what a longer
@@ -420,11 +574,13 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
         .as_deref()
     {
         None => None,
-        Some("fail") => Some(switchboard_gateway::platform::OverCap::Fail),
-        Some("wait") => Some(switchboard_gateway::platform::OverCap::Wait),
-        Some(other) => bail!(
-            "[gateway] rate_limit_over_cap / SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP: {other:?} is not `fail` or `wait`"
-        ),
+        Some("fail") => Some(crate::platform::OverCap::Fail),
+        Some("wait") => Some(crate::platform::OverCap::Wait),
+        Some(other) => {
+            return Err(SettingsError::new(format!(
+                "[gateway] rate_limit_over_cap / SWITCHBOARD_GATEWAY_RATE_LIMIT_OVER_CAP: {other:?} is not `fail` or `wait`"
+            )));
+        }
     };
     macro_rules! retry_settings {
         ($($c:expr),*) => {$(
@@ -446,9 +602,9 @@ pub(super) fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettin
     }
     if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
         if g.enabled == Some(true) {
-            bail!(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord] or [channels.webhook.NAME])"
-            );
+            return Err(SettingsError::new(
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord] or [channels.webhook.NAME])",
+            ));
         }
         return Ok(None);
     }
