@@ -377,19 +377,11 @@ pub fn runtime_dir(settings: &Settings) -> std::path::PathBuf {
 
 /// The relay's options from the settings.
 pub fn relay_options(settings: &Settings) -> switchboard_relay::RelayOptions {
-    let r = &settings.relay;
-    let mut o = switchboard_relay::RelayOptions::new(
-        r.bundles_dir.clone(),
+    settings.relay.options(
         settings.data_dir.join("relay"),
         runtime_dir(settings),
-    );
-    o.known_agents = settings.agents.keys().cloned().collect();
-    o.audit_bodies = r.audit_bodies;
-    o.queue_capacity = r.queue_capacity;
-    o.quiescence_timeout = Duration::from_secs(r.quiescence_timeout_secs);
-    o.turn_timeout = Duration::from_secs(r.turn_timeout_secs);
-    o.limits = r.limits.clone();
-    o
+        settings.agents.keys().cloned().collect(),
+    )
 }
 
 /// Starts the relay against the server at `server_url`.
@@ -431,18 +423,14 @@ pub async fn start_relay(
 /// The gateway's store: the schema `gateway` of the PostgreSQL database when the store is
 /// PostgreSQL (shared by every instance), else `gateway.db` in the data directory.
 pub async fn open_gateway_store(settings: &Settings) -> Result<switchboard_gateway::GatewayStore> {
-    let url = settings.store_url();
-    let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        switchboard_gateway::GatewayStore::open_postgres(&url).await
-    } else {
-        switchboard_gateway::GatewayStore::open(&settings.data_dir.join("gateway.db")).await
-    };
-    store.with_context(|| {
-        format!(
-            "opening the gateway store ({})",
-            settings.store_url_redacted()
-        )
-    })
+    switchboard_gateway::GatewayStore::open_beside(&settings.store_url(), &settings.data_dir)
+        .await
+        .with_context(|| {
+            format!(
+                "opening the gateway store ({})",
+                settings.store_url_redacted()
+            )
+        })
 }
 
 /// The scheduler's store (the schema `scheduler` of a PostgreSQL store, else
@@ -452,12 +440,11 @@ pub async fn start_scheduler(
     server_url: &str,
     token: &str,
 ) -> Result<switchboard_scheduler::Scheduler> {
-    let url = settings.store_url();
-    let store = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        switchboard_scheduler::ScheduleStore::open_postgres(&url).await
-    } else {
-        switchboard_scheduler::ScheduleStore::open(&settings.data_dir.join("scheduler.db")).await
-    }
+    let store = switchboard_scheduler::ScheduleStore::open_beside(
+        &settings.store_url(),
+        &settings.data_dir,
+    )
+    .await
     .with_context(|| {
         format!(
             "opening the scheduler store ({})",
@@ -466,17 +453,9 @@ pub async fn start_scheduler(
     })?;
     let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
         .map_err(|e| anyhow::anyhow!("the scheduler's API client: {e}"))?;
-    let s = &settings.scheduler;
-    let mut opts = switchboard_scheduler::SchedulerOptions::new(settings.instance_id.clone());
-    opts.tick = Duration::from_millis(s.tick_ms);
-    opts.lease = settings.lease;
-    opts.grace = chrono::TimeDelta::seconds(i64::try_from(s.grace_secs).unwrap_or(i64::MAX / 2));
-    opts.retry_base = Duration::from_secs(s.retry_base_secs);
-    opts.max_attempts = s.max_attempts;
-    if let Some(file) = &s.clock_file {
-        tracing::warn!(file = %file.display(), "the scheduler's clock is read from a file (tests only)");
-        opts.clock = Arc::new(switchboard_scheduler::FileClock(file.clone()));
-    }
+    let opts = settings
+        .scheduler
+        .options(settings.instance_id.clone(), settings.lease);
     Ok(switchboard_scheduler::Scheduler::start(store, client, opts))
 }
 

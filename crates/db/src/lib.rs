@@ -127,7 +127,29 @@ pub enum Db {
     Postgres(PgPool),
 }
 
+/// Whether a store URL names a PostgreSQL database (`postgres://…`, `postgresql://…`) rather
+/// than a SQLite file.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
 impl Db {
+    /// A surface's database beside the engine's: on PostgreSQL (the engine's `store_url`),
+    /// the same database, where `migrations` keep the surface's tables in a schema of their
+    /// own, shared by every instance; else its own SQLite file at `sqlite_path`.
+    pub async fn beside(
+        store_url: &str,
+        sqlite_path: &Path,
+        max_connections: u32,
+        migrations: &Migrations,
+    ) -> Result<Self, DbError> {
+        if is_postgres_url(store_url) {
+            Self::postgres(store_url, max_connections, migrations).await
+        } else {
+            Self::sqlite(sqlite_path, max_connections, migrations).await
+        }
+    }
+
     /// Opens (creating) the SQLite file at `path` with the workspace's options
     /// ([`sqlite_options`]) and a pool of `max_connections`, after applying `migrations`.
     pub async fn sqlite(

@@ -8,31 +8,8 @@ use serde::Deserialize;
 
 use switchboard_protocol::PermissionMode;
 
-/// A setting that is wrong, in words that name its key.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct SettingsError(String);
-
-impl SettingsError {
-    fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
-    }
-}
-
-/// An environment variable, unless unset or empty.
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, SettingsError> {
-    match env(name) {
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| SettingsError(format!("{name}={v:?} is not a valid value"))),
-        None => Ok(None),
-    }
-}
+pub use switchboard_settings::SettingsError;
+use switchboard_settings::{csv, env, env_parse};
 
 /// `[gateway]`: how chat messages map to sessions and approvals.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -215,20 +192,20 @@ impl GatewaySettings {
         if let Some(tg) = &self.telegram {
             out.push(Arc::new(
                 crate::telegram::TelegramChannel::new(tg.clone())
-                    .map_err(|e| SettingsError(format!("[channels.telegram]: {e}")))?,
+                    .map_err(|e| SettingsError::new(format!("[channels.telegram]: {e}")))?,
             ));
         }
         if let Some(c) = &self.slack {
             out.push(Arc::new(
                 crate::slack::SlackChannel::new(c.clone()).map_err(|e| {
-                    SettingsError(format!("[channels.slack] (or SWITCHBOARD_SLACK_*): {e}"))
+                    SettingsError::new(format!("[channels.slack] (or SWITCHBOARD_SLACK_*): {e}"))
                 })?,
             ));
         }
         if let Some(c) = &self.discord {
             out.push(Arc::new(
                 crate::discord::DiscordChannel::new(c.clone()).map_err(|e| {
-                    SettingsError(format!(
+                    SettingsError::new(format!(
                         "[channels.discord] (or SWITCHBOARD_DISCORD_*): {e}"
                     ))
                 })?,
@@ -236,8 +213,9 @@ impl GatewaySettings {
         }
         for w in &self.webhooks {
             out.push(Arc::new(
-                crate::webhook::WebhookChannel::new(w.clone())
-                    .map_err(|e| SettingsError(format!("[channels.webhook.{}]: {e}", w.name)))?,
+                crate::webhook::WebhookChannel::new(w.clone()).map_err(|e| {
+                    SettingsError::new(format!("[channels.webhook.{}]: {e}", w.name))
+                })?,
             ));
         }
         Ok(out)
@@ -300,16 +278,9 @@ fn channel_access(
     Ok(())
 }
 
-fn csv(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
 fn approval_mode(key: &str, v: &str) -> Result<crate::ApprovalMode, SettingsError> {
     v.parse()
-        .map_err(|e: String| SettingsError(format!("{key}: {e}")))
+        .map_err(|e: String| SettingsError::new(format!("{key}: {e}")))
 }
 
 pub fn gateway_settings(

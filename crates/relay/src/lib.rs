@@ -22,6 +22,7 @@ pub mod mcp;
 pub mod member_token;
 pub mod policy;
 pub mod relay;
+pub mod settings;
 pub mod store;
 pub mod tmux;
 

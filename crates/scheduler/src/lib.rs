@@ -19,6 +19,7 @@ pub mod api;
 pub mod clock;
 pub mod plan;
 pub mod service;
+pub mod settings;
 pub mod spec;
 pub mod store;
 pub mod when;

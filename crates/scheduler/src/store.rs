@@ -157,6 +157,15 @@ impl ScheduleStore {
         })
     }
 
+    /// The scheduler store beside the engine's: the schema `scheduler` of the engine's
+    /// PostgreSQL database (`store_url`), shared by every instance, else `scheduler.db` in
+    /// `data_dir`.
+    pub async fn open_beside(store_url: &str, data_dir: &Path) -> Result<Self> {
+        Ok(Self {
+            db: Db::beside(store_url, &data_dir.join("scheduler.db"), 4, &MIGRATIONS).await?,
+        })
+    }
+
     /// `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
         self.db.kind()

@@ -231,7 +231,7 @@ pub trait Store: Send + Sync + 'static {
 /// Opens the store a URL names: `sqlite://PATH` (or a plain path) or `postgres://…` /
 /// `postgresql://…`.
 pub async fn open_url(url: &str) -> Result<std::sync::Arc<dyn Store>> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+    if switchboard_db::is_postgres_url(url) {
         Ok(std::sync::Arc::new(
             SqlStore::open_postgres(PostgresOptions::new(url)).await?,
         ))

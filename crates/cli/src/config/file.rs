@@ -29,9 +29,9 @@ pub struct FileConfig {
     #[serde(default)]
     pub channels: switchboard_gateway::settings::ChannelsSection,
     #[serde(default)]
-    pub relay: RelaySection,
+    pub relay: switchboard_relay::settings::RelaySection,
     #[serde(default)]
-    pub scheduler: SchedulerSection,
+    pub scheduler: switchboard_scheduler::settings::SchedulerSection,
     #[serde(default)]
     pub store: StoreSection,
     #[serde(default)]
@@ -137,73 +137,6 @@ pub struct StoreSection {
     /// (default 10,000): when an instance dies, others take over its work within about
     /// this time.
     pub lease_ms: Option<u64>,
-}
-
-/// `[relay]`: bundles of agents.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RelaySection {
-    /// Where `BUNDLE.toml` and `policies.toml` live (default: `bundles/` beside the config
-    /// file).
-    pub bundles_dir: Option<PathBuf>,
-    /// Write message bodies into the audit log (default false).
-    pub audit_bodies: Option<bool>,
-    /// Unfinished messages one member may have waiting (default 100).
-    pub queue_capacity: Option<usize>,
-    /// How long a tmux pane may take to become quiescent (default 30).
-    pub quiescence_timeout_secs: Option<u64>,
-    /// How long a sync send to an ACP or session member waits for its turn (default 600).
-    pub turn_timeout_secs: Option<u64>,
-    /// Hops a chain of replies may have (default 8; 0: no limit).
-    pub max_hops: Option<u32>,
-    /// A member's send continues the chain of the message it last received within this
-    /// many seconds (default 600).
-    pub reply_window_secs: Option<u64>,
-    /// Sends (deliveries) one member may make per minute / per day (defaults 30 / 500; 0:
-    /// no budget).
-    pub member_sends_per_minute: Option<u64>,
-    pub member_sends_per_day: Option<u64>,
-    /// Sends a whole bundle may make per minute / per day (defaults 120 / 2000; 0: none).
-    pub bundle_sends_per_minute: Option<u64>,
-    pub bundle_sends_per_day: Option<u64>,
-}
-
-/// `[scheduler]`: scheduled tasks.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SchedulerSection {
-    /// How late a due time may be found (the server was busy or restarting) and still run;
-    /// later, it counts as missed (default 60).
-    pub grace_secs: Option<u64>,
-    /// A failed delivery is tried again after this, then twice as long … (default 30).
-    pub retry_base_secs: Option<u64>,
-    /// Attempts of a delivery before it is failed (default 5).
-    pub max_attempts: Option<u32>,
-    /// How often due schedules are looked for, in milliseconds (default 1000).
-    pub tick_ms: Option<u64>,
-}
-
-/// The scheduler's effective settings.
-#[derive(Debug, Clone)]
-pub struct SchedulerSettings {
-    pub grace_secs: u64,
-    pub retry_base_secs: u64,
-    pub max_attempts: u32,
-    pub tick_ms: u64,
-    /// Tests only (`SWITCHBOARD_SCHEDULER_CLOCK_FILE`): the scheduler's time is read from
-    /// this file.
-    pub clock_file: Option<PathBuf>,
-}
-
-/// The relay's effective settings.
-#[derive(Debug, Clone)]
-pub struct RelaySettings {
-    pub bundles_dir: PathBuf,
-    pub audit_bodies: bool,
-    pub queue_capacity: usize,
-    pub quiescence_timeout_secs: u64,
-    pub turn_timeout_secs: u64,
-    pub limits: switchboard_relay::Limits,
 }
 
 /// One ACP agent: the command that starts it (speaking ACP on stdio).

@@ -14,6 +14,9 @@ use parse::*;
 pub use parse::{parse_config, redact_url};
 
 pub use switchboard_gateway::settings::GatewaySettings;
+pub use switchboard_relay::settings::RelaySettings;
+pub use switchboard_scheduler::settings::SchedulerSettings;
+use switchboard_settings::{env, env_parse};
 
 /// The gateway's settings from the file's `[gateway]` and `[channels.*]` sections (the
 /// gateway reads them; see `switchboard_gateway::settings`).
@@ -80,10 +83,6 @@ pub struct Settings {
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// `[sessions] history_max_messages` / `history_max_chars` (or `SWITCHBOARD_HISTORY_MAX_*`);
 /// each at least 1.
 fn history_limits(file: &SessionsSection) -> Result<switchboard_engine::HistoryLimits> {
@@ -122,16 +121,6 @@ fn live_buffer(file: &EventsSection) -> Result<usize> {
         );
     }
     Ok(n)
-}
-
-fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>> {
-    match env(name) {
-        Some(v) => v
-            .parse()
-            .map(Some)
-            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid value")),
-        None => Ok(None),
-    }
 }
 
 fn home() -> Option<PathBuf> {
@@ -209,80 +198,20 @@ impl Settings {
                 .map_err(|_| anyhow::anyhow!("SWITCHBOARD_PERMISSION_MODE={v:?}: expected read-only, workspace-write or full-access"))?,
             None => file.sessions.permission_mode.unwrap_or_default(),
         };
-        let relay = RelaySettings {
-            bundles_dir: env("SWITCHBOARD_BUNDLES_DIR")
-                .map(PathBuf::from)
-                .or(file.relay.bundles_dir.clone())
+        let default_bundles = {
+            path.as_deref()
+                .and_then(Path::parent)
+                .map(Path::to_path_buf)
                 .unwrap_or_else(|| {
-                    path.as_deref()
-                        .and_then(Path::parent)
+                    default_config_path()
+                        .parent()
                         .map(Path::to_path_buf)
-                        .unwrap_or_else(|| {
-                            default_config_path()
-                                .parent()
-                                .map(Path::to_path_buf)
-                                .unwrap_or_else(|| PathBuf::from("."))
-                        })
-                        .join("bundles")
-                }),
-            audit_bodies: env_parse("SWITCHBOARD_RELAY_AUDIT_BODIES")?
-                .or(file.relay.audit_bodies)
-                .unwrap_or(false),
-            queue_capacity: env_parse("SWITCHBOARD_RELAY_QUEUE_CAPACITY")?
-                .or(file.relay.queue_capacity)
-                .unwrap_or(100)
-                .max(1),
-            quiescence_timeout_secs: env_parse("SWITCHBOARD_RELAY_QUIESCENCE_TIMEOUT_SECS")?
-                .or(file.relay.quiescence_timeout_secs)
-                .unwrap_or(30)
-                .max(1),
-            turn_timeout_secs: env_parse("SWITCHBOARD_RELAY_TURN_TIMEOUT_SECS")?
-                .or(file.relay.turn_timeout_secs)
-                .unwrap_or(600)
-                .max(1),
-            limits: {
-                let d = switchboard_relay::Limits::default();
-                switchboard_relay::Limits {
-                    max_hops: env_parse("SWITCHBOARD_RELAY_MAX_HOPS")?
-                        .or(file.relay.max_hops)
-                        .unwrap_or(d.max_hops),
-                    reply_window: env_parse("SWITCHBOARD_RELAY_REPLY_WINDOW_SECS")?
-                        .or(file.relay.reply_window_secs)
-                        .map(std::time::Duration::from_secs)
-                        .unwrap_or(d.reply_window),
-                    member_per_minute: env_parse("SWITCHBOARD_RELAY_MEMBER_SENDS_PER_MINUTE")?
-                        .or(file.relay.member_sends_per_minute)
-                        .unwrap_or(d.member_per_minute),
-                    member_per_day: env_parse("SWITCHBOARD_RELAY_MEMBER_SENDS_PER_DAY")?
-                        .or(file.relay.member_sends_per_day)
-                        .unwrap_or(d.member_per_day),
-                    bundle_per_minute: env_parse("SWITCHBOARD_RELAY_BUNDLE_SENDS_PER_MINUTE")?
-                        .or(file.relay.bundle_sends_per_minute)
-                        .unwrap_or(d.bundle_per_minute),
-                    bundle_per_day: env_parse("SWITCHBOARD_RELAY_BUNDLE_SENDS_PER_DAY")?
-                        .or(file.relay.bundle_sends_per_day)
-                        .unwrap_or(d.bundle_per_day),
-                }
-            },
+                        .unwrap_or_else(|| PathBuf::from("."))
+                })
+                .join("bundles")
         };
-        let scheduler = SchedulerSettings {
-            grace_secs: env_parse("SWITCHBOARD_SCHEDULER_GRACE_SECS")?
-                .or(file.scheduler.grace_secs)
-                .unwrap_or(60),
-            retry_base_secs: env_parse("SWITCHBOARD_SCHEDULER_RETRY_BASE_SECS")?
-                .or(file.scheduler.retry_base_secs)
-                .unwrap_or(30)
-                .max(1),
-            max_attempts: env_parse("SWITCHBOARD_SCHEDULER_MAX_ATTEMPTS")?
-                .or(file.scheduler.max_attempts)
-                .unwrap_or(5)
-                .max(1),
-            tick_ms: env_parse("SWITCHBOARD_SCHEDULER_TICK_MS")?
-                .or(file.scheduler.tick_ms)
-                .unwrap_or(1000)
-                .clamp(50, 60_000),
-            clock_file: env("SWITCHBOARD_SCHEDULER_CLOCK_FILE").map(PathBuf::from),
-        };
+        let relay = RelaySettings::read(&file.relay, default_bundles)?;
+        let scheduler = SchedulerSettings::read(&file.scheduler)?;
         let allowed_hosts = match env("SWITCHBOARD_ALLOWED_HOSTS") {
             Some(v) => v
                 .split(',')

@@ -354,6 +354,19 @@ impl GatewayStore {
         })
     }
 
+    /// The gateway store beside the engine's: the schema `gateway` of the engine's PostgreSQL
+    /// database (`store_url`), shared by every instance, else `gateway.db` in `data_dir`.
+    pub async fn open_beside(store_url: &str, data_dir: &Path) -> Result<Self> {
+        let conns = if switchboard_db::is_postgres_url(store_url) {
+            8
+        } else {
+            4
+        };
+        Ok(Self {
+            db: Db::beside(store_url, &data_dir.join("gateway.db"), conns, &MIGRATIONS).await?,
+        })
+    }
+
     /// Which back-end this store is on: `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
         self.db.kind()
