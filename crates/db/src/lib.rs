@@ -211,6 +211,41 @@ macro_rules! with_pool {
     };
 }
 
+/// Reading columns from either back-end's rows, so that each record is decoded by one
+/// function whatever the back-end. The columns are the same on both: TEXT, INTEGER /
+/// BIGINT read as `i64`, and a flag (BOOLEAN on PostgreSQL, 0/1 INTEGER on SQLite).
+pub trait Cols {
+    fn text(&self, col: &str) -> Result<String, sqlx::Error>;
+    fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error>;
+    fn int(&self, col: &str) -> Result<i64, sqlx::Error>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error>;
+    fn flag(&self, col: &str) -> Result<bool, sqlx::Error>;
+}
+
+macro_rules! impl_cols {
+    ($($row:ty),*) => {$(
+        impl Cols for $row {
+            fn text(&self, col: &str) -> Result<String, sqlx::Error> {
+                sqlx::Row::try_get(self, col)
+            }
+            fn opt_text(&self, col: &str) -> Result<Option<String>, sqlx::Error> {
+                sqlx::Row::try_get(self, col)
+            }
+            fn int(&self, col: &str) -> Result<i64, sqlx::Error> {
+                sqlx::Row::try_get(self, col)
+            }
+            fn opt_int(&self, col: &str) -> Result<Option<i64>, sqlx::Error> {
+                sqlx::Row::try_get(self, col)
+            }
+            fn flag(&self, col: &str) -> Result<bool, sqlx::Error> {
+                sqlx::Row::try_get(self, col)
+            }
+        }
+    )*};
+}
+
+impl_cols!(sqlx::sqlite::SqliteRow, sqlx::postgres::PgRow);
+
 /// Opens a pool on `connect` after applying `migrations` on a connection of its own.
 pub async fn open_sqlite(
     connect: SqliteConnectOptions,

@@ -154,7 +154,7 @@ impl GatewayStore {
                 .await?
                 .iter()
                 .map(|r| r.text("value"))
-                .collect::<Result<Vec<String>>>()?
+                .collect::<Result<Vec<String>, _>>()?
         });
         let mut out: Vec<switchboard_protocol::gateway::ParkedBatch> = rows
             .iter()
@@ -191,7 +191,8 @@ impl GatewayStore {
                 .await?
                 .iter()
                 .map(|r| r.text("routing_key"))
-                .collect()
+                .collect::<Result<_, _>>()
+                .map_err(Into::into)
         })
     }
 

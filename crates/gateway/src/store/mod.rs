@@ -42,9 +42,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{PgConnection, Row, SqliteConnection};
+use sqlx::{PgConnection, SqliteConnection};
 use uuid::Uuid;
 
 use crate::channel::{ChannelState, ChatRef, Peer};
@@ -53,37 +51,11 @@ pub use switchboard_db::StoreError;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-use switchboard_db::{Db, now, with_pool};
+use switchboard_db::{Cols, Db, now, with_pool};
 
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
-
-/// Reading columns from either back-end's rows, so that each record is decoded by one
-/// function. The columns are the same on both: TEXT, and INTEGER / BIGINT read as `i64`.
-trait Cols {
-    fn text(&self, col: &str) -> Result<String>;
-    fn opt_text(&self, col: &str) -> Result<Option<String>>;
-    fn int(&self, col: &str) -> Result<i64>;
-}
-
-macro_rules! impl_cols {
-    ($($row:ty),*) => {$(
-        impl Cols for $row {
-            fn text(&self, col: &str) -> Result<String> {
-                Ok(self.try_get(col)?)
-            }
-            fn opt_text(&self, col: &str) -> Result<Option<String>> {
-                Ok(self.try_get(col)?)
-            }
-            fn int(&self, col: &str) -> Result<i64> {
-                Ok(self.try_get(col)?)
-            }
-        }
-    )*};
-}
-
-impl_cols!(SqliteRow, PgRow);
 
 /// The `requesters` column: a JSON array of peer ids; NULL (a row from before the column)
 /// is the `requester` alone.

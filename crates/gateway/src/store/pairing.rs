@@ -190,6 +190,7 @@ impl GatewayStore {
                 .await?
                 .map(|r| r.text("value"))
                 .transpose()
+                .map_err(Into::into)
         })
     }
 

@@ -113,15 +113,9 @@ impl Pg {
     }
 }
 
-/// Reading columns from either back-end's rows, so that each record is decoded by one
-/// function.
-pub(crate) trait Cols {
-    fn text(&self, col: &str) -> Result<String>;
-    fn opt_text(&self, col: &str) -> Result<Option<String>>;
-    fn int(&self, col: &str) -> Result<i64>;
-    fn opt_int(&self, col: &str) -> Result<Option<i64>>;
-    /// BOOLEAN on PostgreSQL, 0/1 INTEGER on SQLite.
-    fn flag(&self, col: &str) -> Result<bool>;
+/// The kit's column readers ([`switchboard_db::Cols`]), and the engine store's own: ids
+/// (native UUIDs on PostgreSQL, text on SQLite), JSON and counts.
+pub(crate) trait Cols: switchboard_db::Cols {
     fn opt_uuid(&self, col: &str) -> Result<Option<Uuid>>;
 
     fn uuid(&self, col: &str) -> Result<Uuid> {
@@ -144,32 +138,17 @@ pub(crate) trait Cols {
     }
 }
 
-macro_rules! impl_cols {
-    ($($row:ty),*) => {$(
-        impl Cols for $row {
-            fn text(&self, col: &str) -> Result<String> {
-                Ok(self.try_get(col)?)
-            }
-            fn opt_text(&self, col: &str) -> Result<Option<String>> {
-                Ok(self.try_get(col)?)
-            }
-            fn int(&self, col: &str) -> Result<i64> {
-                Ok(self.try_get(col)?)
-            }
-            fn opt_int(&self, col: &str) -> Result<Option<i64>> {
-                Ok(self.try_get(col)?)
-            }
-            fn flag(&self, col: &str) -> Result<bool> {
-                Ok(self.try_get(col)?)
-            }
-            fn opt_uuid(&self, col: &str) -> Result<Option<Uuid>> {
-                UuidCol::uuid_col(self, col)
-            }
-        }
-    )*};
+impl Cols for SqliteRow {
+    fn opt_uuid(&self, col: &str) -> Result<Option<Uuid>> {
+        UuidCol::uuid_col(self, col)
+    }
 }
 
-impl_cols!(SqliteRow, PgRow);
+impl Cols for PgRow {
+    fn opt_uuid(&self, col: &str) -> Result<Option<Uuid>> {
+        UuidCol::uuid_col(self, col)
+    }
+}
 
 /// How each back-end stores an id.
 trait UuidCol {

@@ -15,6 +15,7 @@ use crate::{
     RecentMessages, Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord,
     SessionUpdate, Store, StoreError,
 };
+use switchboard_db::Cols as _;
 
 /// A foreign-key violation names the session that is missing; other errors as they are.
 pub(super) fn missing_session(e: sqlx::Error, session: impl FnOnce() -> String) -> StoreError {

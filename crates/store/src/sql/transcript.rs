@@ -2,8 +2,9 @@
 
 use uuid::Uuid;
 
-use super::{Cols, MESSAGE_COLS, SqlStore, message_from_row, with_db};
+use super::{MESSAGE_COLS, SqlStore, message_from_row, with_db};
 use crate::{RecentMessages, Result};
+use switchboard_db::Cols as _;
 
 impl SqlStore {
     pub(super) async fn read_recent_messages(
