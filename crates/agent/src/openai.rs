@@ -3,18 +3,17 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_protocol::Usage;
 use tokio_util::sync::CancellationToken;
 
-use crate::provider::http::{excerpt, root_cause};
+use crate::provider::http::excerpt;
 use crate::provider::{
     ChatMessage, ChatRole, Completion, Provider, ProviderError, StreamedToolCall, TextSink,
     ToolSpec, http,
 };
-use crate::sse::DataLines;
+use crate::sse::Payloads;
 
 /// Where and how to reach the provider.
 #[derive(Clone)]
@@ -192,29 +191,12 @@ impl OpenAiProvider {
             || self.request(self.http.post(&url)),
         )
         .await?;
-        let mut stream = resp.bytes_stream();
-        let mut lines = DataLines::default();
+        let mut payloads = Payloads::new(resp, self.config.idle_timeout);
         let mut out = Completion::default();
         let mut done = false;
-        let idle = self.config.idle_timeout;
-        loop {
-            let next = tokio::select! {
-                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                n = tokio::time::timeout(idle, stream.next()) => n,
-            };
-            let ended = matches!(next, Ok(None));
-            let payloads = match next {
-                Err(_) => return Err(ProviderError::Idle(idle.as_secs())),
-                Ok(None) => lines.finish().into_iter().collect(),
-                Ok(Some(Err(e))) => {
-                    return Err(ProviderError::CutOff(format!(
-                        ": {}",
-                        self.redact(&root_cause(&e))
-                    )));
-                }
-                Ok(Some(Ok(bytes))) => lines.push(&bytes),
-            };
-            for data in payloads {
+        let redact = |s: &str| self.redact(s);
+        while let Some(batch) = payloads.next(cancel, &redact).await? {
+            for data in batch {
                 if data.trim() == "[DONE]" {
                     done = true;
                     continue;
@@ -251,7 +233,7 @@ impl OpenAiProvider {
                     }
                 }
             }
-            if ended || done {
+            if done {
                 break;
             }
         }

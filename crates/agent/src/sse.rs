@@ -3,6 +3,9 @@
 //! Written by hand: providers only use `data:` lines (and comments), and the parser must
 //! tell a stream that ended cleanly from one cut mid-way, which we check ourselves.
 
+use crate::provider::ProviderError;
+use crate::provider::http::root_cause;
+
 /// Splits a byte stream into SSE `data` payloads.
 #[derive(Default)]
 pub(crate) struct DataLines {
@@ -49,6 +52,58 @@ impl DataLines {
             let _ = self.push(b"\n");
         }
         self.data.take()
+    }
+}
+
+/// The `data` payloads of a provider's streamed response, batch by batch as bytes arrive:
+/// the one read loop of every provider. A cancel, the idle timeout and a connection cut off
+/// mid-stream are each the same [`ProviderError`] whatever the provider; what the payloads
+/// mean is the provider's business.
+pub(crate) struct Payloads {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    lines: DataLines,
+    idle: std::time::Duration,
+    ended: bool,
+}
+
+impl Payloads {
+    /// Reads `resp`'s body; silence for `idle` fails it.
+    pub(crate) fn new(resp: reqwest::Response, idle: std::time::Duration) -> Self {
+        Self {
+            stream: Box::pin(resp.bytes_stream()),
+            lines: DataLines::default(),
+            idle,
+            ended: false,
+        }
+    }
+
+    /// The payloads completed by the next bytes (possibly none); at the end of the body, the
+    /// last one left unterminated, then `None`. `redact` cleans a transport error's words.
+    pub(crate) async fn next(
+        &mut self,
+        cancel: &tokio_util::sync::CancellationToken,
+        redact: &(dyn Fn(&str) -> String + Sync),
+    ) -> Result<Option<Vec<String>>, ProviderError> {
+        use futures::StreamExt;
+        if self.ended {
+            return Ok(None);
+        }
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
+            n = tokio::time::timeout(self.idle, self.stream.next()) => n,
+        };
+        match next {
+            Err(_) => Err(ProviderError::Idle(self.idle.as_secs())),
+            Ok(None) => {
+                self.ended = true;
+                Ok(Some(self.lines.finish().into_iter().collect()))
+            }
+            Ok(Some(Err(e))) => Err(ProviderError::CutOff(format!(
+                ": {}",
+                redact(&root_cause(&e))
+            ))),
+            Ok(Some(Ok(bytes))) => Ok(Some(self.lines.push(&bytes))),
+        }
     }
 }
 

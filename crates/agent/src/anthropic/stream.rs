@@ -2,18 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use switchboard_protocol::Usage;
 use tokio_util::sync::CancellationToken;
 
 use super::AnthropicProvider;
-use crate::provider::http::{excerpt, root_cause};
+use crate::provider::http::excerpt;
 use crate::provider::{
     ChatMessage, Completion, ProviderError, StreamedToolCall, TextSink, ToolSpec, http,
 };
-use crate::sse::DataLines;
+use crate::sse::Payloads;
 
 /// One `data:` payload of the stream.
 #[derive(Deserialize)]
@@ -292,28 +291,11 @@ impl AnthropicProvider {
             || self.request(self.http.post(&url)),
         )
         .await?;
-        let mut stream = resp.bytes_stream();
-        let mut lines = DataLines::default();
+        let mut payloads = Payloads::new(resp, self.config.idle_timeout);
         let mut reply = Reply::default();
-        let idle = self.config.idle_timeout;
-        loop {
-            let next = tokio::select! {
-                _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
-                n = tokio::time::timeout(idle, stream.next()) => n,
-            };
-            let ended = matches!(next, Ok(None));
-            let payloads = match next {
-                Err(_) => return Err(ProviderError::Idle(idle.as_secs())),
-                Ok(None) => lines.finish().into_iter().collect(),
-                Ok(Some(Err(e))) => {
-                    return Err(ProviderError::CutOff(format!(
-                        ": {}",
-                        self.redact(&root_cause(&e))
-                    )));
-                }
-                Ok(Some(Ok(bytes))) => lines.push(&bytes),
-            };
-            for data in payloads {
+        let redact = |s: &str| self.redact(s);
+        while let Some(batch) = payloads.next(cancel, &redact).await? {
+            for data in batch {
                 let event: Event = serde_json::from_str(&data).map_err(|e| {
                     ProviderError::Malformed(format!("{e} in {:?}", excerpt(&self.redact(&data))))
                 })?;
@@ -330,9 +312,9 @@ impl AnthropicProvider {
             if reply.stopped {
                 break;
             }
-            if ended {
-                return Err(ProviderError::CutOff(" (no message_stop)".into()));
-            }
+        }
+        if !reply.stopped {
+            return Err(ProviderError::CutOff(" (no message_stop)".into()));
         }
         Ok(reply.finish())
     }
