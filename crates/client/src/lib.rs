@@ -29,6 +29,7 @@
 mod client;
 mod error;
 mod follow;
+mod gateway;
 mod relay;
 mod schedules;
 mod sse;

@@ -11,12 +11,12 @@ mod bus;
 pub mod checkpoints;
 pub mod child;
 mod config;
-mod engine;
 mod error;
 pub mod files;
 mod log;
 mod markdown;
 pub mod protected;
+mod service;
 mod time;
 pub mod tokens;
 
@@ -24,12 +24,12 @@ pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
 pub use bus::{ControlReply, EventBus, RunControl};
 pub use config::{DEFAULT_LIVE_BUFFER, EngineConfig, HistoryLimits, MIN_LIVE_BUFFER};
-pub use engine::{DiffOutput, Engine};
 pub use error::EngineError;
 pub use files::FileLimits;
 pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};
 pub use markdown::render_transcript;
 pub use protected::ProtectedPaths;
+pub use service::{DiffOutput, Engine};
 pub use time::now_rfc3339;
 
 pub use switchboard_protocol as protocol;

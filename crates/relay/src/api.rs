@@ -22,7 +22,7 @@ use switchboard_protocol::relay::{
 use switchboard_protocol::relay::OutcomeEvent;
 
 use crate::error::RelayError;
-use crate::relay::Relay;
+use crate::service::Relay;
 
 #[derive(Clone)]
 struct ApiState {

@@ -21,11 +21,11 @@ pub mod error;
 pub mod mcp;
 pub mod member_token;
 pub mod policy;
-pub mod relay;
+pub mod service;
 pub mod settings;
 pub mod store;
 pub mod tmux;
 
 pub use config::{Bundle, BundleDir, ConfigError};
 pub use error::RelayError;
-pub use relay::{Limits, MemberMcp, Relay, RelayOptions};
+pub use service::{Limits, MemberMcp, Relay, RelayOptions};
