@@ -207,3 +207,56 @@ async fn a_declared_body_over_the_limit_is_refused_before_it_is_sent() {
         assert!(text.contains("payload_too_large"), "{path}: {text}");
     }
 }
+
+/// The typed outcomes are in the document: a run's end, a rejection's cause and a failure's
+/// code, each as its enum, and the cause a reject decision may carry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_document_types_a_runs_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), &[]).await;
+    let doc: Value = reqwest::get(format!("{}/openapi.json", server.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let values = |name: &str| -> Vec<String> {
+        schemas[name]["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} is not an enum: {}", schemas[name]))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        values("StopReason"),
+        ["completed", "cancelled", "max_turns", "error", "refused"]
+    );
+    assert_eq!(
+        values("RejectionCause"),
+        [
+            "user",
+            "timeout",
+            "cancelled",
+            "new_message",
+            "restart",
+            "policy",
+            "budget"
+        ]
+    );
+    assert!(values("RunErrorCode").contains(&"provider_unreachable".to_owned()));
+    // Where they are used: the events, and the decision a client sends.
+    let events = serde_json::to_string(&schemas["AgentEvent"]).unwrap();
+    for used in ["StopReason", "RejectionCause", "RunErrorCode"] {
+        assert!(
+            events.contains(&format!("#/components/schemas/{used}")),
+            "AgentEvent does not use {used}"
+        );
+    }
+    assert!(
+        serde_json::to_string(&schemas["ToolDecision"]["properties"]["cause"])
+            .unwrap()
+            .contains("RejectionCause")
+    );
+}
