@@ -13,8 +13,9 @@ mod conn;
 mod content;
 mod map;
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_client_protocol::v1::schema::*;
@@ -49,12 +50,7 @@ async fn reap_idle(
     loop {
         tick.tick().await;
         let Some(slots) = slots.upgrade() else { return };
-        let all: Vec<Arc<Mutex<Slot>>> = slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let all: Vec<Arc<Mutex<Slot>>> = slots.lock().values().cloned().collect();
         drop(slots);
         for slot in all {
             // A slot in use is not idle.
@@ -251,7 +247,7 @@ impl AcpBackend {
                 self.idle_timeout,
             ));
         });
-        let mut map = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.slots.lock();
         map.entry(session_id).or_default().clone()
     }
 
@@ -662,7 +658,7 @@ impl Backend for AcpBackend {
 
     async fn shutdown(&self) {
         let all: Vec<Arc<Mutex<Slot>>> = {
-            let mut map = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.slots.lock();
             map.drain().map(|(_, s)| s).collect()
         };
         for slot in all {
@@ -675,7 +671,7 @@ impl Backend for AcpBackend {
 
     async fn forget(&self, session_id: Uuid) {
         let slot = {
-            let mut map = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.slots.lock();
             map.remove(&session_id)
         };
         if let Some(slot) = slot {

@@ -106,7 +106,7 @@ async fn read(
     resp: reqwest::Response,
     state: Arc<ReaderState>,
     ended_tx: Option<watch::Sender<u64>>,
-    lat: Arc<std::sync::Mutex<Vec<f64>>>,
+    lat: Arc<parking_lot::Mutex<Vec<f64>>>,
 ) -> Result<()> {
     let mut resp = resp;
     let finder = memchr::memmem::Finder::new(b"\n\n");
@@ -156,14 +156,10 @@ async fn read(
         }
         buf.drain(..start);
         if mine.len() >= 8 {
-            lat.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .append(&mut mine);
+            lat.lock().append(&mut mine);
         }
     }
-    lat.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .append(&mut mine);
+    lat.lock().append(&mut mine);
     Ok(())
 }
 
@@ -222,7 +218,7 @@ pub(super) async fn soak(
     let pid = proc.child.id().context("server pid")?;
     let url = proc.url.clone();
     let http = http()?;
-    let lat: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+    let lat: Arc<parking_lot::Mutex<Vec<f64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
 
     // Sessions, each with its readers (reader 0 tells its driver when a run ended).
@@ -261,15 +257,12 @@ pub(super) async fn soak(
     }
 
     // RSS every second.
-    let samples: Arc<std::sync::Mutex<Vec<(Instant, f64)>>> = Arc::default();
+    let samples: Arc<parking_lot::Mutex<Vec<(Instant, f64)>>> = Arc::default();
     let sampler = {
         let (samples, stop) = (samples.clone(), stop.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                samples
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((Instant::now(), rss_mib(pid)));
+                samples.lock().push((Instant::now(), rss_mib(pid)));
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
@@ -322,11 +315,7 @@ pub(super) async fn soak(
         tokio::time::sleep(Duration::from_secs(1)).await;
         if last_report.elapsed() >= Duration::from_secs(60) {
             last_report = Instant::now();
-            let rss = samples
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .last()
-                .map_or(0.0, |s| s.1);
+            let rss = samples.lock().last().map_or(0.0, |s| s.1);
             eprintln!(
                 "soak: {:.0} s, {} runs accepted, RSS {rss:.1} MiB ({}, {})",
                 started.elapsed().as_secs_f64(),
@@ -417,14 +406,14 @@ pub(super) async fn soak(
     if total_started != runs {
         bail!("{runs} messages accepted, {total_started} runs started");
     }
-    let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let samples = samples.lock().clone();
     let warm = started + duration / 10;
     let after: Vec<f64> = samples
         .iter()
         .filter(|s| s.0 >= warm)
         .map(|s| s.1)
         .collect();
-    let mut lat = std::mem::take(&mut *lat.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut lat = std::mem::take(&mut *lat.lock());
     lat.sort_by(|a, b| a.total_cmp(b));
     drop(proc);
     Ok(SoakFigures {

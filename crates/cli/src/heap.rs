@@ -128,11 +128,11 @@ mod tests {
     use super::*;
 
     /// The heap tests measure the whole process's heap: one at a time.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
     #[test]
     fn freed_pages_show_as_dirty() {
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = ONE_AT_A_TIME.lock();
         if std::env::var_os("MALLOC_CONF").is_some() {
             return; // its decay settings could give them back at once
         }
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_live_allocation_shows_in_the_allocated_figure() {
-        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = ONE_AT_A_TIME.lock();
         let before = read().expect("stats");
         // 64 MiB, touched so it is resident: far above anything else this test thread does.
         let big = vec![1u8; 64 << 20];

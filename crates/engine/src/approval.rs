@@ -5,8 +5,9 @@
 //! what it can; the rest wait as one pending approval that a human answers over the API, that
 //! times out, or that a cancel or a restart rejects.
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_protocol::{
@@ -130,8 +131,8 @@ fn settled_by_decision(d: &ToolDecision) -> &'static str {
 }
 
 impl Approvals {
-    fn settled(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, SettledCalls>> {
-        self.settled.lock().unwrap_or_else(|p| p.into_inner())
+    fn settled(&self) -> parking_lot::MutexGuard<'_, HashMap<Uuid, SettledCalls>> {
+        self.settled.lock()
     }
 
     /// Records how calls of `run_id` were settled (a newer run of the session replaces
@@ -162,8 +163,8 @@ impl Approvals {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Waiting>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<Uuid, Waiting>> {
+        self.waiting.lock()
     }
 
     /// The run and the calls still undecided, if the session waits.
@@ -594,7 +595,6 @@ pub(crate) async fn ask(
                     scope
                         .decided_by
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
                         .insert(call.id.clone(), by.to_string());
                 }
             }

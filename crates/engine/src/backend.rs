@@ -283,9 +283,9 @@ pub struct RunHandle {
     pub(crate) steering: mpsc::UnboundedReceiver<String>,
     pub(crate) mode: PermissionMode,
     /// Read at each tool call: the session's changes reach the run under way.
-    pub(crate) auto_approve: Arc<std::sync::Mutex<AutoApprove>>,
+    pub(crate) auto_approve: Arc<parking_lot::Mutex<AutoApprove>>,
     /// Who allowed the calls a person allowed, until their `ToolExecutionStarted`.
-    pub(crate) decided_by: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    pub(crate) decided_by: parking_lot::Mutex<std::collections::HashMap<String, String>>,
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) approval_timeout: Duration,
     pub(crate) cancel: CancellationToken,
@@ -377,11 +377,7 @@ impl RunHandle {
             session_id: self.session_id,
             run_id: self.run_id,
             mode: self.mode,
-            auto_approve: self
-                .auto_approve
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            auto_approve: self.auto_approve.lock().clone(),
             timeout: self.approval_timeout,
             log: &self.log,
             store: &self.store,
@@ -485,11 +481,7 @@ impl RunHandle {
 
     /// Emits `ToolExecutionStarted`.
     pub async fn tool_started(&self, call: &ToolCall) -> Result<(), EngineError> {
-        let decided_by = self
-            .decided_by
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&call.id);
+        let decided_by = self.decided_by.lock().remove(&call.id);
         self.emit(AgentEvent::ToolExecutionStarted {
             run_id: self.run_id,
             tool_call_id: call.id.clone(),

@@ -9,13 +9,11 @@
 //! it gives up ([`Health::failed`]) or it stops ([`Health::stopped`]). The texts handed in
 //! must hold no secret (the platform channels redact theirs before).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use chrono::{DateTime, Utc};
 
 pub use switchboard_protocol::gateway::{ConnectionState, FAILING_AFTER};
-
-use crate::util::lock;
 
 /// The reason shown while inbound messages cannot be stored (the gateway's database failed;
 /// its own words go to the log only).
@@ -80,16 +78,16 @@ impl Health {
     }
 
     pub fn snapshot(&self) -> ChannelHealth {
-        lock(&self.inner).now.clone()
+        self.inner.lock().now.clone()
     }
 
     /// The human-readable status.
     pub fn status(&self) -> String {
-        lock(&self.inner).now.status.clone()
+        self.inner.lock().now.status.clone()
     }
 
     fn set(&self, state: ConnectionState, status: String, reason: Option<String>) {
-        let mut t = lock(&self.inner);
+        let mut t = self.inner.lock();
         let streak = matches!(
             (t.now.state, state),
             (ConnectionState::Reconnecting, ConnectionState::Failing)
@@ -108,7 +106,7 @@ impl Health {
     /// state stays as it is — the attempt may fail again — and only the text changes.
     pub fn connecting(&self, status: impl Into<String>) {
         let status = status.into();
-        let mut t = lock(&self.inner);
+        let mut t = self.inner.lock();
         if matches!(
             t.now.state,
             ConnectionState::Reconnecting | ConnectionState::Failing
@@ -122,7 +120,7 @@ impl Health {
 
     /// Receiving: the failures are over.
     pub fn connected(&self, status: impl Into<String>) {
-        lock(&self.inner).failures = 0;
+        self.inner.lock().failures = 0;
         self.set(ConnectionState::Connected, status.into(), None);
     }
 
@@ -130,7 +128,7 @@ impl Health {
     /// was replaced) and is being opened again: `reconnecting`, not counted as a failure.
     pub fn reconnecting(&self, status: impl Into<String>, reason: Option<String>) {
         let status = status.into();
-        let failing = lock(&self.inner).now.state == ConnectionState::Failing;
+        let failing = self.inner.lock().now.state == ConnectionState::Failing;
         let state = if failing {
             ConnectionState::Failing
         } else {
@@ -144,7 +142,7 @@ impl Health {
     pub fn retrying(&self, status: impl Into<String>, reason: impl Into<String>) {
         let reason = reason.into();
         let state = {
-            let mut t = lock(&self.inner);
+            let mut t = self.inner.lock();
             t.failures = t.failures.saturating_add(1);
             t.now.last_error = Some((reason.clone(), Utc::now()));
             if t.failures >= FAILING_AFTER {
@@ -159,25 +157,25 @@ impl Health {
     /// Stopped for a failure that retrying will not fix.
     pub fn failed(&self, status: impl Into<String>, reason: impl Into<String>) {
         let reason = reason.into();
-        lock(&self.inner).now.last_error = Some((reason.clone(), Utc::now()));
+        self.inner.lock().now.last_error = Some((reason.clone(), Utc::now()));
         self.set(ConnectionState::Failed, status.into(), Some(reason));
     }
 
     /// Shut down (cancelled).
     pub fn stopped(&self) {
-        lock(&self.inner).failures = 0;
+        self.inner.lock().failures = 0;
         self.set(ConnectionState::Stopped, "stopped".into(), None);
     }
 
     /// Not started (any more): `configured`, with `status` as its text.
     pub fn configured(&self, status: impl Into<String>) {
-        lock(&self.inner).failures = 0;
+        self.inner.lock().failures = 0;
         self.set(ConnectionState::Configured, status.into(), None);
     }
 
     /// An error that leaves the state as it is (a failed delivery): kept as the last error.
     pub fn error(&self, reason: impl Into<String>) {
-        lock(&self.inner).now.last_error = Some((reason.into(), Utc::now()));
+        self.inner.lock().now.last_error = Some((reason.into(), Utc::now()));
     }
 }
 

@@ -1,18 +1,12 @@
 //! Small pieces every platform channel needs: a poison-proof lock and reconnect back-off
 //! (the pacing of calls is [`crate::platform::Outbox`]'s).
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// First wait of a reconnect back-off.
 pub(crate) const BACKOFF_START: Duration = Duration::from_secs(1);
 /// Longest wait of a reconnect back-off.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// A mutex's value, even if a panicking thread poisoned it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Waits that double from 1 s to 30 s until reset.
 #[derive(Debug, Default)]

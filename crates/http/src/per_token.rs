@@ -5,9 +5,10 @@
 //! is turned into the same bearer value in front of the routes), never by the secret
 //! itself: the maps below hold no token.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -72,7 +73,7 @@ impl StreamSlots {
     /// A slot for the request's credential, or 429 `too_many_streams` when it holds `max`.
     pub fn take(self: &Arc<Self>, headers: &HeaderMap) -> Result<StreamSlot, ApiError> {
         let key = self.keys.key(headers);
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.open.lock();
         let n = open.entry(key).or_default();
         if *n >= self.max {
             return Err(ApiError::new(
@@ -94,14 +95,14 @@ impl StreamSlots {
     /// Streams open for the request's credential.
     pub fn open(&self, headers: &HeaderMap) -> usize {
         let key = self.keys.key(headers);
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let open = self.open.lock();
         open.get(&key).copied().unwrap_or(0)
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut open = self.slots.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.slots.open.lock();
         if let Some(n) = open.get_mut(&self.key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -148,7 +149,7 @@ impl WriteRate {
     /// unauthenticated; a bucket that request made is dropped. So buckets are kept only for
     /// credentials the server accepted: a stream of made-up tokens costs no memory.
     fn give_back(&self, key: CallerKey, created: bool) {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock();
         if created {
             buckets.remove(&key);
         } else if let Some(b) = buckets.get_mut(&key) {
@@ -159,7 +160,7 @@ impl WriteRate {
     /// How many credentials have a bucket.
     #[cfg(test)]
     fn tracked(&self) -> usize {
-        self.buckets.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.buckets.lock().len()
     }
 
     /// Takes one write for `key` at `now`: whether its bucket was made for it, or
@@ -167,7 +168,7 @@ impl WriteRate {
     fn take(&self, key: CallerKey, now: Instant) -> Result<bool, Duration> {
         let cap = f64::from(self.per_minute);
         let per_sec = cap / 60.0;
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock();
         // Full buckets carry no information: dropped, so idle callers cost no memory.
         buckets.retain(|_, b| b.tokens + now.duration_since(b.at).as_secs_f64() * per_sec < cap);
         let created = !buckets.contains_key(&key);

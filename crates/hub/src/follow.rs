@@ -51,7 +51,7 @@ pub(crate) async fn follow(
         let live = env.id > replay_to;
         let echo = match &env.event {
             AgentEvent::RunStarted { run_id, content } => {
-                lock(&open.runs).started.insert(*run_id);
+                open.runs.lock().started.insert(*run_id);
                 if open.take_own_prompt(content.as_deref()) {
                     own.insert(*run_id);
                 }
@@ -146,7 +146,7 @@ pub(crate) fn ask(
     run: Uuid,
     tool_call_id: &str,
 ) {
-    if !lock(&open.asked).insert(tool_call_id.to_owned()) {
+    if !open.asked.lock().insert(tool_call_id.to_owned()) {
         return;
     }
     let mut fields = ToolCallUpdateFields::new();
@@ -165,11 +165,13 @@ pub(crate) fn ask(
         ],
     );
     let sent = cx.send_request(request);
-    lock(&open.asks).insert(tool_call_id.to_owned(), (run, sent.cancellation_handle()));
+    open.asks
+        .lock()
+        .insert(tool_call_id.to_owned(), (run, sent.cancellation_handle()));
     let (hub, open, id) = (hub.clone(), open.clone(), tool_call_id.to_owned());
     let spawned = cx.spawn(async move {
         let answer = sent.block_task().await;
-        lock(&open.asks).remove(&id);
+        open.asks.lock().remove(&id);
         let action = match answer {
             Ok(resp) => match resp.outcome {
                 RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == "allow" => {

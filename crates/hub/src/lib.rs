@@ -38,8 +38,9 @@ use prompt::*;
 use session::*;
 use state::*;
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
@@ -98,10 +99,6 @@ pub async fn serve_stdio(api: Api, opts: HubOptions) -> Result<(), HubError> {
         tokio::io::stdin().compat(),
     );
     serve(api, opts, transport).await
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn parse_id(id: &str) -> Result<Uuid, Error> {

@@ -98,7 +98,7 @@ pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptRespon
     let open = hub.session(&req.session_id.to_string())?;
     let message = prompt_message(&hub.api, open.id, &req.prompt).await?;
     let content = message.content.clone();
-    lock(&open.runs).pending_prompts.push(content.clone());
+    open.runs.lock().pending_prompts.push(content.clone());
     let send = SendMessageRequest {
         message,
         // Waits its turn when a run from elsewhere is under way.
@@ -108,7 +108,7 @@ pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptRespon
     let sent = match hub.api.send_message(open.id, &send).await {
         Ok(sent) => sent,
         Err(e) => {
-            let mut runs = lock(&open.runs);
+            let mut runs = open.runs.lock();
             if let Some(i) = runs.pending_prompts.iter().position(|p| *p == content) {
                 runs.pending_prompts.remove(i);
             }
@@ -117,7 +117,7 @@ pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptRespon
     };
     let run = sent.run_id;
     let (rx, cancel_now) = {
-        let mut runs = lock(&open.runs);
+        let mut runs = open.runs.lock();
         runs.current = Some(run);
         let cancel_now = std::mem::take(&mut runs.cancel_pending);
         let rx = match (runs.ended.remove(&run), runs.closed.clone()) {
@@ -145,7 +145,7 @@ pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptRespon
         }),
     };
     {
-        let mut runs = lock(&open.runs);
+        let mut runs = open.runs.lock();
         if runs.current == Some(run) {
             runs.current = None;
         }
@@ -167,7 +167,7 @@ pub(crate) async fn cancel(hub: &Hub, session: &str) {
         return;
     };
     let run = {
-        let mut runs = lock(&open.runs);
+        let mut runs = open.runs.lock();
         if runs.current.is_none() && !runs.pending_prompts.is_empty() {
             // The prompt is still being sent: cancelled as soon as its run is known.
             runs.cancel_pending = true;
@@ -184,7 +184,7 @@ pub(crate) async fn cancel(hub: &Hub, session: &str) {
 pub(crate) async fn cancel_run(hub: &Hub, open: &Open, run: Uuid) {
     match hub.api.cancel(open.id, run).await {
         Ok(_) => {
-            let started = lock(&open.runs).started.contains(&run);
+            let started = open.runs.lock().started.contains(&run);
             if !started {
                 open.end(
                     run,

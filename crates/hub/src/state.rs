@@ -57,7 +57,7 @@ impl Open {
 
     /// Whether a `RunStarted` with this content is one of this editor's prompts.
     pub(crate) fn take_own_prompt(&self, content: Option<&str>) -> bool {
-        let mut runs = lock(&self.runs);
+        let mut runs = self.runs.lock();
         let Some(c) = content else { return false };
         match runs.pending_prompts.iter().position(|p| p == c) {
             Some(i) => {
@@ -69,7 +69,7 @@ impl Open {
     }
 
     pub(crate) fn end(&self, run: Uuid, ending: Ending) {
-        let mut runs = lock(&self.runs);
+        let mut runs = self.runs.lock();
         match runs.waiters.remove(&run) {
             Some(tx) => {
                 let _ = tx.send(ending);
@@ -87,7 +87,7 @@ impl Open {
     /// Every waiting prompt ends with `error`, and later ones fail at once (the follower
     /// stopped for good; `session/load` opens it again).
     pub(crate) fn fail_all(&self, error: &str) {
-        let mut runs = lock(&self.runs);
+        let mut runs = self.runs.lock();
         runs.closed = Some(error.to_owned());
         for (_, tx) in runs.waiters.drain() {
             let _ = tx.send(Ending::Failed {
@@ -100,7 +100,7 @@ impl Open {
     /// The call was decided (here or elsewhere): a request still open in the editor is
     /// withdrawn.
     pub(crate) fn withdraw(&self, tool_call_id: &str) {
-        if let Some((_, handle)) = lock(&self.asks).remove(tool_call_id) {
+        if let Some((_, handle)) = self.asks.lock().remove(tool_call_id) {
             tracing::debug!(session = %self.id, tool_call_id, "withdrawing the editor's permission request");
             let _ = handle.cancel();
         }
@@ -108,7 +108,7 @@ impl Open {
 
     /// The run ended: what the editor was still asked about it is withdrawn.
     pub(crate) fn withdraw_run(&self, run: Uuid) {
-        lock(&self.asks).retain(|_, (r, handle)| {
+        self.asks.lock().retain(|_, (r, handle)| {
             if *r == run {
                 let _ = handle.cancel();
             }
@@ -119,13 +119,13 @@ impl Open {
     /// Stops the follower and withdraws the questions it asked (the prompts waiting stay:
     /// a new follower ends them).
     pub(crate) fn stop_follower(&self) {
-        if let Some(task) = lock(&self.follower).take() {
+        if let Some(task) = self.follower.lock().take() {
             task.abort();
         }
-        for (_, (_, h)) in lock(&self.asks).drain() {
+        for (_, (_, h)) in self.asks.lock().drain() {
             let _ = h.cancel();
         }
-        lock(&self.asked).clear();
+        self.asked.lock().clear();
     }
 
     /// The connection ends.
@@ -144,7 +144,7 @@ pub(crate) struct Hub {
 impl Hub {
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Open>, Error> {
         let uuid = parse_id(id)?;
-        lock(&self.open).get(&uuid).cloned().ok_or_else(|| {
+        self.open.lock().get(&uuid).cloned().ok_or_else(|| {
             Error::new(
                 ErrorCode::RESOURCE_NOT_FOUND,
                 format!("session {id} is not open on this connection: session/new or session/load it first"),
@@ -162,12 +162,14 @@ impl Hub {
     ) -> oneshot::Receiver<()> {
         // Opened again (`session/load` of an open session): the same state, so that a
         // prompt waiting on it is still answered, with a new follower replaying the log.
-        let open = lock(&self.open)
+        let open = self
+            .open
+            .lock()
             .entry(id)
             .or_insert_with(|| Open::new(id))
             .clone();
         open.stop_follower();
-        lock(&open.runs).closed = None;
+        open.runs.lock().closed = None;
         let (caught_tx, caught_rx) = oneshot::channel();
         let task = tokio::spawn(follow(
             self.clone(),
@@ -176,12 +178,12 @@ impl Hub {
             replay_to,
             caught_tx,
         ));
-        *lock(&open.follower) = Some(task);
+        *open.follower.lock() = Some(task);
         caught_rx
     }
 
     pub(crate) fn close_all(&self) {
-        for (_, open) in lock(&self.open).drain() {
+        for (_, open) in self.open.lock().drain() {
             open.stop();
         }
     }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 #[derive(Debug)]
 pub struct AuditLog {
     dir: PathBuf,
-    lock: std::sync::Mutex<()>,
+    lock: parking_lot::Mutex<()>,
 }
 
 /// Most lines one read returns.
@@ -22,7 +22,7 @@ impl AuditLog {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
-            lock: std::sync::Mutex::new(()),
+            lock: parking_lot::Mutex::new(()),
         }
     }
 
@@ -45,7 +45,7 @@ impl AuditLog {
         }
         let mut line = Value::Object(obj).to_string();
         line.push('\n');
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.lock.lock();
         if let Err(e) = append(&self.dir, &self.path(bundle), line.as_bytes()) {
             tracing::warn!(error = %e, bundle, "could not write the relay audit log");
         }

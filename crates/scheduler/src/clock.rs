@@ -1,7 +1,7 @@
 //! The scheduler's sense of time, injected so that tests fire schedules without waiting.
 
+use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
@@ -31,13 +31,13 @@ impl ManualClock {
     }
 
     pub fn set(&self, t: DateTime<Utc>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = t;
+        *self.0.lock() = t;
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.0.lock()
     }
 }
 

@@ -5,9 +5,10 @@
 //! The session cookie is stateless: `v1.<nonce>.<HMAC-SHA256(token, nonce)>`. It survives a
 //! restart and dies with the token.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -158,8 +159,8 @@ impl Console {
         code
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
-        self.inner.login.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Option<(String, Instant)>> {
+        self.inner.login.lock()
     }
 
     /// Takes the login code if `given` is it and it has not expired (one use only).

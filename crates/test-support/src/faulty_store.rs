@@ -6,8 +6,9 @@
 //! method names) and can be changed while the store is in use, so a test can make a store
 //! fail and then recover.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -91,7 +92,7 @@ impl FaultyStore {
 
     /// Sets (replaces) the fault of `method`. With `from: 0` it counts from the next call.
     pub fn set(&self, method: &'static str, mut fault: Fault) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         if fault.from == 0 {
             fault.from = s.calls.get(method).copied().unwrap_or(0) + 1;
         }
@@ -100,31 +101,31 @@ impl FaultyStore {
 
     /// Removes the fault of `method`: it works again.
     pub fn clear(&self, method: &'static str) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         s.faults.remove(method);
     }
 
     /// Removes every fault.
     pub fn heal(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         s.faults.clear();
     }
 
     /// How many times `method` was called.
     pub fn calls(&self, method: &str) -> u64 {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.state.lock();
         s.calls.get(method).copied().unwrap_or(0)
     }
 
     /// Calls `f` with the events of every `write_events` the inner store committed, before
     /// the caller learns it succeeded.
     pub fn observe_commits(&self, f: impl Fn(&[NewEvent]) + Send + Sync + 'static) {
-        *self.observer.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
+        *self.observer.lock() = Some(Arc::new(f));
     }
 
     async fn enter(&self, method: &'static str) -> Result<()> {
         let action = {
-            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut s = self.state.lock();
             let n = {
                 let c = s.calls.entry(method).or_insert(0);
                 *c += 1;
@@ -186,11 +187,7 @@ impl Store for FaultyStore {
     ) -> Result<()> {
         self.enter("write_events").await?;
         self.inner.write_events(events, fences, finishes).await?;
-        let observer = self
-            .observer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let observer = self.observer.lock().clone();
         if let Some(f) = observer {
             f(events);
         }

@@ -1,10 +1,11 @@
 //! [`ServerProcess`]: the `switchboard` binary run as a child process for end-to-end tests.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
@@ -192,9 +193,7 @@ impl Drop for ServerProcess {
 }
 
 fn join(lines: &Lines) -> String {
-    let lines = lines
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let lines = lines.lock();
     lines
         .iter()
         .map(String::as_str)
@@ -225,9 +224,7 @@ async fn drain(
         {
             let _ = tx.send(url);
         }
-        let mut kept = lines
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut kept = lines.lock();
         if kept.len() == KEPT_LINES {
             kept.pop_front();
         }

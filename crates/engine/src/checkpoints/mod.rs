@@ -34,9 +34,10 @@
 
 mod git;
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -211,21 +212,18 @@ impl Checkpoints {
         let name: String = hash[..16].iter().map(|b| format!("{b:02x}")).collect();
         let git_dir = self.config.dir.join(name);
         let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            let mut locks = self.locks.lock();
             locks.entry(git_dir.clone()).or_default().clone()
         };
         let git = Git::new(&self.config.git, &git_dir, &root);
         let fresh = {
-            let opened = self.opened.lock().unwrap_or_else(|p| p.into_inner());
+            let opened = self.opened.lock();
             !opened.contains(&git_dir)
         };
         if fresh {
             let _guard = lock.lock().await;
             git.init(&root).await?;
-            self.opened
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(git_dir);
+            self.opened.lock().insert(git_dir);
         }
         Ok((git, lock))
     }

@@ -12,8 +12,9 @@
 //! behind the bounded live channel is told so by the channel and goes back to reading the
 //! store, so a slow reader never makes memory grow.
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use switchboard_protocol::{AgentEvent, GapDetected};
 use switchboard_store::{Lease, NewEvent, RunFinish, Store, StoreError, StoredEvent};
@@ -312,23 +313,18 @@ impl EventLog {
             return;
         };
         self.approvals.bump_for(&events);
-        if let Some(last) = self
-            .seqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&session_id)
-        {
+        if let Some(last) = self.seqs.lock().get_mut(&session_id) {
             // Our next append would collide with these: start above them.
             *last = (*last).max(top);
         }
-        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.channels.lock();
         if let Some(tx) = map.get(&session_id) {
             let _ = tx.send(SharedBatch::new(events));
         }
     }
 
     fn sender(&self, session_id: Uuid) -> broadcast::Sender<Arc<SharedBatch>> {
-        let mut map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.channels.lock();
         map.entry(session_id)
             .or_insert_with(|| broadcast::channel(self.live_buffer).0)
             .clone()
@@ -451,14 +447,8 @@ impl EventLog {
 
     /// Forgets in-memory state of a deleted session; its subscribers end.
     pub fn forget(&self, session_id: Uuid) {
-        self.seqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&session_id);
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&session_id);
+        self.seqs.lock().remove(&session_id);
+        self.channels.lock().remove(&session_id);
     }
 
     /// Reads stored events with `seq > after`.

@@ -122,17 +122,12 @@ impl Writer {
 
     /// The session's highest seq, from the store when not known yet.
     pub(super) async fn last_seq(&self, session_id: Uuid) -> Result<u64, StoreError> {
-        let known = self
-            .seqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&session_id)
-            .copied();
+        let known = self.seqs.lock().get(&session_id).copied();
         match known {
             Some(l) => Ok(l),
             None => {
                 let l = self.store.event_bounds(session_id).await?.last_seq;
-                let mut map = self.seqs.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = self.seqs.lock();
                 let e = map.entry(session_id).or_insert(l);
                 *e = (*e).max(l);
                 Ok(*e)
@@ -141,17 +136,11 @@ impl Writer {
     }
 
     pub(super) fn set_last(&self, session_id: Uuid, last: u64) {
-        self.seqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(session_id, last);
+        self.seqs.lock().insert(session_id, last);
     }
 
     pub(super) fn drop_last(&self, session_id: Uuid) {
-        self.seqs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&session_id);
+        self.seqs.lock().remove(&session_id);
     }
 
     /// Writes a batch as one transaction; if that fails, each request on its own, so one
@@ -324,7 +313,7 @@ impl Writer {
         for (_, events) in &by_session {
             self.approvals.bump_for(events);
         }
-        let map = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.channels.lock();
         for (session_id, events) in by_session {
             if let Some(tx) = map.get(&session_id) {
                 // No receivers is fine: nobody is listening live.

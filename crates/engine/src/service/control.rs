@@ -14,7 +14,7 @@ impl Engine {
         let lock = self.session_lock(session_id);
         let _guard = lock.lock().await;
         let active = {
-            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let map = self.inner.active.lock();
             map.get(&session_id)
                 .map(|a| (a.run_id, a.steering.clone(), a.lease.clone()))
         };
@@ -104,11 +104,11 @@ impl Engine {
                 session_id,
                 auto_approve,
             } => {
-                let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                let map = self.inner.active.lock();
                 match map.get(&session_id) {
                     Some(slot) => {
                         if let Some(live) = &slot.auto_approve {
-                            *live.lock().unwrap_or_else(|p| p.into_inner()) = auto_approve;
+                            *live.lock() = auto_approve;
                         }
                         Ok(ControlReply::AutoApproveSet)
                     }
@@ -117,7 +117,7 @@ impl Engine {
             }
             RunControl::Cancel { session_id, run_id } => {
                 let active = {
-                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    let map = self.inner.active.lock();
                     map.get(&session_id).map(|a| (a.run_id, a.cancel.clone()))
                 };
                 match active {

@@ -112,7 +112,7 @@ impl Engine {
         req: ShareFileRequest,
     ) -> Result<SharedFile, EngineError> {
         let active = {
-            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let map = self.inner.active.lock();
             map.get(&session_id).map(|a| (a.run_id, a.lease.clone()))
         };
         let Some((run_id, lease)) = active else {

@@ -8,7 +8,7 @@ impl Engine {
     pub(super) async fn renew_leases(&self) {
         let ttl = self.inner.config.run_lease_ttl;
         let runs: Vec<Renewal> = {
-            let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let map = self.inner.active.lock();
             map.values().map(RunSlot::renewal).collect()
         };
         for Renewal {
@@ -26,7 +26,7 @@ impl Engine {
                 .unwrap_or_else(|_| Err(StoreError::Database("renewing timed out".into())));
             let stop = match result {
                 Ok(true) => {
-                    *renewed.lock().unwrap_or_else(|p| p.into_inner()) = started;
+                    *renewed.lock() = started;
                     false
                 }
                 Ok(false) => {
@@ -34,7 +34,7 @@ impl Engine {
                     true
                 }
                 Err(e) => {
-                    let since = renewed.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+                    let since = renewed.lock().elapsed();
                     tracing::warn!(%run_id, error = %e, "renewing a run lease failed");
                     // Past the lease another instance may have taken the run over: stop
                     // rather than act next to it.

@@ -1,8 +1,9 @@
 //! Sessions and runs.
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_protocol::{
@@ -206,16 +207,12 @@ impl Engine {
     }
 
     fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {
-        let mut map = self
-            .inner
-            .session_locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.session_locks.lock();
         map.entry(id).or_default().clone()
     }
 
     fn active_run_id(&self, session_id: Uuid) -> Option<Uuid> {
-        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.inner.active.lock();
         map.get(&session_id).map(|a| a.run_id)
     }
 
@@ -228,12 +225,12 @@ impl Engine {
     }
 
     fn is_local_run(&self, run_id: Uuid) -> bool {
-        let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.inner.active.lock();
         map.values().any(|a| a.run_id == run_id)
     }
 
     fn forget_active(&self, session_id: Uuid, run_id: Uuid) {
-        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.active.lock();
         if map.get(&session_id).is_some_and(|a| a.run_id == run_id) {
             map.remove(&session_id);
         }
@@ -243,7 +240,7 @@ impl Engine {
     pub async fn wait_idle(&self, session_id: Uuid) {
         loop {
             let task = {
-                let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                let mut map = self.inner.active.lock();
                 map.get_mut(&session_id).and_then(|a| a.task.take())
             };
             match task {
@@ -263,7 +260,7 @@ impl Engine {
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.shutdown.cancel();
         let tasks: Vec<JoinHandle<()>> = {
-            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.inner.active.lock();
             map.values_mut().filter_map(|a| a.task.take()).collect()
         };
         let _ = tokio::time::timeout(grace, futures::future::join_all(tasks)).await;

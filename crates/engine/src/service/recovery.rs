@@ -178,11 +178,7 @@ impl Engine {
             }
         }
         let ready: Vec<Uuid> = {
-            let mut seen = self
-                .inner
-                .waiting_follow_ups
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut seen = self.inner.waiting_follow_ups.lock();
             let ready = idle
                 .iter()
                 .copied()

@@ -302,7 +302,7 @@ impl Engine {
         let cancel = self.inner.shutdown.child_token();
         let lost = CancellationToken::new();
         {
-            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.inner.active.lock();
             map.insert(
                 session_id,
                 RunSlot {
@@ -351,7 +351,7 @@ impl Engine {
             },
             span,
         ));
-        let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.active.lock();
         if let Some(a) = map.get_mut(&session_id)
             && a.run_id == run_id
         {
@@ -453,7 +453,7 @@ impl Engine {
                 // permission mode still bounds it (see `approval::settle`). Without one,
                 // the run shares its slot's copy, which a change of the session's updates.
                 let live = {
-                    let map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+                    let map = self.inner.active.lock();
                     map.get(&session_id)
                         .filter(|s| s.run_id == run_id)
                         .and_then(|s| s.auto_approve.clone())

@@ -284,7 +284,7 @@ impl Engine {
             tracing::warn!(session_id = %id, error = %e, "cancelling the session's run on its instance failed");
         }
         let task = {
-            let mut map = self.inner.active.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.inner.active.lock();
             map.get_mut(&id).and_then(|a| {
                 a.cancel.cancel();
                 a.task.take()
@@ -315,11 +315,7 @@ impl Engine {
         {
             backend.forget(id).await;
         }
-        self.inner
-            .session_locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        self.inner.session_locks.lock().remove(&id);
         tracing::info!(session_id = %id, "session deleted");
         Ok(())
     }

@@ -16,7 +16,8 @@ use switchboard_protocol::gateway::{
 };
 use switchboard_protocol::{ErrorBody, ErrorCode};
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 
 use crate::channel::{ChatKind, ChatRef, InboundSink};
 use crate::dispatcher::Gateway;
@@ -109,12 +110,12 @@ impl GatewaySlot {
     }
 
     pub fn get(&self) -> Gateway {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read().clone()
     }
 
     /// Puts `gw` in place and returns the one it replaced.
     pub fn replace(&self, gw: Gateway) -> Gateway {
-        std::mem::replace(&mut *self.0.write().unwrap_or_else(|p| p.into_inner()), gw)
+        std::mem::replace(&mut *self.0.write(), gw)
     }
 }
 

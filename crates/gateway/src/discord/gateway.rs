@@ -2,7 +2,7 @@
 
 use crate::platform::pause;
 use crate::platform::wire::from_object;
-use crate::util::{Backoff, lock};
+use crate::util::Backoff;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -124,13 +124,13 @@ impl Runner<'_> {
             .await
             .and_then(|v| serde_json::from_str::<HashMap<String, String>>(&v).ok())
         {
-            lock(&self.ch.threads).extend(threads);
+            self.ch.threads.lock().extend(threads);
         }
         if let (Some(id), Some(resume_url), Some(seq), Some(bot)) = (session, url, seq, bot)
             && (resume_url.starts_with("ws://") || resume_url.starts_with("wss://"))
         {
             tracing::info!(channel = %self.name(), seq, "resuming the stored Discord session");
-            *lock(&self.ch.bot_id) = Some(bot);
+            *self.ch.bot_id.lock() = Some(bot);
             self.session = Some(Session { id, resume_url });
             self.seq = Some(seq);
             self.last_seq = Some(seq);
@@ -550,7 +550,7 @@ impl Runner<'_> {
                     });
                 }
                 tracing::info!(channel = %self.name(), bot = %ready.user.username, id = %ready.user.id, "Discord gateway ready");
-                *lock(&self.ch.bot_id) = Some(ready.user.id.clone());
+                *self.ch.bot_id.lock() = Some(ready.user.id.clone());
                 self.store(BOT_ID_KEY, &ready.user.id).await;
                 self.store(SESSION_KEY, &ready.session_id).await;
                 self.store(RESUME_URL_KEY, &ready.resume_gateway_url).await;
@@ -596,11 +596,11 @@ impl Runner<'_> {
                 }
             },
             _ => {
-                let before = lock(&self.ch.threads).clone();
+                let before = self.ch.threads.lock().clone();
                 self.ch.note_threads(t, &d);
                 // Known threads are kept in the channel's state: after a RESUME (a restart)
                 // Discord does not send them again, and a thread must stay a thread chat.
-                let after = lock(&self.ch.threads).clone();
+                let after = self.ch.threads.lock().clone();
                 if after != before {
                     let v = serde_json::to_string(&after).unwrap_or_default();
                     if let Err(e) = self.ctx.state.set(THREADS_KEY, &v).await {

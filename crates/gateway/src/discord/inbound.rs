@@ -1,7 +1,5 @@
 //! Inbound mapping: messages and button presses as gateway items; known threads.
 
-use crate::util::lock;
-
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -40,7 +38,7 @@ impl DiscordChannel {
                             .as_ref()
                             .and_then(|r| r.author.as_ref())
                             .is_some_and(|a| a.id == bot_id));
-                let parent = lock(&self.threads).get(&m.channel_id).cloned();
+                let parent = self.threads.lock().get(&m.channel_id).cloned();
                 let is_thread = parent.is_some() || matches!(m.channel_type, Some(10..=12));
                 let configured = self.cfg.channels.contains(&m.channel_id)
                     || parent
@@ -114,7 +112,7 @@ impl DiscordChannel {
                 kind: ChatKind::Direct,
                 thread: None,
             },
-            Some(_) if lock(&self.threads).contains_key(&channel_id) => ChatRef {
+            Some(_) if self.threads.lock().contains_key(&channel_id) => ChatRef {
                 id: channel_id.clone(),
                 kind: ChatKind::Thread,
                 thread: Some(channel_id),
@@ -126,7 +124,7 @@ impl DiscordChannel {
             },
         };
         if let Some(app) = i.application_id.filter(|a| valid_id(a)) {
-            let mut tokens = lock(&self.press_tokens);
+            let mut tokens = self.press_tokens.lock();
             tokens.retain(|_, t| t.at.elapsed() < INTERACTION_TOKEN_TTL);
             tokens.insert(
                 i.id.clone(),
@@ -152,7 +150,7 @@ impl DiscordChannel {
     }
 
     pub(super) fn note_threads(&self, t: &str, d: &Value) {
-        let mut threads = lock(&self.threads);
+        let mut threads = self.threads.lock();
         if threads.len() > 10_000 {
             threads.clear();
         }
@@ -187,7 +185,7 @@ impl DiscordChannel {
     }
 
     pub(super) fn remember_inbound(&self, chat: &str, message_id: &str) {
-        let mut map = lock(&self.reply_to);
+        let mut map = self.reply_to.lock();
         if map.len() > 4096 {
             map.clear();
         }

@@ -49,10 +49,10 @@
 
 use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy};
-use crate::util::lock;
+
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -293,7 +293,7 @@ impl Channel for DiscordChannel {
         if !buttons.is_empty() {
             body["components"] = self.components(buttons)?;
         }
-        let reply_to = lock(&self.reply_to).get(&chat.id).cloned();
+        let reply_to = self.reply_to.lock().get(&chat.id).cloned();
         if let Some(mid) = &reply_to {
             body["message_reference"] = json!({"message_id": mid, "fail_if_not_exists": false});
         }
@@ -306,7 +306,7 @@ impl Channel for DiscordChannel {
         req.keys = platform::send_keys(chat);
         let result = self.call(&req).await?;
         if let Some(mid) = reply_to {
-            let mut map = lock(&self.reply_to);
+            let mut map = self.reply_to.lock();
             if map.get(&chat.id) == Some(&mid) {
                 map.remove(&chat.id);
             }

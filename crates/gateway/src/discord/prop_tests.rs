@@ -22,7 +22,7 @@ fn channel() -> DiscordChannel {
     let mut cfg = DiscordConfig::new("abc");
     cfg.channels = vec!["C1".into()];
     let ch = DiscordChannel::new(cfg).unwrap();
-    *lock(&ch.bot_id) = Some(BOT.into());
+    *ch.bot_id.lock() = Some(BOT.into());
     ch
 }
 
@@ -252,9 +252,9 @@ proptest! {
                 }
             }
             _ => {
-                let before = lock(&ch.threads).clone();
+                let before = ch.threads.lock().clone();
                 ch.note_threads(&t, &p.d);
-                let after = lock(&ch.threads).clone();
+                let after = ch.threads.lock().clone();
                 if !matches!(t.as_str(), "THREAD_CREATE" | "THREAD_UPDATE" | "GUILD_CREATE" | "THREAD_LIST_SYNC" | "THREAD_DELETE") {
                     prop_assert_eq!(before, after);
                 }
@@ -306,10 +306,10 @@ proptest! {
         let ch = channel();
         ch.note_threads(t, &d);
         ch.note_threads("THREAD_CREATE", &json!({"id": id, "parent_id": "C1", "type": kind}));
-        let parent = lock(&ch.threads).get(&id).cloned();
+        let parent = ch.threads.lock().get(&id).cloned();
         prop_assert_eq!(parent.as_deref(), Some("C1"));
         ch.note_threads("THREAD_DELETE", &json!({"id": id}));
-        prop_assert!(!lock(&ch.threads).contains_key(&id));
+        prop_assert!(!ch.threads.lock().contains_key(&id));
     }
 
     /// Mentions in any text: no panic; the result is never longer, and text without `<@`

@@ -2,9 +2,9 @@
 //! components, interaction answers.
 
 use crate::platform::{Answer, BOT, Call, PlatformClient, Verdict};
-use crate::util::lock;
+
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -282,7 +282,7 @@ impl DiscordChannel {
         if let Some(url) = &self.cfg.gateway_url {
             return Ok(url.clone());
         }
-        if let Some(url) = lock(&self.gateway).clone() {
+        if let Some(url) = self.gateway.lock().clone() {
             return Ok(url);
         }
         let answer = self
@@ -294,7 +294,7 @@ impl DiscordChannel {
             .filter(|u| u.starts_with("ws://") || u.starts_with("wss://"))
             .ok_or_else(|| self.other("GET /gateway/bot: the answer has no ws:// or wss:// url"))?
             .to_owned();
-        *lock(&self.gateway) = Some(url.clone());
+        *self.gateway.lock() = Some(url.clone());
         Ok(url)
     }
 
@@ -340,7 +340,7 @@ impl DiscordChannel {
     }
 
     pub(super) fn bot_id(&self) -> Option<String> {
-        lock(&self.bot_id).clone()
+        self.bot_id.lock().clone()
     }
 
     /// An ephemeral follow-up (only the presser sees it) to an acknowledged interaction.
@@ -348,7 +348,9 @@ impl DiscordChannel {
         // The dispatcher may get to the press before it is acknowledged: wait for that.
         let mut waited = Duration::ZERO;
         let entry = loop {
-            let entry = lock(&self.press_tokens)
+            let entry = self
+                .press_tokens
+                .lock()
                 .get(press_id)
                 .filter(|t| t.at.elapsed() < INTERACTION_TOKEN_TTL)
                 .cloned();
@@ -400,7 +402,7 @@ impl DiscordChannel {
         req.bucket = "POST /interactions".into();
         req.secret = Some(token.to_owned());
         self.call_once(&req, INTERACTION_TIMEOUT).await?;
-        if let Some(t) = lock(&self.press_tokens).get_mut(id) {
+        if let Some(t) = self.press_tokens.lock().get_mut(id) {
             t.acked = true;
         }
         Ok(())

@@ -14,7 +14,6 @@ use crate::channel::{Button, ButtonPress, ChatKind, ChatRef, Peer};
 use crate::config::ApprovalMode;
 use crate::store::{FollowedRun, Prompt, Route};
 use crate::text::truncate;
-use crate::util::lock;
 
 use super::*;
 
@@ -98,7 +97,7 @@ impl Gateway {
         };
         let message = if p.prompt_message.is_empty() {
             // Not posted yet (or the post's id not recorded yet): the post edits it.
-            let mut unposted = lock(&self.inner.unposted);
+            let mut unposted = self.inner.unposted.lock();
             match unposted.remove(&p.id) {
                 Some(Unposted::Posted(id)) => Some(id),
                 _ => {
@@ -461,7 +460,7 @@ impl Gateway {
             // Settled while it was being posted (a press or a new message raced the send):
             // the message gets the decision's note once the settle has one.
             let note = {
-                let mut unposted = lock(&self.inner.unposted);
+                let mut unposted = self.inner.unposted.lock();
                 match unposted.remove(&p.id) {
                     Some(Unposted::Note(note)) => Some(note),
                     _ => {

@@ -6,8 +6,9 @@
 //! stored cursor, streaming the reply by editing one message and showing approval prompts.
 //! A restart resumes each route where its cursor stood: nothing lost, nothing posted twice.
 
+use parking_lot::Mutex as StdMutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -205,8 +206,7 @@ impl Gateway {
     /// resumes them like a restart would.
     pub async fn stop(&self) {
         self.inner.cancel.cancel();
-        let mut tasks =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut tasks = std::mem::take(&mut *self.inner.tasks.lock());
         // Tasks end at the next await that watches the cancel token; one in the middle of
         // taking a message (seen, then queued) gets a moment to finish it. Aborted only
         // after that.
@@ -221,7 +221,7 @@ impl Gateway {
     }
 
     fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
-        let mut tasks = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tasks = self.inner.tasks.lock();
         while let Some(done) = tasks.try_join_next() {
             log_panic(done);
         }
@@ -231,11 +231,7 @@ impl Gateway {
     /// Tasks spawned and not reaped yet (finished ones are reaped at the next spawn).
     #[cfg(test)]
     pub(crate) fn task_count(&self) -> usize {
-        self.inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
+        self.inner.tasks.lock().len()
     }
 
     pub fn store(&self) -> &GatewayStore {
@@ -259,7 +255,7 @@ impl Gateway {
         if self.inner.standby {
             return;
         }
-        let mut map = self.inner.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.workers.lock();
         if let Some(tx) = map.get(key)
             && tx.send(()).is_ok()
         {
@@ -306,8 +302,7 @@ impl Gateway {
                 .await;
             })
             .await;
-        std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()))
-            .abort_all();
+        std::mem::take(&mut *self.inner.tasks.lock()).abort_all();
     }
 }
 

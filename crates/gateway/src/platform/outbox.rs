@@ -22,13 +22,11 @@
 //!   while it waits (its future is dropped) leaves the turn to the newest edit still
 //!   waiting: a cancelled edit never takes older ones down with it.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::util::lock;
 
 /// A rate: `burst` calls at once, then one per `every`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +107,7 @@ struct Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let mut edits = lock(&self.outbox.edits);
+        let mut edits = self.outbox.edits.lock();
         if let Some(p) = edits.get_mut(self.message) {
             p.waiting.remove(&self.generation);
             if p.waiting.is_empty() {
@@ -175,7 +173,7 @@ impl Outbox {
     /// Reserves the earliest instant every key allows, and returns it.
     fn reserve(&self, keys: &[String]) -> Instant {
         let now = Instant::now();
-        let mut map = lock(&self.keys);
+        let mut map = self.keys.lock();
         if map.len() > PRUNE_AT {
             map.retain(|_, s| s.tat > now || s.hold > now);
         }
@@ -204,7 +202,7 @@ impl Outbox {
     /// The end of the longest hold on `keys`, if one is still on.
     fn held_until(&self, keys: &[String]) -> Option<Instant> {
         let now = Instant::now();
-        let map = lock(&self.keys);
+        let map = self.keys.lock();
         keys.iter()
             .filter_map(|k| map.get(k).map(|s| s.hold))
             .filter(|h| *h > now)
@@ -239,7 +237,7 @@ impl Outbox {
     pub async fn edit_turn(&self, message: &str, keys: &[String]) -> bool {
         let _queued = QueueGauge::up(&self.channel);
         let (generation, at) = {
-            let mut edits = lock(&self.edits);
+            let mut edits = self.edits.lock();
             let p = match edits.get_mut(message) {
                 Some(p) => p,
                 None => {
@@ -262,7 +260,7 @@ impl Outbox {
             generation,
         };
         self.wait(keys, at).await;
-        let mut edits = lock(&self.edits);
+        let mut edits = self.edits.lock();
         match edits.get(message) {
             Some(p) if p.waiting.last() == Some(&generation) => {
                 // This one goes; the older ones still waiting are superseded, and an edit
@@ -280,7 +278,7 @@ impl Outbox {
     pub fn hold(&self, key: &str, wait: Duration) {
         let until = Instant::now() + wait;
         let tolerance = self.limits.rate(key).map(|r| r.tolerance());
-        let mut map = lock(&self.keys);
+        let mut map = self.keys.lock();
         let s = map.entry(key.to_owned()).or_insert(KeyState {
             tat: until,
             hold: until,
@@ -293,7 +291,7 @@ impl Outbox {
 
     /// Ends a hold on `key` (a bucket that reports calls left again).
     pub fn release(&self, key: &str) {
-        if let Some(s) = lock(&self.keys).get_mut(key) {
+        if let Some(s) = self.keys.lock().get_mut(key) {
             s.hold = Instant::now();
         }
     }

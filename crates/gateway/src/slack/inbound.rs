@@ -1,7 +1,6 @@
 //! Inbound mapping: Slack events, interactive payloads and slash commands as gateway
 //! items; remembering taken events and known threads.
 
-use crate::util::lock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -17,7 +16,7 @@ impl SlackChannel {
     /// Loads the taken event ids a previous run stored.
     pub(super) async fn load_seen(&self, state: &dyn ChannelState) {
         if let Some(stored) = state.get(SEEN_KEY).await {
-            let mut seen = lock(&self.seen);
+            let mut seen = self.seen.lock();
             for key in stored.lines().map(str::trim).filter(|k| !k.is_empty()) {
                 seen.insert(key.to_owned());
             }
@@ -25,13 +24,13 @@ impl SlackChannel {
     }
 
     pub(super) fn is_seen(&self, keys: &[String]) -> bool {
-        lock(&self.seen).contains_any(keys)
+        self.seen.lock().contains_any(keys)
     }
 
     /// Remembers a taken item's keys (memory and state).
     pub(super) async fn remember_taken(&self, state: Option<&dyn ChannelState>, keys: &[String]) {
         let persisted = {
-            let mut seen = lock(&self.seen);
+            let mut seen = self.seen.lock();
             for k in keys {
                 seen.insert(k.clone());
             }
@@ -47,7 +46,7 @@ impl SlackChannel {
     /// Remembers a thread the bot takes part in (memory and state).
     pub(super) async fn remember_thread(&self, state: Option<&dyn ChannelState>, key: &str) {
         {
-            let mut threads = lock(&self.threads);
+            let mut threads = self.threads.lock();
             if threads.len() >= THREADS_MEMORY {
                 threads.clear();
             }
@@ -61,14 +60,14 @@ impl SlackChannel {
     }
 
     pub(super) async fn thread_known(&self, state: Option<&dyn ChannelState>, key: &str) -> bool {
-        if lock(&self.threads).contains(key) {
+        if self.threads.lock().contains(key) {
             return true;
         }
         let Some(state) = state else {
             return false;
         };
         if state.get(key).await.is_some() {
-            lock(&self.threads).insert(key.to_owned());
+            self.threads.lock().insert(key.to_owned());
             return true;
         }
         false

@@ -57,10 +57,10 @@
 
 use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, REDACTED, Rate, RetryPolicy};
-use crate::util::lock;
+
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -337,7 +337,7 @@ impl Channel for SlackChannel {
             Some(app_token) => self.run_socket(&ctx, &cancel, &app_token).await,
             None => {
                 // Events API: events arrive over HTTP (`inbound_http`).
-                *lock(&self.ctx) = Some(ctx.clone());
+                *self.ctx.lock() = Some(ctx.clone());
                 let r = match self.identify(&cancel).await {
                     Ok(Some(me)) => {
                         tracing::info!(channel = %self.cfg.name, bot = %me.user, user_id = %me.user_id, team = %me.team, "slack bot identified; receiving over the Events API");
@@ -348,7 +348,7 @@ impl Channel for SlackChannel {
                     Ok(None) => Ok(()),
                     Err(e) => Err(e),
                 };
-                *lock(&self.ctx) = None;
+                *self.ctx.lock() = None;
                 r
             }
         };
@@ -588,7 +588,7 @@ impl Channel for SlackChannel {
             return Err(InboundHttpError::Unauthorized);
         }
         let payload = parse_http_body(headers, body).map_err(InboundHttpError::Malformed)?;
-        let ctx = lock(&self.ctx).clone();
+        let ctx = self.ctx.lock().clone();
         let state = ctx.as_ref().map(|c| c.state.as_ref());
         let mapped = match payload.get("type").and_then(Value::as_str) {
             Some("event_callback") => {

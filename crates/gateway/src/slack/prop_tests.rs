@@ -38,7 +38,9 @@ fn channel() -> SlackChannel {
 fn known_names(ch: &SlackChannel, v: &Value) {
     match v {
         Value::String(s) => {
-            lock(&ch.names).insert(s.clone(), (Some("Known".into()), std::time::Instant::now()));
+            ch.names
+                .lock()
+                .insert(s.clone(), (Some("Known".into()), std::time::Instant::now()));
         }
         Value::Array(a) => a.iter().for_each(|v| known_names(ch, v)),
         Value::Object(m) => m.values().for_each(|v| known_names(ch, v)),

@@ -1,9 +1,9 @@
 //! Slack's Web API: building the channel, calling methods, learning who the bot is.
 
 use crate::platform::{Answer, BOT, Call, PlatformClient, Verdict, pause};
-use crate::util::{Backoff, lock};
+use crate::util::Backoff;
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -99,7 +99,7 @@ impl SlackChannel {
     /// `users.info` (needs the `users:read` scope), cached. `None` when Slack does not say
     /// (the caller shows the id).
     pub(super) async fn display_name(&self, user: &str) -> Option<String> {
-        match lock(&self.names).get(user) {
+        match self.names.lock().get(user) {
             Some((Some(n), _)) => return Some(n.clone()),
             Some((None, at)) if at.elapsed() < NAME_RETRY => return None,
             _ => {}
@@ -118,7 +118,7 @@ impl SlackChannel {
                 None
             }
         };
-        let mut names = lock(&self.names);
+        let mut names = self.names.lock();
         if names.len() > 10_000 {
             names.clear();
         }

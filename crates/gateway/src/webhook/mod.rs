@@ -95,7 +95,7 @@
 //! Limit the body to [`MAX_INBOUND_BODY_BYTES`], call [`verify`] with the raw body bytes
 //! and the channel's secret and tolerance, then [`parse_inbound`] with the channel name.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -340,10 +340,7 @@ impl WebhookChannel {
     }
 
     fn record(&self, result: Result<(), &ChannelError>) {
-        let mut last = self
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self.last_error.lock();
         *last = result.err().map(ToString::to_string);
         if let Some(e) = last.as_deref() {
             self.health.error(format!("delivery failed: {e}"));
@@ -512,11 +509,7 @@ impl Channel for WebhookChannel {
     }
 
     fn status(&self) -> String {
-        let last = self
-            .last_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let last = self.last_error.lock().clone();
         let base = if self.running.load(Ordering::SeqCst) {
             "listening"
         } else {

@@ -1,4 +1,4 @@
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -24,10 +24,10 @@ struct FakeOps {
 
 impl FakeOps {
     fn calls(&self) -> Vec<Call> {
-        self.calls.lock().unwrap().clone()
+        self.calls.lock().clone()
     }
     fn answer(&self, call: Call, ok: Value) -> Result<Value, RelayCallError> {
-        self.calls.lock().unwrap().push(call);
+        self.calls.lock().push(call);
         match &self.fail {
             Some(e) => Err(e.clone()),
             None => Ok(ok),

@@ -7,7 +7,7 @@ use switchboard_client::{RunEnd, RunStep, Step};
 use switchboard_protocol::relay::{BundleState, Outcome};
 use switchboard_protocol::{MessageType, SendMessageRequest};
 
-use super::{DEFAULT_QUIET_WINDOW, NOT_READY, Relay, lock};
+use super::{DEFAULT_QUIET_WINDOW, NOT_READY, Relay};
 use crate::config::{Member, Transport};
 use crate::store::DeliveryRow;
 use crate::tmux::{Quiescence, QuiescenceError};
@@ -18,7 +18,7 @@ impl Relay {
         let mut w = self.inner.workers.lock().await;
         if w.insert(key.clone()) {
             let me = self.clone();
-            let mut tasks = lock(&self.inner.tasks);
+            let mut tasks = self.inner.tasks.lock();
             // Reap finished workers so the set does not grow with every idle target.
             while tasks.try_join_next().is_some() {}
             tasks.spawn(async move { me.worker(key.0, key.1).await });

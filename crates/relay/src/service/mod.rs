@@ -185,16 +185,16 @@ struct Inner {
     /// (bundle, target) pairs with a running delivery worker.
     workers: tokio::sync::Mutex<HashSet<(String, String)>>,
     /// Sync senders waiting for an outcome, by message id.
-    waiters: std::sync::Mutex<HashMap<String, Vec<oneshot::Sender<OutcomeEvent>>>>,
+    waiters: parking_lot::Mutex<HashMap<String, Vec<oneshot::Sender<OutcomeEvent>>>>,
     /// Loop-guard refusals the bundle's owner was told of (see `tell_owner`).
-    told: std::sync::Mutex<std::collections::HashSet<String>>,
+    told: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// The newest outcome seq, for event streams to wake on.
     outcomes: watch::Sender<u64>,
-    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+    tasks: parking_lot::Mutex<tokio::task::JoinSet<()>>,
     /// One tmux handle per bundle (it serializes its own starts and stops).
-    tmux: std::sync::Mutex<HashMap<String, Tmux>>,
+    tmux: parking_lot::Mutex<HashMap<String, Tmux>>,
     /// Serializes `up` and `down` of one bundle.
-    hosting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    hosting: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn mkdir_private(p: &std::path::Path) -> Result<(), StartError> {
@@ -204,10 +204,6 @@ fn mkdir_private(p: &std::path::Path) -> Result<(), StartError> {
         .mode(0o700)
         .create(p)
         .map_err(|e| StartError::Dir(p.to_path_buf(), e))
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn new_message_id() -> String {
@@ -237,12 +233,12 @@ impl Relay {
                 store,
                 client,
                 workers: tokio::sync::Mutex::new(HashSet::new()),
-                waiters: std::sync::Mutex::new(HashMap::new()),
-                told: std::sync::Mutex::new(std::collections::HashSet::new()),
+                waiters: parking_lot::Mutex::new(HashMap::new()),
+                told: parking_lot::Mutex::new(std::collections::HashSet::new()),
                 outcomes,
-                tasks: std::sync::Mutex::new(tokio::task::JoinSet::new()),
-                tmux: std::sync::Mutex::new(HashMap::new()),
-                hosting: std::sync::Mutex::new(HashMap::new()),
+                tasks: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
+                tmux: parking_lot::Mutex::new(HashMap::new()),
+                hosting: parking_lot::Mutex::new(HashMap::new()),
             }),
         };
         // Attempts that handed nothing over go back to the queue; rows caught mid-hand-over
@@ -257,8 +253,8 @@ impl Relay {
     /// Stops the delivery workers (unfinished deliveries resume at the next start) and lets
     /// waiting sync senders answer at once (`queued` / `still_queued`).
     pub async fn shutdown(&self) {
-        lock(&self.inner.waiters).clear();
-        let mut set = std::mem::take(&mut *lock(&self.inner.tasks));
+        self.inner.waiters.lock().clear();
+        let mut set = std::mem::take(&mut *self.inner.tasks.lock());
         set.abort_all();
         while set.join_next().await.is_some() {}
         self.inner.store.close().await;
@@ -269,7 +265,9 @@ impl Relay {
     }
 
     fn tmux(&self, bundle: &str) -> Tmux {
-        lock(&self.inner.tmux)
+        self.inner
+            .tmux
+            .lock()
             .entry(bundle.to_string())
             .or_insert_with(|| {
                 Tmux::new(
@@ -283,7 +281,9 @@ impl Relay {
     }
 
     fn hosting_lock(&self, bundle: &str) -> Arc<tokio::sync::Mutex<()>> {
-        lock(&self.inner.hosting)
+        self.inner
+            .hosting
+            .lock()
             .entry(bundle.to_string())
             .or_default()
             .clone()

@@ -12,7 +12,7 @@ use switchboard_protocol::relay::{
 };
 use tokio::sync::oneshot;
 
-use super::{DEFAULT_QUIET_WINDOW, MAX_MESSAGE_BYTES, NOT_READY, Relay, lock, new_message_id};
+use super::{DEFAULT_QUIET_WINDOW, MAX_MESSAGE_BYTES, NOT_READY, Relay, new_message_id};
 use crate::config::{Member, Transport};
 use crate::envelope::{self, Party};
 use crate::error::RelayError;
@@ -359,7 +359,7 @@ impl Relay {
         let Some((channel, chat)) = &b.notify else {
             return;
         };
-        if !lock(&self.inner.told).insert(format!("{}:{key}", b.name)) {
+        if !self.inner.told.lock().insert(format!("{}:{key}", b.name)) {
             return;
         }
         let text = format!(
@@ -414,7 +414,7 @@ impl Relay {
                 "reason_code": ev.reason_code,
             }),
         );
-        let waiters = lock(&self.inner.waiters).remove(&ev.message_id);
+        let waiters = self.inner.waiters.lock().remove(&ev.message_id);
         for w in waiters.into_iter().flatten() {
             let _ = w.send(ev.clone());
         }
@@ -518,7 +518,9 @@ impl Relay {
     /// Waits for a delivery's outcome, bounded by how long its attempts may take.
     async fn wait_outcome(&self, row: &DeliveryRow, req: &SendRequest) -> Option<OutcomeEvent> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.inner.waiters)
+        self.inner
+            .waiters
+            .lock()
             .entry(row.message_id.clone())
             .or_default()
             .push(tx);
@@ -530,7 +532,7 @@ impl Relay {
             .await
             && r.state == "done"
         {
-            lock(&self.inner.waiters).remove(&row.message_id);
+            self.inner.waiters.lock().remove(&row.message_id);
             return self.event_of(&r);
         }
         let attempt = match (req.quiescence_timeout_ms, req.turn_timeout_ms) {
@@ -549,7 +551,7 @@ impl Relay {
         };
         if out.is_none() {
             // Drop only this waiter (its receiver is gone now); others may still wait.
-            let mut w = lock(&self.inner.waiters);
+            let mut w = self.inner.waiters.lock();
             if let Some(list) = w.get_mut(&row.message_id) {
                 list.retain(|s| !s.is_closed());
                 if list.is_empty() {

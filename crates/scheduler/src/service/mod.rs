@@ -13,8 +13,9 @@
 //! - a run being followed is followed again from its session's log;
 //! - pending deliveries are tried again at their time.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -116,10 +117,6 @@ struct Inner {
     driving: Mutex<HashSet<Uuid>>,
     cancel: CancellationToken,
     tasks: tokio_util::task::TaskTracker,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -343,7 +340,7 @@ impl Scheduler {
 
     /// Starts a task for an open firing, unless one runs already.
     fn drive(&self, f: FiringRow) {
-        if !lock(&self.inner.driving).insert(f.firing.id) {
+        if !self.inner.driving.lock().insert(f.firing.id) {
             return;
         }
         let me = self.clone();
@@ -368,7 +365,7 @@ impl Scheduler {
                     _ = me.work(f) => {}
                 }
             }
-            lock(&me.inner.driving).remove(&id);
+            me.inner.driving.lock().remove(&id);
         });
     }
 

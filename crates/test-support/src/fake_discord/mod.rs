@@ -38,9 +38,10 @@
 //! `gateway.rs` the Gateway websocket, `control.rs` is what a test does with the fake, and
 //! `wire.rs` renders Discord's JSON objects.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -183,9 +184,7 @@ impl Inner {
 impl Shared {
     /// The state, even if a panicking test thread poisoned the lock.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock()
     }
 
     fn bump(&self) {

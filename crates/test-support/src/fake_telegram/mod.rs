@@ -26,9 +26,10 @@
 //! `control.rs` is what a test does with the fake, and `wire.rs` renders Telegram's JSON
 //! objects.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -147,9 +148,7 @@ pub struct Upload {
 impl Shared {
     /// The state, even if a panicking test thread poisoned the lock.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock()
     }
 
     fn queue_update(&self, body: (&str, Value)) -> i64 {

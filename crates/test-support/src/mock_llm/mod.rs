@@ -22,10 +22,11 @@ mod anthropic_wire;
 mod reply;
 mod wire;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -144,9 +145,7 @@ pub struct Transcription {
 impl Shared {
     /// The state, even if a panicking test thread poisoned the lock.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock()
     }
 }
 

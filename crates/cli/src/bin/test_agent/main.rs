@@ -21,13 +21,14 @@
 //! tries that server's session token on other routes and logs the statuses. Without any marker other
 //! than `[think]`/`[plan]` the agent streams "Hello from the test agent".
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use agent_client_protocol::schema::ProtocolVersion;
@@ -58,10 +59,6 @@ pub(crate) fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Keeps a logged or stored text on one line.
@@ -142,13 +139,13 @@ impl Shared {
             names.join(",")
         };
         self.log(&format!("mcp_servers {session} {names}"));
-        lock(&self.mcp).insert(session.to_owned(), servers);
+        self.mcp.lock().insert(session.to_owned(), servers);
     }
 
     /// Appends one line to `TEST_AGENT_LOG`, flushed at once.
     fn log(&self, line: &str) {
         if let Some(file) = &self.log {
-            let mut file = lock(file);
+            let mut file = file.lock();
             let written = writeln!(file, "{line}").and_then(|()| file.flush());
             if let Err(e) = written {
                 eprintln!("test agent: cannot write log: {e}");
@@ -167,7 +164,7 @@ impl Shared {
 
     /// Records a new, empty session.
     fn create_session(&self, session: &str) -> Result<(), Error> {
-        lock(&self.history).insert(session.to_owned(), Vec::new());
+        self.history.lock().insert(session.to_owned(), Vec::new());
         if let Some(dir) = &self.state_dir {
             std::fs::create_dir_all(dir).map_err(Error::into_internal_error)?;
             if let Some(path) = self.state_file(session) {
@@ -184,14 +181,14 @@ impl Shared {
             let text = std::fs::read_to_string(path).ok()?;
             return Some(text.lines().map(str::to_owned).collect());
         }
-        lock(&self.history).get(session).cloned()
+        self.history.lock().get(session).cloned()
     }
 
     /// Appends a prompt to the session's history; returns the number of prompts so far.
     fn record_prompt(&self, session: &str, text: &str) -> Result<usize, Error> {
         let line = one_line(text);
         let in_memory = {
-            let mut history = lock(&self.history);
+            let mut history = self.history.lock();
             let prompts = history.entry(session.to_owned()).or_default();
             prompts.push(line.clone());
             prompts.len()
@@ -213,12 +210,12 @@ impl Shared {
     /// Arms a fresh cancel flag for a new turn of `session`.
     fn start_turn(&self, session: &str) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
-        lock(&self.cancels).insert(session.to_owned(), tx);
+        self.cancels.lock().insert(session.to_owned(), tx);
         rx
     }
 
     fn cancel(&self, session: &str) {
-        if let Some(tx) = lock(&self.cancels).get(session) {
+        if let Some(tx) = self.cancels.lock().get(session) {
             tx.send_replace(true);
         }
     }
@@ -315,7 +312,9 @@ pub(crate) fn handle_load(
         return Err(Error::new(ErrorCode::INVALID_PARAMS, "unknown session"));
     };
     // Seed the in-memory history too, so `[count]` keeps counting without a state dir.
-    lock(&shared.history)
+    shared
+        .history
+        .lock()
         .entry(session)
         .or_insert_with(|| prompts.clone());
     for prompt in prompts {
@@ -366,7 +365,7 @@ async fn main() -> Result<(), Error> {
             set("SWITCHBOARD_TOKEN"),
             set("OPENAI_API_KEY"),
         );
-        let _ = lock(file).write_all(line.as_bytes());
+        let _ = file.lock().write_all(line.as_bytes());
     }
     let (flushed, _) = watch::channel(false);
     let crash = Arc::new(CrashWatch {

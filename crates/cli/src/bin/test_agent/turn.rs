@@ -296,7 +296,10 @@ impl Turn {
         }
         if let Some(path) = marker_arg(text, "[share:") {
             scripted = true;
-            let servers = lock(&self.shared.mcp)
+            let servers = self
+                .shared
+                .mcp
+                .lock()
                 .get(&self.session.to_string())
                 .cloned()
                 .unwrap_or_default();
@@ -320,7 +323,10 @@ impl Turn {
         if has("[calc]") {
             // The session's own MCP server `calc` (tests/mcp_test_server.py): 40 + 2.
             scripted = true;
-            let servers = lock(&self.shared.mcp)
+            let servers = self
+                .shared
+                .mcp
+                .lock()
                 .get(&self.session.to_string())
                 .cloned()
                 .unwrap_or_default();
@@ -333,7 +339,10 @@ impl Turn {
         }
         if let Some(other) = marker_arg(text, "[probe-token:") {
             scripted = true;
-            let servers = lock(&self.shared.mcp)
+            let servers = self
+                .shared
+                .mcp
+                .lock()
                 .get(&self.session.to_string())
                 .cloned()
                 .unwrap_or_default();
