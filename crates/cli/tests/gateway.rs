@@ -1620,6 +1620,35 @@ async fn every_sender_of_a_batch_may_answer_its_prompt() {
 /// The independent check's sequence, twice over: `kill -9` while a prompt waits in a DM,
 /// restart, a press of that prompt's Allow (answered: no longer pending), then a new
 /// message a few seconds later — which must be taken and answered.
+/// Telegram keeps a killed process's long poll open on its side for a while and answers
+/// the restarted bot's polls 409 Conflict meanwhile. The restarted bot waits that out and
+/// answers; it used to stop polling for good at the first 409, so nothing sent after the
+/// restart got a reply, and nothing in the chat said why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_left_open_by_a_killed_process_delays_the_restarted_bot_but_does_not_stop_it() {
+    let w = World::new().await;
+    w.tg.abandoned_polls_linger(Duration::from_secs(3));
+    let mut server = w.server(&[]).await;
+    w.llm.push(MockReply::text(&["First answer."]));
+    w.tg.dm(ALICE, "Alice", "hello");
+    w.wait_message(ALICE, "the first answer", |m| {
+        m.text.contains("First answer.")
+    })
+    .await;
+    server.kill().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::text(&["Answer after the restart."]));
+    w.tg.dm(ALICE, "Alice", "still there?");
+    w.wait_message(ALICE, "the answer after the restart", |m| {
+        m.text.contains("Answer after the restart.")
+    })
+    .await;
+    assert!(
+        w.tg.conflicts() > 0,
+        "the restarted bot never met the poll the killed one left open"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kill_a_press_on_the_old_prompt_then_a_new_message_is_answered() {
     let w = World::new().await;

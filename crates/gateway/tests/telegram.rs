@@ -415,23 +415,27 @@ async fn polling_waits_out_a_rate_limit() {
 }
 
 #[tokio::test]
-async fn a_second_poller_is_a_conflict() {
+async fn a_second_poller_is_a_conflict_waited_out() {
     let fake = FakeTelegram::start().await;
     let ch = channel(&fake);
     let sink = Arc::new(Sink::default());
     let state = Arc::new(MemState::default());
     fake.conflict_next_poll();
+    fake.dm(1, "Fay", "hi");
     let running = run(&ch, &sink, &state);
-    let r = tokio::time::timeout(Duration::from_secs(5), running.handle)
-        .await
-        .expect("run returns on a conflict")
-        .unwrap();
-    assert!(matches!(r, Err(ChannelError::Conflict { .. })), "{r:?}");
-    assert_eq!(ch.status(), "conflict: another poller is running");
-    assert_eq!(fake.calls("getUpdates").len(), 1, "no spinning");
+    // Reported while it lasts…
+    until("the conflict reported", || {
+        ch.status() == "conflict: another poller is running"
+    })
+    .await;
     let h = ch.health();
-    assert_eq!(h.state, ConnectionState::Failed, "stopped for good: {h:?}");
+    assert_eq!(h.state, ConnectionState::Reconnecting, "{h:?}");
     assert!(h.reason.unwrap().contains("409"));
+    // …and polling goes on after a back-off, not in a spin.
+    until("the DM after the conflict", || sink.len() == 1).await;
+    assert_eq!(fake.conflicts(), 1);
+    assert_eq!(ch.status(), "polling");
+    running.stop().await.unwrap();
 }
 
 #[tokio::test]

@@ -9,7 +9,8 @@
 //!   sink, and only once the sink has accepted it is `offset = update_id + 1` stored in the
 //!   channel state (key `offset`) and so confirmed to Telegram: a restart neither loses nor
 //!   repeats updates. A sink failure stops the batch; it is fetched again after a back-off.
-//!   409 (another poller with this token) ends `run` with [`ChannelError::Conflict`]; 429
+//!   409 (another poller with this token, or the poll of a killed process that Telegram
+//!   still holds open) is waited out with back-off, the status saying so; 429
 //!   waits `retry_after`; network errors back off (1 s doubling to 30 s) until cancelled.
 //! - Group messages count only when they mention `@botusername` or reply to the bot (unless
 //!   [`TelegramConfig::require_mention_in_groups`] is off); the mention is stripped from the
@@ -218,13 +219,6 @@ impl Channel for TelegramChannel {
         let r = self.run_inner(&ctx, &cancel).await;
         match &r {
             Ok(()) => self.client.stopped(),
-            Err(ChannelError::Conflict { .. }) => {
-                tracing::error!(channel = %self.cfg.name, "another poller is running with this bot token; stopped polling");
-                self.client.failed(
-                    "conflict: another poller is running",
-                    "another process polls with this bot token (getUpdates answered 409); stopped polling",
-                );
-            }
             Err(e) => {
                 tracing::error!(channel = %self.cfg.name, error = %e, "stopped polling");
                 self.client.failed(&format!("error: {e}"), &e.to_string());

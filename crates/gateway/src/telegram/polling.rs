@@ -98,6 +98,22 @@ impl TelegramChannel {
                     }
                     continue;
                 }
+                // Another poll holds the bot's session: a second process with this token,
+                // or — after a crash or a kill — this bot's own last poll, which Telegram
+                // keeps open on its side for a while. Waited out with back-off, never the
+                // end of polling: stopping here left a restarted bot deaf for good.
+                Err(ChannelError::Conflict { .. }) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(channel = %self.cfg.name, ?wait, "getUpdates answered 409: another poll holds this bot's session (a second process with this token, or this bot's poll from before a restart); retrying");
+                    self.client.retrying(
+                        "conflict: another poller is running",
+                        "getUpdates answered 409: another process polls with this bot token, or the poll of a process that stopped is still open at Telegram; retrying",
+                    );
+                    if !pause(wait, cancel).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
                 Err(e) if is_fatal(&e) => return Err(e),
                 Err(e) => {
                     let wait = backoff.next_wait();
@@ -161,11 +177,8 @@ impl TelegramChannel {
     }
 }
 
-/// Errors that retrying will not fix: a bad token, a conflict.
+/// Errors that retrying will not fix: a bad token. (A conflict is waited out: see the
+/// polling loop.)
 pub(super) fn is_fatal(e: &ChannelError) -> bool {
-    match e {
-        ChannelError::Conflict { .. } => true,
-        ChannelError::Api { code, .. } => matches!(code, 401 | 403 | 404),
-        _ => false,
-    }
+    matches!(e, ChannelError::Api { code, .. } if matches!(code, 401 | 403 | 404))
 }

@@ -247,7 +247,7 @@ fn text_param(params: &Value) -> Result<String, ApiError> {
     Ok(text)
 }
 
-async fn get_updates(state: &Shared, params: &Value) -> ApiResult {
+async fn get_updates(state: &Arc<Shared>, params: &Value) -> ApiResult {
     let offset = int_param(params, "offset")?;
     let limit = int_param(params, "limit")?
         .and_then(|l| usize::try_from(l).ok())
@@ -268,7 +268,11 @@ async fn get_updates(state: &Shared, params: &Value) -> ApiResult {
         .filter(|a| !a.is_empty());
     {
         let mut inner = state.lock();
-        if std::mem::take(&mut inner.conflict_next_poll) {
+        let held = inner
+            .abandoned_until
+            .is_some_and(|t| tokio::time::Instant::now() < t);
+        if std::mem::take(&mut inner.conflict_next_poll) || held {
+            inner.conflicts += 1;
             return Err((
                 StatusCode::CONFLICT,
                 "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running".into(),
@@ -276,6 +280,42 @@ async fn get_updates(state: &Shared, params: &Value) -> ApiResult {
             ));
         }
     }
+    // Dropped unanswered (the client went away): the poll lingers on the server.
+    let mut abandoned = AbandonedPoll {
+        state: state.clone(),
+        answered: false,
+    };
+    let r = long_poll(state, offset, limit, timeout, allowed).await;
+    abandoned.answered = true;
+    r
+}
+
+/// Marks the bot's polling session held for the linger time when a poll is dropped
+/// unanswered.
+struct AbandonedPoll {
+    state: Arc<Shared>,
+    answered: bool,
+}
+
+impl Drop for AbandonedPoll {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let mut inner = self.state.lock();
+        if let Some(linger) = inner.abandoned_poll_linger {
+            inner.abandoned_until = Some(tokio::time::Instant::now() + linger);
+        }
+    }
+}
+
+async fn long_poll(
+    state: &Shared,
+    offset: Option<i64>,
+    limit: usize,
+    timeout: u64,
+    allowed: Option<Vec<String>>,
+) -> ApiResult {
     let mut version = state.updates_version.subscribe();
     let mut shutdown = state.shutdown.clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);

@@ -324,6 +324,19 @@ impl FakeTelegram {
         self.state.lock().conflict_next_poll = true;
     }
 
+    /// From now on a long poll whose client goes away before it is answered (the process
+    /// was killed) keeps the bot's polling session for `linger`, as Telegram's server does:
+    /// every `getUpdates` in that time is answered 409 Conflict ("terminated by other
+    /// getUpdates request").
+    pub fn abandoned_polls_linger(&self, linger: std::time::Duration) {
+        self.state.lock().abandoned_poll_linger = Some(linger);
+    }
+
+    /// How many `getUpdates` calls were answered 409 Conflict.
+    pub fn conflicts(&self) -> usize {
+        self.state.lock().conflicts
+    }
+
     /// Waits (up to `timeout`) until `f(self)` holds.
     ///
     /// # Panics

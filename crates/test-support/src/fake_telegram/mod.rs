@@ -126,6 +126,14 @@ struct Inner {
     /// 429 answers given, by method.
     refused: HashMap<String, usize>,
     conflict_next_poll: bool,
+    /// How long a long poll whose client went away (a killed process) still holds the bot's
+    /// polling session on the server, as Telegram's does: new `getUpdates` calls are
+    /// answered 409 Conflict until then. `None`: an abandoned poll ends with its client.
+    abandoned_poll_linger: Option<Duration>,
+    /// Until when an abandoned poll holds the session.
+    abandoned_until: Option<tokio::time::Instant>,
+    /// `getUpdates` calls answered 409.
+    conflicts: usize,
     /// Files users sent, by `file_id`: their `file_path` and content (served by `getFile`
     /// and `GET /file/bot<TOKEN>/<file_path>`).
     files: HashMap<String, (String, Vec<u8>)>,
