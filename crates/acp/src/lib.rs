@@ -13,7 +13,7 @@ mod conn;
 mod content;
 mod map;
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +40,7 @@ const LOAD_SESSION_TIMEOUT: Duration = Duration::from_secs(180);
 /// Stops agent processes that have been idle too long. Runs while the backend lives.
 async fn reap_idle(
     name: String,
-    slots: std::sync::Weak<StdMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>,
+    slots: std::sync::Weak<SyncMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>,
     idle: Duration,
 ) {
     let mut tick = tokio::time::interval(
@@ -144,7 +144,7 @@ impl Default for Slot {
     }
 }
 
-type Slots = Arc<StdMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>;
+type Slots = Arc<SyncMutex<HashMap<Uuid, Arc<Mutex<Slot>>>>>;
 
 /// An ACP agent as a [`Backend`]: one agent process per session that uses it, stopped when
 /// idle (and resumed with `session/load` on the next message).

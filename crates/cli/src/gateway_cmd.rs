@@ -132,7 +132,18 @@ pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> 
         .or(crate::datadir::read_token(&settings.token_path())?)
         .context("no token for the server: set SWITCHBOARD_TOKEN")?;
     crate::datadir::ensure_data_dir(&settings.data_dir)?;
-    let gw = serve::start_gateway(settings, g, server, &token, None).await?;
+    // On a shared PostgreSQL store, the instances elect the one running the channels
+    // through the engine's leases.
+    let leases = if switchboard_db::is_postgres_url(&settings.store_url()) {
+        let store = switchboard_store::open_url(&settings.store_url())
+            .await
+            .with_context(|| format!("opening {}", settings.store_url_redacted()))?;
+        Some(serve::StoreLeases(store))
+    } else {
+        None
+    };
+    let host = serve::host(settings, server.to_string(), token.clone());
+    let gw = serve::gateway_settings(settings, g).start(&host, leases).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -212,7 +212,7 @@ pub async fn run(settings: Settings) -> Result<()> {
         settings.write_requests_per_minute,
         (!settings.write_limit_local_token).then_some(token.as_str()),
     );
-    let app = build(&settings, token).await?;
+    let app = build(&settings, token.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("binding {}", settings.listen))?;
@@ -247,55 +247,37 @@ pub async fn run(settings: Settings) -> Result<()> {
     // limit on uploads); the surfaces below get the JSON limit as one layer.
     let server_routes = app.router;
     let mut router = axum::Router::new();
-    // The chat gateway runs in-process but talks to the engine through the /v1 API, like
-    // any surface.
+    // Every surface is a client of the /v1 API, like any other, and owns its start-up.
+    let host = host(&settings, format!("http://{local}"), token.clone());
     let gateway = match &settings.gateway {
         Some(g) if g.enabled => {
-            let url = format!("http://{addr}");
-            let gw = start_gateway(
-                &settings,
-                g,
-                &url,
-                &token_for_gateway(&settings)?,
-                Some(app.store.clone()),
-            )
-            .await?;
+            let gw = gateway_settings(&settings, g)
+                .start(&host, Some(StoreLeases(app.store.clone())))
+                .await?;
             router = router.merge(switchboard_gateway::api::router(
                 gw.slot.clone(),
-                token_for_gateway(&settings)?,
+                host.token.clone(),
             ));
             Some(gw)
         }
         _ => None,
     };
-    // The relay too: sessions and ACP members are reached through the /v1 API.
-    let relay = start_relay(
-        &settings,
-        &format!("http://{addr}"),
-        &token_for_gateway(&settings)?,
-    )
-    .await?;
+    let relay = settings.relay.start(&host).await?;
     router = router.merge(switchboard_relay::api::router(
         relay.clone(),
-        token_for_gateway(&settings)?,
+        host.token.clone(),
         app.streams.clone(),
     ));
-    // Scheduled tasks: a surface like the gateway, over the API; results go out through
-    // the gateway's send route.
-    let scheduler = start_scheduler(
-        &settings,
-        &format!("http://{local}"),
-        &token_for_gateway(&settings)?,
-    )
-    .await?;
+    // Results of scheduled tasks go out through the gateway's send route.
+    let scheduler = settings.scheduler.start(&host).await?;
     router = router.merge(switchboard_scheduler::api::router(
         scheduler.clone(),
-        token_for_gateway(&settings)?,
+        host.token.clone(),
     ));
     // Editors over ACP: the hub's agent is a client of the API, like the relay.
     router = router.merge(switchboard_hub::ws::router(
-        format!("http://{local}"),
-        token_for_gateway(&settings)?,
+        host.server_url.clone(),
+        host.token.clone(),
         switchboard_hub::HubOptions::default(),
     ));
     // The web console, and the guard (Host/Origin checks, cookie → bearer) in front of
@@ -303,7 +285,7 @@ pub async fn run(settings: Settings) -> Result<()> {
     let mut allowed_hosts = switchboard_server::web::default_allowed_hosts(addr);
     allowed_hosts.extend(settings.allowed_hosts.iter().cloned());
     let console = switchboard_server::web::Console::new(switchboard_server::web::ConsoleConfig {
-        token: token_for_gateway(&settings)?,
+        token: host.token.clone(),
         allowed_hosts,
         agents: settings.agents.keys().cloned().collect(),
         default_model: settings.model.clone(),
@@ -362,62 +344,32 @@ pub async fn run(settings: Settings) -> Result<()> {
     Ok(())
 }
 
-fn token_for_gateway(settings: &Settings) -> Result<String> {
-    Ok(resolve_token(settings)?.0)
-}
-
-/// Where the relay keeps tmux sockets: `SWITCHBOARD_RUNTIME_DIR`, else `run/` in the data
-/// directory.
-pub fn runtime_dir(settings: &Settings) -> std::path::PathBuf {
-    std::env::var_os("SWITCHBOARD_RUNTIME_DIR")
-        .filter(|v| !v.is_empty())
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| settings.data_dir.join("run"))
-}
-
-/// The relay's options from the settings.
-pub fn relay_options(settings: &Settings) -> switchboard_relay::RelayOptions {
-    settings.relay.options(
-        settings.data_dir.join("relay"),
-        runtime_dir(settings),
-        settings.agents.keys().cloned().collect(),
-    )
-}
-
-/// Starts the relay against the server at `server_url`.
-pub async fn start_relay(
-    settings: &Settings,
-    server_url: &str,
-    token: &str,
-) -> Result<switchboard_relay::Relay> {
-    let mut opts = relay_options(settings);
-    // What a member needs to reach this server with `switchboard mcp` or the CLI; the
-    // token itself stays in the token file.
-    opts.member_env = vec![
-        ("SWITCHBOARD_URL".into(), server_url.to_string()),
-        (
-            "SWITCHBOARD_DATA_DIR".into(),
-            settings.data_dir.display().to_string(),
-        ),
-    ];
-    if let Some(p) = &settings.config_path {
-        opts.member_env
-            .push(("SWITCHBOARD_CONFIG".into(), p.display().to_string()));
+/// What every surface is handed: the API at `server_url`, called with `token`.
+pub fn host(settings: &Settings, server_url: String, token: String) -> switchboard_settings::Host {
+    switchboard_settings::Host {
+        server_url,
+        token,
+        data_dir: settings.data_dir.clone(),
+        store_url: settings.store_url(),
+        store_url_redacted: settings.store_url_redacted(),
+        config_path: settings.config_path.clone(),
+        instance_id: settings.instance_id.clone(),
+        lease: settings.lease,
+        agents: settings.agents.keys().cloned().collect(),
     }
-    // Session and ACP members get the relay's MCP server, with a member token.
-    opts.member_mcp = std::env::current_exe()
-        .ok()
-        .map(|command| switchboard_relay::MemberMcp {
-            command,
-            url: server_url.to_string(),
-            key: token.to_string(),
-        });
-    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    tracing::info!(bundles = %settings.relay.bundles_dir.display(), "relay");
-    switchboard_relay::Relay::start(opts, client)
-        .await
-        .map_err(|e| anyhow::anyhow!("starting the relay: {e}"))
+}
+
+/// The gateway's settings with what it takes from other sections: the `[files]` limits
+/// and `[speech]`.
+pub fn gateway_settings(
+    settings: &Settings,
+    g: &crate::config::GatewaySettings,
+) -> crate::config::GatewaySettings {
+    let mut g = g.clone();
+    g.config.max_file_bytes = settings.files.max_file_bytes;
+    g.config.max_attachments = settings.files.max_attachments;
+    g.config.speech = settings.speech.clone();
+    g
 }
 
 /// The gateway's store: the schema `gateway` of the PostgreSQL database when the store is
@@ -433,36 +385,9 @@ pub async fn open_gateway_store(settings: &Settings) -> Result<switchboard_gatew
         })
 }
 
-/// The scheduler's store (the schema `scheduler` of a PostgreSQL store, else
-/// `scheduler.db` in the data directory) and its tick.
-pub async fn start_scheduler(
-    settings: &Settings,
-    server_url: &str,
-    token: &str,
-) -> Result<switchboard_scheduler::Scheduler> {
-    let store = switchboard_scheduler::ScheduleStore::open_beside(
-        &settings.store_url(),
-        &settings.data_dir,
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "opening the scheduler store ({})",
-            settings.store_url_redacted()
-        )
-    })?;
-    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
-        .map_err(|e| anyhow::anyhow!("the scheduler's API client: {e}"))?;
-    let opts = settings
-        .scheduler
-        .options(settings.instance_id.clone(), settings.lease);
-    Ok(switchboard_scheduler::Scheduler::start(store, client, opts))
-}
-
-/// The lease that decides which instance runs the chat channels.
 /// The engine's leases (in the store the instances share), as the gateway elects its
 /// active instance with them.
-struct StoreLeases(Arc<dyn Store>);
+pub struct StoreLeases(pub Arc<dyn Store>);
 
 #[async_trait::async_trait]
 impl switchboard_gateway::service::Leases for StoreLeases {
@@ -494,50 +419,6 @@ impl switchboard_gateway::service::Leases for StoreLeases {
             .map(drop)
             .map_err(|e| e.to_string())
     }
-}
-
-/// Opens the gateway store and starts the configured channels (or stands by: see
-/// `switchboard_gateway::service`).
-pub async fn start_gateway(
-    settings: &Settings,
-    g: &crate::config::GatewaySettings,
-    server_url: &str,
-    token: &str,
-    leases: Option<Arc<dyn Store>>,
-) -> Result<switchboard_gateway::service::GatewayService> {
-    use switchboard_gateway::service::{Election, GatewayParts, GatewayService};
-    let store = open_gateway_store(settings).await?;
-    let client = switchboard_client::Client::new(server_url, Some(token.to_string()))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut config = g.config.clone();
-    config.max_file_bytes = settings.files.max_file_bytes;
-    config.max_attachments = settings.files.max_attachments;
-    config.speech = settings.speech.clone();
-    // On a shared store the lease lives in the engine's store (the same database).
-    let election = if store.kind() == "postgres" {
-        let leases = match leases {
-            Some(l) => l,
-            None => switchboard_store::open_url(&settings.store_url())
-                .await
-                .with_context(|| format!("opening {}", settings.store_url_redacted()))?,
-        };
-        Some(Election {
-            leases: StoreLeases(leases),
-            instance: settings.instance_id.clone(),
-            ttl: settings.lease,
-        })
-    } else {
-        None
-    };
-    let parts = GatewayParts {
-        config,
-        client,
-        store,
-        channels: g.channels()?,
-    };
-    GatewayService::start(parts, election)
-        .await
-        .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))
 }
 
 pub async fn shutdown_signal() {

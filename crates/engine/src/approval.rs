@@ -5,7 +5,7 @@
 //! what it can; the rest wait as one pending approval that a human answers over the API, that
 //! times out, or that a cancel or a restart rejects.
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,12 +102,12 @@ struct Waiting {
 /// The approvals waiting in this process, one per session at most.
 #[derive(Default)]
 pub(crate) struct Approvals {
-    waiting: StdMutex<HashMap<Uuid, Waiting>>,
+    waiting: SyncMutex<HashMap<Uuid, Waiting>>,
     /// Per session, the active run's calls already settled — by policy before anyone was
     /// asked, or by a decision — and how: a decision repeated on one of them answers what
     /// happened instead of failing (clients that decide every proposed call, a retried
     /// request). Dropped at the run's end. Locked after `waiting`, never before.
-    settled: StdMutex<HashMap<Uuid, SettledCalls>>,
+    settled: SyncMutex<HashMap<Uuid, SettledCalls>>,
 }
 
 /// A run (its id) and how each of its settled calls was settled, by call id.
@@ -348,7 +348,7 @@ pub(crate) struct GateScope<'a> {
     pub cancel: &'a CancellationToken,
     /// Who allowed each call a person allowed (call id → `ToolDecision::by`), for the
     /// call's `ToolExecutionStarted`.
-    pub decided_by: &'a StdMutex<HashMap<String, String>>,
+    pub decided_by: &'a SyncMutex<HashMap<String, String>>,
 }
 
 async fn emit_rejected(

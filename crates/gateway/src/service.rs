@@ -14,7 +14,10 @@ use async_trait::async_trait;
 use switchboard_client::Client;
 use tokio_util::sync::CancellationToken;
 
+use switchboard_settings::{Host, StartError};
+
 use crate::api::GatewaySlot;
+use crate::settings::GatewaySettings;
 use crate::{Channel, Gateway, GatewayConfig, GatewayError, GatewayStore};
 
 /// The lease that elects the instance running the channels.
@@ -122,6 +125,38 @@ impl GatewayService {
                 let _ = task.await;
             }
         }
+    }
+}
+
+impl GatewaySettings {
+    /// Starts the configured channels for `host`: the gateway's store (the schema `gateway`
+    /// of a PostgreSQL store, shared by every instance, else `gateway.db` in the data
+    /// directory), its API client, and — on a shared store — the election over `leases`.
+    pub async fn start<L: Leases>(
+        &self,
+        host: &Host,
+        leases: Option<L>,
+    ) -> Result<GatewayService, StartError> {
+        let fail = |e: String| StartError::new("gateway", e);
+        let store = GatewayStore::open_beside(&host.store_url, &host.data_dir)
+            .await
+            .map_err(|e| fail(format!("opening its store ({}): {e}", host.store_url_redacted)))?;
+        let client = Client::new(&host.server_url, Some(host.token.clone()))
+            .map_err(|e| fail(e.to_string()))?;
+        let parts = GatewayParts {
+            config: self.config.clone(),
+            client,
+            store,
+            channels: self.channels().map_err(|e| fail(e.to_string()))?,
+        };
+        let election = leases.map(|leases| Election {
+            leases,
+            instance: host.instance_id.clone(),
+            ttl: host.lease,
+        });
+        GatewayService::start(parts, election)
+            .await
+            .map_err(|e| fail(e.to_string()))
     }
 }
 

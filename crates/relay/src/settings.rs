@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_settings::{SettingsError, env, env_parse};
+use switchboard_settings::{Host, SettingsError, StartError, env, env_parse};
 
-use crate::{Limits, RelayOptions};
+use crate::{Limits, MemberMcp, Relay, RelayOptions};
 
 /// `[relay]`: bundles of agents.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -115,5 +115,43 @@ impl RelaySettings {
         o.turn_timeout = Duration::from_secs(self.turn_timeout_secs);
         o.limits = self.limits.clone();
         o
+    }
+
+    /// Starts the relay for `host`: its state in `relay/` of the data directory, tmux
+    /// sockets in `SWITCHBOARD_RUNTIME_DIR` (else `run/` of the data directory). Members are
+    /// told how to reach the server (`SWITCHBOARD_URL`, the data directory and the
+    /// configuration file, never the token itself), and session and ACP members get the
+    /// relay's MCP server (this executable's `switchboard mcp`) with a member token.
+    pub async fn start(&self, host: &Host) -> Result<Relay, StartError> {
+        let runtime_dir = env("SWITCHBOARD_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| host.data_dir.join("run"));
+        let mut opts = self.options(
+            host.data_dir.join("relay"),
+            runtime_dir,
+            host.agents.clone(),
+        );
+        opts.member_env = vec![
+            ("SWITCHBOARD_URL".into(), host.server_url.clone()),
+            (
+                "SWITCHBOARD_DATA_DIR".into(),
+                host.data_dir.display().to_string(),
+            ),
+        ];
+        if let Some(p) = &host.config_path {
+            opts.member_env
+                .push(("SWITCHBOARD_CONFIG".into(), p.display().to_string()));
+        }
+        opts.member_mcp = std::env::current_exe().ok().map(|command| MemberMcp {
+            command,
+            url: host.server_url.clone(),
+            key: host.token.clone(),
+        });
+        let client = switchboard_client::Client::new(&host.server_url, Some(host.token.clone()))
+            .map_err(|e| StartError::new("relay", e))?;
+        tracing::info!(bundles = %self.bundles_dir.display(), "relay");
+        Relay::start(opts, client)
+            .await
+            .map_err(|e| StartError::new("relay", e))
     }
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_settings::{SettingsError, env, env_parse};
+use switchboard_settings::{Host, SettingsError, StartError, env, env_parse};
 
-use crate::SchedulerOptions;
+use crate::{ScheduleStore, Scheduler, SchedulerOptions};
 
 /// `[scheduler]`: scheduled tasks.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -75,5 +75,22 @@ impl SchedulerSettings {
             opts.clock = Arc::new(crate::FileClock(file.clone()));
         }
         opts
+    }
+
+    /// Starts the scheduler for `host`: its store (the schema `scheduler` of a PostgreSQL
+    /// store, else `scheduler.db` in the data directory) and its tick.
+    pub async fn start(&self, host: &Host) -> Result<Scheduler, StartError> {
+        let store = ScheduleStore::open_beside(&host.store_url, &host.data_dir)
+            .await
+            .map_err(|e| {
+                StartError::new(
+                    "scheduler",
+                    format!("opening its store ({}): {e}", host.store_url_redacted),
+                )
+            })?;
+        let client = switchboard_client::Client::new(&host.server_url, Some(host.token.clone()))
+            .map_err(|e| StartError::new("scheduler", e))?;
+        let opts = self.options(host.instance_id.clone(), host.lease);
+        Ok(Scheduler::start(store, client, opts))
     }
 }

@@ -34,7 +34,7 @@
 
 mod git;
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -138,9 +138,9 @@ const BUILTIN_EXCLUDES: &[&str] = &["/.switchboard/"];
 pub struct Checkpoints {
     config: CheckpointConfig,
     /// One lock per shadow repository.
-    locks: StdMutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    locks: SyncMutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     /// Shadow repositories already opened (stale locks removed) by this process.
-    opened: StdMutex<HashSet<PathBuf>>,
+    opened: SyncMutex<HashSet<PathBuf>>,
     /// Switchboard's own state (these shadow repositories among it): never recorded, never
     /// restored, whatever workspace holds it.
     protected: crate::ProtectedPaths,
@@ -175,8 +175,8 @@ impl Checkpoints {
     pub fn new(config: CheckpointConfig) -> Self {
         Self {
             config,
-            locks: StdMutex::new(HashMap::new()),
-            opened: StdMutex::new(HashSet::new()),
+            locks: SyncMutex::new(HashMap::new()),
+            opened: SyncMutex::new(HashSet::new()),
             protected: crate::ProtectedPaths::default(),
         }
     }

@@ -12,7 +12,7 @@
 //! behind the bounded live channel is told so by the channel and goes back to reading the
 //! store, so a slow reader never makes memory grow.
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -162,11 +162,11 @@ struct PipeState {
     failed: OnceLock<StoreError>,
 }
 
-type Channels = Arc<StdMutex<HashMap<Uuid, broadcast::Sender<Arc<SharedBatch>>>>>;
+type Channels = Arc<SyncMutex<HashMap<Uuid, broadcast::Sender<Arc<SharedBatch>>>>>;
 type BusSlot = Arc<OnceLock<Arc<dyn crate::EventBus>>>;
 /// Highest seq stored per session, as the writer knows it (it is the only one here that
 /// assigns seqs). A missing entry is read from the store before the next write.
-type Seqs = Arc<StdMutex<HashMap<Uuid, u64>>>;
+type Seqs = Arc<SyncMutex<HashMap<Uuid, u64>>>;
 
 /// With a bus, a subscription that has heard nothing for this long reads the store, so a
 /// batch the bus lost is seen within about this delay.

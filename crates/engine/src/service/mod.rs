@@ -1,6 +1,6 @@
 //! Sessions and runs.
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,12 +56,12 @@ struct RunSlot {
     /// over: the run stops without writing anything more.
     lost: CancellationToken,
     /// When the last successful renewal started.
-    renewed: Arc<StdMutex<std::time::Instant>>,
+    renewed: Arc<SyncMutex<std::time::Instant>>,
     cancel: CancellationToken,
     steering: mpsc::UnboundedSender<String>,
     /// The session's `auto_approve` as the run applies it, call by call: a change of the
     /// session's reaches the run under way. `None` when the run has its own override.
-    auto_approve: Option<Arc<StdMutex<switchboard_protocol::AutoApprove>>>,
+    auto_approve: Option<Arc<SyncMutex<switchboard_protocol::AutoApprove>>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -72,7 +72,7 @@ struct Renewal {
     lease: Lease,
     lost: CancellationToken,
     cancel: CancellationToken,
-    renewed: Arc<StdMutex<std::time::Instant>>,
+    renewed: Arc<SyncMutex<std::time::Instant>>,
 }
 
 impl RunSlot {
@@ -120,13 +120,13 @@ struct Inner {
     config: EngineConfig,
     /// Serializes decisions about one session's runs (start, end, queue hand-over), so
     /// "at most one active run" holds without races.
-    session_locks: StdMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
+    session_locks: SyncMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
     /// Runs executing here, by session.
-    active: StdMutex<HashMap<Uuid, RunSlot>>,
+    active: SyncMutex<HashMap<Uuid, RunSlot>>,
     /// Tool calls waiting for a human decision, by session.
     approvals: Arc<Approvals>,
     /// Sessions the reaper found with follow-ups and no running run in its last pass.
-    waiting_follow_ups: StdMutex<std::collections::HashSet<Uuid>>,
+    waiting_follow_ups: SyncMutex<std::collections::HashSet<Uuid>>,
     /// Files' content (see [`crate::files`]).
     blobs: Arc<crate::files::Blobs>,
     /// The workspaces' shadow repositories ([`crate::checkpoints`]).
@@ -160,10 +160,10 @@ impl Engine {
                 checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone())
                     .protecting(config.protected.clone()),
                 config,
-                session_locks: StdMutex::default(),
-                active: StdMutex::default(),
+                session_locks: SyncMutex::default(),
+                active: SyncMutex::default(),
                 approvals: Arc::default(),
-                waiting_follow_ups: StdMutex::default(),
+                waiting_follow_ups: SyncMutex::default(),
                 shutdown: CancellationToken::new(),
                 closed: CancellationToken::new(),
             }),

@@ -298,7 +298,7 @@ impl Engine {
             .as_ref()
             .and_then(|o| o.auto_approve.as_ref())
             .is_none()
-            .then(|| Arc::new(StdMutex::new(config.auto_approve.clone())));
+            .then(|| Arc::new(SyncMutex::new(config.auto_approve.clone())));
         let cancel = self.inner.shutdown.child_token();
         let lost = CancellationToken::new();
         {
@@ -309,7 +309,7 @@ impl Engine {
                     run_id,
                     lease: lease.clone(),
                     lost: lost.clone(),
-                    renewed: Arc::new(StdMutex::new(std::time::Instant::now())),
+                    renewed: Arc::new(SyncMutex::new(std::time::Instant::now())),
                     cancel: cancel.clone(),
                     steering: steer_tx,
                     auto_approve: live_auto_approve,
@@ -465,9 +465,9 @@ impl Engine {
                         .and_then(|o| o.auto_approve.clone()),
                     live,
                 ) {
-                    (Some(own), _) => Arc::new(StdMutex::new(own)),
+                    (Some(own), _) => Arc::new(SyncMutex::new(own)),
                     (None, Some(live)) => live,
-                    (None, None) => Arc::new(StdMutex::new(config.auto_approve.clone())),
+                    (None, None) => Arc::new(SyncMutex::new(config.auto_approve.clone())),
                 };
                 let ctx = RunContext {
                     session_id,

@@ -6,7 +6,7 @@
 //! stored cursor, streaming the reply by editing one message and showing approval prompts.
 //! A restart resumes each route where its cursor stood: nothing lost, nothing posted twice.
 
-use parking_lot::Mutex as StdMutex;
+use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,16 +50,16 @@ pub(crate) struct Inner {
     pub config: GatewayConfig,
     pub channels: HashMap<String, Arc<dyn Channel>>,
     /// Wakes the worker of a routing key.
-    workers: StdMutex<HashMap<String, mpsc::UnboundedSender<()>>>,
+    workers: SyncMutex<HashMap<String, mpsc::UnboundedSender<()>>>,
     /// Wakes the press handler.
     presses: mpsc::UnboundedSender<()>,
     /// Prompts settled while they were being posted (see `approvals::Unposted`).
-    pub(crate) unposted: StdMutex<HashMap<String, approvals::Unposted>>,
+    pub(crate) unposted: SyncMutex<HashMap<String, approvals::Unposted>>,
     pub cancel: CancellationToken,
     /// Every task the gateway spawned and has not reaped yet. Finished ones are reaped at
     /// each spawn: a task's memory lives until it is joined, and the gateway spawns a few
     /// per chat message (the soak found a `Vec` of handles growing by ~3 KB a message).
-    tasks: StdMutex<tokio::task::JoinSet<()>>,
+    tasks: SyncMutex<tokio::task::JoinSet<()>>,
     /// A standby gateway (another instance holds the gateway lease) stores what reaches it
     /// over HTTP — webhooks, pushes — but runs no channel, worker or press handler: the
     /// active instance's scan picks the stored work up.
@@ -181,11 +181,11 @@ impl Gateway {
                 store,
                 config,
                 channels,
-                workers: StdMutex::default(),
+                workers: SyncMutex::default(),
                 presses: press_tx,
-                unposted: StdMutex::new(HashMap::new()),
+                unposted: SyncMutex::new(HashMap::new()),
                 cancel: CancellationToken::new(),
-                tasks: StdMutex::default(),
+                tasks: SyncMutex::default(),
                 standby,
                 speech_http: reqwest::Client::builder()
                     .connect_timeout(crate::platform::CONNECT_TIMEOUT)
