@@ -143,7 +143,9 @@ pub async fn run_standalone(settings: &Settings, server: &str, listen: &str) -> 
         None
     };
     let host = serve::host(settings, server.to_string(), token.clone());
-    let gw = serve::gateway_settings(settings, g).start(&host, leases).await?;
+    let gw = serve::gateway_settings(settings, g)
+        .start(&host, leases)
+        .await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;

@@ -140,7 +140,12 @@ impl GatewaySettings {
         let fail = |e: String| StartError::new("gateway", e);
         let store = GatewayStore::open_beside(&host.store_url, &host.data_dir)
             .await
-            .map_err(|e| fail(format!("opening its store ({}): {e}", host.store_url_redacted)))?;
+            .map_err(|e| {
+                fail(format!(
+                    "opening its store ({}): {e}",
+                    host.store_url_redacted
+                ))
+            })?;
         let client = Client::new(&host.server_url, Some(host.token.clone()))
             .map_err(|e| fail(e.to_string()))?;
         let parts = GatewayParts {

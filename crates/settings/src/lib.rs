@@ -126,6 +126,9 @@ mod tests {
             agents: Vec::new(),
         };
         let shown = format!("{host:?}");
-        assert!(!shown.contains("sekrit") && !shown.contains(":pw@"), "{shown}");
+        assert!(
+            !shown.contains("sekrit") && !shown.contains(":pw@"),
+            "{shown}"
+        );
     }
 }

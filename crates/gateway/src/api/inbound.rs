@@ -19,31 +19,27 @@ pub(crate) async fn webhook(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
+) -> Answer<Json<Accepted>> {
     let gw = s.gw();
     let cfg = gw.config();
     let Some(secret) = cfg.webhook_secrets.get(&name) else {
-        return error(
+        return Err(error(
             ErrorCode::NotFound,
             format!("no webhook channel named {name:?}"),
-        );
+        ));
     };
     let now = chrono::Utc::now().timestamp();
     if let Err(e) = crate::webhook::verify(&secret.0, &headers, &body, now, cfg.webhook_tolerance) {
         tracing::warn!(webhook = %name, error = %e, "webhook refused");
-        return error(ErrorCode::Unauthorized, e.to_string());
+        return Err(error(ErrorCode::Unauthorized, e.to_string()));
     }
-    let inbound = match crate::webhook::parse_inbound(&format!("webhook:{name}"), &body) {
-        Ok(i) => i,
-        Err(e) => return error(ErrorCode::ValidationFailed, e),
-    };
-    match s.gw().accept(inbound).await {
-        Ok(()) => Json(Accepted { ok: true }).into_response(),
-        Err(e) => {
-            tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
-            error(ErrorCode::Unavailable, "could not store the message; retry")
-        }
-    }
+    let inbound = crate::webhook::parse_inbound(&format!("webhook:{name}"), &body)
+        .map_err(|e| error(ErrorCode::ValidationFailed, e))?;
+    s.gw().accept(inbound).await.map_err(|e| {
+        tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
+        error(ErrorCode::Unavailable, "could not store the message; retry")
+    })?;
+    Ok(Json(Accepted { ok: true }))
 }
 
 /// Updates a platform pushes over HTTP (Telegram's webhook mode), checked by the channel.
@@ -62,37 +58,41 @@ pub(crate) async fn channel_push(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
+) -> Answer<Response> {
     use crate::channel::InboundHttpError;
     let Some(ch) = s.gw().channel(&name) else {
-        return error(ErrorCode::NotFound, format!("no channel named {name:?}"));
+        return Err(error(
+            ErrorCode::NotFound,
+            format!("no channel named {name:?}"),
+        ));
     };
     if let Some(answer) = ch.http_challenge(&headers, &body) {
-        return ([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response();
+        return Ok(([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response());
     }
-    let taken = || match ch.http_answer(&headers, &body) {
+    let item = ch
+        .inbound_http(&headers, &body)
+        .await
+        .map_err(|e| match e {
+            InboundHttpError::NotSupported => error(
+                ErrorCode::NotFound,
+                format!("channel {name:?} does not receive updates over HTTP"),
+            ),
+            InboundHttpError::Unauthorized => {
+                tracing::warn!(channel = %name, "pushed update refused: wrong secret token");
+                error(ErrorCode::Unauthorized, "missing or wrong secret token")
+            }
+            InboundHttpError::Malformed(m) => error(ErrorCode::ValidationFailed, m),
+        })?;
+    if let Some(item) = item {
+        s.gw().accept(item).await.map_err(|e| {
+            tracing::error!(channel = %name, error = %e, "storing a pushed update");
+            error(ErrorCode::Unavailable, "could not store the update; retry")
+        })?;
+    }
+    Ok(match ch.http_answer(&headers, &body) {
         Some(answer) => answer.into_response(),
         None => Json(Accepted { ok: true }).into_response(),
-    };
-    match ch.inbound_http(&headers, &body).await {
-        Ok(None) => taken(),
-        Ok(Some(item)) => match s.gw().accept(item).await {
-            Ok(()) => taken(),
-            Err(e) => {
-                tracing::error!(channel = %name, error = %e, "storing a pushed update");
-                error(ErrorCode::Unavailable, "could not store the update; retry")
-            }
-        },
-        Err(InboundHttpError::NotSupported) => error(
-            ErrorCode::NotFound,
-            format!("channel {name:?} does not receive updates over HTTP"),
-        ),
-        Err(InboundHttpError::Unauthorized) => {
-            tracing::warn!(channel = %name, "pushed update refused: wrong secret token");
-            error(ErrorCode::Unauthorized, "missing or wrong secret token")
-        }
-        Err(InboundHttpError::Malformed(m)) => error(ErrorCode::ValidationFailed, m),
-    }
+    })
 }
 
 /// `POST /v1/gateway/slack/events`: the Slack Events API's usual path, for the channel
@@ -110,6 +110,6 @@ pub(crate) async fn slack_events(
     state: State<ApiState>,
     headers: HeaderMap,
     body: Bytes,
-) -> Response {
+) -> Answer<Response> {
     channel_push(state, Path("slack".to_string()), headers, body).await
 }

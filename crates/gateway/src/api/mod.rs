@@ -136,19 +136,23 @@ impl ApiState {
     }
 }
 
-fn error(code: ErrorCode, message: impl Into<String>) -> Response {
-    ApiError::new(code, message).into_response()
+/// What a gateway handler answers: its body, or the http kit's error (its status, stable
+/// code and message), like every other route.
+type Answer<T> = Result<T, ApiError>;
+
+fn error(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
 }
 
-fn internal(what: &str, e: impl std::fmt::Display) -> Response {
+fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
     tracing::error!(error = %e, "{what}");
     error(ErrorCode::Internal, "internal error")
 }
 
-/// A failed gateway store: 503 `store_unavailable` (with `Retry-After`) when the database
-/// failed or did not answer — the caller may retry, nothing was kept — else 500. The
-/// database's own words go to the log only.
-fn store_failed(what: &str, e: crate::store::StoreError) -> Response {
+/// A failed gateway store: 503 `store_unavailable` when the database failed or did not
+/// answer — the caller may retry, nothing was kept — else 500. The database's own words go
+/// to the log only.
+fn store_failed(what: &str, e: crate::store::StoreError) -> ApiError {
     if e.is_unavailable() {
         tracing::warn!(error = %e, "{what}: the gateway's database failed");
         error(
@@ -158,6 +162,24 @@ fn store_failed(what: &str, e: crate::store::StoreError) -> Response {
     } else {
         internal(what, e)
     }
+}
+
+/// A gateway store's result as an answer: its failure is [`store_failed`] (`what` names the
+/// operation in the log).
+trait StoreAnswer<T> {
+    fn or_failed(self, what: &str) -> Answer<T>;
+}
+
+impl<T> StoreAnswer<T> for Result<T, crate::store::StoreError> {
+    fn or_failed(self, what: &str) -> Answer<T> {
+        self.map_err(|e| store_failed(what, e))
+    }
+}
+
+/// A request body read as JSON: 400 `invalid_json` when it is not.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Answer<T> {
+    switchboard_http::from_json_slice(body)
+        .map_err(|e| error(ErrorCode::InvalidJson, format!("invalid request body: {e}")))
 }
 
 /// The gateway's routes. All but the inbound webhook need `token`; the webhook is
@@ -194,10 +216,10 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
     responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
-async fn status(State(s): State<ApiState>) -> Response {
+async fn status(State(s): State<ApiState>) -> Answer<Json<GatewayStatus>> {
     let gw = s.gw();
     let store = gw.store();
-    let result = async {
+    let (sessions, active_runs, pending_approvals, queued_messages) = async {
         let routes = store.routes().await?;
         let runs = store.runs().await?;
         let prompts = store.prompts().await?;
@@ -207,27 +229,22 @@ async fn status(State(s): State<ApiState>) -> Response {
         }
         Ok::<_, crate::store::StoreError>((routes.len(), runs.len(), prompts.len(), queued))
     }
-    .await;
-    match result {
-        Ok((sessions, active_runs, pending_approvals, queued_messages)) => {
-            let mut channels: Vec<ChannelStatus> = gw
-                .channels()
-                .iter()
-                .map(|c| channel_status(c.name(), gw.is_standby(), c.health()))
-                .collect();
-            channels.sort_by(|a, b| a.name.cmp(&b.name));
-            Json(GatewayStatus {
-                role: if gw.is_standby() { "standby" } else { "active" }.to_string(),
-                channels,
-                sessions,
-                active_runs,
-                queued_messages,
-                pending_approvals,
-            })
-            .into_response()
-        }
-        Err(e) => store_failed("gateway status", e),
-    }
+    .await
+    .or_failed("gateway status")?;
+    let mut channels: Vec<ChannelStatus> = gw
+        .channels()
+        .iter()
+        .map(|c| channel_status(c.name(), gw.is_standby(), c.health()))
+        .collect();
+    channels.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Json(GatewayStatus {
+        role: if gw.is_standby() { "standby" } else { "active" }.to_string(),
+        channels,
+        sessions,
+        active_runs,
+        queued_messages,
+        pending_approvals,
+    }))
 }
 
 /// A channel's line in the status; on standby, the channels run on another instance.
@@ -270,13 +287,13 @@ fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     responses((status = 200, body = switchboard_protocol::gateway::ParkedBatchesResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
-async fn parked(State(s): State<ApiState>) -> Response {
-    match s.gw().store().parked().await {
-        Ok(parked) => {
-            Json(switchboard_protocol::gateway::ParkedBatchesResponse { parked }).into_response()
-        }
-        Err(e) => store_failed("parked batches", e),
-    }
+async fn parked(
+    State(s): State<ApiState>,
+) -> Answer<Json<switchboard_protocol::gateway::ParkedBatchesResponse>> {
+    let parked = s.gw().store().parked().await.or_failed("parked batches")?;
+    Ok(Json(switchboard_protocol::gateway::ParkedBatchesResponse {
+        parked,
+    }))
 }
 
 /// The chats bound to sessions, each with its last activity, the most recent first. A test
@@ -286,35 +303,32 @@ async fn parked(State(s): State<ApiState>) -> Response {
     responses((status = 200, body = GatewaySessionsResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
-async fn sessions(State(s): State<ApiState>) -> Response {
+async fn sessions(State(s): State<ApiState>) -> Answer<Json<GatewaySessionsResponse>> {
     let gw = s.gw();
     let store = gw.store();
-    let read = async {
+    let (routes, activity) = async {
         Ok::<_, crate::store::StoreError>((store.routes().await?, store.chat_activity().await?))
-    };
-    match read.await {
-        Ok((routes, activity)) => {
-            let mut sessions: Vec<GatewaySession> = routes
-                .into_iter()
-                .map(|r| GatewaySession {
-                    last_activity: activity
-                        .get(&crate::store::chat_key(&r.channel, &r.chat))
-                        .and_then(|t| stored_time(t)),
-                    routing_key: r.routing_key,
-                    session_id: r.session_id,
-                    channel: r.channel,
-                    chat: r.chat,
-                    bound: r.bound,
-                    peer: Some(r.requester),
-                })
-                .collect();
-            // Most recent first; chats without a recorded activity last (in the store's
-            // order: the route updated last first).
-            sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
-            Json(GatewaySessionsResponse { sessions }).into_response()
-        }
-        Err(e) => store_failed("gateway sessions", e),
     }
+    .await
+    .or_failed("gateway sessions")?;
+    let mut sessions: Vec<GatewaySession> = routes
+        .into_iter()
+        .map(|r| GatewaySession {
+            last_activity: activity
+                .get(&crate::store::chat_key(&r.channel, &r.chat))
+                .and_then(|t| stored_time(t)),
+            routing_key: r.routing_key,
+            session_id: r.session_id,
+            channel: r.channel,
+            chat: r.chat,
+            bound: r.bound,
+            peer: Some(r.requester),
+        })
+        .collect();
+    // Most recent first; chats without a recorded activity last (in the store's order: the
+    // route updated last first).
+    sessions.sort_by_key(|s| std::cmp::Reverse(s.last_activity));
+    Ok(Json(GatewaySessionsResponse { sessions }))
 }
 
 /// Unbinds the chat of a routing key from its session (the next message starts a new one).
@@ -323,13 +337,18 @@ async fn sessions(State(s): State<ApiState>) -> Response {
     responses((status = 204, description = "Unbound"),
               (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
-async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Response {
-    match s.gw().store().delete_route(&key).await {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => error(
+async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Answer<StatusCode> {
+    if s.gw()
+        .store()
+        .delete_route(&key)
+        .await
+        .or_failed("unbind")?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(error(
             ErrorCode::NotFound,
             format!("no session is bound to routing key {key:?}"),
-        ),
-        Err(e) => store_failed("unbind", e),
+        ))
     }
 }

@@ -33,45 +33,46 @@ pub(crate) fn truncate_context(v: serde_json::Value) -> serde_json::Value {
               (status = 422, description = "`unprocessable_entity`: no channel of that name, or `kind: thread` without `thread`", body = ErrorBody),
               (status = 500, description = "`internal`: the context could not be stored", body = ErrorBody),
               (status = 503, description = "`unavailable`: the platform refused or did not answer, or a send with the same `Idempotency-Key` is under way", body = ErrorBody)))]
-pub(crate) async fn send(State(s): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
+pub(crate) async fn send(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Answer<Json<GatewaySendResponse>> {
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if switchboard_protocol::is_valid_idempotency_key(k) => Some(k.to_string()),
         Some(_) => {
-            return error(
+            return Err(error(
                 ErrorCode::InvalidHeader,
                 "Idempotency-Key must be 1 to 255 visible ASCII characters",
-            );
+            ));
         }
     };
-    let req: GatewaySendRequest = match switchboard_http::from_json_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
-    };
+    let req: GatewaySendRequest = json_body(&body)?;
     if req.text.trim().is_empty() {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid text: must not be empty",
-        );
+        ));
     }
     if req.target.trim().is_empty() {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid target: must not be blank",
-        );
+        ));
     }
     if req.context.as_ref().is_some_and(|c| !c.is_object()) {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid context: must be an object",
-        );
+        ));
     }
     // One field read against another, which the schema does not say: 422.
     if req.kind == Some(ChatKind::Thread) && req.thread.is_none() {
-        return error(
+        return Err(error(
             ErrorCode::UnprocessableEntity,
             "invalid kind: \"thread\" needs the thread's id in `thread`",
-        );
+        ));
     }
     let Some(ch) = s.gw().channel(&req.channel) else {
         let mut names: Vec<String> = s
@@ -81,14 +82,14 @@ pub(crate) async fn send(State(s): State<ApiState>, headers: HeaderMap, body: By
             .map(|c| c.name().to_string())
             .collect();
         names.sort();
-        return error(
+        return Err(error(
             ErrorCode::UnprocessableEntity,
             format!(
                 "unknown channel {:?}; configured: [{}]",
                 req.channel,
                 names.join(", ")
             ),
-        );
+        ));
     };
     let chat = ChatRef {
         id: req.target.clone(),
@@ -101,20 +102,24 @@ pub(crate) async fn send(State(s): State<ApiState>, headers: HeaderMap, body: By
     };
     let text = crate::text::truncate(&req.text, ch.max_chars());
     if let Some(k) = &key {
-        match s.gw().store().claim_send(k).await {
-            Ok(crate::store::SendClaim::Mine) => {}
-            Ok(crate::store::SendClaim::Sent(message_id)) => {
-                return Json(GatewaySendResponse { message_id }).into_response();
+        match s
+            .gw()
+            .store()
+            .claim_send(k)
+            .await
+            .or_failed("claiming a send")?
+        {
+            crate::store::SendClaim::Mine => {}
+            crate::store::SendClaim::Sent(message_id) => {
+                return Ok(Json(GatewaySendResponse { message_id }));
             }
-            Ok(crate::store::SendClaim::Busy) => {
-                return ApiError::new(
+            crate::store::SendClaim::Busy => {
+                return Err(error(
                     ErrorCode::Unavailable,
                     "a send with this Idempotency-Key is under way; retry",
                 )
-                .with_retry_after(1)
-                .into_response();
+                .with_retry_after(1));
             }
-            Err(e) => return store_failed("claiming a send", e),
         }
     }
     let sent = ch.send(&chat, &text, &[]).await;
@@ -127,26 +132,19 @@ pub(crate) async fn send(State(s): State<ApiState>, headers: HeaderMap, body: By
             tracing::warn!(error = %e, "recording an idempotent send");
         }
     }
-    match sent {
-        Ok(message_id) => {
-            if let Some(ctx) = req.context {
-                let ttl = s.gw().config().context_ttl;
-                if let Err(e) = s
-                    .gw()
-                    .store()
-                    .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
-                    .await
-                {
-                    return store_failed("storing a notification context", e);
-                }
-            }
-            Json(GatewaySendResponse { message_id }).into_response()
-        }
-        Err(e) => error(ErrorCode::Unavailable, e.to_string()),
+    let message_id = sent.map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;
+    if let Some(ctx) = req.context {
+        let ttl = s.gw().config().context_ttl;
+        s.gw()
+            .store()
+            .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
+            .await
+            .or_failed("storing a notification context")?;
     }
+    Ok(Json(GatewaySendResponse { message_id }))
 }
 
-pub(crate) fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
+pub(crate) fn gateway_error(what: &str, e: crate::GatewayError) -> ApiError {
     match e {
         crate::GatewayError::Channel(e) => error(ErrorCode::Unavailable, e.to_string()),
         crate::GatewayError::Client(e) if e.status() == Some(404) => {
@@ -170,40 +168,42 @@ pub(crate) fn gateway_error(what: &str, e: crate::GatewayError) -> Response {
               (status = 422, description = "`unprocessable_entity`: no channel of that name", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`unavailable`: the platform refused or did not answer", body = ErrorBody)))]
-pub(crate) async fn ask(State(s): State<ApiState>, body: Bytes) -> Response {
-    let req: GatewayAskRequest = match switchboard_http::from_json_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
-    };
+pub(crate) async fn ask(
+    State(s): State<ApiState>,
+    body: Bytes,
+) -> Answer<Json<GatewayAskResponse>> {
+    let req: GatewayAskRequest = json_body(&body)?;
     if req.tool_call_ids.is_empty() {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid tool_call_ids: name at least one call",
-        );
+        ));
     }
     if req.target.trim().is_empty() {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid target: must not be blank",
-        );
+        ));
     }
-    match s.gw().ask(&req).await {
-        Ok(crate::dispatcher::AskOutcome::Asked(prompt_id, message_id)) => {
-            Json(GatewayAskResponse {
-                prompt_id,
-                message_id,
-            })
-            .into_response()
-        }
-        Ok(crate::dispatcher::AskOutcome::NotWaiting) => error(
+    use crate::dispatcher::AskOutcome;
+    match s
+        .gw()
+        .ask(&req)
+        .await
+        .map_err(|e| gateway_error("asking for an approval", e))?
+    {
+        AskOutcome::Asked(prompt_id, message_id) => Ok(Json(GatewayAskResponse {
+            prompt_id,
+            message_id,
+        })),
+        AskOutcome::NotWaiting => Err(error(
             ErrorCode::NoPendingApproval,
             "the run does not wait for a decision on those calls",
-        ),
-        Ok(crate::dispatcher::AskOutcome::UnknownChannel) => error(
+        )),
+        AskOutcome::UnknownChannel => Err(error(
             ErrorCode::UnprocessableEntity,
             format!("unknown channel {:?}", req.channel),
-        ),
-        Err(e) => gateway_error("asking for an approval", e),
+        )),
     }
 }
 
@@ -221,20 +221,24 @@ pub(crate) async fn expire(
     State(s): State<ApiState>,
     Path(id): Path<String>,
     body: Bytes,
-) -> Response {
-    let req: GatewayExpireRequest = match switchboard_http::from_json_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(ErrorCode::InvalidJson, format!("invalid request body: {e}")),
-    };
+) -> Answer<Json<GatewayExpireResponse>> {
+    let req: GatewayExpireRequest = json_body(&body)?;
     if req.reason.trim().is_empty() {
-        return error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid reason: must not be blank",
-        );
+        ));
     }
-    match s.gw().expire(&id, &req.reason).await {
-        Ok(Some(rejected)) => Json(GatewayExpireResponse { rejected }).into_response(),
-        Ok(None) => error(ErrorCode::NotFound, format!("no pending prompt {id:?}")),
-        Err(e) => gateway_error("expiring an approval", e),
+    match s
+        .gw()
+        .expire(&id, &req.reason)
+        .await
+        .map_err(|e| gateway_error("expiring an approval", e))?
+    {
+        Some(rejected) => Ok(Json(GatewayExpireResponse { rejected })),
+        None => Err(error(
+            ErrorCode::NotFound,
+            format!("no pending prompt {id:?}"),
+        )),
     }
 }

@@ -27,35 +27,35 @@ pub(crate) fn pairing_wire(
     responses((status = 200, description = "The pending requests", body = PairingRequestsResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
-pub(crate) async fn pairing_list(State(s): State<ApiState>) -> Response {
-    let listed = crate::pairing::pending(s.gw().store())
+pub(crate) async fn pairing_list(
+    State(s): State<ApiState>,
+) -> Answer<Json<PairingRequestsResponse>> {
+    let requests = crate::pairing::pending(s.gw().store())
         .await
         .and_then(|ps| {
             ps.into_iter()
                 .map(pairing_wire)
                 .collect::<Result<Vec<_>, _>>()
-        });
-    match listed {
-        Ok(requests) => Json(PairingRequestsResponse { requests }).into_response(),
-        Err(e) => store_failed("listing pairing requests", e),
-    }
+        })
+        .or_failed("listing pairing requests")?;
+    Ok(Json(PairingRequestsResponse { requests }))
 }
 
 /// What is wrong with the request's fields, if anything: neither may be blank.
-pub(crate) fn invalid_decision(req: &PairingDecision) -> Option<Response> {
+pub(crate) fn check_decision(req: &PairingDecision) -> Answer<()> {
     if req.channel.trim().is_empty() {
-        return Some(error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid channel: must not be blank",
         ));
     }
     if req.code.trim().is_empty() {
-        return Some(error(
+        return Err(error(
             ErrorCode::ValidationFailed,
             "invalid code: must not be blank",
         ));
     }
-    None
+    Ok(())
 }
 
 /// The answer to a pairing decision (`what` names it in the log): the request decided, 404
@@ -64,15 +64,17 @@ pub(crate) fn pairing_decided(
     what: &str,
     req: &PairingDecision,
     decided: Result<Option<crate::store::Pairing>, crate::store::StoreError>,
-) -> Response {
-    match decided.and_then(|p| p.map(pairing_wire).transpose()) {
-        Ok(Some(p)) => Json(p).into_response(),
-        Ok(None) => no_pairing(req),
-        Err(e) => store_failed(what, e),
+) -> Answer<Json<PairingRequest>> {
+    match decided
+        .and_then(|p| p.map(pairing_wire).transpose())
+        .or_failed(what)?
+    {
+        Some(p) => Ok(Json(p)),
+        None => Err(no_pairing(req)),
     }
 }
 
-pub(crate) fn no_pairing(req: &PairingDecision) -> Response {
+pub(crate) fn no_pairing(req: &PairingDecision) -> ApiError {
     error(
         ErrorCode::PairingNotFound,
         format!(
@@ -98,10 +100,8 @@ pub(crate) fn no_pairing(req: &PairingDecision) -> Response {
 pub(crate) async fn pairing_approve(
     State(s): State<ApiState>,
     switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
-) -> Response {
-    if let Some(r) = invalid_decision(&req) {
-        return r;
-    }
+) -> Answer<Json<PairingRequest>> {
+    check_decision(&req)?;
     let decided = crate::pairing::approve(s.gw().store(), &req.channel, &req.code).await;
     pairing_decided("approving a pairing request", &req, decided)
 }
@@ -122,10 +122,8 @@ pub(crate) async fn pairing_approve(
 pub(crate) async fn pairing_refuse(
     State(s): State<ApiState>,
     switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
-) -> Response {
-    if let Some(r) = invalid_decision(&req) {
-        return r;
-    }
+) -> Answer<Json<PairingRequest>> {
+    check_decision(&req)?;
     let gw = s.gw();
     let chat = gw.channel(&req.channel);
     let decided =
