@@ -319,7 +319,7 @@ impl BuiltinAgent {
             .ok_or_else(|| {
                 BackendError::new(
                     RunErrorCode::NotConfigured,
-                    "no model configured: set SWITCHBOARD_MODEL or give `model`",
+                    "no model configured: run `switchboard setup` on the server (or set SWITCHBOARD_MODEL there, or give `model` with the session)",
                     false,
                 )
             })?;

@@ -10,6 +10,7 @@
 
 mod agent;
 pub mod anthropic;
+pub mod local;
 mod mcp;
 pub mod openai;
 pub mod provider;

@@ -145,9 +145,9 @@ impl OpenAiProvider {
     }
 
     /// `GET /models`: checks that the provider answers and the key is accepted.
-    pub async fn check(&self) -> Result<usize, ProviderError> {
+    pub async fn models(&self) -> Result<Vec<String>, ProviderError> {
         let url = self.url("models");
-        http::count_models(
+        http::list_models(
             &url,
             self.config.api_key.as_deref(),
             self.request(self.http.get(&url)),
@@ -310,8 +310,8 @@ impl Provider for OpenAiProvider {
         OpenAiProvider::stream(self, model, system, messages, tools, cancel, on_text).await
     }
 
-    async fn check(&self) -> Result<usize, ProviderError> {
-        OpenAiProvider::check(self).await
+    async fn models(&self) -> Result<Vec<String>, ProviderError> {
+        OpenAiProvider::models(self).await
     }
 
     fn redact(&self, text: &str) -> String {

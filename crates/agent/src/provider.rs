@@ -202,9 +202,9 @@ pub trait Provider: Send + Sync + 'static {
         on_text: &dyn TextSink,
     ) -> Result<Completion, ProviderError>;
 
-    /// Checks that the provider answers and accepts the key; returns the number of models
-    /// it lists.
-    async fn check(&self) -> Result<usize, ProviderError>;
+    /// Checks that the provider answers and accepts the key; returns the ids of the models
+    /// it lists (its models endpoint).
+    async fn models(&self) -> Result<Vec<String>, ProviderError>;
 
     /// Removes the API key from any text that may reach a user or a log.
     fn redact(&self, text: &str) -> String;
@@ -244,12 +244,13 @@ pub(crate) mod http {
     }
 
     /// `GET` a provider's model list (`request` carries the URL and auth): checks that it
-    /// answers and accepts the key; returns how many models it lists.
-    pub async fn count_models(
+    /// answers and accepts the key; returns the ids of the models it lists (`data[].id`,
+    /// OpenAI's and Anthropic's shape alike), in its order.
+    pub async fn list_models(
         url: &str,
         key: Option<&str>,
         request: reqwest::RequestBuilder,
-    ) -> Result<usize, ProviderError> {
+    ) -> Result<Vec<String>, ProviderError> {
         let resp = request
             .timeout(Duration::from_secs(10))
             .send()
@@ -268,7 +269,15 @@ pub(crate) mod http {
         }
         let v: Value = serde_json::from_str(&body)
             .map_err(|e| ProviderError::Malformed(redact(key, &e.to_string())))?;
-        Ok(v["data"].as_array().map(Vec::len).unwrap_or(0))
+        Ok(v["data"]
+            .as_array()
+            .map(|models| {
+                models
+                    .iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// POSTs `body` (built by `request`), retrying what may succeed on a second try.

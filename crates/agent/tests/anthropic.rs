@@ -124,7 +124,7 @@ async fn base_url_with_v1_is_not_doubled() {
     let (r, _) = call(&p, &[ChatMessage::user("hi")]).await;
     assert_eq!(r.unwrap().text, "Hello from mock");
     assert_eq!(mock.requests()[0].path, "/v1/messages");
-    assert_eq!(p.check().await.unwrap(), 1);
+    assert_eq!(p.models().await.unwrap().len(), 1);
     let models = mock.requests().pop().unwrap();
     assert_eq!(models.path, "/v1/models");
     assert_eq!(models.header("x-api-key"), Some(KEY));
@@ -367,7 +367,7 @@ async fn unreachable_and_check_errors_hide_the_key() {
     let e = r.unwrap_err();
     assert!(matches!(e, ProviderError::Unreachable { .. }), "{e:?}");
     assert_no_key(&e);
-    let e = p.check().await.unwrap_err();
+    let e = p.models().await.unwrap_err();
     assert_no_key(&e);
     assert!(!format!("{:?}", p.config()).contains(KEY));
 }

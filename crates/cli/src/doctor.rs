@@ -30,7 +30,7 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
         failed |= matches!(v, Verdict::Fail(_));
         report(name, &v);
     };
-    let settings = match Settings::load(config, data_dir, None) {
+    let mut settings = match Settings::load(config, data_dir, None) {
         Ok(s) => {
             let src = s
                 .config_path
@@ -182,20 +182,33 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
         };
         check("workspace", verdict);
     }
-    match &settings.model {
-        Some(m) => check("model", Verdict::Ok(m.clone())),
-        None => check(
+    crate::local_model::adopt(&mut settings).await;
+    match (&settings.model, &settings.local_server) {
+        (Some(m), None) => check("model", Verdict::Ok(m.clone())),
+        (Some(m), Some(server)) => check(
             "model",
-            Verdict::Fail("no model configured: set SWITCHBOARD_MODEL or [provider] model".into()),
+            Verdict::Ok(format!(
+                "{m} on {server} at {} (found on this machine)",
+                settings.base_url
+            )),
+        ),
+        (None, _) => check(
+            "model",
+            Verdict::Fail(
+                "no model configured and no local model server found: run `switchboard setup` (or set [provider] model / SWITCHBOARD_MODEL)"
+                    .into(),
+            ),
         ),
     }
     match crate::serve::provider(&settings) {
-        Ok(p) => match p.check().await {
-            Ok(n) => check(
+        Ok(p) => match p.models().await {
+            Ok(models) => check(
                 "provider",
                 Verdict::Ok(format!(
-                    "{} at {} answers ({n} models listed)",
-                    settings.provider_kind, settings.base_url
+                    "{} at {} answers ({} models listed)",
+                    settings.provider_kind,
+                    settings.base_url,
+                    models.len()
                 )),
             ),
             Err(e) => check("provider", Verdict::Fail(p.redact(&e.to_string()))),

@@ -8,9 +8,11 @@ mod doctor;
 mod gateway_cmd;
 mod heap;
 mod hub_cmd;
+mod local_model;
 mod relay_cmd;
 mod schedule_cmd;
 mod serve;
+mod setup;
 mod telemetry;
 mod workspace;
 
@@ -36,6 +38,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Set up a model provider (and a chat channel) step by step, checking each answer;
+    /// writes the configuration file and, mode 0600, the secrets file beside it. With flags
+    /// and `--yes`, asks nothing.
+    Setup(setup::SetupArgs),
     /// Run the server: the /v1 HTTP + SSE API on one port.
     Serve {
         /// Address to listen on, e.g. 127.0.0.1:7070 (port 0 picks a free one).
@@ -119,6 +125,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
+            Command::Setup(args) => setup::run(cli.config, args).await,
             Command::Serve {
                 listen,
                 data_dir,

@@ -29,13 +29,30 @@ pub struct App {
 
 /// The configured LLM provider (`openai` or `anthropic`).
 pub fn provider(settings: &Settings) -> Result<Arc<dyn Provider>> {
-    let p: Arc<dyn Provider> = if settings.provider_kind == "anthropic" {
+    make_provider(
+        &settings.provider_kind,
+        &settings.base_url,
+        settings.api_key.clone(),
+        settings.max_retries,
+        settings.max_tokens,
+    )
+}
+
+/// A provider of `kind` (`anthropic`, else the OpenAI wire format) at `base_url`.
+pub fn make_provider(
+    kind: &str,
+    base_url: &str,
+    api_key: Option<String>,
+    max_retries: u32,
+    max_tokens: u32,
+) -> Result<Arc<dyn Provider>> {
+    let p: Arc<dyn Provider> = if kind == "anthropic" {
         Arc::new(
             AnthropicProvider::new(AnthropicConfig {
-                base_url: settings.base_url.clone(),
-                api_key: settings.api_key.clone(),
-                max_retries: settings.max_retries,
-                max_tokens: settings.max_tokens,
+                base_url: base_url.to_string(),
+                api_key,
+                max_retries,
+                max_tokens,
                 ..AnthropicConfig::default()
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -43,9 +60,9 @@ pub fn provider(settings: &Settings) -> Result<Arc<dyn Provider>> {
     } else {
         Arc::new(
             OpenAiProvider::new(OpenAiConfig {
-                base_url: settings.base_url.clone(),
-                api_key: settings.api_key.clone(),
-                max_retries: settings.max_retries,
+                base_url: base_url.to_string(),
+                api_key,
+                max_retries,
                 ..OpenAiConfig::default()
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?,
@@ -60,7 +77,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     let store = switchboard_store::open_url(&settings.store_url())
         .await
         .with_context(|| format!("opening store {}", settings.store_url_redacted()))?;
-    tracing::info!(store = store.kind(), url = %settings.store_url_redacted(), "store opened");
+    tracing::debug!(store = store.kind(), url = %settings.store_url_redacted(), "store opened");
     let mut agent_config = AgentConfig {
         default_model: settings.model.clone(),
         limits: ToolLimits {
@@ -197,7 +214,7 @@ pub fn resolve_token(settings: &Settings) -> Result<(String, String)> {
     Ok((t, format!("{how} {}", path.display())))
 }
 
-pub async fn run(settings: Settings) -> Result<()> {
+pub async fn run(mut settings: Settings) -> Result<()> {
     // Not dumpable: commands the agent runs as the same user cannot read this process's
     // environment (tokens, API keys) from /proc/PID/environ or attach a debugger to it.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
@@ -212,6 +229,16 @@ pub async fn run(settings: Settings) -> Result<()> {
         settings.write_requests_per_minute,
         (!settings.write_limit_local_token).then_some(token.as_str()),
     );
+    let model_line = match crate::local_model::adopt(&mut settings).await {
+        Some(line) => line,
+        None => match &settings.model {
+            Some(m) => format!(
+                "model: {m} ({} at {})",
+                settings.provider_kind, settings.base_url
+            ),
+            None => crate::local_model::NO_MODEL.to_string(),
+        },
+    };
     let app = build(&settings, token.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
@@ -241,7 +268,8 @@ pub async fn run(settings: Settings) -> Result<()> {
     println!("listening on http://{addr}");
     println!("token: {token_note}");
     println!("data directory: {}", settings.data_dir.display());
-    tracing::info!(%addr, "serving");
+    println!("{model_line}");
+    tracing::debug!(%addr, "serving");
     let engine = app.engine.clone();
     // The server's routes carry their own body limits (the JSON limit, and the per-file
     // limit on uploads); the surfaces below get the JSON limit as one layer.
@@ -262,6 +290,12 @@ pub async fn run(settings: Settings) -> Result<()> {
         }
         _ => None,
     };
+    match settings.gateway.as_ref().filter(|g| g.enabled) {
+        Some(g) => println!("channels: {}", g.channel_names().join(", ")),
+        None => {
+            println!("channels: none (`switchboard setup` connects Telegram, Slack or Discord)")
+        }
+    }
     let relay = settings.relay.start(&host).await?;
     router = router.merge(switchboard_relay::api::router(
         relay.clone(),

@@ -309,7 +309,7 @@ pub async fn migrate_sqlite(
             .await
             .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
-        tracing::info!(owner, version, "applied migration (sqlite)");
+        tracing::debug!(owner, version, "applied migration (sqlite)");
     }
     Ok(())
 }
@@ -441,7 +441,7 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         .await
         .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
-        tracing::info!(owner, version, "applied migration (postgres)");
+        tracing::debug!(owner, version, "applied migration (postgres)");
     }
 }
 

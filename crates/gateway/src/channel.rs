@@ -243,6 +243,11 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;
+    /// Where a person starts talking to the bot (a link to open a direct message with it, or
+    /// to invite it to a server), when the platform has one; asks the platform who the bot is.
+    async fn open_link(&self) -> Result<Option<String>, ChannelError> {
+        Ok(None)
+    }
     /// Sends a file to a chat (into its thread), with its caption; returns the message id.
     /// The default, for channels without file uploads, posts the caption and the file's
     /// name and size as text.

@@ -95,7 +95,7 @@ impl GatewayService {
         election: Option<Election<L>>,
     ) -> Result<Self, GatewayError> {
         for c in &parts.channels {
-            tracing::info!(channel = %c.name(), "chat channel configured");
+            tracing::debug!(channel = %c.name(), "chat channel configured");
         }
         let election = election.filter(|_| parts.store.kind() == "postgres");
         let Some(election) = election else {

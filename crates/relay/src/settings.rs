@@ -149,7 +149,7 @@ impl RelaySettings {
         });
         let client = switchboard_client::Client::new(&host.server_url, Some(host.token.clone()))
             .map_err(|e| StartError::new("relay", e))?;
-        tracing::info!(bundles = %self.bundles_dir.display(), "relay");
+        tracing::debug!(bundles = %self.bundles_dir.display(), "relay");
         Relay::start(opts, client)
             .await
             .map_err(|e| StartError::new("relay", e))

@@ -139,6 +139,24 @@ impl ServerProcess {
         ))
     }
 
+    /// The output so far once it holds `needle` (within `timeout`).
+    ///
+    /// # Panics
+    /// When `needle` has not come by then, with the output.
+    pub async fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let logs = self.logs();
+            if logs.contains(needle) {
+                return logs;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("{needle:?} not in the server's output within {timeout:?}:\n{logs}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The last ~200 lines the process printed (stdout and stderr, interleaved).
     pub fn logs(&self) -> String {
         join(&self.lines)

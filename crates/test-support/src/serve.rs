@@ -13,9 +13,17 @@ use tokio::sync::watch;
 /// When no local port can be bound (test-only code: the test cannot go on anyway), naming
 /// `what`.
 pub async fn bind(what: &str) -> (TcpListener, SocketAddr) {
-    let listener = match TcpListener::bind("127.0.0.1:0").await {
+    bind_port(what, 0).await
+}
+
+/// [`bind`] on `127.0.0.1:port` (0: any free port).
+///
+/// # Panics
+/// When the port cannot be bound (taken by something else on this machine, say).
+pub async fn bind_port(what: &str, port: u16) -> (TcpListener, SocketAddr) {
+    let listener = match TcpListener::bind(("127.0.0.1", port)).await {
         Ok(listener) => listener,
-        Err(err) => panic!("{what}: cannot bind 127.0.0.1:0: {err}"),
+        Err(err) => panic!("{what}: cannot bind 127.0.0.1:{port}: {err}"),
     };
     let addr = match listener.local_addr() {
         Ok(addr) => addr,

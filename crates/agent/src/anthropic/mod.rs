@@ -118,9 +118,9 @@ impl AnthropicProvider {
     }
 
     /// `GET /v1/models`: checks that the API answers and the key is accepted.
-    pub async fn check(&self) -> Result<usize, ProviderError> {
+    pub async fn models(&self) -> Result<Vec<String>, ProviderError> {
         let url = self.url("models");
-        http::count_models(
+        http::list_models(
             &url,
             self.config.api_key.as_deref(),
             self.request(self.http.get(&url)),
@@ -179,8 +179,8 @@ impl Provider for AnthropicProvider {
         AnthropicProvider::stream(self, model, system, messages, tools, cancel, on_text).await
     }
 
-    async fn check(&self) -> Result<usize, ProviderError> {
-        AnthropicProvider::check(self).await
+    async fn models(&self) -> Result<Vec<String>, ProviderError> {
+        AnthropicProvider::models(self).await
     }
 
     fn redact(&self, text: &str) -> String {

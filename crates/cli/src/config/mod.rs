@@ -10,8 +10,8 @@ mod file;
 mod parse;
 
 pub use file::*;
+pub use parse::redact_url;
 use parse::*;
-pub use parse::{parse_config, redact_url};
 
 pub use switchboard_gateway::settings::GatewaySettings;
 pub use switchboard_relay::settings::RelaySettings;
@@ -38,6 +38,15 @@ pub struct Settings {
     pub base_url: String,
     pub api_key: Option<String>,
     pub model: Option<String>,
+    /// Whether the provider was named at all (its kind, URL or key, in the file or the
+    /// environment): when not, and no model is configured either, `serve` looks for a model
+    /// server on this machine (`local_model_ports`).
+    pub provider_named: bool,
+    /// `SWITCHBOARD_LOCAL_MODEL_PORTS`: the ports asked for a local model server (default:
+    /// Ollama's, LM Studio's, llama.cpp's and vLLM's; `off`: none).
+    pub local_model_ports: Vec<(String, u16)>,
+    /// The local model server in use, when one was found (`crate::local_model`).
+    pub local_server: Option<String>,
     pub max_retries: u32,
     pub max_tokens: u32,
     pub image_fallback: bool,
@@ -145,6 +154,45 @@ pub fn default_config_path() -> PathBuf {
         .join("switchboard/switchboard.toml")
 }
 
+/// The secrets file: `SWITCHBOARD_SECRETS_FILE`, else `secrets.toml` beside the
+/// configuration file (or beside where it would be). It holds the keys that are secrets
+/// (`[provider] api_key`, channel tokens …) in the configuration file's own sections, and
+/// is merged over it; `switchboard setup` writes it, mode 0600.
+pub fn secrets_path(config: Option<&Path>) -> PathBuf {
+    if let Some(p) = env("SWITCHBOARD_SECRETS_FILE") {
+        return PathBuf::from(p);
+    }
+    let config = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(default_config_path);
+    config
+        .parent()
+        .map(|d| d.join("secrets.toml"))
+        .unwrap_or_else(|| PathBuf::from("secrets.toml"))
+}
+
+/// The secrets file's text, if there is one. One that others may read is refused: it holds
+/// keys, and whoever made it readable meant something else.
+fn read_secrets(path: &Path) -> Result<Option<String>> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        bail!(
+            "the secrets file {} may be read by others (mode {mode:04o}): run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path)
+        .map(Some)
+        .with_context(|| format!("reading {}", path.display()))
+}
+
 impl Settings {
     /// Loads `explicit` (or `SWITCHBOARD_CONFIG`, or the XDG default if it exists), then
     /// applies the environment.
@@ -156,17 +204,23 @@ impl Settings {
         let explicit = explicit
             .map(Path::to_path_buf)
             .or_else(|| env("SWITCHBOARD_CONFIG").map(PathBuf::from));
-        let (path, file) = match explicit {
+        let path = match explicit {
+            Some(p) => Some(p),
+            None => Some(default_config_path()).filter(|p| p.exists()),
+        };
+        let file = match &path {
             Some(p) => {
-                let text = std::fs::read_to_string(&p)
+                let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading config file {}", p.display()))?;
-                (Some(p.clone()), parse_config(&text, &p)?)
+                let secrets = secrets_path(Some(p));
+                read_layers(&text, p, read_secrets(&secrets)?.as_deref(), &secrets)?
             }
+            // No configuration file: the secrets file beside where it would be still counts.
             None => {
-                let p = default_config_path();
-                match std::fs::read_to_string(&p) {
-                    Ok(text) => (Some(p.clone()), parse_config(&text, &p)?),
-                    Err(_) => (None, FileConfig::default()),
+                let secrets = secrets_path(None);
+                match read_secrets(&secrets)? {
+                    Some(text) => read_layers("", &default_config_path(), Some(&text), &secrets)?,
+                    None => FileConfig::default(),
                 }
             }
         };
@@ -179,6 +233,15 @@ impl Settings {
             other => bail!("provider {other:?} is not supported (supported: openai, anthropic)"),
         };
         let (base_url, api_key) = endpoint(anthropic, &file.provider, &env);
+        let provider_named = env("SWITCHBOARD_PROVIDER").is_some()
+            || file.provider.kind.is_some()
+            || file.provider.base_url.is_some()
+            || api_key.is_some()
+            || env("SWITCHBOARD_OPENAI_BASE_URL").is_some()
+            || env("SWITCHBOARD_ANTHROPIC_BASE_URL").is_some();
+        let local_model_ports =
+            switchboard_agent::local::ports(env("SWITCHBOARD_LOCAL_MODEL_PORTS").as_deref())
+                .map_err(|e| anyhow::anyhow!("SWITCHBOARD_LOCAL_MODEL_PORTS: {e}"))?;
         let approval_timeout_secs: u64 = env_parse("SWITCHBOARD_APPROVAL_TIMEOUT_SECS")?
             .or(file.sessions.approval_timeout_secs)
             .unwrap_or(900);
@@ -262,6 +325,9 @@ impl Settings {
             base_url,
             api_key,
             model: env("SWITCHBOARD_MODEL").or(file.provider.model.clone()),
+            provider_named,
+            local_model_ports,
+            local_server: None,
             max_retries: env_parse("SWITCHBOARD_PROVIDER_MAX_RETRIES")?
                 .or(file.provider.max_retries)
                 .unwrap_or(2),

@@ -221,3 +221,39 @@ pub(super) fn validate_agents(
 pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
     toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
 }
+
+/// The configuration file with the secrets file merged over it (tables key by key, a value
+/// in the secrets file in place of the same key's in the configuration file), read as one.
+pub fn read_layers(
+    text: &str,
+    path: &Path,
+    secrets: Option<&str>,
+    secrets_path: &Path,
+) -> Result<FileConfig> {
+    let Some(secrets) = secrets else {
+        return parse_config(text, path);
+    };
+    let mut base: toml::Table =
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
+    let over: toml::Table = toml::from_str(secrets)
+        .map_err(|e| anyhow::anyhow!("secrets file {}: {e}", secrets_path.display()))?;
+    merge(&mut base, over);
+    toml::Value::Table(base).try_into().map_err(|e| {
+        anyhow::anyhow!(
+            "config file {} with the secrets file {}: {e}",
+            path.display(),
+            secrets_path.display()
+        )
+    })
+}
+
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}

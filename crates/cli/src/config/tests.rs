@@ -480,3 +480,33 @@ mod prop_tests {
         }
     }
 }
+
+#[test]
+fn the_secrets_file_is_merged_over_the_config_file_key_by_key() {
+    let file = read_layers(
+        "[provider]\nkind = \"openai\"\nmodel = \"m\"\napi_key = \"in-the-toml\"\n",
+        Path::new("s.toml"),
+        Some("[provider]\napi_key = \"sk-secret\"\n[channels.telegram]\ntoken = \"1:t\"\n"),
+        Path::new("secrets.toml"),
+    )
+    .unwrap();
+    assert_eq!(file.provider.model.as_deref(), Some("m"));
+    assert_eq!(file.provider.api_key.as_deref(), Some("sk-secret"));
+    assert_eq!(
+        file.channels.telegram.and_then(|t| t.token).as_deref(),
+        Some("1:t")
+    );
+    // A typo in the secrets file is named like one in the config file.
+    let err = read_layers(
+        "",
+        Path::new("s.toml"),
+        Some("[provider]\napi_kee = \"x\"\n"),
+        Path::new("secrets.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("secrets.toml") && err.contains("api_kee"),
+        "{err}"
+    );
+}

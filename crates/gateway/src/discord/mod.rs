@@ -90,6 +90,11 @@ pub const THREADS_KEY: &str = "threads";
 
 /// Longest `custom_id` of a button.
 const MAX_CUSTOM_ID: usize = 100;
+/// The permissions the invite link asks for: View Channels (1 << 10), Send Messages
+/// (1 << 11), Attach Files (1 << 15), Read Message History (1 << 16), Send Messages in
+/// Threads (1 << 38).
+const INVITE_PERMISSIONS: u64 = (1 << 10) | (1 << 11) | (1 << 15) | (1 << 16) | (1 << 38);
+
 /// How long an interaction's token takes follow-ups (Discord's 15 minutes).
 const INTERACTION_TOKEN_TTL: Duration = Duration::from_secs(15 * 60);
 /// Message flag: only the interaction's user sees it.
@@ -403,6 +408,16 @@ impl Channel for DiscordChannel {
     async fn test(&self) -> Result<String, ChannelError> {
         let (id, username) = self.get_me().await?;
         Ok(format!("@{username} (id {id})"))
+    }
+
+    /// The OAuth2 link that adds the bot to a server (a bot's user id is its application's
+    /// client id), asking for what the gateway uses: view channels, send messages (in
+    /// threads too), attach files, read the history.
+    async fn open_link(&self) -> Result<Option<String>, ChannelError> {
+        let (id, _) = self.get_me().await?;
+        Ok(Some(format!(
+            "https://discord.com/oauth2/authorize?client_id={id}&scope=bot%20applications.commands&permissions={INVITE_PERMISSIONS}"
+        )))
     }
 
     fn status(&self) -> String {

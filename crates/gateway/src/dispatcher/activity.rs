@@ -94,6 +94,10 @@ impl Channel for Tracked {
         self.inner.test().await
     }
 
+    async fn open_link(&self) -> Result<Option<String>, ChannelError> {
+        self.inner.open_link().await
+    }
+
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
         let r = self.inner.send_file(chat, file).await;
         if r.is_ok() {

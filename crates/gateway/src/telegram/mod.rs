@@ -363,6 +363,12 @@ impl Channel for TelegramChannel {
         Ok(format!("@{} (id {})", me.username, me.id))
     }
 
+    /// `https://t.me/USERNAME`: opens a direct message with the bot.
+    async fn open_link(&self) -> Result<Option<String>, ChannelError> {
+        let me = self.get_me(false).await?;
+        Ok(Some(format!("https://t.me/{}", me.username)))
+    }
+
     /// `getFile`, then the file from `{base}/file/bot<token>/<file_path>` (the Bot API
     /// serves files up to 20 MB).
     async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {

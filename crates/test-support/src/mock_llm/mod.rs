@@ -155,7 +155,15 @@ impl MockLlm {
     /// # Panics
     /// When no local port can be bound (test-only code: the test cannot go on anyway).
     pub async fn start() -> MockLlm {
-        let (listener, addr) = crate::serve::bind("mock LLM").await;
+        Self::start_on(0).await
+    }
+
+    /// Starts the server on `127.0.0.1:port` (a model server's usual port, say).
+    ///
+    /// # Panics
+    /// When the port cannot be bound.
+    pub async fn start_on(port: u16) -> MockLlm {
+        let (listener, addr) = crate::serve::bind_port("mock LLM", port).await;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(Shared {
             inner: Mutex::new(Inner {

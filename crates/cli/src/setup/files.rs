@@ -1,0 +1,180 @@
+//! What `switchboard setup` writes: the configuration file, edited in place (its comments
+//! and other keys kept), and the secrets file beside it, mode 0600 from its first byte.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use toml_edit::{DocumentMut, Item, Table, value};
+
+/// The two files being edited.
+pub struct Files {
+    pub config_path: PathBuf,
+    pub secrets_path: PathBuf,
+    pub config: DocumentMut,
+    pub secrets: DocumentMut,
+}
+
+impl Files {
+    /// Reads both files (either may not exist yet).
+    pub fn read(config_path: PathBuf, secrets_path: PathBuf) -> Result<Self> {
+        let read = |p: &Path| -> Result<DocumentMut> {
+            match std::fs::read_to_string(p) {
+                Ok(text) => text
+                    .parse()
+                    .with_context(|| format!("{} is not valid TOML", p.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DocumentMut::new()),
+                Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+            }
+        };
+        Ok(Self {
+            config: read(&config_path)?,
+            secrets: read(&secrets_path)?,
+            config_path,
+            secrets_path,
+        })
+    }
+
+    /// A string in the configuration file (`["provider", "model"]`).
+    pub fn get(&self, path: &[&str]) -> Option<String> {
+        get(&self.config, path)
+    }
+
+    /// A secret: the secrets file's, else one left in the configuration file.
+    pub fn get_secret(&self, path: &[&str]) -> Option<String> {
+        get(&self.secrets, path).or_else(|| get(&self.config, path))
+    }
+
+    /// Sets a key of the configuration file.
+    pub fn set(&mut self, path: &[&str], v: &str) {
+        set(&mut self.config, path, v);
+    }
+
+    /// Sets a secret in the secrets file and takes it out of the configuration file.
+    pub fn set_secret(&mut self, path: &[&str], v: &str) {
+        set(&mut self.secrets, path, v);
+        remove(&mut self.config, path);
+    }
+
+    /// Writes both files: the secrets file first (0600), then the configuration file.
+    pub fn write(&self) -> Result<()> {
+        if !self.secrets.as_table().is_empty() {
+            write_file(&self.secrets_path, &self.secrets.to_string(), 0o600)?;
+        }
+        write_file(&self.config_path, &self.config.to_string(), 0o644)
+    }
+}
+
+fn get(doc: &DocumentMut, path: &[&str]) -> Option<String> {
+    let (last, tables) = path.split_last()?;
+    let mut t = doc.as_table();
+    for k in tables {
+        t = t.get(k)?.as_table()?;
+    }
+    t.get(last)?.as_str().map(str::to_string)
+}
+
+fn set(doc: &mut DocumentMut, path: &[&str], v: &str) {
+    let Some((last, tables)) = path.split_last() else {
+        return;
+    };
+    let mut t = doc.as_table_mut();
+    for k in tables {
+        if !t.get(k).is_some_and(Item::is_table) {
+            let mut new = Table::new();
+            // `[channels.telegram]` without an empty `[channels]` above it.
+            new.set_implicit(true);
+            t.insert(k, Item::Table(new));
+        }
+        let Some(next) = t.get_mut(k).and_then(Item::as_table_mut) else {
+            return;
+        };
+        t = next;
+    }
+    t.insert(last, value(v));
+}
+
+fn remove(doc: &mut DocumentMut, path: &[&str]) {
+    let Some((last, tables)) = path.split_last() else {
+        return;
+    };
+    let mut t = doc.as_table_mut();
+    for k in tables {
+        let Some(next) = t.get_mut(k).and_then(Item::as_table_mut) else {
+            return;
+        };
+        t = next;
+    }
+    t.remove(last);
+}
+
+/// Writes `text` to `path` through a temporary file renamed over it, created with `mode`
+/// (so a secret is never readable by others, not even for a moment), its directory made
+/// (0700) when missing.
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+    if let Some(dir) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+    {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("toml.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    // The mode of a file that existed keeps what its owner chose unless it is a secret.
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("restricting {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn secrets_move_out_of_the_config_and_comments_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("switchboard.toml");
+        std::fs::write(
+            &config,
+            "# mine\nlisten = \"127.0.0.1:9\"\n\n[provider]\napi_key = \"sk-old\"\n",
+        )
+        .unwrap();
+        let mut f = Files::read(config.clone(), dir.path().join("secrets.toml")).unwrap();
+        assert_eq!(
+            f.get_secret(&["provider", "api_key"]).as_deref(),
+            Some("sk-old")
+        );
+        f.set(&["provider", "model"], "m");
+        f.set_secret(&["provider", "api_key"], "sk-new");
+        f.set_secret(&["channels", "telegram", "token"], "1:abc");
+        f.write().unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(text.starts_with("# mine\nlisten"), "{text}");
+        assert!(
+            text.contains("model = \"m\"") && !text.contains("sk-"),
+            "{text}"
+        );
+        let secrets = dir.path().join("secrets.toml");
+        let s = std::fs::read_to_string(&secrets).unwrap();
+        assert!(s.contains("api_key = \"sk-new\""), "{s}");
+        assert!(
+            s.contains("[channels.telegram]") && !s.contains("[channels]\n"),
+            "{s}"
+        );
+        let mode = std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

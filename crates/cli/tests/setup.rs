@@ -1,0 +1,332 @@
+//! `switchboard setup` and the first run: the configuration and secrets it writes, a model
+//! server on this machine found with nothing configured, and what a user without any model
+//! is told.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{TOKEN, bin};
+use switchboard_test_support::fake_telegram::FakeTelegram;
+use switchboard_test_support::mock_llm::MockLlm;
+use switchboard_test_support::process::ServerProcess;
+
+/// Runs `switchboard ARGS` with `env`, `stdin` written to it, off the async runtime.
+async fn run(args: &[&str], env: &[(&str, &str)], stdin: &str) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let stdin = stdin.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// The last request to the mock at `path` carried `Authorization: Bearer KEY`.
+fn bearer_of(llm: &MockLlm, path: &str) -> Option<String> {
+    llm.requests()
+        .into_iter()
+        .rev()
+        .find(|r| r.path.ends_with(path))
+        .and_then(|r| r.header("authorization").map(str::to_string))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_next_chat_works() {
+    let llm = MockLlm::start().await;
+    let tg = FakeTelegram::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A directory that does not exist yet, as on a fresh machine.
+    let config = dir.path().join("conf/switchboard.toml");
+    let config_s = config.to_string_lossy().to_string();
+    let secrets = dir.path().join("conf/secrets.toml");
+    let tg_url = tg.base_url();
+    let env = [
+        ("SWITCHBOARD_CONFIG", config_s.as_str()),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
+        ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+    ];
+    let out = run(
+        &[
+            "setup",
+            "--provider",
+            &llm.base_url(),
+            "--api-key-stdin",
+            "--telegram-token",
+            FakeTelegram::TOKEN,
+            "--yes",
+        ],
+        &env,
+        "sk-setup-secret\n",
+    )
+    .await;
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 models"), "the models were listed: {said}");
+    assert!(
+        said.contains("test call to mock-model: Hello from mock"),
+        "the test call's answer is shown: {said}"
+    );
+    assert!(
+        said.contains("@switchboard_test_bot")
+            && said.contains("https://t.me/switchboard_test_bot"),
+        "the bot is named, with the link to talk to it: {said}"
+    );
+    assert_eq!(
+        bearer_of(&llm, "/models").as_deref(),
+        Some("Bearer sk-setup-secret")
+    );
+
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(written.contains("model = \"mock-model\""), "{written}");
+    assert!(written.contains(&llm.base_url()), "{written}");
+    assert!(
+        !written.contains("sk-setup-secret") && !written.contains(FakeTelegram::TOKEN),
+        "no secret in the configuration file: {written}"
+    );
+    let kept = std::fs::read_to_string(&secrets).unwrap();
+    assert!(
+        kept.contains("sk-setup-secret") && kept.contains(FakeTelegram::TOKEN),
+        "{kept}"
+    );
+    assert_eq!(
+        mode(&secrets),
+        0o600,
+        "the secrets file is the owner's alone"
+    );
+    assert_eq!(mode(&dir.path().join("conf")), 0o700);
+
+    // Again, with nothing given: everything is kept, the file edited in place.
+    std::fs::write(&config, format!("# my notes\n{written}")).unwrap();
+    let again = run(&["setup", "--yes", "--no-test"], &env, "").await;
+    assert!(again.status.success(), "{}", text(&again));
+    let rewritten = std::fs::read_to_string(&config).unwrap();
+    assert!(rewritten.starts_with("# my notes\n"), "{rewritten}");
+    assert!(rewritten.contains("model = \"mock-model\""), "{rewritten}");
+    assert!(
+        std::fs::read_to_string(&secrets)
+            .unwrap()
+            .contains("sk-setup-secret")
+    );
+
+    // The server reads both files: the model, the key and the channel, nothing exported.
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        &bin(),
+        data.path(),
+        TOKEN,
+        &[
+            ("SWITCHBOARD_CONFIG", config_s.as_str()),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
+            ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+        ],
+    )
+    .await
+    .unwrap();
+    let logs = server
+        .wait_for_log("console: ", Duration::from_secs(10))
+        .await;
+    assert!(logs.contains("model: mock-model"), "{logs}");
+    assert!(logs.contains("channels: telegram"), "{logs}");
+    let chat = run(
+        &["chat", "--cwd", "/tmp", "hello"],
+        &[
+            ("SWITCHBOARD_URL", server.url.as_str()),
+            ("SWITCHBOARD_TOKEN", TOKEN),
+            ("SWITCHBOARD_CONFIG", config_s.as_str()),
+        ],
+        "",
+    )
+    .await;
+    assert!(chat.status.success(), "{}", text(&chat));
+    assert_eq!(
+        String::from_utf8_lossy(&chat.stdout).trim(),
+        "Hello from mock"
+    );
+    assert_eq!(
+        bearer_of(&llm, "/chat/completions").as_deref(),
+        Some("Bearer sk-setup-secret"),
+        "the server called the model with the key from the secrets file"
+    );
+
+    // A secrets file others may read is refused, with what to do.
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = run(&["doctor"], &env, "").await;
+    let said = text(&refused);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("chmod 600"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_key_or_token_is_refused_before_anything_is_written() {
+    let llm = MockLlm::start().await;
+    let tg = FakeTelegram::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    let config_s = config.to_string_lossy().to_string();
+    let tg_url = tg.base_url();
+    let env = [
+        ("SWITCHBOARD_CONFIG", config_s.as_str()),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
+        ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+    ];
+    let out = run(
+        &[
+            "setup",
+            "--provider",
+            &llm.base_url(),
+            "--telegram-token",
+            "999:WRONG",
+            "--yes",
+        ],
+        &env,
+        "",
+    )
+    .await;
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("telegram: the token was not accepted"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("999:WRONG"),
+        "the token is not repeated: {said}"
+    );
+    assert!(!config.exists(), "nothing written");
+
+    let unknown = run(&["setup", "--provider", "gemini", "--yes"], &env, "").await;
+    assert!(!unknown.status.success());
+    assert!(text(&unknown).contains("expected openai, anthropic, openrouter, local"));
+}
+
+/// Ollama's port, where a model server is looked for first: a mock model server there is
+/// found and used with nothing configured. (This port must be free on the machine running
+/// the tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_server_on_this_machine_is_found_and_used_with_nothing_configured() {
+    let llm = MockLlm::start_on(11434).await;
+    let data = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        &bin(),
+        data.path(),
+        TOKEN,
+        &[
+            ("SWITCHBOARD_CONFIG", "/dev/null"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+        ],
+    )
+    .await
+    .unwrap();
+    let logs = server
+        .wait_for_log("console: ", Duration::from_secs(10))
+        .await;
+    assert!(
+        logs.contains("model: mock-model on Ollama at http://127.0.0.1:11434/v1"),
+        "{logs}"
+    );
+    let chat = run(
+        &["chat", "--cwd", "/tmp", "hello"],
+        &[
+            ("SWITCHBOARD_URL", server.url.as_str()),
+            ("SWITCHBOARD_TOKEN", TOKEN),
+            ("SWITCHBOARD_CONFIG", "/dev/null"),
+        ],
+        "",
+    )
+    .await;
+    assert!(chat.status.success(), "{}", text(&chat));
+    assert_eq!(
+        String::from_utf8_lossy(&chat.stdout).trim(),
+        "Hello from mock"
+    );
+    assert_eq!(llm.chat_requests().len(), 1);
+
+    let doctor = run(
+        &["doctor"],
+        &[
+            ("SWITCHBOARD_CONFIG", "/dev/null"),
+            ("SWITCHBOARD_DATA_DIR", &data.path().to_string_lossy()),
+        ],
+        "",
+    )
+    .await;
+    assert!(
+        text(&doctor)
+            .contains("mock-model on Ollama at http://127.0.0.1:11434/v1 (found on this machine)"),
+        "{}",
+        text(&doctor)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_any_model_the_start_and_the_chat_say_to_run_setup() {
+    let data = tempfile::tempdir().unwrap();
+    let closed = common::free_port().to_string();
+    let server = ServerProcess::start(
+        &bin(),
+        data.path(),
+        TOKEN,
+        &[
+            ("SWITCHBOARD_CONFIG", "/dev/null"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+            ("SWITCHBOARD_LOCAL_MODEL_PORTS", closed.as_str()),
+        ],
+    )
+    .await
+    .unwrap();
+    let logs = server
+        .wait_for_log("console: ", Duration::from_secs(10))
+        .await;
+    assert!(
+        logs.contains("no local model server found: run `switchboard setup`"),
+        "{logs}"
+    );
+    assert!(logs.contains("channels: none"), "{logs}");
+    let chat = run(
+        &["chat", "--cwd", "/tmp", "hello"],
+        &[
+            ("SWITCHBOARD_URL", server.url.as_str()),
+            ("SWITCHBOARD_TOKEN", TOKEN),
+            ("SWITCHBOARD_CONFIG", "/dev/null"),
+        ],
+        "",
+    )
+    .await;
+    assert!(!chat.status.success());
+    assert!(
+        text(&chat).contains("run `switchboard setup` on the server"),
+        "{}",
+        text(&chat)
+    );
+}
