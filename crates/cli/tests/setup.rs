@@ -187,6 +187,67 @@ async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_n
     assert!(said.contains("chmod 600"), "{said}");
 }
 
+/// The questions, answered at a real (pseudo-)terminal: the provider picked with the arrow
+/// keys, its URL typed, the key typed without echo, the model and a Telegram bot chosen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setup_asks_at_a_terminal_and_never_echoes_a_secret() {
+    let llm = MockLlm::start().await;
+    let tg = FakeTelegram::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    let secrets = dir.path().join("secrets.toml");
+    let down = "\u{1b}[B";
+    let steps = serde_json::json!([
+        {"expect": "Which model provider?"},
+        // OpenAI, Anthropic, OpenRouter, then "another OpenAI-compatible server".
+        {"send": format!("{down}{down}{down}\r")},
+        {"expect": "Its base URL"},
+        {"send": format!("{}\r", llm.base_url())},
+        {"expect": "API key for"},
+        {"send": "sk-typed-secret\r"},
+        {"expect": "Which model?"},
+        {"send": "\r"},
+        {"expect": "test call to mock-model: Hello from mock"},
+        {"expect": "Connect a chat channel"},
+        {"send": "y"},
+        {"expect": "Which?"},
+        {"send": "\r"},
+        {"expect": "Telegram bot token"},
+        {"send": format!("{}\r", FakeTelegram::TOKEN)},
+        {"expect": "https://t.me/switchboard_test_bot"},
+        {"expect": "wrote "},
+    ]);
+    let driver = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pty_drive.py");
+    let bin = bin().to_string_lossy().to_string();
+    let mut cmd = Command::new("python3");
+    cmd.args([driver, &steps.to_string(), &bin, "setup"])
+        .env("SWITCHBOARD_CONFIG", &config)
+        .env("SWITCHBOARD_TELEGRAM_BASE_URL", tg.base_url())
+        .env("SWITCHBOARD_LOCAL_MODEL_PORTS", "off")
+        .env("TERM", "xterm");
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
+    let screen = text(&out);
+    assert!(out.status.success(), "{screen}");
+    assert!(
+        !screen.contains("sk-typed-secret") && !screen.contains(FakeTelegram::TOKEN),
+        "a secret was echoed: {screen}"
+    );
+    assert_eq!(
+        bearer_of(&llm, "/models").as_deref(),
+        Some("Bearer sk-typed-secret")
+    );
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(written.contains("model = \"mock-model\""), "{written}");
+    let kept = std::fs::read_to_string(&secrets).unwrap();
+    assert!(
+        kept.contains("sk-typed-secret") && kept.contains(FakeTelegram::TOKEN),
+        "{kept}"
+    );
+    assert_eq!(mode(&secrets), 0o600);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_key_or_token_is_refused_before_anything_is_written() {
     let llm = MockLlm::start().await;
@@ -328,5 +389,69 @@ async fn without_any_model_the_start_and_the_chat_say_to_run_setup() {
         text(&chat).contains("run `switchboard setup` on the server"),
         "{}",
         text(&chat)
+    );
+}
+
+/// The repository's Dockerfile builds the release binary as the README installs it, keeps
+/// the build output and history out of its context, and sets only settings that exist;
+/// where a container engine runs (`docker info` or `podman info` answers), the image is
+/// built and its binary run. (None runs on the CI machine: there, the checks above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dockerfile_builds_a_small_image_of_the_release_binary() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
+    assert!(dockerfile.contains("cargo build --release --locked -p switchboard"));
+    assert!(
+        dockerfile.contains("FROM debian:bookworm-slim"),
+        "a slim runtime image"
+    );
+    assert!(dockerfile.contains("USER switchboard"), "not root");
+    let ignore = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    for kept_out in ["target", ".git"] {
+        assert!(ignore.lines().any(|l| l.trim() == kept_out), "{kept_out}");
+    }
+    // Every SWITCHBOARD_* the image sets is one the binary reads.
+    let sources: String = ["src/config/mod.rs", "src/config/parse.rs"]
+        .iter()
+        .map(|f| std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(f)).unwrap())
+        .collect();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains("cargo install --locked --path crates/cli"));
+    for var in dockerfile
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("SWITCHBOARD_"))
+    {
+        assert!(
+            sources.contains(&format!("\"{var}\"")),
+            "{var} is not a setting"
+        );
+    }
+    let engine = ["docker", "podman"].into_iter().find(|e| {
+        Command::new(e)
+            .arg("info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let Some(engine) = engine else {
+        eprintln!("no container engine runs here: the image is not built");
+        return;
+    };
+    let tag = "switchboard-test-image";
+    let built = Command::new(engine)
+        .args(["build", "-q", "-t", tag])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let ran = Command::new(engine)
+        .args(["run", "--rm", tag, "--version"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).starts_with("switchboard "),
+        "{}",
+        text(&ran)
     );
 }

@@ -482,6 +482,14 @@ async fn test_names_the_bot_and_hides_a_bad_token() {
     let fake = FakeDiscord::start().await;
     let ch = channel_with(config(&fake));
     assert_eq!(ch.test().await.unwrap(), "@switchboard_test_bot (id 900)");
+    // The invite link: the bot's id as the client id, the bot scope, and the permissions
+    // the gateway uses (view, send, send in threads, attach, read history).
+    assert_eq!(
+        ch.open_link().await.unwrap().as_deref(),
+        Some(
+            "https://discord.com/oauth2/authorize?client_id=900&scope=bot%20applications.commands&permissions=274878008320"
+        )
+    );
     let mut cfg = config(&fake);
     cfg.token = "WRONG-TOKEN.secretpart.xyz".into();
     let bad = channel_with(cfg);

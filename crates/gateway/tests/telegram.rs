@@ -500,6 +500,10 @@ async fn test_reports_the_bot_or_the_failure() {
     let fake = FakeTelegram::start().await;
     let ch = channel(&fake);
     assert_eq!(ch.test().await.unwrap(), "@switchboard_test_bot (id 999)");
+    assert_eq!(
+        ch.open_link().await.unwrap().as_deref(),
+        Some("https://t.me/switchboard_test_bot")
+    );
 
     let token = "654321:WRONG-SECRET-TOKEN";
     let mut cfg = config(&fake);

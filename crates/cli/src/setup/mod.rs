@@ -121,6 +121,7 @@ pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
             }
         }
     });
+    let configured_url = configured.as_ref().map(|c| c.base_url.clone());
     let mut chosen = match (&args.provider, configured) {
         (Some(name), _) => endpoint(name, &found)?,
         (None, configured) if ask => prompt::provider(&found, configured)?,
@@ -135,9 +136,10 @@ pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
     let is_local = found.iter().any(|s| s.base_url == chosen.base_url);
 
     // The key: asked without echo, or read from standard input; a local server needs none.
+    // The configured key goes with the configured provider only.
     let kept_key = files
         .get_secret(&["provider", "api_key"])
-        .filter(|_| files.get(&["provider", "base_url"]).as_deref() == Some(&chosen.base_url));
+        .filter(|_| configured_url.as_deref() == Some(chosen.base_url.as_str()));
     let key = if args.api_key_stdin {
         let mut line = String::new();
         std::io::stdin()
