@@ -38,6 +38,14 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "no file; defaults and environment".into());
             check("config", Verdict::Ok(src));
+            // Read with the configuration, so its mode was checked: only the owner's.
+            let secrets = crate::config::secrets_path(s.config_path.as_deref());
+            if secrets.exists() {
+                check(
+                    "secrets",
+                    Verdict::Ok(format!("{} (mode 0600)", secrets.display())),
+                );
+            }
             s
         }
         Err(e) => {

@@ -179,6 +179,13 @@ async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_n
         "the server called the model with the key from the secrets file"
     );
 
+    let doctor = run(&["doctor"], &env, "").await;
+    assert!(
+        text(&doctor).contains(&format!("{} (mode 0600)", secrets.display())),
+        "{}",
+        text(&doctor)
+    );
+
     // A secrets file others may read is refused, with what to do.
     std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
     let refused = run(&["doctor"], &env, "").await;

@@ -330,6 +330,9 @@ impl Channels {
     }
 }
 
+/// The Slack app's manifest (docs/slack-app-manifest.yaml), shown by the Slack question.
+const SLACK_MANIFEST: &str = include_str!("../../../../docs/slack-app-manifest.yaml");
+
 /// The questions, in a terminal.
 mod prompt {
     use super::*;
@@ -429,7 +432,11 @@ mod prompt {
             }
             1 => {
                 println!(
-                    "Create a Slack app from the manifest in docs/chat.md (Socket Mode on), install it, then copy its two tokens."
+                    "Create the Slack app at https://api.slack.com/apps → Create New App → From an app manifest, with this manifest (Socket Mode: no public URL needed):\n"
+                );
+                println!("{SLACK_MANIFEST}");
+                println!(
+                    "Then: App-Level Tokens → generate one with `connections:write` (xapp-…); Install to Workspace → the Bot User OAuth Token (xoxb-…)."
                 );
                 let bot = secret("Bot token (xoxb-…)", false)?;
                 let app = secret("App-level token (xapp-…)", false)?;
