@@ -61,6 +61,30 @@ pub async fn find(ports: &[(String, u16)]) -> Option<LocalServer> {
         .next()
 }
 
+/// The model a chat should default to among `models` (in the server's order): the first that
+/// is not obviously for something else — embeddings, speech, images, moderation — else the
+/// first.
+pub fn chat_model(models: &[String]) -> Option<String> {
+    const NOT_CHAT: &[&str] = &[
+        "embed",
+        "whisper",
+        "tts",
+        "dall-e",
+        "moderation",
+        "rerank",
+        "transcribe",
+        "image",
+    ];
+    models
+        .iter()
+        .find(|m| {
+            let m = m.to_ascii_lowercase();
+            !NOT_CHAT.iter().any(|n| m.contains(n))
+        })
+        .or_else(|| models.first())
+        .cloned()
+}
+
 /// The ports to ask: [`KNOWN_SERVERS`], or `spec` — `off` (none) or a comma-separated list
 /// of ports — when given (`SWITCHBOARD_LOCAL_MODEL_PORTS`).
 pub fn ports(spec: Option<&str>) -> Result<Vec<(String, u16)>, String> {
@@ -106,6 +130,20 @@ mod tests {
             ]
         );
         assert!(ports(Some("ollama")).unwrap_err().contains("not a port"));
+    }
+
+    #[test]
+    fn the_default_model_is_one_to_chat_with() {
+        let listed = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            chat_model(&listed(&["nomic-embed-text", "whisper-1", "llama3.2"])).as_deref(),
+            Some("llama3.2")
+        );
+        assert_eq!(
+            chat_model(&listed(&["text-embedding-3"])).as_deref(),
+            Some("text-embedding-3")
+        );
+        assert_eq!(chat_model(&[]), None);
     }
 
     #[tokio::test]

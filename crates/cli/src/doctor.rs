@@ -40,10 +40,15 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
             check("config", Verdict::Ok(src));
             // Read with the configuration, so its mode was checked: only the owner's.
             let secrets = crate::config::secrets_path(s.config_path.as_deref());
-            if secrets.exists() {
+            if let Ok(meta) = std::fs::metadata(&secrets) {
+                use std::os::unix::fs::PermissionsExt;
                 check(
                     "secrets",
-                    Verdict::Ok(format!("{} (mode 0600)", secrets.display())),
+                    Verdict::Ok(format!(
+                        "{} (mode {:04o})",
+                        secrets.display(),
+                        meta.permissions().mode() & 0o777
+                    )),
                 );
             }
             s
@@ -191,22 +196,9 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
         check("workspace", verdict);
     }
     crate::local_model::adopt(&mut settings).await;
-    match (&settings.model, &settings.local_server) {
-        (Some(m), None) => check("model", Verdict::Ok(m.clone())),
-        (Some(m), Some(server)) => check(
-            "model",
-            Verdict::Ok(format!(
-                "{m} on {server} at {} (found on this machine)",
-                settings.base_url
-            )),
-        ),
-        (None, _) => check(
-            "model",
-            Verdict::Fail(
-                "no model configured and no local model server found: run `switchboard setup` (or set [provider] model / SWITCHBOARD_MODEL)"
-                    .into(),
-            ),
-        ),
+    match crate::local_model::describe(&settings) {
+        Ok(m) => check("model", Verdict::Ok(m)),
+        Err(what) => check("model", Verdict::Fail(what)),
     }
     match crate::serve::provider(&settings) {
         Ok(p) => match p.models().await {

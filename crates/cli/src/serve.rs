@@ -229,15 +229,9 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         settings.write_requests_per_minute,
         (!settings.write_limit_local_token).then_some(token.as_str()),
     );
-    let model_line = match crate::local_model::adopt(&mut settings).await {
-        Some(line) => line,
-        None => match &settings.model {
-            Some(m) => format!(
-                "model: {m} ({} at {})",
-                settings.provider_kind, settings.base_url
-            ),
-            None => crate::local_model::NO_MODEL.to_string(),
-        },
+    crate::local_model::adopt(&mut settings).await;
+    let model_line = match crate::local_model::describe(&settings) {
+        Ok(m) | Err(m) => format!("model: {m}"),
     };
     let app = build(&settings, token.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)

@@ -39,6 +39,9 @@ pub fn protected_paths(settings: &Settings) -> ProtectedPaths {
     {
         paths.push(p.clone());
     }
+    // The secrets file, wherever it is (beside a configuration file elsewhere, or
+    // SWITCHBOARD_SECRETS_FILE): its keys are not the agent's to read.
+    paths.push(crate::config::secrets_path(settings.config_path.as_deref()));
     if let Some(db) = settings
         .store_url
         .as_deref()

@@ -125,17 +125,51 @@ async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_n
     );
     assert_eq!(mode(&dir.path().join("conf")), 0o700);
 
-    // Again, with nothing given: everything is kept, the file edited in place.
-    std::fs::write(&config, format!("# my notes\n{written}")).unwrap();
+    // Again, with nothing given: everything is kept, the file edited in place — a model
+    // the provider does not list (an alias) too.
+    let aliased = written.replace("model = \"mock-model\"", "model = \"my-alias\"");
+    std::fs::write(&config, format!("# my notes\n{aliased}")).unwrap();
     let again = run(&["setup", "--yes", "--no-test"], &env, "").await;
     assert!(again.status.success(), "{}", text(&again));
     let rewritten = std::fs::read_to_string(&config).unwrap();
     assert!(rewritten.starts_with("# my notes\n"), "{rewritten}");
-    assert!(rewritten.contains("model = \"mock-model\""), "{rewritten}");
+    assert!(rewritten.contains("model = \"my-alias\""), "{rewritten}");
+    assert!(text(&again).contains("\"my-alias\" is not among the models"));
     assert!(
         std::fs::read_to_string(&secrets)
             .unwrap()
             .contains("sk-setup-secret")
+    );
+    std::fs::write(&config, &written).unwrap();
+
+    // Only a channel, the model set up: the provider is left as it is (no listing, no call).
+    let before = llm.requests().len();
+    let mut channel_env = env.to_vec();
+    channel_env.push(("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN));
+    let channel_only = run(&["setup", "--yes"], &channel_env, "").await;
+    assert!(channel_only.status.success(), "{}", text(&channel_only));
+    assert!(
+        text(&channel_only).contains("provider: keeping openai"),
+        "{}",
+        text(&channel_only)
+    );
+    assert!(text(&channel_only).contains("telegram: ok"));
+    assert_eq!(llm.requests().len(), before, "the model was not called");
+    // A token in the environment that is not the one given would win: refused.
+    let mut conflict_env = env.to_vec();
+    conflict_env.push(("SWITCHBOARD_TELEGRAM_TOKEN", "999:OTHER"));
+    let conflict = run(
+        &["setup", "--yes", "--telegram-token", FakeTelegram::TOKEN],
+        &conflict_env,
+        "",
+    )
+    .await;
+    assert!(!conflict.status.success());
+    assert!(
+        text(&conflict)
+            .contains("SWITCHBOARD_TELEGRAM_TOKEN is set in this environment to another token"),
+        "{}",
+        text(&conflict)
     );
 
     // The server reads both files: the model, the key and the channel, nothing exported.
@@ -184,6 +218,33 @@ async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_n
         text(&doctor).contains(&format!("{} (mode 0600)", secrets.display())),
         "{}",
         text(&doctor)
+    );
+
+    // Another provider never gets the key: choosing one without a key removes it.
+    let other = MockLlm::start().await;
+    let switched = run(
+        &[
+            "setup",
+            "--provider",
+            &other.base_url(),
+            "--yes",
+            "--no-test",
+        ],
+        &env,
+        "",
+    )
+    .await;
+    assert!(switched.status.success(), "{}", text(&switched));
+    assert_eq!(
+        bearer_of(&other, "/models"),
+        None,
+        "no key sent to the new provider"
+    );
+    let kept = std::fs::read_to_string(&secrets).unwrap();
+    assert!(!kept.contains("sk-setup-secret"), "{kept}");
+    assert!(
+        kept.contains(FakeTelegram::TOKEN),
+        "the channel's token stays: {kept}"
     );
 
     // A secrets file others may read is refused, with what to do.
@@ -351,7 +412,7 @@ async fn a_model_server_on_this_machine_is_found_and_used_with_nothing_configure
     .await;
     assert!(
         text(&doctor)
-            .contains("mock-model on Ollama at http://127.0.0.1:11434/v1 (found on this machine)"),
+            .contains("mock-model on Ollama at http://127.0.0.1:11434/v1 (found on this machine;"),
         "{}",
         text(&doctor)
     );

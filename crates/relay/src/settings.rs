@@ -123,7 +123,9 @@ impl RelaySettings {
     /// configuration file, never the token itself), and session and ACP members get the
     /// relay's MCP server (this executable's `switchboard mcp`) with a member token.
     pub async fn start(&self, host: &Host) -> Result<Relay, StartError> {
-        let runtime_dir = env("SWITCHBOARD_RUNTIME_DIR")
+        // A path, not necessarily UTF-8.
+        let runtime_dir = std::env::var_os("SWITCHBOARD_RUNTIME_DIR")
+            .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .unwrap_or_else(|| host.data_dir.join("run"));
         let mut opts = self.options(

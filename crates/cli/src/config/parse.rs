@@ -224,27 +224,72 @@ pub fn parse_config(text: &str, path: &Path) -> Result<FileConfig> {
 
 /// The configuration file with the secrets file merged over it (tables key by key, a value
 /// in the secrets file in place of the same key's in the configuration file), read as one.
+/// The configuration file is read alone first, so its errors keep their line and column; an
+/// error in the secrets file never quotes it (the line with the error would be a secret).
 pub fn read_layers(
     text: &str,
     path: &Path,
     secrets: Option<&str>,
     secrets_path: &Path,
 ) -> Result<FileConfig> {
+    let alone = parse_config(text, path)?;
     let Some(secrets) = secrets else {
-        return parse_config(text, path);
+        return Ok(alone);
     };
     let mut base: toml::Table =
         toml::from_str(text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))?;
-    let over: toml::Table = toml::from_str(secrets)
-        .map_err(|e| anyhow::anyhow!("secrets file {}: {e}", secrets_path.display()))?;
-    merge(&mut base, over);
-    toml::Value::Table(base).try_into().map_err(|e| {
+    let over: toml::Table = toml::from_str(secrets).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| {
+                let before = &secrets[..s.start.min(secrets.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(" at line {line}, column {column}")
+            })
+            .unwrap_or_default();
         anyhow::anyhow!(
-            "config file {} with the secrets file {}: {e}",
-            path.display(),
+            "secrets file {}: not valid TOML{at} (its text is not shown: it holds secrets)",
             secrets_path.display()
         )
-    })
+    })?;
+    let mut values = Vec::new();
+    strings(&over, &mut values);
+    merge(&mut base, over);
+    toml::Value::Table(base)
+        .try_into()
+        .map_err(|e: toml::de::Error| {
+            // What serde says may quote a value (`invalid type: string "…"`): never a secret.
+            let mut said = e.to_string();
+            for v in &values {
+                said = said.replace(v.as_str(), "***");
+            }
+            anyhow::anyhow!(
+                "config file {} with the secrets file {}: {said}",
+                path.display(),
+                secrets_path.display()
+            )
+        })
+}
+
+/// Every string in `t`, at any depth.
+fn strings(t: &toml::Table, out: &mut Vec<String>) {
+    for v in t.values() {
+        match v {
+            toml::Value::String(s) if !s.is_empty() => out.push(s.clone()),
+            toml::Value::Table(t) => strings(t, out),
+            toml::Value::Array(a) => {
+                for v in a {
+                    if let toml::Value::Table(t) = v {
+                        strings(t, out);
+                    } else if let toml::Value::String(s) = v {
+                        out.push(s.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 fn merge(base: &mut toml::Table, over: toml::Table) {

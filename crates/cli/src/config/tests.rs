@@ -510,3 +510,39 @@ fn the_secrets_file_is_merged_over_the_config_file_key_by_key() {
         "{err}"
     );
 }
+
+#[test]
+fn an_error_in_the_secrets_file_never_shows_a_secret() {
+    let bad_toml = read_layers(
+        "",
+        Path::new("s.toml"),
+        Some("[provider]\napi_key = \"sk-leak-me\n"),
+        Path::new("secrets.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!bad_toml.contains("sk-leak-me"), "{bad_toml}");
+    assert!(bad_toml.contains("line 2"), "{bad_toml}");
+    let bad_type = read_layers(
+        "",
+        Path::new("s.toml"),
+        Some("[channels]\ntelegram = \"123:leak\"\n"),
+        Path::new("secrets.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(!bad_type.contains("123:leak"), "{bad_type}");
+    // The configuration file's own errors keep their place.
+    let in_config = read_layers(
+        "[provider]\nmodle = \"x\"\n",
+        Path::new("s.toml"),
+        Some(""),
+        Path::new("secrets.toml"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        in_config.contains("modle") && in_config.contains("line 2"),
+        "{in_config}"
+    );
+}

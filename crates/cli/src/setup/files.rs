@@ -57,20 +57,28 @@ impl Files {
         remove(&mut self.config, path);
     }
 
-    /// Writes both files: the secrets file first (0600), then the configuration file.
+    /// Takes a secret out of both files (a key that belongs to a provider no longer used).
+    pub fn remove_secret(&mut self, path: &[&str]) {
+        remove(&mut self.secrets, path);
+        remove(&mut self.config, path);
+    }
+
+    /// Writes both files: the secrets file first (0600; also when it has become empty, so
+    /// that a removed key is gone), then the configuration file (its own mode kept; a new
+    /// one 0600, as it may come to hold a token or a database password).
     pub fn write(&self) -> Result<()> {
-        if !self.secrets.as_table().is_empty() {
-            write_file(&self.secrets_path, &self.secrets.to_string(), 0o600)?;
+        if !self.secrets.as_table().is_empty() || self.secrets_path.exists() {
+            write_file(&self.secrets_path, &self.secrets.to_string(), Some(0o600))?;
         }
-        write_file(&self.config_path, &self.config.to_string(), 0o644)
+        write_file(&self.config_path, &self.config.to_string(), None)
     }
 }
 
 fn get(doc: &DocumentMut, path: &[&str]) -> Option<String> {
     let (last, tables) = path.split_last()?;
-    let mut t = doc.as_table();
+    let mut t = doc.as_table() as &dyn toml_edit::TableLike;
     for k in tables {
-        t = t.get(k)?.as_table()?;
+        t = t.get(k)?.as_table_like()?;
     }
     t.get(last)?.as_str().map(str::to_string)
 }
@@ -79,15 +87,16 @@ fn set(doc: &mut DocumentMut, path: &[&str], v: &str) {
     let Some((last, tables)) = path.split_last() else {
         return;
     };
-    let mut t = doc.as_table_mut();
+    let mut t = doc.as_table_mut() as &mut dyn toml_edit::TableLike;
     for k in tables {
-        if !t.get(k).is_some_and(Item::is_table) {
+        // A table, or an inline one (`provider = { kind = "openai" }`): kept as written.
+        if !t.get(k).is_some_and(Item::is_table_like) {
             let mut new = Table::new();
             // `[channels.telegram]` without an empty `[channels]` above it.
             new.set_implicit(true);
             t.insert(k, Item::Table(new));
         }
-        let Some(next) = t.get_mut(k).and_then(Item::as_table_mut) else {
+        let Some(next) = t.get_mut(k).and_then(Item::as_table_like_mut) else {
             return;
         };
         t = next;
@@ -99,9 +108,9 @@ fn remove(doc: &mut DocumentMut, path: &[&str]) {
     let Some((last, tables)) = path.split_last() else {
         return;
     };
-    let mut t = doc.as_table_mut();
+    let mut t = doc.as_table_mut() as &mut dyn toml_edit::TableLike;
     for k in tables {
-        let Some(next) = t.get_mut(k).and_then(Item::as_table_mut) else {
+        let Some(next) = t.get_mut(k).and_then(Item::as_table_like_mut) else {
             return;
         };
         t = next;
@@ -109,10 +118,15 @@ fn remove(doc: &mut DocumentMut, path: &[&str]) {
     t.remove(last);
 }
 
-/// Writes `text` to `path` through a temporary file renamed over it, created with `mode`
-/// (so a secret is never readable by others, not even for a moment), its directory made
-/// (0700) when missing.
-fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+/// Writes `text` to `path` through a temporary file renamed over it: with `mode`, else the
+/// mode the file has (0600 for a new one); created with it, so that nothing is readable by
+/// others even for a moment. A symbolic link is followed (the file it names is replaced, not
+/// the link); a missing directory is made 0700.
+fn write_file(path: &Path, text: &str, mode: Option<u32>) -> Result<()> {
+    let path = &std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mode = mode.unwrap_or_else(|| {
+        std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o777)
+    });
     if let Some(dir) = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty() && !d.exists())
@@ -132,10 +146,15 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", tmp.display()))?;
-    // The mode of a file that existed keeps what its owner chose unless it is a secret.
+    // Exactly `mode`, whatever the umask took off at creation.
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("restricting {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    // The rename itself is durable once the directory is.
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -176,5 +195,48 @@ mod tests {
         );
         let mode = std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_file_keeps_its_mode_inline_tables_stay_and_a_removed_secret_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("switchboard.toml");
+        std::fs::write(
+            &config,
+            "provider = { kind = \"openai\", max_retries = 5 }\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let secrets = dir.path().join("secrets.toml");
+        std::fs::write(&secrets, "[provider]\napi_key = \"sk-old\"\n").unwrap();
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut f = Files::read(config.clone(), secrets.clone()).unwrap();
+        assert_eq!(f.get(&["provider", "kind"]).as_deref(), Some("openai"));
+        f.set(&["provider", "model"], "m");
+        f.remove_secret(&["provider", "api_key"]);
+        f.write().unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(
+            text.contains("max_retries = 5") && text.contains("model = \"m\""),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::metadata(&config).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert!(
+            !std::fs::read_to_string(&secrets)
+                .unwrap()
+                .contains("sk-old")
+        );
+        // A new configuration file is the owner's alone.
+        let fresh = dir.path().join("new/switchboard.toml");
+        let mut g = Files::read(fresh.clone(), dir.path().join("new/secrets.toml")).unwrap();
+        g.set(&["provider", "model"], "m");
+        g.write().unwrap();
+        assert_eq!(
+            std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }

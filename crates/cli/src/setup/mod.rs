@@ -7,12 +7,13 @@
 mod files;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use switchboard_agent::{ChatMessage, Provider};
 
+use crate::config::redact_url;
 use files::Files;
 
 /// `switchboard setup`.
@@ -31,16 +32,18 @@ pub struct SetupArgs {
     /// The model (default: the one configured, else the provider's first).
     #[arg(long)]
     model: Option<String>,
-    /// Connect Telegram with this bot token (from @BotFather).
+    /// Connect Telegram with this bot token (from @BotFather). A value on the command line
+    /// is visible to other users of this machine (`ps`): SWITCHBOARD_TELEGRAM_TOKEN in the
+    /// environment is taken the same way and is not.
     #[arg(long, value_name = "TOKEN")]
     telegram_token: Option<String>,
-    /// Connect Slack: the bot token (`xoxb-…`) …
+    /// Connect Slack: the bot token (`xoxb-…`) … (or SWITCHBOARD_SLACK_BOT_TOKEN)
     #[arg(long, value_name = "TOKEN", requires = "slack_app_token")]
     slack_bot_token: Option<String>,
-    /// … and the app-level token (`xapp-…`, Socket Mode).
+    /// … and the app-level token (`xapp-…`, Socket Mode; or SWITCHBOARD_SLACK_APP_TOKEN).
     #[arg(long, value_name = "TOKEN", requires = "slack_bot_token")]
     slack_app_token: Option<String>,
-    /// Connect Discord with this bot token.
+    /// Connect Discord with this bot token (or SWITCHBOARD_DISCORD_TOKEN).
     #[arg(long, value_name = "TOKEN")]
     discord_token: Option<String>,
     /// Skip the test call to the model.
@@ -94,33 +97,96 @@ fn endpoint(name: &str, found: &[switchboard_agent::local::LocalServer]) -> Resu
 pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
     let config_path = config.unwrap_or_else(crate::config::default_config_path);
     let secrets_path = crate::config::secrets_path(Some(&config_path));
+    // What `serve` would use now: the files and the environment.
+    let effective = crate::config::Settings::load(
+        Some(if config_path.exists() {
+            config_path.as_path()
+        } else {
+            Path::new("/dev/null")
+        }),
+        None,
+        None,
+    )?;
     let mut files = Files::read(config_path, secrets_path)?;
     let ask = !args.yes && std::io::stdin().is_terminal();
+    // A channel's token: its flag, else its environment variable (Slack's two together).
+    let env = switchboard_settings::env;
+    let mut channels = Channels {
+        telegram: args
+            .telegram_token
+            .clone()
+            .or_else(|| env("SWITCHBOARD_TELEGRAM_TOKEN")),
+        slack: args
+            .slack_bot_token
+            .clone()
+            .zip(args.slack_app_token.clone())
+            .or_else(|| env("SWITCHBOARD_SLACK_BOT_TOKEN").zip(env("SWITCHBOARD_SLACK_APP_TOKEN"))),
+        discord: args
+            .discord_token
+            .clone()
+            .or_else(|| env("SWITCHBOARD_DISCORD_TOKEN")),
+    };
+    let channels_given = !channels.is_empty();
+    let provider_given = args.provider.is_some()
+        || args.base_url.is_some()
+        || args.api_key_stdin
+        || args.model.is_some();
+    let configured = effective.provider_named.then(|| Endpoint {
+        kind: if effective.provider_kind == "anthropic" {
+            "anthropic"
+        } else {
+            "openai"
+        },
+        label: redact_url(&effective.base_url),
+        base_url: effective.base_url.clone(),
+    });
+
+    // Only a channel to add, the provider and model configured: they are kept as they are
+    // (no model listing, no test call).
+    if args.yes
+        && channels_given
+        && !provider_given
+        && configured.is_some()
+        && effective.model.is_some()
+    {
+        if let (Some(c), Some(m)) = (&configured, &effective.model) {
+            println!("provider: keeping {} at {}, model {m}", c.kind, c.label);
+        }
+    } else {
+        provider_step(&args, ask, &effective, configured, &mut files).await?;
+    }
+
+    // Chat channels.
+    if ask && channels.is_empty() {
+        channels = prompt::channels()?;
+    }
+    channels.check_and_set(&mut files).await?;
+
+    files.write()?;
+    println!("wrote {}", files.config_path.display());
+    if files.secrets_path.exists() {
+        println!("secrets in {} (mode 0600)", files.secrets_path.display());
+    }
+    overridden_by_environment(&files);
+    println!();
+    println!("next: `switchboard serve`, then open the console link it prints");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The provider, its key and the model: chosen, checked against the provider (its models,
+/// one test call), put in the files.
+async fn provider_step(
+    args: &SetupArgs,
+    ask: bool,
+    effective: &crate::config::Settings,
+    configured: Option<Endpoint>,
+    files: &mut Files,
+) -> Result<()> {
     let ports = switchboard_agent::local::ports(
         switchboard_settings::env("SWITCHBOARD_LOCAL_MODEL_PORTS").as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("SWITCHBOARD_LOCAL_MODEL_PORTS: {e}"))?;
     let found = find_all(&ports).await;
-
-    // The provider.
-    let configured = files.get(&["provider", "kind"]).map(|kind| {
-        let url = files.get(&["provider", "base_url"]);
-        match (kind.as_str(), url) {
-            ("anthropic", url) => Endpoint {
-                kind: "anthropic",
-                label: "Anthropic".into(),
-                base_url: url.unwrap_or_else(|| ANTHROPIC_URL.into()),
-            },
-            (_, url) => {
-                let base_url = url.unwrap_or_else(|| OPENAI_URL.into());
-                Endpoint {
-                    kind: "openai",
-                    label: base_url.clone(),
-                    base_url,
-                }
-            }
-        }
-    });
     let configured_url = configured.as_ref().map(|c| c.base_url.clone());
     let mut chosen = match (&args.provider, configured) {
         (Some(name), _) => endpoint(name, &found)?,
@@ -133,19 +199,26 @@ pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
     if let Some(url) = &args.base_url {
         chosen.base_url = url.trim_end_matches('/').to_string();
     }
+    let shown = redact_url(&chosen.base_url);
     let is_local = found.iter().any(|s| s.base_url == chosen.base_url);
 
     // The key: asked without echo, or read from standard input; a local server needs none.
-    // The configured key goes with the configured provider only.
-    let kept_key = files
-        .get_secret(&["provider", "api_key"])
+    // The configured key goes with the configured provider only: another provider never
+    // receives it.
+    let kept_key = effective
+        .api_key
+        .clone()
         .filter(|_| configured_url.as_deref() == Some(chosen.base_url.as_str()));
     let key = if args.api_key_stdin {
-        let mut line = String::new();
-        std::io::stdin()
-            .read_line(&mut line)
-            .context("reading the API key from standard input")?;
-        Some(line.trim().to_string()).filter(|k| !k.is_empty())
+        if std::io::stdin().is_terminal() {
+            prompt::secret(&format!("API key for {}", chosen.label), false)?
+        } else {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the API key from standard input")?;
+            Some(line.trim().to_string()).filter(|k| !k.is_empty())
+        }
     } else if ask && !is_local {
         prompt::secret(&format!("API key for {}", chosen.label), kept_key.is_some())?.or(kept_key)
     } else {
@@ -157,25 +230,27 @@ pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
         crate::serve::make_provider(chosen.kind, &chosen.base_url, key.clone(), 0, 1024)?;
     let models = provider.models().await.map_err(|e| {
         anyhow::anyhow!(
-            "{} at {} did not list its models: {}",
+            "{} at {shown} did not list its models: {}",
             chosen.label,
-            chosen.base_url,
             provider.redact(&e.to_string())
         )
     })?;
     println!(
-        "{} at {} answers: {} models",
+        "{} at {shown} answers: {} models",
         chosen.label,
-        chosen.base_url,
         models.len()
     );
-    let kept_model = files.get(&["provider", "model"]);
-    let model = match args.model {
-        Some(m) => m,
+    // A configured model stays unless another is asked for, listed or not (aliases such as
+    // `*-latest` or `openrouter/auto` often are not).
+    let kept_model = effective
+        .model
+        .clone()
+        .filter(|_| configured_url.as_deref() == Some(chosen.base_url.as_str()));
+    let model = match &args.model {
+        Some(m) => m.clone(),
         None if ask => prompt::model(&models, kept_model.as_deref())?,
         None => kept_model
-            .filter(|m| models.contains(m))
-            .or_else(|| models.first().cloned())
+            .or_else(|| switchboard_agent::local::chat_model(&models))
             .context("the provider lists no models: pass --model")?,
     };
     if !models.is_empty() && !models.contains(&model) {
@@ -189,29 +264,44 @@ pub async fn run(config: Option<PathBuf>, args: SetupArgs) -> Result<ExitCode> {
     files.set(&["provider", "kind"], chosen.kind);
     files.set(&["provider", "base_url"], &chosen.base_url);
     files.set(&["provider", "model"], &model);
-    if let Some(k) = &key {
-        files.set_secret(&["provider", "api_key"], k);
+    match &key {
+        Some(k) => files.set_secret(&["provider", "api_key"], k),
+        None => files.remove_secret(&["provider", "api_key"]),
     }
+    Ok(())
+}
 
-    // Chat channels.
-    let mut channels = Channels {
-        telegram: args.telegram_token,
-        slack: args.slack_bot_token.zip(args.slack_app_token),
-        discord: args.discord_token,
-    };
-    if ask && channels.is_empty() {
-        channels = prompt::channels()?;
+/// Says which of what was written an environment variable still overrides for `serve` run
+/// from this environment.
+fn overridden_by_environment(files: &Files) {
+    let written = |path: &[&str]| files.get(path).or_else(|| files.get_secret(path));
+    let checks: [(&str, &[&str]); 10] = [
+        ("SWITCHBOARD_PROVIDER", &["provider", "kind"]),
+        ("SWITCHBOARD_OPENAI_BASE_URL", &["provider", "base_url"]),
+        ("SWITCHBOARD_ANTHROPIC_BASE_URL", &["provider", "base_url"]),
+        ("SWITCHBOARD_MODEL", &["provider", "model"]),
+        ("SWITCHBOARD_OPENAI_API_KEY", &["provider", "api_key"]),
+        ("OPENAI_API_KEY", &["provider", "api_key"]),
+        ("SWITCHBOARD_ANTHROPIC_API_KEY", &["provider", "api_key"]),
+        ("ANTHROPIC_API_KEY", &["provider", "api_key"]),
+        (
+            "SWITCHBOARD_TELEGRAM_TOKEN",
+            &["channels", "telegram", "token"],
+        ),
+        (
+            "SWITCHBOARD_DISCORD_TOKEN",
+            &["channels", "discord", "token"],
+        ),
+    ];
+    for (var, path) in checks {
+        if let Some(v) = switchboard_settings::env(var)
+            && written(path).as_deref() != Some(v.as_str())
+        {
+            println!(
+                "note: {var} is set in this environment and overrides what was written, for a `serve` started from it: unset it to use the file"
+            );
+        }
     }
-    channels.check_and_set(&mut files).await?;
-
-    files.write()?;
-    println!("wrote {}", files.config_path.display());
-    if files.secrets_path.exists() {
-        println!("secrets in {} (mode 0600)", files.secrets_path.display());
-    }
-    println!();
-    println!("next: `switchboard serve`, then open the console link it prints");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Every local server that lists a model, in the order of `ports`.
@@ -299,11 +389,46 @@ impl Channels {
         if self.is_empty() {
             return Ok(());
         }
+        // The gateway's settings apply the environment over the section: a variable holding
+        // another token would be checked in place of the one given (and win at `serve`).
+        let differs = |var: &str, given: Option<&String>| {
+            given.is_some_and(|g| switchboard_settings::env(var).is_some_and(|e| &e != g))
+        };
+        for (var, given) in [
+            ("SWITCHBOARD_TELEGRAM_TOKEN", self.telegram.as_ref()),
+            (
+                "SWITCHBOARD_SLACK_BOT_TOKEN",
+                self.slack.as_ref().map(|s| &s.0),
+            ),
+            (
+                "SWITCHBOARD_SLACK_APP_TOKEN",
+                self.slack.as_ref().map(|s| &s.1),
+            ),
+            ("SWITCHBOARD_DISCORD_TOKEN", self.discord.as_ref()),
+        ] {
+            if differs(var, given) {
+                bail!(
+                    "{var} is set in this environment to another token, which would override the one given: unset it first"
+                );
+            }
+        }
         let settings =
             switchboard_gateway::settings::gateway_settings(&GatewaySection::default(), &section)?
                 .context("no channel to check")?;
+        let given: Vec<&str> = [
+            self.telegram.as_ref().map(|_| "telegram"),
+            self.slack.as_ref().map(|_| "slack"),
+            self.discord.as_ref().map(|_| "discord"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        // Only the channels being set up (the environment may configure others).
         for ch in settings.channels()? {
             let name = ch.name().to_string();
+            if !given.contains(&name.as_str()) {
+                continue;
+            }
             let identity = ch
                 .test()
                 .await
@@ -397,18 +522,32 @@ mod prompt {
 
     pub(super) fn model(models: &[String], kept: Option<&str>) -> Result<String> {
         if models.is_empty() {
-            return Ok(Input::new().with_prompt("Model").interact_text()?);
+            let mut input = Input::new().with_prompt("Model");
+            if let Some(k) = kept {
+                input = input.default(k.to_string());
+            }
+            return Ok(input.interact_text()?);
         }
+        // The configured model first when the provider does not list it (an alias).
+        let mut items: Vec<String> = Vec::new();
+        if let Some(k) = kept.filter(|k| !models.iter().any(|m| m == k)) {
+            items.push(k.to_string());
+        }
+        items.extend(models.iter().cloned());
         let default = kept
-            .and_then(|k| models.iter().position(|m| m == k))
+            .and_then(|k| items.iter().position(|m| m == k))
+            .or_else(|| {
+                switchboard_agent::local::chat_model(models)
+                    .and_then(|c| items.iter().position(|m| *m == c))
+            })
             .unwrap_or(0);
         let i = Select::new()
             .with_prompt("Which model?")
-            .items(models)
+            .items(&items)
             .default(default)
             .max_length(15)
             .interact()?;
-        Ok(models[i].clone())
+        Ok(items[i].clone())
     }
 
     pub(super) fn channels() -> Result<Channels> {
@@ -440,6 +579,11 @@ mod prompt {
                 );
                 let bot = secret("Bot token (xoxb-…)", false)?;
                 let app = secret("App-level token (xapp-…)", false)?;
+                if bot.is_some() != app.is_some() {
+                    bail!(
+                        "Slack needs both tokens: the bot token (xoxb-…) and the app-level token (xapp-…)"
+                    );
+                }
                 c.slack = bot.zip(app);
             }
             _ => {
