@@ -35,6 +35,12 @@ pub struct LocalServer {
 /// The first of `ports` (each with a name) where an OpenAI-compatible server lists at least
 /// one model, in the order given; `None` when none does.
 pub async fn find(ports: &[(String, u16)]) -> Option<LocalServer> {
+    find_all(ports).await.into_iter().next()
+}
+
+/// Every one of `ports` where an OpenAI-compatible server lists at least one model, in the
+/// order given (all asked at once).
+pub async fn find_all(ports: &[(String, u16)]) -> Vec<LocalServer> {
     let asks = ports.iter().map(|(name, port)| async move {
         let base_url = format!("http://127.0.0.1:{port}/v1");
         let provider = OpenAiProvider::new(OpenAiConfig {
@@ -58,7 +64,7 @@ pub async fn find(ports: &[(String, u16)]) -> Option<LocalServer> {
         .await
         .into_iter()
         .flatten()
-        .next()
+        .collect()
 }
 
 /// The model a chat should default to among `models` (in the server's order): the first that

@@ -38,10 +38,13 @@ impl std::fmt::Debug for OpenAiConfig {
     }
 }
 
+/// OpenAI's own API, the default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
 impl Default for OpenAiConfig {
     fn default() -> Self {
         Self {
-            base_url: "https://api.openai.com/v1".into(),
+            base_url: DEFAULT_BASE_URL.into(),
             api_key: None,
             max_retries: 2,
             connect_timeout: Duration::from_secs(10),

@@ -60,21 +60,56 @@ fn bearer_of(llm: &MockLlm, path: &str) -> Option<String> {
         .and_then(|r| r.header("authorization").map(str::to_string))
 }
 
+/// The mock model and the fake Telegram, and where `setup` writes (`file`, under a
+/// directory that may not exist yet).
+struct World {
+    llm: MockLlm,
+    tg: FakeTelegram,
+    dir: tempfile::TempDir,
+    config: std::path::PathBuf,
+    config_s: String,
+    tg_url: String,
+}
+
+impl World {
+    async fn new(file: &str) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join(file);
+        let tg = FakeTelegram::start().await;
+        World {
+            llm: MockLlm::start().await,
+            config_s: config.to_string_lossy().to_string(),
+            tg_url: tg.base_url(),
+            tg,
+            dir,
+            config,
+        }
+    }
+}
+
+/// `setup`'s environment: the configuration file, the fake Telegram, no local model servers
+/// looked for.
+fn setup_env<'a>(config_s: &'a str, tg_url: &'a str) -> [(&'a str, &'a str); 3] {
+    [
+        ("SWITCHBOARD_CONFIG", config_s),
+        ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url),
+        ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setup_with_flags_writes_the_config_and_a_private_secrets_file_and_the_next_chat_works() {
-    let llm = MockLlm::start().await;
-    let tg = FakeTelegram::start().await;
-    let dir = tempfile::tempdir().unwrap();
     // A directory that does not exist yet, as on a fresh machine.
-    let config = dir.path().join("conf/switchboard.toml");
-    let config_s = config.to_string_lossy().to_string();
+    let World {
+        llm,
+        tg: _tg,
+        dir,
+        config,
+        config_s,
+        tg_url,
+    } = World::new("conf/switchboard.toml").await;
     let secrets = dir.path().join("conf/secrets.toml");
-    let tg_url = tg.base_url();
-    let env = [
-        ("SWITCHBOARD_CONFIG", config_s.as_str()),
-        ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
-        ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
-    ];
+    let env = setup_env(&config_s, &tg_url);
     let out = run(
         &[
             "setup",
@@ -318,17 +353,15 @@ async fn setup_asks_at_a_terminal_and_never_echoes_a_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_key_or_token_is_refused_before_anything_is_written() {
-    let llm = MockLlm::start().await;
-    let tg = FakeTelegram::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("switchboard.toml");
-    let config_s = config.to_string_lossy().to_string();
-    let tg_url = tg.base_url();
-    let env = [
-        ("SWITCHBOARD_CONFIG", config_s.as_str()),
-        ("SWITCHBOARD_TELEGRAM_BASE_URL", tg_url.as_str()),
-        ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
-    ];
+    let World {
+        llm,
+        tg: _tg,
+        dir: _dir,
+        config,
+        config_s,
+        tg_url,
+    } = World::new("switchboard.toml").await;
+    let env = setup_env(&config_s, &tg_url);
     let out = run(
         &[
             "setup",

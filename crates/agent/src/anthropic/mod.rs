@@ -58,10 +58,13 @@ impl std::fmt::Debug for AnthropicConfig {
     }
 }
 
+/// Anthropic's API, the default base URL.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
 impl Default for AnthropicConfig {
     fn default() -> Self {
         Self {
-            base_url: "https://api.anthropic.com".into(),
+            base_url: DEFAULT_BASE_URL.into(),
             api_key: None,
             max_retries: 2,
             connect_timeout: Duration::from_secs(10),

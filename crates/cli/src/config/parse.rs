@@ -46,7 +46,7 @@ pub(super) fn endpoint(
         (
             env("SWITCHBOARD_ANTHROPIC_BASE_URL")
                 .or(file_url)
-                .unwrap_or_else(|| "https://api.anthropic.com".into()),
+                .unwrap_or_else(|| switchboard_agent::anthropic::DEFAULT_BASE_URL.into()),
             env("SWITCHBOARD_ANTHROPIC_API_KEY")
                 .or_else(|| env("ANTHROPIC_API_KEY"))
                 .or(file_key),
@@ -55,7 +55,7 @@ pub(super) fn endpoint(
         (
             env("SWITCHBOARD_OPENAI_BASE_URL")
                 .or(file_url)
-                .unwrap_or_else(|| "https://api.openai.com/v1".into()),
+                .unwrap_or_else(|| switchboard_agent::openai::DEFAULT_BASE_URL.into()),
             env("SWITCHBOARD_OPENAI_API_KEY")
                 .or_else(|| env("OPENAI_API_KEY"))
                 .or(file_key),

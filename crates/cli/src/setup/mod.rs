@@ -64,8 +64,8 @@ struct Endpoint {
     label: String,
 }
 
-const OPENAI_URL: &str = "https://api.openai.com/v1";
-const ANTHROPIC_URL: &str = "https://api.anthropic.com";
+const OPENAI_URL: &str = switchboard_agent::openai::DEFAULT_BASE_URL;
+const ANTHROPIC_URL: &str = switchboard_agent::anthropic::DEFAULT_BASE_URL;
 const OPENROUTER_URL: &str = "https://openrouter.ai/api/v1";
 
 /// A provider named on the command line or in the configuration (`local` needs `found`).
@@ -186,7 +186,7 @@ async fn provider_step(
         switchboard_settings::env("SWITCHBOARD_LOCAL_MODEL_PORTS").as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("SWITCHBOARD_LOCAL_MODEL_PORTS: {e}"))?;
-    let found = find_all(&ports).await;
+    let found = switchboard_agent::local::find_all(&ports).await;
     let configured_url = configured.as_ref().map(|c| c.base_url.clone());
     let mut chosen = match (&args.provider, configured) {
         (Some(name), _) => endpoint(name, &found)?,
@@ -302,18 +302,6 @@ fn overridden_by_environment(files: &Files) {
             );
         }
     }
-}
-
-/// Every local server that lists a model, in the order of `ports`.
-async fn find_all(ports: &[(String, u16)]) -> Vec<switchboard_agent::local::LocalServer> {
-    let each = ports
-        .iter()
-        .map(|p| switchboard_agent::local::find(std::slice::from_ref(p)));
-    futures::future::join_all(each)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
 }
 
 /// One short call to the model; its answer.
