@@ -19,11 +19,10 @@ use crate::provider::{
 };
 use crate::tools::{self, ToolLimits, Workspace};
 
-/// Settings of the built-in agent.
+/// Settings of the built-in agent. (The model of a session that names none is the engine's
+/// default, handed to each run: `RunContext::default_model`.)
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// Model when neither the message nor the session names one.
-    pub default_model: Option<String>,
     pub system_prompt: String,
     /// Most model calls in one run.
     pub max_turns: u32,
@@ -37,7 +36,6 @@ pub struct AgentConfig {
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
-            default_model: None,
             system_prompt: "You are a helpful coding assistant working in the user's workspace \
                             (the current directory of your tools). Use the tools to look \
                             before you change things, keep changes small, and answer \
@@ -51,15 +49,44 @@ impl Default for AgentConfig {
     }
 }
 
+/// The provider the built-in agent's runs call, replaceable while serving (the settings
+/// change): each run takes the one in place when it starts and keeps it to its end.
+#[derive(Clone)]
+pub struct ProviderSlot(Arc<parking_lot::RwLock<Arc<dyn Provider>>>);
+
+impl ProviderSlot {
+    pub fn new(provider: Arc<dyn Provider>) -> Self {
+        Self(Arc::new(parking_lot::RwLock::new(provider)))
+    }
+
+    /// The provider in place now.
+    pub fn get(&self) -> Arc<dyn Provider> {
+        self.0.read().clone()
+    }
+
+    /// Runs started from now call `provider`.
+    pub fn set(&self, provider: Arc<dyn Provider>) {
+        *self.0.write() = provider;
+    }
+}
+
 /// The built-in agent: an LLM loop over a [`Provider`].
 pub struct BuiltinAgent {
-    provider: Arc<dyn Provider>,
+    provider: ProviderSlot,
     config: AgentConfig,
 }
 
 impl BuiltinAgent {
     pub fn new(provider: Arc<dyn Provider>, config: AgentConfig) -> Self {
-        Self { provider, config }
+        Self {
+            provider: ProviderSlot::new(provider),
+            config,
+        }
+    }
+
+    /// Where the provider can be replaced while serving.
+    pub fn provider_slot(&self) -> ProviderSlot {
+        self.provider.clone()
     }
 }
 
@@ -315,7 +342,7 @@ impl BuiltinAgent {
             .model
             .clone()
             .or_else(|| ctx.config.model.clone())
-            .or_else(|| self.config.default_model.clone())
+            .or_else(|| ctx.default_model.clone())
             .ok_or_else(|| {
                 BackendError::new(
                     RunErrorCode::NotConfigured,
@@ -323,6 +350,8 @@ impl BuiltinAgent {
                     false,
                 )
             })?;
+        // The provider in place now, to the end of this run.
+        let provider = self.provider.get();
         let confine = ctx.config.permission_mode != PermissionMode::FullAccess;
         let workspace = Workspace::new(&ctx.cwd, confine)
             .map_err(|e| {
@@ -376,8 +405,7 @@ impl BuiltinAgent {
             let sink = DeltaSink {
                 handle: &ctx.handle,
             };
-            let result = self
-                .provider
+            let result = provider
                 .stream(
                     &model,
                     &system_prompt,
@@ -393,7 +421,7 @@ impl BuiltinAgent {
                     return Ok(Self::summary("cancelled", turns, usage));
                 }
                 Err(e) if refused_images(&e, &messages) => {
-                    let reason = self.provider.redact(&e.to_string());
+                    let reason = provider.redact(&e.to_string());
                     if !self.config.image_fallback {
                         return Err(BackendError::new(
                             RunErrorCode::ProviderRefused,
@@ -417,7 +445,7 @@ impl BuiltinAgent {
                     turns -= 1;
                     continue;
                 }
-                Err(e) => return Err(fail(self.provider.as_ref(), e)),
+                Err(e) => return Err(fail(provider.as_ref(), e)),
             };
             if let Some(u) = completion.usage {
                 usage.add(&u);

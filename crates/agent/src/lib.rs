@@ -17,7 +17,7 @@ pub mod provider;
 mod sse;
 pub mod tools;
 
-pub use agent::{AgentConfig, BuiltinAgent, EARLIER_LEFT_OUT};
+pub use agent::{AgentConfig, BuiltinAgent, EARLIER_LEFT_OUT, ProviderSlot};
 pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use openai::{OpenAiConfig, OpenAiProvider};
 pub use provider::{

@@ -79,7 +79,6 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         .with_context(|| format!("opening store {}", settings.store_url_redacted()))?;
     tracing::debug!(store = store.kind(), url = %settings.store_url_redacted(), "store opened");
     let mut agent_config = AgentConfig {
-        default_model: settings.model.clone(),
         limits: ToolLimits {
             default_timeout: Duration::from_secs(settings.command_timeout_secs),
             max_timeout: Duration::from_secs(settings.command_max_timeout_secs),

@@ -268,6 +268,10 @@ pub struct RunContext {
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
     /// Switchboard's own state: the built-in file tools refuse it in every mode.
     pub protected: crate::ProtectedPaths,
+    /// The server's default model when this run started ([`crate::Engine::default_model`]),
+    /// for a session that names none: a change of the default while the run goes on does not
+    /// change the run.
+    pub default_model: Option<String>,
 }
 
 /// A backend's way back into the engine: events, transcript, steering, approvals.

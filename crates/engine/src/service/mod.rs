@@ -118,6 +118,9 @@ struct Inner {
     log: EventLog,
     backends: Backends,
     config: EngineConfig,
+    /// The model of sessions that name none: `config.default_model` at start, replaced
+    /// while serving by [`Engine::set_default_model`].
+    default_model: parking_lot::RwLock<Option<String>>,
     /// Serializes decisions about one session's runs (start, end, queue hand-over), so
     /// "at most one active run" holds without races.
     session_locks: SyncMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
@@ -159,6 +162,7 @@ impl Engine {
                 tokens: Arc::new(crate::tokens::SessionTokens::new()),
                 checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone())
                     .protecting(config.protected.clone()),
+                default_model: parking_lot::RwLock::new(config.default_model.clone()),
                 config,
                 session_locks: SyncMutex::default(),
                 active: SyncMutex::default(),
@@ -204,6 +208,17 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
+    }
+
+    /// The model a new session (or a run of a session naming none) gets now.
+    pub fn default_model(&self) -> Option<String> {
+        self.inner.default_model.read().clone()
+    }
+
+    /// Replaces the default model from now on: sessions created from now get it, and runs
+    /// started from now of sessions naming no model; runs under way keep theirs.
+    pub fn set_default_model(&self, model: Option<String>) {
+        *self.inner.default_model.write() = model;
     }
 
     fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {

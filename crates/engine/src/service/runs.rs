@@ -511,6 +511,7 @@ impl Engine {
                     config,
                     cancel: cancel.clone(),
                     protected: self.inner.config.protected.clone(),
+                    default_model: self.default_model(),
                 };
                 let result = backend.run(ctx).await;
                 // Every delta the run streamed is committed before its end is written; one

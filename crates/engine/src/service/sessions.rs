@@ -37,9 +37,7 @@ impl Engine {
         let config = SessionConfig {
             mcp_servers,
             backend,
-            model: req
-                .model
-                .or_else(|| self.inner.config.default_model.clone()),
+            model: req.model.or_else(|| self.default_model()),
             permission_mode: req
                 .permission_mode
                 .unwrap_or(self.inner.config.default_permission_mode),
