@@ -8,6 +8,7 @@ mod doctor;
 mod gateway_cmd;
 mod heap;
 mod hub_cmd;
+mod live;
 mod local_model;
 mod relay_cmd;
 mod schedule_cmd;

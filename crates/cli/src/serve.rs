@@ -25,6 +25,8 @@ pub struct App {
     pub self_url: Arc<std::sync::OnceLock<String>>,
     /// Every long answer's slot, per token (SSE, streamed completions, the relay's events).
     pub streams: Arc<switchboard_http::StreamSlots>,
+    /// What `/v1/settings` reads and changes while serving.
+    pub settings: Arc<crate::live::LiveSettings>,
 }
 
 /// The configured LLM provider (`openai` or `anthropic`).
@@ -91,6 +93,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         agent_config.system_prompt = p.clone();
     }
     let agent = BuiltinAgent::new(provider(settings)?, agent_config);
+    let provider_slot = agent.provider_slot();
     let mut backends = Backends {
         builtin: Some(Arc::new(agent)),
         ..Backends::default()
@@ -171,6 +174,12 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     server_config.streams = Some(streams.clone());
     server_config.openai_approvals = settings.chat_completions_approvals;
     server_config.api_doc = Some(api_doc(settings));
+    let live = Arc::new(crate::live::LiveSettings::new(
+        settings,
+        engine.clone(),
+        provider_slot,
+    ));
+    server_config.settings = Some(live.clone());
     let router = switchboard_server::router(engine.clone(), server_config);
     Ok(App {
         engine,
@@ -178,6 +187,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         store,
         self_url,
         streams,
+        settings: live,
     })
 }
 
@@ -270,19 +280,17 @@ pub async fn run(mut settings: Settings) -> Result<()> {
     let mut router = axum::Router::new();
     // Every surface is a client of the /v1 API, like any other, and owns its start-up.
     let host = host(&settings, format!("http://{local}"), token.clone());
-    let gateway = match &settings.gateway {
-        Some(g) if g.enabled => {
-            let gw = gateway_settings(&settings, g)
-                .start(&host, Some(StoreLeases(app.store.clone())))
-                .await?;
-            router = router.merge(switchboard_gateway::api::router(
-                gw.slot.clone(),
-                host.token.clone(),
-            ));
-            Some(gw)
-        }
-        _ => None,
-    };
+    // The chat channels: their routes are mounted whether or not one is configured, so
+    // that the settings can add the first while serving.
+    let gateway = Arc::new(
+        crate::live::gateway::GatewayControl::start(&settings, host.clone(), app.store.clone())
+            .await?,
+    );
+    app.settings.attach_gateway(gateway.clone());
+    router = router.merge(switchboard_gateway::api::router(
+        gateway.slot.clone(),
+        host.token.clone(),
+    ));
     match settings.gateway.as_ref().filter(|g| g.enabled) {
         Some(g) => println!("channels: {}", g.channel_names().join(", ")),
         None => {
@@ -315,9 +323,11 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         token: host.token.clone(),
         allowed_hosts,
         agents: settings.agents.keys().cloned().collect(),
-        default_model: settings.model.clone(),
+        defaults: {
+            let engine = app.engine.clone();
+            Arc::new(move || engine.defaults())
+        },
         default_cwd: app.engine.config().default_cwd.display().to_string(),
-        default_permission_mode: app.engine.config().default_permission_mode,
     });
     let code = console.new_login_code();
     let browse_host = if addr.ip().is_unspecified() {
@@ -359,9 +369,7 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         tracing::info!("shutting down");
         scheduler.shutdown().await;
         relay.shutdown().await;
-        if let Some(gw) = gateway {
-            gw.shutdown().await;
-        }
+        gateway.shutdown().await;
         // Runs record their end before the event streams close.
         engine.shutdown(Duration::from_secs(5)).await;
     })

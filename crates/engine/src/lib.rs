@@ -29,7 +29,7 @@ pub use files::FileLimits;
 pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};
 pub use markdown::render_transcript;
 pub use protected::ProtectedPaths;
-pub use service::{DiffOutput, Engine};
+pub use service::{DiffOutput, Engine, SessionDefaults};
 pub use time::now_rfc3339;
 
 pub use switchboard_protocol as protocol;

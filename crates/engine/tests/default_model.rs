@@ -1,25 +1,30 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
-//! The default model changed while serving: new sessions and new runs of sessions naming no
-//! model get the new one; a session that named one keeps it.
+//! The defaults changed while serving: new sessions get the new model and permission mode,
+//! and new runs of sessions naming no model the new model; a session that named one keeps it.
 
 use std::sync::Arc;
 
 use switchboard_engine::{
     Backend, BackendError, Backends, Engine, EngineConfig, RunContext, RunSummary,
 };
-use switchboard_protocol::{CreateSessionRequest, SendMessageRequest};
+use switchboard_protocol::{CreateSessionRequest, PermissionMode, SendMessageRequest};
 use switchboard_store::SqlStore;
 
 /// Records, per run, the session's model and the default the run was given.
+/// A run as the backend saw it: the session's model, the default, the permission mode.
+type Seen = (Option<String>, Option<String>, PermissionMode);
+
 #[derive(Default)]
-struct Recorder(parking_lot::Mutex<Vec<(Option<String>, Option<String>)>>);
+struct Recorder(parking_lot::Mutex<Vec<Seen>>);
 
 #[async_trait::async_trait]
 impl Backend for Recorder {
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError> {
-        self.0
-            .lock()
-            .push((ctx.config.model.clone(), ctx.default_model.clone()));
+        self.0.lock().push((
+            ctx.config.model.clone(),
+            ctx.default_model.clone(),
+            ctx.config.permission_mode,
+        ));
         Ok(RunSummary {
             stop_reason: "completed".into(),
             total_turns: 1,
@@ -27,6 +32,9 @@ impl Backend for Recorder {
         })
     }
 }
+
+const READ_ONLY: PermissionMode = PermissionMode::ReadOnly;
+const WORKSPACE_WRITE: PermissionMode = PermissionMode::WorkspaceWrite;
 
 fn message(text: &str) -> SendMessageRequest {
     serde_json::from_value(serde_json::json!({ "message": {"role": "user", "content": text} }))
@@ -67,7 +75,10 @@ async fn a_new_default_model_reaches_new_sessions_and_new_runs_only() {
         .await
         .unwrap();
 
-    engine.set_default_model(Some("second".into()));
+    engine.set_defaults(switchboard_engine::SessionDefaults {
+        model: Some("second".into()),
+        permission_mode: READ_ONLY,
+    });
     let new = engine
         .create_session(CreateSessionRequest::default())
         .await
@@ -80,10 +91,10 @@ async fn a_new_default_model_reaches_new_sessions_and_new_runs_only() {
     assert_eq!(
         runs,
         vec![
-            // Created under the first default: it recorded it.
-            (Some("first".into()), Some("second".into())),
-            (Some("mine".into()), Some("second".into())),
-            (Some("second".into()), Some("second".into())),
+            // Created under the first defaults: it recorded them.
+            (Some("first".into()), Some("second".into()), WORKSPACE_WRITE),
+            (Some("mine".into()), Some("second".into()), WORKSPACE_WRITE),
+            (Some("second".into()), Some("second".into()), READ_ONLY),
         ]
     );
 }

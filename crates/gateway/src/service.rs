@@ -88,9 +88,19 @@ pub struct GatewayService {
 }
 
 impl GatewayService {
-    /// Starts the gateway: at once when its store is its own (SQLite, or no `election`);
-    /// on a shared store, standing by until `election` wins the lease.
+    /// Starts the gateway in a slot of its own: see [`GatewayService::start_in`].
     pub async fn start<L: Leases>(
+        parts: GatewayParts,
+        election: Option<Election<L>>,
+    ) -> Result<Self, GatewayError> {
+        Self::start_in(GatewaySlot::empty(), parts, election).await
+    }
+
+    /// Starts the gateway in `slot` (where the routes find it): at once when its store is
+    /// its own (SQLite, or no `election`); on a shared store, standing by until `election`
+    /// wins the lease.
+    pub async fn start_in<L: Leases>(
+        slot: GatewaySlot,
         parts: GatewayParts,
         election: Option<Election<L>>,
     ) -> Result<Self, GatewayError> {
@@ -100,12 +110,13 @@ impl GatewayService {
         let election = election.filter(|_| parts.store.kind() == "postgres");
         let Some(election) = election else {
             let gw = parts.active().await?;
+            slot.replace(gw);
             return Ok(Self {
-                slot: gw.into(),
+                slot,
                 election: None,
             });
         };
-        let slot = GatewaySlot::new(parts.standby());
+        slot.replace(parts.standby());
         let cancel = CancellationToken::new();
         let task = tokio::spawn(elect(parts, slot.clone(), election, cancel.clone()));
         Ok(Self {
@@ -119,7 +130,29 @@ impl GatewayService {
     /// takes over at once and finds everything as it was.
     pub async fn shutdown(self) {
         match self.election {
-            None => self.slot.get().shutdown().await,
+            None => {
+                if let Some(gw) = self.slot.get() {
+                    gw.shutdown().await;
+                }
+            }
+            Some((cancel, task)) => {
+                cancel.cancel();
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Stops the gateway to start it again with other settings: its channels and workers
+    /// end, and approvals, followed runs and queues stay in the store for the next one
+    /// (which resumes them like a restart would); a held lease is given back. The slot keeps
+    /// the stopped gateway until the next one replaces it.
+    pub async fn stop(self) {
+        match self.election {
+            None => {
+                if let Some(gw) = self.slot.get() {
+                    gw.stop().await;
+                }
+            }
             Some((cancel, task)) => {
                 cancel.cancel();
                 let _ = task.await;
@@ -134,6 +167,17 @@ impl GatewaySettings {
     /// directory), its API client, and — on a shared store — the election over `leases`.
     pub async fn start<L: Leases>(
         &self,
+        host: &Host,
+        leases: Option<L>,
+    ) -> Result<GatewayService, StartError> {
+        self.start_in(GatewaySlot::empty(), host, leases).await
+    }
+
+    /// [`GatewaySettings::start`] in `slot`, where the routes already look (the settings
+    /// change the channels while serving).
+    pub async fn start_in<L: Leases>(
+        &self,
+        slot: GatewaySlot,
         host: &Host,
         leases: Option<L>,
     ) -> Result<GatewayService, StartError> {
@@ -159,7 +203,7 @@ impl GatewaySettings {
             instance: host.instance_id.clone(),
             ttl: host.lease,
         });
-        GatewayService::start(parts, election)
+        GatewayService::start_in(slot, parts, election)
             .await
             .map_err(|e| fail(e.to_string()))
     }
@@ -188,7 +232,9 @@ async fn elect<L: Leases>(
                         Ok(gw) => {
                             tracing::info!(instance = %me, "gateway lease taken: running the chat channels");
                             metrics::counter!("switchboard_lease_takeovers_total", "lease" => "gateway").increment(1);
-                            slot.replace(gw).stop().await;
+                            if let Some(old) = slot.replace(gw) {
+                                old.stop().await;
+                            }
                             held = Some((lease, Instant::now()));
                         }
                         Err(e) => {
@@ -232,7 +278,9 @@ async fn elect<L: Leases>(
         };
         if step_down {
             held = None;
-            slot.replace(parts.standby()).stop().await;
+            if let Some(old) = slot.replace(parts.standby()) {
+                old.stop().await;
+            }
         }
         // Renew every third of the lease; while standing by, try every eighth, so that a
         // dead holder is replaced soon after its lease runs out.
@@ -244,7 +292,9 @@ async fn elect<L: Leases>(
     }
     // Shutting down: hand over at once.
     if let Some((lease, _)) = held {
-        slot.get().stop().await;
+        if let Some(gw) = slot.get() {
+            gw.stop().await;
+        }
         if let Err(e) = leases.release(&lease).await {
             tracing::warn!(error = %e, "giving the gateway lease back failed");
         }

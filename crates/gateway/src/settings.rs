@@ -220,6 +220,41 @@ impl GatewaySettings {
         }
         Ok(out)
     }
+
+    /// Asks the platform of each channel named in `names` who its bot is, and where a
+    /// person talks to it (a DM link, an invite), in that order; the first refusal is the
+    /// error, naming its channel. What `switchboard setup` and the settings API check a
+    /// token with before they save it.
+    pub async fn check(&self, names: &[&str]) -> Result<Vec<BotCheck>, SettingsError> {
+        let mut out = Vec::new();
+        for ch in self.channels()? {
+            let name = ch.name().to_string();
+            if !names.contains(&name.as_str()) {
+                continue;
+            }
+            let identity = ch.test().await.map_err(|e| {
+                SettingsError::new(format!("{name}: the token was not accepted: {e}"))
+            })?;
+            let link = ch.open_link().await.ok().flatten();
+            out.push(BotCheck {
+                name,
+                identity,
+                link,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// What a channel's platform says of its bot ([`GatewaySettings::check`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BotCheck {
+    /// The channel (`telegram`).
+    pub name: String,
+    /// Who the bot is there (`@my_bot (id 42)`).
+    pub identity: String,
+    /// Where to talk to it: a DM link, or an invite to a server.
+    pub link: Option<String>,
 }
 
 /// The access and approval settings of a platform channel's TOML section.

@@ -80,6 +80,12 @@ pub enum ErrorCode {
     UnknownFile,
     /// `sandbox: true` asked for a sandbox this server does not have (422).
     SandboxUnsupported,
+    /// The settings cannot be saved: the configuration is not a file that can be written (409).
+    SettingsReadOnly,
+    /// The setting is an environment variable's: only the variable can change it (409).
+    SetByEnvironment,
+    /// A provider's key or a platform's token was refused, or the service did not answer (422).
+    CheckFailed,
     /// Too many requests (429).
     RateLimited,
     /// Something failed inside the server; details are in its log, not here (500).
@@ -126,6 +132,9 @@ impl ErrorCode {
             Self::CheckpointsUnavailable => "checkpoints_unavailable",
             Self::UnknownFile => "unknown_file",
             Self::SandboxUnsupported => "sandbox_unsupported",
+            Self::SettingsReadOnly => "settings_read_only",
+            Self::SetByEnvironment => "set_by_environment",
+            Self::CheckFailed => "check_failed",
             Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
             Self::Unavailable => "unavailable",
@@ -155,13 +164,16 @@ impl ErrorCode {
             Self::SessionAlreadyRunning
             | Self::SessionNotRunning
             | Self::RunMismatch
-            | Self::NoPendingApproval => 409,
+            | Self::NoPendingApproval
+            | Self::SettingsReadOnly
+            | Self::SetByEnvironment => 409,
             Self::PayloadTooLarge | Self::FileTooLarge | Self::AttachmentsTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedFileType => 415,
             Self::UnprocessableEntity
             | Self::SandboxUnsupported
             | Self::UnknownFile
-            | Self::CheckpointsUnavailable => 422,
+            | Self::CheckpointsUnavailable
+            | Self::CheckFailed => 422,
             Self::RateLimited | Self::TooManyStreams => 429,
             Self::Internal => 500,
             Self::Unavailable | Self::StoreUnavailable => 503,
@@ -211,6 +223,9 @@ mod tests {
             ErrorCode::StoreUnavailable,
             ErrorCode::TooManyStreams,
             ErrorCode::PairingNotFound,
+            ErrorCode::SettingsReadOnly,
+            ErrorCode::SetByEnvironment,
+            ErrorCode::CheckFailed,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -20,6 +20,7 @@ pub mod schedules;
 mod schema;
 pub mod secrets;
 pub mod sessions;
+pub mod settings;
 pub mod system;
 pub mod text;
 pub mod tools;

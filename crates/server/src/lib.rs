@@ -41,6 +41,8 @@ pub struct ServerConfig {
     /// answers (the relay's event stream): one cap per token over every route. `None`: a
     /// set of this router's own, of `max_streams_per_token`.
     pub streams: Option<Arc<switchboard_http::StreamSlots>>,
+    /// What `/v1/settings` reads and changes: the binary's (none: those routes answer 404).
+    pub settings: routes::settings::Settings,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -63,6 +65,7 @@ impl ServerConfig {
             openai_approvals: routes::openai::DoorApprovals::default(),
             max_streams_per_token: 1024,
             streams: None,
+            settings: None,
         }
     }
 }
@@ -77,6 +80,7 @@ pub struct AppState {
     pub streams: Arc<switchboard_http::StreamSlots>,
     /// The waiting approvals, read once per change for every `/v1/approvals/events` stream.
     pub approvals: routes::approvals::ApprovalsFeed,
+    pub settings: routes::settings::Settings,
 }
 
 /// The listener every Switchboard HTTP surface serves on: accepted connections get
@@ -108,6 +112,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
             .clone()
             .unwrap_or_else(|| switchboard_http::StreamSlots::new(config.max_streams_per_token)),
         approvals: routes::approvals::ApprovalsFeed::default(),
+        settings: config.settings.clone(),
         config: Arc::new(config),
         started: Instant::now(),
     };
@@ -123,6 +128,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::approvals::router())
         .merge(routes::checkpoints::router())
         .merge(routes::metrics::router())
+        .merge(routes::settings::router())
         .route_layer(axum::middleware::from_fn_with_state(
             token,
             switchboard_http::require_bearer,

@@ -7,7 +7,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
 use crate::routes::{
-    approvals, checkpoints, events, files, health, messages, metrics, openai, sessions, tools,
+    approvals, checkpoints, events, files, health, messages, metrics, openai, sessions, settings,
+    tools,
 };
 
 struct BearerAuth;
@@ -192,6 +193,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         checkpoints::list, checkpoints::diff, checkpoints::restore,
         openai::completions, openai::models,
         metrics::metrics_text,
+        settings::show, settings::update, settings::providers, settings::models, settings::test_channel,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -225,6 +227,13 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::openai::ChunkChoice, switchboard_protocol::openai::Delta,
         switchboard_protocol::openai::ModelList, switchboard_protocol::openai::Model,
         switchboard_protocol::openai::OpenAiErrorBody, switchboard_protocol::openai::OpenAiError,
+        switchboard_protocol::settings::SettingsResponse, switchboard_protocol::settings::ProviderSettings,
+        switchboard_protocol::settings::ChannelSettings, switchboard_protocol::settings::SettingsUpdate,
+        switchboard_protocol::settings::ProviderUpdate, switchboard_protocol::settings::TokenUpdate,
+        switchboard_protocol::settings::SlackUpdate, switchboard_protocol::settings::ProviderKind,
+        switchboard_protocol::settings::ChannelKind, switchboard_protocol::settings::ProvidersResponse,
+        switchboard_protocol::settings::ProviderEntry, switchboard_protocol::settings::ModelsResponse,
+        switchboard_protocol::settings::ChannelCheck,
     )),
     modifiers(&BearerAuth),
 )]

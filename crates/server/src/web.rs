@@ -92,10 +92,10 @@ pub struct ConsoleConfig {
     pub allowed_hosts: Vec<String>,
     /// Configured ACP agents, offered as session backends.
     pub agents: Vec<String>,
-    pub default_model: Option<String>,
+    /// The model and permission mode a session gets unless it asks for others, as they are
+    /// now (the settings change them while serving): `Engine::defaults`.
+    pub defaults: Arc<dyn Fn() -> switchboard_engine::SessionDefaults + Send + Sync>,
     pub default_cwd: String,
-    /// The permission mode a session gets unless it asks for another.
-    pub default_permission_mode: switchboard_protocol::PermissionMode,
 }
 
 impl std::fmt::Debug for ConsoleConfig {
@@ -517,12 +517,13 @@ async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
         return ApiError::new(ErrorCode::Unauthorized, "not signed in").into_response();
     }
     let c = &console.inner.config;
+    let defaults = (c.defaults)();
     Json(Me {
         signed_in: true,
         agents: c.agents.clone(),
-        default_model: c.default_model.clone(),
+        default_model: defaults.model,
         default_cwd: c.default_cwd.clone(),
-        default_permission_mode: c.default_permission_mode,
+        default_permission_mode: defaults.permission_mode,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
     .into_response()
@@ -537,9 +538,11 @@ mod tests {
             token: "secret-token".into(),
             allowed_hosts: hosts.iter().map(|h| h.to_string()).collect(),
             agents: vec![],
-            default_model: None,
+            defaults: Arc::new(|| switchboard_engine::SessionDefaults {
+                model: None,
+                permission_mode: switchboard_protocol::PermissionMode::WorkspaceWrite,
+            }),
             default_cwd: "/".into(),
-            default_permission_mode: switchboard_protocol::PermissionMode::WorkspaceWrite,
         })
     }
 

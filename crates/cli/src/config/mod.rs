@@ -27,6 +27,125 @@ fn gateway_settings(file: &FileConfig) -> Result<Option<GatewaySettings>> {
     )?)
 }
 
+/// A setting an environment variable overrides: its name in the settings API, its keys in
+/// the configuration file, the variable, and the provider kind it applies to (`None`: any).
+pub struct Override {
+    pub setting: &'static str,
+    pub path: &'static [&'static str],
+    pub var: &'static str,
+    pub kind: Option<&'static str>,
+}
+
+const fn ov(
+    setting: &'static str,
+    path: &'static [&'static str],
+    var: &'static str,
+    kind: Option<&'static str>,
+) -> Override {
+    Override {
+        setting,
+        path,
+        var,
+        kind,
+    }
+}
+
+/// Every variable that overrides a setting `switchboard setup` and the settings API write
+/// (the one list both read).
+pub const OVERRIDES: &[Override] = &[
+    ov(
+        "provider.kind",
+        &["provider", "kind"],
+        "SWITCHBOARD_PROVIDER",
+        None,
+    ),
+    ov(
+        "provider.base_url",
+        &["provider", "base_url"],
+        "SWITCHBOARD_OPENAI_BASE_URL",
+        Some("openai"),
+    ),
+    ov(
+        "provider.base_url",
+        &["provider", "base_url"],
+        "SWITCHBOARD_ANTHROPIC_BASE_URL",
+        Some("anthropic"),
+    ),
+    ov(
+        "provider.api_key",
+        &["provider", "api_key"],
+        "SWITCHBOARD_OPENAI_API_KEY",
+        Some("openai"),
+    ),
+    ov(
+        "provider.api_key",
+        &["provider", "api_key"],
+        "OPENAI_API_KEY",
+        Some("openai"),
+    ),
+    ov(
+        "provider.api_key",
+        &["provider", "api_key"],
+        "SWITCHBOARD_ANTHROPIC_API_KEY",
+        Some("anthropic"),
+    ),
+    ov(
+        "provider.api_key",
+        &["provider", "api_key"],
+        "ANTHROPIC_API_KEY",
+        Some("anthropic"),
+    ),
+    ov(
+        "provider.model",
+        &["provider", "model"],
+        "SWITCHBOARD_MODEL",
+        None,
+    ),
+    ov(
+        "default_permission_mode",
+        &["sessions", "permission_mode"],
+        "SWITCHBOARD_PERMISSION_MODE",
+        None,
+    ),
+    ov(
+        "channels.telegram",
+        &["channels", "telegram", "token"],
+        "SWITCHBOARD_TELEGRAM_TOKEN",
+        None,
+    ),
+    ov(
+        "channels.slack",
+        &["channels", "slack", "bot_token"],
+        "SWITCHBOARD_SLACK_BOT_TOKEN",
+        None,
+    ),
+    ov(
+        "channels.slack",
+        &["channels", "slack", "app_token"],
+        "SWITCHBOARD_SLACK_APP_TOKEN",
+        None,
+    ),
+    ov(
+        "channels.discord",
+        &["channels", "discord", "token"],
+        "SWITCHBOARD_DISCORD_TOKEN",
+        None,
+    ),
+];
+
+/// The settings an environment variable sets now, for a provider of `kind`: setting → the
+/// first variable of [`OVERRIDES`] that is set.
+pub fn overridden(kind: &str) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for o in OVERRIDES {
+        if o.kind.is_none_or(|k| k == kind) && env(o.var).is_some() {
+            out.entry(o.setting.to_string())
+                .or_insert_with(|| o.var.to_string());
+        }
+    }
+    out
+}
+
 /// The effective settings after file, environment and defaults.
 #[derive(Clone)]
 pub struct Settings {

@@ -14,25 +14,34 @@ pub struct Files {
     pub secrets_path: PathBuf,
     pub config: DocumentMut,
     pub secrets: DocumentMut,
+    /// The files as they were read (`None`: not there), for [`Files::restore`].
+    original: (Option<String>, Option<String>),
 }
 
 impl Files {
     /// Reads both files (either may not exist yet).
     pub fn read(config_path: PathBuf, secrets_path: PathBuf) -> Result<Self> {
-        let read = |p: &Path| -> Result<DocumentMut> {
+        let read = |p: &Path| -> Result<(DocumentMut, Option<String>)> {
             match std::fs::read_to_string(p) {
-                Ok(text) => text
-                    .parse()
-                    .with_context(|| format!("{} is not valid TOML", p.display())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DocumentMut::new()),
+                Ok(text) => Ok((
+                    text.parse()
+                        .with_context(|| format!("{} is not valid TOML", p.display()))?,
+                    Some(text),
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    Ok((DocumentMut::new(), None))
+                }
                 Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
             }
         };
+        let (config, config_text) = read(&config_path)?;
+        let (secrets, secrets_text) = read(&secrets_path)?;
         Ok(Self {
-            config: read(&config_path)?,
-            secrets: read(&secrets_path)?,
+            config,
+            secrets,
             config_path,
             secrets_path,
+            original: (config_text, secrets_text),
         })
     }
 
@@ -71,6 +80,28 @@ impl Files {
             write_file(&self.secrets_path, &self.secrets.to_string(), Some(0o600))?;
         }
         write_file(&self.config_path, &self.config.to_string(), None)
+    }
+}
+
+impl Files {
+    /// Puts both files back as they were read (one that was not there is removed): a change
+    /// written and then found wrong leaves nothing of itself.
+    pub fn restore(&self) -> Result<()> {
+        for (path, text, mode) in [
+            (&self.secrets_path, &self.original.1, Some(0o600)),
+            (&self.config_path, &self.original.0, None),
+        ] {
+            match text {
+                Some(t) => write_file(path, t, mode)?,
+                None => match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("removing {}", path.display()));
+                    }
+                    _ => {}
+                },
+            }
+        }
+        Ok(())
     }
 }
 

@@ -4,7 +4,7 @@
 //! test call answers, a channel's token names its bot — before anything is written.
 //! Running it again starts from what is there.
 
-mod files;
+pub(crate) mod files;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -56,12 +56,12 @@ pub struct SetupArgs {
 
 /// The provider chosen: how the configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Endpoint {
+pub(crate) struct Endpoint {
     /// `openai` or `anthropic` (the wire format).
-    kind: &'static str,
-    base_url: String,
+    pub kind: &'static str,
+    pub base_url: String,
     /// What to call it in messages.
-    label: String,
+    pub label: String,
 }
 
 const OPENAI_URL: &str = switchboard_agent::openai::DEFAULT_BASE_URL;
@@ -69,7 +69,10 @@ const ANTHROPIC_URL: &str = switchboard_agent::anthropic::DEFAULT_BASE_URL;
 const OPENROUTER_URL: &str = "https://openrouter.ai/api/v1";
 
 /// A provider named on the command line or in the configuration (`local` needs `found`).
-fn endpoint(name: &str, found: &[switchboard_agent::local::LocalServer]) -> Result<Endpoint> {
+pub(crate) fn endpoint(
+    name: &str,
+    found: &[switchboard_agent::local::LocalServer],
+) -> Result<Endpoint> {
     let e = |kind, url: &str, label: &str| Endpoint {
         kind,
         base_url: url.to_string(),
@@ -275,27 +278,10 @@ async fn provider_step(
 /// from this environment.
 fn overridden_by_environment(files: &Files) {
     let written = |path: &[&str]| files.get(path).or_else(|| files.get_secret(path));
-    let checks: [(&str, &[&str]); 10] = [
-        ("SWITCHBOARD_PROVIDER", &["provider", "kind"]),
-        ("SWITCHBOARD_OPENAI_BASE_URL", &["provider", "base_url"]),
-        ("SWITCHBOARD_ANTHROPIC_BASE_URL", &["provider", "base_url"]),
-        ("SWITCHBOARD_MODEL", &["provider", "model"]),
-        ("SWITCHBOARD_OPENAI_API_KEY", &["provider", "api_key"]),
-        ("OPENAI_API_KEY", &["provider", "api_key"]),
-        ("SWITCHBOARD_ANTHROPIC_API_KEY", &["provider", "api_key"]),
-        ("ANTHROPIC_API_KEY", &["provider", "api_key"]),
-        (
-            "SWITCHBOARD_TELEGRAM_TOKEN",
-            &["channels", "telegram", "token"],
-        ),
-        (
-            "SWITCHBOARD_DISCORD_TOKEN",
-            &["channels", "discord", "token"],
-        ),
-    ];
-    for (var, path) in checks {
+    for o in crate::config::OVERRIDES {
+        let var = o.var;
         if let Some(v) = switchboard_settings::env(var)
-            && written(path).as_deref() != Some(v.as_str())
+            && written(o.path).as_deref() != Some(v.as_str())
         {
             println!(
                 "note: {var} is set in this environment and overrides what was written, for a `serve` started from it: unset it to use the file"
@@ -412,18 +398,10 @@ impl Channels {
         .flatten()
         .collect();
         // Only the channels being set up (the environment may configure others).
-        for ch in settings.channels()? {
-            let name = ch.name().to_string();
-            if !given.contains(&name.as_str()) {
-                continue;
-            }
-            let identity = ch
-                .test()
-                .await
-                .map_err(|e| anyhow::anyhow!("{name}: the token was not accepted: {e}"))?;
-            println!("{name}: ok — {identity}");
-            if let Ok(Some(link)) = ch.open_link().await {
-                match name.as_str() {
+        for bot in settings.check(&given).await? {
+            println!("{}: ok — {}", bot.name, bot.identity);
+            if let Some(link) = bot.link {
+                match bot.name.as_str() {
                     "discord" => println!("  invite the bot to a server: {link}"),
                     _ => println!("  talk to it: {link}"),
                 }

@@ -113,14 +113,22 @@ pub struct Engine {
     inner: Arc<Inner>,
 }
 
+/// What a new session gets unless it asks otherwise (the settings change them while
+/// serving: [`Engine::set_defaults`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionDefaults {
+    pub model: Option<String>,
+    pub permission_mode: switchboard_protocol::PermissionMode,
+}
+
 struct Inner {
     store: Arc<dyn Store>,
     log: EventLog,
     backends: Backends,
     config: EngineConfig,
-    /// The model of sessions that name none: `config.default_model` at start, replaced
-    /// while serving by [`Engine::set_default_model`].
-    default_model: parking_lot::RwLock<Option<String>>,
+    /// What a new session gets unless it asks otherwise: the config's at start, replaced
+    /// while serving by [`Engine::set_defaults`].
+    defaults: parking_lot::RwLock<SessionDefaults>,
     /// Serializes decisions about one session's runs (start, end, queue hand-over), so
     /// "at most one active run" holds without races.
     session_locks: SyncMutex<HashMap<Uuid, Arc<Mutex<()>>>>,
@@ -162,7 +170,10 @@ impl Engine {
                 tokens: Arc::new(crate::tokens::SessionTokens::new()),
                 checkpoints: crate::checkpoints::Checkpoints::new(config.checkpoints.clone())
                     .protecting(config.protected.clone()),
-                default_model: parking_lot::RwLock::new(config.default_model.clone()),
+                defaults: parking_lot::RwLock::new(SessionDefaults {
+                    model: config.default_model.clone(),
+                    permission_mode: config.default_permission_mode,
+                }),
                 config,
                 session_locks: SyncMutex::default(),
                 active: SyncMutex::default(),
@@ -210,15 +221,21 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The model a new session (or a run of a session naming none) gets now.
-    pub fn default_model(&self) -> Option<String> {
-        self.inner.default_model.read().clone()
+    /// What a new session gets now unless it asks otherwise.
+    pub fn defaults(&self) -> SessionDefaults {
+        self.inner.defaults.read().clone()
     }
 
-    /// Replaces the default model from now on: sessions created from now get it, and runs
-    /// started from now of sessions naming no model; runs under way keep theirs.
-    pub fn set_default_model(&self, model: Option<String>) {
-        *self.inner.default_model.write() = model;
+    /// The model a new session (or a run of a session naming none) gets now.
+    pub fn default_model(&self) -> Option<String> {
+        self.inner.defaults.read().model.clone()
+    }
+
+    /// Replaces the defaults from now on: sessions created from now get them, and runs
+    /// started from now of sessions naming no model get the model; runs under way keep
+    /// theirs.
+    pub fn set_defaults(&self, defaults: SessionDefaults) {
+        *self.inner.defaults.write() = defaults;
     }
 
     fn session_lock(&self, id: Uuid) -> Arc<Mutex<()>> {

@@ -34,13 +34,12 @@ impl Engine {
         }
         let mcp_servers = req.mcp_servers.unwrap_or_default();
         validate_mcp_servers(&mcp_servers)?;
+        let defaults = self.defaults();
         let config = SessionConfig {
             mcp_servers,
             backend,
-            model: req.model.or_else(|| self.default_model()),
-            permission_mode: req
-                .permission_mode
-                .unwrap_or(self.inner.config.default_permission_mode),
+            permission_mode: req.permission_mode.unwrap_or(defaults.permission_mode),
+            model: req.model.or(defaults.model),
             auto_approve: match req.auto_approve {
                 Some(a) => a,
                 None => self.inner.config.default_auto_approve.clone(),

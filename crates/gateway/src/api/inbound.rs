@@ -20,7 +20,7 @@ pub(crate) async fn webhook(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer<Json<Accepted>> {
-    let gw = s.gw();
+    let gw = s.gw()?;
     let cfg = gw.config();
     let Some(secret) = cfg.webhook_secrets.get(&name) else {
         return Err(error(
@@ -35,7 +35,7 @@ pub(crate) async fn webhook(
     }
     let inbound = crate::webhook::parse_inbound(&format!("webhook:{name}"), &body)
         .map_err(|e| error(ErrorCode::ValidationFailed, e))?;
-    s.gw().accept(inbound).await.map_err(|e| {
+    s.gw()?.accept(inbound).await.map_err(|e| {
         tracing::error!(webhook = %name, error = %e, "storing an inbound webhook");
         error(ErrorCode::Unavailable, "could not store the message; retry")
     })?;
@@ -60,7 +60,7 @@ pub(crate) async fn channel_push(
     body: Bytes,
 ) -> Answer<Response> {
     use crate::channel::InboundHttpError;
-    let Some(ch) = s.gw().channel(&name) else {
+    let Some(ch) = s.gw()?.channel(&name) else {
         return Err(error(
             ErrorCode::NotFound,
             format!("no channel named {name:?}"),
@@ -84,7 +84,7 @@ pub(crate) async fn channel_push(
             InboundHttpError::Malformed(m) => error(ErrorCode::ValidationFailed, m),
         })?;
     if let Some(item) = item {
-        s.gw().accept(item).await.map_err(|e| {
+        s.gw()?.accept(item).await.map_err(|e| {
             tracing::error!(channel = %name, error = %e, "storing a pushed update");
             error(ErrorCode::Unavailable, "could not store the update; retry")
         })?;

@@ -100,22 +100,33 @@ pub fn document(channels: &[String]) -> utoipa::openapi::OpenApi {
 }
 
 /// The gateway the routes serve: swapped when this instance takes over or hands over the
-/// gateway lease (active ↔ standby).
-#[derive(Clone)]
-pub struct GatewaySlot(Arc<RwLock<Gateway>>);
+/// gateway lease (active ↔ standby), and when the settings change the channels; empty while
+/// no channel is configured (the routes answer 404 `not_found`).
+#[derive(Clone, Default)]
+pub struct GatewaySlot(Arc<RwLock<Option<Gateway>>>);
 
 impl GatewaySlot {
     pub fn new(gw: Gateway) -> Self {
-        Self(Arc::new(RwLock::new(gw)))
+        Self(Arc::new(RwLock::new(Some(gw))))
     }
 
-    pub fn get(&self) -> Gateway {
+    /// An empty slot: no gateway yet.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self) -> Option<Gateway> {
         self.0.read().clone()
     }
 
     /// Puts `gw` in place and returns the one it replaced.
-    pub fn replace(&self, gw: Gateway) -> Gateway {
-        std::mem::replace(&mut *self.0.write(), gw)
+    pub fn replace(&self, gw: Gateway) -> Option<Gateway> {
+        self.0.write().replace(gw)
+    }
+
+    /// Empties the slot and returns what it held.
+    pub fn take(&self) -> Option<Gateway> {
+        self.0.write().take()
     }
 }
 
@@ -131,8 +142,14 @@ struct ApiState {
 }
 
 impl ApiState {
-    fn gw(&self) -> Gateway {
-        self.slot.get()
+    /// The gateway in place: 404 `not_found` while no chat channel is configured.
+    fn gw(&self) -> Answer<Gateway> {
+        self.slot.get().ok_or_else(|| {
+            error(
+                ErrorCode::NotFound,
+                "no chat channel is configured (the console's Settings, or `switchboard setup`, connects one)",
+            )
+        })
     }
 }
 
@@ -217,7 +234,7 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn status(State(s): State<ApiState>) -> Answer<Json<GatewayStatus>> {
-    let gw = s.gw();
+    let gw = s.gw()?;
     let store = gw.store();
     let (sessions, active_runs, pending_approvals, queued_messages) = async {
         let routes = store.routes().await?;
@@ -290,7 +307,7 @@ fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 async fn parked(
     State(s): State<ApiState>,
 ) -> Answer<Json<switchboard_protocol::gateway::ParkedBatchesResponse>> {
-    let parked = s.gw().store().parked().await.or_failed("parked batches")?;
+    let parked = s.gw()?.store().parked().await.or_failed("parked batches")?;
     Ok(Json(switchboard_protocol::gateway::ParkedBatchesResponse {
         parked,
     }))
@@ -304,7 +321,7 @@ async fn parked(
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 async fn sessions(State(s): State<ApiState>) -> Answer<Json<GatewaySessionsResponse>> {
-    let gw = s.gw();
+    let gw = s.gw()?;
     let store = gw.store();
     let (routes, activity) = async {
         Ok::<_, crate::store::StoreError>((store.routes().await?, store.chat_activity().await?))
@@ -338,7 +355,7 @@ async fn sessions(State(s): State<ApiState>) -> Answer<Json<GatewaySessionsRespo
               (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]
 async fn unbind(State(s): State<ApiState>, Path(key): Path<String>) -> Answer<StatusCode> {
-    if s.gw()
+    if s.gw()?
         .store()
         .delete_route(&key)
         .await

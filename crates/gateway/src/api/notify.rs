@@ -74,9 +74,9 @@ pub(crate) async fn send(
             "invalid kind: \"thread\" needs the thread's id in `thread`",
         ));
     }
-    let Some(ch) = s.gw().channel(&req.channel) else {
+    let Some(ch) = s.gw()?.channel(&req.channel) else {
         let mut names: Vec<String> = s
-            .gw()
+            .gw()?
             .channels()
             .iter()
             .map(|c| c.name().to_string())
@@ -103,7 +103,7 @@ pub(crate) async fn send(
     let text = crate::text::truncate(&req.text, ch.max_chars());
     if let Some(k) = &key {
         match s
-            .gw()
+            .gw()?
             .store()
             .claim_send(k)
             .await
@@ -125,8 +125,8 @@ pub(crate) async fn send(
     let sent = ch.send(&chat, &text, &[]).await;
     if let Some(k) = &key {
         let recorded = match &sent {
-            Ok(message_id) => s.gw().store().send_done(k, message_id).await,
-            Err(_) => s.gw().store().send_failed(k).await,
+            Ok(message_id) => s.gw()?.store().send_done(k, message_id).await,
+            Err(_) => s.gw()?.store().send_failed(k).await,
         };
         if let Err(e) = recorded {
             tracing::warn!(error = %e, "recording an idempotent send");
@@ -134,8 +134,8 @@ pub(crate) async fn send(
     }
     let message_id = sent.map_err(|e| error(ErrorCode::Unavailable, e.to_string()))?;
     if let Some(ctx) = req.context {
-        let ttl = s.gw().config().context_ttl;
-        s.gw()
+        let ttl = s.gw()?.config().context_ttl;
+        s.gw()?
             .store()
             .put_context(&req.channel, &req.target, &truncate_context(ctx), ttl)
             .await
@@ -187,7 +187,7 @@ pub(crate) async fn ask(
     }
     use crate::dispatcher::AskOutcome;
     match s
-        .gw()
+        .gw()?
         .ask(&req)
         .await
         .map_err(|e| gateway_error("asking for an approval", e))?
@@ -230,7 +230,7 @@ pub(crate) async fn expire(
         ));
     }
     match s
-        .gw()
+        .gw()?
         .expire(&id, &req.reason)
         .await
         .map_err(|e| gateway_error("expiring an approval", e))?

@@ -30,7 +30,7 @@ pub(crate) fn pairing_wire(
 pub(crate) async fn pairing_list(
     State(s): State<ApiState>,
 ) -> Answer<Json<PairingRequestsResponse>> {
-    let requests = crate::pairing::pending(s.gw().store())
+    let requests = crate::pairing::pending(s.gw()?.store())
         .await
         .and_then(|ps| {
             ps.into_iter()
@@ -102,7 +102,7 @@ pub(crate) async fn pairing_approve(
     switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
 ) -> Answer<Json<PairingRequest>> {
     check_decision(&req)?;
-    let decided = crate::pairing::approve(s.gw().store(), &req.channel, &req.code).await;
+    let decided = crate::pairing::approve(s.gw()?.store(), &req.channel, &req.code).await;
     pairing_decided("approving a pairing request", &req, decided)
 }
 
@@ -124,7 +124,7 @@ pub(crate) async fn pairing_refuse(
     switchboard_http::Json(req): switchboard_http::Json<PairingDecision>,
 ) -> Answer<Json<PairingRequest>> {
     check_decision(&req)?;
-    let gw = s.gw();
+    let gw = s.gw()?;
     let chat = gw.channel(&req.channel);
     let decided =
         crate::pairing::refuse(gw.store(), chat.as_deref(), &req.channel, &req.code).await;

@@ -9,4 +9,5 @@ pub mod messages;
 pub mod metrics;
 pub mod openai;
 pub mod sessions;
+pub mod settings;
 pub mod tools;
