@@ -36,6 +36,7 @@ pub const LOGIN_LINK_TTL: Duration = Duration::from_secs(15 * 60);
 const INDEX_HTML: &str = include_str!("../web/index.html");
 const APP_JS: &str = include_str!("../web/app.js");
 const MD_JS: &str = include_str!("../web/md.js");
+const SETTINGS_JS: &str = include_str!("../web/settings.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
@@ -48,13 +49,18 @@ const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &[u8], &str); 10] = [
+const ASSETS: [(&str, &[u8], &str); 11] = [
     (
         "app.js",
         APP_JS.as_bytes(),
         "text/javascript; charset=utf-8",
     ),
     ("md.js", MD_JS.as_bytes(), "text/javascript; charset=utf-8"),
+    (
+        "settings.js",
+        SETTINGS_JS.as_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
     ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),
     ("style.css", STYLE_CSS.as_bytes(), "text/css; charset=utf-8"),
     ("hl.css", HL_CSS.as_bytes(), "text/css; charset=utf-8"),
@@ -378,7 +384,7 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
+    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
                content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {

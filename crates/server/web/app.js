@@ -4,6 +4,7 @@
 // assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
 import { render } from './md.js';
+import { settingsPage } from './settings.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -170,9 +171,9 @@ $('show-archived').addEventListener('change', (e) => {
 });
 
 /** Pages that use the whole width (no session sidebar). */
-const WIDE = ['relay', 'schedules', 'inbox', 'channels'];
+const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'settings'];
 
-/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> */
+/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/settings */
 function route() {
   if (!S.me) return;
   const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
@@ -189,6 +190,7 @@ function route() {
   else if (kind === 'schedules') openSchedules(arg);
   else if (kind === 'inbox') openInbox();
   else if (kind === 'channels') openChannels();
+  else if (kind === 'settings') $('main').replaceChildren(settingsPage(settingsKit));
   else if (kind === 'new') $('main').replaceChildren(newSessionForm());
   else $('main').replaceChildren(homeView());
   markActive();
@@ -244,6 +246,13 @@ function markActive() {
 }
 
 const field = (label, input) => h('label.field', {}, h('span', {}, label), input);
+
+/** What the Settings page (settings.js) uses of the console. */
+const settingsKit = {
+  h, fill, api, toast, guard, field,
+  // The defaults a new session is offered changed with the settings.
+  changed: async () => { S.me = await api('GET', '/v1/console/me'); },
+};
 const MODES = ['read-only', 'workspace-write', 'full-access'];
 const modeSelect = (tid, value, name = 'mode') => h('select', { name, tid, value, 'aria-label': 'Permission mode' },
   MODES.map((m) => h('option', { value: m }, m)));
@@ -294,7 +303,9 @@ function homeView() {
       h('label.inline', {}, h('span', {}, 'Workspace'), cwd),
       h('label.inline', {}, h('span', {}, 'Backend'), backend),
       h('label.inline', {}, h('span', {}, 'Mode'), mode), go),
-    h('p.muted', {}, 'Or pick a session on the left, or ', h('a', { href: '#/new' }, 'set every option'), '.'));
+    h('p.muted', {}, 'Or pick a session on the left, or ', h('a', { href: '#/new' }, 'set every option'), '.'),
+    !S.me.default_model && h('p.warning', { tid: 'no-model' }, 'No model is configured yet: choose a provider and a model in ',
+      h('a', { href: '#/settings' }, 'Settings'), ' (or run ', h('code', {}, 'switchboard setup'), ' on the server).'));
   text.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }
   });
@@ -694,7 +705,9 @@ const HANDLERS = {
   },
   run_error(v, ev, ts) {
     add(v, h('div.run-error', { tid: 'run-error' },
-      `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''} · ${time(ts)}`, retryButton(v, ev.run_id)));
+      `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''} · ${time(ts)}`,
+      ev.code === 'not_configured' && h('a', { href: '#/settings', tid: 'run-error-settings' }, ' Open Settings'),
+      retryButton(v, ev.run_id)));
     endRun(v, ev.run_id);
   },
 };
@@ -1319,8 +1332,9 @@ async function refreshChannels() {
     status = await api('GET', '/v1/gateway/status');
   } catch (e) {
     if (e.status !== 404) throw e;
-    return fill(G.root, h('div.panel.empty', { tid: 'gateway-off' }, 'The chat gateway is not running on this server. Turn it on with ',
-      h('code', {}, '[gateway] enabled = true'), ' and a channel (Telegram, Slack, Discord or a webhook) in switchboard.toml; see the README.'));
+    return fill(G.root, h('div.panel.empty', { tid: 'gateway-off' }, 'No chat channel is connected. Connect Telegram, Slack or Discord in ',
+      h('a', { href: '#/settings' }, 'Settings'), ' (a webhook channel, or a gateway turned off with ', h('code', {}, '[gateway] enabled = false'),
+      ', is set in switchboard.toml).'));
   }
   const [{ sessions }, pairing, { parked }] = await Promise.all([
     api('GET', '/v1/gateway/sessions'),

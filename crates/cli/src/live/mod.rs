@@ -293,7 +293,15 @@ impl SettingsService for LiveSettings {
             model: new.model.clone(),
             permission_mode: new.permission_mode,
         });
-        let channels_changed = !added.is_empty() || !change.remove_channels.is_empty();
+        // Restarted only when a channel was given tokens, or one running was removed.
+        let running = |s: &Settings| {
+            s.gateway
+                .as_ref()
+                .filter(|g| g.enabled)
+                .map(|g| g.channel_names())
+                .unwrap_or_default()
+        };
+        let channels_changed = !added.is_empty() || running(&current) != running(&new);
         *current = new;
         if channels_changed && let Some(g) = self.gateway.get() {
             g.reload(&current).await.map_err(|e| {
