@@ -41,6 +41,27 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_else(fallback))
 }
 
+/// An optional field whose value is an object: `null` is absent, and anything but an object
+/// is refused (serde alone reads a struct from an array too: `[null, null]` would be a
+/// struct of two absent fields).
+pub fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error as _;
+    match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Null => Ok(None),
+        v @ serde_json::Value::Object(_) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(D::Error::custom),
+        other => Err(D::Error::custom(format!(
+            "expected an object, not {}",
+            crate::error::json_kind(&other)
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

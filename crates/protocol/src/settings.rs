@@ -108,18 +108,34 @@ pub struct ChannelSettings {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsUpdate {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nullable::object"
+    )]
     pub provider: Option<ProviderUpdate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_permission_mode: Option<PermissionMode>,
     /// Connects Telegram, or gives it another token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nullable::object"
+    )]
     pub telegram: Option<TokenUpdate>,
     /// Connects Slack (Socket Mode), or gives it other tokens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nullable::object"
+    )]
     pub slack: Option<SlackUpdate>,
     /// Connects Discord, or gives it another token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nullable::object"
+    )]
     pub discord: Option<TokenUpdate>,
     /// Channels to disconnect (their tokens are removed).
     #[serde(
@@ -215,4 +231,30 @@ pub struct ChannelCheck {
     /// Where to talk to it: a Telegram DM link, a Discord invite.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_reads_objects_only() {
+        let ok: SettingsUpdate = serde_json::from_str(
+            r#"{"provider": {"model": "m"}, "telegram": null, "remove_channels": null}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.provider.unwrap().model.as_deref(), Some("m"));
+        assert!(ok.telegram.is_none() && ok.remove_channels.is_empty());
+        for bad in [
+            r#"{"provider": [null, null]}"#,
+            r#"{"telegram": ["123:abc"]}"#,
+            r#"{"provider": {"modle": "m"}}"#,
+            r#"{"slack": {"bot_token": "x"}}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<SettingsUpdate>(bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

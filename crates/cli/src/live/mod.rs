@@ -26,7 +26,7 @@ use crate::setup::files::Files;
 use crate::setup::{Endpoint, endpoint};
 
 /// How long a provider or a platform has to answer a check.
-const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+const CHECK_TIMEOUT: Duration = Duration::from_secs(8);
 
 pub struct LiveSettings {
     /// The configuration file changes are written to (`serve`'s, else where `setup` would

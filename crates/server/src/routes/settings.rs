@@ -91,7 +91,8 @@ pub async fn providers(State(state): State<AppState>) -> Result<Json<ProvidersRe
 /// The models a provider lists (`current`: the one in force, with its key; another
 /// provider is asked without a key).
 #[utoipa::path(get, path = "/v1/providers/{name}/models", tag = "settings",
-    params(("name" = String, Path, description = "A name of `GET /v1/providers`, or `current`")),
+    params(("name" = String, Path, pattern = "^(current|custom|openai|anthropic|openrouter|local-[0-9]{1,5})$",
+        description = "A name of `GET /v1/providers` (`local-PORT` for a model server on this machine), or `current`")),
     security(("bearer" = [])),
     responses((status = 200, body = ModelsResponse),
               (status = 404, description = "`not_found`: no provider of that name", body = ErrorBody),
