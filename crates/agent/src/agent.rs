@@ -346,7 +346,7 @@ impl BuiltinAgent {
             .ok_or_else(|| {
                 BackendError::new(
                     RunErrorCode::NotConfigured,
-                    "no model configured: run `switchboard setup` on the server (or set SWITCHBOARD_MODEL there, or give `model` with the session)",
+                    "no model configured: choose one in the console's Settings page, or run `switchboard setup` on the server (or set SWITCHBOARD_MODEL there, or give `model` with the session)",
                     false,
                 )
             })?;

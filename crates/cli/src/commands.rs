@@ -364,7 +364,9 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             RunStep::Ended(RunEnd::Failed {
-                error, retryable, ..
+                code,
+                error,
+                retryable,
             }) => {
                 if wrote_text {
                     println!();
@@ -373,6 +375,12 @@ pub async fn chat(settings: &Settings, args: ChatArgs) -> Result<ExitCode> {
                     "error: {error}{}",
                     if retryable { " (retryable)" } else { "" }
                 );
+                if code == switchboard_protocol::RunErrorCode::NotConfigured {
+                    eprintln!(
+                        "choose a model in the console's Settings: {}/#/settings",
+                        server_url().trim_end_matches('/')
+                    );
+                }
                 return Ok(ExitCode::FAILURE);
             }
             RunStep::Ended(RunEnd::SessionGone) => {

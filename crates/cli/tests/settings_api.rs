@@ -331,3 +331,68 @@ async fn a_configuration_that_is_not_a_file_is_read_only() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn the_default_permission_mode_reaches_new_sessions_only() {
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nbase_url = \"{}\"\nmodel = \"m\"\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let server = ServerProcess::start(
+        &bin(),
+        &dir.path().join("data"),
+        TOKEN,
+        &[
+            ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
+            ("SWITCHBOARD_DEFAULT_CWD", "/tmp"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+            ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+        ],
+    )
+    .await
+    .unwrap();
+    let api = Api::new(&server);
+    let c = client(&server);
+    let before = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let (status, s) = api
+        .put(json!({"default_permission_mode": "read-only"}))
+        .await;
+    assert_eq!(status, 200, "{s}");
+    assert_eq!(s["default_permission_mode"], "read-only");
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("permission_mode = \"read-only\"")
+    );
+    let after = c
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap();
+    let mode = |id| {
+        let c = c.clone();
+        async move { c.get_session(id).await.unwrap().config.permission_mode }
+    };
+    assert_eq!(
+        mode(before.id).await,
+        switchboard_protocol::PermissionMode::WorkspaceWrite
+    );
+    assert_eq!(
+        mode(after.id).await,
+        switchboard_protocol::PermissionMode::ReadOnly
+    );
+    // What the console offers a new session follows.
+    let (status, me) = api.get("/v1/console/me").await;
+    assert_eq!(status, 200, "{me}");
+    assert_eq!(me["default_permission_mode"], "read-only");
+    assert_eq!(me["default_model"], "m");
+}

@@ -491,6 +491,12 @@ async fn without_any_model_the_start_and_the_chat_say_to_run_setup() {
         "{}",
         text(&chat)
     );
+    // And where the console's Settings are, on the server it talked to.
+    assert!(
+        text(&chat).contains(&format!("{}/#/settings", server.url.trim_end_matches('/'))),
+        "{}",
+        text(&chat)
+    );
 }
 
 /// The repository's Dockerfile builds the release binary as the README installs it, keeps

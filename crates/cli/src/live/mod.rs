@@ -32,8 +32,11 @@ pub struct LiveSettings {
     /// The configuration file changes are written to (`serve`'s, else where `setup` would
     /// write one).
     config_path: PathBuf,
-    /// What `serve` runs with now; held across a change, so changes go one at a time.
-    current: tokio::sync::Mutex<Settings>,
+    /// What `serve` runs with now.
+    current: parking_lot::RwLock<Settings>,
+    /// Held across a change (its checks may take seconds): changes go one at a time, while
+    /// reads carry on.
+    changes: tokio::sync::Mutex<()>,
     engine: Engine,
     provider: ProviderSlot,
     /// Set once `serve` listens (the gateway is a client of the API).
@@ -51,7 +54,8 @@ impl LiveSettings {
                 .config_path
                 .clone()
                 .unwrap_or_else(crate::config::default_config_path),
-            current: tokio::sync::Mutex::new(settings.clone()),
+            current: parking_lot::RwLock::new(settings.clone()),
+            changes: tokio::sync::Mutex::new(()),
             engine,
             provider,
             gateway: OnceLock::new(),
@@ -207,12 +211,13 @@ fn unlocked(
 #[async_trait::async_trait]
 impl SettingsService for LiveSettings {
     async fn get(&self) -> Result<SettingsResponse, ApiError> {
-        let current = self.current.lock().await;
+        let current = self.current.read().clone();
         Ok(self.view(&current))
     }
 
     async fn update(&self, change: SettingsUpdate) -> Result<SettingsResponse, ApiError> {
-        let mut current = self.current.lock().await;
+        let _one_at_a_time = self.changes.lock().await;
+        let current = self.current.read().clone();
         if let Some(why) = self.read_only_reason() {
             return Err(error(ErrorCode::SettingsReadOnly, why));
         }
@@ -302,9 +307,9 @@ impl SettingsService for LiveSettings {
                 .unwrap_or_default()
         };
         let channels_changed = !added.is_empty() || running(&current) != running(&new);
-        *current = new;
+        *self.current.write() = new.clone();
         if channels_changed && let Some(g) = self.gateway.get() {
-            g.reload(&current).await.map_err(|e| {
+            g.reload(&new).await.map_err(|e| {
                 tracing::error!(error = %e, "restarting the chat channels after a settings change");
                 error(
                     ErrorCode::Unavailable,
@@ -313,11 +318,11 @@ impl SettingsService for LiveSettings {
             })?;
         }
         tracing::info!("settings changed");
-        Ok(self.view(&current))
+        Ok(self.view(&new))
     }
 
     async fn providers(&self) -> Result<ProvidersResponse, ApiError> {
-        let current = self.current.lock().await.clone();
+        let current = self.current.read().clone();
         let in_force = provider_name(kind(&current.provider_kind), &current.base_url);
         let entry = |name: String, e: Endpoint, local: bool| ProviderEntry {
             current: name == in_force,
@@ -354,7 +359,7 @@ impl SettingsService for LiveSettings {
     }
 
     async fn models(&self, provider: &str) -> Result<ModelsResponse, ApiError> {
-        let current = self.current.lock().await.clone();
+        let current = self.current.read().clone();
         let e = named(provider, &current).ok_or_else(|| {
             error(
                 ErrorCode::NotFound,
@@ -373,7 +378,7 @@ impl SettingsService for LiveSettings {
     }
 
     async fn test_channel(&self, channel: ChannelKind) -> Result<ChannelCheck, ApiError> {
-        let current = self.current.lock().await.clone();
+        let current = self.current.read().clone();
         let not_configured = || {
             error(
                 ErrorCode::NotFound,
