@@ -6,30 +6,13 @@
 // asked for with `@@ {json}` lines on stdout, answered by one JSON line on stdin.
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
-import readline from 'node:readline';
 import {
-  WAIT, check, env, failedWith, finish, launch, noOverflow, noPageErrors, shot, sleep, step, until, watch,
+  WAIT, check, env, failedWith, finish, launch, noOverflow, noPageErrors, rust, shot, sleep, step, until, watch,
 } from './harness.mjs';
 
 const BASE = env('SB_URL').replace(/\/$/, '');
 const TOKEN = env('SB_TOKEN');
 const WORKSPACE = env('SB_WORKSPACE');
-
-// ---- the Rust side ----
-const answers = [];
-const waiting = [];
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  const w = waiting.shift();
-  if (w) w(JSON.parse(line));
-  else answers.push(JSON.parse(line));
-});
-function rust(cmd) {
-  process.stdout.write(`@@ ${JSON.stringify(cmd)}\n`);
-  return new Promise((resolve) => {
-    if (answers.length) resolve(answers.shift());
-    else waiting.push(resolve);
-  });
-}
 
 /** The API with the token (what another client, a CLI or a chat, would do). */
 async function call(method, p, body) {

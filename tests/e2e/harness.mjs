@@ -1,9 +1,10 @@
-// What the browser tests (console.mjs, daily.mjs) share: environment, steps and their
-// report, polling, screenshots, page-error watching, launching Chromium, and the ending.
+// What the browser tests (console.mjs, daily.mjs, settings.mjs) share: environment, steps and
+// their report, polling, screenshots, page-error watching, launching Chromium, and the ending.
 // A script prints `ok - <step>` / `not ok - <step>: <error>` per step and `N passed, M
 // failed`, and exits 0 only if every step passed; the Rust test reads that.
 
 import path from 'node:path';
+import readline from 'node:readline';
 import { chromium } from 'playwright-core';
 
 /** Per wait: the machine may be a loaded 2-core box. */
@@ -111,4 +112,25 @@ export async function finish(browser) {
   await browser?.close().catch(() => {});
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed === 0 && passed > 0 ? 0 : 1);
+}
+
+// ---- the Rust side: `@@ {json}` on stdout, one JSON line answered on stdin ----
+const answers = [];
+const waiting = [];
+let listening = false;
+/** Asks the Rust test for what only it can do (kill the server, a chat user writing …). */
+export function rust(cmd) {
+  if (!listening) {
+    listening = true;
+    readline.createInterface({ input: process.stdin }).on('line', (line) => {
+      const w = waiting.shift();
+      if (w) w(JSON.parse(line));
+      else answers.push(JSON.parse(line));
+    });
+  }
+  process.stdout.write(`@@ ${JSON.stringify(cmd)}\n`);
+  return new Promise((resolve) => {
+    if (answers.length) resolve(answers.shift());
+    else waiting.push(resolve);
+  });
 }

@@ -5,35 +5,19 @@
 // restart —, what an environment variable sets shown and locked, the home screen's hint
 // when no model is configured gone once one is.
 // What only the Rust side can do is asked for with `@@ {json}` lines on stdout, answered by
-// one JSON line on stdin: `dm` (a Telegram user writes), `bot_messages`, `last_model` (the
+// one JSON line on stdin: `dm` (a Telegram user writes), `last_model` (the
 // model the mock LLM was last asked for), `secrets` (the secrets file's mode and whether it
 // holds the Telegram token).
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
-import readline from 'node:readline';
 import {
-  WAIT, check, env, failedWith, finish, launch, noOverflow, noPageErrors, shot, sleep, step, until, watch,
+  WAIT, check, env, failedWith, finish, launch, noOverflow, noPageErrors, rust, shot, sleep, step, until, watch,
 } from './harness.mjs';
 
 const BASE = env('SB_URL').replace(/\/$/, '');
 const TOKEN = env('SB_TOKEN');
 const TG_TOKEN = env('SB_TELEGRAM_TOKEN');
 const BOT = env('SB_TELEGRAM_BOT');
-
-const answers = [];
-const waiting = [];
-readline.createInterface({ input: process.stdin }).on('line', (line) => {
-  const w = waiting.shift();
-  if (w) w(JSON.parse(line));
-  else answers.push(JSON.parse(line));
-});
-function rust(cmd) {
-  process.stdout.write(`@@ ${JSON.stringify(cmd)}\n`);
-  return new Promise((resolve) => {
-    if (answers.length) resolve(answers.shift());
-    else waiting.push(resolve);
-  });
-}
 
 let browser;
 let page;

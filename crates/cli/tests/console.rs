@@ -6,28 +6,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::browser::{Script, assert_shots};
 use common::*;
 use serde_json::json;
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn chromium() -> PathBuf {
-    for p in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("no chromium found (scripts/test installs Debian's `chromium`)");
-}
 
 /// The replies, in the order the e2e script's steps ask for them.
 fn script(llm: &MockLlm) {
@@ -80,12 +64,6 @@ fn script(llm: &MockLlm) {
 
 #[tokio::test]
 async fn console_in_headless_chromium() {
-    let root = repo_root();
-    let e2e = root.join("tests/e2e");
-    assert!(
-        e2e.join("node_modules/playwright-core").exists(),
-        "playwright-core is missing: run scripts/test (it runs `npm ci` in tests/e2e)"
-    );
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -158,38 +136,29 @@ async fn console_in_headless_chromium() {
         "{login_url}"
     );
 
-    let shots = root.join("target/console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = tokio::process::Command::new("node")
-        .arg(e2e.join("console.mjs"))
-        .current_dir(&e2e)
-        .env("SB_URL", &server.url)
-        .env("SB_TOKEN", TOKEN)
-        .env("SB_LOGIN_URL", &login_url)
-        .env("SB_BIN", bin())
-        .env("SB_WORKSPACE", &ws)
-        .env("SB_SCREENSHOTS", &shots)
-        .env("SB_BUNDLE", "dev")
-        .env("CHROMIUM", chromium())
-        .env("SWITCHBOARD_DATA_DIR", &data)
-        .env("SWITCHBOARD_CONFIG", &config)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(400), out)
-        .await
-        .expect("the browser test finished within 400 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "browser test failed:\n{stdout}\n--- stderr\n{stderr}\n--- server\n{}",
-        server.logs()
+    let (bin, ws_s, data_s, config_s) = (
+        bin().to_str().unwrap().to_string(),
+        ws.to_str().unwrap().to_string(),
+        data.to_str().unwrap().to_string(),
+        config.to_str().unwrap().to_string(),
     );
-    assert!(!stdout.contains("not ok"), "{stdout}");
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    for shot in [
+    Script::start(
+        "console.mjs",
+        &[
+            ("SB_URL", &server.url),
+            ("SB_TOKEN", TOKEN),
+            ("SB_LOGIN_URL", &login_url),
+            ("SB_BIN", &bin),
+            ("SB_WORKSPACE", &ws_s),
+            ("SB_BUNDLE", "dev"),
+            ("SWITCHBOARD_DATA_DIR", &data_s),
+            ("SWITCHBOARD_CONFIG", &config_s),
+        ],
+        Duration::from_secs(400),
+    )
+    .finish(|| server.logs())
+    .await;
+    assert_shots(&[
         "01-sign-in.png",
         "02-session-streamed.png",
         "03-approval-card.png",
@@ -197,12 +166,7 @@ async fn console_in_headless_chromium() {
         "05-relay.png",
         "06-phone-approval.png",
         "07-attachments.png",
-    ] {
-        let len = std::fs::metadata(shots.join(shot))
-            .map(|m| m.len())
-            .unwrap_or(0);
-        assert!(len > 1000, "screenshot {shot} missing or empty");
-    }
+    ]);
     assert_eq!(llm.queued(), 0, "every scripted reply was used");
     let attached = llm
         .requests()
@@ -444,7 +408,7 @@ async fn console_sign_in_and_guards() {
 /// and pathological input in bounded time.
 #[tokio::test]
 async fn markdown_and_highlighter_unit_tests_pass_in_node() {
-    let e2e = repo_root().join("tests/e2e");
+    let e2e = common::browser::repo_root().join("tests/e2e");
     let out = tokio::process::Command::new("node")
         .args(["--test", "md.test.mjs"])
         .current_dir(&e2e)

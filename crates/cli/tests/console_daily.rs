@@ -13,33 +13,17 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::browser::{Script, assert_shots};
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use switchboard_test_support::fake_telegram::FakeTelegram;
 use switchboard_test_support::mock_llm::{MockLlm, MockReply, RecordedRequest};
 use switchboard_test_support::process::ServerProcess;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn chromium() -> PathBuf {
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-        .expect("no chromium found (scripts/test installs Debian's `chromium`)")
-}
 
 /// The last message of a chat-completions request: its role and text.
 fn last_message(r: &RecordedRequest) -> (String, String) {
@@ -121,12 +105,6 @@ async fn serve(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_as_a_daily_tool_in_headless_chromium() {
-    let root = repo_root();
-    let e2e = root.join("tests/e2e");
-    assert!(
-        e2e.join("node_modules/playwright-core").exists(),
-        "playwright-core is missing: run scripts/test (it runs `npm ci` in tests/e2e)"
-    );
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -139,50 +117,17 @@ async fn the_console_as_a_daily_tool_in_headless_chromium() {
     let mut server = Some(serve(&data, &llm, &listen, &tg, &ws).await);
     let url = server.as_ref().unwrap().url.clone();
 
-    let shots = root.join("target/console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let mut child = tokio::process::Command::new("node")
-        .arg(e2e.join("daily.mjs"))
-        .current_dir(&e2e)
-        .env("SB_URL", &url)
-        .env("SB_TOKEN", TOKEN)
-        .env("SB_WORKSPACE", &ws)
-        .env("SB_SCREENSHOTS", &shots)
-        .env("CHROMIUM", chromium())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = child.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut out = String::new();
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(l)) = lines.next_line().await {
-            out.push_str(&l);
-            out.push('\n');
-        }
-        out
-    });
-    let deadline = Instant::now() + Duration::from_secs(400);
-    let mut stdout = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = match tokio::time::timeout(left, lines.next_line()).await {
-            Ok(Ok(Some(l))) => l,
-            Ok(_) => break,
-            Err(_) => panic!("the browser test did not finish within 400 s:\n{stdout}"),
-        };
-        let Some(cmd) = line.strip_prefix("@@ ") else {
-            println!("{line}");
-            stdout.push_str(&line);
-            stdout.push('\n');
-            continue;
-        };
-        let cmd: Value = serde_json::from_str(cmd).unwrap();
+    let workspace = ws.to_str().unwrap().to_string();
+    let mut script = Script::start(
+        "daily.mjs",
+        &[
+            ("SB_URL", &url),
+            ("SB_TOKEN", TOKEN),
+            ("SB_WORKSPACE", &workspace),
+        ],
+        Duration::from_secs(400),
+    );
+    while let Some(cmd) = script.next_command().await {
         let answer = match cmd["cmd"].as_str().unwrap() {
             "kill" => {
                 server.as_mut().unwrap().kill().await;
@@ -216,28 +161,10 @@ async fn the_console_as_a_daily_tool_in_headless_chromium() {
             }
             other => panic!("unknown command from the browser test: {other}"),
         };
-        stdin
-            .write_all(format!("{answer}\n").as_bytes())
-            .await
-            .unwrap();
+        script.answer(answer).await;
     }
-    let status = child.wait().await.unwrap();
-    let stderr = stderr.await.unwrap();
-    let logs = server.as_ref().map(|s| s.logs()).unwrap_or_default();
-    assert!(
-        status.success(),
-        "browser test failed:\n{stdout}\n--- stderr\n{stderr}\n--- server\n{logs}"
-    );
-    assert!(!stdout.contains("not ok"), "{stdout}");
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
-    for shot in ["10-inbox.png", "11-channels.png", "12-home.png"] {
-        let p = shots.join(shot);
-        assert!(
-            std::fs::metadata(&p)
-                .map(|m| m.len() > 1000)
-                .unwrap_or(false),
-            "{} missing",
-            p.display()
-        );
-    }
+    script
+        .finish(|| server.as_ref().map(|s| s.logs()).unwrap_or_default())
+        .await;
+    assert_shots(&["10-inbox.png", "11-channels.png", "12-home.png"]);
 }
