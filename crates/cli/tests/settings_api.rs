@@ -396,3 +396,102 @@ async fn the_default_permission_mode_reaches_new_sessions_only() {
     assert_eq!(me["default_permission_mode"], "read-only");
     assert_eq!(me["default_model"], "m");
 }
+
+/// A client that gives up while a change is being checked does not leave it half done: the
+/// change carries on, and is applied (or put back) as if it had waited.
+#[tokio::test]
+async fn a_change_whose_client_goes_away_is_finished_anyway() {
+    let llm = MockLlm::start().await;
+    let tg = FakeTelegram::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nbase_url = \"{}\"\nmodel = \"m\"\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let tg_url = tg.base_url();
+    let server = ServerProcess::start(
+        &bin(),
+        &dir.path().join("data"),
+        TOKEN,
+        &[
+            ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
+            ("SWITCHBOARD_DEFAULT_CWD", "/tmp"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+            ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", &tg_url),
+            ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await
+    .unwrap();
+    // Telegram takes two seconds to say who the bot is; the client waits a quarter of one.
+    tg.slow_answers("getMe", 1, Duration::from_secs(2));
+    let gave_up = reqwest::Client::new()
+        .put(format!("{}/v1/settings", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"telegram": {"token": FakeTelegram::TOKEN}}))
+        .timeout(Duration::from_millis(250))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client was meant to give up");
+    let api = Api::new(&server);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, s) = api.get("/v1/settings").await;
+        if s["channels"][0]["configured"] == true {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the change was not finished: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(api.get("/v1/gateway/status").await.0, 200);
+}
+
+/// The README's path: `serve` started with no configuration file and no variables, the model
+/// chosen over the API (the console's Settings page): the configuration file is made where
+/// `setup` would make it, and the next chat streams an answer — no restart, nothing edited.
+#[tokio::test]
+async fn without_a_configuration_file_the_settings_make_the_default_one() {
+    let llm = MockLlm::start().await;
+    llm.set_responder(|_| MockReply::text(&["hello", " there"]));
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    let server = ServerProcess::start(
+        &bin(),
+        &dir.path().join("data"),
+        TOKEN,
+        &[
+            ("XDG_CONFIG_HOME", xdg.to_str().unwrap()),
+            ("SWITCHBOARD_DEFAULT_CWD", "/tmp"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+            ("SWITCHBOARD_LOCAL_MODEL_PORTS", "off"),
+        ],
+    )
+    .await
+    .unwrap();
+    let api = Api::new(&server);
+    let (_, s) = api.get("/v1/settings").await;
+    assert_eq!(s["writable"], true, "{s}");
+    assert!(s["provider"]["model"].is_null(), "{s}");
+    let (status, s) = api
+        .put(json!({"provider": {"kind": "openai", "base_url": llm.base_url()}}))
+        .await;
+    assert_eq!(status, 200, "{s}");
+    // No model given: the provider's first one to chat with.
+    assert_eq!(s["provider"]["model"], "mock-model", "{s}");
+    let file = xdg.join("switchboard/switchboard.toml");
+    assert_eq!(s["config_file"], file.to_str().unwrap());
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(chat_model(&server, &llm).await, "mock-model");
+}

@@ -77,7 +77,17 @@ pub async fn update(
     State(state): State<AppState>,
     extract::Json(change): extract::Json<SettingsUpdate>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
-    Ok(Json(service(&state)?.update(change).await?))
+    let service = service(&state)?.clone();
+    // On a task of its own: a client that goes away mid-change (its checks take seconds)
+    // does not leave the files written and the change neither applied nor put back.
+    let change = tokio::spawn(async move { service.update(change).await });
+    match change.await {
+        Ok(answer) => Ok(Json(answer?)),
+        Err(e) => {
+            tracing::error!(error = %e, "a settings change panicked");
+            Err(ApiError::new(ErrorCode::Internal, "internal error"))
+        }
+    }
 }
 
 /// The providers a setting can name: OpenAI, Anthropic, OpenRouter, the model servers
