@@ -748,6 +748,7 @@ mod tests {
             context: vec![],
             overrides: None,
             attachments: vec![],
+            sandbox: None,
         };
         assert_eq!(ignored_options(&input), None);
         input.overrides = Some(switchboard_protocol::RunOverrides {

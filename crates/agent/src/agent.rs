@@ -31,6 +31,8 @@ pub struct AgentConfig {
     /// When the model refuses a message's images: send it again without them (the text
     /// still names the files and their copies in the workspace) instead of failing the run.
     pub image_fallback: bool,
+    /// How `run_command` confines commands (`[sandbox]`); none: they run as the server's user.
+    pub sandbox: Option<std::sync::Arc<crate::tools::sandbox::SandboxSettings>>,
 }
 
 impl Default for AgentConfig {
@@ -45,6 +47,7 @@ impl Default for AgentConfig {
             max_turns: 50,
             limits: ToolLimits::default(),
             image_fallback: false,
+            sandbox: None,
         }
     }
 }
@@ -313,6 +316,15 @@ impl BuiltinAgent {
 
 #[async_trait]
 impl Backend for BuiltinAgent {
+    /// With a sandbox this machine can enforce (or one that is required, which then
+    /// refuses each command rather than run it unconfined).
+    fn sandboxes(&self) -> bool {
+        self.config
+            .sandbox
+            .as_ref()
+            .is_some_and(|s| s.available || s.required)
+    }
+
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError> {
         // The session's MCP servers live as long as the run.
         let (mcp, notices) = McpTools::connect(&ctx.mcp_servers, &ctx.cwd).await;
@@ -361,7 +373,13 @@ impl BuiltinAgent {
                     false,
                 )
             })?
-            .protecting(ctx.protected.clone());
+            .protecting(ctx.protected.clone())
+            .sandboxed(
+                self.config
+                    .sandbox
+                    .clone()
+                    .filter(|s| s.applies(ctx.config.permission_mode, ctx.input.sandbox)),
+            );
         let mut specs = tools::specs();
         specs.extend(mcp.specs());
         let mut used_ids: HashSet<String> = ctx

@@ -30,7 +30,10 @@
 //!     message confirmed and counted), RSS after warm-up / peak / end, p50 and p99 delivery
 //!     latency from commit to reader.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! (x) sandbox set-up (`--only x`): a command started directly, through the sandbox's
+//!     launcher, and with a cgroup of its own (needs the `switchboard` binary beside this one).
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -41,6 +44,7 @@ use anyhow::{Context, Result};
 mod checkpoints;
 mod common;
 mod failover;
+mod sandbox;
 mod scale;
 mod single;
 mod soak;
@@ -220,6 +224,24 @@ async fn main() -> Result<()> {
             "(g) resume all 100,000 events, separate server process (s)",
             &all,
             3,
+        );
+    }
+    if want("x") {
+        let (direct, confined, grouped) = sandbox::sandbox(runs).await?;
+        row(
+            "(x) `bash -c true`, started directly (ms per command)",
+            &direct,
+            2,
+        );
+        row(
+            "(x) the same through the sandbox's launcher: Landlock, rlimits (ms)",
+            &confined,
+            2,
+        );
+        row(
+            "(x) the same with a cgroup of its own capping processes (ms)",
+            &grouped,
+            2,
         );
     }
     if want("h") {

@@ -215,6 +215,18 @@ pub async fn run(config: Option<&Path>, data_dir: Option<&Path>) -> Result<ExitC
         },
         Err(e) => check("provider", Verdict::Fail(format!("{e:#}"))),
     }
+    // What confines the agent's commands here.
+    let found = crate::sandbox_cmd::mechanisms();
+    let line = crate::sandbox_cmd::describe(&settings, &found);
+    check(
+        "sandbox",
+        match (settings.sandbox.mode, found.available()) {
+            (crate::config::SandboxMode::Off, _) => Verdict::Warn(line),
+            (crate::config::SandboxMode::Required, false) => Verdict::Fail(line),
+            (_, false) => Verdict::Warn(line),
+            (_, true) => Verdict::Ok(line),
+        },
+    );
     Ok(if failed {
         ExitCode::FAILURE
     } else {

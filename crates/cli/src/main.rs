@@ -11,6 +11,7 @@ mod hub_cmd;
 mod live;
 mod local_model;
 mod relay_cmd;
+mod sandbox_cmd;
 mod schedule_cmd;
 mod serve;
 mod setup;
@@ -112,6 +113,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The sandbox's launcher: before anything else (no runtime, no threads, no logging), it
+    // confines itself and becomes the command.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .get(1)
+        .is_some_and(|a| a == switchboard_sandbox::SUBCOMMAND)
+    {
+        return sandbox_cmd::exec(&args[2..]);
+    }
     let cli = Cli::parse();
     telemetry::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -87,6 +87,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
             output_cap: settings.output_cap_chars,
         },
         image_fallback: settings.image_fallback,
+        sandbox: crate::sandbox_cmd::settings(settings, &crate::sandbox_cmd::mechanisms()),
         ..AgentConfig::default()
     };
     if let Some(p) = &settings.system_prompt {
@@ -242,6 +243,10 @@ pub async fn run(mut settings: Settings) -> Result<()> {
     let model_line = match crate::local_model::describe(&settings) {
         Ok(m) | Err(m) => format!("model: {m}"),
     };
+    let sandbox_line = format!(
+        "sandbox: {}",
+        crate::sandbox_cmd::describe(&settings, &crate::sandbox_cmd::mechanisms())
+    );
     let app = build(&settings, token.clone()).await?;
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
@@ -272,6 +277,7 @@ pub async fn run(mut settings: Settings) -> Result<()> {
     println!("token: {token_note}");
     println!("data directory: {}", settings.data_dir.display());
     println!("{model_line}");
+    println!("{sandbox_line}");
     tracing::debug!(%addr, "serving");
     let engine = app.engine.clone();
     // The server's routes carry their own body limits (the JSON limit, and the per-file

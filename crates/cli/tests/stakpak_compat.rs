@@ -878,28 +878,12 @@ async fn overrides_sandbox_and_context_as_that_client_sends_them() {
     );
     assert!(ws.path().join("auto.txt").exists());
 
-    // `sandbox: true` is refused, never run without one; nothing is stored.
-    let before: GetMessagesResponse = c
-        .json(
-            reqwest::Method::GET,
-            &format!("/v1/sessions/{id}/messages"),
-            None,
-        )
-        .await;
+    // `sandbox: true` is accepted: this server confines the built-in agent's commands
+    // (tests/sandbox.rs shows what that keeps out, and the refusal where it cannot).
+    llm.push(MockReply::text(&["confined"]));
     let body = r#"{"message":{"role":"user","content":"rm -rf build"},"type":"message","run_id":null,"model":null,"sandbox":true,"context":null,"overrides":null}"#;
-    let (status, text) = c.send_raw(id, body).await;
-    assert_eq!(status, 422, "{text}");
-    let err: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(err["code"], "sandbox_unsupported");
-    assert!(err["error"].as_str().unwrap().contains("sandbox"));
-    let after: GetMessagesResponse = c
-        .json(
-            reqwest::Method::GET,
-            &format!("/v1/sessions/{id}/messages"),
-            None,
-        )
-        .await;
-    assert_eq!(before.total, after.total);
+    let run = run_id_of(&c.send_raw(id, body).await);
+    stream.until_terminal(run).await;
     // `sandbox: false` is simply a run.
     llm.push(MockReply::text(&["fine"]));
     let body = r#"{"message":{"role":"user","content":"hi"},"type":"message","run_id":null,"model":null,"sandbox":false,"context":null,"overrides":null}"#;

@@ -44,6 +44,10 @@ pub struct RunInput {
     /// The files attached to the message, as they were when it was sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<switchboard_protocol::FileInfo>,
+    /// The message's `sandbox`: `Some(true)` asks for the run's commands to be confined (a
+    /// backend that cannot is refused at the send); anything else leaves it to the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<bool>,
 }
 
 fn lenient_overrides<'de, D: serde::Deserializer<'de>>(
@@ -197,6 +201,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs one turn. Emit events through `ctx.handle`; return when the turn is over. When
     /// `ctx.cancel` fires, stop promptly and return (any result; the engine records the run
     /// as cancelled).
+    /// Whether this backend confines the commands of a run that asks for a sandbox
+    /// (`sandbox: true`); one that does not has such a message refused.
+    fn sandboxes(&self) -> bool {
+        false
+    }
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError>;
 
     /// When steering sent during a run reaches this backend's agent.
@@ -615,6 +624,7 @@ mod tests {
             ],
             overrides: None,
             attachments: vec![],
+            sandbox: None,
         };
         let text = input.prompt_text();
         let high = text.find("<context name=\"high 'q'\">").unwrap();
@@ -636,6 +646,7 @@ mod tests {
             }],
             overrides: None,
             attachments: vec![],
+            sandbox: None,
         };
         let text = input.prompt_text();
         // One block, opened and closed by Switchboard alone.

@@ -200,8 +200,10 @@ pub struct SendMessageRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(pattern = r"\S")]
     pub model: Option<String>,
-    /// Run in a sandbox. Switchboard has none: `true` is refused with 422
-    /// `sandbox_unsupported` rather than run unsandboxed; `false` and `null` are accepted.
+    /// Run the run's commands in the sandbox (docs/sandbox.md), even in `full-access` mode.
+    /// A server that cannot (its sandbox off, or a backend that does not confine, such as an
+    /// ACP agent) refuses `true` with 422 `sandbox_unsupported` rather than run unconfined.
+    /// `false` and `null` leave it to the server: a message cannot turn the sandbox off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<bool>,
     /// Caller context, shown to the agent before the message (at most 32 items).

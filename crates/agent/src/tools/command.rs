@@ -64,19 +64,72 @@ pub(super) async fn run_command(
             }
         },
     };
-    let mut cmd = command_for(ws.root(), command);
+    // Confined when the run is sandboxed and this machine can; refused when it cannot and
+    // the sandbox is required.
+    let (mut cmd, confined, told) = match ws.sandbox() {
+        Some(sb) if sb.available => {
+            let hidden = ws.protected_paths();
+            match super::sandbox::bash(sb, ws.root(), hidden, command) {
+                Ok((cmd, confined)) => (cmd, Some(confined), Some(sb.describe(ws.root()))),
+                Err(e) => return ToolOutput::error(format!("run_command: {e}")),
+            }
+        }
+        Some(sb) if sb.required => {
+            return ToolOutput::error(
+                "run_command: refused: the sandbox is required ([sandbox] mode = \"required\") and this machine cannot sandbox commands (no Landlock in its kernel)",
+            );
+        }
+        Some(_) => {
+            notes.push(
+                "note: this machine cannot sandbox commands (no Landlock in its kernel): it ran as the server's user"
+                    .to_owned(),
+            );
+            (plain_bash(command), None, None)
+        }
+        None => (plain_bash(command), None, None),
+    };
+    prepare(&mut cmd, ws.root());
     scrub_env(&mut cmd);
-    tracing::debug!(command, timeout_s = timeout.as_secs(), "run_command");
-    run(cmd, timeout, limits.output_cap, notes, cancel).await
+    tracing::debug!(
+        command,
+        timeout_s = timeout.as_secs(),
+        sandboxed = confined.is_some(),
+        "run_command"
+    );
+    let mut out = run(cmd, timeout, limits.output_cap, notes, cancel).await;
+    drop(confined);
+    if let Some(told) = told
+        && out.is_error
+        && denied(&out.content)
+    {
+        out.content.push_str("\nnote: ");
+        out.content.push_str(&told);
+    }
+    out
 }
 
-/// `bash -c COMMAND` in `root`: stdin closed, stdout and stderr piped, its own process group,
-/// killed when dropped. The environment still needs [`scrub_env`].
-fn command_for(root: &Path, command: &str) -> Command {
+/// Whether a command's output reads like a refusal (of the sandbox, when it ran in one).
+fn denied(output: &str) -> bool {
+    [
+        "Permission denied",
+        "Operation not permitted",
+        "Network is unreachable",
+    ]
+    .iter()
+    .any(|w| output.contains(w))
+}
+
+/// `bash -c COMMAND`, unconfined.
+fn plain_bash(command: &str) -> Command {
     let mut cmd = Command::new("bash");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(root)
+    cmd.arg("-c").arg(command);
+    cmd
+}
+
+/// In `root`: stdin closed, stdout and stderr piped, its own process group, killed when
+/// dropped. The environment still needs [`scrub_env`].
+fn prepare(cmd: &mut Command, root: &Path) {
+    cmd.current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -84,7 +137,6 @@ fn command_for(root: &Path, command: &str) -> Command {
         .env("GIT_TERMINAL_PROMPT", "0")
         .process_group(0)
         .kill_on_drop(true);
-    cmd
 }
 
 /// Removes the server's secrets from the child's environment: every `SWITCHBOARD_*` variable,
@@ -444,7 +496,8 @@ mod tests {
     #[tokio::test]
     async fn secrets_are_removed_from_the_environment() {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = command_for(dir.path(), "env");
+        let mut cmd = plain_bash("env");
+        prepare(&mut cmd, dir.path());
         cmd.env("SWITCHBOARD_TOKEN", "s3cret")
             .env("SWITCHBOARD_DB_URL", "s3cret")
             .env("OPENAI_API_KEY", "s3cret")

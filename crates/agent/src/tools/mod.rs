@@ -16,6 +16,7 @@
 mod command;
 mod files;
 mod path;
+pub mod sandbox;
 
 use std::path::PathBuf;
 use std::time::Duration;

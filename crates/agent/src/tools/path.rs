@@ -41,6 +41,8 @@ pub struct Workspace {
     confine: bool,
     /// Refused in every mode, wherever they are.
     protected: ProtectedPaths,
+    /// How `run_command` confines its commands here (none: it does not).
+    sandbox: Option<std::sync::Arc<super::sandbox::SandboxSettings>>,
 }
 
 impl Workspace {
@@ -59,7 +61,27 @@ impl Workspace {
             root: canonical,
             confine,
             protected: ProtectedPaths::default(),
+            sandbox: None,
         })
+    }
+
+    /// The same, with commands run in `sandbox`.
+    pub fn sandboxed(
+        mut self,
+        sandbox: Option<std::sync::Arc<super::sandbox::SandboxSettings>>,
+    ) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// How commands run here are confined, if they are.
+    pub(crate) fn sandbox(&self) -> Option<&super::sandbox::SandboxSettings> {
+        self.sandbox.as_deref()
+    }
+
+    /// Switchboard's own state, as paths.
+    pub(crate) fn protected_paths(&self) -> Vec<PathBuf> {
+        self.protected.iter().map(Path::to_path_buf).collect()
     }
 
     /// The same, refusing `protected` (Switchboard's own state) in every mode.

@@ -44,6 +44,23 @@ pub struct FileConfig {
     pub checkpoints: CheckpointsSection,
     #[serde(default)]
     pub mcp: McpSection,
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+}
+
+/// `[sandbox]`: how the built-in agent's commands are confined (docs/sandbox.md).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// `auto` (the default: confine where this machine can, and say so), `required`
+    /// (refuse a command that cannot be confined) or `off`.
+    pub mode: Option<String>,
+    /// `none` (the default) or `full`.
+    pub network: Option<String>,
+    /// Most processes one command may have at once (default 512).
+    pub max_processes: Option<u64>,
+    /// Confine `full-access` sessions' commands too (default false).
+    pub full_access: Option<bool>,
 }
 
 /// `[mcp.servers.NAME]`: MCP servers every session's agent gets (a session may add its own).

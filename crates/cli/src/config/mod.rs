@@ -10,8 +10,8 @@ mod file;
 mod parse;
 
 pub use file::*;
-pub use parse::redact_url;
 use parse::*;
+pub use parse::{SandboxConfig, SandboxMode, redact_url};
 
 pub use switchboard_gateway::settings::GatewaySettings;
 pub use switchboard_relay::settings::RelaySettings;
@@ -209,6 +209,8 @@ pub struct Settings {
     pub speech: Option<switchboard_gateway::speech::SpeechConfig>,
     pub checkpoints: switchboard_engine::checkpoints::CheckpointConfig,
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
+    /// `[sandbox]`: how the built-in agent's commands are confined.
+    pub sandbox: SandboxConfig,
 }
 
 /// `[sessions] history_max_messages` / `history_max_chars` (or `SWITCHBOARD_HISTORY_MAX_*`);
@@ -523,6 +525,7 @@ impl Settings {
             speech: speech(&file.speech)?,
             checkpoints: checkpoints(&file.checkpoints, &data_dir)?,
             mcp_servers: mcp_servers(&file.mcp)?,
+            sandbox: sandbox(&file.sandbox)?,
         })
     }
 

@@ -302,3 +302,71 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
         }
     }
 }
+
+/// `[sandbox]` as `serve` applies it (docs/sandbox.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    pub network: switchboard_sandbox::Network,
+    pub max_processes: u64,
+    pub full_access: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Confine where this machine can; where it cannot, run and say so.
+    Auto,
+    /// Refuse a command that cannot be confined.
+    Required,
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Required => "required",
+            Self::Off => "off",
+        }
+    }
+}
+
+/// `[sandbox]` with `SWITCHBOARD_SANDBOX` (the mode), `SWITCHBOARD_SANDBOX_NETWORK` and
+/// `SWITCHBOARD_SANDBOX_MAX_PROCESSES` over it.
+pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
+    let mode = match env("SWITCHBOARD_SANDBOX")
+        .or(section.mode.clone())
+        .as_deref()
+        .unwrap_or("auto")
+    {
+        "auto" => SandboxMode::Auto,
+        "required" => SandboxMode::Required,
+        "off" => SandboxMode::Off,
+        other => bail!(
+            "[sandbox] mode = {other:?} (SWITCHBOARD_SANDBOX): expected auto, required or off"
+        ),
+    };
+    let network = match env("SWITCHBOARD_SANDBOX_NETWORK")
+        .or(section.network.clone())
+        .as_deref()
+        .unwrap_or("none")
+    {
+        "none" => switchboard_sandbox::Network::None,
+        "full" => switchboard_sandbox::Network::Full,
+        other => bail!(
+            "[sandbox] network = {other:?} (SWITCHBOARD_SANDBOX_NETWORK): expected none or full"
+        ),
+    };
+    let max_processes = env_parse::<u64>("SWITCHBOARD_SANDBOX_MAX_PROCESSES")?
+        .or(section.max_processes)
+        .unwrap_or(512);
+    if max_processes < 8 {
+        bail!("[sandbox] max_processes must be at least 8 (a shell and a pipeline need a few)");
+    }
+    Ok(SandboxConfig {
+        mode,
+        network,
+        max_processes,
+        full_access: section.full_access.unwrap_or(false),
+    })
+}

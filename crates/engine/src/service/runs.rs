@@ -90,7 +90,18 @@ impl Engine {
             return Err(EngineError::ShuttingDown);
         }
         validate_message(&req)?;
-        self.record(session_id).await?;
+        let record = self.record(session_id).await?;
+        // Refused, never ignored: a caller who asked for a sandbox must not get a run
+        // without one, and only a backend that confines its commands gives one.
+        if req.sandbox == Some(true)
+            && !self
+                .inner
+                .backends
+                .resolve(&session_config(&record)?.backend)?
+                .sandboxes()
+        {
+            return Err(EngineError::SandboxUnsupported);
+        }
         let attachments = self
             .attachments(session_id, &req.message.attachments)
             .await?;
@@ -214,6 +225,7 @@ impl Engine {
             context: req.context.clone(),
             overrides,
             attachments,
+            sandbox: req.sandbox,
         };
         let new = NewRun {
             id: Uuid::now_v7(),
@@ -786,10 +798,6 @@ pub(super) fn validate_message(req: &SendMessageRequest) -> Result<(), EngineErr
                 format!("longer than {MAX_SYSTEM_PROMPT_CHARS} characters"),
             ));
         }
-    }
-    // Refused, never ignored: a caller who asked for a sandbox must not get a run without.
-    if req.sandbox == Some(true) {
-        return Err(EngineError::SandboxUnsupported);
     }
     Ok(())
 }

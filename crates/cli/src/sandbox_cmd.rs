@@ -1,0 +1,117 @@
+//! `switchboard sandbox-exec POLICY -- PROGRAM ARGS…`: the sandbox's launcher (not in
+//! `--help`: Switchboard runs it, people do not). It confines itself to the policy and
+//! becomes the program. And what `serve` and `doctor` say of the sandbox.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use switchboard_agent::tools::sandbox::{Launcher, SandboxSettings};
+use switchboard_sandbox::{Mechanisms, Policy};
+
+use crate::config::{SandboxMode, Settings};
+
+/// Exit status when the sandbox could not be set up (as a shell's "cannot execute").
+const CANNOT_CONFINE: u8 = 126;
+
+/// Runs the launcher with the arguments after `sandbox-exec`.
+pub fn exec(args: &[OsString]) -> ExitCode {
+    let fail = |message: String| {
+        eprintln!("switchboard sandbox: {message}");
+        ExitCode::from(CANNOT_CONFINE)
+    };
+    let [policy, sep, program, rest @ ..] = args else {
+        return fail("usage: switchboard sandbox-exec POLICY -- PROGRAM [ARGS…]".into());
+    };
+    if sep != "--" {
+        return fail("usage: switchboard sandbox-exec POLICY -- PROGRAM [ARGS…]".into());
+    }
+    let policy = match policy.to_str().map(Policy::from_arg) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => return fail(e.to_string()),
+        None => return fail("the policy is not UTF-8".into()),
+    };
+    if let Err(e) = policy.enter() {
+        return fail(e.to_string());
+    }
+    let err = std::process::Command::new(program).args(rest).exec();
+    eprintln!(
+        "switchboard sandbox: cannot run {}: {err}",
+        program.to_string_lossy()
+    );
+    ExitCode::from(127)
+}
+
+/// What this machine offers; `SWITCHBOARD_SANDBOX_MECHANISMS=none` pretends it offers
+/// nothing (to see what `auto` and `required` do on such a machine).
+/// Asked once per process.
+pub fn mechanisms() -> Mechanisms {
+    static FOUND: std::sync::OnceLock<Mechanisms> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if switchboard_settings::env("SWITCHBOARD_SANDBOX_MECHANISMS").as_deref()
+                == Some("none")
+            {
+                return Mechanisms {
+                    landlock_abi: None,
+                    pids_cgroup: None,
+                };
+            }
+            switchboard_sandbox::probe()
+        })
+        .clone()
+}
+
+/// The built-in agent's sandbox, from `[sandbox]` and what this machine offers.
+pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<SandboxSettings>> {
+    let c = &settings.sandbox;
+    if c.mode == SandboxMode::Off {
+        return None;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            tracing::warn!(error = %e, "the path of this binary is unknown: commands cannot be sandboxed");
+            return None;
+        }
+    };
+    Some(Arc::new(SandboxSettings {
+        launcher: Launcher::new(exe),
+        required: c.mode == SandboxMode::Required,
+        network: c.network,
+        max_processes: c.max_processes,
+        full_access: c.full_access,
+        available: found.available(),
+    }))
+}
+
+/// One line: the mode, what it uses here, and for whom.
+pub fn describe(settings: &Settings, found: &Mechanisms) -> String {
+    let c = &settings.sandbox;
+    let whom = if c.full_access {
+        "every session's commands"
+    } else {
+        "commands of sessions not in full-access mode"
+    };
+    match (c.mode, found.available()) {
+        (SandboxMode::Off, _) => {
+            "off ([sandbox] mode = \"off\"): commands run as the server's user".into()
+        }
+        (mode, true) => format!(
+            "{} — {whom}, network {}, at most {} processes; {}",
+            mode.as_str(),
+            c.network.as_str(),
+            c.max_processes,
+            found.describe()
+        ),
+        (SandboxMode::Required, false) => format!(
+            "required, but this machine cannot sandbox ({}): every command is refused",
+            found.describe()
+        ),
+        (_, false) => format!(
+            "auto, but this machine cannot sandbox ({}): commands run as the server's user",
+            found.describe()
+        ),
+    }
+}
