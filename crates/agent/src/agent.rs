@@ -302,6 +302,14 @@ impl BuiltinAgent {
         ctx.handle
             .tool_finished(call, &out.content, out.is_error)
             .await?;
+        if let Some(message) = out.notice {
+            ctx.handle
+                .emit(AgentEvent::Notice {
+                    run_id: ctx.handle.run_id(),
+                    message,
+                })
+                .await?;
+        }
         Ok((out.content, out.is_error))
     }
 

@@ -23,6 +23,8 @@ use switchboard_test_support::process::ServerProcess;
 struct World {
     dir: tempfile::TempDir,
     llm: MockLlm,
+    /// The events of the last run.
+    events: std::sync::Mutex<Vec<switchboard_protocol::EventEnvelope>>,
 }
 
 impl World {
@@ -37,6 +39,7 @@ impl World {
         World {
             dir,
             llm: MockLlm::start().await,
+            events: Default::default(),
         }
     }
 
@@ -89,7 +92,7 @@ impl World {
         );
         req.sandbox = sandbox;
         let run = c.send_message(s.id, &req).await.unwrap().run_id;
-        until_run_ends(&mut events, run).await;
+        *self.events.lock().unwrap() = until_run_ends(&mut events, run).await;
         last_tool_output(&self.llm)
     }
 }
@@ -154,6 +157,21 @@ async fn a_sandboxed_command_reaches_its_workspace_only_and_the_same_leaks_witho
         .run(&server, &format!("cat {}", w.path("data/secret.txt")), None)
         .await;
     assert!(out.contains("ran in the sandbox"), "{out}");
+    // And the people watching the run are told, in its log.
+    let notices: Vec<String> = w
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.event {
+            switchboard_protocol::AgentEvent::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notices.iter().any(|n| n.contains("inside the sandbox")),
+        "{notices:?}"
+    );
     drop(server);
 
     // The same commands with the sandbox off get through: what the test checks is the

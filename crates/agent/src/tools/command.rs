@@ -104,6 +104,13 @@ pub(super) async fn run_command(
     {
         out.content.push_str("\nnote: ");
         out.content.push_str(&told);
+        out.notice = Some(format!(
+            "run_command failed with a permission error inside the sandbox ({}); the session may need a wider sandbox (docs/sandbox.md)",
+            match ws.sandbox().map(|s| s.network) {
+                Some(super::sandbox::Network::None) => "workspace only, no network",
+                _ => "workspace only",
+            }
+        ));
     }
     out
 }
@@ -354,7 +361,11 @@ async fn run(
         content.push('\n');
     }
     content.push_str(&last);
-    ToolOutput { content, is_error }
+    ToolOutput {
+        content,
+        is_error,
+        notice: None,
+    }
 }
 
 fn secs_text(d: Duration) -> String {

@@ -55,6 +55,9 @@ impl Default for ToolLimits {
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
+    /// What the run's log should say of the call besides its result, for the people
+    /// watching (a command the sandbox refused), as a `Notice`.
+    pub notice: Option<String>,
 }
 
 impl ToolOutput {
@@ -62,6 +65,7 @@ impl ToolOutput {
         Self {
             content: content.into(),
             is_error: false,
+            notice: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl ToolOutput {
         Self {
             content: content.into(),
             is_error: true,
+            notice: None,
         }
     }
 }
