@@ -51,15 +51,76 @@ pub(crate) struct Conn {
     pub mcp_http: bool,
     /// What the agent takes in a prompt besides text and resource links.
     pub prompt_caps: PromptCapabilities,
+    /// Whether the process runs in the sandbox.
+    pub confined: bool,
     child: Child,
     stop: Option<oneshot::Sender<()>>,
     driver: JoinHandle<()>,
+    /// What the sandbox keeps while the process runs (its cgroup, its network proxy).
+    _confined: Option<switchboard_sandbox::Confined>,
+}
+
+/// How one agent process is confined.
+pub(crate) struct Confinement<'a> {
+    pub sandbox: &'a crate::AgentSandbox,
+    /// Switchboard's own state, never granted.
+    pub hidden: Vec<std::path::PathBuf>,
+    /// Switchboard's own port, for the agent's `switchboard mcp`.
+    pub connect_ports: Vec<u16>,
+    /// What the MCP servers it is given are made of (it starts them).
+    pub read_only: Vec<std::path::PathBuf>,
+}
+
+/// The agent's command, through the sandbox's launcher when it is confined (and refused when
+/// the sandbox is required but this machine cannot).
+fn command(
+    name: &str,
+    cmd: &AgentCommand,
+    cwd: &Path,
+    confinement: Option<Confinement<'_>>,
+) -> Result<(Command, Option<switchboard_sandbox::Confined>), AcpError> {
+    let spawn_error = |reason: String| AcpError::Spawn {
+        agent: name.to_string(),
+        command: cmd.command.clone(),
+        reason,
+    };
+    let Some(c) = confinement else {
+        return Ok((Command::new(&cmd.command), None));
+    };
+    let sb = &c.sandbox.sandbox;
+    if !sb.available {
+        if sb.required {
+            return Err(spawn_error(
+                "refused: the sandbox is required ([sandbox] mode = \"required\") and this machine cannot sandbox processes (no Landlock in its kernel)".into(),
+            ));
+        }
+        tracing::warn!(agent = %name, "this machine cannot sandbox processes (no Landlock in its kernel): the agent runs as the server's user");
+        return Ok((Command::new(&cmd.command), None));
+    }
+    let spec = switchboard_sandbox::Spec {
+        workspace: cwd,
+        hidden: &c.hidden,
+        read_write: &c.sandbox.read_write,
+        read_only: &c.read_only,
+        network: &c.sandbox.network,
+        connect_ports: &c.connect_ports,
+        private_home: false,
+    };
+    let (command, confined) = sb
+        .command(&spec, &cmd.command)
+        .map_err(|e| spawn_error(e.to_string()))?;
+    Ok((command, Some(confined)))
 }
 
 impl Conn {
     /// Spawns the agent in `cwd` and runs `initialize`.
-    pub async fn start(name: &str, cmd: &AgentCommand, cwd: &Path) -> Result<Self, AcpError> {
-        let mut command = Command::new(&cmd.command);
+    pub async fn start(
+        name: &str,
+        cmd: &AgentCommand,
+        cwd: &Path,
+        confinement: Option<Confinement<'_>>,
+    ) -> Result<Self, AcpError> {
+        let (mut command, confined) = command(name, cmd, cwd, confinement)?;
         // The server's secrets are not the agent's: with the API token an agent could
         // approve its own permission requests. Keys it needs go in `[agents.NAME] env`.
         switchboard_engine::child::scrub_server_secrets(&mut command, &cmd.env);
@@ -146,9 +207,11 @@ impl Conn {
             load_session: false,
             mcp_http: false,
             prompt_caps: PromptCapabilities::default(),
+            confined: confined.is_some(),
             child,
             stop: Some(stop_tx),
             driver,
+            _confined: confined,
         };
         let init = InitializeRequest::new(ProtocolVersion::V1)
             .client_capabilities(

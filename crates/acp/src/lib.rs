@@ -155,6 +155,19 @@ pub struct AcpBackend {
     idle_timeout: Duration,
     reaper: std::sync::OnceLock<()>,
     session_mcp: Option<SessionMcp>,
+    sandbox: Option<AgentSandbox>,
+}
+
+/// How an agent's process is confined: started through the sandbox's launcher with its
+/// session's workspace read-write, so whatever it runs — its own shell, the MCP servers it
+/// starts — is confined too (docs/sandbox.md).
+#[derive(Debug, Clone)]
+pub struct AgentSandbox {
+    pub sandbox: Arc<switchboard_sandbox::Sandbox>,
+    /// Default `full`: an agent reaches its model.
+    pub network: switchboard_sandbox::NetworkPolicy,
+    /// Read-write besides the workspace: the agent's configuration and caches.
+    pub read_write: Vec<std::path::PathBuf>,
 }
 
 /// Switchboard's own MCP server, passed to every agent in `session/new` and `session/load`
@@ -182,7 +195,49 @@ impl AcpBackend {
             idle_timeout: IDLE_TIMEOUT,
             reaper: std::sync::OnceLock::new(),
             session_mcp: None,
+            sandbox: None,
         }
+    }
+
+    /// Starts this agent's processes in the sandbox (see [`AgentSandbox`]).
+    pub fn with_sandbox(mut self, sandbox: AgentSandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// How a process for `ctx` is confined: `None` when it is not (no sandbox, or a
+    /// full-access session on a server that leaves those unconfined).
+    fn confinement(&self, ctx: &RunContext) -> Option<conn::Confinement<'_>> {
+        let s = self.sandbox.as_ref()?;
+        s.sandbox
+            .applies(
+                ctx.config.permission_mode == switchboard_protocol::PermissionMode::FullAccess,
+                ctx.input.sandbox,
+            )
+            .then(|| conn::Confinement {
+                sandbox: s,
+                hidden: ctx
+                    .protected
+                    .iter()
+                    .map(std::path::Path::to_path_buf)
+                    .collect(),
+                connect_ports: self
+                    .session_mcp
+                    .as_ref()
+                    .and_then(|m| m.url.get())
+                    .and_then(|u| port_of(u))
+                    .into_iter()
+                    .collect(),
+                read_only: self
+                    .session_mcp
+                    .iter()
+                    .flat_map(|m| switchboard_sandbox::needed_by(&m.command.to_string_lossy(), &[]))
+                    .chain(ctx.mcp_servers.iter().flat_map(|s| match &s.command {
+                        Some(c) => switchboard_sandbox::needed_by(c, &s.args),
+                        None => Vec::new(),
+                    }))
+                    .collect(),
+            })
     }
 
     /// Gives every session's agent Switchboard's own MCP server (see [`SessionMcp`]).
@@ -254,9 +309,14 @@ impl AcpBackend {
     /// Makes sure the slot holds a live connection with an ACP session for this Switchboard
     /// session: respawning (with back-off) and resuming (`session/load`) as needed.
     async fn ensure(&self, slot: &mut Slot, ctx: &RunContext) -> Result<(), BackendError> {
+        // A run that asks for the sandbox (`sandbox: true`) is not given a process started
+        // without it: that one is stopped, and a confined one resumes the session.
+        let unconfined =
+            ctx.input.sandbox == Some(true) && slot.conn.as_ref().is_some_and(|c| !c.confined);
         if let Some(conn) = slot.conn.as_mut()
             && conn.alive()
             && slot.acp_session.is_some()
+            && !unconfined
         {
             return Ok(());
         }
@@ -283,7 +343,8 @@ impl AcpBackend {
             }
         }
         let started = async {
-            let mut conn = Conn::start(&self.name, &self.command, &ctx.cwd).await?;
+            let mut conn =
+                Conn::start(&self.name, &self.command, &ctx.cwd, self.confinement(ctx)).await?;
             let session = self.open_session(&mut conn, ctx).await?;
             Ok::<_, AcpError>((conn, session))
         };
@@ -549,6 +610,12 @@ impl AcpBackend {
 /// The run options an ACP agent cannot be given (the protocol has no model, system prompt
 /// or turn limit per prompt), said to the user as a notice rather than dropped in silence.
 /// `auto_approve` needs no notice: Switchboard's own gate applies it.
+/// The port of a `http://host:port` URL.
+fn port_of(url: &str) -> Option<u16> {
+    let authority = url.split_once("://")?.1.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
+
 fn ignored_options(input: &switchboard_engine::RunInput) -> Option<String> {
     let o = input.overrides.clone().unwrap_or_default();
     let mut ignored = Vec::new();
@@ -571,6 +638,14 @@ fn ignored_options(input: &switchboard_engine::RunInput) -> Option<String> {
 
 #[async_trait]
 impl Backend for AcpBackend {
+    /// With a sandbox this machine can enforce (or one that is required, which then refuses
+    /// to start the agent rather than run it unconfined).
+    fn sandboxes(&self) -> bool {
+        self.sandbox
+            .as_ref()
+            .is_some_and(|s| s.sandbox.available || s.sandbox.required)
+    }
+
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {
         let slot = self.slot(ctx.session_id);
         let mut slot = slot.lock().await;

@@ -32,7 +32,7 @@ pub struct AgentConfig {
     /// still names the files and their copies in the workspace) instead of failing the run.
     pub image_fallback: bool,
     /// How `run_command` confines commands (`[sandbox]`); none: they run as the server's user.
-    pub sandbox: Option<std::sync::Arc<crate::tools::sandbox::SandboxSettings>>,
+    pub sandbox: Option<std::sync::Arc<crate::tools::sandbox::Sandbox>>,
 }
 
 impl Default for AgentConfig {
@@ -335,7 +335,15 @@ impl Backend for BuiltinAgent {
 
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError> {
         // The session's MCP servers live as long as the run.
-        let (mcp, notices) = McpTools::connect(&ctx.mcp_servers, &ctx.cwd).await;
+        let sandbox = self.sandbox_of(&ctx).map(|sandbox| crate::mcp::McpSandbox {
+            sandbox,
+            hidden: ctx
+                .protected
+                .iter()
+                .map(std::path::Path::to_path_buf)
+                .collect(),
+        });
+        let (mcp, notices) = McpTools::connect(&ctx.mcp_servers, &ctx.cwd, sandbox).await;
         for message in notices {
             tracing::warn!(session_id = %ctx.session_id, "{message}");
             ctx.handle
@@ -352,6 +360,16 @@ impl Backend for BuiltinAgent {
 }
 
 impl BuiltinAgent {
+    /// The sandbox of `ctx`'s processes, if they are confined.
+    fn sandbox_of(&self, ctx: &RunContext) -> Option<&crate::tools::sandbox::Sandbox> {
+        self.config.sandbox.as_deref().filter(|s| {
+            s.applies(
+                ctx.config.permission_mode == PermissionMode::FullAccess,
+                ctx.input.sandbox,
+            )
+        })
+    }
+
     async fn run_loop(
         &self,
         mut ctx: RunContext,
@@ -383,10 +401,10 @@ impl BuiltinAgent {
             })?
             .protecting(ctx.protected.clone())
             .sandboxed(
-                self.config
-                    .sandbox
-                    .clone()
-                    .filter(|s| s.applies(ctx.config.permission_mode, ctx.input.sandbox)),
+                self.sandbox_of(&ctx)
+                    .is_some()
+                    .then(|| self.config.sandbox.clone())
+                    .flatten(),
             );
         let mut specs = tools::specs();
         specs.extend(mcp.specs());

@@ -35,6 +35,15 @@ struct Server {
     client: RunningService<RoleClient, ()>,
     /// Kept so that dropping the server stops the process (none for an HTTP server).
     _child: Option<tokio::process::Child>,
+    /// What the sandbox keeps while a confined server runs.
+    _confined: Option<switchboard_sandbox::Confined>,
+}
+
+/// How a run's MCP servers over stdio are confined: with the run's workspace, the network of
+/// `[sandbox] mcp_network`.
+pub(crate) struct McpSandbox<'a> {
+    pub sandbox: &'a switchboard_sandbox::Sandbox,
+    pub hidden: Vec<std::path::PathBuf>,
 }
 
 /// One exposed tool: where it lives and what it is.
@@ -70,13 +79,18 @@ fn exposed_name(server: &str, tool: &str) -> String {
 }
 
 impl McpTools {
-    /// Starts the servers in `cwd`; returns the tools and a notice per server left out.
-    pub(crate) async fn connect(specs: &[McpServerSpec], cwd: &Path) -> (Self, Vec<String>) {
+    /// Starts the servers in `cwd` (those over stdio confined by `sandbox`, if given); returns
+    /// the tools and a notice per server left out.
+    pub(crate) async fn connect(
+        specs: &[McpServerSpec],
+        cwd: &Path,
+        sandbox: Option<McpSandbox<'_>>,
+    ) -> (Self, Vec<String>) {
         let mut out = Self::default();
         let mut notices = Vec::new();
         for spec in specs {
             let started = match (&spec.command, &spec.url) {
-                (Some(command), _) => start(spec, command, cwd).await,
+                (Some(command), _) => start(spec, command, cwd, sandbox.as_ref()).await,
                 (None, Some(url)) => connect_http(spec, url).await,
                 (None, None) => Err("neither command nor url".to_owned()),
             };
@@ -288,6 +302,7 @@ async fn connect_http(spec: &McpServerSpec, url: &str) -> Result<(Server, Vec<To
             name: spec.name.clone(),
             client,
             _child: None,
+            _confined: None,
         },
         tools,
     ))
@@ -297,8 +312,31 @@ async fn start(
     spec: &McpServerSpec,
     command: &str,
     cwd: &Path,
+    sandbox: Option<&McpSandbox<'_>>,
 ) -> Result<(Server, Vec<Tool>), String> {
-    let mut cmd = tokio::process::Command::new(command);
+    let (mut cmd, confined) = match sandbox {
+        Some(s) if s.sandbox.available => {
+            let needed = switchboard_sandbox::needed_by(command, &spec.args);
+            let spec_ = switchboard_sandbox::Spec {
+                workspace: cwd,
+                hidden: &s.hidden,
+                read_write: &[],
+                read_only: &needed,
+                network: &s.sandbox.mcp_network,
+                connect_ports: &[],
+                private_home: true,
+            };
+            let (cmd, confined) = s
+                .sandbox
+                .command(&spec_, command)
+                .map_err(|e| e.to_string())?;
+            (cmd, Some(confined))
+        }
+        Some(s) if s.sandbox.required => {
+            return Err("refused: the sandbox is required and this machine cannot sandbox processes (no Landlock in its kernel)".into());
+        }
+        _ => (tokio::process::Command::new(command), None),
+    };
     // The server's secrets are not the MCP server's (as for ACP agents).
     switchboard_engine::child::scrub_server_secrets(&mut cmd, &spec.env);
     let mut child = cmd
@@ -321,6 +359,7 @@ async fn start(
             name: spec.name.clone(),
             client,
             _child: Some(child),
+            _confined: confined,
         },
         tools,
     ))

@@ -7,8 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use switchboard_agent::tools::sandbox::{Launcher, SandboxSettings};
-use switchboard_sandbox::{Mechanisms, Policy};
+use switchboard_sandbox::{Launcher, Mechanisms, Policy, Sandbox};
 
 use crate::config::{SandboxMode, Settings};
 
@@ -63,8 +62,8 @@ pub fn mechanisms() -> Mechanisms {
         .clone()
 }
 
-/// The built-in agent's sandbox, from `[sandbox]` and what this machine offers.
-pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<SandboxSettings>> {
+/// The server's sandbox, from `[sandbox]` and what this machine offers.
+pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<Sandbox>> {
     let c = &settings.sandbox;
     if c.mode == SandboxMode::Off {
         return None;
@@ -76,11 +75,14 @@ pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<SandboxSe
             return None;
         }
     };
-    Some(Arc::new(SandboxSettings {
+    Some(Arc::new(Sandbox {
         launcher: Launcher::new(exe),
         required: c.mode == SandboxMode::Required,
-        network: c.network,
+        network: c.network.clone(),
+        mcp_network: c.mcp_network.clone(),
         max_processes: c.max_processes,
+        cpu_secs: c.cpu_secs,
+        memory_bytes: c.memory_bytes,
         full_access: c.full_access,
         available: found.available(),
     }))
@@ -101,7 +103,7 @@ pub fn describe(settings: &Settings, found: &Mechanisms) -> String {
         (mode, true) => format!(
             "{} — {whom}, network {}, at most {} processes; {}",
             mode.as_str(),
-            c.network.as_str(),
+            c.network.describe(),
             c.max_processes,
             found.describe()
         ),
@@ -114,4 +116,75 @@ pub fn describe(settings: &Settings, found: &Mechanisms) -> String {
             found.describe()
         ),
     }
+}
+
+/// Directories well-known ACP agents keep their configuration, sessions and caches in
+/// (beneath the home directory), granted read-write to an agent whose command or arguments
+/// name it. `[agents.NAME.sandbox] read_write` adds others.
+const KNOWN_AGENT_DIRS: &[(&str, &[&str])] = &[
+    ("claude", &[".claude", ".claude.json", ".config/claude"]),
+    ("gemini", &[".gemini"]),
+    ("codex", &[".codex"]),
+    (
+        "goose",
+        &[".config/goose", ".local/share/goose", ".local/state/goose"],
+    ),
+    (
+        "opencode",
+        &[
+            ".config/opencode",
+            ".local/share/opencode",
+            ".local/state/opencode",
+        ],
+    ),
+    ("qwen", &[".qwen"]),
+    ("npx", &[".npm"]),
+    ("bunx", &[".bun/install/cache"]),
+    ("uvx", &[".cache/uv", ".local/share/uv"]),
+];
+
+/// `~/x` with the home directory.
+fn expand_home(path: &std::path::Path, home: Option<&std::path::Path>) -> std::path::PathBuf {
+    match (path.strip_prefix("~"), home) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// How the ACP agent `a` is confined: `None` when the sandbox is off, or off for it.
+pub fn agent_sandbox(
+    sandbox: Option<&Arc<Sandbox>>,
+    a: &crate::config::AgentSection,
+) -> Option<switchboard_acp::AgentSandbox> {
+    let sandbox = sandbox?;
+    let rules = &a.sandbox;
+    if rules.enabled == Some(false) {
+        return None;
+    }
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let words: Vec<String> = std::iter::once(&a.command)
+        .chain(&a.args)
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let mut read_write: Vec<std::path::PathBuf> = Vec::new();
+    if let Some(home) = &home {
+        for (word, dirs) in KNOWN_AGENT_DIRS {
+            if words.iter().any(|w| w.contains(word)) {
+                read_write.extend(dirs.iter().map(|d| home.join(d)));
+            }
+        }
+    }
+    read_write.extend(
+        rules
+            .read_write
+            .iter()
+            .map(|p| expand_home(p, home.as_deref())),
+    );
+    // Checked when the configuration was read.
+    let network = crate::config::agent_network(rules).unwrap_or_default();
+    Some(switchboard_acp::AgentSandbox {
+        sandbox: sandbox.clone(),
+        network,
+        read_write,
+    })
 }

@@ -80,6 +80,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         .await
         .with_context(|| format!("opening store {}", settings.store_url_redacted()))?;
     tracing::debug!(store = store.kind(), url = %settings.store_url_redacted(), "store opened");
+    let sandbox = crate::sandbox_cmd::settings(settings, &crate::sandbox_cmd::mechanisms());
     let mut agent_config = AgentConfig {
         limits: ToolLimits {
             default_timeout: Duration::from_secs(settings.command_timeout_secs),
@@ -87,7 +88,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
             output_cap: settings.output_cap_chars,
         },
         image_fallback: settings.image_fallback,
-        sandbox: crate::sandbox_cmd::settings(settings, &crate::sandbox_cmd::mechanisms()),
+        sandbox: sandbox.clone(),
         ..AgentConfig::default()
     };
     if let Some(p) = &settings.system_prompt {
@@ -109,6 +110,9 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
             env: a.env.clone(),
         };
         let mut backend = AcpBackend::new(name.clone(), command);
+        if let Some(s) = crate::sandbox_cmd::agent_sandbox(sandbox.as_ref(), a) {
+            backend = backend.with_sandbox(s);
+        }
         match &exe {
             Some(exe) if a.switchboard_mcp => {
                 backend = backend.with_session_mcp(SessionMcp {

@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
@@ -51,10 +51,17 @@ impl World {
                 envs.insert((*k).into(), (*v).into());
             }
             let env_line: Vec<String> = envs.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+            // Its log and state, outside its workspace, granted to it in the sandbox.
+            let paths: Vec<&Path> = envs
+                .values()
+                .map(Path::new)
+                .filter(|p| p.is_absolute())
+                .collect();
             toml.push_str(&format!(
-                "[agents.{name}]\ncommand = {:?}\nenv = {{ {} }}\n\n",
+                "[agents.{name}]\ncommand = {:?}\nenv = {{ {} }}\n{}\n",
                 agent_bin(),
-                env_line.join(", ")
+                env_line.join(", "),
+                common::agent_sandbox_rules(name, &paths),
             ));
         }
         let config = dir.path().join("switchboard.toml");

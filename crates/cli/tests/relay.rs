@@ -845,9 +845,10 @@ async fn session_and_acp_members() {
     let ws = w.path("ws");
     let agent_log = w.path("agent.log");
     w.config(&format!(
-        "[agents.tester]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n",
+        "[agents.tester]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n{}",
         env!("CARGO_BIN_EXE_switchboard-test-agent"),
-        agent_log.display().to_string()
+        agent_log.display().to_string(),
+        common::agent_sandbox_rules("tester", &[Path::new(&agent_log)]),
     ));
     w.bundle(
         "mixed",

@@ -13,9 +13,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{TOKEN, bin, client, until_run_ends};
+use common::{TOKEN, agent_sandbox_rules, bin, client, text_of, until_run_ends};
 use serde_json::json;
-use switchboard_protocol::{AutoApprove, CreateSessionRequest, PermissionMode};
+use switchboard_protocol::{AutoApprove, BackendSpec, CreateSessionRequest, PermissionMode};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
 
@@ -386,4 +386,126 @@ async fn a_background_process_outlives_its_command_and_its_cgroup_goes_after_it(
         assert!(Instant::now() < deadline, "left: {} cgroups", mine());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// An ACP agent is started in the sandbox with its session's workspace: what it reads itself
+/// (as its own file tools and shell would) is its workspace and what its rules grant — its
+/// log here — not Switchboard's data, a key in the home directory or another workspace.
+/// With `[agents.NAME.sandbox] enabled = false` it reads them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_in_the_sandbox_reads_its_workspace_only() {
+    let w = World::new().await;
+    std::fs::write(w.dir.path().join("ws/mine.txt"), "MINE\n").unwrap();
+    let log = w.dir.path().join("agent.log");
+    let config = w.dir.path().join("switchboard.toml");
+    let prompt = format!(
+        "[read:{}] [read:{}] [read:{}] [read:{}]",
+        w.path("ws/mine.txt"),
+        w.path("data/secret.txt"),
+        w.path("home/.ssh/id_test"),
+        w.path("other/notes.txt"),
+    );
+    for enabled in [true, false] {
+        let mut toml = format!(
+            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n",
+            env!("CARGO_BIN_EXE_switchboard-test-agent"),
+            log.to_string_lossy(),
+        );
+        toml.push_str(&agent_sandbox_rules("test", &[&log]));
+        toml.push_str(&format!("enabled = {enabled}\n"));
+        std::fs::write(&config, toml).unwrap();
+        let server = w
+            .serve(&[("SWITCHBOARD_CONFIG", config.to_str().unwrap())])
+            .await;
+        let c = client(&server);
+        let s = c
+            .create_session(&CreateSessionRequest {
+                cwd: Some(w.path("ws")),
+                backend: Some(BackendSpec::Acp("test".into())),
+                permission_mode: Some(PermissionMode::WorkspaceWrite),
+                ..CreateSessionRequest::default()
+            })
+            .await
+            .unwrap();
+        let mut events = c.subscribe(s.id, None);
+        let req = switchboard_protocol::SendMessageRequest::user(
+            &prompt,
+            switchboard_protocol::MessageType::Message,
+        );
+        let run = c.send_message(s.id, &req).await.unwrap().run_id;
+        let text = text_of(&until_run_ends(&mut events, run).await);
+        assert!(text.contains("mine.txt: MINE"), "{text}");
+        for (secret, file) in [
+            ("DATA-SECRET", "secret.txt"),
+            ("SSH-KEY", "id_test"),
+            ("OTHER-WS", "notes.txt"),
+        ] {
+            if enabled {
+                assert!(!text.contains(secret), "{text}");
+                assert!(
+                    text.contains(&format!("could not read {}", w.path(""))) && text.contains(file),
+                    "{text}"
+                );
+            } else {
+                assert!(text.contains(secret), "without the sandbox: {text}");
+            }
+        }
+        // Its log, granted by its rule, was written.
+        assert!(
+            std::fs::read_to_string(&log).unwrap().contains("prompt"),
+            "log"
+        );
+    }
+}
+
+/// Under `network = "allowlist"` a command reaches the hosts on the list through the
+/// sandbox's proxy (`HTTPS_PROXY`/`HTTP_PROXY`), and nothing else: another host is refused
+/// by the proxy, a direct connection by the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allowlist_lets_one_host_through_and_refuses_another() {
+    let w = World::new().await;
+    // One HTTP server on loopback, under two names: `localhost` is on the list, `127.0.0.1`
+    // is not (the proxy goes by the name asked for).
+    let app =
+        axum::Router::new().route("/", axum::routing::get(|| async { "HELLO-FROM-UPSTREAM" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = w
+        .serve(&[
+            ("SWITCHBOARD_SANDBOX_NETWORK", "allowlist"),
+            ("SWITCHBOARD_SANDBOX_ALLOW_HOSTS", "localhost"),
+        ])
+        .await;
+    let out = w
+        .run(
+            &server,
+            &format!(
+                "curl -sS http://localhost:{port}/ && echo; \
+                 curl -sS http://127.0.0.1:{port}/ && echo; \
+                 curl -sS --noproxy '*' http://127.0.0.1:{port}/ || echo DIRECT-REFUSED"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(out.matches("HELLO-FROM-UPSTREAM").count(), 1, "{out}");
+    assert!(
+        out.contains("127.0.0.1 is not on this sandbox's network allowlist"),
+        "{out}"
+    );
+    assert!(out.contains("DIRECT-REFUSED"), "{out}");
+    drop(server);
+    // The same with the sandbox off: all three get through.
+    let server = w.serve(&[("SWITCHBOARD_SANDBOX", "off")]).await;
+    let out = w
+        .run(
+            &server,
+            &format!(
+                "curl -sS http://localhost:{port}/ && echo; curl -sS http://127.0.0.1:{port}/ && echo; \
+                 curl -sS --noproxy '*' http://127.0.0.1:{port}/ || echo DIRECT-REFUSED"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(out.matches("HELLO-FROM-UPSTREAM").count(), 3, "{out}");
 }

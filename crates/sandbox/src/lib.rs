@@ -12,16 +12,19 @@
 //! the child of a multi-threaded server may call), while the launcher is an ordinary
 //! single-purpose process using safe APIs only.
 
+mod confine;
 mod limits;
+mod proxy;
 
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, Ruleset,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort, Ruleset,
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 use serde::{Deserialize, Serialize};
 
+pub use confine::{Confined, NetworkPolicy, Sandbox, Spec, needed_by};
 pub use limits::PidsGroup;
 
 /// The newest Landlock ABI this crate asks for (the kernel's own, when older, is used).
@@ -30,7 +33,7 @@ const ABI_WANTED: ABI = ABI::V7;
 /// The name of the launcher's subcommand of the `switchboard` binary.
 pub const SUBCOMMAND: &str = "sandbox-exec";
 
-/// What a sandboxed process may reach over the network.
+/// Whether a sandboxed process may use TCP (Landlock's rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Network {
@@ -61,6 +64,9 @@ pub struct Policy {
     /// Read and write these device files (not create anything beside them).
     pub devices: Vec<PathBuf>,
     pub network: Network,
+    /// TCP ports it may connect to even under `Network::None` (an allowlist's proxy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connect_ports: Vec<u16>,
     /// Refuse to run when Landlock cannot be enforced (else run unconfined and say so).
     pub required: bool,
     /// A cgroup to join before running (its `pids.max` caps the processes).
@@ -189,6 +195,7 @@ impl Policy {
             read_only,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             network,
+            connect_ports: Vec::new(),
             required: false,
             cgroup: None,
             max_processes: None,
@@ -253,6 +260,15 @@ impl Policy {
             .add_rules(path_beneath_rules(existing(&self.devices), device))
             .map_err(fail)?
             .add_rules(path_beneath_rules(existing(&self.read_write), all))
+            .map_err(fail)?
+            .add_rules(
+                self.connect_ports
+                    .iter()
+                    .filter(|_| self.network == Network::None)
+                    .map(|p| {
+                        Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))
+                    }),
+            )
             .map_err(fail)?
             .restrict_self()
             .map_err(fail)?;
@@ -342,6 +358,10 @@ pub enum SandboxError {
     Landlock(String),
     #[error("the sandbox's limits could not be set: {0}")]
     Limits(String),
+    #[error("{0}: no such program (not a file, nor on PATH)")]
+    NotFound(String),
+    #[error("the sandbox could not be set up: {0}")]
+    Setup(String),
     #[error("no sandbox is available here: {0}")]
     Unavailable(String),
 }

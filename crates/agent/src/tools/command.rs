@@ -70,7 +70,7 @@ pub(super) async fn run_command(
         Some(sb) if sb.available => {
             let hidden = ws.protected_paths();
             match super::sandbox::bash(sb, ws.root(), hidden, command) {
-                Ok((cmd, confined)) => (cmd, Some(confined), Some(sb.describe(ws.root()))),
+                Ok((cmd, confined)) => (cmd, Some(confined), Some(sb.told(ws.root()))),
                 Err(e) => return ToolOutput::error(format!("run_command: {e}")),
             }
         }
@@ -106,9 +106,9 @@ pub(super) async fn run_command(
         out.content.push_str(&told);
         out.notice = Some(format!(
             "run_command failed with a permission error inside the sandbox ({}); the session may need a wider sandbox (docs/sandbox.md)",
-            match ws.sandbox().map(|s| s.network) {
-                Some(super::sandbox::Network::None) => "workspace only, no network",
-                _ => "workspace only",
+            match ws.sandbox().map(|s| &s.network) {
+                Some(super::sandbox::NetworkPolicy::Full) | None => "workspace only".to_owned(),
+                Some(n) => format!("workspace only, network {}", n.describe()),
             }
         ));
     }

@@ -42,7 +42,7 @@ pub struct Workspace {
     /// Refused in every mode, wherever they are.
     protected: ProtectedPaths,
     /// How `run_command` confines its commands here (none: it does not).
-    sandbox: Option<std::sync::Arc<super::sandbox::SandboxSettings>>,
+    sandbox: Option<std::sync::Arc<super::sandbox::Sandbox>>,
 }
 
 impl Workspace {
@@ -66,16 +66,13 @@ impl Workspace {
     }
 
     /// The same, with commands run in `sandbox`.
-    pub fn sandboxed(
-        mut self,
-        sandbox: Option<std::sync::Arc<super::sandbox::SandboxSettings>>,
-    ) -> Self {
+    pub fn sandboxed(mut self, sandbox: Option<std::sync::Arc<super::sandbox::Sandbox>>) -> Self {
         self.sandbox = sandbox;
         self
     }
 
     /// How commands run here are confined, if they are.
-    pub(crate) fn sandbox(&self) -> Option<&super::sandbox::SandboxSettings> {
+    pub(crate) fn sandbox(&self) -> Option<&super::sandbox::Sandbox> {
         self.sandbox.as_deref()
     }
 

@@ -55,10 +55,20 @@ pub struct SandboxSection {
     /// `auto` (the default: confine where this machine can, and say so), `required`
     /// (refuse a command that cannot be confined) or `off`.
     pub mode: Option<String>,
-    /// `none` (the default) or `full`.
+    /// `none` (the default), `full` or `allowlist` (the hosts of `allow_hosts`, over
+    /// HTTP(S) through a filtering proxy).
     pub network: Option<String>,
+    /// The hosts of `network = "allowlist"` (`example.com`, `*.example.com`).
+    pub allow_hosts: Option<Vec<String>>,
+    /// The network of MCP servers started over stdio for a sandboxed session (default
+    /// `full`: reaching a service is most MCP servers' job).
+    pub mcp_network: Option<String>,
     /// Most processes one command may have at once (default 512).
     pub max_processes: Option<u64>,
+    /// Most seconds of CPU time one process may use (default: no limit).
+    pub cpu_secs: Option<u64>,
+    /// Most MiB of address space one process may map (default: no limit).
+    pub memory_mb: Option<u64>,
     /// Confine `full-access` sessions' commands too (default false).
     pub full_access: Option<bool>,
 }
@@ -169,6 +179,26 @@ pub struct AgentSection {
     /// `send_file` shares workspace files with the user). Default true.
     #[serde(default = "default_true")]
     pub switchboard_mcp: bool,
+    /// `[agents.NAME.sandbox]`: how this agent's process is confined (docs/sandbox.md).
+    #[serde(default)]
+    pub sandbox: AgentSandboxSection,
+}
+
+/// `[agents.NAME.sandbox]`: an ACP agent started in the sandbox (with its workspace, so its
+/// own shell is confined too).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSandboxSection {
+    /// Default true (where `[sandbox]` is not off).
+    pub enabled: Option<bool>,
+    /// `full` (the default: an agent reaches its model), `none` or `allowlist`.
+    pub network: Option<String>,
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+    /// Read-write besides the workspace: the agent's own configuration and caches (`~/`
+    /// for the home directory). Known agents' directories are granted without this.
+    #[serde(default)]
+    pub read_write: Vec<PathBuf>,
 }
 
 pub(super) fn default_true() -> bool {

@@ -1,6 +1,7 @@
 //! Reading and checking the values of single settings (each error names its key).
 
 use super::*;
+use switchboard_sandbox::NetworkPolicy;
 
 /// The host name and the process id.
 pub(super) fn default_instance_id() -> String {
@@ -214,6 +215,7 @@ pub(super) fn validate_agents(
         if a.command.trim().is_empty() {
             bail!("[agents.{name}]: `command` must not be empty");
         }
+        agent_network(&a.sandbox).with_context(|| format!("[agents.{name}.sandbox]"))?;
     }
     Ok(agents.clone())
 }
@@ -307,9 +309,60 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxConfig {
     pub mode: SandboxMode,
-    pub network: switchboard_sandbox::Network,
+    /// Of the built-in agent's commands.
+    pub network: NetworkPolicy,
+    /// Of MCP servers over stdio.
+    pub mcp_network: NetworkPolicy,
     pub max_processes: u64,
+    pub cpu_secs: Option<u64>,
+    pub memory_bytes: Option<u64>,
     pub full_access: bool,
+}
+
+/// An agent's network (default `full`: it reaches its model).
+pub fn agent_network(rules: &AgentSandboxSection) -> Result<NetworkPolicy> {
+    network_policy(
+        rules.network.as_deref(),
+        &rules.allow_hosts,
+        "full",
+        "network",
+    )
+}
+
+/// A `network` value (`none`, `full`, `allowlist` with `hosts`) of `key`.
+pub(super) fn network_policy(
+    value: Option<&str>,
+    hosts: &[String],
+    default: &str,
+    key: &str,
+) -> Result<NetworkPolicy> {
+    let policy = match value.unwrap_or(default) {
+        "none" => NetworkPolicy::None,
+        "full" => NetworkPolicy::Full,
+        "allowlist" => {
+            let hosts: Vec<String> = hosts
+                .iter()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .collect();
+            if hosts.is_empty() {
+                bail!(
+                    "{key} = \"allowlist\" needs the hosts it allows: allow_hosts = [\"example.com\", \"*.example.org\"]"
+                );
+            }
+            if let Some(bad) = hosts
+                .iter()
+                .find(|h| h.contains(['/', ':', ' ']) || h.trim_start_matches("*.").contains('*'))
+            {
+                bail!(
+                    "{key}: allow_hosts entry {bad:?} is not a host name (example.com, or *.example.com for its subdomains)"
+                );
+            }
+            NetworkPolicy::Allowlist(hosts)
+        }
+        other => bail!("{key} = {other:?}: expected none, full or allowlist"),
+    };
+    Ok(policy)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -346,17 +399,27 @@ pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
             "[sandbox] mode = {other:?} (SWITCHBOARD_SANDBOX): expected auto, required or off"
         ),
     };
-    let network = match env("SWITCHBOARD_SANDBOX_NETWORK")
-        .or(section.network.clone())
-        .as_deref()
-        .unwrap_or("none")
-    {
-        "none" => switchboard_sandbox::Network::None,
-        "full" => switchboard_sandbox::Network::Full,
-        other => bail!(
-            "[sandbox] network = {other:?} (SWITCHBOARD_SANDBOX_NETWORK): expected none or full"
-        ),
+    let hosts = match env("SWITCHBOARD_SANDBOX_ALLOW_HOSTS") {
+        Some(list) => list.split(',').map(str::to_owned).collect(),
+        None => section.allow_hosts.clone().unwrap_or_default(),
     };
+    let network = network_policy(
+        env("SWITCHBOARD_SANDBOX_NETWORK")
+            .or(section.network.clone())
+            .as_deref(),
+        &hosts,
+        "none",
+        "[sandbox] network (SWITCHBOARD_SANDBOX_NETWORK)",
+    )?;
+    let mcp_network = network_policy(
+        section.mcp_network.as_deref(),
+        &hosts,
+        "full",
+        "[sandbox] mcp_network",
+    )?;
+    if section.cpu_secs == Some(0) || section.memory_mb.is_some_and(|m| m < 64) {
+        bail!("[sandbox] cpu_secs must be at least 1 and memory_mb at least 64");
+    }
     let max_processes = env_parse::<u64>("SWITCHBOARD_SANDBOX_MAX_PROCESSES")?
         .or(section.max_processes)
         .unwrap_or(512);
@@ -366,7 +429,10 @@ pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
     Ok(SandboxConfig {
         mode,
         network,
+        mcp_network,
         max_processes,
+        cpu_secs: section.cpu_secs,
+        memory_bytes: section.memory_mb.map(|m| m * 1024 * 1024),
         full_access: section.full_access.unwrap_or(false),
     })
 }

@@ -47,14 +47,34 @@ pub fn test_agent_config(dir: &Path) -> PathBuf {
     std::fs::write(
         &config,
         format!(
-            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?}, TEST_AGENT_STATE_DIR = {:?} }}\n",
+            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?}, TEST_AGENT_STATE_DIR = {:?} }}\n{}",
             env!("CARGO_BIN_EXE_switchboard-test-agent"),
             log.to_string_lossy(),
             state.to_string_lossy(),
+            agent_sandbox_rules("test", &[&log, &state]),
         ),
     )
     .unwrap();
     config
+}
+
+/// `[agents.NAME.sandbox]` granting the test agent its log and state (outside its
+/// workspace, where the sandbox would refuse them); a log file is made first (a rule names
+/// what exists).
+pub fn agent_sandbox_rules(name: &str, paths: &[&Path]) -> String {
+    for p in paths {
+        if p.extension().is_some_and(|e| e == "log") && !p.exists() {
+            std::fs::write(p, "").unwrap();
+        }
+    }
+    let list: Vec<String> = paths
+        .iter()
+        .map(|p| format!("{:?}", p.to_string_lossy()))
+        .collect();
+    format!(
+        "[agents.{name}.sandbox]\nread_write = [{}]\n",
+        list.join(", ")
+    )
 }
 
 pub fn client(server: &ServerProcess) -> Client {

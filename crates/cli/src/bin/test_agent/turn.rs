@@ -294,6 +294,17 @@ impl Turn {
                 Err(e) => self.say(&format!("could not write {name}: {e}"))?,
             }
         }
+        // Its own reads, as an agent's file tools or shell do (the sandbox's business); each
+        // `[read:PATH]` of the prompt, one line each.
+        let mut rest = text;
+        while let Some(path) = marker_arg(rest, "[read:") {
+            scripted = true;
+            rest = rest.split_once("[read:").map_or("", |(_, r)| r);
+            match std::fs::read_to_string(&path) {
+                Ok(content) => self.say(&format!("read {path}: {}\n", one_line(content.trim())))?,
+                Err(e) => self.say(&format!("could not read {path}: {e}\n"))?,
+            }
+        }
         if let Some(path) = marker_arg(text, "[share:") {
             scripted = true;
             let servers = self
