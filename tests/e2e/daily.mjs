@@ -90,11 +90,16 @@ try {
     await T('set-mode').selectOption('read-only');
     await T('set-auto').selectOption('these tools');
     await T('set-auto-tools').fill('view,  fetch');
+    await T('set-network').selectOption('allowlist');
+    await T('set-network-hosts').fill('pypi.org, *.github.com');
     await T('set-save').click();
     await T('settings-panel').waitFor({ state: 'hidden' });
     await T('session-title').filter({ hasText: 'Renamed in settings' }).waitFor();
-    const { config } = await call('GET', `/v1/sessions/${home}`);
+    // The session says how its commands are confined (this machine has Landlock).
+    await T('session-info').filter({ hasText: 'sandboxed, network: pypi.org, *.github.com' }).waitFor();
+    const { config, sandbox } = await call('GET', `/v1/sessions/${home}`);
     check(config.permission_mode === 'read-only', `mode ${config.permission_mode}`);
+    check(sandbox?.confined === true && sandbox.network === 'allowlist', `sandbox ${JSON.stringify(sandbox)}`);
     check(JSON.stringify(config.auto_approve) === '["view","fetch"]', `auto_approve ${JSON.stringify(config.auto_approve)}`);
     const toast = T('toast').filter({ hasText: 'Settings saved' });
     await toast.waitFor();

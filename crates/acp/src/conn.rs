@@ -63,6 +63,8 @@ pub(crate) struct Conn {
 /// How one agent process is confined.
 pub(crate) struct Confinement<'a> {
     pub sandbox: &'a crate::AgentSandbox,
+    /// The agent's network, or its session's.
+    pub network: switchboard_sandbox::NetworkPolicy,
     /// Switchboard's own state, never granted.
     pub hidden: Vec<std::path::PathBuf>,
     /// Switchboard's own port, for the agent's `switchboard mcp`.
@@ -102,7 +104,7 @@ fn command(
         hidden: &c.hidden,
         read_write: &c.sandbox.read_write,
         read_only: &c.read_only,
-        network: &c.sandbox.network,
+        network: &c.network,
         connect_ports: &c.connect_ports,
         private_home: false,
     };

@@ -216,6 +216,7 @@ impl AcpBackend {
             )
             .then(|| conn::Confinement {
                 sandbox: s,
+                network: s.network.or_session(ctx.config.sandbox.as_ref()),
                 hidden: ctx
                     .protected
                     .iter()
@@ -644,6 +645,20 @@ impl Backend for AcpBackend {
         self.sandbox
             .as_ref()
             .is_some_and(|s| s.sandbox.available || s.sandbox.required)
+    }
+
+    fn sandbox_status(
+        &self,
+        config: &switchboard_protocol::SessionConfig,
+    ) -> Option<switchboard_protocol::SandboxStatus> {
+        let s = self.sandbox.as_ref()?;
+        Some(s.sandbox.status(
+            s.sandbox.applies(
+                config.permission_mode == switchboard_protocol::PermissionMode::FullAccess,
+                None,
+            ),
+            &s.network.or_session(config.sandbox.as_ref()),
+        ))
     }
 
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {

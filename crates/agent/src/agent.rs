@@ -333,9 +333,21 @@ impl Backend for BuiltinAgent {
             .is_some_and(|s| s.available || s.required)
     }
 
+    fn sandbox_status(
+        &self,
+        config: &switchboard_protocol::SessionConfig,
+    ) -> Option<switchboard_protocol::SandboxStatus> {
+        let s = self.config.sandbox.as_deref()?;
+        Some(s.status(
+            s.applies(config.permission_mode == PermissionMode::FullAccess, None),
+            &s.network.or_session(config.sandbox.as_ref()),
+        ))
+    }
+
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError> {
         // The session's MCP servers live as long as the run.
-        let sandbox = self.sandbox_of(&ctx).map(|sandbox| crate::mcp::McpSandbox {
+        let sandbox = self.sandbox_of(&ctx);
+        let sandbox = sandbox.as_deref().map(|sandbox| crate::mcp::McpSandbox {
             sandbox,
             hidden: ctx
                 .protected
@@ -360,14 +372,23 @@ impl Backend for BuiltinAgent {
 }
 
 impl BuiltinAgent {
-    /// The sandbox of `ctx`'s processes, if they are confined.
-    fn sandbox_of(&self, ctx: &RunContext) -> Option<&crate::tools::sandbox::Sandbox> {
-        self.config.sandbox.as_deref().filter(|s| {
-            s.applies(
-                ctx.config.permission_mode == PermissionMode::FullAccess,
-                ctx.input.sandbox,
-            )
-        })
+    /// The sandbox of `ctx`'s processes, if they are confined, with the session's network
+    /// for its commands.
+    fn sandbox_of(
+        &self,
+        ctx: &RunContext,
+    ) -> Option<std::sync::Arc<crate::tools::sandbox::Sandbox>> {
+        let s = self.config.sandbox.as_deref()?;
+        if !s.applies(
+            ctx.config.permission_mode == PermissionMode::FullAccess,
+            ctx.input.sandbox,
+        ) {
+            return None;
+        }
+        Some(std::sync::Arc::new(crate::tools::sandbox::Sandbox {
+            network: s.network.or_session(ctx.config.sandbox.as_ref()),
+            ..s.clone()
+        }))
     }
 
     async fn run_loop(
@@ -400,12 +421,7 @@ impl BuiltinAgent {
                 )
             })?
             .protecting(ctx.protected.clone())
-            .sandboxed(
-                self.sandbox_of(&ctx)
-                    .is_some()
-                    .then(|| self.config.sandbox.clone())
-                    .flatten(),
-            );
+            .sandboxed(self.sandbox_of(&ctx));
         let mut specs = tools::specs();
         specs.extend(mcp.specs());
         let mut used_ids: HashSet<String> = ctx

@@ -530,8 +530,11 @@ async fn unknown_chats_pair_and_commands_work() {
 
     // /status, /new.
     w.tg.dm(7, "Stranger", "/status");
-    w.wait_message(7, "a status", |m| m.text.contains("Run: idle"))
-        .await;
+    w.wait_message(7, "a status", |m| {
+        // Its commands are sandboxed (workspace-write, this machine has Landlock).
+        m.text.contains("Run: idle") && m.text.contains("Sandbox: on: workspace only, no network")
+    })
+    .await;
     w.tg.dm(7, "Stranger", "/new");
     w.wait_message(7, "/new confirmed", |m| {
         m.text.contains("next message starts a new session")

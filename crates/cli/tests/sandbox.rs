@@ -69,29 +69,53 @@ impl World {
     /// Runs `command` as the agent's `run_command` in a session on `ws`: the output the
     /// model was given.
     async fn run(&self, server: &ServerProcess, command: &str, sandbox: Option<bool>) -> String {
-        let c = client(server);
-        let s = c
+        let s = self.session(server, None).await;
+        self.run_in(server, s, command, sandbox).await
+    }
+
+    /// A workspace-write session on `ws` that may run commands, with its own sandbox
+    /// network if given.
+    async fn session(
+        &self,
+        server: &ServerProcess,
+        sandbox: Option<switchboard_protocol::SessionSandbox>,
+    ) -> uuid::Uuid {
+        client(server)
             .create_session(&CreateSessionRequest {
                 cwd: Some(self.path("ws")),
                 permission_mode: Some(PermissionMode::WorkspaceWrite),
                 auto_approve: Some(AutoApprove::Tools(vec!["run_command".into()])),
+                sandbox,
                 ..CreateSessionRequest::default()
             })
             .await
-            .unwrap();
+            .unwrap()
+            .id
+    }
+
+    /// Runs `command` in session `s`: the output the model was given.
+    async fn run_in(
+        &self,
+        server: &ServerProcess,
+        s: uuid::Uuid,
+        command: &str,
+        sandbox: Option<bool>,
+    ) -> String {
+        let c = client(server);
+        let after = c.get_session(s).await.unwrap().session.last_event_id;
         self.llm.push(MockReply::tool_call(
             "call_1",
             "run_command",
             json!({"command": command, "timeout_secs": 20}),
         ));
         self.llm.push(MockReply::text(&["done"]));
-        let mut events = c.subscribe(s.id, None);
+        let mut events = c.subscribe(s, Some(after));
         let mut req = switchboard_protocol::SendMessageRequest::user(
             "go",
             switchboard_protocol::MessageType::Message,
         );
         req.sandbox = sandbox;
-        let run = c.send_message(s.id, &req).await.unwrap().run_id;
+        let run = c.send_message(s, &req).await.unwrap().run_id;
         *self.events.lock().unwrap() = until_run_ends(&mut events, run).await;
         last_tool_output(&self.llm)
     }
@@ -508,4 +532,106 @@ async fn the_allowlist_lets_one_host_through_and_refuses_another() {
         )
         .await;
     assert_eq!(out.matches("HELLO-FROM-UPSTREAM").count(), 3, "{out}");
+}
+
+/// A session's own network (`sandbox` of `POST /v1/sessions`, changed by `PATCH`) replaces
+/// the server's for its commands, and `GET /v1/sessions/{id}` shows how it is confined; a
+/// policy that makes no sense is a 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_s_own_network_replaces_the_server_s_and_is_shown() {
+    use switchboard_protocol::{SandboxNetwork, SessionSandbox, UpdateSessionRequest};
+    let w = World::new().await;
+    let app =
+        axum::Router::new().route("/", axum::routing::get(|| async { "HELLO-FROM-UPSTREAM" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = w.serve(&[]).await;
+    let c = client(&server);
+    let allow = SessionSandbox {
+        network: SandboxNetwork::Allowlist,
+        allow_hosts: vec!["localhost".into()],
+    };
+    let s = w.session(&server, Some(allow.clone())).await;
+    let detail = c.get_session(s).await.unwrap();
+    assert_eq!(detail.config.sandbox, Some(allow));
+    let status = detail.sandbox.expect("a sandbox status");
+    assert!(status.confined, "{status:?}");
+    assert_eq!(status.network, SandboxNetwork::Allowlist);
+    assert_eq!(status.allow_hosts, vec!["localhost".to_string()]);
+    let curl = format!("curl -sS http://localhost:{port}/ || echo NO-WAY-OUT");
+    let out = w.run_in(&server, s, &curl, None).await;
+    assert!(out.contains("HELLO-FROM-UPSTREAM"), "{out}");
+    // Back to no network.
+    c.update_session(
+        s,
+        &UpdateSessionRequest {
+            sandbox: Some(SessionSandbox {
+                network: SandboxNetwork::None,
+                allow_hosts: vec![],
+            }),
+            ..UpdateSessionRequest::default()
+        },
+    )
+    .await
+    .unwrap();
+    let status = c.get_session(s).await.unwrap().sandbox.unwrap();
+    assert_eq!(status.network, SandboxNetwork::None);
+    let out = w.run_in(&server, s, &curl, None).await;
+    assert!(
+        out.contains("NO-WAY-OUT") && !out.contains("HELLO"),
+        "{out}"
+    );
+    // A session of the server's default: its network is the server's, none.
+    let plain = w.session(&server, None).await;
+    let status = c.get_session(plain).await.unwrap().sandbox.unwrap();
+    assert!(
+        status.confined && status.network == SandboxNetwork::None,
+        "{status:?}"
+    );
+    // A full-access session's commands are not confined (by default), and it says so.
+    let full = c
+        .create_session(&CreateSessionRequest {
+            permission_mode: Some(PermissionMode::FullAccess),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let status = c.get_session(full).await.unwrap().sandbox.unwrap();
+    assert!(
+        !status.confined && status.detail.contains("full-access"),
+        "{status:?}"
+    );
+    // Nonsense is refused, clearly (400 `validation_failed` naming the field).
+    let http = reqwest::Client::new();
+    for (body, want) in [
+        (json!({"sandbox": {"network": "allowlist"}}), "allow_hosts"),
+        (
+            json!({"sandbox": {"network": "full", "allow_hosts": ["a.com"]}}),
+            "allowlist only",
+        ),
+        (
+            json!({"sandbox": {"network": "allowlist", "allow_hosts": ["a.com/x"]}}),
+            "not a host name",
+        ),
+        (json!({"sandbox": {"network": "some"}}), "network"),
+    ] {
+        let r = http
+            .post(format!("{}/v1/sessions", server.url))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        // A field that is not valid: 400 `validation_failed`, as for every field; a value
+        // that is not one of the enum's: the JSON extractor's answer.
+        assert!(status == 400 || status == 422, "{body}: {status} {text}");
+        if status == 400 {
+            assert!(text.contains("validation_failed"), "{text}");
+        }
+        assert!(text.contains(want), "{body}: {text}");
+    }
 }

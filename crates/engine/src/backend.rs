@@ -206,6 +206,16 @@ pub trait Backend: Send + Sync + 'static {
     fn sandboxes(&self) -> bool {
         false
     }
+
+    /// How the processes of a session configured as `config` are confined, as its next run's
+    /// would be (`None`: this backend has no sandbox).
+    fn sandbox_status(
+        &self,
+        config: &SessionConfig,
+    ) -> Option<switchboard_protocol::SandboxStatus> {
+        let _ = config;
+        None
+    }
     async fn run(&self, ctx: RunContext) -> Result<RunSummary, BackendError>;
 
     /// When steering sent during a run reaches this backend's agent.

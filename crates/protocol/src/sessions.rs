@@ -130,6 +130,9 @@ pub struct CreateSessionRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(max_items = 16)]
     pub mcp_servers: Option<Vec<crate::McpServerSpec>>,
+    /// The session's own sandbox network; default the server's (docs/sandbox.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::SessionSandbox>,
 }
 
 /// Whether a session has an active run.
@@ -187,6 +190,10 @@ pub struct UpdateSessionRequest {
     /// What the session's next runs may do without asking (replaces the list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_approve: Option<AutoApprove>,
+    /// The sandbox network of the session's next processes (an agent already running keeps
+    /// its own until it is restarted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::SessionSandbox>,
 }
 
 /// Query of `GET /v1/sessions`: a page, of archived sessions or (default) the others.
@@ -210,6 +217,9 @@ pub struct SessionConfig {
     /// The session's own MCP servers (the API shows their env and header values redacted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<crate::McpServerSpec>,
+    /// The session's own sandbox network, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::SessionSandbox>,
 }
 
 /// `GET /v1/sessions/{id}`.
@@ -217,6 +227,9 @@ pub struct SessionConfig {
 pub struct SessionDetailResponse {
     pub session: SessionSummary,
     pub config: SessionConfig,
+    /// How the processes its agent starts are confined (absent: its agent has no sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::SandboxStatus>,
 }
 
 /// `GET /v1/sessions`.

@@ -45,6 +45,23 @@ impl NetworkPolicy {
     }
 }
 
+impl NetworkPolicy {
+    /// A session's own network (`sandbox` of its configuration).
+    pub fn from_session(s: &switchboard_protocol::SessionSandbox) -> NetworkPolicy {
+        use switchboard_protocol::SandboxNetwork as N;
+        match s.network {
+            N::None => Self::None,
+            N::Full => Self::Full,
+            N::Allowlist => Self::Allowlist(s.allow_hosts.clone()),
+        }
+    }
+
+    /// The session's own network if it has one, else this.
+    pub fn or_session(&self, s: Option<&switchboard_protocol::SessionSandbox>) -> NetworkPolicy {
+        s.map_or_else(|| self.clone(), Self::from_session)
+    }
+}
+
 /// How processes are confined on this server (`[sandbox]`), and what this machine offers.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
@@ -260,12 +277,59 @@ impl Sandbox {
         ))
     }
 
+    /// How a session's processes are confined: `applies` is [`Sandbox::applies`] for it,
+    /// `network` its network.
+    pub fn status(
+        &self,
+        applies: bool,
+        network: &NetworkPolicy,
+    ) -> switchboard_protocol::SandboxStatus {
+        use switchboard_protocol::SandboxNetwork as N;
+        let (wire, hosts) = match network {
+            NetworkPolicy::None => (N::None, Vec::new()),
+            NetworkPolicy::Full => (N::Full, Vec::new()),
+            NetworkPolicy::Allowlist(h) => (N::Allowlist, h.clone()),
+        };
+        let (confined, detail) = if !applies {
+            (
+                false,
+                "full-access sessions run as the server's user ([sandbox] full_access = false); a message with sandbox: true is confined".to_owned(),
+            )
+        } else if !self.available && self.required {
+            (
+                false,
+                "the sandbox is required but this machine cannot sandbox (no Landlock): processes are refused".to_owned(),
+            )
+        } else if !self.available {
+            (
+                false,
+                "this machine cannot sandbox (no Landlock): processes run as the server's user"
+                    .to_owned(),
+            )
+        } else {
+            (
+                true,
+                format!(
+                    "Landlock: the workspace read-write, the system read-only; network {}; at most {} processes",
+                    network.describe(),
+                    self.max_processes
+                ),
+            )
+        };
+        switchboard_protocol::SandboxStatus {
+            confined,
+            network: wire,
+            allow_hosts: hosts,
+            detail,
+        }
+    }
+
     /// What a command is told of its sandbox, to tell a refusal by it from another.
-    pub fn told(&self, workspace: &Path) -> String {
+    pub fn told(&self, workspace: &Path, network: &NetworkPolicy) -> String {
         format!(
             "this command ran in the sandbox: it may write only in the workspace ({}) and its temporary directory ($TMPDIR), read the system and the toolchains on PATH, not the user's home or other directories{}. A \"Permission denied\" or \"Operation not permitted\" outside those comes from the sandbox: ask the user to widen it for this session rather than retrying",
             workspace.display(),
-            match &self.network {
+            match network {
                 NetworkPolicy::None => ", and it has no network".to_owned(),
                 NetworkPolicy::Full => String::new(),
                 NetworkPolicy::Allowlist(hosts) => format!(

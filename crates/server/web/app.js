@@ -351,18 +351,28 @@ function openSession(id) {
   const v = S.current;
   $('main').replaceChildren(v.root);
   v.log.scrollTop = v.log.scrollHeight;
-  api('GET', `/v1/sessions/${id}`).then(({ session, config }) => showSession(v, session, config), (e) => {
+  api('GET', `/v1/sessions/${id}`).then(({ session, config, sandbox }) => showSession(v, session, config, sandbox), (e) => {
     toast(e);
     if (e.status === 404) location.hash = '#/';
   });
 }
 
-function showSession(v, session, config) {
+/** How the session's processes are confined, in a few words (the title says more). */
+function sandboxLabel(sb) {
+  if (!sb) return null;
+  if (!sb.confined) return 'not sandboxed';
+  const net = sb.network === 'allowlist' ? `network: ${sb.allow_hosts.join(', ')}` : `network ${sb.network}`;
+  return `sandboxed, ${net}`;
+}
+
+function showSession(v, session, config, sandbox) {
   v.config = config;
+  if (sandbox !== undefined) v.sandbox = sandbox;
   v.title.textContent = session.title;
   setArchived(v, session.archived === true);
-  v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model]
-    .filter(Boolean).join(' · ');
+  v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model,
+    sandboxLabel(v.sandbox)].filter(Boolean).join(' · ');
+  v.meta.title = v.sandbox ? `Sandbox: ${v.sandbox.detail}` : '';
   v.download.download = `${session.title}.md`;
 }
 
@@ -378,15 +388,23 @@ function settingsPanel(v) {
     h('option', { value: 'these tools' }, 'these tools:'),
     h('option', { value: 'all' }, 'every tool'));
   const tools = h('input', { tid: 'set-auto-tools', 'aria-label': 'Tools run without asking', placeholder: 'run_command, fetch' });
+  const net = h('select', { tid: 'set-network', 'aria-label': 'Sandbox network' },
+    h('option', { value: '' }, "the server's"),
+    h('option', { value: 'none' }, 'none'),
+    h('option', { value: 'allowlist' }, 'only these hosts:'),
+    h('option', { value: 'full' }, 'full'));
+  const hosts = h('input', { tid: 'set-network-hosts', 'aria-label': 'Hosts the sandbox reaches', placeholder: 'pypi.org, *.github.com' });
   const error = h('p.form-error', { tid: 'set-error', role: 'alert', hidden: true });
   const panel = h('form.settings.panel', { tid: 'settings-panel', hidden: true },
     field('Title', title), field('Permission mode', mode), field('Model', model),
     field('Run without asking', h('div.inline-pair', {}, auto, tools)),
+    field('Sandbox network', h('div.inline-pair', {}, net, hosts)),
     h('div.form-actions', {}, h('button.primary', { tid: 'set-save' }, 'Save'),
       h('button', { type: 'button', tid: 'set-cancel', onclick: () => { panel.hidden = true; } }, 'Cancel')),
     error);
-  const syncTools = () => { tools.hidden = auto.value !== 'these tools'; };
+  const syncTools = () => { tools.hidden = auto.value !== 'these tools'; hosts.hidden = net.value !== 'allowlist'; };
   auto.addEventListener('change', syncTools);
+  net.addEventListener('change', syncTools);
   panel.load = () => {
     const c = v.config ?? {};
     title.value = v.title.textContent;
@@ -395,6 +413,8 @@ function settingsPanel(v) {
     model.disabled = c.backend && c.backend !== 'builtin';
     auto.value = autoLabel(c.auto_approve ?? 'none');
     tools.value = Array.isArray(c.auto_approve) ? c.auto_approve.join(', ') : '';
+    net.value = c.sandbox?.network ?? '';
+    hosts.value = (c.sandbox?.allow_hosts ?? []).join(', ');
     error.hidden = true;
     syncTools();
   };
@@ -409,10 +429,17 @@ function settingsPanel(v) {
     const wanted = auto.value === 'these tools'
       ? tools.value.split(',').map((t) => t.trim()).filter(Boolean) : auto.value;
     if (JSON.stringify(wanted) !== JSON.stringify(c.auto_approve)) body.auto_approve = wanted;
+    // The server's network cannot be asked back for by PATCH: once a session has its own,
+    // "the server's" leaves it as it is.
+    if (net.value) {
+      const sandbox = { network: net.value };
+      if (net.value === 'allowlist') sandbox.allow_hosts = hosts.value.split(',').map((t) => t.trim()).filter(Boolean);
+      if (JSON.stringify(sandbox) !== JSON.stringify(c.sandbox ?? {})) body.sandbox = sandbox;
+    }
     try {
       if (Object.keys(body).length) await api('PATCH', `/v1/sessions/${v.id}`, body);
-      const { session, config } = await api('GET', `/v1/sessions/${v.id}`);
-      showSession(v, session, config);
+      const { session, config, sandbox } = await api('GET', `/v1/sessions/${v.id}`);
+      showSession(v, session, config, sandbox ?? null);
       panel.hidden = true;
       toast('Settings saved: the next run uses them.', 'info');
       refreshSoon();
@@ -457,7 +484,7 @@ function sessionView(id) {
     dirty: new Set(), flushTimer: 0, pendingTimer: 0,
   };
   v.title = h('h2.session-name', { tid: 'session-title' });
-  v.meta = h('span.session-info');
+  v.meta = h('span.session-info', { tid: 'session-info' });
   v.download = h('a.button', { href: `/v1/sessions/${id}/transcript.md`, download: 'transcript.md', tid: 'download' }, 'Download');
   v.log = h('div.log', { tid: 'transcript' });
   v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line; drop or paste files to attach)' });

@@ -70,7 +70,7 @@ pub(super) async fn run_command(
         Some(sb) if sb.available => {
             let hidden = ws.protected_paths();
             match super::sandbox::bash(sb, ws.root(), hidden, command) {
-                Ok((cmd, confined)) => (cmd, Some(confined), Some(sb.told(ws.root()))),
+                Ok((cmd, confined)) => (cmd, Some(confined), Some(sb.told(ws.root(), &sb.network))),
                 Err(e) => return ToolOutput::error(format!("run_command: {e}")),
             }
         }

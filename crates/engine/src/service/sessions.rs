@@ -34,9 +34,11 @@ impl Engine {
         }
         let mcp_servers = req.mcp_servers.unwrap_or_default();
         validate_mcp_servers(&mcp_servers)?;
+        validate_sandbox(req.sandbox.as_ref())?;
         let defaults = self.defaults();
         let config = SessionConfig {
             mcp_servers,
+            sandbox: req.sandbox,
             backend,
             permission_mode: req.permission_mode.unwrap_or(defaults.permission_mode),
             model: req.model.or(defaults.model),
@@ -138,6 +140,19 @@ impl Engine {
         Ok((self.summary(&r, shared.as_ref()), config))
     }
 
+    /// How the processes of a session configured as `config` are confined (`None`: its
+    /// backend has no sandbox, or is not configured any more).
+    pub fn sandbox_status(
+        &self,
+        config: &SessionConfig,
+    ) -> Option<switchboard_protocol::SandboxStatus> {
+        self.inner
+            .backends
+            .resolve(&config.backend)
+            .ok()?
+            .sandbox_status(config)
+    }
+
     /// A page of sessions, newest first: archived ones or the others.
     pub async fn list_sessions(
         &self,
@@ -175,8 +190,11 @@ impl Engine {
         {
             return Err(EngineError::validation("model", "must not be empty"));
         }
-        let changes_config =
-            req.permission_mode.is_some() || req.model.is_some() || req.auto_approve.is_some();
+        validate_sandbox(req.sandbox.as_ref())?;
+        let changes_config = req.permission_mode.is_some()
+            || req.model.is_some()
+            || req.auto_approve.is_some()
+            || req.sandbox.is_some();
         // Read, change, write under the session's lock: two updates of different fields at
         // once both land (on this instance; the store has the last word across instances).
         let lock = self.session_lock(id);
@@ -194,6 +212,9 @@ impl Engine {
             }
             if let Some(auto) = req.auto_approve {
                 config.auto_approve = auto;
+            }
+            if let Some(sandbox) = req.sandbox {
+                config.sandbox = Some(sandbox);
             }
             Some(
                 serde_json::to_value(&config)
@@ -350,6 +371,13 @@ pub(super) fn validate_cwd(
 }
 
 /// At most [`switchboard_protocol::MAX_MCP_SERVERS`], each usable, names unique.
+fn validate_sandbox(s: Option<&switchboard_protocol::SessionSandbox>) -> Result<(), EngineError> {
+    match s.and_then(|s| s.problem()) {
+        Some(p) => Err(EngineError::validation("sandbox", &p)),
+        None => Ok(()),
+    }
+}
+
 fn validate_mcp_servers(
     servers: &[switchboard_protocol::McpServerSpec],
 ) -> Result<(), EngineError> {

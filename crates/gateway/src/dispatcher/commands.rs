@@ -90,8 +90,26 @@ impl Gateway {
                     };
                     let pending = self.inner.store.prompt_of_session(r.session_id).await?;
                     let queued = self.inner.store.queued(key).await?.len();
+                    let sandbox = match &s.sandbox {
+                        None => "none (its agent has no sandbox)".to_owned(),
+                        Some(sb) if sb.confined => {
+                            let network = match sb.network {
+                                switchboard_protocol::SandboxNetwork::None => {
+                                    "no network".to_owned()
+                                }
+                                switchboard_protocol::SandboxNetwork::Full => {
+                                    "full network".to_owned()
+                                }
+                                switchboard_protocol::SandboxNetwork::Allowlist => {
+                                    format!("network only to {}", sb.allow_hosts.join(", "))
+                                }
+                            };
+                            format!("on: workspace only, {network}")
+                        }
+                        Some(sb) => format!("off: {}", sb.detail),
+                    };
                     format!(
-                        "Session {} ({})\nRun: {state}\nApproval pending: {}\nQueued messages: {queued}",
+                        "Session {} ({})\nRun: {state}\nApproval pending: {}\nQueued messages: {queued}\nSandbox: {sandbox}",
                         r.session_id,
                         s.session.title,
                         if pending.is_some() { "yes" } else { "no" },

@@ -179,6 +179,7 @@ impl Relay {
                         .as_ref()
                         .and_then(|mcp| mcp.spec(&b.name, &m.id))
                         .map(|spec| vec![spec]),
+                    sandbox: None,
                 };
                 let s = self
                     .inner

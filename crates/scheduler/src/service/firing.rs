@@ -141,6 +141,7 @@ impl Scheduler {
                         permission_mode: spec.permission_mode,
                         auto_approve,
                         mcp_servers: None,
+                        sandbox: None,
                     })
                     .await?;
                 f.firing.session_id = Some(created.id);

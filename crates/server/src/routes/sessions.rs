@@ -73,7 +73,12 @@ pub async fn show(
     SessionId(id): SessionId,
 ) -> Result<Json<SessionDetailResponse>, ApiError> {
     let (session, config) = state.engine.get_session(id).await?;
-    Ok(Json(SessionDetailResponse { session, config }))
+    let sandbox = state.engine.sandbox_status(&config);
+    Ok(Json(SessionDetailResponse {
+        session,
+        config,
+        sandbox,
+    }))
 }
 
 /// Deletes a session with its events and transcript; an active run is cancelled.
