@@ -203,14 +203,16 @@ fn main() -> ExitCode {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 checkpoint_cmd::restore(&settings, a).await
             }
-            Command::Relay(cmd) => {
-                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
-                relay_cmd::relay(&settings, cmd).await
-            }
-            Command::Mcp(args) => {
-                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
-                relay_cmd::mcp(&settings, args).await
-            }
+            Command::Relay(cmd) => match relay_cmd::member_client(&cmd)? {
+                // A hosted member needs no configuration file (in the sandbox it cannot
+                // read the server's).
+                Some(c) => relay_cmd::relay_with(c, cmd).await,
+                None => {
+                    let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                    relay_cmd::relay(&settings, cmd).await
+                }
+            },
+            Command::Mcp(args) => relay_cmd::mcp(cli.config.as_deref(), args).await,
             Command::Schedule(cmd) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 schedule_cmd::schedule(&settings, cmd).await

@@ -154,13 +154,25 @@ fn fail(e: &RelayClientError, json: bool) -> Result<ExitCode> {
 /// The client of the relay commands: a hosted member (a tmux pane, a member's session)
 /// has its own token in SWITCHBOARD_RELAY_TOKEN — this member of this bundle only — and
 /// uses it; elsewhere the API token, as for the other commands.
-fn relay_client(settings: &Settings) -> Result<Client> {
+/// The client of a hosted member (`SWITCHBOARD_RELAY_TOKEN` set) for `cmd`, which needs no
+/// configuration: `None` elsewhere, and for `check` (which reads the bundles directory).
+pub fn member_client(cmd: &RelayCommand) -> Result<Option<Client>> {
+    if matches!(cmd, RelayCommand::Check { .. }) {
+        return Ok(None);
+    }
+    member_token_client()
+}
+
+/// The client of a hosted member, with its own token, if it has one.
+fn member_token_client() -> Result<Option<Client>> {
     match std::env::var("SWITCHBOARD_RELAY_TOKEN")
         .ok()
         .filter(|t| !t.is_empty())
     {
-        Some(t) => Client::new(server_url(), Some(t)).map_err(|e| anyhow::anyhow!("{e}")),
-        None => client(settings),
+        Some(t) => Client::new(server_url(), Some(t))
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{e}")),
+        None => Ok(None),
     }
 }
 
@@ -168,7 +180,15 @@ pub async fn relay(settings: &Settings, cmd: RelayCommand) -> Result<ExitCode> {
     if let RelayCommand::Check { bundle, json } = cmd {
         return check(settings, bundle.as_deref(), json);
     }
-    let c = relay_client(settings)?;
+    let c = match member_client(&cmd)? {
+        Some(c) => c,
+        None => client(settings)?,
+    };
+    relay_with(c, cmd).await
+}
+
+/// A relay command but `check`, through `c`.
+pub async fn relay_with(c: Client, cmd: RelayCommand) -> Result<ExitCode> {
     match cmd {
         RelayCommand::Check { .. } => Ok(ExitCode::SUCCESS),
         RelayCommand::Up(a) => hosting(c.relay_up(&a.bundle).await, a.json),
@@ -572,8 +592,10 @@ impl SessionOps for SessionHttpOps {
 /// `switchboard mcp`: an MCP server on stdin/stdout with the relay tools for one member of
 /// one bundle, the session tools for one session, or both.
 ///
-/// (See [`relay_client`] for the token.)
-pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
+/// A member's own token (see [`member_client`]), else the API token of the configuration at
+/// `config`: an MCP server started with its own tokens (by an agent, in the sandbox, where
+/// the server's configuration cannot be read) reads no configuration.
+pub async fn mcp(config: Option<&std::path::Path>, a: McpArgs) -> Result<ExitCode> {
     let mut tools = McpTools::default();
     if let (Some(bundle), Some(member)) = (a.bundle, a.member) {
         if !switchboard_relay::config::valid_id(&bundle)
@@ -581,7 +603,10 @@ pub async fn mcp(settings: &Settings, a: McpArgs) -> Result<ExitCode> {
         {
             bail!("--bundle and --member must be ids (a letter, then letters, digits, _ or -)");
         }
-        let client = relay_client(settings)?;
+        let client = match member_token_client()? {
+            Some(c) => c,
+            None => client(&Settings::load(config, None, None)?)?,
+        };
         let ops = HttpOps {
             client,
             bundle: bundle.clone(),

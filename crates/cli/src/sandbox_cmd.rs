@@ -118,73 +118,23 @@ pub fn describe(settings: &Settings, found: &Mechanisms) -> String {
     }
 }
 
-/// Directories well-known ACP agents keep their configuration, sessions and caches in
-/// (beneath the home directory), granted read-write to an agent whose command or arguments
-/// name it. `[agents.NAME.sandbox] read_write` adds others.
-const KNOWN_AGENT_DIRS: &[(&str, &[&str])] = &[
-    ("claude", &[".claude", ".claude.json", ".config/claude"]),
-    ("gemini", &[".gemini"]),
-    ("codex", &[".codex"]),
-    (
-        "goose",
-        &[".config/goose", ".local/share/goose", ".local/state/goose"],
-    ),
-    (
-        "opencode",
-        &[
-            ".config/opencode",
-            ".local/share/opencode",
-            ".local/state/opencode",
-        ],
-    ),
-    ("qwen", &[".qwen"]),
-    ("npx", &[".npm"]),
-    ("bunx", &[".bun/install/cache"]),
-    ("uvx", &[".cache/uv", ".local/share/uv"]),
-];
-
-/// `~/x` with the home directory.
-fn expand_home(path: &std::path::Path, home: Option<&std::path::Path>) -> std::path::PathBuf {
-    match (path.strip_prefix("~"), home) {
-        (Ok(rest), Some(home)) => home.join(rest),
-        _ => path.to_path_buf(),
-    }
-}
-
 /// How the ACP agent `a` is confined: `None` when the sandbox is off, or off for it.
 pub fn agent_sandbox(
     sandbox: Option<&Arc<Sandbox>>,
     a: &crate::config::AgentSection,
 ) -> Option<switchboard_acp::AgentSandbox> {
     let sandbox = sandbox?;
-    let rules = &a.sandbox;
-    if rules.enabled == Some(false) {
+    if a.sandbox.enabled == Some(false) {
         return None;
     }
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let words: Vec<String> = std::iter::once(&a.command)
-        .chain(&a.args)
-        .map(|w| w.to_ascii_lowercase())
+    let words: Vec<&str> = std::iter::once(a.command.as_str())
+        .chain(a.args.iter().map(String::as_str))
         .collect();
-    let mut read_write: Vec<std::path::PathBuf> = Vec::new();
-    if let Some(home) = &home {
-        for (word, dirs) in KNOWN_AGENT_DIRS {
-            if words.iter().any(|w| w.contains(word)) {
-                read_write.extend(dirs.iter().map(|d| home.join(d)));
-            }
-        }
-    }
-    read_write.extend(
-        rules
-            .read_write
-            .iter()
-            .map(|p| expand_home(p, home.as_deref())),
-    );
-    // Checked when the configuration was read.
-    let network = crate::config::agent_network(rules).unwrap_or_default();
     Some(switchboard_acp::AgentSandbox {
         sandbox: sandbox.clone(),
-        network,
-        read_write,
+        // Checked when the configuration was read.
+        network: a.sandbox.network().unwrap_or_default(),
+        read_write: a.sandbox.read_write(&words, home.as_deref()),
     })
 }

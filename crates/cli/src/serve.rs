@@ -401,6 +401,11 @@ pub fn host(settings: &Settings, server_url: String, token: String) -> switchboa
         instance_id: settings.instance_id.clone(),
         lease: settings.lease,
         agents: settings.agents.keys().cloned().collect(),
+        sandbox: crate::sandbox_cmd::settings(settings, &crate::sandbox_cmd::mechanisms()),
+        protected: crate::workspace::protected_paths(settings)
+            .iter()
+            .map(std::path::Path::to_path_buf)
+            .collect(),
     }
 }
 

@@ -25,9 +25,12 @@ fn echo_member(log: &Path) -> String {
     )
 }
 
-/// One test's world: data dir, bundles dir, logs, the mock LLM.
+/// One test's world: bundles dir, workspace and logs (`dir`), the server's data directory and
+/// configuration (`state`, apart: a tmux member in the sandbox is granted `dir` for its
+/// logs, never the server's state), the mock LLM.
 struct World {
     dir: tempfile::TempDir,
+    state: tempfile::TempDir,
     llm: MockLlm,
 }
 
@@ -38,20 +41,39 @@ impl World {
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         World {
             dir,
+            state: tempfile::tempdir().unwrap(),
             llm: MockLlm::start().await,
         }
     }
 
     fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
+        match p.strip_prefix("data") {
+            Some(rest) => self
+                .state
+                .path()
+                .join("data")
+                .join(rest.trim_start_matches('/')),
+            None => self.dir.path().join(p),
+        }
     }
 
+    /// Writes a bundle; its tmux members (sandboxed, as by default) are granted this test's
+    /// directory, where they keep their logs.
     fn bundle(&self, name: &str, text: &str) {
+        let grant = format!(
+            "[members.tmux]\nsandbox = {{ read_write = [{:?}] }}\n",
+            self.dir.path().to_string_lossy()
+        );
+        let text = if text.contains("sandbox") {
+            text.to_string()
+        } else {
+            text.replace("[members.tmux]\n", &grant)
+        };
         std::fs::write(self.path("bundles").join(format!("{name}.toml")), text).unwrap();
     }
 
     fn config(&self, extra: &str) -> PathBuf {
-        let p = self.path("switchboard.toml");
+        let p = self.state.path().join("switchboard.toml");
         std::fs::write(&p, extra).unwrap();
         p
     }
@@ -63,7 +85,7 @@ impl World {
     async fn server_with(&self, extra: &[(&str, &str)]) -> ServerProcess {
         let bundles = self.path("bundles").to_string_lossy().to_string();
         let config = self
-            .dir
+            .state
             .path()
             .join("switchboard.toml")
             .to_string_lossy()
@@ -1536,5 +1558,47 @@ async fn tmux_members_get_no_provider_keys_nor_the_server_token() {
     for secret in ["sk-openai-must-not-leak", "sk-ant-must-not-leak", TOKEN] {
         assert!(!env.contains(secret), "{secret} reached the member: {env}");
     }
+    c.relay_down("dev").await.unwrap();
+}
+
+/// A tmux member starts in the sandbox with its directory read-write: what the server keeps
+/// (here a secret in its state directory) it cannot read, while `switchboard relay send`
+/// still works with its own token; a member with `sandbox = { enabled = false }` reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tmux_member_runs_in_the_sandbox_unless_exempted() {
+    let w = World::new().await;
+    let secret = w.state.path().join("secret.txt");
+    std::fs::write(&secret, "STATE-SECRET\n").unwrap();
+    std::fs::create_dir_all(w.path("ws/a")).unwrap();
+    std::fs::create_dir_all(w.path("ws/b")).unwrap();
+    let member = |id: &str, rules: &str| {
+        format!(
+            "[[members]]\nid = \"{id}\"\ndirectory = \"{dir}\"\n[members.tmux]\ncommand = \"bash -c 'cat {secret} > out.txt 2>&1; echo done >> out.txt; sleep 600'\"\n{SHORT}\n{rules}\n",
+            dir = w.path(&format!("ws/{id}")).display(),
+            secret = secret.display(),
+        )
+    };
+    w.bundle(
+        "dev",
+        &format!(
+            "format-version = 1\n{}{}",
+            member("a", "[members.tmux.sandbox]\nnetwork = \"full\"\n"),
+            member("b", "[members.tmux.sandbox]\nenabled = false\n"),
+        ),
+    );
+    let server = w.server().await;
+    let c = client(&server);
+    c.relay_up("dev").await.unwrap();
+    let out = |id: &str| read(&w.path(&format!("ws/{id}/out.txt")));
+    wait_for("both members' output", Duration::from_secs(30), || {
+        out("a").contains("done") && out("b").contains("done")
+    })
+    .await;
+    assert!(
+        !out("a").contains("STATE-SECRET") && out("a").contains("Permission denied"),
+        "{}",
+        out("a")
+    );
+    assert!(out("b").contains("STATE-SECRET"), "{}", out("b"));
     c.relay_down("dev").await.unwrap();
 }

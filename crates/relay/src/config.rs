@@ -133,6 +133,10 @@ pub struct TmuxTransport {
     /// Extra environment for the member's process.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How the member's process is confined (docs/sandbox.md): `enabled`, `network`
+    /// (default full), `allow_hosts`, `read_write`.
+    #[serde(default)]
+    pub sandbox: switchboard_sandbox::ProgramRules,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -451,6 +455,9 @@ pub fn parse_bundle(
                     if k.is_empty() || k.contains('=') {
                         return Err(format!("{at}: env key \"{k}\" is not a variable name"));
                     }
+                }
+                if let Err(e) = t.sandbox.network() {
+                    return Err(format!("{at}: [members.tmux.sandbox] {e}"));
                 }
                 Transport::Tmux(t)
             }

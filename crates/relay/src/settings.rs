@@ -144,6 +144,8 @@ impl RelaySettings {
             opts.member_env
                 .push(("SWITCHBOARD_CONFIG".into(), p.display().to_string()));
         }
+        opts.sandbox = host.sandbox.clone();
+        opts.protected = host.protected.clone();
         opts.member_mcp = std::env::current_exe().ok().map(|command| MemberMcp {
             command,
             url: host.server_url.clone(),

@@ -15,6 +15,7 @@
 mod confine;
 mod limits;
 mod proxy;
+mod rules;
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use confine::{Confined, NetworkPolicy, Sandbox, Spec, needed_by};
 pub use limits::PidsGroup;
+pub use rules::{ProgramRules, known_dirs};
 
 /// The newest Landlock ABI this crate asks for (the kernel's own, when older, is used).
 const ABI_WANTED: ABI = ABI::V7;

@@ -42,6 +42,11 @@ pub struct Host {
     pub lease: Duration,
     /// The names of `[agents.*]`.
     pub agents: Vec<String>,
+    /// How processes started for agents are confined (`None`: `[sandbox] mode = "off"`).
+    pub sandbox: Option<std::sync::Arc<switchboard_sandbox::Sandbox>>,
+    /// Switchboard's own state (data directory, token, configuration …), never granted to a
+    /// sandboxed process.
+    pub protected: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Host {
@@ -124,6 +129,8 @@ mod tests {
             instance_id: "i".into(),
             lease: Duration::from_secs(1),
             agents: Vec::new(),
+            sandbox: None,
+            protected: Vec::new(),
         };
         let shown = format!("{host:?}");
         assert!(

@@ -181,24 +181,7 @@ pub struct AgentSection {
     pub switchboard_mcp: bool,
     /// `[agents.NAME.sandbox]`: how this agent's process is confined (docs/sandbox.md).
     #[serde(default)]
-    pub sandbox: AgentSandboxSection,
-}
-
-/// `[agents.NAME.sandbox]`: an ACP agent started in the sandbox (with its workspace, so its
-/// own shell is confined too).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AgentSandboxSection {
-    /// Default true (where `[sandbox]` is not off).
-    pub enabled: Option<bool>,
-    /// `full` (the default: an agent reaches its model), `none` or `allowlist`.
-    pub network: Option<String>,
-    #[serde(default)]
-    pub allow_hosts: Vec<String>,
-    /// Read-write besides the workspace: the agent's own configuration and caches (`~/`
-    /// for the home directory). Known agents' directories are granted without this.
-    #[serde(default)]
-    pub read_write: Vec<PathBuf>,
+    pub sandbox: switchboard_sandbox::ProgramRules,
 }
 
 pub(super) fn default_true() -> bool {

@@ -11,7 +11,7 @@ mod parse;
 
 pub use file::*;
 use parse::*;
-pub use parse::{SandboxConfig, SandboxMode, agent_network, redact_url};
+pub use parse::{SandboxConfig, SandboxMode, redact_url};
 
 pub use switchboard_gateway::settings::GatewaySettings;
 pub use switchboard_relay::settings::RelaySettings;

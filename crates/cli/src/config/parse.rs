@@ -215,7 +215,9 @@ pub(super) fn validate_agents(
         if a.command.trim().is_empty() {
             bail!("[agents.{name}]: `command` must not be empty");
         }
-        agent_network(&a.sandbox).with_context(|| format!("[agents.{name}.sandbox]"))?;
+        if let Err(e) = a.sandbox.network() {
+            bail!("[agents.{name}.sandbox] {e}");
+        }
     }
     Ok(agents.clone())
 }
@@ -319,16 +321,6 @@ pub struct SandboxConfig {
     pub full_access: bool,
 }
 
-/// An agent's network (default `full`: it reaches its model).
-pub fn agent_network(rules: &AgentSandboxSection) -> Result<NetworkPolicy> {
-    network_policy(
-        rules.network.as_deref(),
-        &rules.allow_hosts,
-        "full",
-        "network",
-    )
-}
-
 /// A `network` value (`none`, `full`, `allowlist` with `hosts`) of `key`.
 pub(super) fn network_policy(
     value: Option<&str>,
@@ -336,33 +328,7 @@ pub(super) fn network_policy(
     default: &str,
     key: &str,
 ) -> Result<NetworkPolicy> {
-    let policy = match value.unwrap_or(default) {
-        "none" => NetworkPolicy::None,
-        "full" => NetworkPolicy::Full,
-        "allowlist" => {
-            let hosts: Vec<String> = hosts
-                .iter()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-                .collect();
-            if hosts.is_empty() {
-                bail!(
-                    "{key} = \"allowlist\" needs the hosts it allows: allow_hosts = [\"example.com\", \"*.example.org\"]"
-                );
-            }
-            if let Some(bad) = hosts
-                .iter()
-                .find(|h| h.contains(['/', ':', ' ']) || h.trim_start_matches("*.").contains('*'))
-            {
-                bail!(
-                    "{key}: allow_hosts entry {bad:?} is not a host name (example.com, or *.example.com for its subdomains)"
-                );
-            }
-            NetworkPolicy::Allowlist(hosts)
-        }
-        other => bail!("{key} = {other:?}: expected none, full or allowlist"),
-    };
-    Ok(policy)
+    NetworkPolicy::parse(value, hosts, default).map_err(|e| anyhow::anyhow!("{key}: {e}"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -96,6 +96,87 @@ impl Relay {
         Ok(resp)
     }
 
+    /// The shell command tmux runs for member `m`: its own, or — when members are sandboxed
+    /// and this one is not exempt — the sandbox's launcher running it (`$SHELL -c COMMAND`)
+    /// with the member's directory read-write; what the launcher needs in its environment
+    /// goes into `env`. Refused when the sandbox is required and this machine cannot.
+    #[allow(clippy::type_complexity)]
+    fn confine(
+        &self,
+        m: &Member,
+        t: &crate::config::TmuxTransport,
+        env: &mut Vec<(String, String)>,
+    ) -> Result<(String, Option<switchboard_sandbox::Confined>), (String, String)> {
+        let Some(sandbox) = self.inner.opts.sandbox.as_deref() else {
+            return Ok((t.command.clone(), None));
+        };
+        if t.sandbox.enabled == Some(false) {
+            return Ok((t.command.clone(), None));
+        }
+        if !sandbox.available {
+            if sandbox.required {
+                return Err((
+                    "sandbox_unavailable".into(),
+                    "the sandbox is required ([sandbox] mode = \"required\") and this machine cannot sandbox processes (no Landlock in its kernel)".into(),
+                ));
+            }
+            tracing::warn!(member = %m.id, "this machine cannot sandbox processes: the member runs as the server's user");
+            return Ok((t.command.clone(), None));
+        }
+        let words = shlex::split(&t.command).unwrap_or_default();
+        let word_refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let read_write = t.sandbox.read_write(&word_refs, home.as_deref());
+        let read_only = match words.split_first() {
+            Some((program, args)) => switchboard_sandbox::needed_by(program, args),
+            None => Vec::new(),
+        };
+        // Checked when the bundle was read.
+        let network = t.sandbox.network().unwrap_or_default();
+        let shell = std::env::var("SHELL")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "sh".to_owned());
+        let spec = switchboard_sandbox::Spec {
+            workspace: &m.directory,
+            hidden: &self.inner.opts.protected,
+            read_write: &read_write,
+            read_only: &read_only,
+            network: &network,
+            connect_ports: &[],
+            private_home: false,
+        };
+        let fail = |e: String| ("sandbox_failed".to_string(), e);
+        let (mut cmd, confined) = sandbox
+            .command(&spec, &shell)
+            .map_err(|e| fail(e.to_string()))?;
+        if !t.command.is_empty() {
+            cmd.arg("-c").arg(&t.command);
+        }
+        let std = cmd.as_std();
+        let mut line = Vec::new();
+        for word in std::iter::once(std.get_program()).chain(std.get_args()) {
+            let word = word
+                .to_str()
+                .ok_or_else(|| fail("a path of the sandbox is not UTF-8".into()))?;
+            line.push(
+                shlex::try_quote(word)
+                    .map_err(|e| fail(e.to_string()))?
+                    .into_owned(),
+            );
+        }
+        for (k, v) in std.get_envs() {
+            let (Some(k), v) = (k.to_str(), v.map(|v| v.to_str())) else {
+                continue;
+            };
+            env.retain(|(key, _)| key != k);
+            if let Some(Some(v)) = v {
+                env.push((k.to_owned(), v.to_owned()));
+            }
+        }
+        Ok((line.join(" "), Some(confined)))
+    }
+
     /// Starts one member; Ok(true) when it was started, Ok(false) when it already ran.
     async fn start_member(
         &self,
@@ -120,16 +201,24 @@ impl Relay {
                     env.push(("SWITCHBOARD_RELAY_TOKEN".into(), token));
                 }
                 env.extend(t.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let (command, confined) = self.confine(m, t, &mut env)?;
                 let spec = StartSpec {
                     session: m.id.clone(),
                     directory: m.directory.clone(),
-                    command: t.command.clone(),
+                    command,
                     env,
                     width: 200,
                     height: 50,
                     settle: self.inner.opts.tmux_settle,
                 };
-                match tmux.start(&spec).await {
+                let started = tmux.start(&spec).await;
+                if let (Ok(StartOutcome::Started), Some(c)) = (&started, confined) {
+                    self.inner
+                        .confined
+                        .lock()
+                        .insert((b.name.clone(), m.id.clone()), c);
+                }
+                match started {
                     Ok(StartOutcome::Started) => Ok(true),
                     Ok(StartOutcome::AlreadyRunning) => Ok(false),
                     Err(e) => Err((e.code().to_string(), e.to_string())),
@@ -235,7 +324,15 @@ impl Relay {
             )
         })?;
         for s in owned {
-            match tmux.stop(&s).await {
+            let stopped = tmux.stop(&s).await;
+            if stopped.is_ok() {
+                // Its cgroup goes once its last process has; its proxy and directory now.
+                self.inner
+                    .confined
+                    .lock()
+                    .remove(&(bundle.to_owned(), s.clone()));
+            }
+            match stopped {
                 Ok(true) => {
                     stopped_any = true;
                     changes.push(change(&s, "stopped", None));

@@ -67,6 +67,10 @@ pub struct RelayOptions {
     pub member_mcp: Option<MemberMcp>,
     /// Loop guards: hops per chain and send budgets.
     pub limits: Limits,
+    /// The sandbox tmux members start in (`None`: they are not confined).
+    pub sandbox: Option<Arc<switchboard_sandbox::Sandbox>>,
+    /// Switchboard's own state, never granted to a member.
+    pub protected: Vec<PathBuf>,
 }
 
 /// What stops agents messaging each other forever. A budget of 0 is no budget.
@@ -158,6 +162,8 @@ impl RelayOptions {
             tmux_settle: Duration::from_millis(300),
             member_mcp: None,
             limits: Limits::default(),
+            sandbox: None,
+            protected: Vec::new(),
         }
     }
 }
@@ -195,6 +201,9 @@ struct Inner {
     tmux: parking_lot::Mutex<HashMap<String, Tmux>>,
     /// Serializes `up` and `down` of one bundle.
     hosting: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// What the sandbox keeps for each confined tmux member while it runs, by (bundle,
+    /// member): replaced when the member is started again.
+    confined: parking_lot::Mutex<HashMap<(String, String), switchboard_sandbox::Confined>>,
 }
 
 fn mkdir_private(p: &std::path::Path) -> Result<(), StartError> {
@@ -239,6 +248,7 @@ impl Relay {
                 tasks: parking_lot::Mutex::new(tokio::task::JoinSet::new()),
                 tmux: parking_lot::Mutex::new(HashMap::new()),
                 hosting: parking_lot::Mutex::new(HashMap::new()),
+                confined: parking_lot::Mutex::new(HashMap::new()),
             }),
         };
         // Attempts that handed nothing over go back to the queue; rows caught mid-hand-over
