@@ -107,6 +107,7 @@ fn command(
         network: &c.network,
         connect_ports: &c.connect_ports,
         private_home: false,
+        own_pids: true,
     };
     let (command, confined) = sb
         .command(&spec, &cmd.command)

@@ -325,6 +325,7 @@ async fn start(
                 network: &s.sandbox.mcp_network,
                 connect_ports: &[],
                 private_home: true,
+                own_pids: true,
             };
             let (cmd, confined) = s
                 .sandbox

@@ -31,6 +31,19 @@ pub fn exec(args: &[OsString]) -> ExitCode {
         Some(Err(e)) => return fail(e.to_string()),
         None => return fail("the policy is not UTF-8".into()),
     };
+    // Under namespaces, two stages: the limits, then bubblewrap running this launcher again
+    // with the Landlock part.
+    if let Some(bwrap) = &policy.bwrap {
+        if let Err(e) = policy.apply_limits() {
+            return fail(e.to_string());
+        }
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => return fail(format!("the path of this binary: {e}")),
+        };
+        let err = policy.namespaces_command(bwrap, &exe, program, rest).exec();
+        return fail(format!("cannot run {}: {err}", bwrap.display()));
+    }
     if let Err(e) = policy.enter() {
         return fail(e.to_string());
     }
@@ -55,9 +68,18 @@ pub fn mechanisms() -> Mechanisms {
                 return Mechanisms {
                     landlock_abi: None,
                     pids_cgroup: None,
+                    bwrap: None,
                 };
             }
-            switchboard_sandbox::probe()
+            let mut found = switchboard_sandbox::probe();
+            // Landlock alone (processes capped by RLIMIT_NPROC), to compare.
+            if switchboard_settings::env("SWITCHBOARD_SANDBOX_MECHANISMS").as_deref()
+                == Some("landlock")
+            {
+                found.bwrap = None;
+                found.pids_cgroup = None;
+            }
+            found
         })
         .clone()
 }
@@ -85,6 +107,8 @@ pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<Sandbox>>
         memory_bytes: c.memory_bytes,
         full_access: c.full_access,
         available: found.available(),
+        bwrap: found.bwrap.clone(),
+        pids_cgroup: found.pids_cgroup.is_some(),
     }))
 }
 

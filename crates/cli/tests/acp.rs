@@ -321,23 +321,33 @@ fn pid_alive(pid: u32) -> bool {
             .contains(") Z ")
 }
 
-/// Pids of the agent processes started so far, from the log.
+/// Pids (as this test sees them) of the agent's processes running in this world's workspace
+/// — in the sandbox, the agent's own pid is its namespace's, so they are found by their
+/// program and working directory: the agent, and bubblewrap around it where installed.
 fn agent_pids(w: &World) -> Vec<u32> {
-    w.log()
-        .lines()
-        .filter_map(|l| l.strip_prefix("start pid="))
-        .filter_map(|l| l.split(' ').next()?.parse().ok())
+    let ws = std::fs::canonicalize(w.ws.path()).unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("switchboard-test-agent")
+                && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == ws)
+                && pid_alive(*pid)
+        })
         .collect()
 }
 
-async fn gone(pid: u32) {
+async fn gone(pids: &[u32]) {
+    assert!(!pids.is_empty(), "no agent process was found");
     for _ in 0..100 {
-        if !pid_alive(pid) {
+        if !pids.iter().any(|p| pid_alive(*p)) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("agent process {pid} still runs");
+    panic!("agent processes {pids:?} still run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,11 +361,11 @@ async fn an_agent_that_ignores_cancel_is_stopped_and_resumed_next_time() {
         matches!(e, AgentEvent::TextDelta { .. })
     })
     .await;
-    let pid = agent_pids(&w)[0];
+    let pids = agent_pids(&w);
     c.cancel(id, run).await.unwrap();
     let rest = until_run_ends(&mut events, run).await;
     assert_eq!(stop_reason(&rest), "cancelled");
-    gone(pid).await;
+    gone(&pids).await;
     // The next turn has a fresh process that resumed the ACP session, and nothing of the
     // old turn leaks into it.
     let (mut events, run) = send(&c, id, "[count]").await;
@@ -399,10 +409,9 @@ async fn deleting_a_session_mid_turn_stops_its_agent() {
         matches!(e, AgentEvent::TextDelta { .. })
     })
     .await;
-    let pid = agent_pids(&w)[0];
-    assert!(pid_alive(pid));
+    let pids = agent_pids(&w);
     c.delete_session(id).await.unwrap();
-    gone(pid).await;
+    gone(&pids).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

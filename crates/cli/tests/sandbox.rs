@@ -130,13 +130,19 @@ fn last_tool_output(llm: &MockLlm) -> String {
             let last = r.body["messages"].as_array()?.last()?.clone();
             (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string())
         })
-        .expect("the model was given the command's output")
+        .unwrap_or_else(|| {
+            panic!(
+                "the model was not given the command's output: {:?}",
+                llm.requests().last().map(|r| r.body.to_string())
+            )
+        })
 }
 
 /// Tries every way out, each printing LEAK-n when it gets through, then ordinary work.
-fn escape_attempts(w: &World, port: u16) -> String {
+fn escape_attempts(w: &World, port: u16, server_pid: u32) -> String {
     format!(
-        "cat {secret} && echo LEAK-1; cat {key} && echo LEAK-2; cat {other}/notes.txt && echo LEAK-3; \
+        "tr '\\0' '\\n' < /proc/{server_pid}/environ | grep -q SWITCHBOARD_TOKEN && echo LEAK-7; \
+         cat {secret} && echo LEAK-1; cat {key} && echo LEAK-2; cat {other}/notes.txt && echo LEAK-3; \
          echo x > {other}/new.txt && echo LEAK-4; echo x > /tmp/sb-escape-$$ && echo LEAK-5 && rm -f /tmp/sb-escape-$$; \
          (exec 3<>/dev/tcp/127.0.0.1/{port}) && echo LEAK-6; \
          echo inside > made.txt && git init -q && git add made.txt \
@@ -158,7 +164,8 @@ async fn a_sandboxed_command_reaches_its_workspace_only_and_the_same_leaks_witho
         .wait_for_log("sandbox: ", Duration::from_secs(10))
         .await;
     assert!(logs.contains("sandbox: auto"), "{logs}");
-    let out = w.run(&server, &escape_attempts(&w, port), None).await;
+    let pid = server.pid().unwrap();
+    let out = w.run(&server, &escape_attempts(&w, port, pid), None).await;
     assert!(!out.contains("LEAK"), "{out}");
     assert!(
         !out.contains("DATA-SECRET") && !out.contains("SSH-KEY"),
@@ -202,8 +209,11 @@ async fn a_sandboxed_command_reaches_its_workspace_only_and_the_same_leaks_witho
     // sandbox's doing.
     std::fs::remove_dir_all(w.dir.path().join("ws/.git")).unwrap();
     let server = w.serve(&[("SWITCHBOARD_SANDBOX", "off")]).await;
-    let out = w.run(&server, &escape_attempts(&w, port), None).await;
-    for leak in ["LEAK-1", "LEAK-2", "LEAK-3", "LEAK-4", "LEAK-5", "LEAK-6"] {
+    let pid = server.pid().unwrap();
+    let out = w.run(&server, &escape_attempts(&w, port, pid), None).await;
+    for leak in [
+        "LEAK-1", "LEAK-2", "LEAK-3", "LEAK-4", "LEAK-5", "LEAK-6", "LEAK-7",
+    ] {
         assert!(out.contains(leak), "{leak} without the sandbox: {out}");
     }
 }
@@ -230,6 +240,8 @@ async fn the_network_is_open_when_the_policy_says_full() {
     );
 }
 
+/// Capped by a cgroup where one can be made (as here; else by `RLIMIT_NPROC`, which the
+/// kernel does not apply to root).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_stops_at_the_process_cap_and_the_server_keeps_answering() {
     let w = World::new().await;
@@ -270,6 +282,10 @@ async fn a_fork_bomb_stops_at_the_process_cap_and_the_server_keeps_answering() {
     let (out, slowest) = tokio::join!(bomb, probe);
     assert!(slowest < Duration::from_secs(2), "health took {slowest:?}");
     assert!(out.contains("exit code") || out.contains("killed"), "{out}");
+    assert!(
+        out.contains("Resource temporarily unavailable") || out.contains("retry"),
+        "the bomb's forks were refused: {out}"
+    );
     // Nothing of it is left running.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let left = std::process::Command::new("pgrep")
@@ -634,4 +650,81 @@ async fn a_session_s_own_network_replaces_the_server_s_and_is_shown() {
         }
         assert!(text.contains(want), "{body}: {text}");
     }
+}
+
+/// Where bubblewrap is installed (scripts/test installs it), namespaces go on top of
+/// Landlock: a command sees a fresh `/tmp` (not the host's files there) and only loopback;
+/// an ACP agent also gets a PID namespace of its own. With Landlock alone
+/// (`SWITCHBOARD_SANDBOX_MECHANISMS=landlock`) the host's `/tmp` is visible (not readable)
+/// and its network interfaces are all there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_go_on_top_where_bubblewrap_is_installed() {
+    let w = World::new().await;
+    let host_tmp = tempfile::NamedTempFile::new().unwrap();
+    let probe = format!(
+        "test -e {} && echo HOST-TMP-VISIBLE; grep -c : /proc/net/dev; echo made > \"$TMPDIR/x\" && cat \"$TMPDIR/x\"",
+        host_tmp.path().display()
+    );
+    let server = w.serve(&[]).await;
+    let logs = server
+        .wait_for_log("sandbox: ", Duration::from_secs(10))
+        .await;
+    assert!(
+        logs.contains("namespaces (mount, PID, IPC, network) by bubblewrap"),
+        "bubblewrap is installed by scripts/test: {logs}"
+    );
+    let out = w.run(&server, &probe, None).await;
+    assert!(!out.contains("HOST-TMP-VISIBLE"), "{out}");
+    // Loopback only: one interface line under the two header lines.
+    assert!(out.contains("\n1\n") || out.starts_with("1\n"), "{out}");
+    assert!(out.contains("made"), "{out}");
+    drop(server);
+    let server = w
+        .serve(&[("SWITCHBOARD_SANDBOX_MECHANISMS", "landlock")])
+        .await;
+    let out = w.run(&server, &probe, None).await;
+    assert!(out.contains("HOST-TMP-VISIBLE"), "{out}");
+    assert!(out.contains("made"), "{out}");
+    drop(server);
+
+    // An ACP agent: its PID 1 is its own namespace's.
+    let log = w.dir.path().join("agent.log");
+    let config = w.dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n{}",
+            env!("CARGO_BIN_EXE_switchboard-test-agent"),
+            log.to_string_lossy(),
+            agent_sandbox_rules("test", &[&log]),
+        ),
+    )
+    .unwrap();
+    let server = w
+        .serve(&[("SWITCHBOARD_CONFIG", config.to_str().unwrap())])
+        .await;
+    let c = client(&server);
+    let s = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(w.path("ws")),
+            backend: Some(BackendSpec::Acp("test".into())),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap();
+    let mut events = c.subscribe(s.id, None);
+    let req = switchboard_protocol::SendMessageRequest::user(
+        "[read:/proc/1/cmdline]",
+        switchboard_protocol::MessageType::Message,
+    );
+    let run = c.send_message(s.id, &req).await.unwrap().run_id;
+    let text = text_of(&until_run_ends(&mut events, run).await);
+    let pid1 = text
+        .split("read /proc/1/cmdline: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        pid1.contains("bwrap") && pid1.contains("--unshare-pid"),
+        "{text}"
+    );
 }

@@ -85,6 +85,11 @@ pub struct Sandbox {
     pub full_access: bool,
     /// Whether this machine can confine (Landlock is on); probed once by the binary.
     pub available: bool,
+    /// bubblewrap, to add namespaces (where it can make them here).
+    pub bwrap: Option<PathBuf>,
+    /// Cap processes with a cgroup per process (where one can be made here), else
+    /// `RLIMIT_NPROC`.
+    pub pids_cgroup: bool,
 }
 
 /// Where one process runs and what it may reach.
@@ -106,6 +111,10 @@ pub struct Spec<'a> {
     /// Give it its temporary directory as `HOME` too (a command), or leave `HOME` as it is
     /// (an agent reading its configuration, granted by `read_write`).
     pub private_home: bool,
+    /// Under namespaces, a PID namespace of its own: for a long-lived process (an agent, a
+    /// member) whose processes end with it — not for a command, whose background processes
+    /// outlive it.
+    pub own_pids: bool,
 }
 
 /// The file `program` runs (found on `path` when it is a bare name), symlinks followed.
@@ -233,6 +242,8 @@ impl Sandbox {
         policy.cpu_secs = self.cpu_secs;
         policy.memory_bytes = self.memory_bytes;
         policy.connect_ports = spec.connect_ports.to_vec();
+        policy.bwrap = self.bwrap.clone();
+        policy.own_pids = spec.own_pids;
         let proxy = match spec.network {
             NetworkPolicy::Allowlist(hosts) => {
                 let proxy = Proxy::start(hosts.clone())?;
@@ -241,11 +252,18 @@ impl Sandbox {
             }
             _ => None,
         };
-        let mut group = PidsGroup::create(self.max_processes);
+        let mut group = if self.pids_cgroup {
+            PidsGroup::create(self.max_processes)
+        } else {
+            None
+        };
         match &group {
             Some(g) => policy.cgroup = Some(g.path().to_path_buf()),
-            // Without a cgroup, the rlimit (which does not bind root).
-            None => policy.max_processes = Some(self.max_processes),
+            // Without a cgroup, the rlimit: it counts every task of the user, so the cap is on
+            // top of those running now. (The kernel exempts root from it.)
+            None => {
+                policy.max_processes = Some(crate::limits::tasks_of_user() + self.max_processes)
+            }
         }
         let mut cmd = self.launcher.command(&policy, program);
         cmd.env("TMPDIR", tmp.path());

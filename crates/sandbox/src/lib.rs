@@ -14,6 +14,7 @@
 
 mod confine;
 mod limits;
+mod ns;
 mod proxy;
 mod rules;
 
@@ -74,7 +75,7 @@ pub struct Policy {
     /// A cgroup to join before running (its `pids.max` caps the processes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<PathBuf>,
-    /// `RLIMIT_NPROC`, where no cgroup caps the processes (it does not bind root).
+    /// `RLIMIT_NPROC`, where no cgroup caps the processes (on top of the user's tasks running now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_processes: Option<u64>,
     /// `RLIMIT_CPU`, in seconds of CPU time.
@@ -83,6 +84,13 @@ pub struct Policy {
     /// `RLIMIT_AS`, in bytes of address space.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// Run inside namespaces made by this `bwrap` (see `ns`), Landlock on top.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwrap: Option<PathBuf>,
+    /// Under namespaces, a PID namespace too: its processes see only each other, and end
+    /// when it does (so not for a command, whose background processes outlive it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_pids: bool,
 }
 
 /// The system directories ordinary tools read (and run programs from).
@@ -203,6 +211,8 @@ impl Policy {
             max_processes: None,
             cpu_secs: None,
             memory_bytes: None,
+            bwrap: None,
+            own_pids: false,
         }
     }
 
@@ -218,7 +228,8 @@ impl Policy {
     /// Confines the calling thread (and what it executes from now on) to this policy: the
     /// process limits, the cgroup, then Landlock. For the launcher, right before `exec`.
     pub fn enter(&self) -> Result<Enforcement, SandboxError> {
-        limits::apply(self)?;
+        self.apply_limits()?;
+        limits::drop_capabilities()?;
         let status = self.restrict()?;
         let enforcement = match status {
             RulesetStatus::FullyEnforced => Enforcement::Full,
@@ -231,6 +242,11 @@ impl Policy {
             ));
         }
         Ok(enforcement)
+    }
+
+    /// The process limits and the cgroup, alone (the first stage under namespaces).
+    pub fn apply_limits(&self) -> Result<(), SandboxError> {
+        limits::apply(self)
     }
 
     fn restrict(&self) -> Result<RulesetStatus, SandboxError> {
@@ -294,6 +310,8 @@ pub struct Mechanisms {
     pub landlock_abi: Option<i32>,
     /// Where a cgroup per command can be made to cap its processes.
     pub pids_cgroup: Option<PathBuf>,
+    /// bubblewrap, where it can make namespaces here.
+    pub bwrap: Option<PathBuf>,
 }
 
 impl Mechanisms {
@@ -317,9 +335,17 @@ impl Mechanisms {
         };
         let pids = match &self.pids_cgroup {
             Some(p) => format!("processes capped by a cgroup under {}", p.display()),
-            None => "processes capped by RLIMIT_NPROC (not for root)".into(),
+            None => "processes capped by RLIMIT_NPROC (which does not bind root: no cap for root)"
+                .into(),
         };
-        format!("{fs}; {pids}")
+        let ns = match &self.bwrap {
+            Some(b) => format!(
+                "namespaces (mount, PID, IPC, network) by {}",
+                ns::version(b).unwrap_or_else(|| b.display().to_string())
+            ),
+            None => "no namespaces (bubblewrap is not installed, or cannot make them here)".into(),
+        };
+        format!("{fs}; {pids}; {ns}")
     }
 }
 
@@ -348,6 +374,8 @@ pub fn probe() -> Mechanisms {
     Mechanisms {
         landlock_abi,
         pids_cgroup: limits::pids_root(),
+        // Namespaces go on top of Landlock, never instead of it.
+        bwrap: landlock_abi.and_then(|_| ns::probe()),
     }
 }
 

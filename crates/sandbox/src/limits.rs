@@ -30,6 +30,71 @@ pub(crate) fn apply(p: &Policy) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// How many tasks (threads) the user of this process runs now: `RLIMIT_NPROC` counts them
+/// all, so a cap of `max` more is this plus `max`.
+pub(crate) fn tasks_of_user() -> u64 {
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in dir.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let real_uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next());
+        if real_uid == Some(uid.as_str()) {
+            n += status
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .unwrap_or(1);
+        }
+    }
+    n
+}
+
+/// Drops every capability this process has (it has some when it runs as root): what it
+/// executes then has none, and cannot get them back. Without this, root's
+/// `CAP_SYS_PTRACE` lets a sandboxed command read other processes' memory and environment
+/// through `/proc` (the server's, with its token) despite Landlock.
+pub(crate) fn drop_capabilities() -> Result<(), SandboxError> {
+    use caps::CapSet;
+    let fail = |what: &str, e: caps::errors::CapsError| {
+        SandboxError::Limits(format!("dropping capabilities ({what}): {e}"))
+    };
+    let permitted = caps::read(None, CapSet::Permitted).map_err(|e| fail("reading", e))?;
+    if permitted.is_empty() {
+        return Ok(());
+    }
+    // The bounding set first (it takes CAP_SETPCAP, which goes with the rest below).
+    if permitted.contains(&caps::Capability::CAP_SETPCAP) {
+        for cap in caps::read(None, CapSet::Bounding).map_err(|e| fail("reading", e))? {
+            caps::drop(None, CapSet::Bounding, cap).map_err(|e| fail("bounding", e))?;
+        }
+    }
+    for (set, what) in [
+        (CapSet::Ambient, "ambient"),
+        (CapSet::Inheritable, "inheritable"),
+        (CapSet::Effective, "effective"),
+        (CapSet::Permitted, "permitted"),
+    ] {
+        caps::clear(None, set).map_err(|e| fail(what, e))?;
+    }
+    Ok(())
+}
+
 /// The directory under which this process may make cgroups that cap processes (the `pids`
 /// hierarchy of cgroup v1, or a cgroup v2 directory with the `pids` controller delegated),
 /// found once.

@@ -115,7 +115,9 @@ pub(super) async fn run_command(
     out
 }
 
-/// Whether a command's output reads like a refusal (of the sandbox, when it ran in one).
+/// Whether a command's output reads like a refusal (of the sandbox, when it ran in one) —
+/// or like a file under `/tmp` that is not there (under namespaces each command has a
+/// fresh `/tmp`: what another wrote there is gone).
 fn denied(output: &str) -> bool {
     [
         "Permission denied",
@@ -124,6 +126,7 @@ fn denied(output: &str) -> bool {
     ]
     .iter()
     .any(|w| output.contains(w))
+        || (output.contains("No such file or directory") && output.contains("/tmp/"))
 }
 
 /// `bash -c COMMAND`, unconfined.

@@ -23,6 +23,7 @@ pub(crate) fn bash(
         network: &sandbox.network,
         connect_ports: &[],
         private_home: true,
+        own_pids: false,
     };
     let (mut cmd, confined) = sandbox.command(&spec, "bash").map_err(|e| e.to_string())?;
     cmd.arg("-c").arg(command);

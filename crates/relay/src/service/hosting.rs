@@ -145,6 +145,7 @@ impl Relay {
             network: &network,
             connect_ports: &[],
             private_home: false,
+            own_pids: true,
         };
         let fail = |e: String| ("sandbox_failed".to_string(), e);
         let (mut cmd, confined) = sandbox
