@@ -227,22 +227,31 @@ async fn main() -> Result<()> {
         );
     }
     if want("x") {
-        let (direct, confined, grouped) = sandbox::sandbox(runs).await?;
+        let f = sandbox::sandbox(runs).await?;
         row(
             "(x) `bash -c true`, started directly (ms per command)",
-            &direct,
+            &f.direct,
             2,
         );
         row(
-            "(x) the same through the sandbox's launcher: Landlock, rlimits (ms)",
-            &confined,
+            "(x) as run_command starts it in the sandbox: Landlock, rlimits (ms)",
+            &f.landlock,
             2,
         );
         row(
-            "(x) the same with a cgroup of its own capping processes (ms)",
-            &grouped,
+            "(x) … with a cgroup of its own capping processes (ms)",
+            &f.cgroup,
             2,
         );
+        if f.bwrap.is_empty() {
+            println!("(x) bubblewrap: not installed here, no figure");
+        } else {
+            row(
+                "(x) … with bubblewrap's namespaces on top (ms)",
+                &f.bwrap,
+                2,
+            );
+        }
     }
     if want("h") {
         let (unchanged, changed) = checkpoints::checkpoints(runs.max(5)).await?;

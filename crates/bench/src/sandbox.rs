@@ -1,19 +1,30 @@
 //! (x) sandbox set-up (`--only x`): what confining a command adds to starting it — `bash -c
-//! true` spawned and waited for directly, then through the launcher (`switchboard
-//! sandbox-exec POLICY -- bash -c true`: Landlock files, TCP and scoping, rlimits), then the
-//! same with a cgroup of its own capping its processes (made and removed per command, as
-//! `run_command` does). Per command, in milliseconds; each run the median of 50 commands.
+//! true` spawned and waited for directly, then as `run_command` starts it, through the
+//! sandbox's kit (`switchboard_sandbox::Sandbox::command`: a private temporary directory,
+//! the launcher `switchboard sandbox-exec POLICY -- bash -c true` applying Landlock files,
+//! TCP and scoping, rlimits, capabilities dropped): with Landlock alone, with a cgroup of its
+//! own capping its processes (made and removed per command), and with bubblewrap's
+//! namespaces on top (where `bwrap` is installed). Per command, in milliseconds; each run the
+//! median of 50 commands.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use switchboard_sandbox::{Launcher, Network, PidsGroup, Policy};
+use switchboard_sandbox::{Confined, Launcher, NetworkPolicy, Sandbox, Spec};
 
 const PER_RUN: usize = 50;
 
-/// Milliseconds per command, one figure per run: (direct, launcher, launcher + cgroup).
-pub async fn sandbox(runs: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+/// Milliseconds per command, one series per way, one figure per run: direct, Landlock,
+/// Landlock + cgroup, Landlock + cgroup + bubblewrap (empty without `bwrap`).
+pub struct Figures {
+    pub direct: Vec<f64>,
+    pub landlock: Vec<f64>,
+    pub cgroup: Vec<f64>,
+    pub bwrap: Vec<f64>,
+}
+
+pub async fn sandbox(runs: usize) -> Result<Figures> {
     let exe = std::env::current_exe()?
         .parent()
         .map(|d| d.join("switchboard"))
@@ -23,64 +34,88 @@ pub async fn sandbox(runs: usize) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
         "{} is missing: build it (`cargo build --release -p switchboard`)",
         exe.display()
     );
-    let launcher = Launcher::new(exe);
+    let found = switchboard_sandbox::probe();
+    anyhow::ensure!(found.available(), "no Landlock here: {}", found.describe());
+    let base = Sandbox {
+        launcher: Launcher::new(exe),
+        required: true,
+        network: NetworkPolicy::None,
+        mcp_network: NetworkPolicy::Full,
+        max_processes: 512,
+        cpu_secs: None,
+        memory_bytes: None,
+        full_access: false,
+        available: true,
+        bwrap: None,
+        pids_cgroup: false,
+    };
+    let cgroup = Sandbox {
+        pids_cgroup: found.pids_cgroup.is_some(),
+        ..base.clone()
+    };
+    let bwrap = found.bwrap.clone().map(|b| Sandbox {
+        bwrap: Some(b),
+        ..cgroup.clone()
+    });
     let ws = tempfile::tempdir()?;
-    let tmp = tempfile::tempdir()?;
-    let path = std::env::var_os("PATH");
-    let policy = Policy::for_workspace(ws.path(), tmp.path(), path.as_deref(), &[], Network::None);
-    let (mut direct, mut confined, mut grouped) = (Vec::new(), Vec::new(), Vec::new());
+    let mut f = Figures {
+        direct: Vec::new(),
+        landlock: Vec::new(),
+        cgroup: Vec::new(),
+        bwrap: Vec::new(),
+    };
     for _ in 0..runs {
-        direct.push(
+        f.direct.push(
             per_command(
                 || {
                     let mut c = tokio::process::Command::new("bash");
                     c.args(["-c", "true"]);
-                    (c, None)
+                    Ok((c, None))
                 },
                 ws.path(),
             )
             .await?,
         );
-        confined.push(
-            per_command(
-                || {
-                    let mut c = launcher.command(&policy, "bash");
-                    c.args(["-c", "true"]);
-                    (c, None)
-                },
-                ws.path(),
-            )
-            .await?,
-        );
-        grouped.push(
-            per_command(
-                || {
-                    let group = PidsGroup::create(512);
-                    let mut p = policy.clone();
-                    p.cgroup = group.as_ref().map(|g| g.path().to_path_buf());
-                    let mut c = launcher.command(&p, "bash");
-                    c.args(["-c", "true"]);
-                    (c, group)
-                },
-                ws.path(),
-            )
-            .await?,
-        );
+        f.landlock.push(per_command(|| kit(&base, ws.path()), ws.path()).await?);
+        f.cgroup.push(per_command(|| kit(&cgroup, ws.path()), ws.path()).await?);
+        if let Some(b) = &bwrap {
+            f.bwrap.push(per_command(|| kit(b, ws.path()), ws.path()).await?);
+        }
     }
-    Ok((direct, confined, grouped))
+    Ok(f)
 }
 
-/// The median time, in ms, to start, run and reap one command made by `make`.
+/// `bash -c true` as `run_command` starts it under `sandbox`.
+fn kit(
+    sandbox: &Sandbox,
+    ws: &Path,
+) -> Result<(tokio::process::Command, Option<Confined>)> {
+    let spec = Spec {
+        workspace: ws,
+        hidden: &[],
+        read_write: &[],
+        read_only: &[],
+        network: &sandbox.network,
+        connect_ports: &[],
+        private_home: true,
+        own_pids: false,
+    };
+    let (mut c, confined) = sandbox.command(&spec, "bash")?;
+    c.args(["-c", "true"]);
+    Ok((c, Some(confined)))
+}
+
+/// The median time, in ms, to make, start, run and reap one command made by `make`.
 async fn per_command(
-    make: impl Fn() -> (tokio::process::Command, Option<PidsGroup>),
+    make: impl Fn() -> Result<(tokio::process::Command, Option<Confined>)>,
     cwd: &Path,
 ) -> Result<f64> {
     let mut times = Vec::with_capacity(PER_RUN);
     for _ in 0..PER_RUN {
         let t = Instant::now();
-        let (mut cmd, group) = make();
+        let (mut cmd, confined) = make()?;
         let status = cmd.current_dir(cwd).status().await?;
-        drop(group);
+        drop(confined);
         anyhow::ensure!(status.success(), "the command failed: {status}");
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
