@@ -99,6 +99,11 @@ fn command(
         tracing::warn!(agent = %name, "this machine cannot sandbox processes (no Landlock in its kernel): the agent runs as the server's user");
         return Ok((Command::new(&cmd.command), None));
     }
+    let env: Vec<(String, String)> = cmd
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let spec = switchboard_sandbox::Spec {
         workspace: cwd,
         hidden: &c.hidden,
@@ -108,6 +113,7 @@ fn command(
         connect_ports: &c.connect_ports,
         private_home: false,
         own_pids: true,
+        env: &env,
     };
     let (command, confined) = sb
         .command(&spec, &cmd.command)

@@ -317,6 +317,11 @@ async fn start(
     let (mut cmd, confined) = match sandbox {
         Some(s) if s.sandbox.available => {
             let needed = switchboard_sandbox::needed_by(command, &spec.args);
+            let env: Vec<(String, String)> = spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             let spec_ = switchboard_sandbox::Spec {
                 workspace: cwd,
                 hidden: &s.hidden,
@@ -326,6 +331,7 @@ async fn start(
                 connect_ports: &[],
                 private_home: true,
                 own_pids: true,
+                env: &env,
             };
             let (cmd, confined) = s
                 .sandbox

@@ -46,6 +46,7 @@ pub async fn sandbox(runs: usize) -> Result<Figures> {
         memory_bytes: None,
         full_access: false,
         available: true,
+        env: Vec::new(),
         bwrap: None,
         pids_cgroup: false,
     };
@@ -76,20 +77,20 @@ pub async fn sandbox(runs: usize) -> Result<Figures> {
             )
             .await?,
         );
-        f.landlock.push(per_command(|| kit(&base, ws.path()), ws.path()).await?);
-        f.cgroup.push(per_command(|| kit(&cgroup, ws.path()), ws.path()).await?);
+        f.landlock
+            .push(per_command(|| kit(&base, ws.path()), ws.path()).await?);
+        f.cgroup
+            .push(per_command(|| kit(&cgroup, ws.path()), ws.path()).await?);
         if let Some(b) = &bwrap {
-            f.bwrap.push(per_command(|| kit(b, ws.path()), ws.path()).await?);
+            f.bwrap
+                .push(per_command(|| kit(b, ws.path()), ws.path()).await?);
         }
     }
     Ok(f)
 }
 
 /// `bash -c true` as `run_command` starts it under `sandbox`.
-fn kit(
-    sandbox: &Sandbox,
-    ws: &Path,
-) -> Result<(tokio::process::Command, Option<Confined>)> {
+fn kit(sandbox: &Sandbox, ws: &Path) -> Result<(tokio::process::Command, Option<Confined>)> {
     let spec = Spec {
         workspace: ws,
         hidden: &[],
@@ -99,6 +100,7 @@ fn kit(
         connect_ports: &[],
         private_home: true,
         own_pids: false,
+        env: &[],
     };
     let (mut c, confined) = sandbox.command(&spec, "bash")?;
     c.args(["-c", "true"]);

@@ -47,7 +47,11 @@ pub fn exec(args: &[OsString]) -> ExitCode {
     if let Err(e) = policy.enter() {
         return fail(e.to_string());
     }
-    let err = std::process::Command::new(program).args(rest).exec();
+    let err = std::process::Command::new(program)
+        .args(rest)
+        .env_clear()
+        .envs(policy.environment())
+        .exec();
     eprintln!(
         "switchboard sandbox: cannot run {}: {err}",
         program.to_string_lossy()
@@ -107,6 +111,7 @@ pub fn settings(settings: &Settings, found: &Mechanisms) -> Option<Arc<Sandbox>>
         memory_bytes: c.memory_bytes,
         full_access: c.full_access,
         available: found.available(),
+        env: c.env.clone(),
         bwrap: found.bwrap.clone(),
         pids_cgroup: found.pids_cgroup.is_some(),
     }))

@@ -728,3 +728,31 @@ async fn namespaces_go_on_top_where_bubblewrap_is_installed() {
         "{text}"
     );
 }
+
+/// A sandboxed command gets the allowed variables of the server's environment only (PATH,
+/// locale, toolchains … and `[sandbox] env`), not whatever else the server was started
+/// with (a cloud key here); with the sandbox off it gets them all (but the server's own
+/// secrets, scrubbed either way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_command_gets_only_the_allowed_environment() {
+    let w = World::new().await;
+    let show = "echo \"cloud=${AWS_SECRET_ACCESS_KEY:-unset} extra=${MY_TOOL_OPTS:-unset} lang=${LANG:-unset} path=${PATH:+set}\"";
+    let env = [
+        ("AWS_SECRET_ACCESS_KEY", "aws-must-not-leak"),
+        ("MY_TOOL_OPTS", "wanted"),
+        ("LANG", "C.UTF-8"),
+        ("SWITCHBOARD_SANDBOX_ENV", "MY_TOOL_*"),
+    ];
+    let server = w.serve(&env).await;
+    let out = w.run(&server, show, None).await;
+    assert!(
+        out.contains("cloud=unset extra=wanted lang=C.UTF-8 path=set"),
+        "{out}"
+    );
+    drop(server);
+    let mut off = env.to_vec();
+    off.push(("SWITCHBOARD_SANDBOX", "off"));
+    let server = w.serve(&off).await;
+    let out = w.run(&server, show, None).await;
+    assert!(out.contains("cloud=aws-must-not-leak"), "{out}");
+}

@@ -85,6 +85,9 @@ pub struct Sandbox {
     pub full_access: bool,
     /// Whether this machine can confine (Landlock is on); probed once by the binary.
     pub available: bool,
+    /// Variables (names, or prefixes ending in `*`) sandboxed programs get from the server's
+    /// environment besides [`crate::ENV_ALLOWED`] (`[sandbox] env`).
+    pub env: Vec<String>,
     /// bubblewrap, to add namespaces (where it can make them here).
     pub bwrap: Option<PathBuf>,
     /// Cap processes with a cgroup per process (where one can be made here), else
@@ -115,6 +118,9 @@ pub struct Spec<'a> {
     /// member) whose processes end with it — not for a command, whose background processes
     /// outlive it.
     pub own_pids: bool,
+    /// Its own variables (an agent's `env`, a member's): set, and kept by the launcher, which
+    /// otherwise passes on only the allowed ones of the server's environment.
+    pub env: &'a [(String, String)],
 }
 
 /// The file `program` runs (found on `path` when it is a bare name), symlinks followed.
@@ -265,7 +271,11 @@ impl Sandbox {
                 policy.max_processes = Some(crate::limits::tasks_of_user() + self.max_processes)
             }
         }
+        let mut keep = self.env.clone();
+        keep.extend(spec.env.iter().map(|(k, _)| k.clone()));
+        policy.env_keep = Some(keep);
         let mut cmd = self.launcher.command(&policy, program);
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
         cmd.env("TMPDIR", tmp.path());
         if spec.private_home {
             cmd.env("HOME", tmp.path());

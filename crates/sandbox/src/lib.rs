@@ -91,6 +91,69 @@ pub struct Policy {
     /// when it does (so not for a command, whose background processes outlive it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub own_pids: bool,
+    /// The environment variables the program gets (names, or prefixes ending in `*`), besides
+    /// [`ENV_ALLOWED`]; `None`: all of the launcher's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_keep: Option<Vec<String>>,
+}
+
+/// The variables a sandboxed program gets from the server's environment by default: what
+/// ordinary tools and toolchains need to run (locale, terminal, where toolchains live,
+/// certificate bundles, the proxies of a network that is allowed) — no credentials.
+/// `[sandbox] env` adds names.
+pub const ENV_ALLOWED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "COLORTERM",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "PWD",
+    "EDITOR",
+    "PAGER",
+    "GIT_TERMINAL_PROMPT",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "GOCACHE",
+    "JAVA_HOME",
+    "NVM_DIR",
+    "NVM_BIN",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "UV_CACHE_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+];
+
+/// Whether `name` is among `keep` (names, or prefixes ending in `*`) or [`ENV_ALLOWED`].
+pub fn env_allowed(name: &str, keep: &[String]) -> bool {
+    let matches = |pattern: &str| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    };
+    ENV_ALLOWED.iter().any(|p| matches(p)) || keep.iter().any(|p| matches(p))
 }
 
 /// The system directories ordinary tools read (and run programs from).
@@ -213,7 +276,20 @@ impl Policy {
             memory_bytes: None,
             bwrap: None,
             own_pids: false,
+            env_keep: None,
         }
+    }
+
+    /// The launcher's environment as the program gets it: only the allowed variables
+    /// (`env_keep`), or all of them.
+    pub fn environment(&self) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        std::env::vars_os()
+            .filter(|(k, _)| match (&self.env_keep, k.to_str()) {
+                (None, _) => true,
+                (Some(keep), Some(k)) => env_allowed(k, keep),
+                (Some(_), None) => false,
+            })
+            .collect()
     }
 
     /// The launcher's argument.

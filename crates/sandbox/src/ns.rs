@@ -68,6 +68,7 @@ impl Policy {
             ..self.clone()
         };
         let mut cmd = std::process::Command::new(bwrap);
+        cmd.env_clear().envs(self.environment());
         cmd.args(["--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/tmp"]);
         // A /proc of its own PID namespace; without one, the system's (where Landlock keeps
         // other processes' environment and memory out of reach: no ptrace outside).

@@ -24,6 +24,7 @@ pub(crate) fn bash(
         connect_ports: &[],
         private_home: true,
         own_pids: false,
+        env: &[],
     };
     let (mut cmd, confined) = sandbox.command(&spec, "bash").map_err(|e| e.to_string())?;
     cmd.arg("-c").arg(command);

@@ -69,6 +69,9 @@ pub struct SandboxSection {
     pub cpu_secs: Option<u64>,
     /// Most MiB of address space one process may map (default: no limit).
     pub memory_mb: Option<u64>,
+    /// Variables of the server's environment sandboxed programs get besides the default
+    /// list (names, or prefixes ending in `*`): docs/sandbox.md.
+    pub env: Option<Vec<String>>,
     /// Confine `full-access` sessions' commands too (default false).
     pub full_access: Option<bool>,
 }

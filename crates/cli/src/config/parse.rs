@@ -319,6 +319,8 @@ pub struct SandboxConfig {
     pub cpu_secs: Option<u64>,
     pub memory_bytes: Option<u64>,
     pub full_access: bool,
+    /// `[sandbox] env`.
+    pub env: Vec<String>,
 }
 
 /// A `network` value (`none`, `full`, `allowlist` with `hosts`) of `key`.
@@ -400,5 +402,22 @@ pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
         cpu_secs: section.cpu_secs,
         memory_bytes: section.memory_mb.map(|m| m * 1024 * 1024),
         full_access: section.full_access.unwrap_or(false),
+        env: {
+            let env: Vec<String> = match env("SWITCHBOARD_SANDBOX_ENV") {
+                Some(list) => list
+                    .split(',')
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty())
+                    .collect(),
+                None => section.env.clone().unwrap_or_default(),
+            };
+            if let Some(bad) = env.iter().find(|n| {
+                let name = n.strip_suffix('*').unwrap_or(n);
+                name.is_empty() || name.contains(['=', '\0', '*'])
+            }) {
+                bail!("[sandbox] env: {bad:?} is not a variable name (or a prefix ending in *)");
+            }
+            env
+        },
     })
 }

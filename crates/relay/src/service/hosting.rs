@@ -137,6 +137,7 @@ impl Relay {
             .ok()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "sh".to_owned());
+        let own_env = env.clone();
         let spec = switchboard_sandbox::Spec {
             workspace: &m.directory,
             hidden: &self.inner.opts.protected,
@@ -146,6 +147,7 @@ impl Relay {
             connect_ports: &[],
             private_home: false,
             own_pids: true,
+            env: &own_env,
         };
         let fail = |e: String| ("sandbox_failed".to_string(), e);
         let (mut cmd, confined) = sandbox
