@@ -12,6 +12,7 @@
 mod conn;
 mod content;
 mod map;
+mod sandbox;
 
 use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use uuid::Uuid;
 
 pub use conn::AgentCommand;
 use conn::{Conn, Incoming};
+pub use sandbox::AgentSandbox;
 
 /// An agent process without a run for this long is stopped.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -158,18 +160,6 @@ pub struct AcpBackend {
     sandbox: Option<AgentSandbox>,
 }
 
-/// How an agent's process is confined: started through the sandbox's launcher with its
-/// session's workspace read-write, so whatever it runs — its own shell, the MCP servers it
-/// starts — is confined too (docs/sandbox.md).
-#[derive(Debug, Clone)]
-pub struct AgentSandbox {
-    pub sandbox: Arc<switchboard_sandbox::Sandbox>,
-    /// Default `full`: an agent reaches its model.
-    pub network: switchboard_sandbox::NetworkPolicy,
-    /// Read-write besides the workspace: the agent's configuration and caches.
-    pub read_write: Vec<std::path::PathBuf>,
-}
-
 /// Switchboard's own MCP server, passed to every agent in `session/new` and `session/load`
 /// (`mcpServers`, over stdio, which every ACP agent must support): `switchboard mcp
 /// --session ID` with the session's own token, whose `send_file` tool lets the agent share
@@ -197,48 +187,6 @@ impl AcpBackend {
             session_mcp: None,
             sandbox: None,
         }
-    }
-
-    /// Starts this agent's processes in the sandbox (see [`AgentSandbox`]).
-    pub fn with_sandbox(mut self, sandbox: AgentSandbox) -> Self {
-        self.sandbox = Some(sandbox);
-        self
-    }
-
-    /// How a process for `ctx` is confined: `None` when it is not (no sandbox, or a
-    /// full-access session on a server that leaves those unconfined).
-    fn confinement(&self, ctx: &RunContext) -> Option<conn::Confinement<'_>> {
-        let s = self.sandbox.as_ref()?;
-        s.sandbox
-            .applies(
-                ctx.config.permission_mode == switchboard_protocol::PermissionMode::FullAccess,
-                ctx.input.sandbox,
-            )
-            .then(|| conn::Confinement {
-                sandbox: s,
-                network: s.network.or_session(ctx.config.sandbox.as_ref()),
-                hidden: ctx
-                    .protected
-                    .iter()
-                    .map(std::path::Path::to_path_buf)
-                    .collect(),
-                connect_ports: self
-                    .session_mcp
-                    .as_ref()
-                    .and_then(|m| m.url.get())
-                    .and_then(|u| port_of(u))
-                    .into_iter()
-                    .collect(),
-                read_only: self
-                    .session_mcp
-                    .iter()
-                    .flat_map(|m| switchboard_sandbox::needed_by(&m.command.to_string_lossy(), &[]))
-                    .chain(ctx.mcp_servers.iter().flat_map(|s| match &s.command {
-                        Some(c) => switchboard_sandbox::needed_by(c, &s.args),
-                        None => Vec::new(),
-                    }))
-                    .collect(),
-            })
     }
 
     /// Gives every session's agent Switchboard's own MCP server (see [`SessionMcp`]).
@@ -611,12 +559,6 @@ impl AcpBackend {
 /// The run options an ACP agent cannot be given (the protocol has no model, system prompt
 /// or turn limit per prompt), said to the user as a notice rather than dropped in silence.
 /// `auto_approve` needs no notice: Switchboard's own gate applies it.
-/// The port of a `http://host:port` URL.
-fn port_of(url: &str) -> Option<u16> {
-    let authority = url.split_once("://")?.1.split('/').next()?;
-    authority.rsplit_once(':')?.1.parse().ok()
-}
-
 fn ignored_options(input: &switchboard_engine::RunInput) -> Option<String> {
     let o = input.overrides.clone().unwrap_or_default();
     let mut ignored = Vec::new();
@@ -651,14 +593,7 @@ impl Backend for AcpBackend {
         &self,
         config: &switchboard_protocol::SessionConfig,
     ) -> Option<switchboard_protocol::SandboxStatus> {
-        let s = self.sandbox.as_ref()?;
-        Some(s.sandbox.status(
-            s.sandbox.applies(
-                config.permission_mode == switchboard_protocol::PermissionMode::FullAccess,
-                None,
-            ),
-            &s.network.or_session(config.sandbox.as_ref()),
-        ))
+        self.status_of(config)
     }
 
     async fn run(&self, mut ctx: RunContext) -> Result<RunSummary, BackendError> {

@@ -11,6 +11,9 @@ use nix::sys::resource::{Resource, setrlimit};
 
 use crate::{Policy, SandboxError};
 
+/// Seconds of CPU time past `cpu_secs` before a process ignoring SIGXCPU is killed.
+const CPU_GRACE_SECS: u64 = 3;
+
 /// Applies `p`'s cgroup and rlimits to this process.
 pub(crate) fn apply(p: &Policy) -> Result<(), SandboxError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| SandboxError::Limits(format!("{what}: {e}"));
@@ -24,7 +27,14 @@ pub(crate) fn apply(p: &Policy) -> Result<(), SandboxError> {
         (Resource::RLIMIT_AS, p.memory_bytes, "RLIMIT_AS"),
     ] {
         if let Some(v) = value {
-            setrlimit(resource, v, v).map_err(|e| fail(what, &e))?;
+            // CPU time: SIGXCPU at the limit ("CPU time limit exceeded"), SIGKILL a few
+            // seconds on for a process that ignores it.
+            let hard = if resource == Resource::RLIMIT_CPU {
+                v.saturating_add(CPU_GRACE_SECS)
+            } else {
+                v
+            };
+            setrlimit(resource, v, hard).map_err(|e| fail(what, &e))?;
         }
     }
     Ok(())

@@ -385,8 +385,12 @@ pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
         "full",
         "[sandbox] mcp_network",
     )?;
-    if section.cpu_secs == Some(0) || section.memory_mb.is_some_and(|m| m < 64) {
-        bail!("[sandbox] cpu_secs must be at least 1 and memory_mb at least 64");
+    let cpu_secs = env_parse::<u64>("SWITCHBOARD_SANDBOX_CPU_SECS")?.or(section.cpu_secs);
+    let memory_mb = env_parse::<u64>("SWITCHBOARD_SANDBOX_MEMORY_MB")?.or(section.memory_mb);
+    if cpu_secs == Some(0) || memory_mb.is_some_and(|m| m < 64) {
+        bail!(
+            "[sandbox] cpu_secs must be at least 1 and memory_mb at least 64 (SWITCHBOARD_SANDBOX_CPU_SECS, SWITCHBOARD_SANDBOX_MEMORY_MB)"
+        );
     }
     let max_processes = env_parse::<u64>("SWITCHBOARD_SANDBOX_MAX_PROCESSES")?
         .or(section.max_processes)
@@ -399,8 +403,8 @@ pub(super) fn sandbox(section: &SandboxSection) -> Result<SandboxConfig> {
         network,
         mcp_network,
         max_processes,
-        cpu_secs: section.cpu_secs,
-        memory_bytes: section.memory_mb.map(|m| m * 1024 * 1024),
+        cpu_secs,
+        memory_bytes: memory_mb.map(|m| m * 1024 * 1024),
         full_access: section.full_access.unwrap_or(false),
         env: {
             let env: Vec<String> = match env("SWITCHBOARD_SANDBOX_ENV") {
