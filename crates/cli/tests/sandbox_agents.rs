@@ -10,9 +10,9 @@ mod common;
 use std::time::Duration;
 
 use common::sandbox::World;
-use common::{TOKEN, agent_sandbox_rules, client, text_of, until_run_ends};
+use common::{TOKEN, client, text_of};
 use serde_json::json;
-use switchboard_protocol::{BackendSpec, CreateSessionRequest, PermissionMode};
+use switchboard_protocol::{CreateSessionRequest, PermissionMode};
 
 /// An ACP agent is started in the sandbox with its session's workspace: what it reads itself
 /// (as its own file tools and shell would) is its workspace and what its rules grant — its
@@ -23,7 +23,6 @@ async fn an_acp_agent_in_the_sandbox_reads_its_workspace_only() {
     let w = World::new().await;
     std::fs::write(w.dir.path().join("ws/mine.txt"), "MINE\n").unwrap();
     let log = w.dir.path().join("agent.log");
-    let config = w.dir.path().join("switchboard.toml");
     let prompt = format!(
         "[read:{}] [read:{}] [read:{}] [read:{}]",
         w.path("ws/mine.txt"),
@@ -32,34 +31,9 @@ async fn an_acp_agent_in_the_sandbox_reads_its_workspace_only() {
         w.path("other/notes.txt"),
     );
     for enabled in [true, false] {
-        let mut toml = format!(
-            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n",
-            env!("CARGO_BIN_EXE_switchboard-test-agent"),
-            log.to_string_lossy(),
-        );
-        toml.push_str(&agent_sandbox_rules("test", &[&log]));
-        toml.push_str(&format!("enabled = {enabled}\n"));
-        std::fs::write(&config, toml).unwrap();
-        let server = w
-            .serve(&[("SWITCHBOARD_CONFIG", config.to_str().unwrap())])
-            .await;
-        let c = client(&server);
-        let s = c
-            .create_session(&CreateSessionRequest {
-                cwd: Some(w.path("ws")),
-                backend: Some(BackendSpec::Acp("test".into())),
-                permission_mode: Some(PermissionMode::WorkspaceWrite),
-                ..CreateSessionRequest::default()
-            })
-            .await
-            .unwrap();
-        let mut events = c.subscribe(s.id, None);
-        let req = switchboard_protocol::SendMessageRequest::user(
-            &prompt,
-            switchboard_protocol::MessageType::Message,
-        );
-        let run = c.send_message(s.id, &req).await.unwrap().run_id;
-        let text = text_of(&until_run_ends(&mut events, run).await);
+        let config = w.agent_config(&format!("enabled = {enabled}\n"));
+        let server = w.serve(&[("SWITCHBOARD_CONFIG", config.as_str())]).await;
+        let text = text_of(&w.acp_turn(&server, &prompt).await);
         assert!(text.contains("mine.txt: MINE"), "{text}");
         for (secret, file) in [
             ("DATA-SECRET", "secret.txt"),
@@ -274,37 +248,9 @@ async fn namespaces_go_on_top_where_bubblewrap_is_installed() {
     drop(server);
 
     // An ACP agent: its PID 1 is its own namespace's.
-    let log = w.dir.path().join("agent.log");
-    let config = w.dir.path().join("switchboard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n{}",
-            env!("CARGO_BIN_EXE_switchboard-test-agent"),
-            log.to_string_lossy(),
-            agent_sandbox_rules("test", &[&log]),
-        ),
-    )
-    .unwrap();
-    let server = w
-        .serve(&[("SWITCHBOARD_CONFIG", config.to_str().unwrap())])
-        .await;
-    let c = client(&server);
-    let s = c
-        .create_session(&CreateSessionRequest {
-            cwd: Some(w.path("ws")),
-            backend: Some(BackendSpec::Acp("test".into())),
-            ..CreateSessionRequest::default()
-        })
-        .await
-        .unwrap();
-    let mut events = c.subscribe(s.id, None);
-    let req = switchboard_protocol::SendMessageRequest::user(
-        "[read:/proc/1/cmdline]",
-        switchboard_protocol::MessageType::Message,
-    );
-    let run = c.send_message(s.id, &req).await.unwrap().run_id;
-    let text = text_of(&until_run_ends(&mut events, run).await);
+    let config = w.agent_config("");
+    let server = w.serve(&[("SWITCHBOARD_CONFIG", config.as_str())]).await;
+    let text = text_of(&w.acp_turn(&server, "[read:/proc/1/cmdline]").await);
     let pid1 = text
         .split("read /proc/1/cmdline: ")
         .nth(1)
@@ -320,38 +266,15 @@ async fn namespaces_go_on_top_where_bubblewrap_is_installed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn required_without_a_mechanism_refuses_to_start_an_acp_agent() {
     let w = World::new().await;
-    let config = w.dir.path().join("switchboard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[agents.test]\ncommand = {:?}\n",
-            env!("CARGO_BIN_EXE_switchboard-test-agent")
-        ),
-    )
-    .unwrap();
+    let config = w.agent_config("");
     let server = w
         .serve(&[
-            ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
+            ("SWITCHBOARD_CONFIG", config.as_str()),
             ("SWITCHBOARD_SANDBOX", "required"),
             ("SWITCHBOARD_SANDBOX_MECHANISMS", "none"),
         ])
         .await;
-    let c = client(&server);
-    let s = c
-        .create_session(&CreateSessionRequest {
-            cwd: Some(w.path("ws")),
-            backend: Some(BackendSpec::Acp("test".into())),
-            ..CreateSessionRequest::default()
-        })
-        .await
-        .unwrap();
-    let mut events = c.subscribe(s.id, None);
-    let req = switchboard_protocol::SendMessageRequest::user(
-        "hello",
-        switchboard_protocol::MessageType::Message,
-    );
-    let run = c.send_message(s.id, &req).await.unwrap().run_id;
-    let all = until_run_ends(&mut events, run).await;
+    let all = w.acp_turn(&server, "hello").await;
     let error = all
         .iter()
         .find_map(|e| match &e.event {

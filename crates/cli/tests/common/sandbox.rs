@@ -5,11 +5,13 @@
 use std::path::Path;
 
 use serde_json::json;
-use switchboard_protocol::{AutoApprove, CreateSessionRequest, PermissionMode};
+use switchboard_protocol::{
+    AutoApprove, BackendSpec, CreateSessionRequest, EventEnvelope, PermissionMode,
+};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
 
-use super::{TOKEN, bin, client, until_run_ends};
+use super::{TOKEN, agent_sandbox_rules, bin, client, until_run_ends};
 
 /// The places a command must not reach, made by the test.
 pub struct World {
@@ -133,4 +135,46 @@ pub fn last_tool_output(llm: &MockLlm) -> String {
                 llm.requests().last().map(|r| r.body.to_string())
             )
         })
+}
+
+impl World {
+    /// Writes `switchboard.toml` with `[agents.test]`, the test agent logging to `agent.log`
+    /// (granted to it in the sandbox), then `extra` lines of its `[agents.test.sandbox]`;
+    /// returns the file's path, for `SWITCHBOARD_CONFIG`.
+    pub fn agent_config(&self, extra: &str) -> String {
+        let log = self.dir.path().join("agent.log");
+        let config = self.dir.path().join("switchboard.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[agents.test]\ncommand = {:?}\nenv = {{ TEST_AGENT_LOG = {:?} }}\n{}{extra}",
+                env!("CARGO_BIN_EXE_switchboard-test-agent"),
+                log.to_string_lossy(),
+                agent_sandbox_rules("test", &[&log]),
+            ),
+        )
+        .unwrap();
+        config.to_string_lossy().into_owned()
+    }
+
+    /// One turn of the test agent in a new workspace-write session on `ws`: its events.
+    pub async fn acp_turn(&self, server: &ServerProcess, prompt: &str) -> Vec<EventEnvelope> {
+        let c = client(server);
+        let s = c
+            .create_session(&CreateSessionRequest {
+                cwd: Some(self.path("ws")),
+                backend: Some(BackendSpec::Acp("test".into())),
+                permission_mode: Some(PermissionMode::WorkspaceWrite),
+                ..CreateSessionRequest::default()
+            })
+            .await
+            .unwrap();
+        let mut events = c.subscribe(s.id, None);
+        let req = switchboard_protocol::SendMessageRequest::user(
+            prompt,
+            switchboard_protocol::MessageType::Message,
+        );
+        let run = c.send_message(s.id, &req).await.unwrap().run_id;
+        until_run_ends(&mut events, run).await
+    }
 }
