@@ -247,8 +247,18 @@ async fn namespaces_go_on_top_where_bubblewrap_is_installed() {
     assert!(out.contains("made"), "{out}");
     drop(server);
 
-    // An ACP agent: its PID 1 is its own namespace's.
+    // An ACP agent — its program under /tmp, which the fresh /tmp would hide were it not
+    // bound in again: its PID 1 is its own namespace's.
+    let bin = w.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let agent = bin.join("agent-in-tmp");
+    std::fs::copy(env!("CARGO_BIN_EXE_switchboard-test-agent"), &agent).unwrap();
     let config = w.agent_config("");
+    let toml = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("{:?}", env!("CARGO_BIN_EXE_switchboard-test-agent")),
+        &format!("{:?}", agent.to_string_lossy()),
+    );
+    std::fs::write(&config, toml).unwrap();
     let server = w.serve(&[("SWITCHBOARD_CONFIG", config.as_str())]).await;
     let text = text_of(&w.acp_turn(&server, "[read:/proc/1/cmdline]").await);
     let pid1 = text

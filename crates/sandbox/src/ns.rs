@@ -77,8 +77,19 @@ impl Policy {
         } else {
             cmd.args(["--ro-bind", "/proc", "/proc"]);
         }
-        // Its writable directories (the private temporary one lies under the fresh /tmp,
-        // made again there) and device files: bound in read-write, the rest stays read-only.
+        // What it may read that lies under /tmp (a program, a script, this launcher: the
+        // fresh /tmp would hide them), bound in again read-only; its writable directories
+        // (the private temporary one lies under /tmp too) read-write.
+        let tmp = Path::new("/tmp");
+        for p in self
+            .read_only
+            .iter()
+            .map(PathBuf::as_path)
+            .chain([exe])
+            .filter(|p| p.starts_with(tmp) && p.exists())
+        {
+            cmd.arg("--ro-bind").arg(p).arg(p);
+        }
         for p in self.read_write.iter().filter(|p| p.exists()) {
             cmd.arg("--bind").arg(p).arg(p);
         }
