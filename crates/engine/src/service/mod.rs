@@ -36,10 +36,15 @@ mod leases;
 mod recovery;
 mod runs;
 mod sessions;
+mod validate;
 
 use control::unexpected;
 use leases::renew_loop;
 use recovery::{prune_loop, reap_loop};
+use validate::{
+    valid_title, validate_auto_approve, validate_cwd, validate_mcp_servers, validate_message,
+    validate_sandbox,
+};
 
 /// Most characters in a session title.
 const MAX_TITLE: usize = 200;
