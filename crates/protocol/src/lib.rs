@@ -15,6 +15,7 @@ pub mod messages;
 pub mod nullable;
 pub mod openai;
 pub mod outcomes;
+pub mod people;
 pub mod relay;
 pub mod sandbox;
 pub mod schedules;

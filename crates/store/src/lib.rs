@@ -13,6 +13,7 @@
 pub mod conformance;
 mod error;
 mod migrate;
+pub mod people;
 mod records;
 mod sql;
 
@@ -22,14 +23,19 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use error::StoreError;
+pub use people::{
+    AuditFilter, AuditRecord, ConsoleSessionRecord, LinkRecord, NewAudit, People, TokenRecord,
+    UserRecord,
+};
 pub use records::*;
 pub use sql::{PostgresOptions, SqlStore, SqliteOptions};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Everything Switchboard keeps. Implementations must be safe to share between tasks.
+/// Everything Switchboard keeps (a team's users, tokens and audit log through [`People`]).
+/// Implementations must be safe to share between tasks.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: People + Send + Sync + 'static {
     // --- sessions ---------------------------------------------------------------------------
 
     /// Inserts a session. Fails with [`StoreError::Conflict`] if the id exists.

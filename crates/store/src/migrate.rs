@@ -21,6 +21,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0007_run_instance.sql"),
     ),
     (8, include_str!("../migrations/sqlite/0008_idempotency.sql")),
+    (9, include_str!("../migrations/sqlite/0009_people.sql")),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -42,6 +43,7 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
         8,
         include_str!("../migrations/postgres/0008_idempotency.sql"),
     ),
+    (9, include_str!("../migrations/postgres/0009_people.sql")),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

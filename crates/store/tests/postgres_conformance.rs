@@ -115,7 +115,7 @@ async fn migrations_apply_once_and_data_survives_reopen() {
     let first = db.migrations().await;
     assert_eq!(
         first.iter().map(|m| m.0).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9]
     );
     // Opening again applies nothing: same rows, same timestamps.
     for _ in 0..2 {
@@ -165,7 +165,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             .iter()
             .map(|m| m.0)
             .collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8],
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
         "each migration applied exactly once"
     );
 }

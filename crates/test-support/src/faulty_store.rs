@@ -12,6 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use switchboard_store::people::{
+    AuditFilter, AuditRecord, ConsoleSessionRecord, LinkRecord, NewAudit, People, TokenRecord,
+    UserRecord,
+};
 use switchboard_store::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
     RecentMessages, Result, RunFinish, RunOutcome, RunRecord, RunState, SessionRecord,
@@ -390,5 +394,99 @@ impl Store for FaultyStore {
     }
     async fn close(&self) {
         self.inner.close().await
+    }
+}
+
+#[async_trait]
+impl People for FaultyStore {
+    async fn create_user(&self, user: &UserRecord) -> Result<()> {
+        self.enter("create_user").await?;
+        self.inner.create_user(user).await
+    }
+    async fn get_user(&self, name: &str) -> Result<Option<UserRecord>> {
+        self.enter("get_user").await?;
+        self.inner.get_user(name).await
+    }
+    async fn list_users(&self) -> Result<Vec<UserRecord>> {
+        self.enter("list_users").await?;
+        self.inner.list_users().await
+    }
+    async fn update_user(
+        &self,
+        name: &str,
+        role: Option<&str>,
+        password_hash: Option<Option<&str>>,
+        at: &str,
+    ) -> Result<bool> {
+        self.enter("update_user").await?;
+        self.inner.update_user(name, role, password_hash, at).await
+    }
+    async fn delete_user(&self, name: &str) -> Result<bool> {
+        self.enter("delete_user").await?;
+        self.inner.delete_user(name).await
+    }
+    async fn create_token(&self, token: &TokenRecord) -> Result<()> {
+        self.enter("create_token").await?;
+        self.inner.create_token(token).await
+    }
+    async fn token_by_hash(&self, token_hash: &str) -> Result<Option<TokenRecord>> {
+        self.enter("token_by_hash").await?;
+        self.inner.token_by_hash(token_hash).await
+    }
+    async fn get_token(&self, id: Uuid) -> Result<Option<TokenRecord>> {
+        self.enter("get_token").await?;
+        self.inner.get_token(id).await
+    }
+    async fn list_tokens(&self, user_name: Option<&str>) -> Result<Vec<TokenRecord>> {
+        self.enter("list_tokens").await?;
+        self.inner.list_tokens(user_name).await
+    }
+    async fn revoke_token(&self, id: Uuid, at: &str) -> Result<bool> {
+        self.enter("revoke_token").await?;
+        self.inner.revoke_token(id, at).await
+    }
+    async fn touch_token(&self, id: Uuid, at: &str) -> Result<()> {
+        self.enter("touch_token").await?;
+        self.inner.touch_token(id, at).await
+    }
+    async fn link(&self, link: &LinkRecord) -> Result<()> {
+        self.enter("link").await?;
+        self.inner.link(link).await
+    }
+    async fn unlink(&self, platform: &str, identity: &str) -> Result<bool> {
+        self.enter("unlink").await?;
+        self.inner.unlink(platform, identity).await
+    }
+    async fn list_links(&self, user_name: Option<&str>) -> Result<Vec<LinkRecord>> {
+        self.enter("list_links").await?;
+        self.inner.list_links(user_name).await
+    }
+    async fn linked_user(&self, platform: &str, identity: &str) -> Result<Option<String>> {
+        self.enter("linked_user").await?;
+        self.inner.linked_user(platform, identity).await
+    }
+    async fn create_console_session(&self, session: &ConsoleSessionRecord) -> Result<()> {
+        self.enter("create_console_session").await?;
+        self.inner.create_console_session(session).await
+    }
+    async fn get_console_session(&self, id_hash: &str) -> Result<Option<ConsoleSessionRecord>> {
+        self.enter("get_console_session").await?;
+        self.inner.get_console_session(id_hash).await
+    }
+    async fn delete_console_session(&self, id_hash: &str) -> Result<bool> {
+        self.enter("delete_console_session").await?;
+        self.inner.delete_console_session(id_hash).await
+    }
+    async fn delete_console_sessions_of(&self, user_name: &str) -> Result<u64> {
+        self.enter("delete_console_sessions_of").await?;
+        self.inner.delete_console_sessions_of(user_name).await
+    }
+    async fn append_audit(&self, entry: &NewAudit) -> Result<i64> {
+        self.enter("append_audit").await?;
+        self.inner.append_audit(entry).await
+    }
+    async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>> {
+        self.enter("list_audit").await?;
+        self.inner.list_audit(filter).await
     }
 }

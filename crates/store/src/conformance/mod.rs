@@ -29,7 +29,11 @@ macro_rules! conformance_suite {
             leases_take_renew_release,
             run_lease_fences_writes,
             a_run_s_end_and_its_event_commit_together,
-            files_round_trip_and_go_with_their_session
+            files_round_trip_and_go_with_their_session,
+            users_round_trip,
+            tokens_round_trip_and_go_with_their_user,
+            links_and_console_sessions_go_with_their_user,
+            audit_appends_in_order_and_filters
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -52,11 +56,13 @@ use crate::{NewEvent, SessionRecord, Store, StoreError};
 const LEASE: Duration = Duration::from_secs(600);
 
 mod events;
+mod people;
 mod records;
 mod runs;
 mod sessions;
 
 pub use events::*;
+pub use people::*;
 pub use records::*;
 pub use runs::*;
 pub use sessions::*;

@@ -32,6 +32,7 @@
 
 mod log;
 mod open;
+mod people;
 mod runs;
 mod store;
 mod transcript;
