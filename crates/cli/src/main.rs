@@ -15,6 +15,7 @@ mod sandbox_cmd;
 mod schedule_cmd;
 mod serve;
 mod setup;
+mod team_cmd;
 mod telemetry;
 mod workspace;
 
@@ -101,6 +102,14 @@ enum Command {
     /// Scheduled tasks: prompts that run on a schedule and report to a chat.
     #[command(subcommand)]
     Schedule(schedule_cmd::ScheduleCommand),
+    /// A team's people: add, list, set-role, passwd, remove (docs/teams.md).
+    #[command(subcommand)]
+    Users(team_cmd::UsersCommand),
+    /// Personal API tokens with scopes: create, list, revoke, scopes.
+    #[command(subcommand)]
+    Tokens(team_cmd::TokensCommand),
+    /// The audit log: sign-ins, tokens, roles, approvals, settings changes.
+    Audit(team_cmd::AuditArgs),
     /// Switchboard as an ACP agent on stdio, for editors: their sessions are Switchboard
     /// sessions, with every backend, the durable log and the approvals.
     Acp(hub_cmd::AcpArgs),
@@ -216,6 +225,18 @@ fn main() -> ExitCode {
             Command::Schedule(cmd) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 schedule_cmd::schedule(&settings, cmd).await
+            }
+            Command::Users(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                team_cmd::users(&settings, cmd).await
+            }
+            Command::Tokens(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                team_cmd::tokens(&settings, cmd).await
+            }
+            Command::Audit(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                team_cmd::audit(&settings, args).await
             }
             Command::Acp(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

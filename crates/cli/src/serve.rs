@@ -212,6 +212,14 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     doc
 }
 
+/// What the authentication layer reads each operation's scope from: [`api_doc`] with the
+/// chat channels' routes whether or not a channel runs yet.
+fn scope_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
+    let mut doc = api_doc(settings);
+    doc.merge(switchboard_gateway::api::document(&[]));
+    doc
+}
+
 /// The token to require: configured, else the token file, else a new token file.
 pub fn resolve_token(settings: &Settings) -> Result<(String, String)> {
     datadir::ensure_data_dir(&settings.data_dir)?;
@@ -361,13 +369,23 @@ pub async fn run(mut settings: Settings) -> Result<()> {
             switchboard_http::BodyLimit(settings.max_body_bytes),
             switchboard_http::reject_oversized,
         ));
+    // Who is calling and whether the operation's scope allows it, read from the document of
+    // every route mounted (the chat channels' included, which the settings can start while
+    // serving).
+    let auth = switchboard_server::auth(&token, &engine, &scope_doc(&settings))
+        .context("the OpenAPI document does not say what an operation needs")?;
     // Outermost, in front of every route: the guard and the request id.
     let router = server_routes
         .merge(surfaces)
-        // Inside the guard, which has turned a console cookie into the bearer it stands for.
         .layer(axum::middleware::from_fn_with_state(
             write_rate,
             switchboard_http::limit_writes,
+        ))
+        // Inside the guard, which has turned a console cookie into the credential it
+        // stands for.
+        .layer(axum::middleware::from_fn_with_state(
+            auth,
+            switchboard_http::authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(
             console,

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::nats::Nats;
 use common::*;
 use futures::StreamExt;
 use switchboard_protocol::{
@@ -16,65 +15,6 @@ use switchboard_protocol::{
 };
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
-
-fn nats_bin() -> PathBuf {
-    for p in ["/usr/sbin/nats-server", "/usr/bin/nats-server"] {
-        if std::path::Path::new(p).exists() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!("nats-server is missing (scripts/test installs the Debian package)");
-}
-
-/// A `nats-server` on a fixed loopback port, restartable; killed on drop.
-struct Nats {
-    port: u16,
-    child: Option<tokio::process::Child>,
-}
-
-impl Nats {
-    async fn start() -> Nats {
-        let mut n = Nats {
-            port: free_port(),
-            child: None,
-        };
-        n.up().await;
-        n
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    async fn up(&mut self) {
-        let child = tokio::process::Command::new(nats_bin())
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let start = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nats-server did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn down(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill().await;
-            let _ = c.wait().await;
-        }
-    }
-}
 
 /// Run leases in these tests: short, so that failover is quick.
 const LEASE_MS: &str = "2000";

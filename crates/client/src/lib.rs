@@ -34,6 +34,7 @@ mod relay;
 mod schedules;
 mod sse;
 mod stream;
+mod team;
 
 #[cfg(test)]
 mod sse_prop_tests;
@@ -44,3 +45,4 @@ pub use follow::{RunEnd, RunFollower, RunStep, Step};
 pub use relay::RelayClientError;
 pub use stream::EventStream;
 pub use switchboard_protocol as protocol;
+pub use team::AuditQuery;

@@ -17,6 +17,7 @@ mod log;
 mod markdown;
 pub mod protected;
 mod service;
+pub mod team;
 mod time;
 pub mod tokens;
 
@@ -30,7 +31,8 @@ pub use log::{EventBatch, EventLog, LogEvent, Pipeline, SubItem, Subscription};
 pub use markdown::render_transcript;
 pub use protected::ProtectedPaths;
 pub use service::{DiffOutput, Engine, SessionDefaults};
-pub use time::now_rfc3339;
+pub use team::{Team, TeamError};
+pub use time::{now_rfc3339, rfc3339 as time_text};
 
 pub use switchboard_protocol as protocol;
 pub use switchboard_store as store;

@@ -5,8 +5,8 @@ pub fn now_rfc3339() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
-/// `t` in the format of [`now_rfc3339`].
-pub(crate) fn rfc3339(t: chrono::DateTime<Utc>) -> String {
+/// `t` in the format of [`now_rfc3339`] (the stores' time text).
+pub fn rfc3339(t: chrono::DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 

@@ -24,6 +24,16 @@ impl BearerToken {
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         check_bearer(headers, &self.0)
     }
+
+    /// [`authorized`](crate::authorized): a principal the authentication layer resolved,
+    /// or this token.
+    pub fn authorized(
+        &self,
+        extensions: &axum::http::Extensions,
+        headers: &HeaderMap,
+    ) -> Result<(), ApiError> {
+        crate::authorized(extensions, headers, &self.0)
+    }
 }
 
 impl std::fmt::Debug for BearerToken {
@@ -67,13 +77,14 @@ pub fn bearer_value(headers: &HeaderMap) -> Result<&str, ApiError> {
 }
 
 /// Middleware: lets a request through only with the bearer token
-/// (`from_fn_with_state(BearerToken::new(token), require_bearer)`).
+/// (`from_fn_with_state(BearerToken::new(token), require_bearer)`), or with a principal
+/// that [`authenticate`](crate::authenticate) resolved and whose scope it checked.
 pub async fn require_bearer(
     State(token): State<BearerToken>,
     req: Request,
     next: Next,
 ) -> Response {
-    match check_bearer(req.headers(), &token.0) {
+    match crate::authorized(req.extensions(), req.headers(), &token.0) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     }

@@ -11,6 +11,7 @@ mod error;
 mod extract;
 mod limit;
 mod per_token;
+mod principal;
 mod serve;
 
 pub use auth::{BearerToken, bearer_value, check_bearer, require_bearer};
@@ -18,4 +19,8 @@ pub use error::{ApiError, current_request_id, method_not_allowed, not_found, req
 pub use extract::{Json, Path, Query, from_json_slice};
 pub use limit::{BodyLimit, reject_oversized};
 pub use per_token::{CallerKey, CallerKeys, StreamSlot, StreamSlots, WriteRate, limit_writes};
+pub use principal::{
+    Access, Auth, Authenticator, ScopeTable, ScopeTableError, authenticate, authorized,
+    missing_scope,
+};
 pub use serve::{ConnLimits, serve};

@@ -56,7 +56,7 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
 /// The Agent Client Protocol over a WebSocket: the connection upgrades (101) and then
 /// carries JSON-RPC, one message per text frame, with Switchboard as the agent — the same
 /// agent as `switchboard acp` (see the README's "Editors over ACP").
-#[utoipa::path(get, path = "/v1/acp", tag = "hub", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/acp", tag = "hub", security(("bearer" = ["sessions:write"])),
     params(("agent" = Option<String>, Query, description = "The `[agents.NAME]` this connection's new sessions run (default: the server's default backend)")),
     responses(
         (status = 101, description = "Switching Protocols: the connection is a WebSocket carrying ACP"),

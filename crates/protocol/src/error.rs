@@ -84,6 +84,12 @@ pub enum ErrorCode {
     SettingsReadOnly,
     /// The setting is an environment variable's: only the variable can change it (409).
     SetByEnvironment,
+    /// What the request would create exists already (a user of that name) (409).
+    Conflict,
+    /// A password sign-in failed: unknown user or wrong password, not told apart (401).
+    InvalidCredentials,
+    /// A personal API token that has expired or was revoked (401).
+    TokenRevoked,
     /// A provider's key or a platform's token was refused, or the service did not answer (422).
     CheckFailed,
     /// Too many requests (429).
@@ -134,6 +140,9 @@ impl ErrorCode {
             Self::SandboxUnsupported => "sandbox_unsupported",
             Self::SettingsReadOnly => "settings_read_only",
             Self::SetByEnvironment => "set_by_environment",
+            Self::Conflict => "conflict",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::TokenRevoked => "token_revoked",
             Self::CheckFailed => "check_failed",
             Self::RateLimited => "rate_limited",
             Self::Internal => "internal",
@@ -150,7 +159,10 @@ impl ErrorCode {
             | Self::ValidationFailed
             | Self::InvalidHeader
             | Self::InvalidQuery => 400,
-            Self::Unauthorized | Self::InvalidToken => 401,
+            Self::Unauthorized
+            | Self::InvalidToken
+            | Self::InvalidCredentials
+            | Self::TokenRevoked => 401,
             Self::Forbidden
             | Self::ForbiddenPath
             | Self::HostNotAllowed
@@ -166,7 +178,8 @@ impl ErrorCode {
             | Self::RunMismatch
             | Self::NoPendingApproval
             | Self::SettingsReadOnly
-            | Self::SetByEnvironment => 409,
+            | Self::SetByEnvironment
+            | Self::Conflict => 409,
             Self::PayloadTooLarge | Self::FileTooLarge | Self::AttachmentsTooLarge => 413,
             Self::UnsupportedMediaType | Self::UnsupportedFileType => 415,
             Self::UnprocessableEntity
@@ -226,6 +239,9 @@ mod tests {
             ErrorCode::SettingsReadOnly,
             ErrorCode::SetByEnvironment,
             ErrorCode::CheckFailed,
+            ErrorCode::Conflict,
+            ErrorCode::InvalidCredentials,
+            ErrorCode::TokenRevoked,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));

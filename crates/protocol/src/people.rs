@@ -359,3 +359,49 @@ pub struct ListAuditResponse {
     /// The `after` of the next page, when there may be more.
     pub next: Option<i64>,
 }
+
+/// Who makes a request, once authenticated, and what it may do: put in the request by the
+/// authentication layer, read by handlers that decide per caller (whose tokens, whose
+/// sessions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub user: String,
+    pub role: Role,
+    /// What it may do: its token's scopes within its role's (everything the role grants
+    /// for a console sign-in or the server token).
+    pub scopes: Vec<Scope>,
+    pub credential: Credential,
+    pub token_id: Option<Uuid>,
+}
+
+impl Principal {
+    /// The server's own token: the built-in admin.
+    pub fn server() -> Self {
+        Self {
+            user: BUILTIN_ADMIN.into(),
+            role: Role::Admin,
+            scopes: Scope::ALL.to_vec(),
+            credential: Credential::ServerToken,
+            token_id: None,
+        }
+    }
+
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+
+    /// May manage users, every token and read the audit log.
+    pub fn is_admin(&self) -> bool {
+        self.has(Scope::Admin)
+    }
+
+    pub fn me(&self) -> Me {
+        Me {
+            user: self.user.clone(),
+            role: self.role,
+            scopes: self.scopes.clone(),
+            credential: self.credential,
+            token_id: self.token_id,
+        }
+    }
+}

@@ -82,7 +82,7 @@ fn member_route(method: &axum::http::Method, path: &str) -> Option<String> {
 
 /// The kit's bearer check (or a member token), answered in the relay's error shape.
 async fn require_token(State(auth): State<Auth>, mut req: Request, next: Next) -> Response {
-    let denied = match auth.token.check(req.headers()) {
+    let denied = match auth.token.authorized(req.extensions(), req.headers()) {
         Ok(()) => {
             req.extensions_mut().insert(Caller::Operator);
             return next.run(req).await;
@@ -200,14 +200,14 @@ fn only(params: &HashMap<String, String>, allowed: &[&str]) -> Result<(), RelayE
 }
 
 /// The bundles in the bundles directory, with their state.
-#[utoipa::path(get, path = "/v1/relay/bundles", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles", tag = "relay", security(("bearer" = ["relay:read"])),
     responses((status = 200, body = BundlesResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn bundles(State(s): State<ApiState>) -> ApiResult {
     Ok(Json(s.relay.bundles().await?).into_response())
 }
 
 /// The bundle's members, as `as` may see them under its policy.
-#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}", tag = "relay", security(("bearer" = ["relay:read"])),
     params(("bundle" = String, Path, description = "The bundle's name"), ("as" = Option<String>, Query, description = "List as this member (its policy's `list` scope)")),
     responses((status = 200, body = ListResponse), (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
               (status = 403, description = "`authorization_forbidden`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
@@ -228,7 +228,7 @@ async fn list(
 }
 
 /// Starts the bundle's members.
-#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/up", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/up", tag = "relay", security(("bearer" = ["relay:admin"])),
     params(("bundle" = String, Path, description = "The bundle's name")),
     responses((status = 200, body = HostingResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn up(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResult {
@@ -236,7 +236,7 @@ async fn up(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResult 
 }
 
 /// Stops the bundle's members.
-#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/down", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/down", tag = "relay", security(("bearer" = ["relay:admin"])),
     params(("bundle" = String, Path, description = "The bundle's name")),
     responses((status = 200, body = HostingResponse), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
 async fn down(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResult {
@@ -244,7 +244,7 @@ async fn down(State(s): State<ApiState>, Path(bundle): Path<String>) -> ApiResul
 }
 
 /// Sends a message from one member to others, under the sender's policy.
-#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/send", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(post, path = "/v1/relay/bundles/{bundle}/send", tag = "relay", security(("bearer" = ["relay:send"])),
     params(("bundle" = String, Path, description = "The bundle's name")), request_body = SendRequest,
     responses((status = 200, description = "Each target's result", body = SendResponse),
               (status = 400, description = "`validation_*`: not a send request, an unknown sender or target", body = RelayErrorBody),
@@ -270,7 +270,7 @@ async fn send(
 }
 
 /// The last lines of a member's screen (or session transcript).
-#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/look", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/look", tag = "relay", security(("bearer" = ["relay:read"])),
     params(("bundle" = String, Path, description = "The bundle's name"), ("requester" = String, Query), ("target" = String, Query),
            ("lines" = Option<u32>, Query, minimum = 1, maximum = 1000)),
     responses((status = 200, body = LookResponse),
@@ -307,7 +307,7 @@ async fn look(
 }
 
 /// The bundle's audit log, newest last.
-#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/audit", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/audit", tag = "relay", security(("bearer" = ["relay:read"])),
     params(("bundle" = String, Path, description = "The bundle's name"), ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000),
            ("event" = Option<String>, Query, description = "Keep one kind of event")),
     responses((status = 200, body = AuditResponse), (status = 400, description = "`validation_*`: a parameter is malformed or unknown", body = RelayErrorBody), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody), (status = 404, description = "`bundle_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
@@ -335,7 +335,7 @@ async fn audit(
 }
 
 /// One message's outcome per target.
-#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/messages/{message_id}", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/messages/{message_id}", tag = "relay", security(("bearer" = ["relay:read"])),
     params(("bundle" = String, Path, description = "The bundle's name"), ("message_id" = String, Path)),
     responses((status = 200, body = TargetResult), (status = 401, description = "`unauthorized` or `invalid_token`", body = RelayErrorBody),
               (status = 404, description = "`bundle_not_found` or `message_not_found`", body = RelayErrorBody), (status = 422, description = "`config_*`: the bundle's files are invalid", body = RelayErrorBody), (status = 500, description = "`internal_error` and the other codes of a failure inside the relay", body = RelayErrorBody)))]
@@ -354,7 +354,7 @@ async fn message(
 /// SSE of the bundle's delivery outcomes (`event: relay.outcome`, `id:` = seq), replayed from
 /// the store after `Last-Event-ID` (or `?after=`), then live. `?as=SENDER` keeps one
 /// sender's messages.
-#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/events", tag = "relay", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/relay/bundles/{bundle}/events", tag = "relay", security(("bearer" = ["relay:read"])),
     params(("bundle" = String, Path, description = "The bundle's name"), ("as" = Option<String>, Query, description = "Keep one sender's messages"),
            ("after" = Option<u64>, Query, description = "Replay outcomes with a greater seq"),
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "Replay outcomes with a greater seq (wins over `after`)")),

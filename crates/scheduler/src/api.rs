@@ -86,7 +86,7 @@ pub fn router(scheduler: Scheduler, token: impl Into<String>) -> Router {
 }
 
 /// Every schedule, oldest first, with its next firing.
-#[utoipa::path(get, path = "/v1/schedules", tag = "schedules", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/schedules", tag = "schedules", security(("bearer" = ["schedules:read"])),
     responses((status = 200, body = ListSchedulesResponse),
               (status = 503, description = "`store_unavailable`", body = ErrorBody)))]
 async fn list(State(s): State<Scheduler>) -> ApiResult<axum::Json<ListSchedulesResponse>> {
@@ -97,7 +97,7 @@ async fn list(State(s): State<Scheduler>) -> ApiResult<axum::Json<ListSchedulesR
 
 /// Creates a schedule. Exactly one of `cron` (with `tz`), `every`, `at`, `in`.
 #[utoipa::path(post, path = "/v1/schedules", tag = "schedules", request_body = ScheduleSpec,
-    security(("bearer" = [])),
+    security(("bearer" = ["schedules:write"])),
     responses((status = 201, body = Schedule),
               (status = 400, description = "`invalid_json` (not a schedule, unknown field) or `validation_failed` (not an object)", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
@@ -110,7 +110,7 @@ async fn create(State(s): State<Scheduler>, Json(spec): Json<ScheduleSpec>) -> A
 }
 
 #[utoipa::path(get, path = "/v1/schedules/{id}", tag = "schedules",
-    params(("id" = Uuid, Path)), security(("bearer" = [])),
+    params(("id" = Uuid, Path)), security(("bearer" = ["schedules:read"])),
     responses((status = 200, body = Schedule),
               (status = 400, description = "`invalid_path`: not a schedule id", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -125,7 +125,7 @@ async fn get_one(
 /// Changes a schedule: pause (`paused: true`), resume (`paused: false`), a new trigger,
 /// prompt, targets or policies.
 #[utoipa::path(patch, path = "/v1/schedules/{id}", tag = "schedules",
-    params(("id" = Uuid, Path)), request_body = UpdateScheduleRequest, security(("bearer" = [])),
+    params(("id" = Uuid, Path)), request_body = UpdateScheduleRequest, security(("bearer" = ["schedules:write"])),
     responses((status = 200, body = Schedule),
               (status = 400, description = "`invalid_json` or `invalid_path`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -143,7 +143,7 @@ async fn update(
 
 /// Deletes a schedule and its history (a run it started goes on).
 #[utoipa::path(delete, path = "/v1/schedules/{id}", tag = "schedules",
-    params(("id" = Uuid, Path)), security(("bearer" = [])),
+    params(("id" = Uuid, Path)), security(("bearer" = ["schedules:write"])),
     responses((status = 204, description = "Deleted"),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -155,7 +155,7 @@ async fn delete(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<S
 
 /// Fires the schedule now (paused or not); after the running firing if one runs.
 #[utoipa::path(post, path = "/v1/schedules/{id}/run", tag = "schedules",
-    params(("id" = Uuid, Path)), security(("bearer" = [])),
+    params(("id" = Uuid, Path)), security(("bearer" = ["schedules:write"])),
     responses((status = 202, description = "The firing, starting or queued", body = Firing),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -168,7 +168,7 @@ async fn run_now(State(s): State<Scheduler>, Path(id): Path<Uuid>) -> ApiResult<
 /// The schedule's firings, newest first (at most 200): skipped ones with their reason, runs
 /// with their outcome and the delivery to each target.
 #[utoipa::path(get, path = "/v1/schedules/{id}/firings", tag = "schedules",
-    params(("id" = Uuid, Path)), security(("bearer" = [])),
+    params(("id" = Uuid, Path)), security(("bearer" = ["schedules:read"])),
     responses((status = 200, body = ListFiringsResponse),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found`", body = ErrorBody),
@@ -184,7 +184,7 @@ async fn firings(
 
 /// Tries a firing's failed deliveries again.
 #[utoipa::path(post, path = "/v1/schedules/{id}/firings/{firing_id}/deliver", tag = "schedules",
-    params(("id" = Uuid, Path), ("firing_id" = Uuid, Path)), security(("bearer" = [])),
+    params(("id" = Uuid, Path), ("firing_id" = Uuid, Path)), security(("bearer" = ["schedules:write"])),
     responses((status = 202, description = "The firing, its failed deliveries pending again", body = Firing),
               (status = 400, description = "`invalid_path`", body = ErrorBody),
               (status = 404, description = "`schedule_not_found` or `firing_not_found`", body = ErrorBody),

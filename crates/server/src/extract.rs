@@ -27,8 +27,8 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionId {
     }
 }
 
-/// The `{id}` of `/v1/sessions/{id}/…`, for a route that takes either the server's token or
-/// that session's own token (see `switchboard_engine::tokens`). Authenticates before it
+/// The `{id}` of `/v1/sessions/{id}/…`, for a route that takes either the server's token (or
+/// a principal the authentication layer resolved) or that session's own token (see `switchboard_engine::tokens`). Authenticates before it
 /// parses: a caller with neither token learns nothing about the id.
 pub struct SessionCaller(pub Uuid);
 
@@ -39,7 +39,8 @@ impl FromRequestParts<crate::AppState> for SessionCaller {
         parts: &mut Parts,
         state: &crate::AppState,
     ) -> Result<Self, Self::Rejection> {
-        let server = switchboard_http::check_bearer(&parts.headers, &state.config.token);
+        let server =
+            switchboard_http::authorized(&parts.extensions, &parts.headers, &state.config.token);
         if server.is_ok() {
             let SessionId(id) = SessionId::from_request_parts(parts, state).await?;
             return Ok(Self(id));
@@ -53,6 +54,29 @@ impl FromRequestParts<crate::AppState> for SessionCaller {
                 .err()
                 .unwrap_or_else(|| ApiError::new(ErrorCode::InvalidToken, "invalid token"))),
         }
+    }
+}
+
+/// The principal making the request: the one the authentication layer resolved, else (a
+/// router used without that layer) the server token's built-in admin when the request
+/// carries it; 401 otherwise.
+pub struct Caller(pub switchboard_protocol::people::Principal);
+
+impl FromRequestParts<crate::AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &crate::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        if let Some(p) = parts
+            .extensions
+            .get::<switchboard_protocol::people::Principal>()
+        {
+            return Ok(Self(p.clone()));
+        }
+        switchboard_http::check_bearer(&parts.headers, &state.config.token)?;
+        Ok(Self(switchboard_protocol::people::Principal::server()))
     }
 }
 

@@ -83,6 +83,44 @@ pub struct AppState {
     pub settings: routes::settings::Settings,
 }
 
+/// The [`switchboard_http::Authenticator`] of personal API tokens: the engine's team.
+#[derive(Debug, Clone)]
+pub struct TeamAuthenticator(pub switchboard_engine::Team);
+
+impl switchboard_http::Authenticator for TeamAuthenticator {
+    fn authenticate<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<switchboard_protocol::people::Principal>, ApiError>,
+    > {
+        Box::pin(async move {
+            self.0
+                .authenticate_token(token)
+                .await
+                .map_err(ApiError::from)
+        })
+    }
+}
+
+/// The authentication layer's state for a server whose operations `doc` documents (every
+/// route mounted beside it included): the server token, the engine's team, and the scope
+/// each operation needs. An operation the document does not say the access of is an error.
+pub fn auth(
+    token: &str,
+    engine: &Engine,
+    doc: &utoipa::openapi::OpenApi,
+) -> Result<switchboard_http::Auth, switchboard_http::ScopeTableError> {
+    let json = serde_json::to_value(doc).unwrap_or_default();
+    let table = switchboard_http::ScopeTable::from_openapi(&json)?;
+    Ok(switchboard_http::Auth::new(
+        token,
+        Arc::new(table),
+        Arc::new(TeamAuthenticator(engine.team().clone())),
+    ))
+}
+
 /// The listener every Switchboard HTTP surface serves on: accepted connections get
 /// `TCP_NODELAY`, so a small write (an SSE frame, a short JSON answer) leaves at once
 /// instead of waiting for the client's delayed ACK (up to 40 ms on Linux).
@@ -129,6 +167,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::checkpoints::router())
         .merge(routes::metrics::router())
         .merge(routes::settings::router())
+        .merge(routes::people::router())
         .route_layer(axum::middleware::from_fn_with_state(
             token,
             switchboard_http::require_bearer,

@@ -7,8 +7,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
 use crate::routes::{
-    approvals, checkpoints, events, files, health, messages, metrics, openai, sessions, settings,
-    tools,
+    approvals, checkpoints, events, files, health, messages, metrics, openai, people, sessions,
+    settings, tools,
 };
 
 struct BearerAuth;
@@ -157,12 +157,30 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
                 .as_ref()
                 .is_some_and(|b| b.content.contains_key("application/json"));
             let uuid_param = path.contains("/sessions/{id}");
+            let scoped = serde_json::to_value(&op.security).is_ok_and(|v| {
+                v.as_array().is_some_and(|reqs| {
+                    reqs.iter().any(|r| {
+                        r.get("bearer")
+                            .and_then(|b| b.as_array())
+                            .is_some_and(|s| !s.is_empty())
+                    })
+                })
+            });
             if bearer {
-                add("401", "`unauthorized` (no bearer token) or `invalid_token`");
+                add(
+                    "401",
+                    "`unauthorized` (no bearer token), `invalid_token`, or `token_revoked` (a personal token that expired or was revoked)",
+                );
                 // Every authenticated route reads or writes the store.
                 add(
                     "503",
                     "`store_unavailable`: the database failed or did not answer; nothing of the request was kept, retry after `Retry-After` seconds",
+                );
+            }
+            if scoped {
+                add(
+                    "403",
+                    "`forbidden`: the credential lacks the operation's scope (named in `scope`)",
                 );
             }
             if json_body {
@@ -194,6 +212,9 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         openai::completions, openai::models,
         metrics::metrics_text,
         settings::show, settings::update, settings::providers, settings::models, settings::test_channel,
+        people::me, people::list_users, people::create_user, people::show_user, people::update_user,
+        people::delete_user, people::list_tokens, people::create_token, people::revoke_token,
+        people::audit,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -234,13 +255,21 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::settings::ChannelKind, switchboard_protocol::settings::ProvidersResponse,
         switchboard_protocol::settings::ProviderEntry, switchboard_protocol::settings::ModelsResponse,
         switchboard_protocol::settings::ChannelCheck,
+        switchboard_protocol::people::Role, switchboard_protocol::people::Scope,
+        switchboard_protocol::people::User, switchboard_protocol::people::ChatLink,
+        switchboard_protocol::people::ListUsersResponse, switchboard_protocol::people::CreateUserRequest,
+        switchboard_protocol::people::UpdateUserRequest, switchboard_protocol::people::TokenInfo,
+        switchboard_protocol::people::ListTokensResponse, switchboard_protocol::people::CreateTokenRequest,
+        switchboard_protocol::people::CreatedToken, switchboard_protocol::people::Credential,
+        switchboard_protocol::people::Me, switchboard_protocol::people::AuditEntry,
+        switchboard_protocol::people::ListAuditResponse,
     )),
     modifiers(&BearerAuth),
 )]
 pub struct ApiDoc;
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "system",
+#[utoipa::path(get, path = "/openapi.json", security(()), tag = "system",
     responses((status = 200, description = "The OpenAPI 3.1 document of every route", content_type = "application/json", body = Object),
               (status = 405, description = "`method_not_allowed`", body = switchboard_protocol::ErrorBody)))]
 async fn openapi_json(

@@ -376,14 +376,14 @@ fn with_security_headers(mut resp: Response, content_type: &'static str) -> Resp
 }
 
 /// The console's page.
-#[utoipa::path(get, path = "/", tag = "console",
+#[utoipa::path(get, path = "/", security(()), tag = "console",
     responses((status = 200, content_type = "text/html", body = String), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn index() -> Response {
     with_security_headers(INDEX_HTML.into_response(), "text/html; charset=utf-8")
 }
 
 /// The console's scripts, styles and icon.
-#[utoipa::path(get, path = "/assets/{file}", tag = "console", params(("file" = String, Path)),
+#[utoipa::path(get, path = "/assets/{file}", security(()), tag = "console", params(("file" = String, Path)),
     responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
                content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
@@ -395,7 +395,7 @@ async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Respon
 }
 
 /// The web app manifest: the console can be added to a phone's home screen.
-#[utoipa::path(get, path = "/manifest.webmanifest", tag = "console",
+#[utoipa::path(get, path = "/manifest.webmanifest", security(()), tag = "console",
     responses((status = 200, content_type = "application/manifest+json", body = serde_json::Value),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn manifest() -> Response {
@@ -404,7 +404,7 @@ async fn manifest() -> Response {
 
 /// The console's service worker: caches the console's own files (never an API answer), so
 /// an installed console opens without the server and says it cannot reach it.
-#[utoipa::path(get, path = "/sw.js", tag = "console",
+#[utoipa::path(get, path = "/sw.js", security(()), tag = "console",
     responses((status = 200, content_type = "text/javascript", body = String),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn service_worker() -> Response {
@@ -420,7 +420,7 @@ struct LinkQuery {
 }
 
 /// `GET /login?code=…`: the one-time link `serve` prints. Signs the browser in once.
-#[utoipa::path(get, path = "/login", tag = "console",
+#[utoipa::path(get, path = "/login", security(()), tag = "console",
     params(("code" = Option<String>, Query, description = "The one-time code `serve` printed")),
     responses((status = 303, description = "To `/` with the session cookie when the code is good, else to `/?login=expired`"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn login_link(
@@ -451,7 +451,7 @@ pub struct LoginBody {
 }
 
 /// `POST /v1/console/login {"token"}`: 204 with the session cookie, or 401.
-#[utoipa::path(post, path = "/v1/console/login", tag = "console", request_body = LoginBody,
+#[utoipa::path(post, path = "/v1/console/login", security(()), tag = "console", request_body = LoginBody,
     responses((status = 204, description = "Signed in: the session cookie is set"),
               (status = 400, description = "`invalid_json`: not `{\"token\": …}`", body = ErrorBody),
               (status = 401, description = "`invalid_token`", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody),
@@ -478,7 +478,7 @@ async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) 
 }
 
 /// Signs the browser out (clears the cookie).
-#[utoipa::path(post, path = "/v1/console/logout", tag = "console",
+#[utoipa::path(post, path = "/v1/console/logout", security(()), tag = "console",
     responses((status = 204, description = "The cookie is cleared"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn logout() -> Response {
     let mut resp = StatusCode::NO_CONTENT.into_response();

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 pub mod browser;
 pub mod chat;
+pub mod nats;
 pub mod sandbox;
 
 pub const TOKEN: &str = "test-token-0123456789";

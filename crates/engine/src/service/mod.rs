@@ -128,6 +128,8 @@ pub struct SessionDefaults {
 
 struct Inner {
     store: Arc<dyn Store>,
+    /// Users, tokens and the audit log.
+    team: crate::Team,
     log: EventLog,
     backends: Backends,
     config: EngineConfig,
@@ -168,6 +170,7 @@ impl Engine {
         blobs.sweep_temp();
         let engine = Self {
             inner: Arc::new(Inner {
+                team: crate::Team::new(store.clone()),
                 store,
                 log,
                 backends,
@@ -216,6 +219,11 @@ impl Engine {
 
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
+    }
+
+    /// The team: users, their tokens and passwords, the audit log.
+    pub fn team(&self) -> &crate::Team {
+        &self.inner.team
     }
 
     pub fn log(&self) -> &EventLog {

@@ -4,7 +4,7 @@ use super::*;
 
 /// Inbound signed webhook (`webhook:<name>`): 401 for a missing or wrong signature or a
 /// stale timestamp, 400 for a malformed body, 200 once stored.
-#[utoipa::path(post, path = "/v1/gateway/webhook/{name}", tag = "gateway",
+#[utoipa::path(post, path = "/v1/gateway/webhook/{name}", security(()), tag = "gateway",
     params(("name" = String, Path, description = "The webhook channel's name")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream",
         description = "The signed JSON of the inbound message, checked against `X-Switchboard-Signature` before it is read"),
@@ -43,7 +43,7 @@ pub(crate) async fn webhook(
 }
 
 /// Updates a platform pushes over HTTP (Telegram's webhook mode), checked by the channel.
-#[utoipa::path(post, path = "/v1/gateway/channels/{name}/webhook", tag = "gateway",
+#[utoipa::path(post, path = "/v1/gateway/channels/{name}/webhook", security(()), tag = "gateway",
     params(("name" = String, Path, description = "The channel's name")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream",
         description = "The platform's update, as it pushes it (the channel checks its secret token or signature)"),
@@ -97,7 +97,7 @@ pub(crate) async fn channel_push(
 
 /// `POST /v1/gateway/slack/events`: the Slack Events API's usual path, for the channel
 /// named `slack`.
-#[utoipa::path(post, path = "/v1/gateway/slack/events", tag = "gateway",
+#[utoipa::path(post, path = "/v1/gateway/slack/events", security(()), tag = "gateway",
     request_body(content = Vec<u8>, content_type = "application/octet-stream",
         description = "An Events API request, checked against Slack's signature"),
     responses((status = 200, description = "Taken: `{\"ok\": true}`, the platform's challenge (text/plain) or the answer the platform expects", body = Accepted),

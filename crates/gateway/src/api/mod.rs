@@ -229,7 +229,7 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
 
 /// The channels (each with its connection state and, when it is not connected, why), the
 /// bound sessions and what waits.
-#[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/gateway/status", tag = "gateway", security(("bearer" = ["gateway:read"])),
     responses((status = 200, description = "The channels, the bound sessions and what waits", body = GatewayStatus),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
@@ -300,7 +300,7 @@ fn stored_time(t: &str) -> Option<chrono::DateTime<chrono::Utc>> {
 
 /// Chat messages the session refused for good (too many files, too long …), set aside so
 /// that the chat's later messages run; each chat was told. The oldest first.
-#[utoipa::path(get, path = "/v1/gateway/parked", tag = "gateway", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/gateway/parked", tag = "gateway", security(("bearer" = ["gateway:read"])),
     responses((status = 200, body = switchboard_protocol::gateway::ParkedBatchesResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
@@ -316,7 +316,7 @@ async fn parked(
 /// The chats bound to sessions, each with its last activity, the most recent first. A test
 /// message to one of them: `POST /v1/gateway/send` with `channel`, `target` = `chat.id`,
 /// `thread` = `chat.thread` and `kind` = `chat.kind`.
-#[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/gateway/sessions", tag = "gateway", security(("bearer" = ["gateway:read"])),
     responses((status = 200, body = GatewaySessionsResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
@@ -350,7 +350,7 @@ async fn sessions(State(s): State<ApiState>) -> Answer<Json<GatewaySessionsRespo
 
 /// Unbinds the chat of a routing key from its session (the next message starts a new one).
 #[utoipa::path(delete, path = "/v1/gateway/bindings/{routing_key}", tag = "gateway",
-    params(("routing_key" = String, Path)), security(("bearer" = [])),
+    params(("routing_key" = String, Path)), security(("bearer" = ["gateway:admin"])),
     responses((status = 204, description = "Unbound"),
               (status = 404, description = "`not_found`: no session is bound to that key", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody)))]

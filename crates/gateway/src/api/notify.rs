@@ -26,7 +26,7 @@ pub(crate) fn truncate_context(v: serde_json::Value) -> serde_json::Value {
 /// `message_id` and posts nothing (a send under way with it answers 503: retry).
 #[utoipa::path(post, path = "/v1/gateway/send", tag = "gateway", request_body = GatewaySendRequest,
     params(("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$", description = "1 to 255 visible ASCII characters: a repeat answers the first send instead of posting again")),
-    security(("bearer" = [])),
+    security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Sent", body = GatewaySendResponse),
               (status = 400, description = "`invalid_json` (not a send request), `validation_failed` (empty text, `kind` `thread` without `thread`) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody),
@@ -159,7 +159,7 @@ pub(crate) fn gateway_error(what: &str, e: crate::GatewayError) -> ApiError {
 /// one prompt with Allow / Deny buttons; a press decides them. The same calls asked again
 /// answer the prompt already posted.
 #[utoipa::path(post, path = "/v1/gateway/approvals", tag = "gateway", request_body = GatewayAskRequest,
-    security(("bearer" = [])),
+    security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Asked (or asked already)", body = GatewayAskResponse),
               (status = 400, description = "`invalid_json` (not an ask request) or `validation_failed` (no calls)", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
@@ -211,7 +211,7 @@ pub(crate) async fn ask(
 /// with the reason, and its message says so (its buttons removed).
 #[utoipa::path(post, path = "/v1/gateway/approvals/{id}/expire", tag = "gateway", request_body = GatewayExpireRequest,
     params(("id" = String, Path, description = "The prompt's id")),
-    security(("bearer" = [])),
+    security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Settled: whether the calls were rejected now", body = GatewayExpireResponse),
               (status = 400, description = "`invalid_json` or `validation_failed` (blank reason)", body = ErrorBody),
               (status = 404, description = "`not_found`: no such prompt (answered already)", body = ErrorBody),

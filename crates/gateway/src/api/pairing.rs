@@ -23,7 +23,7 @@ pub(crate) fn pairing_wire(
 
 /// The pending pairing requests: people unknown to the bot who wrote to it in a direct
 /// message and were given a code; the oldest first, expired ones left out.
-#[utoipa::path(get, path = "/v1/gateway/pairing", tag = "gateway", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/gateway/pairing", tag = "gateway", security(("bearer" = ["gateway:read"])),
     responses((status = 200, description = "The pending requests", body = PairingRequestsResponse),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
@@ -89,7 +89,7 @@ pub(crate) fn no_pairing(req: &PairingDecision) -> ApiError {
 /// reaches the agent. The same as `switchboard pairing approve CHANNEL CODE` (nothing is
 /// said in the chat). Answers the request approved.
 #[utoipa::path(post, path = "/v1/gateway/pairing/approve", tag = "gateway", request_body = PairingDecision,
-    security(("bearer" = [])),
+    security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Approved: the request", body = PairingRequest),
               (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
               (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),
@@ -111,7 +111,7 @@ pub(crate) async fn pairing_approve(
 /// is logged, the refusal stands). The chat stays unknown: writing again asks anew. Answers
 /// the request refused.
 #[utoipa::path(post, path = "/v1/gateway/pairing/refuse", tag = "gateway", request_body = PairingDecision,
-    security(("bearer" = [])),
+    security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Refused: the request", body = PairingRequest),
               (status = 400, description = "`invalid_json` (not JSON) or `validation_failed` (a missing, unknown or blank field)", body = ErrorBody),
               (status = 404, description = "`pairing_not_found`: no pending request with that code on that channel (wrong, decided already, or expired)", body = ErrorBody),

@@ -32,7 +32,7 @@ pub fn router() -> Router<AppState> {
 /// Every approval waiting for a decision, in any session, newest first: the undecided
 /// calls, the session's title and backend, and when the wait fails closed (`expires_at`:
 /// the calls are then rejected unanswered).
-#[utoipa::path(get, path = "/v1/approvals", tag = "tools", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/approvals", tag = "tools", security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ApprovalsResponse),
               (status = 503, description = "`store_unavailable` (`Retry-After`)", body = ErrorBody)))]
 pub async fn list(State(state): State<AppState>) -> Result<Json<ApprovalsResponse>, ApiError> {
@@ -118,7 +118,7 @@ async fn read_loop(engine: Engine, tx: watch::Sender<Snapshot>, recheck: Duratio
 /// decided, and `approval_resolved` (`ApprovalResolved`) when it no longer waits (decided,
 /// timed out, cancelled, or its session deleted). `: ping` comments keep the connection
 /// alive.
-#[utoipa::path(get, path = "/v1/approvals/events", tag = "tools", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/approvals/events", tag = "tools", security(("bearer" = ["sessions:read"])),
     responses((status = 200, description = "SSE frames: `snapshot` (data: `ApprovalsResponse`), then `approval_requested` and `approval_updated` (data: `WaitingApproval`) and `approval_resolved` (data: `ApprovalResolved`)", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
               (status = 429, description = "`too_many_streams`: this token holds as many event streams as allowed (`Retry-After`)", body = ErrorBody),
               (status = 503, description = "`store_unavailable` (`Retry-After`)", body = ErrorBody)))]

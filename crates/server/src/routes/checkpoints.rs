@@ -28,7 +28,7 @@ pub fn router() -> Router<AppState> {
 /// The session's workspace checkpoints, oldest first: one before a run when the workspace
 /// changed since the last, one after each run that changed files, two around a restore.
 #[utoipa::path(get, path = "/v1/sessions/{id}/checkpoints", tag = "checkpoints", params(("id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ListCheckpointsResponse),
               (status = 400, description = "`validation_failed`: a malformed id", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
@@ -48,7 +48,7 @@ pub async fn list(
 /// `stat=1` the per-file counts.
 #[utoipa::path(get, path = "/v1/sessions/{id}/diff", tag = "checkpoints",
     params(("id" = uuid::Uuid, Path), DiffQuery),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, description = "The unified diff (`text/x-diff`), or with `stat=1` the counts (JSON)",
                  content((String = "text/x-diff"), (DiffStat = "application/json"))),
               (status = 400, description = "`invalid_query` (a malformed `run`) or `validation_failed` (a `stat` other than 0, 1, true, false)", body = ErrorBody),
@@ -73,7 +73,7 @@ pub async fn diff(
 /// alone. Refused while a run is going on.
 #[utoipa::path(post, path = "/v1/sessions/{id}/checkpoints/{checkpoint}/restore", tag = "checkpoints",
     params(("id" = uuid::Uuid, Path), ("checkpoint" = String, Path, pattern = "^[0-9a-f]{40}$")),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     responses((status = 200, body = RestoreResponse),
               (status = 400, description = "`validation_failed`: a malformed session id", body = ErrorBody),
               (status = 404, description = "`session_not_found` or `checkpoint_not_found`", body = ErrorBody),

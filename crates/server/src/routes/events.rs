@@ -53,7 +53,7 @@ fn parse_cursor(raw: &str, what: &str) -> Result<u64, ApiError> {
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "events",
     params(("id" = uuid::Uuid, Path), EventsQuery,
            ("Last-Event-ID" = Option<u64>, Header, nullable = false, description = "resume after this seq")),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, description = "SSE frames; each `data:` is an `EventEnvelope` (a `gap_detected` frame's is a `GapDetected`)", content_type = "text/event-stream", body = switchboard_protocol::SseFrame),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 429, description = "`too_many_streams`: this token holds as many event streams as allowed (`Retry-After`)", body = ErrorBody)))]

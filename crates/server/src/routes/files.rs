@@ -57,7 +57,7 @@ fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
 /// the answer's `file_id` goes in a message's `attachments`.
 #[utoipa::path(post, path = "/v1/sessions/{id}/files", tag = "files", params(("id" = uuid::Uuid, Path)),
     request_body(content = UploadForm, content_type = "multipart/form-data"),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     responses((status = 201, body = FileInfo),
               (status = 400, description = "`validation_failed`: not a multipart body, or no part named `file`", body = ErrorBody),
               (status = 404, body = ErrorBody),
@@ -117,7 +117,7 @@ fn spool_error(e: std::io::Error) -> ApiError {
 /// token Switchboard gave it (`switchboard mcp --session`); the server's token works too.
 #[utoipa::path(post, path = "/v1/sessions/{id}/share", tag = "files", params(("id" = uuid::Uuid, Path)),
     request_body = ShareFileRequest,
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     responses((status = 201, body = SharedFile),
               (status = 400, description = "`invalid_json`, or `validation_failed`: a malformed id or body, or a blank `path`", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`: neither the server's token nor this session's", body = ErrorBody),
@@ -138,7 +138,7 @@ pub async fn share(
 
 /// The session's files, oldest first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/files", tag = "files", params(("id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ListFilesResponse), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -176,7 +176,7 @@ fn disposition(info: &FileInfo) -> String {
 /// A file's content, with its sniffed `Content-Type` and a `Content-Disposition` naming it.
 #[utoipa::path(get, path = "/v1/sessions/{id}/files/{file_id}", tag = "files",
     params(("id" = uuid::Uuid, Path), ("file_id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, description = "The content; `Content-Type` is its type as sniffed at upload (any type the allowlist lets in)", content_type = "*/*", body = Vec<u8>),
               (status = 400, description = "`validation_failed`: a malformed id", body = ErrorBody),
               (status = 404, description = "`session_not_found` or `file_not_found`", body = ErrorBody)))]

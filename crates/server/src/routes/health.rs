@@ -18,7 +18,7 @@ pub fn router() -> Router<AppState> {
 /// `status: "degraded"` when it does not — down, or answering reads only (a SQLite file
 /// another process holds write-locked, a read-only replica) — so a load balancer stops
 /// sending traffic here.
-#[utoipa::path(get, path = "/v1/health", tag = "system",
+#[utoipa::path(get, path = "/v1/health", security(()), tag = "system",
     responses((status = 200, description = "Server and store are up (the store took a write)", body = HealthResponse),
               (status = 503, description = "The store does not answer, or takes no writes", body = HealthResponse)))]
 pub async fn health(State(state): State<AppState>) -> (StatusCode, Json<HealthResponse>) {

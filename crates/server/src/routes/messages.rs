@@ -25,7 +25,7 @@ pub fn router() -> Router<AppState> {
 #[utoipa::path(post, path = "/v1/sessions/{id}/messages", tag = "runs",
     params(("id" = uuid::Uuid, Path),
            ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$", description = "1 to 255 visible ASCII characters; a repeat within 24 h answers the first run instead of starting another")),
-    request_body = SendMessageRequest, security(("bearer" = [])),
+    request_body = SendMessageRequest, security(("bearer" = ["sessions:write"])),
     responses((status = 200, body = SendMessageResponse),
               (status = 400, description = "`invalid_json`, `validation_failed` (the field is named) or `invalid_header` (a malformed `Idempotency-Key`)", body = ErrorBody),
               (status = 404, body = ErrorBody),
@@ -57,7 +57,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The transcript, oldest first.
 #[utoipa::path(get, path = "/v1/sessions/{id}/messages", tag = "runs",
     params(("id" = uuid::Uuid, Path), ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("offset" = Option<u64>, Query, maximum = 4294967295.0)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ListMessagesResponse), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -71,7 +71,7 @@ pub async fn list(
 
 /// The transcript as Markdown.
 #[utoipa::path(get, path = "/v1/sessions/{id}/transcript.md", tag = "runs", params(("id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, content_type = "text/markdown", body = String), (status = 404, body = ErrorBody)))]
 pub async fn transcript(
     State(state): State<AppState>,

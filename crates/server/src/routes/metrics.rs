@@ -148,7 +148,7 @@ pub fn standalone() -> Router {
 }
 
 /// The metrics in Prometheus' text exposition format.
-#[utoipa::path(get, path = "/metrics", tag = "system", security(("bearer" = [])),
+#[utoipa::path(get, path = "/metrics", tag = "system", security(("bearer" = ["metrics:read"])),
     responses((status = 200, description = "Prometheus text format (version 0.0.4)", body = String, content_type = "text/plain")))]
 pub async fn metrics_text() -> impl IntoResponse {
     sample_process();

@@ -8,6 +8,7 @@ pub mod health;
 pub mod messages;
 pub mod metrics;
 pub mod openai;
+pub mod people;
 pub mod sessions;
 pub mod settings;
 pub mod tools;

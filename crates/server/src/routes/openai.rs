@@ -78,11 +78,15 @@ fn from_engine(e: switchboard_engine::EngineError) -> Response {
 
 /// The model list: one model per backend.
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ModelList),
               (status = 401, description = "`unauthorized` or `invalid_token`, in OpenAI's error shape", body = OpenAiErrorBody)))]
-pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = switchboard_http::check_bearer(&headers, &state.config.token) {
+pub async fn models(
+    State(state): State<AppState>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = switchboard_http::authorized(&extensions, &headers, &state.config.token) {
         return from_api(e);
     }
     let data = state
@@ -110,7 +114,7 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
 /// `[openai] approvals`: denied (the default), allowed, or left to another surface.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
     request_body = ChatCompletionRequest,
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     params(("X-Switchboard-Session" = Option<uuid::Uuid>, Header, description = "continue this session")),
     responses((status = 200, description = "The completion, or with `stream: true` its chunks (`text/event-stream`)",
                  content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
@@ -124,10 +128,11 @@ pub async fn models(State(state): State<AppState>, headers: HeaderMap) -> Respon
               (status = 503, description = "`unavailable`: shutting down", body = OpenAiErrorBody)))]
 pub async fn completions(
     State(state): State<AppState>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(e) = switchboard_http::check_bearer(&headers, &state.config.token) {
+    if let Err(e) = switchboard_http::authorized(&extensions, &headers, &state.config.token) {
         return from_api(e);
     }
     let req: ChatCompletionRequest = match switchboard_http::from_json_slice(&body) {

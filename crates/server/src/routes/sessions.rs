@@ -21,7 +21,7 @@ pub fn router() -> Router<AppState> {
 
 /// Creates a session.
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSessionRequest,
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
@@ -33,7 +33,7 @@ pub async fn create(
 
 /// Lists sessions, newest first; archived ones only with `archived=true`.
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("offset" = Option<u64>, Query, maximum = 4294967295.0), ("archived" = Option<bool>, Query)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
@@ -53,7 +53,7 @@ pub async fn list(
 /// Renames, archives (`{"archived": true}`) or unarchives a session, or sets the
 /// permission mode its next runs start with.
 #[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
-    request_body = UpdateSessionRequest, security(("bearer" = [])),
+    request_body = UpdateSessionRequest, security(("bearer" = ["sessions:write"])),
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: an `auto_approve` entry is not a tool name (blank, or spaces around it)", body = ErrorBody)))]
 pub async fn update(
@@ -66,7 +66,7 @@ pub async fn update(
 
 /// Shows a session and its configuration.
 #[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = SessionDetailResponse), (status = 404, body = ErrorBody)))]
 pub async fn show(
     State(state): State<AppState>,
@@ -83,7 +83,7 @@ pub async fn show(
 
 /// Deletes a session with its events and transcript; an active run is cancelled.
 #[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
-    security(("bearer" = [])),
+    security(("bearer" = ["sessions:write"])),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn delete(
     State(state): State<AppState>,
@@ -95,7 +95,7 @@ pub async fn delete(
 
 /// Cancels the active run (or a queued follow-up).
 #[utoipa::path(post, path = "/v1/sessions/{id}/cancel", tag = "runs", params(("id" = uuid::Uuid, Path)),
-    request_body = CancelRequest, security(("bearer" = [])),
+    request_body = CancelRequest, security(("bearer" = ["sessions:write"])),
     responses((status = 200, body = CancelResponse), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,

@@ -57,7 +57,7 @@ pub fn router() -> Router<AppState> {
 
 /// The settings in force: the provider (its key only said to be set), the default model
 /// and permission mode, the chat channels, and what environment variables set.
-#[utoipa::path(get, path = "/v1/settings", tag = "settings", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/settings", tag = "settings", security(("bearer" = ["settings:read"])),
     responses((status = 200, body = SettingsResponse)))]
 pub async fn show(State(state): State<AppState>) -> Result<Json<SettingsResponse>, ApiError> {
     Ok(Json(service(&state)?.get().await?))
@@ -69,7 +69,7 @@ pub async fn show(State(state): State<AppState>) -> Result<Json<SettingsResponse
 /// new runs use the new provider and model (a run under way keeps its own), new sessions
 /// the new permission mode, and the chat channels restart with the change.
 #[utoipa::path(put, path = "/v1/settings", tag = "settings", request_body = SettingsUpdate,
-    security(("bearer" = [])),
+    security(("bearer" = ["admin"])),
     responses((status = 200, description = "Saved and applied", body = SettingsResponse),
               (status = 409, description = "`settings_read_only` (the configuration is not a file that can be written) or `set_by_environment` (the variable named sets it)", body = ErrorBody),
               (status = 422, description = "`check_failed`: the provider did not list its models with the key, or a platform refused the token (its reason); `unprocessable_entity`: an unknown provider name, a URL that is not http(s), a blank model", body = ErrorBody)))]
@@ -92,7 +92,7 @@ pub async fn update(
 
 /// The providers a setting can name: OpenAI, Anthropic, OpenRouter, the model servers
 /// found on this machine, and the one in force.
-#[utoipa::path(get, path = "/v1/providers", tag = "settings", security(("bearer" = [])),
+#[utoipa::path(get, path = "/v1/providers", tag = "settings", security(("bearer" = ["settings:read"])),
     responses((status = 200, body = ProvidersResponse)))]
 pub async fn providers(State(state): State<AppState>) -> Result<Json<ProvidersResponse>, ApiError> {
     Ok(Json(service(&state)?.providers().await?))
@@ -103,7 +103,7 @@ pub async fn providers(State(state): State<AppState>) -> Result<Json<ProvidersRe
 #[utoipa::path(get, path = "/v1/providers/{name}/models", tag = "settings",
     params(("name" = String, Path, pattern = "^(current|custom|openai|anthropic|openrouter|local-[0-9]{1,5})$",
         description = "A name of `GET /v1/providers` (`local-PORT` for a model server on this machine), or `current`")),
-    security(("bearer" = [])),
+    security(("bearer" = ["settings:read"])),
     responses((status = 200, body = ModelsResponse),
               (status = 404, description = "`not_found`: no provider of that name", body = ErrorBody),
               (status = 422, description = "`check_failed`: the provider did not list its models (its reason)", body = ErrorBody)))]
@@ -117,7 +117,7 @@ pub async fn models(
 /// Asks the platform who the channel's bot is, with the token configured: its name and
 /// where to talk to it.
 #[utoipa::path(post, path = "/v1/settings/channels/{name}/test", tag = "settings",
-    params(("name" = ChannelKind, Path)), security(("bearer" = [])),
+    params(("name" = ChannelKind, Path)), security(("bearer" = ["gateway:admin"])),
     responses((status = 200, body = ChannelCheck),
               (status = 404, description = "`not_found`: the channel is not configured", body = ErrorBody),
               (status = 422, description = "`check_failed`: the platform refused the token or did not answer", body = ErrorBody)))]

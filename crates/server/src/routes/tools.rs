@@ -18,7 +18,7 @@ pub fn router() -> Router<AppState> {
 
 /// The tool calls awaiting a decision (`run_id: null` and no calls when nothing waits).
 #[utoipa::path(get, path = "/v1/sessions/{id}/tools/pending", tag = "tools",
-    params(("id" = uuid::Uuid, Path)), security(("bearer" = [])),
+    params(("id" = uuid::Uuid, Path)), security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = PendingToolsResponse), (status = 404, body = ErrorBody)))]
 pub async fn pending(
     State(state): State<AppState>,
@@ -32,7 +32,7 @@ pub async fn pending(
 /// stay pending; the run goes on once every call is decided.
 #[utoipa::path(post, path = "/v1/sessions/{id}/tools/decisions", tag = "tools",
     params(("id" = uuid::Uuid, Path)), request_body = ToolDecisionsRequest,
-    security(("bearer" = [])),
+    security(("bearer" = ["approvals:decide"])),
     responses((status = 200, body = ToolDecisionsResponse),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, description = "`run_mismatch` (another run waits) or `no_pending_approval`", body = ErrorBody)))]

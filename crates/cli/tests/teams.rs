@@ -1,0 +1,551 @@
+//! Teams (docs/teams.md): users with roles, personal tokens with scopes, the audit log —
+//! over HTTP against the real binary, and through the CLI.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use switchboard_protocol::people::{Role, Scope};
+use switchboard_test_support::process::ServerProcess;
+
+const TOKEN: &str = common::TOKEN;
+
+/// A server with every surface mounted, the chat channels' too (a webhook channel).
+async fn serve(dir: &Path) -> ServerProcess {
+    let config = dir.join("switchboard.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nenabled = true\n\n[channels.webhook.ops]\nsecret = \"teams-test-secret-0123456789\"\nurl = \"http://127.0.0.1:9/\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("bundles")).unwrap();
+    let config = config.to_string_lossy().to_string();
+    let bundles = dir.join("bundles").to_string_lossy().to_string();
+    common::start(
+        &dir.join("data"),
+        "http://127.0.0.1:9/v1",
+        &[
+            ("SWITCHBOARD_CONFIG", config.as_str()),
+            ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
+        ],
+    )
+    .await
+}
+
+async fn call(
+    server: &ServerProcess,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut r = reqwest::Client::new()
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", server.url),
+        )
+        .bearer_auth(token);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let resp = r.send().await.unwrap();
+    let status = resp.status().as_u16();
+    // An event stream is not read: its headers are the answer.
+    let is_json = resp
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let body = if is_json {
+        resp.json().await.unwrap_or(Value::Null)
+    } else {
+        Value::Null
+    };
+    (status, body)
+}
+
+async fn add_user(server: &ServerProcess, name: &str, role: Role) {
+    let (s, b) = call(
+        server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": name, "role": role})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+}
+
+async fn token_for(server: &ServerProcess, user: &str, scopes: &[Scope]) -> String {
+    let (s, b) = call(
+        server,
+        TOKEN,
+        "POST",
+        "/v1/tokens",
+        Some(json!({"user": user, "name": "test", "scopes": scopes})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    b["token"].as_str().unwrap().to_string()
+}
+
+/// A value for each path parameter: ids that exist nowhere, so that no operation that is
+/// let through changes anything that matters.
+fn fill(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let end = rest[i..].find('}').unwrap() + i;
+        let name = &rest[i + 1..end];
+        out.push_str(match name {
+            "id" | "file_id" | "firing_id" | "message_id" => "0190a000-0000-7000-8000-000000000000",
+            "file" => "app.js",
+            _ => "no-such-thing",
+        });
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every operation of the OpenAPI document × every role: a role whose scopes include the
+/// operation's gets past the authorization (whatever the operation then answers about the
+/// made-up ids), any other gets 403 `forbidden` naming the scope. The operations are read
+/// from the document, so a route added later is in the matrix without anyone adding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_for_every_role_follows_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path()).await;
+    let mut tokens = vec![(None, TOKEN.to_string())];
+    for role in Role::ALL {
+        let name = format!("{}-1", role.as_str());
+        add_user(&server, &name, role).await;
+        tokens.push((Some(role), token_for(&server, &name, role.scopes()).await));
+    }
+    let doc: Value = reqwest::get(format!("{}/openapi.json", server.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    let mut forbidden = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let security = op["security"].as_array().unwrap_or_else(|| {
+                panic!("{method} {path} does not say what it needs (no `security`)")
+            });
+            let public = security
+                .iter()
+                .any(|r| r.as_object().is_some_and(|o| o.is_empty()));
+            let scope: Option<Scope> = security.iter().find_map(|r| {
+                r["bearer"]
+                    .as_array()
+                    .and_then(|s| s.first())
+                    .map(|s| Scope::parse(s.as_str().unwrap()).expect("a known scope"))
+            });
+            if public {
+                continue;
+            }
+            let body = matches!(method.as_str(), "post" | "put" | "patch").then(|| json!({}));
+            let url = fill(path);
+            for (role, token) in &tokens {
+                let allowed = match (role, scope) {
+                    (None, _) | (_, None) => true,
+                    (Some(r), Some(s)) => r.allows(s),
+                };
+                let (status, answer) =
+                    call(&server, token, &method.to_uppercase(), &url, body.clone()).await;
+                let who = role.map(Role::as_str).unwrap_or("server token");
+                if allowed {
+                    assert!(
+                        status != 401 && !(status == 403 && answer.get("scope").is_some()),
+                        "{who}: {method} {url} needs {scope:?}, which it has, but got {status} {answer}"
+                    );
+                } else {
+                    let s = scope.unwrap();
+                    assert_eq!(
+                        (status, answer["code"].as_str(), answer["scope"].as_str()),
+                        (403, Some("forbidden"), Some(s.as_str())),
+                        "{who}: {method} {url} needs {s}: {answer}"
+                    );
+                    assert!(answer["error"].as_str().unwrap().contains(s.as_str()));
+                    forbidden += 1;
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 300, "{checked} checks");
+    assert!(forbidden > 80, "{forbidden} refusals");
+    // An operation the document does not have is the admins' alone.
+    let member = &tokens[3].1;
+    let (s, b) = call(&server, member, "GET", "/v1/not-documented", None).await;
+    assert_eq!((s, b["scope"].as_str()), (403, Some("admin")), "{b}");
+    let (s, _) = call(&server, TOKEN, "GET", "/v1/not-documented", None).await;
+    assert_eq!(s, 404);
+    // Health is everyone's.
+    let (s, _) = call(&server, member, "GET", "/v1/health", None).await;
+    assert_eq!(s, 200);
+}
+
+fn cli(
+    server: &ServerProcess,
+    token: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(common::bin())
+        .args(args)
+        .env("SWITCHBOARD_URL", &server.url)
+        .env("SWITCHBOARD_TOKEN", token)
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    } else {
+        drop(child.stdin.take());
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A person's token from creation to revocation, through the CLI and over HTTP: its
+/// scopes hold, it never exceeds the role, a role taken away narrows it at once, revoking
+/// it is final, and the audit log has every step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path()).await;
+    let (ok, out, err) = cli(
+        &server,
+        TOKEN,
+        &[
+            "users",
+            "add",
+            "ann",
+            "--role",
+            "operator",
+            "--password-stdin",
+        ],
+        Some("a long enough password\n"),
+    );
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = cli(
+        &server,
+        TOKEN,
+        &[
+            "tokens",
+            "create",
+            "--user",
+            "ann",
+            "--name",
+            "laptop",
+            "--scope",
+            "sessions:read,relay:read",
+            "--expires",
+            "30d",
+        ],
+        None,
+    );
+    assert!(ok, "{out}{err}");
+    let ann = out.trim().to_string();
+    assert!(ann.starts_with("sb_"), "{ann}");
+    assert!(err.contains("shown this once"), "{err}");
+
+    // Within its scopes.
+    let (s, me) = call(&server, &ann, "GET", "/v1/me", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(me["user"], "ann");
+    assert_eq!(me["role"], "operator");
+    assert_eq!(me["credential"], "token");
+    assert_eq!(me["scopes"], json!(["sessions:read", "relay:read"]));
+    assert_eq!(
+        call(&server, &ann, "GET", "/v1/sessions", None).await.0,
+        200
+    );
+    let (s, b) = call(&server, &ann, "POST", "/v1/sessions", Some(json!({}))).await;
+    assert_eq!(
+        (s, b["code"].as_str(), b["scope"].as_str()),
+        (403, Some("forbidden"), Some("sessions:write")),
+        "{b}"
+    );
+    // Its own tokens only, never the secrets; the audit log and users are admins'.
+    let (s, list) = call(&server, &ann, "GET", "/v1/tokens", None).await;
+    assert_eq!(s, 200);
+    let tokens = list["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 1);
+    assert!(!list.to_string().contains(&ann), "no secret in a list");
+    assert!(
+        tokens[0]["last_used_at"].is_string(),
+        "its use is recorded: {list}"
+    );
+    assert!(tokens[0]["expires_at"].is_string());
+    assert_eq!(
+        call(&server, &ann, "GET", "/v1/tokens?user=admin", None)
+            .await
+            .0,
+        403
+    );
+    assert_eq!(call(&server, &ann, "GET", "/v1/users", None).await.0, 403);
+    assert_eq!(call(&server, &ann, "GET", "/v1/audit", None).await.0, 403);
+    // Nobody mints a token beyond what they hold …
+    let (s, b) = call(
+        &server,
+        &ann,
+        "POST",
+        "/v1/tokens",
+        Some(json!({"name": "x", "scopes": ["sessions:write"]})),
+    )
+    .await;
+    assert_eq!((s, b["code"].as_str()), (403, Some("forbidden")), "{b}");
+    // … or beyond the role: an operator is not an admin.
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/tokens",
+        Some(json!({"user": "ann", "name": "x", "scopes": ["admin"]})),
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("unprocessable_entity")),
+        "{b}"
+    );
+    assert!(b["error"].as_str().unwrap().contains("`admin`"), "{b}");
+    // Bad requests are clear.
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "ann", "role": "viewer"})),
+    )
+    .await;
+    assert_eq!((s, b["code"].as_str()), (409, Some("conflict")), "{b}");
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "Bad Name", "role": "viewer"})),
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("unprocessable_entity")),
+        "{b}"
+    );
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "bo", "role": "viewer", "password": "short"})),
+    )
+    .await;
+    assert_eq!(s, 422, "{b}");
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/tokens",
+        Some(json!({"user": "nobody", "name": "x", "scopes": ["sessions:read"]})),
+    )
+    .await;
+    assert_eq!((s, b["code"].as_str()), (404, Some("not_found")), "{b}");
+
+    // A role taken away narrows the token at once.
+    let (ok, out, err) = cli(
+        &server,
+        TOKEN,
+        &["users", "set-role", "ann", "member"],
+        None,
+    );
+    assert!(ok, "{out}{err}");
+    let (_, me) = call(&server, &ann, "GET", "/v1/me", None).await;
+    assert_eq!(
+        me["scopes"],
+        json!(["sessions:read"]),
+        "relay:read is beyond a member"
+    );
+    let (s, b) = call(&server, &ann, "GET", "/v1/relay/bundles", None).await;
+    assert_eq!((s, b["scope"].as_str()), (403, Some("relay:read")), "{b}");
+
+    // Listed, then revoked by its owner: refused from then on, with a clear code.
+    let (ok, out, _) = cli(
+        &server,
+        TOKEN,
+        &["tokens", "list", "--user", "ann", "--json"],
+        None,
+    );
+    assert!(ok);
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let id = listed[0]["id"].as_str().unwrap().to_string();
+    let (s, _) = call(&server, &ann, "DELETE", &format!("/v1/tokens/{id}"), None).await;
+    assert_eq!(s, 200);
+    let (s, b) = call(&server, &ann, "GET", "/v1/sessions", None).await;
+    assert_eq!((s, b["code"].as_str()), (401, Some("token_revoked")), "{b}");
+    let (s, b) = call(&server, "sb_0000", "GET", "/v1/sessions", None).await;
+    assert_eq!((s, b["code"].as_str()), (401, Some("invalid_token")), "{b}");
+
+    // Removing the user ends the rest of their tokens.
+    let other = token_for(&server, "ann", &[Scope::SessionsRead]).await;
+    assert_eq!(
+        call(&server, &other, "GET", "/v1/sessions", None).await.0,
+        200
+    );
+    let (ok, _, err) = cli(&server, TOKEN, &["users", "remove", "ann"], None);
+    assert!(ok, "{err}");
+    assert_eq!(
+        call(&server, &other, "GET", "/v1/sessions", None).await.0,
+        401
+    );
+
+    // Every step is in the audit log, oldest first, as JSON lines.
+    let (ok, out, err) = cli(&server, TOKEN, &["audit", "--jsonl"], None);
+    assert!(ok, "{err}");
+    let entries: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let actions: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|e| (e["actor"].as_str().unwrap(), e["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            ("admin", "user.create"),
+            ("admin", "token.create"),
+            ("admin", "user.role"),
+            ("ann", "token.revoke"),
+            ("admin", "token.create"),
+            ("admin", "user.delete"),
+        ],
+        "{out}"
+    );
+    assert_eq!(
+        entries[2]["detail"],
+        json!({"from": "operator", "to": "member"})
+    );
+    assert!(
+        !out.contains("a long enough password") && !out.contains(&ann),
+        "no secret in the audit log"
+    );
+    // Filtered, through the API.
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=token.create&limit=1",
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(b["entries"].as_array().unwrap().len(), 1);
+    let next = b["next"].as_i64().unwrap();
+    let (_, b) = call(
+        &server,
+        TOKEN,
+        "GET",
+        &format!("/v1/audit?action=token.create&after={next}"),
+        None,
+    )
+    .await;
+    assert_eq!(b["entries"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        call(&server, TOKEN, "GET", "/v1/audit?from=yesterday", None)
+            .await
+            .0,
+        400
+    );
+    // The audit log cannot be changed through the API.
+    assert_eq!(
+        call(&server, TOKEN, "DELETE", "/v1/audit", None).await.0,
+        405
+    );
+}
+
+/// Two instances on one PostgreSQL database and one NATS server: a token revoked on one is
+/// refused by the other within a second (at once: every request reads the shared store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_on_one_instance_is_refused_by_another_within_a_second() {
+    let db = common::Db::create().await;
+    let nats = common::nats::Nats::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = nats.url();
+    let mut instances = Vec::new();
+    for name in ["a", "b"] {
+        instances.push(
+            common::start(
+                &dir.path().join(name),
+                "http://127.0.0.1:9/v1",
+                &[
+                    ("SWITCHBOARD_STORE_URL", db.url.as_str()),
+                    ("SWITCHBOARD_BUS_URL", bus.as_str()),
+                    ("SWITCHBOARD_INSTANCE_ID", name),
+                ],
+            )
+            .await,
+        );
+    }
+    let (a, b) = (&instances[0], &instances[1]);
+    add_user(a, "cy", Role::Member).await;
+    let cy = token_for(a, "cy", &[Scope::SessionsRead]).await;
+    assert_eq!(call(b, &cy, "GET", "/v1/sessions", None).await.0, 200);
+    let (_, me) = call(b, &cy, "GET", "/v1/me", None).await;
+    let id = me["token_id"].as_str().unwrap().to_string();
+    // Revoked on A, while B keeps being asked.
+    let (s, _) = call(a, TOKEN, "DELETE", &format!("/v1/tokens/{id}"), None).await;
+    assert_eq!(s, 200);
+    let revoked = std::time::Instant::now();
+    loop {
+        let (s, b) = call(b, &cy, "GET", "/v1/sessions", None).await;
+        if s == 401 {
+            assert_eq!(b["code"], "token_revoked");
+            break;
+        }
+        assert!(
+            revoked.elapsed() < std::time::Duration::from_secs(1),
+            "B still accepts the token a second after A revoked it"
+        );
+    }
+    // And a role change on B holds on A.
+    let other = token_for(b, "cy", &[Scope::SessionsRead, Scope::SessionsWrite]).await;
+    let (s, _) = call(
+        b,
+        TOKEN,
+        "PATCH",
+        "/v1/users/cy",
+        Some(json!({"role": "viewer"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, body) = call(a, &other, "POST", "/v1/sessions", Some(json!({}))).await;
+    assert_eq!(
+        (s, body["scope"].as_str()),
+        (403, Some("sessions:write")),
+        "{body}"
+    );
+    drop(instances);
+    db.drop_now().await;
+}
