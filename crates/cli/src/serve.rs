@@ -346,6 +346,7 @@ pub async fn run(mut settings: Settings) -> Result<()> {
             Arc::new(move || engine.defaults())
         },
         default_cwd: app.engine.config().default_cwd.display().to_string(),
+        team: Some(app.engine.team().clone()),
     });
     let code = console.new_login_code();
     let browse_host = if addr.ip().is_unspecified() {

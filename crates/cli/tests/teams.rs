@@ -549,3 +549,194 @@ async fn a_token_revoked_on_one_instance_is_refused_by_another_within_a_second()
     drop(instances);
     db.drop_now().await;
 }
+
+async fn sign_in(
+    server: &ServerProcess,
+    user: &str,
+    password: &str,
+) -> (u16, Option<String>, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/console/login", server.url))
+        .json(&json!({"user": user, "password": password}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string());
+    let body = resp.json().await.unwrap_or(Value::Null);
+    (status, cookie, body)
+}
+
+async fn with_cookie(
+    server: &ServerProcess,
+    cookie: &str,
+    method: &str,
+    path: &str,
+) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", server.url),
+        )
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// A person signs in to the console with a password: the browser acts as them (their role's
+/// scopes), guessing is throttled, signing out ends the session, and everywhere ends all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_with_a_password_and_out_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path()).await;
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "dee", "role": "member", "password": "dee's long password"})),
+    )
+    .await;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["has_password"], true);
+
+    let (s, laptop, _) = sign_in(&server, "dee", "dee's long password").await;
+    assert_eq!(s, 204);
+    let laptop = laptop.unwrap();
+    assert!(laptop.starts_with("switchboard_session=v2."), "{laptop}");
+    let (s, me) = with_cookie(&server, &laptop, "GET", "/v1/console/me").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        (me["user"].as_str(), me["role"].as_str()),
+        (Some("dee"), Some("member"))
+    );
+    // The browser has the member's reach, no more.
+    assert_eq!(
+        with_cookie(&server, &laptop, "GET", "/v1/sessions").await.0,
+        200
+    );
+    let (s, b) = with_cookie(&server, &laptop, "GET", "/v1/users").await;
+    assert_eq!((s, b["scope"].as_str()), (403, Some("admin")), "{b}");
+    let (_, me) = with_cookie(&server, &laptop, "GET", "/v1/me").await;
+    assert_eq!(me["credential"], "console");
+
+    // Wrong passwords and unknown users are one answer; guessing is stopped.
+    let (s, _, b) = sign_in(&server, "dee", "not the password").await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (401, Some("invalid_credentials")),
+        "{b}"
+    );
+    let (s, _, b) = sign_in(&server, "nobody", "not the password").await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (401, Some("invalid_credentials")),
+        "{b}"
+    );
+    for _ in 0..4 {
+        sign_in(&server, "dee", "still not it").await;
+    }
+    let (s, _, b) = sign_in(&server, "dee", "dee's long password").await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (429, Some("rate_limited")),
+        "even the right password waits: {b}"
+    );
+
+    // A second device (another user's throttle is theirs): an admin resets dee's password
+    // on the API, which ends every console session of hers.
+    let (s, _) = call(
+        &server,
+        TOKEN,
+        "PATCH",
+        "/v1/users/dee",
+        Some(json!({"password": "a brand new password"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        with_cookie(&server, &laptop, "GET", "/v1/sessions").await.0,
+        401
+    );
+
+    // Signing out ends the session for good (the cookie sent again is refused), and
+    // `everywhere` ends the other devices' too.
+    let (s, _) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "eve", "role": "viewer", "password": "eve's long password"})),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let (_, phone, _) = sign_in(&server, "eve", "eve's long password").await;
+    let (_, desk, _) = sign_in(&server, "eve", "eve's long password").await;
+    let (phone, desk) = (phone.unwrap(), desk.unwrap());
+    assert_eq!(
+        with_cookie(&server, &phone, "POST", "/v1/console/logout")
+            .await
+            .0,
+        204
+    );
+    assert_eq!(
+        with_cookie(&server, &phone, "GET", "/v1/sessions").await.0,
+        401
+    );
+    assert_eq!(
+        with_cookie(&server, &desk, "GET", "/v1/sessions").await.0,
+        200
+    );
+    let (_, tablet, _) = sign_in(&server, "eve", "eve's long password").await;
+    let tablet = tablet.unwrap();
+    assert_eq!(
+        with_cookie(
+            &server,
+            &tablet,
+            "POST",
+            "/v1/console/logout?everywhere=true"
+        )
+        .await
+        .0,
+        204
+    );
+    assert_eq!(
+        with_cookie(&server, &desk, "GET", "/v1/sessions").await.0,
+        401
+    );
+
+    // The audit log has the sign-ins, the failures (with the address) and the sign-outs.
+    let (_, b) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=signin.failed",
+        None,
+    )
+    .await;
+    let failed = b["entries"].as_array().unwrap();
+    assert_eq!(failed.len(), 6, "{b}");
+    assert_eq!(failed[1]["actor"], "nobody");
+    assert_eq!(failed[0]["detail"]["address"], "127.0.0.1");
+    let (_, b) = call(&server, TOKEN, "GET", "/v1/audit?user=eve", None).await;
+    let actions: Vec<&str> = b["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["signin", "signin", "signout", "signin", "signout"],
+        "{b}"
+    );
+    assert!(!b.to_string().contains("long password"));
+}

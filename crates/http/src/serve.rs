@@ -99,7 +99,11 @@ where
         let body_timeout = limits.body_timeout;
         let service = TowerToHyperService::new(router.clone().map_request(
             move |req: axum::http::Request<Incoming>| {
-                req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)))
+                let mut req = req.map(|b| axum::body::Body::new(TimeoutBody::new(body_timeout, b)));
+                // The peer's address, for what is limited per address (console sign-in).
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
             },
         ));
         let mut stop = stop_rx.clone();

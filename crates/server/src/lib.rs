@@ -8,6 +8,7 @@ mod error;
 mod extract;
 mod openapi;
 pub mod routes;
+pub mod signin;
 pub mod web;
 
 use std::sync::Arc;

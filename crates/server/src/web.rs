@@ -102,6 +102,8 @@ pub struct ConsoleConfig {
     /// now (the settings change them while serving): `Engine::defaults`.
     pub defaults: Arc<dyn Fn() -> switchboard_engine::SessionDefaults + Send + Sync>,
     pub default_cwd: String,
+    /// The team, for sign-in per person (none: only the server token signs in).
+    pub team: Option<switchboard_engine::Team>,
 }
 
 impl std::fmt::Debug for ConsoleConfig {
@@ -138,6 +140,8 @@ struct Inner {
     /// Lower-case `host:port` entries, and `host` entries that allow any port.
     hosts: HashSet<String>,
     login: Mutex<Option<(String, Instant)>>,
+    /// Failed password sign-ins per user and address.
+    throttle: crate::signin::Throttle,
 }
 
 impl Console {
@@ -153,6 +157,7 @@ impl Console {
                 config,
                 hosts,
                 login: Mutex::new(None),
+                throttle: crate::signin::Throttle::default(),
             }),
         }
     }
@@ -231,13 +236,18 @@ impl Console {
     }
 
     fn set_cookie(&self, headers: &HeaderMap) -> HeaderValue {
+        self.cookie_header(headers, &self.new_cookie_value())
+    }
+
+    /// `Set-Cookie` of the session cookie with `value`.
+    fn cookie_header(&self, headers: &HeaderMap, value: &str) -> HeaderValue {
         let secure = headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("https"));
         let v = format!(
             "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
-            self.new_cookie_value(),
+            value,
             COOKIE_MAX_AGE.as_secs(),
             if secure { "; Secure" } else { "" }
         );
@@ -285,8 +295,10 @@ fn console_path(path: &str) -> bool {
 ///    port as its `Host`, and that host allowed); else 403 `origin_not_allowed`.
 /// 2. Browser requests — console pages and anything carrying the session cookie — must
 ///    name an allowed `Host`; else 403 `host_not_allowed` (DNS rebinding).
-/// 3. A valid session cookie on a request without `Authorization` becomes
-///    `Authorization: Bearer <token>`, so every API route accepts a signed-in browser.
+/// 3. A valid session cookie on a request without `Authorization` signs the request in: the
+///    server token's (`v1.`) becomes `Authorization: Bearer <token>`; a person's (`v2.`,
+///    a console session in the store) becomes their principal, whose scopes the
+///    authentication layer then checks — so every API route accepts a signed-in browser.
 pub async fn guard(State(console): State<Console>, mut req: Request, next: Next) -> Response {
     let host = host_of(&req);
     if let Some(origin) = req.headers().get(header::ORIGIN) {
@@ -323,12 +335,18 @@ pub async fn guard(State(console): State<Console>, mut req: Request, next: Next)
             .into_response();
         }
     }
-    if !has_auth
-        && let Some(c) = cookie
-        && console.cookie_valid(&c)
-        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", console.inner.config.token))
-    {
-        req.headers_mut().insert(header::AUTHORIZATION, v);
+    if !has_auth && let Some(c) = cookie {
+        if c.starts_with(crate::signin::PERSON_COOKIE) {
+            if let Some(team) = &console.inner.config.team
+                && let Some(p) = crate::signin::person(team, &c).await
+            {
+                req.extensions_mut().insert(p);
+            }
+        } else if console.cookie_valid(&c)
+            && let Ok(v) = HeaderValue::from_str(&format!("Bearer {}", console.inner.config.token))
+        {
+            req.headers_mut().insert(header::AUTHORIZATION, v);
+        }
     }
     next.run(req).await
 }
@@ -443,26 +461,69 @@ async fn login_link(
     resp
 }
 
-/// `POST /v1/console/login`.
+/// `POST /v1/console/login`: the server's token, or a person's name and password.
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct LoginBody {
-    /// The server's token.
-    token: String,
+    /// The server's token (signs in as the built-in admin).
+    #[serde(default)]
+    token: Option<String>,
+    /// A user's name, with `password`.
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
 }
 
-/// `POST /v1/console/login {"token"}`: 204 with the session cookie, or 401.
+/// `POST /v1/console/login {"token"}` or `{"user", "password"}`: 204 with the session
+/// cookie, or 401. Failed password sign-ins are limited per user and per address (429).
 #[utoipa::path(post, path = "/v1/console/login", security(()), tag = "console", request_body = LoginBody,
     responses((status = 204, description = "Signed in: the session cookie is set"),
               (status = 400, description = "`invalid_json`: not `{\"token\": …}`", body = ErrorBody),
-              (status = 401, description = "`invalid_token`", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody),
+              (status = 401, description = "`invalid_token`, or `invalid_credentials` (unknown user or wrong password, not told apart)", body = ErrorBody),
+              (status = 429, description = "`rate_limited`: too many failed sign-ins of this user or from this address lately; `Retry-After` says when to try again", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody)))]
-async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) -> Response {
+async fn login(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    extensions: axum::http::Extensions,
+    body: Bytes,
+) -> Response {
+    let shape = "expected {\"token\": \"…\"} or {\"user\": \"…\", \"password\": \"…\"}";
     let Ok(b) = serde_json::from_slice::<LoginBody>(&body) else {
-        return ApiError::new(ErrorCode::InvalidJson, "expected {\"token\": \"…\"}")
-            .into_response();
+        return ApiError::new(ErrorCode::InvalidJson, shape).into_response();
+    };
+    let token = match (b.token, b.user, b.password) {
+        (Some(t), None, None) => t,
+        (None, Some(user), Some(password)) => {
+            let Some(team) = &console.inner.config.team else {
+                return ApiError::new(ErrorCode::InvalidCredentials, "this server has no users")
+                    .into_response();
+            };
+            let address = extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|p| p.0.ip());
+            return match crate::signin::sign_in(
+                team,
+                &console.inner.throttle,
+                user.trim(),
+                &password,
+                address,
+            )
+            .await
+            {
+                Ok(secret) => {
+                    let mut resp = StatusCode::NO_CONTENT.into_response();
+                    resp.headers_mut()
+                        .insert(header::SET_COOKIE, console.cookie_header(&headers, &secret));
+                    resp
+                }
+                Err(e) => e.into_response(),
+            };
+        }
+        _ => return ApiError::new(ErrorCode::InvalidJson, shape).into_response(),
     };
     if !bool::from(
-        b.token
+        token
             .trim()
             .as_bytes()
             .ct_eq(console.inner.config.token.as_bytes()),
@@ -477,10 +538,28 @@ async fn login(State(console): State<Console>, headers: HeaderMap, body: Bytes) 
     resp
 }
 
-/// Signs the browser out (clears the cookie).
+#[derive(Deserialize, Default)]
+struct LogoutQuery {
+    /// End every console session of the person, on every device.
+    #[serde(default)]
+    everywhere: bool,
+}
+
+/// Signs the browser out: clears the cookie and, for a person, ends the console session on
+/// every instance (with `?everywhere=true` every one of theirs).
 #[utoipa::path(post, path = "/v1/console/logout", security(()), tag = "console",
+    params(("everywhere" = Option<bool>, Query, description = "End every console session of the person")),
     responses((status = 204, description = "The cookie is cleared"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
-async fn logout() -> Response {
+async fn logout(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Query(q): Query<LogoutQuery>,
+) -> Response {
+    if let (Some(team), Some(c)) = (&console.inner.config.team, cookie_value(&headers, COOKIE))
+        && let Err(e) = crate::signin::sign_out(team, c, q.everywhere).await
+    {
+        return e.into_response();
+    }
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(
         header::SET_COOKIE,
@@ -495,6 +574,11 @@ async fn logout() -> Response {
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Me {
     signed_in: bool,
+    /// Who is signed in (`admin` for the server token).
+    user: String,
+    role: switchboard_protocol::people::Role,
+    /// What they may do.
+    scopes: Vec<switchboard_protocol::people::Scope>,
     /// The configured ACP agents, offered as session backends.
     agents: Vec<String>,
     default_model: Option<String>,
@@ -508,24 +592,27 @@ pub struct Me {
 #[utoipa::path(get, path = "/v1/console/me", tag = "console", security((), ("bearer" = [])),
     responses((status = 200, body = Me),
               (status = 401, description = "`unauthorized`: not signed in", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
-async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !bool::from(
-        given
-            .trim()
-            .as_bytes()
-            .ct_eq(console.inner.config.token.as_bytes()),
-    ) {
-        return ApiError::new(ErrorCode::Unauthorized, "not signed in").into_response();
-    }
+async fn me(
+    State(console): State<Console>,
+    extensions: axum::http::Extensions,
+    headers: HeaderMap,
+) -> Response {
+    let principal = match extensions.get::<switchboard_protocol::people::Principal>() {
+        Some(p) => p.clone(),
+        None => match server_token_given(&console, &headers) {
+            true => switchboard_protocol::people::Principal::server(),
+            false => {
+                return ApiError::new(ErrorCode::Unauthorized, "not signed in").into_response();
+            }
+        },
+    };
     let c = &console.inner.config;
     let defaults = (c.defaults)();
     Json(Me {
         signed_in: true,
+        user: principal.user,
+        role: principal.role,
+        scopes: principal.scopes,
         agents: c.agents.clone(),
         default_model: defaults.model,
         default_cwd: c.default_cwd.clone(),
@@ -533,6 +620,22 @@ async fn me(State(console): State<Console>, headers: HeaderMap) -> Response {
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
     .into_response()
+}
+
+/// Whether the request carries the server token (a router without the authentication
+/// layer).
+fn server_token_given(console: &Console, headers: &HeaderMap) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    bool::from(
+        given
+            .trim()
+            .as_bytes()
+            .ct_eq(console.inner.config.token.as_bytes()),
+    )
 }
 
 #[cfg(test)]
@@ -549,6 +652,7 @@ mod tests {
                 permission_mode: switchboard_protocol::PermissionMode::WorkspaceWrite,
             }),
             default_cwd: "/".into(),
+            team: None,
         })
     }
 

@@ -101,6 +101,7 @@ async function boot() {
   $('unreachable').hidden = true;
   $('app').hidden = false;
   $('version').textContent = S.me.version ? `v${S.me.version}` : '';
+  $('whoami').textContent = S.me.user ? `${S.me.user} · ${S.me.role}` : '';
   route();
   refreshSessions().catch(toast);
   openApprovals();
@@ -144,7 +145,9 @@ function signedOut(message) {
 $('login-form').addEventListener('submit', async (e) => {
   e.preventDefault();
   try {
-    await api('POST', '/v1/console/login', { token: $('login-token').value.trim() });
+    const user = $('login-user').value.trim();
+    const secret = $('login-token').value;
+    await api('POST', '/v1/console/login', user ? { user, password: secret } : { token: secret.trim() });
     $('login-token').value = '';
     boot();
   } catch (err) {
