@@ -347,6 +347,13 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         },
         default_cwd: app.engine.config().default_cwd.display().to_string(),
         team: Some(app.engine.team().clone()),
+        oidc: settings
+            .oidc
+            .clone()
+            .map(switchboard_server::oidc::Oidc::new)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("[auth.oidc]: {e}"))?
+            .map(Arc::new),
     });
     let code = console.new_login_code();
     let browse_host = if addr.ip().is_unspecified() {

@@ -740,3 +740,110 @@ async fn a_person_signs_in_with_a_password_and_out_everywhere() {
     );
     assert!(!b.to_string().contains("long password"));
 }
+
+/// The real OpenID Connect provider (`oidc-provider`, npm) on `port`, for `redirect`.
+async fn oidc_provider(port: u16, redirect: &str, accounts: Value) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt as _;
+    let e2e = common::browser::e2e_dir();
+    let mut child = tokio::process::Command::new("node")
+        .arg(e2e.join("oidc-provider.mjs"))
+        .current_dir(&e2e)
+        .env("PORT", port.to_string())
+        .env("CLIENT_ID", "switchboard")
+        .env("CLIENT_SECRET", "oidc-client-secret-0123456789")
+        .env("REDIRECT_URI", redirect)
+        .env("ACCOUNTS", accounts.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the OIDC provider starts")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(ready.starts_with("ready "), "{ready}");
+    // Kept reading: a provider writing to a closed pipe would die.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
+/// Sign-in per person in the browser: through a real OpenID Connect provider (authorization
+/// code with PKCE; the role from the groups claim) and with a password (tests/e2e/teams.mjs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_passwords() {
+    let dir = tempfile::tempdir().unwrap();
+    let (idp_port, port) = (common::free_port(), common::free_port());
+    let redirect = format!("http://127.0.0.1:{port}/v1/console/oidc/callback");
+    let _idp = oidc_provider(
+        idp_port,
+        &redirect,
+        json!({"ann": {"groups": ["engineering", "sre"]}, "zed": {"groups": ["contractors"]}}),
+    )
+    .await;
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth.oidc]\nissuer = \"http://127.0.0.1:{idp_port}\"\nclient_id = \"switchboard\"\nbutton = \"Sign in with Acme SSO\"\nrole_claim = \"groups\"\n\n[auth.oidc.roles]\nengineering = \"member\"\nsre = \"operator\"\n"
+        ),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::start(
+        &dir.path().join("data"),
+        "http://127.0.0.1:9/v1",
+        &[
+            ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
+            ("SWITCHBOARD_LISTEN", &listen),
+            (
+                "SWITCHBOARD_OIDC_CLIENT_SECRET",
+                "oidc-client-secret-0123456789",
+            ),
+        ],
+    )
+    .await;
+    let (s, _) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/users",
+        Some(json!({"name": "dee", "role": "member", "password": "dee has a long password"})),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let mut script = common::browser::Script::start(
+        "teams.mjs",
+        &[("SB_URL", &server.url)],
+        std::time::Duration::from_secs(180),
+    );
+    if let Some(cmd) = script.next_command().await {
+        panic!("unexpected request from the script: {cmd}");
+    }
+    script.finish(|| server.logs()).await;
+    // The provider's person is a user now, with the highest role their groups map to; the
+    // one no group maps to is not.
+    let (_, users) = call(&server, TOKEN, "GET", "/v1/users", None).await;
+    let names: Vec<(&str, &str)> = users["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["name"].as_str().unwrap(), u["role"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("ann", "operator"), ("dee", "member")]);
+    let (_, audit) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=signin.failed",
+        None,
+    )
+    .await;
+    assert!(
+        audit.to_string().contains("zed has no role here"),
+        "{audit}"
+    );
+    common::browser::assert_shots(&["teams-sign-in.png", "teams-signed-in.png"]);
+}

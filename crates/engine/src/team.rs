@@ -320,6 +320,66 @@ impl Team {
         }
     }
 
+    /// A person an identity provider vouched for, with the role its claims map to: added on
+    /// their first sign-in, their role brought in line on each (the provider is the source
+    /// of truth for it). Their name, as stored.
+    pub async fn sign_in_external(
+        &self,
+        name: &str,
+        role: Role,
+        provider: &str,
+    ) -> Result<String, TeamError> {
+        let name = name.trim().to_ascii_lowercase();
+        if let Some(p) = user_name_problem(&name) {
+            return Err(TeamError::Unprocessable(p));
+        }
+        match self.store.get_user(&name).await? {
+            Some(u) if u.role == role.as_str() => {}
+            Some(u) => {
+                self.store
+                    .update_user(&name, Some(role.as_str()), None, &now_rfc3339())
+                    .await?;
+                self.record(
+                    provider,
+                    "user.role",
+                    Some(&name),
+                    "oidc",
+                    serde_json::json!({ "from": u.role, "to": role }),
+                )
+                .await;
+            }
+            None => {
+                let now = now_rfc3339();
+                let created = self
+                    .store
+                    .create_user(&UserRecord {
+                        name: name.clone(),
+                        role: role.as_str().to_string(),
+                        password_hash: None,
+                        created_at: now.clone(),
+                        updated_at: now,
+                    })
+                    .await;
+                match created {
+                    // Another instance added them a moment ago.
+                    Err(StoreError::Conflict(_)) => {}
+                    r => {
+                        r?;
+                        self.record(
+                            provider,
+                            "user.create",
+                            Some(&name),
+                            "oidc",
+                            serde_json::json!({ "role": role, "provider": provider }),
+                        )
+                        .await;
+                    }
+                }
+            }
+        }
+        Ok(name)
+    }
+
     // --- console sign-ins -----------------------------------------------------------------
 
     /// Opens a console session for `name` lasting `ttl`: the secret for its cookie

@@ -6,6 +6,7 @@
 
 mod error;
 mod extract;
+pub mod oidc;
 mod openapi;
 pub mod routes;
 pub mod signin;

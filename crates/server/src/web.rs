@@ -104,6 +104,8 @@ pub struct ConsoleConfig {
     pub default_cwd: String,
     /// The team, for sign-in per person (none: only the server token signs in).
     pub team: Option<switchboard_engine::Team>,
+    /// `[auth.oidc]`: sign-in through an identity provider.
+    pub oidc: Option<Arc<crate::oidc::Oidc>>,
 }
 
 impl std::fmt::Debug for ConsoleConfig {
@@ -168,6 +170,32 @@ impl Console {
         let code = random_hex(24);
         *self.lock() = Some((code.clone(), Instant::now() + LOGIN_LINK_TTL));
         code
+    }
+
+    pub(crate) fn team(&self) -> Option<&switchboard_engine::Team> {
+        self.inner.config.team.as_ref()
+    }
+
+    pub(crate) fn oidc(&self) -> Option<&crate::oidc::Oidc> {
+        self.inner.config.oidc.as_deref()
+    }
+
+    /// `value` with a MAC under the server token (for state kept in the browser).
+    pub(crate) fn sign(&self, value: &str) -> String {
+        format!("{value}.{}", self.mac(&format!("signed:{value}")))
+    }
+
+    /// The value of what [`Console::sign`] signed, if the MAC holds.
+    pub(crate) fn verify(&self, signed: &str) -> Option<String> {
+        let (value, mac) = signed.rsplit_once('.')?;
+        let want = self.mac(&format!("signed:{value}"));
+        (!want.is_empty() && bool::from(want.as_bytes().ct_eq(mac.as_bytes())))
+            .then(|| value.to_string())
+    }
+
+    /// `Set-Cookie` of a person's console session.
+    pub(crate) fn session_cookie(&self, headers: &HeaderMap, secret: &str) -> HeaderValue {
+        self.cookie_header(headers, secret)
     }
 
     fn lock(&self) -> parking_lot::MutexGuard<'_, Option<(String, Instant)>> {
@@ -260,7 +288,7 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -354,8 +382,20 @@ pub async fn guard(State(console): State<Console>, mut req: Request, next: Next)
 /// The OpenAPI document of the console's routes.
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(index, asset, manifest, service_worker, login_link, login, logout, me),
-    components(schemas(LoginBody, Me, ErrorBody))
+    paths(
+        index,
+        asset,
+        manifest,
+        service_worker,
+        login_link,
+        login,
+        logout,
+        me,
+        sign_in_options,
+        crate::oidc::start,
+        crate::oidc::callback
+    ),
+    components(schemas(LoginBody, Me, SignInOptions, ErrorBody))
 )]
 pub struct ConsoleDoc;
 
@@ -370,6 +410,9 @@ pub fn router(console: Console) -> Router {
         .route("/v1/console/login", post(login))
         .route("/v1/console/logout", post(logout))
         .route("/v1/console/me", get(me))
+        .route("/v1/console/sign-in", get(sign_in_options))
+        .route("/v1/console/oidc/start", get(crate::oidc::start))
+        .route("/v1/console/oidc/callback", get(crate::oidc::callback))
         .with_state(console)
 }
 
@@ -622,6 +665,23 @@ async fn me(
     .into_response()
 }
 
+/// `GET /v1/console/sign-in`: how one may sign in here.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SignInOptions {
+    /// The words of the identity provider's button, when `[auth.oidc]` is set.
+    oidc: Option<String>,
+}
+
+/// How the console's sign-in page offers to sign in.
+#[utoipa::path(get, path = "/v1/console/sign-in", security(()), tag = "console",
+    responses((status = 200, body = SignInOptions),
+              (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
+async fn sign_in_options(State(console): State<Console>) -> Json<SignInOptions> {
+    Json(SignInOptions {
+        oidc: console.oidc().map(|o| o.button()),
+    })
+}
+
 /// Whether the request carries the server token (a router without the authentication
 /// layer).
 fn server_token_given(console: &Console, headers: &HeaderMap) -> bool {
@@ -653,6 +713,7 @@ mod tests {
             }),
             default_cwd: "/".into(),
             team: None,
+            oidc: None,
         })
     }
 

@@ -88,8 +88,11 @@ async function boot() {
   try {
     S.me = await api('GET', '/v1/console/me');
   } catch (e) {
-    const expired = new URLSearchParams(location.search).get('login') === 'expired';
-    if (e.status === 401) return showLogin(expired ? 'That login link was already used or has expired.' : undefined);
+    const login = new URLSearchParams(location.search).get('login');
+    const why = login === 'expired' ? 'That login link was already used or has expired.'
+      : login === 'failed' ? 'Signing in through the identity provider failed: ask your admin to check the server log.'
+        : undefined;
+    if (e.status === 401) return showLogin(why);
     // No answer at all (offline, the server down), or a proxy in front answering for it.
     if (!e.status || e.status === 502 || e.status === 503 || e.status === 504) return showUnreachable(e.message);
     toast(e);
@@ -130,6 +133,10 @@ function showLogin(message) {
   $('login-error').hidden = !message;
   $('login-error').textContent = message ?? '';
   $('login-token').focus();
+  api('GET', '/v1/console/sign-in').then((o) => {
+    $('login-oidc').hidden = !o.oidc;
+    $('login-oidc').textContent = o.oidc ?? '';
+  }).catch(() => {});
 }
 
 function signedOut(message) {

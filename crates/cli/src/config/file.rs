@@ -46,6 +46,16 @@ pub struct FileConfig {
     pub mcp: McpSection,
     #[serde(default)]
     pub sandbox: SandboxSection,
+    #[serde(default)]
+    pub auth: AuthSection,
+}
+
+/// `[auth]`: how people sign in (docs/teams.md).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// `[auth.oidc]`: sign-in through an OpenID Connect provider.
+    pub oidc: Option<switchboard_server::oidc::OidcConfig>,
 }
 
 /// `[sandbox]`: how the built-in agent's commands are confined (docs/sandbox.md).

@@ -211,6 +211,34 @@ pub struct Settings {
     pub mcp_servers: Vec<switchboard_protocol::McpServerSpec>,
     /// `[sandbox]`: how the built-in agent's commands are confined.
     pub sandbox: SandboxConfig,
+    /// `[auth.oidc]` (its secret also `SWITCHBOARD_OIDC_CLIENT_SECRET`).
+    pub oidc: Option<switchboard_server::oidc::OidcConfig>,
+}
+
+/// `[auth.oidc]`, with `SWITCHBOARD_OIDC_ISSUER`, `SWITCHBOARD_OIDC_CLIENT_ID` and
+/// `SWITCHBOARD_OIDC_CLIENT_SECRET` over the file (the first two alone make a provider).
+fn oidc(file: &AuthSection) -> Option<switchboard_server::oidc::OidcConfig> {
+    let mut c = match (
+        &file.oidc,
+        env("SWITCHBOARD_OIDC_ISSUER"),
+        env("SWITCHBOARD_OIDC_CLIENT_ID"),
+    ) {
+        (Some(c), issuer, client_id) => {
+            let mut c = c.clone();
+            c.issuer = issuer.unwrap_or(c.issuer);
+            c.client_id = client_id.unwrap_or(c.client_id);
+            c
+        }
+        (None, Some(issuer), Some(client_id)) => {
+            serde_json::from_value(serde_json::json!({"issuer": issuer, "client_id": client_id}))
+                .ok()?
+        }
+        _ => return None,
+    };
+    if let Some(secret) = env("SWITCHBOARD_OIDC_CLIENT_SECRET") {
+        c.client_secret = Some(secret);
+    }
+    Some(c)
 }
 
 /// `[sessions] history_max_messages` / `history_max_chars` (or `SWITCHBOARD_HISTORY_MAX_*`);
@@ -526,6 +554,7 @@ impl Settings {
             checkpoints: checkpoints(&file.checkpoints, &data_dir)?,
             mcp_servers: mcp_servers(&file.mcp)?,
             sandbox: sandbox(&file.sandbox)?,
+            oidc: oidc(&file.auth),
         })
     }
 
