@@ -323,6 +323,7 @@ pub async fn resume(n: u64, runs: usize) -> Result<(Vec<f64>, Vec<f64>)> {
                 updated_at: now.clone(),
                 last_seq: 0,
                 archived_at: None,
+                owner: None,
             })
             .await?;
         let run_id = uuid::Uuid::now_v7();

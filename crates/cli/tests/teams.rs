@@ -847,3 +847,282 @@ async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_pa
     );
     common::browser::assert_shots(&["teams-sign-in.png", "teams-signed-in.png"]);
 }
+
+/// Members see and drive their own sessions and those shared with them — in lists, reads,
+/// event streams, messages and the approvals inbox — and nothing else, which is answered
+/// as if it did not exist; operators and viewers see all; only an owner (or an operator)
+/// shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_see_their_own_sessions_and_those_shared_with_them() {
+    use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(&dir.path().join("data"), &llm.base_url(), &[]).await;
+    let mut tokens = std::collections::HashMap::new();
+    for (name, role) in [
+        ("ann", Role::Member),
+        ("bob", Role::Member),
+        ("ops", Role::Operator),
+        ("vic", Role::Viewer),
+    ] {
+        add_user(&server, name, role).await;
+        tokens.insert(name, token_for(&server, name, role.scopes()).await);
+    }
+    let (ann, bob, ops, vic) = (
+        &tokens["ann"],
+        &tokens["bob"],
+        &tokens["ops"],
+        &tokens["vic"],
+    );
+    let (s, a) = call(
+        &server,
+        ann,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"title": "ann's"})),
+    )
+    .await;
+    assert_eq!(s, 201);
+    assert_eq!(a["owner"], "ann");
+    let a = a["id"].as_str().unwrap().to_string();
+    let (_, b) = call(
+        &server,
+        bob,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"title": "bob's"})),
+    )
+    .await;
+    let b = b["id"].as_str().unwrap().to_string();
+    let (_, admin_s) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"title": "the admin's"})),
+    )
+    .await;
+    assert!(
+        admin_s.get("owner").is_none(),
+        "the server token's sessions have no owner: {admin_s}"
+    );
+    // A tool call waits for approval in each of ann's and bob's sessions.
+    for (token, id) in [(ann, &a), (bob, &b)] {
+        llm.push(MockReply::tool_call(
+            "call_1",
+            "run_command",
+            json!({"command": "true"}),
+        ));
+        let (s, body) = call(
+            &server,
+            token,
+            "POST",
+            &format!("/v1/sessions/{id}/messages"),
+            Some(json!({"message": {"role": "user", "content": "go"}})),
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+    }
+    let titles = |list: &Value| -> Vec<String> {
+        let mut t: Vec<String> = list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["title"].as_str().unwrap().to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    let (_, list) = call(&server, ann, "GET", "/v1/sessions", None).await;
+    assert_eq!(
+        (titles(&list), list["total"].as_u64()),
+        (vec!["ann's".to_string()], Some(1))
+    );
+    for t in [ops, vic, &TOKEN.to_string()] {
+        let (_, list) = call(&server, t, "GET", "/v1/sessions", None).await;
+        assert_eq!(titles(&list), ["ann's", "bob's", "the admin's"]);
+    }
+    // Bob's session does not exist for ann, whatever she asks of it.
+    for (method, path, body) in [
+        ("GET", format!("/v1/sessions/{b}"), None),
+        ("GET", format!("/v1/sessions/{b}/events"), None),
+        ("GET", format!("/v1/sessions/{b}/messages"), None),
+        ("GET", format!("/v1/sessions/{b}/transcript.md"), None),
+        ("GET", format!("/v1/sessions/{b}/tools/pending"), None),
+        ("GET", format!("/v1/sessions/{b}/files"), None),
+        (
+            "POST",
+            format!("/v1/sessions/{b}/messages"),
+            Some(json!({"message": {"role": "user", "content": "hi"}})),
+        ),
+        (
+            "POST",
+            format!("/v1/sessions/{b}/tools/decisions"),
+            Some(json!({"decisions": []})),
+        ),
+        (
+            "PATCH",
+            format!("/v1/sessions/{b}"),
+            Some(json!({"title": "mine now"})),
+        ),
+        ("DELETE", format!("/v1/sessions/{b}"), None),
+    ] {
+        let (s, body) = call(&server, ann, method, &path, body).await;
+        assert_eq!(
+            (s, body["code"].as_str()),
+            (404, Some("session_not_found")),
+            "{method} {path}: {body}"
+        );
+    }
+    // Her inbox holds her approval only; an operator's both.
+    let inbox = |v: &Value| -> Vec<String> {
+        let mut t: Vec<String> = v["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["session_title"].as_str().unwrap().to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    let start = std::time::Instant::now();
+    loop {
+        let (_, v) = call(&server, ops, "GET", "/v1/approvals", None).await;
+        if inbox(&v).len() == 2 {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "two approvals wait: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, v) = call(&server, ann, "GET", "/v1/approvals", None).await;
+    assert_eq!(inbox(&v), ["ann's"]);
+    // Only bob (or an operator) shares his session; shared, ann sees and drives it.
+    let (s, body) = call(
+        &server,
+        ann,
+        "PATCH",
+        &format!("/v1/sessions/{a}"),
+        Some(json!({"shared_with": ["nobody"]})),
+    )
+    .await;
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (422, Some("unprocessable_entity")),
+        "{body}"
+    );
+    let (s, _) = call(
+        &server,
+        bob,
+        "PATCH",
+        &format!("/v1/sessions/{b}"),
+        Some(json!({"shared_with": ["ann"]})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, detail) = call(&server, ann, "GET", &format!("/v1/sessions/{b}"), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(detail["shared_with"], json!(["ann"]));
+    assert_eq!(detail["session"]["owner"], "bob");
+    let (s, body) = call(
+        &server,
+        ann,
+        "PATCH",
+        &format!("/v1/sessions/{b}"),
+        Some(json!({"shared_with": []})),
+    )
+    .await;
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "only the owner shares: {body}"
+    );
+    let (_, v) = call(&server, ann, "GET", "/v1/approvals", None).await;
+    assert_eq!(inbox(&v), ["ann's", "bob's"]);
+    let run = v["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["session_id"] == b.as_str())
+        .unwrap()["run_id"]
+        .clone();
+    let (s, body) = call(
+        &server,
+        ann,
+        "POST",
+        &format!("/v1/sessions/{b}/tools/decisions"),
+        Some(json!({"run_id": run, "decisions": {"call_1": {"action": "reject"}}})),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let (_, list) = call(&server, ann, "GET", "/v1/sessions", None).await;
+    assert_eq!(titles(&list), ["ann's", "bob's"]);
+    // Shared with everyone: every member sees it; unshared by an operator: gone again.
+    let (s, _) = call(
+        &server,
+        ops,
+        "PATCH",
+        &format!("/v1/sessions/{a}"),
+        Some(json!({"shared_with": ["*"]})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        call(&server, bob, "GET", &format!("/v1/sessions/{a}"), None)
+            .await
+            .0,
+        200
+    );
+    let (s, _) = call(
+        &server,
+        ops,
+        "PATCH",
+        &format!("/v1/sessions/{b}"),
+        Some(json!({"shared_with": []})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        call(&server, ann, "GET", &format!("/v1/sessions/{b}"), None)
+            .await
+            .0,
+        404
+    );
+    // The viewer reads all and changes nothing.
+    assert_eq!(
+        call(&server, vic, "GET", &format!("/v1/sessions/{b}"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(
+            &server,
+            vic,
+            "PATCH",
+            &format!("/v1/sessions/{b}"),
+            Some(json!({"title": "x"}))
+        )
+        .await
+        .0,
+        403
+    );
+    // The shares are audited.
+    let (_, audit) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=session.share",
+        None,
+    )
+    .await;
+    let who: Vec<&str> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["actor"].as_str().unwrap())
+        .collect();
+    assert_eq!(who, ["bob", "ops", "ops"], "{audit}");
+}

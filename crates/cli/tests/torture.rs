@@ -221,7 +221,7 @@ fn read(client: switchboard_client::Client, session: Uuid) -> Arc<Mutex<Vec<(u64
 /// only for a run whose end is stored. Returns each session's log.
 async fn check_stored(db: &Path) -> BTreeMap<Uuid, Vec<Stored>> {
     let store = SqlStore::open_path(db).await.unwrap();
-    let (sessions, _) = store.list_sessions(1000, 0, false).await.unwrap();
+    let (sessions, _) = store.list_sessions(1000, 0, false, None).await.unwrap();
     let mut logs = BTreeMap::new();
     for s in sessions {
         let evs = store.read_events(s.id, 0, 1_000_000).await.unwrap();

@@ -184,6 +184,21 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
+/// Whether `p` sees every session (operators, admins and read-only viewers) rather than
+/// only their own and those shared with them (members).
+pub fn sees_all(p: &Principal) -> bool {
+    p.role != Role::Member
+}
+
+/// Whether `p` may see (and, with the scopes, drive) a session of `owner` shared with
+/// `shares` (user names; `*`: everyone).
+pub fn may_see(p: &Principal, owner: Option<&str>, shares: &[String]) -> bool {
+    sees_all(p) || owner == Some(p.user.as_str()) || shares.iter().any(|s| s == "*" || *s == p.user)
+}
+
+/// The most users one session is shared with.
+pub const MAX_SHARES: usize = 100;
+
 impl Team {
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
@@ -378,6 +393,59 @@ impl Team {
             }
         }
         Ok(name)
+    }
+
+    // --- sessions -----------------------------------------------------------------------
+
+    /// Shares a session with `users` (names, or `*` for everyone), replacing whom it was
+    /// shared with: its owner may, and those who see every session. The list as stored.
+    pub async fn share_session(
+        &self,
+        actor: &Principal,
+        session_id: Uuid,
+        users: Vec<String>,
+        via: Via<'_>,
+    ) -> Result<Vec<String>, TeamError> {
+        let not_found = || TeamError::NotFound(format!("session {session_id} not found"));
+        let Some(s) = self.store.get_session(session_id).await? else {
+            return Err(not_found());
+        };
+        let shares = self.store.session_shares(session_id).await?;
+        if !may_see(actor, s.owner.as_deref(), &shares) {
+            return Err(not_found());
+        }
+        if !sees_all(actor) && s.owner.as_deref() != Some(actor.user.as_str()) {
+            return Err(TeamError::Forbidden(
+                "only the session's owner, an operator or an admin may change whom it is shared with".into(),
+            ));
+        }
+        if users.len() > MAX_SHARES {
+            return Err(TeamError::Unprocessable(format!(
+                "a session is shared with at most {MAX_SHARES} users"
+            )));
+        }
+        let mut users: Vec<String> = users.into_iter().map(|u| u.trim().to_string()).collect();
+        users.sort();
+        users.dedup();
+        for u in &users {
+            if u != "*" && self.store.get_user(u).await?.is_none() {
+                return Err(TeamError::Unprocessable(format!(
+                    "shared_with: no user {u:?} (a user's name, or * for everyone)"
+                )));
+            }
+        }
+        if !self.store.set_session_shares(session_id, &users).await? {
+            return Err(not_found());
+        }
+        self.record(
+            &actor.user,
+            "session.share",
+            Some(&session_id.to_string()),
+            via,
+            serde_json::json!({ "from": shares, "to": users }),
+        )
+        .await;
+        Ok(users)
     }
 
     // --- console sign-ins -----------------------------------------------------------------

@@ -23,6 +23,7 @@ async fn setup(live_buffer: usize) -> (tempfile::TempDir, Arc<SqlStore>, EventLo
             updated_at: "2026-01-01T00:00:00Z".into(),
             last_seq: 0,
             archived_at: None,
+            owner: None,
         })
         .await
         .unwrap();

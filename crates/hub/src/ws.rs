@@ -63,12 +63,32 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
         (status = 426, description = "`upgrade_required`: not a WebSocket handshake", body = switchboard_protocol::ErrorBody)))]
 async fn acp(
     State(mut state): State<WsState>,
+    extensions: axum::http::Extensions,
+    headers: axum::http::HeaderMap,
     query: Result<
         axum::extract::Query<std::collections::HashMap<String, String>>,
         axum::extract::rejection::QueryRejection,
     >,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // The agent acts as the caller: a person's own token reaches what they may (their
+    // sessions, their scopes), never more.
+    use switchboard_protocol::people::{Credential, Principal};
+    match extensions.get::<Principal>().map(|p| p.credential) {
+        Some(Credential::Token) => match switchboard_http::bearer_value(&headers) {
+            Ok(t) => state.token = t.to_string(),
+            Err(e) => return e.into_response(),
+        },
+        Some(Credential::Console) => {
+            return ApiError::custom(
+                403,
+                "forbidden",
+                "ACP takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
+            )
+            .into_response();
+        }
+        Some(Credential::ServerToken) | None => {}
+    }
     if let Some(agent) = query.ok().and_then(|q| q.0.get("agent").cloned()) {
         state.opts.agent = Some(agent).filter(|a| !a.is_empty());
     }

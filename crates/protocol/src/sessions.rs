@@ -167,6 +167,9 @@ pub struct SessionSummary {
     /// Archived sessions are listed only with `?archived=true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub archived: bool,
+    /// The user it belongs to (docs/teams.md); absent: the server token's built-in admin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// `PATCH /v1/sessions/{id}`: rename, archive or unarchive; change the permission mode,
@@ -194,6 +197,12 @@ pub struct UpdateSessionRequest {
     /// its own until it is restarted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::SessionSandbox>,
+    /// Whom the session is shared with besides its owner: user names, or `*` for everyone
+    /// (replaces the list; `[]` shares it with nobody). Only its owner, an operator or an
+    /// admin may change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_items = 100)]
+    pub shared_with: Option<Vec<String>>,
 }
 
 /// Query of `GET /v1/sessions`: a page, of archived sessions or (default) the others.
@@ -230,6 +239,9 @@ pub struct SessionDetailResponse {
     /// How the processes its agent starts are confined (absent: its agent has no sandbox).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::SandboxStatus>,
+    /// Whom it is shared with besides its owner (`*`: everyone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<String>,
 }
 
 /// `GET /v1/sessions`.

@@ -113,6 +113,12 @@ pub struct WaitingApproval {
     pub created_at: String,
     /// When the undecided calls are rejected unanswered (RFC 3339): approvals fail closed.
     pub expires_at: String,
+    /// The session's owner (absent: the server token's built-in admin).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Whom the session is shared with besides its owner (`*`: everyone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<String>,
 }
 
 /// `GET /v1/approvals`: every approval waiting, newest first.

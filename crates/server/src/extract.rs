@@ -9,21 +9,59 @@ use uuid::Uuid;
 use crate::ApiError;
 pub use switchboard_http::{Json, Query};
 
-/// The `{id}` of `/v1/sessions/{id}/…` as a UUID.
+/// The `{id}` of `/v1/sessions/{id}/…` as a UUID, of a session the caller may see: a
+/// member's request for a session neither theirs nor shared with them is answered as if
+/// there were no such session (`switchboard_engine::team::may_see`). Every route under
+/// `/v1/sessions/{id}` takes its id through this (or [`SessionCaller`]).
 pub struct SessionId(pub Uuid);
 
-impl<S: Send + Sync> FromRequestParts<S> for SessionId {
+impl FromRequestParts<crate::AppState> for SessionId {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let switchboard_http::Path(raw) =
-            switchboard_http::Path::<String>::from_request_parts(parts, state).await?;
-        Uuid::parse_str(&raw).map(SessionId).map_err(|_| {
-            ApiError::new(
-                ErrorCode::ValidationFailed,
-                format!("session id {raw:?} is not a UUID"),
-            )
-        })
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &crate::AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let id = parse_session_id(parts, state).await?;
+        if let Some(p) = parts
+            .extensions
+            .get::<switchboard_protocol::people::Principal>()
+        {
+            visible(state, p, id).await?;
+        }
+        Ok(Self(id))
+    }
+}
+
+/// `{id}` of the path (of any number of parameters) as a UUID.
+async fn parse_session_id(parts: &mut Parts, state: &crate::AppState) -> Result<Uuid, ApiError> {
+    let switchboard_http::Path(params) = switchboard_http::Path::<
+        std::collections::HashMap<String, String>,
+    >::from_request_parts(parts, state)
+    .await?;
+    let raw = params.get("id").cloned().unwrap_or_default();
+    Uuid::parse_str(&raw).map_err(|_| {
+        ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("session id {raw:?} is not a UUID"),
+        )
+    })
+}
+
+/// `Ok` when `p` may see session `id`; else 404 `session_not_found`, as for no session.
+pub(crate) async fn visible(
+    state: &crate::AppState,
+    p: &switchboard_protocol::people::Principal,
+    id: Uuid,
+) -> Result<(), ApiError> {
+    if switchboard_engine::team::sees_all(p) {
+        return Ok(());
+    }
+    let (owner, shares) = state.engine.session_access(id).await?;
+    if switchboard_engine::team::may_see(p, owner.as_deref(), &shares) {
+        Ok(())
+    } else {
+        Err(switchboard_engine::EngineError::SessionNotFound(id).into())
     }
 }
 
@@ -45,6 +83,7 @@ impl FromRequestParts<crate::AppState> for SessionCaller {
             let SessionId(id) = SessionId::from_request_parts(parts, state).await?;
             return Ok(Self(id));
         }
+        // A session's own token reaches that session only (checked below).
         let given = switchboard_http::bearer_value(&parts.headers)?.to_owned();
         let switchboard_http::Path(raw) =
             switchboard_http::Path::<String>::from_request_parts(parts, state).await?;
@@ -77,6 +116,21 @@ impl FromRequestParts<crate::AppState> for Caller {
         }
         switchboard_http::check_bearer(&parts.headers, &state.config.token)?;
         Ok(Self(switchboard_protocol::people::Principal::server()))
+    }
+}
+
+/// The owner a principal's new session gets: their name (none for the server token's
+/// built-in admin).
+pub(crate) fn owner_of(p: &switchboard_protocol::people::Principal) -> Option<&str> {
+    (p.credential != switchboard_protocol::people::Credential::ServerToken)
+        .then_some(p.user.as_str())
+}
+
+/// Where a principal acts from, for the audit log.
+pub(crate) fn via(p: &switchboard_protocol::people::Principal) -> &'static str {
+    match p.credential {
+        switchboard_protocol::people::Credential::Console => "console",
+        _ => "api",
     }
 }
 

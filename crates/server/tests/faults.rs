@@ -356,9 +356,15 @@ async fn a_refused_write_keeps_nothing_and_the_retry_works() {
     w.post("/v1/sessions", json!({"title": "lost"}))
         .await
         .assert_store_unavailable();
-    assert_eq!(w.store.list_sessions(10, 0, false).await.unwrap().1, 0);
+    assert_eq!(
+        w.store.list_sessions(10, 0, false, None).await.unwrap().1,
+        0
+    );
     let s = w.session().await;
-    assert_eq!(w.store.list_sessions(10, 0, false).await.unwrap().1, 1);
+    assert_eq!(
+        w.store.list_sessions(10, 0, false, None).await.unwrap().1,
+        1
+    );
 
     // The message's run, queued at the front before it starts.
     w.faulty

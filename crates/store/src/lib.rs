@@ -42,12 +42,14 @@ pub trait Store: People + Send + Sync + 'static {
     async fn create_session(&self, session: &SessionRecord) -> Result<()>;
     async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>>;
     /// Newest first, archived sessions or the others; returns the page and how many of that
-    /// kind there are.
+    /// kind there are. With `visible_to`, only that user's own sessions and those shared
+    /// with them or with everyone ([`People::set_session_shares`]).
     async fn list_sessions(
         &self,
         limit: u32,
         offset: u32,
         archived: bool,
+        visible_to: Option<&str>,
     ) -> Result<(Vec<SessionRecord>, u64)>;
     /// Changes the title and/or archive state. `false` if the session does not exist.
     async fn update_session(&self, id: Uuid, update: &SessionUpdate) -> Result<bool>;

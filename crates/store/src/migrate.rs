@@ -22,6 +22,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     ),
     (8, include_str!("../migrations/sqlite/0008_idempotency.sql")),
     (9, include_str!("../migrations/sqlite/0009_people.sql")),
+    (10, include_str!("../migrations/sqlite/0010_ownership.sql")),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -44,6 +45,10 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0008_idempotency.sql"),
     ),
     (9, include_str!("../migrations/postgres/0009_people.sql")),
+    (
+        10,
+        include_str!("../migrations/postgres/0010_ownership.sql"),
+    ),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

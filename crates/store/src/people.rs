@@ -142,6 +142,12 @@ pub trait People: Send + Sync {
     /// Ends every sign-in of a user; how many there were.
     async fn delete_console_sessions_of(&self, user_name: &str) -> Result<u64>;
 
+    /// Replaces whom a session is shared with (user names; `*`: everyone); false if there is
+    /// no such session.
+    async fn set_session_shares(&self, session_id: Uuid, users: &[String]) -> Result<bool>;
+    /// Whom a session is shared with, by name.
+    async fn session_shares(&self, session_id: Uuid) -> Result<Vec<String>>;
+
     /// Appends an entry, returning its id.
     async fn append_audit(&self, entry: &NewAudit) -> Result<i64>;
     async fn list_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>>;

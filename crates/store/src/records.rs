@@ -15,6 +15,9 @@ pub struct SessionRecord {
     pub last_seq: u64,
     /// When the session was archived (hidden from the default list); `None` when not.
     pub archived_at: Option<String>,
+    /// The user it belongs to; `None`: the server token's built-in admin (and every
+    /// session made before teams).
+    pub owner: Option<String>,
 }
 
 /// Changes to a session's title or archive state.

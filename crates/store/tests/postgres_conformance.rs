@@ -73,6 +73,7 @@ fn session() -> SessionRecord {
         updated_at: "2026-01-01T00:00:00.000000Z".into(),
         last_seq: 0,
         archived_at: None,
+        owner: None,
     }
 }
 
@@ -115,7 +116,7 @@ async fn migrations_apply_once_and_data_survives_reopen() {
     let first = db.migrations().await;
     assert_eq!(
         first.iter().map(|m| m.0).collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9]
+        (1..=10).collect::<Vec<i64>>()
     );
     // Opening again applies nothing: same rows, same timestamps.
     for _ in 0..2 {
@@ -165,7 +166,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             .iter()
             .map(|m| m.0)
             .collect::<Vec<_>>(),
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+        (1..=10).collect::<Vec<i64>>(),
         "each migration applied exactly once"
     );
 }

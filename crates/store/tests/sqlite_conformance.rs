@@ -28,6 +28,7 @@ async fn data_survives_reopen_and_migrations_are_idempotent() {
             updated_at: "2026-01-01T00:00:00Z".into(),
             last_seq: 0,
             archived_at: None,
+            owner: None,
         };
         store.create_session(&s).await.unwrap();
         store.close().await;
@@ -102,6 +103,7 @@ async fn concurrent_idempotent_enqueues_neither_fail_nor_double() {
         updated_at: "2026-01-01T00:00:00Z".into(),
         last_seq: 0,
         archived_at: None,
+        owner: None,
     };
     store.create_session(&s).await.unwrap();
     let mut tasks = Vec::new();

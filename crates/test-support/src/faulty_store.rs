@@ -167,9 +167,12 @@ impl Store for FaultyStore {
         limit: u32,
         offset: u32,
         archived: bool,
+        visible_to: Option<&str>,
     ) -> Result<(Vec<SessionRecord>, u64)> {
         self.enter("list_sessions").await?;
-        self.inner.list_sessions(limit, offset, archived).await
+        self.inner
+            .list_sessions(limit, offset, archived, visible_to)
+            .await
     }
     async fn update_session(&self, id: Uuid, update: &SessionUpdate) -> Result<bool> {
         self.enter("update_session").await?;
@@ -399,6 +402,14 @@ impl Store for FaultyStore {
 
 #[async_trait]
 impl People for FaultyStore {
+    async fn set_session_shares(&self, session_id: Uuid, users: &[String]) -> Result<bool> {
+        self.enter("set_session_shares").await?;
+        self.inner.set_session_shares(session_id, users).await
+    }
+    async fn session_shares(&self, session_id: Uuid) -> Result<Vec<String>> {
+        self.enter("session_shares").await?;
+        self.inner.session_shares(session_id).await
+    }
     async fn create_user(&self, user: &UserRecord) -> Result<()> {
         self.enter("create_user").await?;
         self.inner.create_user(user).await

@@ -327,7 +327,10 @@ impl Engine {
             let Some(record) = self.inner.store.get_session(a.session_id).await? else {
                 continue;
             };
+            let shared_with = self.inner.store.session_shares(a.session_id).await?;
             out.push(WaitingApproval {
+                owner: record.owner.clone(),
+                shared_with,
                 session_id: a.session_id,
                 backend: session_config(&record).ok().map(|c| c.backend),
                 session_title: record.title,

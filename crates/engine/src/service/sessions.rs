@@ -10,6 +10,15 @@ impl Engine {
         &self,
         req: CreateSessionRequest,
     ) -> Result<SessionSummary, EngineError> {
+        self.create_session_as(None, req).await
+    }
+
+    /// [`Engine::create_session`] for `owner` (a user's name; `None`: the built-in admin).
+    pub async fn create_session_as(
+        &self,
+        owner: Option<&str>,
+        req: CreateSessionRequest,
+    ) -> Result<SessionSummary, EngineError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(EngineError::ShuttingDown);
         }
@@ -58,6 +67,7 @@ impl Engine {
             updated_at: now,
             last_seq: 0,
             archived_at: None,
+            owner: owner.map(str::to_string),
         };
         self.inner.store.create_session(&record).await?;
         tracing::info!(session_id = %record.id, "session created");
@@ -120,6 +130,7 @@ impl Engine {
             last_event_id: r.last_seq,
             backend: session_config(r).ok().map(|c| c.backend),
             archived: r.archived_at.is_some(),
+            owner: r.owner.clone(),
             pending_approvals: match (self.inner.approvals.pending(r.id), shared) {
                 (Some((_, calls)), _) => calls.len() as u32,
                 (None, Some(s)) => s.approvals.get(&r.id).copied().unwrap_or(0),
@@ -140,6 +151,19 @@ impl Engine {
         Ok((self.summary(&r, shared.as_ref()), config))
     }
 
+    /// Who a session belongs to and whom it is shared with, for [`crate::team::may_see`];
+    /// `SessionNotFound` if there is no such session.
+    pub async fn session_access(
+        &self,
+        id: Uuid,
+    ) -> Result<(Option<String>, Vec<String>), EngineError> {
+        let Some(r) = self.inner.store.get_session(id).await? else {
+            return Err(EngineError::SessionNotFound(id));
+        };
+        let shares = self.inner.store.session_shares(id).await?;
+        Ok((r.owner, shares))
+    }
+
     /// How the processes of a session configured as `config` are confined (`None`: its
     /// backend has no sandbox, or is not configured any more).
     pub fn sandbox_status(
@@ -153,17 +177,19 @@ impl Engine {
             .sandbox_status(config)
     }
 
-    /// A page of sessions, newest first: archived ones or the others.
+    /// A page of sessions, newest first: archived ones or the others — of those `visible_to`
+    /// a user only theirs and those shared with them ([`crate::team::may_see`]).
     pub async fn list_sessions(
         &self,
         limit: u32,
         offset: u32,
         archived: bool,
+        visible_to: Option<&str>,
     ) -> Result<(Vec<SessionSummary>, u64), EngineError> {
         let (rows, total) = self
             .inner
             .store
-            .list_sessions(limit, offset, archived)
+            .list_sessions(limit, offset, archived, visible_to)
             .await?;
         let shared = self.shared_state(None).await?;
         Ok((

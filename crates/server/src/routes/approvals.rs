@@ -21,7 +21,9 @@ use switchboard_protocol::{
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::extract::Caller;
 use crate::{ApiError, AppState};
+use switchboard_protocol::people::Principal;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -35,10 +37,18 @@ pub fn router() -> Router<AppState> {
 #[utoipa::path(get, path = "/v1/approvals", tag = "tools", security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ApprovalsResponse),
               (status = 503, description = "`store_unavailable` (`Retry-After`)", body = ErrorBody)))]
-pub async fn list(State(state): State<AppState>) -> Result<Json<ApprovalsResponse>, ApiError> {
-    Ok(Json(ApprovalsResponse {
-        approvals: state.engine.waiting_approvals().await?,
-    }))
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+) -> Result<Json<ApprovalsResponse>, ApiError> {
+    let mut approvals = state.engine.waiting_approvals().await?;
+    approvals.retain(|a| visible(&p, a));
+    Ok(Json(ApprovalsResponse { approvals }))
+}
+
+/// Whether `p` sees the session of a waiting approval.
+fn visible(p: &Principal, a: &WaitingApproval) -> bool {
+    switchboard_engine::team::may_see(p, a.owner.as_deref(), &a.shared_with)
 }
 
 /// How long a change is left to settle before the list is read again: a burst of events
@@ -124,12 +134,13 @@ async fn read_loop(engine: Engine, tx: watch::Sender<Snapshot>, recheck: Duratio
               (status = 503, description = "`store_unavailable` (`Retry-After`)", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
+    Caller(p): Caller,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let slot = state.streams.take(&headers)?;
     let mut feed = state.approvals.subscribe(&state.engine);
     let first = match tokio::time::timeout(FIRST_READ, feed.wait_for(Option::is_some)).await {
-        Ok(Ok(list)) => list.clone().unwrap_or_default(),
+        Ok(Ok(list)) => mine(&p, &list.clone().unwrap_or_default()),
         _ => {
             return Err(ApiError::new(
                 ErrorCode::StoreUnavailable,
@@ -152,6 +163,7 @@ pub async fn events(
     let gauge = super::metrics::SubscriberGauge::up();
     let rest = futures::stream::unfold(Some(feed), move |feed| {
         let closed = closed.clone();
+        let p = p.clone();
         async move {
             let mut feed = feed?;
             tokio::select! {
@@ -159,7 +171,7 @@ pub async fn events(
                 r = feed.changed() => {
                     r.ok()?;
                     let now = feed.borrow_and_update().clone().unwrap_or_default();
-                    Some((Some(now), Some(feed)))
+                    Some((Some(mine(&p, &now)), Some(feed)))
                 }
                 _ = tokio::time::sleep(keepalive) => Some((None, Some(feed))),
             }
@@ -191,6 +203,14 @@ pub async fn events(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// The approvals of `list` that `p` sees (the whole list, shared, for those who see all).
+fn mine(p: &Principal, list: &Arc<Vec<WaitingApproval>>) -> Arc<Vec<WaitingApproval>> {
+    if switchboard_engine::team::sees_all(p) {
+        return list.clone();
+    }
+    Arc::new(list.iter().filter(|a| visible(p, a)).cloned().collect())
 }
 
 fn key(a: &WaitingApproval) -> (Uuid, Uuid) {
@@ -265,6 +285,8 @@ mod tests {
                 .collect(),
             created_at: at.into(),
             expires_at: at.into(),
+            owner: None,
+            shared_with: Vec::new(),
         }
     }
 

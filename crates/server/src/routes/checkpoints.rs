@@ -81,13 +81,8 @@ pub async fn diff(
               (status = 422, description = "`checkpoints_unavailable`", body = ErrorBody)))]
 pub async fn restore(
     State(state): State<AppState>,
-    Path((id, checkpoint)): Path<(String, String)>,
+    SessionId(id): SessionId,
+    Path((_, checkpoint)): Path<(String, String)>,
 ) -> Result<Json<RestoreResponse>, ApiError> {
-    let id = uuid::Uuid::parse_str(&id).map_err(|_| {
-        ApiError::new(
-            switchboard_protocol::ErrorCode::ValidationFailed,
-            format!("session id {id:?} is not a UUID"),
-        )
-    })?;
     Ok(Json(state.engine.restore(id, &checkpoint).await?))
 }

@@ -182,17 +182,15 @@ fn disposition(info: &FileInfo) -> String {
               (status = 404, description = "`session_not_found` or `file_not_found`", body = ErrorBody)))]
 pub async fn fetch(
     State(state): State<AppState>,
-    Path((id, file_id)): Path<(String, String)>,
+    SessionId(id): SessionId,
+    Path((_, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let uuid = |what: &str, raw: &str| {
-        Uuid::parse_str(raw).map_err(|_| {
-            ApiError::new(
-                ErrorCode::ValidationFailed,
-                format!("{what} {raw:?} is not a UUID"),
-            )
-        })
-    };
-    let (id, file_id) = (uuid("session id", &id)?, uuid("file id", &file_id)?);
+    let file_id = Uuid::parse_str(&file_id).map_err(|_| {
+        ApiError::new(
+            ErrorCode::ValidationFailed,
+            format!("file id {file_id:?} is not a UUID"),
+        )
+    })?;
     let (info, file) = state.engine.open_file(id, file_id).await?;
     let mime = if info.mime.starts_with("text/") {
         format!("{}; charset=utf-8", info.mime)

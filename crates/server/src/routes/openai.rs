@@ -156,7 +156,11 @@ pub async fn completions(
     } else {
         None
     };
-    match start(&state, &headers, &req).await {
+    let principal = extensions
+        .get::<switchboard_protocol::people::Principal>()
+        .cloned()
+        .unwrap_or_else(switchboard_protocol::people::Principal::server);
+    match start(&state, &principal, &headers, &req).await {
         Ok(started) => answer(state, req, started, slot).await,
         Err(resp) => resp,
     }
@@ -171,6 +175,7 @@ struct Started {
 
 async fn start(
     state: &AppState,
+    principal: &switchboard_protocol::people::Principal,
     headers: &HeaderMap,
     req: &ChatCompletionRequest,
 ) -> Result<Started, Response> {
@@ -223,17 +228,24 @@ async fn start(
                     format!("session id {raw:?} is not a UUID"),
                 )
             })?;
+            // A session the caller may not see is one that does not exist.
+            crate::extract::visible(state, principal, id)
+                .await
+                .map_err(from_api)?;
             engine.get_session(id).await.map_err(from_engine)?;
             (id, false)
         }
         None => {
             let title: String = text.trim().chars().take(60).collect();
             let s = engine
-                .create_session(CreateSessionRequest {
-                    title: Some(title),
-                    backend: Some(backend),
-                    ..CreateSessionRequest::default()
-                })
+                .create_session_as(
+                    crate::extract::owner_of(principal),
+                    CreateSessionRequest {
+                        title: Some(title),
+                        backend: Some(backend),
+                        ..CreateSessionRequest::default()
+                    },
+                )
                 .await
                 .map_err(from_engine)?;
             (s.id, true)

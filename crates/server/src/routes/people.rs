@@ -15,7 +15,7 @@ use switchboard_protocol::people::{
 };
 use utoipa::IntoParams;
 
-use crate::extract::{self, Caller};
+use crate::extract::{self, Caller, via};
 use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
@@ -226,12 +226,4 @@ pub async fn audit(
     };
     let (entries, next) = state.engine.team().list_audit(&p, filter).await?;
     Ok(Json(ListAuditResponse { entries, next }))
-}
-
-/// Where an action was taken, for the audit log.
-fn via(p: &switchboard_protocol::people::Principal) -> &'static str {
-    match p.credential {
-        switchboard_protocol::people::Credential::Console => "console",
-        _ => "api",
-    }
 }

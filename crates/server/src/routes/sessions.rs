@@ -9,7 +9,7 @@ use switchboard_protocol::{
     ListSessionsResponse, Page, SessionDetailResponse, SessionSummary, UpdateSessionRequest,
 };
 
-use crate::extract::{self, Query, SessionId};
+use crate::extract::{self, Caller, Query, SessionId};
 use crate::{ApiError, AppState};
 
 pub fn router() -> Router<AppState> {
@@ -19,24 +19,30 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sessions/{id}/cancel", post(cancel))
 }
 
-/// Creates a session.
+/// Creates a session, belonging to the caller.
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSessionRequest,
     security(("bearer" = ["sessions:write"])),
     responses((status = 201, body = SessionSummary), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
+    Caller(p): Caller,
     extract::Json(req): extract::Json<CreateSessionRequest>,
 ) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
-    let s = state.engine.create_session(req).await?;
+    let s = state
+        .engine
+        .create_session_as(extract::owner_of(&p), req)
+        .await?;
     Ok((StatusCode::CREATED, Json(s)))
 }
 
-/// Lists sessions, newest first; archived ones only with `archived=true`.
+/// Lists sessions, newest first; archived ones only with `archived=true`. A member sees
+/// their own and those shared with them.
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("offset" = Option<u64>, Query, maximum = 4294967295.0), ("archived" = Option<bool>, Query)),
     security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = ListSessionsResponse), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
+    Caller(p): Caller,
     Query(q): Query<ListSessionsQuery>,
 ) -> Result<Json<ListSessionsResponse>, ApiError> {
     let (limit, offset) = extract::page(Page {
@@ -45,22 +51,36 @@ pub async fn list(
     })?;
     let (sessions, total) = state
         .engine
-        .list_sessions(limit, offset, q.archived.unwrap_or(false))
+        .list_sessions(
+            limit,
+            offset,
+            q.archived.unwrap_or(false),
+            (!switchboard_engine::team::sees_all(&p)).then_some(p.user.as_str()),
+        )
         .await?;
     Ok(Json(ListSessionsResponse { sessions, total }))
 }
 
-/// Renames, archives (`{"archived": true}`) or unarchives a session, or sets the
-/// permission mode its next runs start with.
+/// Renames, archives (`{"archived": true}`) or unarchives a session, sets the permission
+/// mode its next runs start with, or shares it (`shared_with`).
 #[utoipa::path(patch, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = uuid::Uuid, Path)),
     request_body = UpdateSessionRequest, security(("bearer" = ["sessions:write"])),
     responses((status = 200, body = SessionSummary), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 422, description = "`unprocessable_entity`: an `auto_approve` entry is not a tool name (blank, or spaces around it)", body = ErrorBody)))]
+              (status = 403, description = "`forbidden`: only the owner, an operator or an admin shares a session", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: an `auto_approve` entry is not a tool name (blank, or spaces around it), or `shared_with` names no user", body = ErrorBody)))]
 pub async fn update(
     State(state): State<AppState>,
+    Caller(p): Caller,
     SessionId(id): SessionId,
-    extract::Json(req): extract::Json<UpdateSessionRequest>,
+    extract::Json(mut req): extract::Json<UpdateSessionRequest>,
 ) -> Result<Json<SessionSummary>, ApiError> {
+    if let Some(users) = req.shared_with.take() {
+        state
+            .engine
+            .team()
+            .share_session(&p, id, users, extract::via(&p))
+            .await?;
+    }
     Ok(Json(state.engine.update_session(id, req).await?))
 }
 
@@ -74,10 +94,12 @@ pub async fn show(
 ) -> Result<Json<SessionDetailResponse>, ApiError> {
     let (session, config) = state.engine.get_session(id).await?;
     let sandbox = state.engine.sandbox_status(&config);
+    let (_, shared_with) = state.engine.session_access(id).await?;
     Ok(Json(SessionDetailResponse {
         session,
         config,
         sandbox,
+        shared_with,
     }))
 }
 

@@ -88,6 +88,7 @@ pub(super) async fn new_session(store: &dyn Store, title: &str) -> SessionRecord
         updated_at: ts(1),
         last_seq: 0,
         archived_at: None,
+        owner: None,
     };
     check("create_session", store.create_session(&s).await);
     s

@@ -26,21 +26,21 @@ pub async fn sessions_round_trip(store: &dyn Store) {
 }
 
 pub async fn list_sessions_pages(store: &dyn Store) {
-    let (_, before) = check("list", store.list_sessions(1, 0, false).await);
+    let (_, before) = check("list", store.list_sessions(1, 0, false, None).await);
     for i in 0..3 {
         new_session(store, &format!("page {i}")).await;
     }
-    let (page, total) = check("list", store.list_sessions(2, 0, false).await);
+    let (page, total) = check("list", store.list_sessions(2, 0, false, None).await);
     assert_eq!(total, before + 3, "total counts every session");
     assert_eq!(page.len(), 2, "limit is respected");
-    let (rest, _) = check("list", store.list_sessions(1000, 2, false).await);
+    let (rest, _) = check("list", store.list_sessions(1000, 2, false, None).await);
     assert_eq!(rest.len() as u64, total - 2, "offset skips");
 }
 
 pub async fn sessions_update_and_archive(store: &dyn Store) {
     let s = new_session(store, "to archive").await;
-    let (_, archived_before) = check("list", store.list_sessions(1000, 0, true).await);
-    let (_, live_before) = check("list", store.list_sessions(1000, 0, false).await);
+    let (_, archived_before) = check("list", store.list_sessions(1000, 0, true, None).await);
+    let (_, live_before) = check("list", store.list_sessions(1000, 0, false, None).await);
     let upd = SessionUpdate {
         title: Some("renamed".into()),
         archived_at: Some(Some(ts(9))),
@@ -58,10 +58,10 @@ pub async fn sessions_update_and_archive(store: &dyn Store) {
         got.config["permission_mode"], "read-only",
         "the config is replaced"
     );
-    let (archived, n) = check("list", store.list_sessions(1000, 0, true).await);
+    let (archived, n) = check("list", store.list_sessions(1000, 0, true, None).await);
     assert_eq!(n, archived_before + 1, "archived sessions are listed apart");
     assert!(archived.iter().any(|r| r.id == s.id));
-    let (live, m) = check("list", store.list_sessions(1000, 0, false).await);
+    let (live, m) = check("list", store.list_sessions(1000, 0, false, None).await);
     assert_eq!(m, live_before - 1);
     assert!(live.iter().all(|r| r.id != s.id));
     // Unarchive, title untouched.

@@ -181,7 +181,7 @@ pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
 // The columns each record is read from, named rather than `SELECT *`: a cached prepared
 // statement's result columns must not change under it when a migration adds columns.
 pub(crate) const SESSION_COLS: &str =
-    "id, title, cwd, config, created_at, updated_at, last_seq, archived_at";
+    "id, title, cwd, config, created_at, updated_at, last_seq, archived_at, owner";
 pub(crate) const RUN_COLS: &str =
     "id, session_id, state, input, error, stop_reason, created_at, started_at, finished_at";
 pub(crate) const MESSAGE_COLS: &str =
@@ -208,6 +208,7 @@ pub(crate) fn session_from_row(row: &impl Cols) -> Result<SessionRecord> {
         updated_at: row.text("updated_at")?,
         last_seq: row.count("last_seq")?,
         archived_at: row.opt_text("archived_at")?,
+        owner: row.opt_text("owner")?,
     })
 }
 

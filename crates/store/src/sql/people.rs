@@ -363,6 +363,50 @@ impl People for SqlStore {
         })
     }
 
+    async fn set_session_shares(&self, session_id: Uuid, users: &[String]) -> Result<bool> {
+        with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
+            let exists = sqlx::query("SELECT id FROM sessions WHERE id = $1")
+                .bind(d.id(session_id))
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+            if !exists {
+                return Ok(false);
+            }
+            sqlx::query("DELETE FROM session_shares WHERE session_id = $1")
+                .bind(d.id(session_id))
+                .execute(&mut *tx)
+                .await?;
+            for u in users {
+                sqlx::query(
+                    "INSERT INTO session_shares (session_id, user_name) VALUES ($1, $2) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(d.id(session_id))
+                .bind(u)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    async fn session_shares(&self, session_id: Uuid) -> Result<Vec<String>> {
+        with_db!(self, |pool, d| {
+            let rows = sqlx::query(
+                "SELECT user_name FROM session_shares WHERE session_id = $1 ORDER BY user_name",
+            )
+            .bind(d.id(session_id))
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|r| r.text("user_name").map_err(Into::into))
+                .collect()
+        })
+    }
+
     async fn append_audit(&self, e: &NewAudit) -> Result<i64> {
         let detail = serde_json::to_string(&e.detail)
             .map_err(|err| StoreError::Corrupt(format!("audit detail: {err}")))?;

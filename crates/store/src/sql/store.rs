@@ -179,8 +179,8 @@ impl Store for SqlStore {
     async fn create_session(&self, s: &SessionRecord) -> Result<()> {
         with_db!(self, |pool, d| {
             sqlx::query(
-                "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq, \
+                 owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             )
             .bind(d.id(s.id))
             .bind(&s.title)
@@ -189,6 +189,7 @@ impl Store for SqlStore {
             .bind(&s.created_at)
             .bind(&s.updated_at)
             .bind(to_i64(s.last_seq)?)
+            .bind(&s.owner)
             .execute(pool)
             .await?;
         });
@@ -213,21 +214,28 @@ impl Store for SqlStore {
         limit: u32,
         offset: u32,
         archived: bool,
+        visible_to: Option<&str>,
     ) -> Result<(Vec<SessionRecord>, u64)> {
+        // A user's own sessions and those shared with them or with everyone.
+        const VISIBLE: &str = "($2 IS NULL OR owner = $2 OR EXISTS (SELECT 1 FROM session_shares sh \
+             WHERE sh.session_id = sessions.id AND (sh.user_name = $2 OR sh.user_name = '*')))";
         with_db!(self, |pool, _d| {
             let rows = sqlx::query(&format!(
                 "SELECT {SESSION_COLS} FROM sessions WHERE (archived_at IS NOT NULL) = $1 \
-                 ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3"
+                 AND {VISIBLE} ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4"
             ))
             .bind(archived)
+            .bind(visible_to)
             .bind(i64::from(limit))
             .bind(i64::from(offset))
             .fetch_all(pool)
             .await?;
-            let total = sqlx::query(
-                "SELECT COUNT(*) AS n FROM sessions WHERE (archived_at IS NOT NULL) = $1",
-            )
+            let total = sqlx::query(&format!(
+                "SELECT COUNT(*) AS n FROM sessions WHERE (archived_at IS NOT NULL) = $1 \
+                 AND {VISIBLE}"
+            ))
             .bind(archived)
+            .bind(visible_to)
             .fetch_one(pool)
             .await?
             .count("n")?;
