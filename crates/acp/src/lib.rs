@@ -774,6 +774,7 @@ mod tests {
             overrides: None,
             attachments: vec![],
             sandbox: None,
+            requested_by: None,
         };
         assert_eq!(ignored_options(&input), None);
         input.overrides = Some(switchboard_protocol::RunOverrides {

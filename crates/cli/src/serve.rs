@@ -153,6 +153,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         history: settings.history,
         live_buffer: settings.live_buffer,
         protected,
+        approval_rules: settings.approval_rules.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

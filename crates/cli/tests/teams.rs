@@ -1126,3 +1126,182 @@ async fn members_see_their_own_sessions_and_those_shared_with_them() {
         .collect();
     assert_eq!(who, ["bob", "ops", "ops"], "{audit}");
 }
+
+/// `[[approvals.rules]]` with `second_person`: the person whose message caused a call may
+/// not allow it, another approver may; each is shown only what they may decide, and the
+/// decision is signed and audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_person_rule_refuses_the_requester_and_accepts_another_approver() {
+    use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        "[[approvals.rules]]\ntool = \"run_*\"\nroles = [\"member\", \"operator\"]\nsecond_person = true\n",
+    )
+    .unwrap();
+    let server = common::start(
+        &dir.path().join("data"),
+        &llm.base_url(),
+        &[("SWITCHBOARD_CONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    let mut tokens = std::collections::HashMap::new();
+    for (name, role) in [
+        ("ann", Role::Member),
+        ("bob", Role::Member),
+        ("adm", Role::Admin),
+    ] {
+        add_user(&server, name, role).await;
+        tokens.insert(name, token_for(&server, name, role.scopes()).await);
+    }
+    let (ann, bob, adm) = (&tokens["ann"], &tokens["bob"], &tokens["adm"]);
+    let (_, s) = call(
+        &server,
+        ann,
+        "POST",
+        "/v1/sessions",
+        Some(json!({"title": "deploy", "cwd": dir.path()})),
+    )
+    .await;
+    let id = s["id"].as_str().unwrap().to_string();
+    let (st, _) = call(
+        &server,
+        ann,
+        "PATCH",
+        &format!("/v1/sessions/{id}"),
+        Some(json!({"shared_with": ["bob"]})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    llm.push(MockReply::tool_call(
+        "call_1",
+        "run_command",
+        json!({"command": "echo deployed"}),
+    ));
+    llm.push(MockReply::text(&["done"]));
+    let (st, sent) = call(
+        &server,
+        ann,
+        "POST",
+        &format!("/v1/sessions/{id}/messages"),
+        Some(json!({"message": {"role": "user", "content": "deploy it"}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{sent}");
+    let run = sent["run_id"].clone();
+    // Bob's inbox has it (asked by ann); ann's does not: she may not decide it.
+    let start = std::time::Instant::now();
+    let waiting = loop {
+        let (_, v) = call(&server, bob, "GET", "/v1/approvals", None).await;
+        if let Some(a) = v["approvals"].as_array().unwrap().first() {
+            break a.clone();
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the call waits: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(waiting["requested_by"], "ann");
+    let (_, mine) = call(&server, ann, "GET", "/v1/approvals", None).await;
+    assert_eq!(mine["approvals"], json!([]), "{mine}");
+    // The admin is not among the rule's roles.
+    let decide = json!({"run_id": run, "decisions": {"call_1": {"action": "accept"}}});
+    let (st, body) = call(
+        &server,
+        adm,
+        "POST",
+        &format!("/v1/sessions/{id}/tools/decisions"),
+        Some(decide.clone()),
+    )
+    .await;
+    assert_eq!(
+        (st, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("members, operators only"),
+        "{body}"
+    );
+    // Ann asked for it: refused, and the call still waits.
+    let (st, body) = call(
+        &server,
+        ann,
+        "POST",
+        &format!("/v1/sessions/{id}/tools/decisions"),
+        Some(decide.clone()),
+    )
+    .await;
+    assert_eq!(
+        (st, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    assert!(
+        body["error"].as_str().unwrap().contains("second person"),
+        "{body}"
+    );
+    let (_, pending) = call(
+        &server,
+        bob,
+        "GET",
+        &format!("/v1/sessions/{id}/tools/pending"),
+        None,
+    )
+    .await;
+    assert_eq!(pending["tool_calls"].as_array().unwrap().len(), 1);
+    // Bob allows it: the command runs, signed with his name.
+    let (st, body) = call(
+        &server,
+        bob,
+        "POST",
+        &format!("/v1/sessions/{id}/tools/decisions"),
+        Some(decide),
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    let start = std::time::Instant::now();
+    loop {
+        let (_, t) = call(
+            &server,
+            ann,
+            "GET",
+            &format!("/v1/sessions/{id}/messages"),
+            None,
+        )
+        .await;
+        if t.to_string().contains("deployed") {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "the command ran: {t}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let mut stream = common::client(&server).subscribe(id.parse().unwrap(), Some(0));
+    let seen = common::until_run_ends(&mut stream, run.as_str().unwrap().parse().unwrap()).await;
+    let events = serde_json::to_string(&seen).unwrap();
+    assert!(events.contains("\"decided_by\":\"bob\""), "{events}");
+    let (_, audit) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=approval.decide",
+        None,
+    )
+    .await;
+    let e = &audit["entries"][0];
+    assert_eq!(
+        (e["actor"].as_str(), e["target"].as_str()),
+        (Some("bob"), Some(id.as_str())),
+        "{audit}"
+    );
+    assert_eq!(e["detail"]["decisions"]["call_1"], "accept");
+}

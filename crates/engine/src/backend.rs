@@ -48,6 +48,10 @@ pub struct RunInput {
     /// backend that cannot is refused at the send); anything else leaves it to the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<bool>,
+    /// The person whose message started the run (none: the server token, or a surface
+    /// that vouches for its people itself): for `second_person` approval rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
 }
 
 fn lenient_overrides<'de, D: serde::Deserializer<'de>>(
@@ -635,6 +639,7 @@ mod tests {
             overrides: None,
             attachments: vec![],
             sandbox: None,
+            requested_by: None,
         };
         let text = input.prompt_text();
         let high = text.find("<context name=\"high 'q'\">").unwrap();
@@ -657,6 +662,7 @@ mod tests {
             overrides: None,
             attachments: vec![],
             sandbox: None,
+            requested_by: None,
         };
         let text = input.prompt_text();
         // One block, opened and closed by Switchboard alone.

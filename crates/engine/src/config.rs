@@ -13,6 +13,8 @@ pub const MIN_LIVE_BUFFER: usize = 16;
 /// Settings of the engine, filled from the configuration file by the binary.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// `[[approvals.rules]]`: who may decide which tool calls (docs/teams.md).
+    pub approval_rules: Vec<crate::team::ApprovalRule>,
     /// Workspace used when a session is created without `cwd`.
     pub default_cwd: PathBuf,
     /// Model used when neither the session nor the message names one.
@@ -92,6 +94,7 @@ impl Default for EngineConfig {
             mcp_servers: Vec::new(),
             history: HistoryLimits::default(),
             protected: crate::ProtectedPaths::default(),
+            approval_rules: Vec::new(),
         }
     }
 }

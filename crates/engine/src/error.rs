@@ -55,6 +55,9 @@ pub enum EngineError {
     /// The instance that executes the run could not be reached.
     #[error("the instance running this session ({instance}) did not answer: {reason}")]
     OwnerUnreachable { instance: String, reason: String },
+    /// The caller may not do this (an approval rule names others); the message says why.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -94,6 +97,7 @@ impl EngineError {
             Self::UnsupportedFileType(_) => ErrorCode::UnsupportedFileType,
             Self::FileNotFound(_) => ErrorCode::FileNotFound,
             Self::ForbiddenPath { .. } => ErrorCode::ForbiddenPath,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
             Self::InvalidIdempotencyKey => ErrorCode::InvalidHeader,
             Self::UnknownFile(_) => ErrorCode::UnknownFile,
             Self::ShuttingDown => ErrorCode::Unavailable,

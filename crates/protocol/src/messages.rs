@@ -216,6 +216,10 @@ pub struct SendMessageRequest {
     pub context: Vec<ContextItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<RunOverrides>,
+    /// The person whose message this is, set by the server from the caller (never read
+    /// from the wire): who may not allow the run's calls under a `second_person` rule.
+    #[serde(skip)]
+    pub requested_by: Option<String>,
 }
 
 impl SendMessageRequest {
@@ -233,6 +237,7 @@ impl SendMessageRequest {
             sandbox: None,
             context: Vec::new(),
             overrides: None,
+            requested_by: None,
         }
     }
 }

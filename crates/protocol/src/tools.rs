@@ -119,6 +119,12 @@ pub struct WaitingApproval {
     /// Whom the session is shared with besides its owner (`*`: everyone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_with: Vec<String>,
+    /// The person whose message started the run (absent: the server token or a chat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
+    /// The session's permission mode (what approval rules may look at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<crate::PermissionMode>,
 }
 
 /// `GET /v1/approvals`: every approval waiting, newest first.

@@ -48,6 +48,17 @@ pub struct FileConfig {
     pub sandbox: SandboxSection,
     #[serde(default)]
     pub auth: AuthSection,
+    #[serde(default)]
+    pub approvals: ApprovalsSection,
+}
+
+/// `[approvals]`: who may decide which tool calls (docs/teams.md).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsSection {
+    /// `[[approvals.rules]]`, the first that matches a call applies.
+    #[serde(default)]
+    pub rules: Vec<switchboard_engine::team::ApprovalRule>,
 }
 
 /// `[auth]`: how people sign in (docs/teams.md).

@@ -213,6 +213,19 @@ pub struct Settings {
     pub sandbox: SandboxConfig,
     /// `[auth.oidc]` (its secret also `SWITCHBOARD_OIDC_CLIENT_SECRET`).
     pub oidc: Option<switchboard_server::oidc::OidcConfig>,
+    /// `[[approvals.rules]]`.
+    pub approval_rules: Vec<switchboard_engine::team::ApprovalRule>,
+}
+
+/// `[[approvals.rules]]`, each checked (a tool glob that does not parse is an error here,
+/// not a rule that silently applies to everything).
+fn approval_rules(file: &ApprovalsSection) -> Result<Vec<switchboard_engine::team::ApprovalRule>> {
+    for (i, r) in file.rules.iter().enumerate() {
+        if let Some(p) = r.problem() {
+            bail!("[[approvals.rules]] #{}: {p}", i + 1);
+        }
+    }
+    Ok(file.rules.clone())
 }
 
 /// `[auth.oidc]`, with `SWITCHBOARD_OIDC_ISSUER`, `SWITCHBOARD_OIDC_CLIENT_ID` and
@@ -555,6 +568,7 @@ impl Settings {
             mcp_servers: mcp_servers(&file.mcp)?,
             sandbox: sandbox(&file.sandbox)?,
             oidc: oidc(&file.auth),
+            approval_rules: approval_rules(&file.approvals)?,
         })
     }
 

@@ -328,11 +328,21 @@ impl Engine {
                 continue;
             };
             let shared_with = self.inner.store.session_shares(a.session_id).await?;
+            let requested_by = self
+                .inner
+                .store
+                .get_run(a.run_id)
+                .await?
+                .and_then(|r| serde_json::from_value::<RunInput>(r.input).ok())
+                .and_then(|i| i.requested_by);
+            let config = session_config(&record).ok();
             out.push(WaitingApproval {
                 owner: record.owner.clone(),
                 shared_with,
+                requested_by,
+                permission_mode: config.as_ref().map(|c| c.permission_mode),
                 session_id: a.session_id,
-                backend: session_config(&record).ok().map(|c| c.backend),
+                backend: config.map(|c| c.backend),
                 session_title: record.title,
                 run_id: a.run_id,
                 tool_calls,

@@ -31,6 +31,7 @@ use crate::time::{now_rfc3339, parse_ts};
 mod checkpoints;
 pub use checkpoints::DiffOutput;
 mod control;
+mod deciding;
 mod files;
 mod leases;
 mod recovery;

@@ -226,6 +226,7 @@ impl Engine {
             overrides,
             attachments,
             sandbox: req.sandbox,
+            requested_by: req.requested_by.clone(),
         };
         let new = NewRun {
             id: Uuid::now_v7(),

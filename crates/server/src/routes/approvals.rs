@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use crate::extract::Caller;
 use crate::{ApiError, AppState};
+use switchboard_engine::team::ApprovalRule;
 use switchboard_protocol::people::Principal;
 
 pub fn router() -> Router<AppState> {
@@ -42,13 +43,33 @@ pub async fn list(
     Caller(p): Caller,
 ) -> Result<Json<ApprovalsResponse>, ApiError> {
     let mut approvals = state.engine.waiting_approvals().await?;
-    approvals.retain(|a| visible(&p, a));
+    let rules = &state.engine.config().approval_rules;
+    approvals.retain(|a| visible(rules, &p, a));
     Ok(Json(ApprovalsResponse { approvals }))
 }
 
-/// Whether `p` sees the session of a waiting approval.
-fn visible(p: &Principal, a: &WaitingApproval) -> bool {
-    switchboard_engine::team::may_see(p, a.owner.as_deref(), &a.shared_with)
+/// Whether `p` is shown a waiting approval: they see its session and may decide at least
+/// one of its calls.
+fn visible(rules: &[ApprovalRule], p: &Principal, a: &WaitingApproval) -> bool {
+    if !switchboard_engine::team::may_see(p, a.owner.as_deref(), &a.shared_with) {
+        return false;
+    }
+    if rules.is_empty() {
+        return true;
+    }
+    let backend = match &a.backend {
+        Some(switchboard_protocol::BackendSpec::Acp(name)) => name.as_str(),
+        _ => "builtin",
+    };
+    a.tool_calls.iter().any(|c| {
+        let facts = switchboard_engine::team::CallFacts {
+            tool: &c.name,
+            backend,
+            mode: a.permission_mode.unwrap_or_default(),
+            requested_by: a.requested_by.as_deref(),
+        };
+        switchboard_engine::team::may_decide(rules, p, &facts).is_ok()
+    })
 }
 
 /// How long a change is left to settle before the list is read again: a burst of events
@@ -140,7 +161,11 @@ pub async fn events(
     let slot = state.streams.take(&headers)?;
     let mut feed = state.approvals.subscribe(&state.engine);
     let first = match tokio::time::timeout(FIRST_READ, feed.wait_for(Option::is_some)).await {
-        Ok(Ok(list)) => mine(&p, &list.clone().unwrap_or_default()),
+        Ok(Ok(list)) => mine(
+            &state.engine.config().approval_rules,
+            &p,
+            &list.clone().unwrap_or_default(),
+        ),
         _ => {
             return Err(ApiError::new(
                 ErrorCode::StoreUnavailable,
@@ -160,10 +185,12 @@ pub async fn events(
         first.iter().map(|a| (key(a), a.clone())).collect();
     let keepalive = state.config.keepalive;
     let closed = state.engine.closed();
+    let rules = Arc::new(state.engine.config().approval_rules.clone());
     let gauge = super::metrics::SubscriberGauge::up();
     let rest = futures::stream::unfold(Some(feed), move |feed| {
         let closed = closed.clone();
         let p = p.clone();
+        let rules = rules.clone();
         async move {
             let mut feed = feed?;
             tokio::select! {
@@ -171,7 +198,7 @@ pub async fn events(
                 r = feed.changed() => {
                     r.ok()?;
                     let now = feed.borrow_and_update().clone().unwrap_or_default();
-                    Some((Some(mine(&p, &now)), Some(feed)))
+                    Some((Some(mine(&rules, &p, &now)), Some(feed)))
                 }
                 _ = tokio::time::sleep(keepalive) => Some((None, Some(feed))),
             }
@@ -205,12 +232,21 @@ pub async fn events(
         .into_response())
 }
 
-/// The approvals of `list` that `p` sees (the whole list, shared, for those who see all).
-fn mine(p: &Principal, list: &Arc<Vec<WaitingApproval>>) -> Arc<Vec<WaitingApproval>> {
-    if switchboard_engine::team::sees_all(p) {
+/// The approvals of `list` that `p` is shown (the whole list, shared, when that is all).
+fn mine(
+    rules: &[ApprovalRule],
+    p: &Principal,
+    list: &Arc<Vec<WaitingApproval>>,
+) -> Arc<Vec<WaitingApproval>> {
+    if switchboard_engine::team::sees_all(p) && rules.is_empty() {
         return list.clone();
     }
-    Arc::new(list.iter().filter(|a| visible(p, a)).cloned().collect())
+    Arc::new(
+        list.iter()
+            .filter(|a| visible(rules, p, a))
+            .cloned()
+            .collect(),
+    )
 }
 
 fn key(a: &WaitingApproval) -> (Uuid, Uuid) {
@@ -287,6 +323,8 @@ mod tests {
             expires_at: at.into(),
             owner: None,
             shared_with: Vec::new(),
+            requested_by: None,
+            permission_mode: None,
         }
     }
 

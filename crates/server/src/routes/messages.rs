@@ -35,10 +35,12 @@ pub fn router() -> Router<AppState> {
               (status = 503, description = "`unavailable`: shutting down", body = ErrorBody)))]
 pub async fn send(
     State(state): State<AppState>,
+    crate::extract::Caller(p): crate::extract::Caller,
     SessionId(id): SessionId,
     headers: axum::http::HeaderMap,
-    extract::Json(req): extract::Json<SendMessageRequest>,
+    extract::Json(mut req): extract::Json<SendMessageRequest>,
 ) -> Result<Json<SendMessageResponse>, ApiError> {
+    req.requested_by = crate::extract::owner_of(&p).map(str::to_string);
     let key = match headers.get(IDEMPOTENCY_KEY) {
         Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::new(

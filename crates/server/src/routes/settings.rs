@@ -75,14 +75,34 @@ pub async fn show(State(state): State<AppState>) -> Result<Json<SettingsResponse
               (status = 422, description = "`check_failed`: the provider did not list its models with the key, or a platform refused the token (its reason); `unprocessable_entity`: an unknown provider name, a URL that is not http(s), a blank model", body = ErrorBody)))]
 pub async fn update(
     State(state): State<AppState>,
+    crate::extract::Caller(p): crate::extract::Caller,
     extract::Json(change): extract::Json<SettingsUpdate>,
 ) -> Result<Json<SettingsResponse>, ApiError> {
+    // What changed, by name only: the values may be keys and tokens.
+    let changed: Vec<String> = serde_json::to_value(&change)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect()))
+        .unwrap_or_default();
     let service = service(&state)?.clone();
     // On a task of its own: a client that goes away mid-change (its checks take seconds)
     // does not leave the files written and the change neither applied nor put back.
     let change = tokio::spawn(async move { service.update(change).await });
     match change.await {
-        Ok(answer) => Ok(Json(answer?)),
+        Ok(answer) => {
+            let answer = answer?;
+            state
+                .engine
+                .team()
+                .record(
+                    &p.user,
+                    "settings.change",
+                    None,
+                    crate::extract::via(&p),
+                    serde_json::json!({ "changed": changed }),
+                )
+                .await;
+            Ok(Json(answer))
+        }
         Err(e) => {
             tracing::error!(error = %e, "a settings change panicked");
             Err(ApiError::new(ErrorCode::Internal, "internal error"))

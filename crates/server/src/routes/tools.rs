@@ -35,11 +35,18 @@ pub async fn pending(
     security(("bearer" = ["approvals:decide"])),
     responses((status = 200, body = ToolDecisionsResponse),
               (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 403, description = "`forbidden`: an approval rule gives the call to others, or needs a second person (the message names which)", body = ErrorBody),
               (status = 409, description = "`run_mismatch` (another run waits) or `no_pending_approval`", body = ErrorBody)))]
 pub async fn decide(
     State(state): State<AppState>,
+    extract::Caller(p): extract::Caller,
     SessionId(id): SessionId,
     extract::Json(req): extract::Json<ToolDecisionsRequest>,
 ) -> Result<Json<ToolDecisionsResponse>, ApiError> {
-    Ok(Json(state.engine.decide_tools(id, req).await?))
+    Ok(Json(
+        state
+            .engine
+            .decide_tools_as(&p, id, req, extract::via(&p))
+            .await?,
+    ))
 }

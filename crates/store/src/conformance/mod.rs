@@ -33,7 +33,8 @@ macro_rules! conformance_suite {
             users_round_trip,
             tokens_round_trip_and_go_with_their_user,
             links_and_console_sessions_go_with_their_user,
-            audit_appends_in_order_and_filters
+            audit_appends_in_order_and_filters,
+            sessions_belong_to_owners_and_are_shared
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -78,8 +79,8 @@ pub(super) fn check<T>(what: &str, r: Result<T, StoreError>) -> T {
     }
 }
 
-pub(super) async fn new_session(store: &dyn Store, title: &str) -> SessionRecord {
-    let s = SessionRecord {
+pub(super) fn new_session_record(title: &str) -> SessionRecord {
+    SessionRecord {
         id: Uuid::now_v7(),
         title: title.into(),
         cwd: "/tmp/ws".into(),
@@ -89,7 +90,11 @@ pub(super) async fn new_session(store: &dyn Store, title: &str) -> SessionRecord
         last_seq: 0,
         archived_at: None,
         owner: None,
-    };
+    }
+}
+
+pub(super) async fn new_session(store: &dyn Store, title: &str) -> SessionRecord {
+    let s = new_session_record(title);
     check("create_session", store.create_session(&s).await);
     s
 }

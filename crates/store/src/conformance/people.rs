@@ -339,3 +339,85 @@ pub async fn audit_appends_in_order_and_filters(store: &dyn Store) {
     );
     assert_eq!(page.iter().map(|e| e.id).collect::<Vec<_>>(), vec![ids[1]]);
 }
+
+pub async fn sessions_belong_to_owners_and_are_shared(store: &dyn Store) {
+    let mine = fresh("own");
+    let other = fresh("oth");
+    let mut ids = Vec::new();
+    for owner in [Some(mine.clone()), Some(other.clone()), None] {
+        let s = crate::SessionRecord {
+            owner,
+            ..super::new_session_record(&fresh("t"))
+        };
+        check("create_session", store.create_session(&s).await);
+        assert_eq!(
+            check("get_session", store.get_session(s.id).await).map(|r| r.owner),
+            Some(s.owner.clone())
+        );
+        ids.push(s.id);
+    }
+    let visible = |sessions: Vec<crate::SessionRecord>| -> Vec<uuid::Uuid> {
+        let mut v: Vec<_> = sessions
+            .into_iter()
+            .map(|s| s.id)
+            .filter(|id| ids.contains(id))
+            .collect();
+        v.sort();
+        v
+    };
+    let (page, total) = check(
+        "list",
+        store.list_sessions(1000, 0, false, Some(&mine)).await,
+    );
+    assert_eq!((visible(page), total), (vec![ids[0]], 1));
+    // Shared with them by name, then with everyone.
+    assert!(check(
+        "share",
+        store
+            .set_session_shares(ids[1], std::slice::from_ref(&mine))
+            .await
+    ));
+    assert_eq!(
+        check("shares", store.session_shares(ids[1]).await),
+        vec![mine.clone()]
+    );
+    let (page, total) = check(
+        "list",
+        store.list_sessions(1000, 0, false, Some(&mine)).await,
+    );
+    assert_eq!((visible(page), total), (vec![ids[0], ids[1]], 2));
+    assert!(check(
+        "share",
+        store.set_session_shares(ids[1], &["*".to_string()]).await
+    ));
+    assert_eq!(
+        check("shares", store.session_shares(ids[1]).await),
+        vec!["*".to_string()]
+    );
+    let (page, _) = check(
+        "list",
+        store.list_sessions(1000, 0, false, Some(&fresh("x"))).await,
+    );
+    assert_eq!(visible(page), vec![ids[1]]);
+    // Replaced, not added to; none for a session that is not there.
+    assert!(check("share", store.set_session_shares(ids[1], &[]).await));
+    assert!(check("shares", store.session_shares(ids[1]).await).is_empty());
+    assert!(!check(
+        "share",
+        store
+            .set_session_shares(uuid::Uuid::now_v7(), std::slice::from_ref(&mine))
+            .await
+    ));
+    // Everyone's, without a user.
+    let (page, _) = check("list", store.list_sessions(1000, 0, false, None).await);
+    assert_eq!(visible(page).len(), 3);
+    // Shares go with their session.
+    check(
+        "share",
+        store
+            .set_session_shares(ids[2], std::slice::from_ref(&mine))
+            .await,
+    );
+    check("delete", store.delete_session(ids[2]).await);
+    assert!(check("shares", store.session_shares(ids[2]).await).is_empty());
+}

@@ -366,11 +366,14 @@ impl People for SqlStore {
     async fn set_session_shares(&self, session_id: Uuid, users: &[String]) -> Result<bool> {
         with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
-            let exists = sqlx::query("SELECT id FROM sessions WHERE id = $1")
+            // A no-op write first: on SQLite it takes the write lock at once (waiting its
+            // turn), where a read first would fail to upgrade while another writer holds it.
+            let exists = sqlx::query("UPDATE sessions SET id = id WHERE id = $1")
                 .bind(d.id(session_id))
-                .fetch_optional(&mut *tx)
+                .execute(&mut *tx)
                 .await?
-                .is_some();
+                .rows_affected()
+                > 0;
             if !exists {
                 return Ok(false);
             }
