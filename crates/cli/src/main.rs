@@ -102,7 +102,7 @@ enum Command {
     /// Scheduled tasks: prompts that run on a schedule and report to a chat.
     #[command(subcommand)]
     Schedule(schedule_cmd::ScheduleCommand),
-    /// A team's people: add, list, set-role, passwd, remove (docs/teams.md).
+    /// A team's people: add, list, set-role, passwd, remove, link, unlink (docs/teams.md).
     #[command(subcommand)]
     Users(team_cmd::UsersCommand),
     /// Personal API tokens with scopes: create, list, revoke, scopes.

@@ -42,6 +42,24 @@ pub enum UsersCommand {
     Passwd { name: String },
     /// Remove a user with their tokens, links and sign-ins.
     Remove { name: String },
+    /// Link a chat identity to a user: `switchboard users link ann --platform telegram --id 123`
+    /// (people can link themselves with `/link CODE`).
+    Link {
+        name: String,
+        /// The chat channel (`telegram`, `slack`, `discord`, …).
+        #[arg(long)]
+        platform: String,
+        /// The platform's id of the person.
+        #[arg(long)]
+        id: String,
+    },
+    /// Unlink a chat identity.
+    Unlink {
+        #[arg(long)]
+        platform: String,
+        #[arg(long)]
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -240,6 +258,21 @@ pub async fn users(settings: &Settings, cmd: UsersCommand) -> Result<ExitCode> {
         UsersCommand::Remove { name } => {
             c.delete_user(&name).await?;
             println!("removed {name}");
+        }
+        UsersCommand::Link { name, platform, id } => {
+            let u = c
+                .link(&switchboard_protocol::people::LinkRequest {
+                    platform: platform.clone(),
+                    user_id: id.clone(),
+                    code: None,
+                    user: Some(name),
+                })
+                .await?;
+            println!("{platform}:{id} acts as {} ({})", u.name, u.role);
+        }
+        UsersCommand::Unlink { platform, id } => {
+            c.unlink(&platform, &id).await?;
+            println!("unlinked {platform}:{id}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -407,6 +407,31 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     let (s, b) = call(&server, "sb_0000", "GET", "/v1/sessions", None).await;
     assert_eq!((s, b["code"].as_str()), (401, Some("invalid_token")), "{b}");
 
+    // An admin links and unlinks a chat identity from the CLI.
+    let (ok, out, err) = cli(
+        &server,
+        TOKEN,
+        &["users", "link", "ann", "--platform", "slack", "--id", "U77"],
+        None,
+    );
+    assert!(ok && out.contains("slack:U77 acts as ann"), "{out}{err}");
+    let (ok, out, _) = cli(&server, TOKEN, &["users", "list"], None);
+    assert!(ok && out.contains("slack:U77"), "{out}");
+    let (ok, _, err) = cli(
+        &server,
+        TOKEN,
+        &["users", "unlink", "--platform", "slack", "--id", "U77"],
+        None,
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(
+        &server,
+        TOKEN,
+        &["users", "unlink", "--platform", "slack", "--id", "U77"],
+        None,
+    );
+    assert!(!ok && err.contains("linked to no one"), "{err}");
+
     // Removing the user ends the rest of their tokens.
     let other = token_for(&server, "ann", &[Scope::SessionsRead]).await;
     assert_eq!(
@@ -438,6 +463,8 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
             ("admin", "token.create"),
             ("admin", "user.role"),
             ("ann", "token.revoke"),
+            ("admin", "chat.link"),
+            ("admin", "chat.unlink"),
             ("admin", "token.create"),
             ("admin", "user.delete"),
         ],
@@ -1304,4 +1331,166 @@ async fn a_second_person_rule_refuses_the_requester_and_accepts_another_approver
         "{audit}"
     );
     assert_eq!(e["detail"]["decisions"]["call_1"], "accept");
+}
+
+/// Waits (up to 30 s) for a bot message in `chat` that satisfies `f`.
+async fn bot_says(
+    tg: &switchboard_test_support::fake_telegram::FakeTelegram,
+    chat: i64,
+    what: &str,
+    f: impl Fn(&switchboard_test_support::fake_telegram::BotMessage) -> bool,
+) -> switchboard_test_support::fake_telegram::BotMessage {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(m) = tg.bot_messages(chat).into_iter().find(|m| f(m)) {
+            return m;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "no {what} in chat {chat}: {:?}",
+            tg.bot_messages(chat)
+                .iter()
+                .map(|m| &m.text)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// People link their chat accounts with `/link CODE`; from then on what they write runs as
+/// them, and their presses decide as them — so a `second_person` rule refuses the one who
+/// asked (privately, the prompt waiting on) and accepts the other, in a Telegram group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_chat_linked_people_act_as_themselves_and_a_second_person_decides() {
+    use switchboard_test_support::fake_telegram::FakeTelegram;
+    use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+    let (tg, llm) = (FakeTelegram::start().await, MockLlm::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        "[[approvals.rules]]\ntool = \"run_command\"\nroles = [\"member\"]\nsecond_person = true\n",
+    )
+    .unwrap();
+    let base = tg.base_url();
+    let server = common::start(
+        &dir.path().join("data"),
+        &llm.base_url(),
+        &[
+            ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
+            ("SWITCHBOARD_DEFAULT_CWD", ws.path().to_str().unwrap()),
+            ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", &base),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "1,2,-100"),
+            ("SWITCHBOARD_TELEGRAM_APPROVERS", "1,2"),
+            ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await;
+    let mut tokens = std::collections::HashMap::new();
+    for name in ["ann", "bob"] {
+        add_user(&server, name, Role::Member).await;
+        tokens.insert(name, token_for(&server, name, Role::Member.scopes()).await);
+    }
+    // Each gets a code and sends it to the bot in a DM.
+    for (user, tg_id, first) in [("ann", 1, "alice"), ("bob", 2, "bob")] {
+        let (s, code) = call(&server, &tokens[user], "POST", "/v1/me/link-code", None).await;
+        assert_eq!(s, 200, "{code}");
+        let code = code["code"].as_str().unwrap().to_string();
+        tg.dm(tg_id, first, &format!("/link {code}"));
+        bot_says(&tg, tg_id, "the link's answer", |m| {
+            m.text.contains(&format!("you act as {user} (member)"))
+        })
+        .await;
+        // A code works once.
+        tg.dm(tg_id, first, &format!("/link {code}"));
+        bot_says(&tg, tg_id, "a used code refused", |m| {
+            m.text.contains("unknown, used or expired")
+        })
+        .await;
+    }
+    let (_, ann_user) = call(&server, TOKEN, "GET", "/v1/users/ann", None).await;
+    assert_eq!(
+        ann_user["links"],
+        json!([{"platform": "telegram", "user_id": "1"}])
+    );
+
+    // Alice (ann) asks in the group; the command waits for approval.
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "echo chat-deployed"}),
+    ));
+    llm.push(MockReply::text(&["Deployed."]));
+    tg.group_message(
+        -100,
+        1,
+        "alice",
+        "@switchboard_test_bot deploy",
+        None,
+        false,
+    );
+    let prompt = bot_says(&tg, -100, "the approval prompt", |m| !m.buttons.is_empty()).await;
+    let allow = prompt
+        .buttons
+        .iter()
+        .find(|(_, data)| data.ends_with(":y"))
+        .unwrap()
+        .1
+        .clone();
+    // Her own press is refused, privately; the prompt still waits.
+    let press = tg.press(-100, prompt.message_id, 1, "alice", &allow);
+    tg.wait_until(std::time::Duration::from_secs(30), "alice is told", |t| {
+        t.calls("answerCallbackQuery").iter().any(|c| {
+            c["callback_query_id"] == press.as_str()
+                && c["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("second person")
+        })
+    })
+    .await;
+    let (_, sessions) = call(&server, TOKEN, "GET", "/v1/sessions", None).await;
+    let sid = sessions["sessions"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(sessions["sessions"][0]["owner"], "ann", "{sessions}");
+    let (_, pending) = call(
+        &server,
+        TOKEN,
+        "GET",
+        &format!("/v1/sessions/{sid}/tools/pending"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        pending["tool_calls"].as_array().unwrap().len(),
+        1,
+        "{pending}"
+    );
+    // Bob's press allows it.
+    tg.press(-100, prompt.message_id, 2, "bob", &allow);
+    bot_says(&tg, -100, "the reply", |m| m.text.contains("Deployed.")).await;
+    bot_says(&tg, -100, "the prompt's note", |m| {
+        m.message_id == prompt.message_id && m.text.contains("Allowed by bob")
+    })
+    .await;
+    // The chat's session is ann's, who started it; the decision is bob's, from the chat.
+    let (_, mine) = call(&server, &tokens["ann"], "GET", "/v1/sessions", None).await;
+    assert_eq!(mine["total"], 1, "{mine}");
+    let (_, audit) = call(
+        &server,
+        TOKEN,
+        "GET",
+        "/v1/audit?action=approval.decide",
+        None,
+    )
+    .await;
+    let e = &audit["entries"][0];
+    assert_eq!(
+        (e["actor"].as_str(), e["via"].as_str()),
+        (Some("bob"), Some("chat")),
+        "{audit}"
+    );
+    let (_, links) = call(&server, TOKEN, "GET", "/v1/audit?action=chat.link", None).await;
+    assert_eq!(links["entries"].as_array().unwrap().len(), 2);
 }

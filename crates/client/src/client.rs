@@ -27,6 +27,8 @@ pub struct Client {
     /// Scheme, host, port and optional path prefix, without a trailing slash.
     base_url: Arc<str>,
     token: Option<Arc<str>>,
+    /// The chat identity its requests act for (`X-Switchboard-On-Behalf-Of`).
+    on_behalf_of: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -71,7 +73,17 @@ impl Client {
             http,
             base_url: Arc::from(trimmed),
             token: token.map(Arc::from),
+            on_behalf_of: None,
         })
+    }
+
+    /// This client acting for a chat identity (`platform:user_id`): with the server token,
+    /// the server takes its requests as the person linked to it, if anyone (docs/teams.md).
+    pub fn on_behalf_of(&self, identity: &str) -> Client {
+        Client {
+            on_behalf_of: Some(Arc::from(identity)),
+            ..self.clone()
+        }
     }
 
     /// The base URL, without a trailing slash.
@@ -373,6 +385,10 @@ impl Client {
             .http
             .request(method, self.url(path))
             .timeout(REQUEST_TIMEOUT);
+        let req = match &self.on_behalf_of {
+            Some(identity) => req.header(switchboard_protocol::people::ON_BEHALF_OF, &**identity),
+            None => req,
+        };
         match &self.token {
             Some(token) => req.bearer_auth(token),
             None => req,

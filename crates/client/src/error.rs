@@ -43,6 +43,14 @@ impl ClientError {
         }
     }
 
+    /// The server's message of an [`ClientError::Api`] error.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            Self::Api { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
     /// The HTTP status of an [`ClientError::Api`] error.
     pub fn status(&self) -> Option<u16> {
         match self {

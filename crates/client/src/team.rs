@@ -1,8 +1,8 @@
 //! A team's routes: who am I, users, personal tokens, the audit log.
 
 use switchboard_protocol::people::{
-    CreateTokenRequest, CreateUserRequest, CreatedToken, ListAuditResponse, ListTokensResponse,
-    ListUsersResponse, Me, TokenInfo, UpdateUserRequest, User,
+    CreateTokenRequest, CreateUserRequest, CreatedToken, LinkCode, LinkRequest, ListAuditResponse,
+    ListTokensResponse, ListUsersResponse, Me, TokenInfo, UpdateUserRequest, User,
 };
 use uuid::Uuid;
 
@@ -86,6 +86,28 @@ impl Client {
     pub async fn revoke_token(&self, id: Uuid) -> Result<TokenInfo, ClientError> {
         self.json(self.request(reqwest::Method::DELETE, &format!("/v1/tokens/{id}")))
             .await
+    }
+
+    /// `POST /v1/me/link-code`.
+    pub async fn link_code(&self) -> Result<LinkCode, ClientError> {
+        self.json(self.request(reqwest::Method::POST, "/v1/me/link-code"))
+            .await
+    }
+
+    /// `POST /v1/links`.
+    pub async fn link(&self, req: &LinkRequest) -> Result<User, ClientError> {
+        self.json(self.request(reqwest::Method::POST, "/v1/links").json(req))
+            .await
+    }
+
+    /// `DELETE /v1/links/{platform}/{user_id}`.
+    pub async fn unlink(&self, platform: &str, user_id: &str) -> Result<(), ClientError> {
+        self.send(self.request(
+            reqwest::Method::DELETE,
+            &format!("/v1/links/{}/{}", seg(platform), seg(user_id)),
+        ))
+        .await
+        .map(|_| ())
     }
 
     /// `GET /v1/audit`.

@@ -35,6 +35,14 @@ pub trait Authenticator: Send + Sync + 'static {
         &'a self,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Principal>, ApiError>>;
+
+    /// The person a chat identity (`platform:user_id`, the
+    /// [`ON_BEHALF_OF`](switchboard_protocol::people::ON_BEHALF_OF) header a surface holding
+    /// the server token sends) acts as; `Ok(None)` if it is linked to no one.
+    fn on_behalf_of<'a>(
+        &'a self,
+        identity: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Principal>, ApiError>>;
 }
 
 /// What an operation needs.
@@ -195,7 +203,24 @@ pub async fn authenticate(State(auth): State<Auth>, mut req: Request, next: Next
         && let Ok(token) = crate::bearer_value(req.headers())
     {
         if bool::from(token.as_bytes().ct_eq(auth.server_token.as_bytes())) {
-            req.extensions_mut().insert(Principal::server());
+            // A surface holding the server token (a chat channel) may act for a chat
+            // identity: the person linked to it, if anyone.
+            let person = match req
+                .headers()
+                .get(switchboard_protocol::people::ON_BEHALF_OF)
+                .and_then(|v| v.to_str().ok())
+            {
+                Some(identity) => {
+                    let identity = identity.to_owned();
+                    match auth.authenticator.on_behalf_of(&identity).await {
+                        Ok(p) => p,
+                        Err(e) => return e.into_response(),
+                    }
+                }
+                None => None,
+            };
+            req.extensions_mut()
+                .insert(person.unwrap_or_else(Principal::server));
         } else {
             let token = token.to_owned();
             match auth.authenticator.authenticate(&token).await {

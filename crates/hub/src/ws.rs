@@ -79,7 +79,7 @@ async fn acp(
             Ok(t) => state.token = t.to_string(),
             Err(e) => return e.into_response(),
         },
-        Some(Credential::Console) => {
+        Some(Credential::Console | Credential::Chat) => {
             return ApiError::custom(
                 403,
                 "forbidden",

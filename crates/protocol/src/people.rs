@@ -307,6 +307,38 @@ pub struct CreatedToken {
     pub info: TokenInfo,
 }
 
+/// `POST /v1/me/link-code`: send `/link CODE` to the bot on any chat platform within
+/// `expires_at`, and that chat identity acts as you from then on.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LinkCode {
+    pub code: String,
+    pub expires_at: String,
+}
+
+/// `POST /v1/links`: link a chat identity to a person — by the one-time code they got
+/// (`code`, what a chat channel sends for `/link CODE`), or, for an admin, by name (`user`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LinkRequest {
+    /// The chat channel (`telegram`, `slack`, `discord`, …).
+    #[schema(min_length = 1, max_length = 64)]
+    pub platform: String,
+    /// The platform's id of the person.
+    #[schema(min_length = 1, max_length = 256)]
+    pub user_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    pub user: Option<String>,
+}
+
+/// The header with which a surface holding the server token acts for a chat identity
+/// (`platform:user_id`): the request is the linked person's, with their role; an identity
+/// linked to no one leaves it the surface's own.
+pub const ON_BEHALF_OF: &str = "x-switchboard-on-behalf-of";
+
 /// How a principal proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -317,6 +349,9 @@ pub enum Credential {
     Token,
     /// A console sign-in.
     Console,
+    /// A chat identity linked to the person, vouched for by the chat channel that
+    /// received the message.
+    Chat,
 }
 
 /// `GET /v1/me`: who the caller is and what it may do.

@@ -130,6 +130,7 @@ pub(crate) fn owner_of(p: &switchboard_protocol::people::Principal) -> Option<&s
 pub(crate) fn via(p: &switchboard_protocol::people::Principal) -> &'static str {
     match p.credential {
         switchboard_protocol::people::Credential::Console => "console",
+        switchboard_protocol::people::Credential::Chat => "chat",
         _ => "api",
     }
 }

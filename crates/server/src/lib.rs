@@ -104,6 +104,27 @@ impl switchboard_http::Authenticator for TeamAuthenticator {
                 .map_err(ApiError::from)
         })
     }
+
+    fn on_behalf_of<'a>(
+        &'a self,
+        identity: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<Option<switchboard_protocol::people::Principal>, ApiError>,
+    > {
+        Box::pin(async move {
+            let Some((platform, user_id)) = identity.split_once(':') else {
+                return Err(ApiError::new(
+                    switchboard_protocol::ErrorCode::InvalidHeader,
+                    "X-Switchboard-On-Behalf-Of is platform:user_id",
+                ));
+            };
+            self.0
+                .linked_principal(platform, user_id)
+                .await
+                .map_err(ApiError::from)
+        })
+    }
 }
 
 /// The authentication layer's state for a server whose operations `doc` documents (every

@@ -214,7 +214,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         settings::show, settings::update, settings::providers, settings::models, settings::test_channel,
         people::me, people::list_users, people::create_user, people::show_user, people::update_user,
         people::delete_user, people::list_tokens, people::create_token, people::revoke_token,
-        people::audit,
+        people::audit, people::link_code, people::link, people::unlink,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -263,6 +263,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::people::CreatedToken, switchboard_protocol::people::Credential,
         switchboard_protocol::people::Me, switchboard_protocol::people::AuditEntry,
         switchboard_protocol::people::ListAuditResponse,
+        switchboard_protocol::people::LinkCode, switchboard_protocol::people::LinkRequest,
     )),
     modifiers(&BearerAuth),
 )]

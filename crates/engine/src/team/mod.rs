@@ -34,6 +34,7 @@ use crate::time::{now_rfc3339, parse_ts, rfc3339};
 
 mod console;
 pub mod deciders;
+mod links;
 mod sessions;
 mod users;
 
@@ -191,10 +192,12 @@ pub fn verify_password(password: &str, hash: &str) -> bool {
     })
 }
 
-/// Whether `p` sees every session (operators, admins and read-only viewers) rather than
-/// only their own and those shared with them (members).
+/// Whether `p` sees every session (operators, admins and read-only viewers; a person
+/// writing in a chat) rather than only their own and those shared with them (members).
 pub fn sees_all(p: &Principal) -> bool {
-    p.role != Role::Member
+    // A chat identity reaches the sessions of the chats it is in: the chat channel admits
+    // it there (its allow-lists and pairing) and vouches for the session it routes to.
+    p.role != Role::Member || p.credential == Credential::Chat
 }
 
 /// Whether `p` may see (and, with the scopes, drive) a session of `owner` shared with

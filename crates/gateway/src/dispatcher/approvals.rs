@@ -31,6 +31,21 @@ pub(crate) enum Unposted {
 /// The requester of a prompt asked for over HTTP: see [`Gateway::may_approve`].
 const ANYONE: &str = "*";
 
+/// What [`Gateway::settle`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Settled {
+    Decided,
+    /// Decided already, expired, or the decision could not be recorded.
+    Gone,
+    /// The server's approval rules give it to others (why, in words); it still waits.
+    Refused(String),
+}
+
+/// A chat identity as the server knows it: `channel:platform user id`.
+pub(super) fn identity(channel: &str, peer: &Peer) -> String {
+    format!("{channel}:{}", peer.id)
+}
+
 /// What [`Gateway::ask`] did.
 pub enum AskOutcome {
     /// The prompt's id and its message's id.
@@ -52,8 +67,25 @@ impl Gateway {
         reason: &str,
         by: Option<&Peer>,
     ) -> bool {
+        matches!(
+            self.settle(p, accept, cause, reason, by).await,
+            Settled::Decided
+        )
+    }
+
+    /// [`Self::settle_prompt`], telling a refusal apart: a press decides as the person
+    /// linked to the presser (docs/teams.md), and the server's approval rules may give the
+    /// calls to others — the prompt then stays, for someone who may.
+    pub(super) async fn settle(
+        &self,
+        p: &Prompt,
+        accept: bool,
+        cause: RejectionCause,
+        reason: &str,
+        by: Option<&Peer>,
+    ) -> Settled {
         if !matches!(self.inner.store.take_prompt(&p.id).await, Ok(true)) {
-            return false;
+            return Settled::Gone;
         }
         let decisions: BTreeMap<String, ToolDecision> = p
             .tool_call_ids
@@ -75,9 +107,11 @@ impl Gateway {
                 )
             })
             .collect();
-        let result = self
-            .inner
-            .client
+        let client = match by {
+            Some(peer) => self.inner.client.on_behalf_of(&identity(&p.channel, peer)),
+            None => self.inner.client.clone(),
+        };
+        let result = client
             .decide_tools(
                 p.session_id,
                 &ToolDecisionsRequest {
@@ -86,6 +120,15 @@ impl Gateway {
                 },
             )
             .await;
+        if let Err(e) = &result
+            && e.status() == Some(403)
+        {
+            // Not this person's to decide: the prompt waits on for someone who may.
+            if let Err(err) = self.inner.store.put_prompt(p).await {
+                tracing::warn!(error = %err, "putting back a prompt after a refused press");
+            }
+            return Settled::Refused(e.message().unwrap_or("not yours to decide").to_string());
+        }
         let note = match (&result, by) {
             (Err(e), _) if e.status() == Some(409) => {
                 "⌛ This approval expired: the run no longer waits for it.".to_string()
@@ -111,7 +154,11 @@ impl Gateway {
         if let Some(message) = message {
             self.edit_settled(p, &message, &note).await;
         }
-        result.is_ok()
+        if result.is_ok() {
+            Settled::Decided
+        } else {
+            Settled::Gone
+        }
     }
 
     /// Edits a settled prompt's message to its text and the decision's note, no buttons.
@@ -170,8 +217,8 @@ impl Gateway {
             );
             return Ok(());
         }
-        let decided = self
-            .settle_prompt(
+        let settled = self
+            .settle(
                 &prompt,
                 accept,
                 RejectionCause::User,
@@ -179,10 +226,19 @@ impl Gateway {
                 Some(&press.peer),
             )
             .await;
-        let toast = match (decided, accept) {
-            (true, true) => "Allowed",
-            (true, false) => "Denied",
-            (false, _) => "Too late: this approval is no longer pending",
+        let toast = match (&settled, accept) {
+            (Settled::Decided, true) => "Allowed",
+            (Settled::Decided, false) => "Denied",
+            (Settled::Gone, _) => "Too late: this approval is no longer pending",
+            (Settled::Refused(why), _) => {
+                tracing::info!(peer = %press.peer.id, prompt = %prompt.id, %why, "approval press refused by the approval rules");
+                log_err(
+                    "answering a refused press",
+                    ch.tell_presser(press, &format!("Not yours to decide: {why}."))
+                        .await,
+                );
+                return Ok(());
+            }
         };
         log_err(
             "answering a press",

@@ -1,5 +1,5 @@
 //! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`,
-//! `/unschedule`), and the undo button.
+//! `/unschedule`, `/link`), and the undo button.
 
 use std::sync::Arc;
 
@@ -127,12 +127,42 @@ impl Gateway {
             Command::Schedule => self.add_schedule(m).await,
             Command::Schedules => self.list_schedules(m).await?,
             Command::Unschedule => self.remove_schedule(m).await?,
+            Command::Link => self.link(m).await,
         };
         log_err(
             "answering a command",
             channel.send(&m.chat, &reply, &[]).await,
         );
         Ok(())
+    }
+
+    /// `/link CODE`: this chat identity acts as the person who got the code (docs/teams.md).
+    async fn link(&self, m: &InboundMessage) -> String {
+        let Some(code) = m.text.split_whitespace().nth(1) else {
+            return "Send /link CODE with the code the Switchboard console gives you (your name, then \"Link a chat\").".into();
+        };
+        let req = switchboard_protocol::people::LinkRequest {
+            platform: m.channel.clone(),
+            user_id: m.peer.id.clone(),
+            code: Some(code.to_string()),
+            user: None,
+        };
+        match self.inner.client.link(&req).await {
+            Ok(u) => format!(
+                "Linked: here you act as {} ({}) — their sessions, their approvals.",
+                u.name, u.role
+            ),
+            Err(e) if e.status() == Some(404) => {
+                "That code is unknown, used or expired: get a new one from the console.".into()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "linking a chat identity");
+                format!(
+                    "Could not link: {}",
+                    e.message().unwrap_or("the server did not answer")
+                )
+            }
+        }
     }
 
     /// `/diff`: what the last run that changed files changed — as text when it is short,
@@ -348,10 +378,11 @@ pub(super) enum Command {
     Schedule,
     Schedules,
     Unschedule,
+    Link,
 }
 
-/// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`
-/// (also `/stop@botname`).
+/// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`,
+/// `/link` (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -365,6 +396,7 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "schedule" => Some(Command::Schedule),
         "schedules" => Some(Command::Schedules),
         "unschedule" => Some(Command::Unschedule),
+        "link" => Some(Command::Link),
         _ => None,
     }
 }

@@ -19,6 +19,7 @@ const COMMANDS: &[(&str, Command)] = &[
     ("schedule", Command::Schedule),
     ("schedules", Command::Schedules),
     ("unschedule", Command::Unschedule),
+    ("link", Command::Link),
 ];
 
 /// Whitespace of several kinds (what `split_whitespace` splits on).

@@ -277,9 +277,11 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
     } else {
         tracing::info!(routing_key = %key, "sending again the batch a crash left without its run");
     }
+    // As the person who wrote last (docs/teams.md: a linked chat identity acts as them).
     let sent = gw
         .inner
         .client
+        .on_behalf_of(&super::approvals::identity(&last.channel, &last.peer))
         .send_message_once(route.session_id, &req, &idempotency_key)
         .await;
     let run_id = match sent {
@@ -337,9 +339,11 @@ pub(super) async fn ensure_route(
         (_, Some(bound)) => (*bound, true),
         (Some(r), None) => (r.session_id, r.bound),
         (None, None) => {
+            // A chat's session belongs to the person who started it, when linked.
             let s = gw
                 .inner
                 .client
+                .on_behalf_of(&super::approvals::identity(&latest.channel, &latest.peer))
                 .create_session(&CreateSessionRequest {
                     title: Some(title(
                         &cfg.title_template,

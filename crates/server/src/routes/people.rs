@@ -4,14 +4,14 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use switchboard_engine::store::people::AuditFilter;
 use switchboard_protocol::ErrorBody;
 use switchboard_protocol::people::{
-    CreateTokenRequest, CreateUserRequest, CreatedToken, ListAuditResponse, ListTokensResponse,
-    ListUsersResponse, Me, TokenInfo, UpdateUserRequest, User,
+    CreateTokenRequest, CreateUserRequest, CreatedToken, LinkCode, LinkRequest, ListAuditResponse,
+    ListTokensResponse, ListUsersResponse, Me, TokenInfo, UpdateUserRequest, User,
 };
 use utoipa::IntoParams;
 
@@ -29,6 +29,68 @@ pub fn router() -> Router<AppState> {
         .route("/v1/tokens", get(list_tokens).post(create_token))
         .route("/v1/tokens/{id}", delete(revoke_token))
         .route("/v1/audit", get(audit))
+        .route("/v1/me/link-code", post(link_code))
+        .route("/v1/links", post(link))
+        .route("/v1/links/{platform}/{user_id}", delete(unlink))
+}
+
+/// A one-time code for the caller to send to a bot as `/link CODE` (on any chat platform,
+/// within ten minutes): that chat identity then acts as them.
+#[utoipa::path(post, path = "/v1/me/link-code", tag = "team", security(("bearer" = [])),
+    responses((status = 200, body = LinkCode),
+              (status = 422, description = "`unprocessable_entity`: the server token's built-in admin links no chats", body = ErrorBody)))]
+pub async fn link_code(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+) -> Result<Json<LinkCode>, ApiError> {
+    Ok(Json(state.engine.team().new_link_code(&p).await?))
+}
+
+/// Links a chat identity to a person: by the code they got (what a chat channel sends for
+/// `/link CODE`), or by name.
+#[utoipa::path(post, path = "/v1/links", tag = "team", request_body = LinkRequest,
+    security(("bearer" = ["admin"])),
+    responses((status = 200, body = User),
+              (status = 404, description = "`not_found`: no such code (used, expired) or user", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: neither or both of code and user", body = ErrorBody)))]
+pub async fn link(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    extract::Json(req): extract::Json<LinkRequest>,
+) -> Result<Json<User>, ApiError> {
+    Ok(Json(
+        state
+            .engine
+            .team()
+            .link(
+                &p,
+                &req.platform,
+                &req.user_id,
+                req.code.as_deref(),
+                req.user.as_deref(),
+                via(&p),
+            )
+            .await?,
+    ))
+}
+
+/// Unlinks a chat identity.
+#[utoipa::path(delete, path = "/v1/links/{platform}/{user_id}", tag = "team",
+    params(("platform" = String, Path), ("user_id" = String, Path)),
+    security(("bearer" = ["admin"])),
+    responses((status = 204, description = "Unlinked"),
+              (status = 404, description = "`not_found`: linked to no one", body = ErrorBody)))]
+pub async fn unlink(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    switchboard_http::Path((platform, user_id)): switchboard_http::Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .engine
+        .team()
+        .unlink(&p, &platform, &user_id, via(&p))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Who the caller is: the user, role, scopes and kind of credential.
