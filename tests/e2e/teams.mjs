@@ -7,7 +7,7 @@
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
 import {
-  WAIT, check, env, failedWith, finish, launch, noPageErrors, shot, step, watch,
+  WAIT, check, env, failedWith, finish, launch, noPageErrors, shot, step, until, watch,
 } from './harness.mjs';
 
 const BASE = env('SB_URL').replace(/\/$/, '');
@@ -76,7 +76,62 @@ try {
     await T('login-token').fill('dee has a long password');
     await T('login-submit').click();
     await T('whoami').filter({ hasText: 'dee · member' }).waitFor();
+    check(await T('settings-tab').isHidden(), 'a member is shown the Settings tab');
     await shot(page, 'teams-signed-in.png');
+  });
+
+  await step('the Team page gives a member a code to link a chat account', async () => {
+    await T('team-tab').click();
+    await T('link-code').click();
+    const code = await T('link-code-value').textContent();
+    check(/^\/link [A-Z2-9]{4}-[A-Z2-9]{4}$/.test(code), code);
+    check(await T('team-audit').count() === 0, 'a member is shown the audit log');
+  });
+
+  let session;
+  await step('a second person decides in the console: the requester is told no, another allows it', async () => {
+    await T('sessions-tab').click();
+    await T('home-composer').fill('deploy from the console');
+    await T('home-composer').press('Enter');
+    await page.waitForURL(/#\/s\/[0-9a-f-]{36}$/);
+    session = page.url().split('/').pop();
+    await T('allow').first().waitFor();
+    const shared = await page.evaluate(async (id) => (await fetch(`/v1/sessions/${id}`, {
+      method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ shared_with: ['eli'] }),
+    })).status, session);
+    check(shared === 200, `sharing answered ${shared}`);
+    await T('allow').first().click();
+    await T('toast').filter({ hasText: 'second person' }).waitFor();
+    const other = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    other.setDefaultTimeout(WAIT);
+    page = watch(await other.newPage());
+    await page.goto(BASE);
+    await T('login-user').fill('eli');
+    await T('login-token').fill('eli has a long password');
+    await T('login-submit').click();
+    await T('whoami').filter({ hasText: 'eli · member' }).waitFor();
+    await page.goto(`${BASE}/#/s/${session}`);
+    await T('allow').first().click();
+    await T('message-assistant').filter({ hasText: 'Deployed from the console.' }).waitFor();
+    await shot(page, 'teams-second-person.png');
+  });
+
+  await step('an admin sees the users and the audit log on the Team page', async () => {
+    const admin = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    admin.setDefaultTimeout(WAIT);
+    page = watch(await admin.newPage());
+    await page.goto(BASE);
+    await T('login-token').fill(env('SB_TOKEN'));
+    await T('login-submit').click();
+    await T('team-tab').click();
+    await T('team-user').filter({ hasText: 'eli' }).waitFor();
+    await page.locator('[data-testid="audit-entry"][data-action="approval.decide"]').filter({ hasText: 'eli' }).waitFor();
+    await T('audit-action').fill('signin.failed');
+    await T('audit-filter').click();
+    await until('only the failed sign-ins are listed', async () =>
+      (await page.locator('[data-testid="audit-entry"][data-action="signin.failed"]').count()) > 0
+      && (await page.locator('[data-testid="audit-entry"]:not([data-action="signin.failed"])').count()) === 0);
+    await shot(page, 'teams-audit.png');
   });
 
   await noPageErrors();

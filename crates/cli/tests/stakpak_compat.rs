@@ -1097,6 +1097,41 @@ async fn every_optional_field_may_be_null_on_every_route() {
         .await;
     assert_eq!(status, 409, "{text}");
     assert!(text.contains("settings_read_only"), "{text}");
+    // A team: a user, changed, their token, a chat account linked.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/users",
+            "/v1/users",
+            json!({"name": "nully", "role": "member"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{text}");
+    let (status, text) = walk
+        .send(c, "patch", "/v1/users/{name}", "/v1/users/nully", json!({}))
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/tokens",
+            "/v1/tokens",
+            json!({"user": "nully", "name": "n", "scopes": ["sessions:read"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{text}");
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/links",
+            "/v1/links",
+            json!({"platform": "telegram", "user_id": "7", "user": "nully"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
     // The console's sign-in.
     let (status, text) = walk
         .send(

@@ -798,7 +798,9 @@ async fn oidc_provider(port: u16, redirect: &str, accounts: Value) -> tokio::pro
 }
 
 /// Sign-in per person in the browser: through a real OpenID Connect provider (authorization
-/// code with PKCE; the role from the groups claim) and with a password (tests/e2e/teams.mjs).
+/// code with PKCE; the role from the groups claim) and with a password; a link code on the
+/// Team page; a second person deciding in the console; the admin's users and audit log
+/// (tests/e2e/teams.mjs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_passwords() {
     let dir = tempfile::tempdir().unwrap();
@@ -814,14 +816,23 @@ async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_pa
     std::fs::write(
         &config,
         format!(
-            "[auth.oidc]\nissuer = \"http://127.0.0.1:{idp_port}\"\nclient_id = \"switchboard\"\nbutton = \"Sign in with Acme SSO\"\nrole_claim = \"groups\"\n\n[auth.oidc.roles]\nengineering = \"member\"\nsre = \"operator\"\n"
+            "[[approvals.rules]]\ntool = \"run_command\"\nroles = [\"member\"]\nsecond_person = true\n\n[auth.oidc]\nissuer = \"http://127.0.0.1:{idp_port}\"\nclient_id = \"switchboard\"\nbutton = \"Sign in with Acme SSO\"\nrole_claim = \"groups\"\n\n[auth.oidc.roles]\nengineering = \"member\"\nsre = \"operator\"\n"
         ),
     )
     .unwrap();
+    let llm = switchboard_test_support::mock_llm::MockLlm::start().await;
+    llm.push(switchboard_test_support::mock_llm::MockReply::tool_call(
+        "call_1",
+        "run_command",
+        json!({"command": "echo deployed"}),
+    ));
+    llm.push(switchboard_test_support::mock_llm::MockReply::text(&[
+        "Deployed from the console.",
+    ]));
     let listen = format!("127.0.0.1:{port}");
     let server = common::start(
         &dir.path().join("data"),
-        "http://127.0.0.1:9/v1",
+        &llm.base_url(),
         &[
             ("SWITCHBOARD_CONFIG", config.to_str().unwrap()),
             ("SWITCHBOARD_LISTEN", &listen),
@@ -832,18 +843,23 @@ async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_pa
         ],
     )
     .await;
-    let (s, _) = call(
-        &server,
-        TOKEN,
-        "POST",
-        "/v1/users",
-        Some(json!({"name": "dee", "role": "member", "password": "dee has a long password"})),
-    )
-    .await;
-    assert_eq!(s, 201);
+    for (name, password) in [
+        ("dee", "dee has a long password"),
+        ("eli", "eli has a long password"),
+    ] {
+        let (s, _) = call(
+            &server,
+            TOKEN,
+            "POST",
+            "/v1/users",
+            Some(json!({"name": name, "role": "member", "password": password})),
+        )
+        .await;
+        assert_eq!(s, 201);
+    }
     let mut script = common::browser::Script::start(
         "teams.mjs",
-        &[("SB_URL", &server.url)],
+        &[("SB_URL", &server.url), ("SB_TOKEN", TOKEN)],
         std::time::Duration::from_secs(180),
     );
     if let Some(cmd) = script.next_command().await {
@@ -859,7 +875,10 @@ async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_pa
         .iter()
         .map(|u| (u["name"].as_str().unwrap(), u["role"].as_str().unwrap()))
         .collect();
-    assert_eq!(names, [("ann", "operator"), ("dee", "member")]);
+    assert_eq!(
+        names,
+        [("ann", "operator"), ("dee", "member"), ("eli", "member")]
+    );
     let (_, audit) = call(
         &server,
         TOKEN,
@@ -872,7 +891,12 @@ async fn people_sign_in_to_the_console_through_the_identity_provider_and_with_pa
         audit.to_string().contains("zed has no role here"),
         "{audit}"
     );
-    common::browser::assert_shots(&["teams-sign-in.png", "teams-signed-in.png"]);
+    common::browser::assert_shots(&[
+        "teams-sign-in.png",
+        "teams-signed-in.png",
+        "teams-second-person.png",
+        "teams-audit.png",
+    ]);
 }
 
 /// Members see and drive their own sessions and those shared with them — in lists, reads,
@@ -1383,7 +1407,7 @@ async fn in_a_chat_linked_people_act_as_themselves_and_a_second_person_decides()
             ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
             ("SWITCHBOARD_TELEGRAM_BASE_URL", &base),
             ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "1,2,-100"),
-            ("SWITCHBOARD_TELEGRAM_APPROVERS", "1,2"),
+            ("SWITCHBOARD_TELEGRAM_APPROVERS", "user:ann,user:bob"),
             ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
         ],
     )
@@ -1467,6 +1491,18 @@ async fn in_a_chat_linked_people_act_as_themselves_and_a_second_person_decides()
         1,
         "{pending}"
     );
+    // Approvers are named as people (`user:NAME`): someone linked to no one is not one.
+    let press = tg.press(-100, prompt.message_id, 3, "carol", &allow);
+    tg.wait_until(std::time::Duration::from_secs(30), "carol is told", |t| {
+        t.calls("answerCallbackQuery").iter().any(|c| {
+            c["callback_query_id"] == press.as_str()
+                && c["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("an approver")
+        })
+    })
+    .await;
     // Bob's press allows it.
     tg.press(-100, prompt.message_id, 2, "bob", &allow);
     bot_says(&tg, -100, "the reply", |m| m.text.contains("Deployed.")).await;

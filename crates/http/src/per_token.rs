@@ -33,15 +33,15 @@ impl CallerKeys {
         CallerKey(self.0.hash_one(format!("Bearer {token}").as_bytes()))
     }
 
+    /// The key of a request's credential: its `Authorization`, else its cookies (a person
+    /// signed in to the console, whose cookie is not turned into a bearer value).
     pub fn key(&self, headers: &HeaderMap) -> CallerKey {
-        CallerKey(
-            self.0.hash_one(
-                headers
-                    .get(axum::http::header::AUTHORIZATION)
-                    .map(|v| v.as_bytes())
-                    .unwrap_or_default(),
-            ),
-        )
+        let credential = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .or_else(|| headers.get(axum::http::header::COOKIE))
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        CallerKey(self.0.hash_one(credential))
     }
 }
 

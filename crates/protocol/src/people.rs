@@ -235,7 +235,7 @@ pub struct CreateUserRequest {
     /// For signing in to the console; at least 12 characters. Without one the person signs
     /// in through the identity provider, or uses tokens only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 12, max_length = 1024)]
+    #[schema(min_length = 12, max_length = 1024)]
     pub password: Option<String>,
 }
 
@@ -244,11 +244,10 @@ pub struct CreateUserRequest {
 #[serde(deny_unknown_fields)]
 pub struct UpdateUserRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
     pub role: Option<Role>,
     /// A new password (at least 12 characters); the person's console sessions end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 12, max_length = 1024)]
+    #[schema(min_length = 12, max_length = 1024)]
     pub password: Option<String>,
 }
 
@@ -286,7 +285,7 @@ pub const MAX_TOKEN_DAYS: u32 = 3650;
 pub struct CreateTokenRequest {
     /// Whose token: the caller's own unless an admin names someone else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64)]
     pub user: Option<String>,
     #[schema(min_length = 1, max_length = 64)]
     pub name: String,
@@ -295,7 +294,7 @@ pub struct CreateTokenRequest {
     pub scopes: Vec<Scope>,
     /// Days until it expires (1–3650); absent: it never expires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, minimum = 1, maximum = 3650)]
+    #[schema(minimum = 1, maximum = 3650)]
     pub expires_in_days: Option<u32>,
 }
 
@@ -327,10 +326,10 @@ pub struct LinkRequest {
     #[schema(min_length = 1, max_length = 256)]
     pub user_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64)]
     pub code: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false, min_length = 1, max_length = 64)]
+    #[schema(min_length = 1, max_length = 64)]
     pub user: Option<String>,
 }
 

@@ -37,6 +37,7 @@ const INDEX_HTML: &str = include_str!("../web/index.html");
 const APP_JS: &str = include_str!("../web/app.js");
 const MD_JS: &str = include_str!("../web/md.js");
 const SETTINGS_JS: &str = include_str!("../web/settings.js");
+const TEAM_JS: &str = include_str!("../web/team.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
@@ -49,7 +50,7 @@ const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &[u8], &str); 11] = [
+const ASSETS: [(&str, &[u8], &str); 12] = [
     (
         "app.js",
         APP_JS.as_bytes(),
@@ -59,6 +60,11 @@ const ASSETS: [(&str, &[u8], &str); 11] = [
     (
         "settings.js",
         SETTINGS_JS.as_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "team.js",
+        TEAM_JS.as_bytes(),
         "text/javascript; charset=utf-8",
     ),
     ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),
@@ -445,7 +451,7 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", security(()), tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
+    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `team.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
                content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
@@ -521,7 +527,8 @@ pub struct LoginBody {
 /// cookie, or 401. Failed password sign-ins are limited per user and per address (429).
 #[utoipa::path(post, path = "/v1/console/login", security(()), tag = "console", request_body = LoginBody,
     responses((status = 204, description = "Signed in: the session cookie is set"),
-              (status = 400, description = "`invalid_json`: not `{\"token\": …}`", body = ErrorBody),
+              (status = 400, description = "`invalid_json`: not JSON of this shape", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: neither `token` alone nor `user` and `password`", body = ErrorBody),
               (status = 401, description = "`invalid_token`, or `invalid_credentials` (unknown user or wrong password, not told apart)", body = ErrorBody),
               (status = 429, description = "`rate_limited`: too many failed sign-ins of this user or from this address lately; `Retry-After` says when to try again", body = ErrorBody), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody),
               (status = 413, description = "`payload_too_large`", body = ErrorBody)))]
@@ -535,6 +542,8 @@ async fn login(
     let Ok(b) = serde_json::from_slice::<LoginBody>(&body) else {
         return ApiError::new(ErrorCode::InvalidJson, shape).into_response();
     };
+    // Well-formed but neither a token nor a user and password: 422, as the document says.
+    let unprocessable = || ApiError::new(ErrorCode::UnprocessableEntity, shape).into_response();
     let token = match (b.token, b.user, b.password) {
         (Some(t), None, None) => t,
         (None, Some(user), Some(password)) => {
@@ -563,7 +572,7 @@ async fn login(
                 Err(e) => e.into_response(),
             };
         }
-        _ => return ApiError::new(ErrorCode::InvalidJson, shape).into_response(),
+        _ => return unprocessable(),
     };
     if !bool::from(
         token

@@ -5,6 +5,7 @@
 
 import { render } from './md.js';
 import { settingsPage } from './settings.js';
+import { teamPage } from './team.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -105,6 +106,11 @@ async function boot() {
   $('app').hidden = false;
   $('version').textContent = S.me.version ? `v${S.me.version}` : '';
   $('whoami').textContent = S.me.user ? `${S.me.user} · ${S.me.role}` : '';
+  // The pages the person's scopes reach (the server refuses the rest anyway).
+  const scopes = new Set(S.me.scopes ?? []);
+  for (const [tab, scope] of [['settings', 'settings:read'], ['channels', 'gateway:read'], ['schedules', 'schedules:read'], ['relay', 'relay:read']]) {
+    $(`${tab}-tab`).hidden = !scopes.has(scope);
+  }
   route();
   refreshSessions().catch(toast);
   openApprovals();
@@ -181,9 +187,9 @@ $('show-archived').addEventListener('change', (e) => {
 });
 
 /** Pages that use the whole width (no session sidebar). */
-const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'settings'];
+const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'settings', 'team'];
 
-/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/settings */
+/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/settings · #/team */
 function route() {
   if (!S.me) return;
   const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
@@ -201,6 +207,7 @@ function route() {
   else if (kind === 'inbox') openInbox();
   else if (kind === 'channels') openChannels();
   else if (kind === 'settings') $('main').replaceChildren(settingsPage(settingsKit));
+  else if (kind === 'team') $('main').replaceChildren(teamPage({ ...settingsKit, me: S.me }));
   else if (kind === 'new') $('main').replaceChildren(newSessionForm());
   else $('main').replaceChildren(homeView());
   markActive();

@@ -209,7 +209,7 @@ impl Gateway {
             );
             return Ok(());
         }
-        if !self.may_approve(&prompt, &press.peer) {
+        if !self.may_approve(&prompt, &press.peer).await {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
             log_err(
                 "answering a refused press",
@@ -261,11 +261,12 @@ impl Gateway {
     /// In a DM only the requester; in groups the configured approvers (default: the
     /// requester). A prompt asked for over HTTP ([`ANYONE`] as requester) may be answered
     /// by the configured approvers, else by anyone in its chat (which the bot's access
-    /// rules already admit).
-    pub(super) fn may_approve(&self, p: &Prompt, peer: &Peer) -> bool {
+    /// rules already admit). Approvers are platform ids, or `user:NAME` for a person by
+    /// the chat accounts they linked (docs/teams.md).
+    pub(super) async fn may_approve(&self, p: &Prompt, peer: &Peer) -> bool {
         if p.requester.id == ANYONE {
             return match self.inner.config.approvers.get(&p.channel) {
-                Some(list) if !list.is_empty() => list.contains(&peer.id),
+                Some(list) if !list.is_empty() => self.is_listed(list, &p.channel, peer).await,
                 _ => true,
             };
         }
@@ -275,8 +276,35 @@ impl Gateway {
             return asked;
         }
         match self.inner.config.approvers.get(&p.channel) {
-            Some(list) if !list.is_empty() => list.contains(&peer.id),
+            Some(list) if !list.is_empty() => self.is_listed(list, &p.channel, peer).await,
             _ => asked,
+        }
+    }
+
+    /// Whether `peer` is on an approvers list: by their platform id, or as `user:NAME` —
+    /// the person their chat account is linked to, as the server says.
+    async fn is_listed(&self, list: &[String], channel: &str, peer: &Peer) -> bool {
+        if list.contains(&peer.id) {
+            return true;
+        }
+        if !list.iter().any(|e| e.starts_with("user:")) {
+            return false;
+        }
+        match self
+            .inner
+            .client
+            .on_behalf_of(&identity(channel, peer))
+            .me()
+            .await
+        {
+            Ok(me) if me.credential == switchboard_protocol::people::Credential::Chat => list
+                .iter()
+                .any(|e| e.strip_prefix("user:") == Some(me.user.as_str())),
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "asking who a chat account acts as");
+                false
+            }
         }
     }
 
