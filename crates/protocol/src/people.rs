@@ -13,6 +13,8 @@ use uuid::Uuid;
 /// What a person may do, as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
+// Not `Role`: a message's role (user, assistant) has that name in the document.
+#[schema(as = TeamRole)]
 pub enum Role {
     /// Everything, users, tokens and the audit log included.
     Admin,
@@ -229,7 +231,13 @@ pub struct ListUsersResponse {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUserRequest {
-    #[schema(min_length = 1, max_length = 64)]
+    /// Lower-case letters, digits and `. _ - @`, starting with a letter or digit; not
+    /// `admin` (the server token's).
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[a-z0-9][a-z0-9._@-]{0,63}$"
+    )]
     pub name: String,
     pub role: Role,
     /// For signing in to the console; at least 12 characters. Without one the person signs
@@ -253,6 +261,8 @@ pub struct UpdateUserRequest {
 
 /// The shortest password accepted.
 pub const MIN_PASSWORD: usize = 12;
+/// The longest password accepted.
+pub const MAX_PASSWORD: usize = 1024;
 
 /// A personal API token, without its secret.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -601,11 +601,13 @@ struct LogoutQuery {
 /// every instance (with `?everywhere=true` every one of theirs).
 #[utoipa::path(post, path = "/v1/console/logout", security(()), tag = "console",
     params(("everywhere" = Option<bool>, Query, description = "End every console session of the person")),
-    responses((status = 204, description = "The cookie is cleared"), (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
+    responses((status = 204, description = "The cookie is cleared"),
+              (status = 400, description = "`invalid_query`: `everywhere` is not true or false", body = ErrorBody),
+              (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody)))]
 async fn logout(
     State(console): State<Console>,
     headers: HeaderMap,
-    Query(q): Query<LogoutQuery>,
+    switchboard_http::Query(q): switchboard_http::Query<LogoutQuery>,
 ) -> Response {
     if let (Some(team), Some(c)) = (&console.inner.config.team, cookie_value(&headers, COOKIE))
         && let Err(e) = crate::signin::sign_out(team, c, q.everywhere).await
@@ -624,6 +626,8 @@ async fn logout(
 
 /// `GET /v1/console/me`.
 #[derive(Serialize, utoipa::ToSchema)]
+// Not `Me`: that is `GET /v1/me`'s.
+#[schema(as = ConsoleMe)]
 pub struct Me {
     signed_in: bool,
     /// Who is signed in (`admin` for the server token).

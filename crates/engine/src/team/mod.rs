@@ -162,9 +162,11 @@ fn audit_entry(r: switchboard_store::AuditRecord) -> AuditEntry {
 }
 
 fn check_password(p: &str) -> Result<(), TeamError> {
-    if p.chars().count() < MIN_PASSWORD {
+    let n = p.chars().count();
+    if !(MIN_PASSWORD..=switchboard_protocol::people::MAX_PASSWORD).contains(&n) {
         return Err(TeamError::Unprocessable(format!(
-            "a password is at least {MIN_PASSWORD} characters"
+            "a password is {MIN_PASSWORD} to {} characters",
+            switchboard_protocol::people::MAX_PASSWORD
         )));
     }
     Ok(())

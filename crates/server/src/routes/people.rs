@@ -236,8 +236,10 @@ pub struct AuditQuery {
     /// Only this action (`token.create`, `signin.failed`, …).
     pub action: Option<String>,
     /// From this time on (RFC 3339).
+    #[param(format = DateTime)]
     pub from: Option<String>,
     /// Before this time (RFC 3339).
+    #[param(format = DateTime)]
     pub to: Option<String>,
     /// Entries after this id (the `next` of the previous page).
     #[param(minimum = 0)]
@@ -258,6 +260,12 @@ pub async fn audit(
     Caller(p): Caller,
     extract::Query(q): extract::Query<AuditQuery>,
 ) -> Result<Json<ListAuditResponse>, ApiError> {
+    if q.after.is_some_and(|a| a < 0) {
+        return Err(ApiError::new(
+            switchboard_protocol::ErrorCode::InvalidQuery,
+            "after is an entry's id: 0 or more",
+        ));
+    }
     let limit = q.limit.unwrap_or(100);
     if limit == 0 || limit > 1000 {
         return Err(ApiError::new(
@@ -265,6 +273,8 @@ pub async fn audit(
             "limit must be between 1 and 1000",
         ));
     }
+    // An empty user or action is no filter (a time must be one).
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
     let time = |name: &str, v: Option<String>| -> Result<Option<String>, ApiError> {
         v.map(|t| {
             chrono::DateTime::parse_from_rfc3339(&t)
@@ -279,8 +289,8 @@ pub async fn audit(
         .transpose()
     };
     let filter = AuditFilter {
-        actor: q.user,
-        action: q.action,
+        actor: given(q.user),
+        action: given(q.action),
         from: time("from", q.from)?,
         to: time("to", q.to)?,
         after: q.after,
