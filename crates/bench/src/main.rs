@@ -33,7 +33,10 @@
 //! (x) sandbox set-up (`--only x`): a command started directly, through the sandbox's
 //!     launcher, and with a cgroup of its own (needs the `switchboard` binary beside this one).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! (t) who is calling (`--only t`): a request with the server token and with a person's API
+//! token (looked up in the store each time), in microseconds.
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|t|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -41,6 +44,7 @@
 
 use anyhow::{Context, Result};
 
+mod auth;
 mod checkpoints;
 mod common;
 mod failover;
@@ -224,6 +228,19 @@ async fn main() -> Result<()> {
             "(g) resume all 100,000 events, separate server process (s)",
             &all,
             3,
+        );
+    }
+    if want("t") {
+        let f = auth::auth(runs).await?;
+        row(
+            "(t) GET /v1/sessions/{id} with the server token (µs per request)",
+            &f.server_token,
+            0,
+        );
+        row(
+            "(t) … with a person's API token, looked up in the store (µs)",
+            &f.personal_token,
+            0,
         );
     }
     if want("x") {

@@ -66,6 +66,25 @@ async fn call(
     (status, body)
 }
 
+/// Polls `f` (every 50 ms, up to 30 s) until it gives a value.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 async fn add_user(server: &ServerProcess, name: &str, role: Role) {
     let (s, b) = call(
         server,
@@ -541,6 +560,17 @@ async fn a_token_revoked_on_one_instance_is_refused_by_another_within_a_second()
     assert_eq!(call(b, &cy, "GET", "/v1/sessions", None).await.0, 200);
     let (_, me) = call(b, &cy, "GET", "/v1/me", None).await;
     let id = me["token_id"].as_str().unwrap().to_string();
+    // An event stream B serves with the token, open when it is revoked.
+    let stream = reqwest::Client::new()
+        .get(format!("{}/v1/approvals/events", b.url))
+        .bearer_auth(&cy)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut stream = stream.bytes_stream();
+    use futures::StreamExt as _;
+    assert!(stream.next().await.is_some(), "the snapshot comes");
     // Revoked on A, while B keeps being asked.
     let (s, _) = call(a, TOKEN, "DELETE", &format!("/v1/tokens/{id}"), None).await;
     assert_eq!(s, 200);
@@ -556,6 +586,13 @@ async fn a_token_revoked_on_one_instance_is_refused_by_another_within_a_second()
             "B still accepts the token a second after A revoked it"
         );
     }
+    // The stream opened before ends too, within a recheck.
+    let ended = tokio::time::timeout(
+        switchboard_http::STREAM_RECHECK + std::time::Duration::from_secs(5),
+        async { while let Some(Ok(_)) = stream.next().await {} },
+    )
+    .await;
+    assert!(ended.is_ok(), "the revoked token's stream is still open");
     // And a role change on B holds on A.
     let other = token_for(b, "cy", &[Scope::SessionsRead, Scope::SessionsWrite]).await;
     let (s, _) = call(
@@ -1036,18 +1073,11 @@ async fn members_see_their_own_sessions_and_those_shared_with_them() {
         t.sort();
         t
     };
-    let start = std::time::Instant::now();
-    loop {
+    eventually("two approvals waiting", || async {
         let (_, v) = call(&server, ops, "GET", "/v1/approvals", None).await;
-        if inbox(&v).len() == 2 {
-            break;
-        }
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "two approvals wait: {v}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (inbox(&v).len() == 2).then_some(())
+    })
+    .await;
     let (_, v) = call(&server, ann, "GET", "/v1/approvals", None).await;
     assert_eq!(inbox(&v), ["ann's"]);
     // Only bob (or an operator) shares his session; shared, ann sees and drives it.
@@ -1243,18 +1273,11 @@ async fn a_second_person_rule_refuses_the_requester_and_accepts_another_approver
     assert_eq!(st, 200, "{sent}");
     let run = sent["run_id"].clone();
     // Bob's inbox has it (asked by ann); ann's does not: she may not decide it.
-    let start = std::time::Instant::now();
-    let waiting = loop {
+    let waiting = eventually("the call waiting", || async {
         let (_, v) = call(&server, bob, "GET", "/v1/approvals", None).await;
-        if let Some(a) = v["approvals"].as_array().unwrap().first() {
-            break a.clone();
-        }
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "the call waits: {v}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+        v["approvals"].as_array().unwrap().first().cloned()
+    })
+    .await;
     assert_eq!(waiting["requested_by"], "ann");
     let (_, mine) = call(&server, ann, "GET", "/v1/approvals", None).await;
     assert_eq!(mine["approvals"], json!([]), "{mine}");
@@ -1317,8 +1340,7 @@ async fn a_second_person_rule_refuses_the_requester_and_accepts_another_approver
     )
     .await;
     assert_eq!(st, 200, "{body}");
-    let start = std::time::Instant::now();
-    loop {
+    eventually("the command's output", || async {
         let (_, t) = call(
             &server,
             ann,
@@ -1327,15 +1349,9 @@ async fn a_second_person_rule_refuses_the_requester_and_accepts_another_approver
             None,
         )
         .await;
-        if t.to_string().contains("deployed") {
-            break;
-        }
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(30),
-            "the command ran: {t}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        t.to_string().contains("deployed").then_some(())
+    })
+    .await;
     let mut stream = common::client(&server).subscribe(id.parse().unwrap(), Some(0));
     let seen = common::until_run_ends(&mut stream, run.as_str().unwrap().parse().unwrap()).await;
     let events = serde_json::to_string(&seen).unwrap();
@@ -1406,7 +1422,7 @@ async fn in_a_chat_linked_people_act_as_themselves_and_a_second_person_decides()
             ("SWITCHBOARD_DEFAULT_CWD", ws.path().to_str().unwrap()),
             ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
             ("SWITCHBOARD_TELEGRAM_BASE_URL", &base),
-            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "1,2,-100"),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", "1,2,4,-100"),
             ("SWITCHBOARD_TELEGRAM_APPROVERS", "user:ann,user:bob"),
             ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
         ],
@@ -1529,4 +1545,21 @@ async fn in_a_chat_linked_people_act_as_themselves_and_a_second_person_decides()
     );
     let (_, links) = call(&server, TOKEN, "GET", "/v1/audit?action=chat.link", None).await;
     assert_eq!(links["entries"].as_array().unwrap().len(), 2);
+    // A viewer's chat account writes: refused in words, for good (not retried forever),
+    // and the chat goes on.
+    add_user(&server, "vic", Role::Viewer).await;
+    let (s, _) = call(
+        &server,
+        TOKEN,
+        "POST",
+        "/v1/links",
+        Some(json!({"platform": "telegram", "user_id": "4", "user": "vic"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    tg.dm(4, "vic", "run something");
+    bot_says(&tg, 4, "the refusal", |m| {
+        m.text.contains("could not be given to the agent") && m.text.contains("sessions:write")
+    })
+    .await;
 }

@@ -20,7 +20,7 @@ pub use extract::{Json, Path, Query, from_json_slice};
 pub use limit::{BodyLimit, reject_oversized};
 pub use per_token::{CallerKey, CallerKeys, StreamSlot, StreamSlots, WriteRate, limit_writes};
 pub use principal::{
-    Access, Auth, Authenticator, ScopeTable, ScopeTableError, authenticate, authorized,
-    missing_scope,
+    Access, Auth, Authenticator, STREAM_RECHECK, ScopeTable, ScopeTableError, authenticate,
+    authorized, missing_scope,
 };
 pub use serve::{ConnLimits, serve};

@@ -43,7 +43,15 @@ pub trait Authenticator: Send + Sync + 'static {
         &'a self,
         identity: &'a str,
     ) -> BoxFuture<'a, Result<Option<Principal>, ApiError>>;
+
+    /// Whether what `p` authenticated with still holds (not revoked, signed out, removed):
+    /// asked every [`STREAM_RECHECK`] while a stream it opened is open.
+    fn still_valid<'a>(&'a self, p: &'a Principal) -> BoxFuture<'a, bool>;
 }
+
+/// How often an event stream opened by a person's credential checks that it still holds;
+/// the stream ends within this long of a revocation, a sign-out or the user's removal.
+pub const STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What an operation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,6 +240,11 @@ pub async fn authenticate(State(auth): State<Auth>, mut req: Request, next: Next
             }
         }
     }
+    let person = req
+        .extensions()
+        .get::<Principal>()
+        .filter(|p| p.credential != switchboard_protocol::people::Credential::ServerToken)
+        .cloned();
     if let Some(p) = req.extensions().get::<Principal>() {
         let (method, path) = (req.method(), req.uri().path());
         let needed = match auth.table.access(method, path) {
@@ -246,7 +259,38 @@ pub async fn authenticate(State(auth): State<Auth>, mut req: Request, next: Next
             return missing_scope(s, method, path).into_response();
         }
     }
-    next.run(req).await
+    let resp = next.run(req).await;
+    match person {
+        Some(p) => end_with_credential(resp, auth, p),
+        None => resp,
+    }
+}
+
+/// An event stream opened by a person ends when their credential stops holding: a
+/// revocation reaches the streams already open too, not only the next request.
+fn end_with_credential(resp: Response, auth: Auth, p: Principal) -> Response {
+    use futures::StreamExt as _;
+    let stream = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !stream {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let ended = async move {
+        loop {
+            tokio::time::sleep(STREAM_RECHECK).await;
+            if !auth.authenticator.still_valid(&p).await {
+                tracing::info!(user = %p.user, "an event stream ends: its credential no longer holds");
+                return;
+            }
+        }
+    };
+    Response::from_parts(
+        parts,
+        axum::body::Body::from_stream(body.into_data_stream().take_until(ended)),
+    )
 }
 
 /// `Ok` when the request has a principal (put there by [`authenticate`], which checked its

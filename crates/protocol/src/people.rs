@@ -416,6 +416,9 @@ pub struct Principal {
     pub scopes: Vec<Scope>,
     pub credential: Credential,
     pub token_id: Option<Uuid>,
+    /// The hash of the console session it signed in with (a console sign-in), so that a
+    /// stream it holds ends when the session does.
+    pub console_session: Option<String>,
 }
 
 impl Principal {
@@ -427,6 +430,7 @@ impl Principal {
             scopes: Scope::ALL.to_vec(),
             credential: Credential::ServerToken,
             token_id: None,
+            console_session: None,
         }
     }
 

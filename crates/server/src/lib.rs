@@ -125,6 +125,13 @@ impl switchboard_http::Authenticator for TeamAuthenticator {
                 .map_err(ApiError::from)
         })
     }
+
+    fn still_valid<'a>(
+        &'a self,
+        p: &'a switchboard_protocol::people::Principal,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(self.0.still_valid(p))
+    }
 }
 
 /// The authentication layer's state for a server whose operations `doc` documents (every

@@ -42,7 +42,10 @@ impl Team {
             return None;
         }
         match self.principal_of(&s.user_name, Credential::Console).await {
-            Ok(p) => p,
+            Ok(p) => p.map(|p| Principal {
+                console_session: Some(s.id_hash.clone()),
+                ..p
+            }),
             Err(e) => {
                 tracing::warn!(error = %e, "a console session's user");
                 None

@@ -114,6 +114,7 @@ mod tests {
             scopes: vec![Scope::ApprovalsDecide],
             credential: Credential::Token,
             token_id: None,
+            console_session: None,
         }
     }
 

@@ -172,6 +172,16 @@ fn check_password(p: &str) -> Result<(), TeamError> {
     Ok(())
 }
 
+/// A new password checked and hashed, off the async threads (argon2id takes a while on
+/// purpose).
+async fn new_password_hash(password: &str) -> Result<String, TeamError> {
+    check_password(password)?;
+    let p = password.to_string();
+    tokio::task::spawn_blocking(move || hash_password(&p))
+        .await
+        .map_err(|e| TeamError::Internal(e.to_string()))?
+}
+
 /// The argon2id hash of `password` as a PHC string (a fresh salt each time).
 pub fn hash_password(password: &str) -> Result<String, TeamError> {
     use argon2::PasswordHasher as _;
@@ -283,7 +293,42 @@ impl Team {
             scopes,
             credential: Credential::Token,
             token_id: Some(t.id),
+            console_session: None,
         }))
+    }
+
+    /// Whether what `p` authenticated with still holds: its token not revoked or expired,
+    /// its console session not ended, its user not removed (the server token always). For
+    /// streams, which outlive the request that checked it. Fails closed: an error is no.
+    pub async fn still_valid(&self, p: &Principal) -> bool {
+        let now = now_rfc3339();
+        let holds = async {
+            let user = match p.credential {
+                Credential::ServerToken => return Ok::<_, TeamError>(true),
+                Credential::Token => match p.token_id {
+                    Some(id) => match self.store.get_token(id).await? {
+                        Some(t)
+                            if t.revoked_at.is_none()
+                                && t.expires_at.as_deref().is_none_or(|e| *e > *now) =>
+                        {
+                            t.user_name
+                        }
+                        _ => return Ok(false),
+                    },
+                    None => return Ok(false),
+                },
+                Credential::Console => match &p.console_session {
+                    Some(hash) => match self.store.get_console_session(hash).await? {
+                        Some(s) if s.expires_at > now => s.user_name,
+                        _ => return Ok(false),
+                    },
+                    None => return Ok(false),
+                },
+                Credential::Chat => p.user.clone(),
+            };
+            Ok(self.store.get_user(&user).await?.is_some())
+        };
+        holds.await.unwrap_or(false)
     }
 
     /// Records a token's use, at most once a minute per token and instance.
@@ -321,6 +366,7 @@ impl Team {
             scopes: role.scopes().to_vec(),
             credential,
             token_id: None,
+            console_session: None,
         }))
     }
 

@@ -53,15 +53,7 @@ impl Team {
             return Err(TeamError::Unprocessable(p));
         }
         let password_hash = match &req.password {
-            Some(p) => {
-                check_password(p)?;
-                let p = p.clone();
-                Some(
-                    tokio::task::spawn_blocking(move || hash_password(&p))
-                        .await
-                        .map_err(|e| TeamError::Internal(e.to_string()))??,
-                )
-            }
+            Some(p) => Some(new_password_hash(p).await?),
             None => None,
         };
         let now = now_rfc3339();
@@ -104,15 +96,7 @@ impl Team {
             return Err(TeamError::NotFound(format!("no user {name:?}")));
         };
         let password_hash = match &req.password {
-            Some(p) => {
-                check_password(p)?;
-                let p = p.clone();
-                Some(
-                    tokio::task::spawn_blocking(move || hash_password(&p))
-                        .await
-                        .map_err(|e| TeamError::Internal(e.to_string()))??,
-                )
-            }
+            Some(p) => Some(new_password_hash(p).await?),
             None => None,
         };
         self.store

@@ -120,7 +120,8 @@ pub fn batch_cut(items: &[Queued], max_files: usize, max_bytes: usize) -> usize 
 /// (400, 413, 415, 422). Not a conflict, a rate limit, a missing session or the server's
 /// own trouble, which pass.
 pub(super) fn is_permanent(e: &switchboard_client::ClientError) -> bool {
-    matches!(e.status(), Some(400 | 413 | 415 | 422))
+    // 403: the person a linked chat account acts as may not do this (a viewer's message).
+    matches!(e.status(), Some(400 | 403 | 413 | 415 | 422))
 }
 
 /// Sets a refused batch aside ([`crate::store::GatewayStore::park`]) and tells the chat why.

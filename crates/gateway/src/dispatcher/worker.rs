@@ -339,24 +339,31 @@ pub(super) async fn ensure_route(
         (_, Some(bound)) => (*bound, true),
         (Some(r), None) => (r.session_id, r.bound),
         (None, None) => {
-            // A chat's session belongs to the person who started it, when linked.
-            let s = gw
+            // A chat's session belongs to the person who started it, when linked; one whose
+            // role starts no sessions (a viewer) gets the chat's own, and their message is
+            // then refused in words.
+            let req = CreateSessionRequest {
+                title: Some(title(
+                    &cfg.title_template,
+                    &latest.channel,
+                    &latest.peer,
+                    &latest.chat,
+                )),
+                cwd: cfg.session_cwd.clone(),
+                model: cfg.session_model.clone(),
+                permission_mode: cfg.session_permission_mode,
+                ..CreateSessionRequest::default()
+            };
+            let s = match gw
                 .inner
                 .client
                 .on_behalf_of(&super::approvals::identity(&latest.channel, &latest.peer))
-                .create_session(&CreateSessionRequest {
-                    title: Some(title(
-                        &cfg.title_template,
-                        &latest.channel,
-                        &latest.peer,
-                        &latest.chat,
-                    )),
-                    cwd: cfg.session_cwd.clone(),
-                    model: cfg.session_model.clone(),
-                    permission_mode: cfg.session_permission_mode,
-                    ..CreateSessionRequest::default()
-                })
-                .await?;
+                .create_session(&req)
+                .await
+            {
+                Err(e) if e.status() == Some(403) => gw.inner.client.create_session(&req).await?,
+                r => r?,
+            };
             tracing::info!(routing_key = %key, session_id = %s.id, "new session for a chat");
             (s.id, false)
         }
