@@ -601,6 +601,12 @@ impl Gateway {
         {
             Ok(_) => Ok(()),
             Err(e) if e.status() == Some(409) => Ok(()),
+            // The server's approval rules give these calls to named people: the chat's own
+            // mode does not decide them; they wait for those people (or time out, rejected).
+            Err(e) if e.status() == Some(403) => {
+                tracing::info!(session_id = %run.session_id, error = %e, "the approval rules keep these calls for people to decide");
+                Ok(())
+            }
             Err(e) => Err(e.into()),
         }
     }
