@@ -769,12 +769,7 @@ mod tests {
     fn ignored_options_are_named() {
         let mut input = switchboard_engine::RunInput {
             content: "hi".into(),
-            model: None,
-            context: vec![],
-            overrides: None,
-            attachments: vec![],
-            sandbox: None,
-            requested_by: None,
+            ..Default::default()
         };
         assert_eq!(ignored_options(&input), None);
         input.overrides = Some(switchboard_protocol::RunOverrides {

@@ -2,6 +2,8 @@
 //! enforced on the headers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
@@ -11,20 +13,9 @@ use switchboard_test_support::process::ServerProcess;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 async fn serve(dir: &Path, extra: &[(&str, &str)]) -> ServerProcess {
-    let config = dir.join("switchboard.toml");
-    std::fs::write(
-        &config,
-        "[gateway]\nenabled = true\n\n[channels.webhook.ops]\nsecret = \"openapi-test-secret-0123456789\"\nurl = \"http://127.0.0.1:9/\"\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.join("bundles")).unwrap();
-    let config = config.to_string_lossy().to_string();
-    let bundles = dir.join("bundles").to_string_lossy().to_string();
-    let mut env = vec![
-        ("SWITCHBOARD_CONFIG", config.as_str()),
-        ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
-        ("SWITCHBOARD_OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
-    ];
+    let surfaces = common::every_surface(dir);
+    let mut env: Vec<(&str, &str)> = surfaces.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.push(("SWITCHBOARD_OPENAI_BASE_URL", "http://127.0.0.1:9/v1"));
     env.extend_from_slice(extra);
     ServerProcess::start(
         Path::new(env!("CARGO_BIN_EXE_switchboard")),

@@ -14,24 +14,9 @@ const TOKEN: &str = common::TOKEN;
 
 /// A server with every surface mounted, the chat channels' too (a webhook channel).
 async fn serve(dir: &Path) -> ServerProcess {
-    let config = dir.join("switchboard.toml");
-    std::fs::write(
-        &config,
-        "[gateway]\nenabled = true\n\n[channels.webhook.ops]\nsecret = \"teams-test-secret-0123456789\"\nurl = \"http://127.0.0.1:9/\"\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.join("bundles")).unwrap();
-    let config = config.to_string_lossy().to_string();
-    let bundles = dir.join("bundles").to_string_lossy().to_string();
-    common::start(
-        &dir.join("data"),
-        "http://127.0.0.1:9/v1",
-        &[
-            ("SWITCHBOARD_CONFIG", config.as_str()),
-            ("SWITCHBOARD_BUNDLES_DIR", bundles.as_str()),
-        ],
-    )
-    .await
+    let surfaces = common::every_surface(dir);
+    let env: Vec<(&str, &str)> = surfaces.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    common::start(&dir.join("data"), "http://127.0.0.1:9/v1", &env).await
 }
 
 async fn call(

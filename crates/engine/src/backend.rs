@@ -23,7 +23,7 @@ use crate::log::EventLog;
 use crate::time::now_rfc3339;
 
 /// What started a run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunInput {
     pub content: String,
     /// The run's model: `overrides.model`, else the request's `model`, else none (the

@@ -41,6 +41,26 @@ pub async fn start(data_dir: &Path, llm_url: &str, extra: &[(&str, &str)]) -> Se
 /// Writes `dir/switchboard.toml`, whose `[agents.test]` is the scriptable test agent
 /// (`switchboard-test-agent`) keeping its state and log (`agent.log`) under `dir`; returns
 /// its path, for `SWITCHBOARD_CONFIG`.
+/// Every surface mounted: a configuration in `dir` with the chat gateway and a signed
+/// webhook channel (`ops`), and an empty bundles directory; the environment that points
+/// `serve` at them.
+pub fn every_surface(dir: &Path) -> Vec<(&'static str, String)> {
+    let config = dir.join("switchboard.toml");
+    std::fs::write(
+        &config,
+        "[gateway]\nenabled = true\n\n[channels.webhook.ops]\nsecret = \"every-surface-secret-0123456789\"\nurl = \"http://127.0.0.1:9/\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("bundles")).unwrap();
+    vec![
+        ("SWITCHBOARD_CONFIG", config.to_string_lossy().into_owned()),
+        (
+            "SWITCHBOARD_BUNDLES_DIR",
+            dir.join("bundles").to_string_lossy().into_owned(),
+        ),
+    ]
+}
+
 pub fn test_agent_config(dir: &Path) -> PathBuf {
     let state = dir.join("agent-state");
     std::fs::create_dir_all(&state).unwrap();
