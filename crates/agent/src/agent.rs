@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use crate::mcp::McpTools;
 use crate::provider::{
-    ChatMessage, ImagePart, Provider, ProviderError, StreamedToolCall, TextSink,
+    ChatMessage, DEFAULT_OUTPUT_ESTIMATE, ImagePart, Provider, ProviderError, StreamedToolCall,
+    TextSink, estimate_input_tokens,
 };
 use crate::tools::{self, ToolLimits, Workspace};
 
@@ -465,6 +466,18 @@ impl BuiltinAgent {
             let sink = DeltaSink {
                 handle: &ctx.handle,
             };
+            // Reserved against the budgets before the call, settled with what it used after.
+            let metered = ctx
+                .handle
+                .call_starts(
+                    provider.name(),
+                    &model,
+                    estimate_input_tokens(&system_prompt, &messages, &specs),
+                    provider
+                        .max_output_tokens()
+                        .map_or(DEFAULT_OUTPUT_ESTIMATE, u64::from),
+                )
+                .await?;
             let result = provider
                 .stream(
                     &model,
@@ -475,6 +488,13 @@ impl BuiltinAgent {
                     &sink,
                 )
                 .await;
+            let used = match &result {
+                Ok(c) => c.usage,
+                Err(e) if e.billed_nothing() => Some(Usage::default()),
+                Err(_) => None,
+            };
+            let priced = ctx.handle.call_done(metered, used.as_ref()).await?;
+            usage.add(&priced);
             let completion = match result {
                 Ok(c) => c,
                 Err(ProviderError::Cancelled) => {
@@ -507,10 +527,12 @@ impl BuiltinAgent {
                 }
                 Err(e) => return Err(fail(provider.as_ref(), e)),
             };
-            if let Some(u) = completion.usage {
-                usage.add(&u);
+            if completion.usage.is_some() {
                 ctx.handle
-                    .emit(AgentEvent::UsageReport { run_id, usage: u })
+                    .emit(AgentEvent::UsageReport {
+                        run_id,
+                        usage: priced,
+                    })
                     .await?;
             }
             if !completion.text.is_empty() {

@@ -113,6 +113,15 @@ struct ChunkUsage {
     completion_tokens: u64,
     #[serde(default)]
     total_tokens: u64,
+    /// `cached_tokens`: of `prompt_tokens`, read from the prompt cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 impl OpenAiProvider {
@@ -215,10 +224,14 @@ impl OpenAiProvider {
                     return Err(ProviderError::Stream(self.redact(&excerpt(&msg))));
                 }
                 if let Some(u) = chunk.usage {
+                    let cached = u
+                        .prompt_tokens_details
+                        .and_then(|d| d.cached_tokens)
+                        .unwrap_or(0);
                     out.usage = Some(Usage {
-                        prompt_tokens: u.prompt_tokens,
-                        completion_tokens: u.completion_tokens,
                         total_tokens: u.total_tokens.max(u.prompt_tokens + u.completion_tokens),
+                        cache_read_tokens: cached.min(u.prompt_tokens),
+                        ..Usage::tokens(u.prompt_tokens, u.completion_tokens)
                     });
                 }
                 for choice in chunk.choices {

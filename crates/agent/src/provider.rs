@@ -208,6 +208,45 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Removes the API key from any text that may reach a user or a log.
     fn redact(&self, text: &str) -> String;
+
+    /// The most output tokens a reply may have, when requests cap it (Anthropic's
+    /// `max_tokens`): what a budget reserves for the reply. `None`: uncapped, and
+    /// [`DEFAULT_OUTPUT_ESTIMATE`] is reserved.
+    fn max_output_tokens(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Output tokens reserved against budgets for a call whose replies are not capped.
+pub const DEFAULT_OUTPUT_ESTIMATE: u64 = 4_096;
+
+/// About how many tokens a request's input is: four characters a token of the system
+/// prompt, the messages and the tool definitions, and 1,600 for each image (what a
+/// 1,092×1,092 picture costs at Anthropic, more than at OpenAI). What a budget reserves for
+/// the input before the provider has counted it.
+pub fn estimate_input_tokens(system: &str, messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
+    let mut chars = system.len();
+    let mut images = 0u64;
+    for m in messages {
+        chars += m.content.len();
+        for c in &m.tool_calls {
+            chars += c.name.len() + c.arguments.to_string().len();
+        }
+        images += m.images.len() as u64;
+    }
+    for t in tools {
+        chars += t.name.len() + t.description.len() + t.input_schema.to_string().len();
+    }
+    (chars as u64).div_ceil(4) + images * 1_600
+}
+
+impl ProviderError {
+    /// Whether the provider certainly billed nothing for the request: it refused it, or it
+    /// was never reached. Anything else (a reply cut off, a stream that went silent) may
+    /// have cost something that is not known.
+    pub fn billed_nothing(&self) -> bool {
+        matches!(self, Self::Unreachable { .. } | Self::Http { .. })
+    }
 }
 
 /// Shared HTTP plumbing of the providers.

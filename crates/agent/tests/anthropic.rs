@@ -90,14 +90,7 @@ async fn streams_text_in_order() {
     assert_eq!(c.finish_reason, "end_turn");
     assert!(c.tool_calls.is_empty());
     // mock: (14 system + 9 message chars) / 4 → 6 input tokens; one output token per delta
-    assert_eq!(
-        c.usage,
-        Some(Usage {
-            prompt_tokens: 6,
-            completion_tokens: 4,
-            total_tokens: 10
-        })
-    );
+    assert_eq!(c.usage, Some(Usage::tokens(6, 4)));
 
     let reqs = mock.message_requests();
     assert_eq!(reqs.len(), 1);

@@ -154,6 +154,7 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
         live_buffer: settings.live_buffer,
         protected,
         approval_rules: settings.approval_rules.clone(),
+        usage: settings.usage.clone(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(store.clone(), backends, engine_config)

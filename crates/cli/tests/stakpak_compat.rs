@@ -1132,6 +1132,17 @@ async fn every_optional_field_may_be_null_on_every_route() {
         )
         .await;
     assert_eq!(status, 200, "{text}");
+    // A budget made over the API.
+    let (status, text) = walk
+        .send(
+            c,
+            "put",
+            "/v1/budgets/{name}",
+            "/v1/budgets/nully",
+            json!({"name": "nully", "scope": "global", "window": "day", "limit_usd": 5}),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
     // The console's sign-in.
     let (status, text) = walk
         .send(

@@ -52,6 +52,10 @@ pub struct RunInput {
     /// that vouches for its people itself): for `second_person` approval rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// The chat, schedule or relay bundle the message came from, as its surface says: whom
+    /// the run's usage is for, and which budgets apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<switchboard_protocol::usage::RunOrigin>,
 }
 
 fn lenient_overrides<'de, D: serde::Deserializer<'de>>(
@@ -169,6 +173,8 @@ pub struct BackendError {
     pub code: RunErrorCode,
     pub message: String,
     pub retryable: bool,
+    /// With `budget_exhausted`: the budget that stopped the run.
+    pub budget: Option<switchboard_protocol::usage::BudgetHit>,
 }
 
 impl BackendError {
@@ -177,6 +183,17 @@ impl BackendError {
             code,
             message: message.into(),
             retryable,
+            budget: None,
+        }
+    }
+
+    /// The run stops: `hit` has no room for the next model call.
+    pub fn budget_exhausted(hit: switchboard_protocol::usage::BudgetHit) -> Self {
+        Self {
+            code: RunErrorCode::BudgetExhausted,
+            message: format!("{hit}: the run stopped before its next model call"),
+            retryable: false,
+            budget: Some(hit),
         }
     }
 }
@@ -322,6 +339,12 @@ pub struct RunHandle {
     pub(crate) protected: crate::ProtectedPaths,
     pub(crate) file_limits: crate::files::FileLimits,
     pub(crate) tokens: Arc<crate::tokens::SessionTokens>,
+    /// Every model call's usage and the budgets.
+    pub(crate) meter: Arc<crate::Meter>,
+    /// Whom the run's calls are for.
+    pub(crate) attribution: crate::Attribution,
+    /// Budgets the run was told are nearly spent (once each).
+    pub(crate) warned: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 impl RunHandle {
@@ -640,6 +663,7 @@ mod tests {
             attachments: vec![],
             sandbox: None,
             requested_by: None,
+            origin: None,
         };
         let text = input.prompt_text();
         let high = text.find("<context name=\"high 'q'\">").unwrap();
@@ -663,6 +687,7 @@ mod tests {
             attachments: vec![],
             sandbox: None,
             requested_by: None,
+            origin: None,
         };
         let text = input.prompt_text();
         // One block, opened and closed by Switchboard alone.

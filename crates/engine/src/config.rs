@@ -50,6 +50,8 @@ pub struct EngineConfig {
     /// Switchboard's own state (data directory, token, configuration, files store,
     /// checkpoints): no agent reaches it, no checkpoint records it, no workspace lies in it.
     pub protected: crate::ProtectedPaths,
+    /// `[prices]` and `[[budgets]]` (docs/usage.md).
+    pub usage: crate::UsageConfig,
 }
 
 /// The conversation a run hands its agent is the session's most recent messages within
@@ -95,6 +97,7 @@ impl Default for EngineConfig {
             history: HistoryLimits::default(),
             protected: crate::ProtectedPaths::default(),
             approval_rules: Vec::new(),
+            usage: crate::UsageConfig::default(),
         }
     }
 }

@@ -58,6 +58,10 @@ pub enum EngineError {
     /// The caller may not do this (an approval rule names others); the message says why.
     #[error("{0}")]
     Forbidden(String),
+    /// What is asked clashes with what is (a budget of the configuration file changed over
+    /// the API).
+    #[error("{0}")]
+    Conflict(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -98,6 +102,7 @@ impl EngineError {
             Self::FileNotFound(_) => ErrorCode::FileNotFound,
             Self::ForbiddenPath { .. } => ErrorCode::ForbiddenPath,
             Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::Conflict(_) => ErrorCode::Conflict,
             Self::InvalidIdempotencyKey => ErrorCode::InvalidHeader,
             Self::UnknownFile(_) => ErrorCode::UnknownFile,
             Self::ShuttingDown => ErrorCode::Unavailable,

@@ -20,6 +20,7 @@ mod service;
 pub mod team;
 mod time;
 pub mod tokens;
+pub mod usage;
 
 pub use approval::{Decision, ToolClass, Verdict};
 pub use backend::{Backend, BackendError, Backends, RunContext, RunHandle, RunInput, RunSummary};
@@ -33,6 +34,7 @@ pub use protected::ProtectedPaths;
 pub use service::{DiffOutput, Engine, SessionDefaults};
 pub use team::{Team, TeamError};
 pub use time::{now_rfc3339, rfc3339 as time_text};
+pub use usage::{Attribution, Meter, UsageConfig};
 
 pub use switchboard_protocol as protocol;
 pub use switchboard_store as store;

@@ -20,19 +20,55 @@ use crate::files::FileInfo;
 use crate::outcomes::{RejectionCause, RunErrorCode, StopReason};
 use crate::tools::ToolCall;
 
-/// Token counts reported by a provider.
+/// Token counts reported by a provider, and what they cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
+    /// Input tokens, those read from or written to the provider's prompt cache included.
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `prompt_tokens`, written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+    /// What it cost in micro-dollars (docs/usage.md), summed over the calls whose cost is
+    /// known; absent when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_microdollars: Option<u64>,
+    /// Some of the calls summed have no known cost (a model without a price, a backend
+    /// that reported nothing): `cost_microdollars` leaves them out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_incomplete: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
+    /// Tokens only, as a provider reports them.
+    pub fn tokens(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            ..Self::default()
+        }
+    }
+
     pub fn add(&mut self, other: &Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.total_tokens += other.total_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cost_microdollars = match (self.cost_microdollars, other.cost_microdollars) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.cost_incomplete |= other.cost_incomplete;
     }
 }
 
@@ -161,6 +197,9 @@ pub enum AgentEvent {
         /// Read as `other` in logs written before it was recorded.
         #[serde(default)]
         code: RunErrorCode,
+        /// With `budget_exhausted`: the budget, and when it resets.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::usage::BudgetHit>,
     },
 }
 
@@ -287,6 +326,7 @@ mod tests {
                 error: "x".into(),
                 retryable: true,
                 code: RunErrorCode::Other,
+                budget: None,
             },
         };
         let s = serde_json::to_string(&env).unwrap();

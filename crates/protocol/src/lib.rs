@@ -26,6 +26,7 @@ pub mod settings;
 pub mod system;
 pub mod text;
 pub mod tools;
+pub mod usage;
 
 pub use checkpoints::*;
 pub use error::{Coded, ErrorBody, ErrorCode};

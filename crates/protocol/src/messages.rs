@@ -216,6 +216,11 @@ pub struct SendMessageRequest {
     pub context: Vec<ContextItem>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<RunOverrides>,
+    /// The chat, schedule or relay bundle this message comes from: whom the run's usage is
+    /// for and which budgets apply (docs/usage.md). Set by Switchboard's own surfaces; the
+    /// server ignores it from a caller without the `admin` scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::usage::RunOrigin>,
     /// The person whose message this is, set by the server from the caller (never read
     /// from the wire): who may not allow the run's calls under a `second_person` rule.
     #[serde(skip)]
@@ -237,6 +242,7 @@ impl SendMessageRequest {
             sandbox: None,
             context: Vec::new(),
             overrides: None,
+            origin: None,
             requested_by: None,
         }
     }

@@ -126,6 +126,8 @@ pub enum RunErrorCode {
     StoreUnavailable,
     /// The run was cut off by a restart, a shutdown, or another instance taking it over.
     Interrupted,
+    /// A budget would have been crossed by the next model call (`RunError.budget` names it).
+    BudgetExhausted,
     /// Anything else — and every run error logged before codes were recorded.
     #[default]
     Other,
@@ -144,6 +146,7 @@ impl RunErrorCode {
             Self::NotConfigured => "not_configured",
             Self::StoreUnavailable => "store_unavailable",
             Self::Interrupted => "interrupted",
+            Self::BudgetExhausted => "budget_exhausted",
             Self::Other => "other",
         }
     }

@@ -60,14 +60,17 @@ impl Role {
                 RelayAdmin,
                 SettingsRead,
                 MetricsRead,
+                UsageRead,
+                BudgetsWrite,
             ],
-            Role::Member => &[SessionsRead, SessionsWrite, ApprovalsDecide],
+            Role::Member => &[SessionsRead, SessionsWrite, ApprovalsDecide, UsageRead],
             Role::Viewer => &[
                 SessionsRead,
                 SchedulesRead,
                 GatewayRead,
                 RelayRead,
                 MetricsRead,
+                UsageRead,
             ],
         }
     }
@@ -124,13 +127,20 @@ pub enum Scope {
     /// Prometheus `/metrics`.
     #[serde(rename = "metrics:read")]
     MetricsRead,
+    /// What model calls used and cost, and the budgets' state (a person without
+    /// `sessions:read` of every session sees their own usage only).
+    #[serde(rename = "usage:read")]
+    UsageRead,
+    /// Add, change and remove budgets made over the API.
+    #[serde(rename = "budgets:write")]
+    BudgetsWrite,
     /// Everything else: change settings, manage users and every token, read the audit log.
     #[serde(rename = "admin")]
     Admin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 13] = [
+    pub const ALL: [Scope; 15] = [
         Scope::SessionsRead,
         Scope::SessionsWrite,
         Scope::ApprovalsDecide,
@@ -143,6 +153,8 @@ impl Scope {
         Scope::RelayAdmin,
         Scope::SettingsRead,
         Scope::MetricsRead,
+        Scope::UsageRead,
+        Scope::BudgetsWrite,
         Scope::Admin,
     ];
 
@@ -160,6 +172,8 @@ impl Scope {
             Scope::RelayAdmin => "relay:admin",
             Scope::SettingsRead => "settings:read",
             Scope::MetricsRead => "metrics:read",
+            Scope::UsageRead => "usage:read",
+            Scope::BudgetsWrite => "budgets:write",
             Scope::Admin => "admin",
         }
     }

@@ -198,6 +198,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::metrics::router())
         .merge(routes::settings::router())
         .merge(routes::people::router())
+        .merge(routes::usage::router())
         .route_layer(axum::middleware::from_fn_with_state(
             token,
             switchboard_http::require_bearer,

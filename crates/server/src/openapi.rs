@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 use crate::AppState;
 use crate::routes::{
     approvals, checkpoints, events, files, health, messages, metrics, openai, people, sessions,
-    settings, tools,
+    settings, tools, usage,
 };
 
 struct BearerAuth;
@@ -215,6 +215,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         people::me, people::list_users, people::create_user, people::show_user, people::update_user,
         people::delete_user, people::list_tokens, people::create_token, people::revoke_token,
         people::audit, people::link_code, people::link, people::unlink,
+        usage::report, usage::calls, usage::budgets, usage::put_budget, usage::delete_budget,
     ),
     components(schemas(
         switchboard_protocol::ErrorBody, switchboard_protocol::ErrorCode,
@@ -264,6 +265,15 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::people::Me, switchboard_protocol::people::AuditEntry,
         switchboard_protocol::people::ListAuditResponse,
         switchboard_protocol::people::LinkCode, switchboard_protocol::people::LinkRequest,
+        switchboard_protocol::usage::RunOrigin, switchboard_protocol::usage::BudgetScope,
+        switchboard_protocol::usage::BudgetWindow, switchboard_protocol::usage::AtLimit,
+        switchboard_protocol::usage::BudgetSpec, switchboard_protocol::usage::BudgetHit,
+        switchboard_protocol::usage::UsageGroup, switchboard_protocol::usage::UsageTotals,
+        switchboard_protocol::usage::UsageGroupTotals, switchboard_protocol::usage::UsageModelTotals,
+        switchboard_protocol::usage::UsageReportResponse,
+        switchboard_protocol::usage::UsageCall, switchboard_protocol::usage::UsageCallsResponse,
+        switchboard_protocol::usage::BudgetSource, switchboard_protocol::usage::BudgetWindowState,
+        switchboard_protocol::usage::BudgetStatus, switchboard_protocol::usage::BudgetsResponse,
     )),
     modifiers(&BearerAuth),
 )]

@@ -12,6 +12,7 @@
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod error;
+pub mod metering;
 mod migrate;
 pub mod people;
 mod records;
@@ -23,6 +24,10 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use error::StoreError;
+pub use metering::{
+    BudgetRecord, CallFilter, CallKey, CallRecord, CallTotals, CallUsage, Metering, Reservation,
+    WindowClaim, WindowRecord,
+};
 pub use people::{
     AuditFilter, AuditRecord, ConsoleSessionRecord, LinkRecord, NewAudit, People, TokenRecord,
     UserRecord,
@@ -32,10 +37,11 @@ pub use sql::{PostgresOptions, SqlStore, SqliteOptions};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Everything Switchboard keeps (a team's users, tokens and audit log through [`People`]).
+/// Everything Switchboard keeps (a team's users, tokens and audit log through [`People`];
+/// usage and budgets through [`Metering`]).
 /// Implementations must be safe to share between tasks.
 #[async_trait]
-pub trait Store: People + Send + Sync + 'static {
+pub trait Store: People + Metering + Send + Sync + 'static {
     // --- sessions ---------------------------------------------------------------------------
 
     /// Inserts a session. Fails with [`StoreError::Conflict`] if the id exists.

@@ -23,6 +23,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     (8, include_str!("../migrations/sqlite/0008_idempotency.sql")),
     (9, include_str!("../migrations/sqlite/0009_people.sql")),
     (10, include_str!("../migrations/sqlite/0010_ownership.sql")),
+    (11, include_str!("../migrations/sqlite/0011_usage.sql")),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -49,6 +50,7 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
         10,
         include_str!("../migrations/postgres/0010_ownership.sql"),
     ),
+    (11, include_str!("../migrations/postgres/0011_usage.sql")),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

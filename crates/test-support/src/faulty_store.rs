@@ -501,3 +501,91 @@ impl People for FaultyStore {
         self.inner.list_audit(filter).await
     }
 }
+
+#[async_trait]
+impl switchboard_store::Metering for FaultyStore {
+    async fn reserve_call(
+        &self,
+        call: &switchboard_store::CallRecord,
+        claims: &[switchboard_store::WindowClaim],
+    ) -> Result<switchboard_store::Reservation> {
+        self.enter("reserve_call").await?;
+        self.inner.reserve_call(call, claims).await
+    }
+    async fn settle_call(
+        &self,
+        id: Uuid,
+        usage: &switchboard_store::CallUsage,
+    ) -> Result<Option<Vec<switchboard_store::WindowRecord>>> {
+        self.enter("settle_call").await?;
+        self.inner.settle_call(id, usage).await
+    }
+    async fn lose_calls(&self, run_id: Uuid) -> Result<u64> {
+        self.enter("lose_calls").await?;
+        self.inner.lose_calls(run_id).await
+    }
+    async fn record_call(
+        &self,
+        call: &switchboard_store::CallRecord,
+        claims: &[switchboard_store::WindowClaim],
+    ) -> Result<()> {
+        self.enter("record_call").await?;
+        self.inner.record_call(call, claims).await
+    }
+    async fn list_calls(
+        &self,
+        filter: &switchboard_store::CallFilter,
+        limit: u32,
+    ) -> Result<Vec<switchboard_store::CallRecord>> {
+        self.enter("list_calls").await?;
+        self.inner.list_calls(filter, limit).await
+    }
+    async fn call_totals(
+        &self,
+        filter: &switchboard_store::CallFilter,
+        keys: &[switchboard_store::CallKey],
+    ) -> Result<Vec<(Vec<Option<String>>, switchboard_store::CallTotals)>> {
+        self.enter("call_totals").await?;
+        self.inner.call_totals(filter, keys).await
+    }
+    async fn unpriced_models(
+        &self,
+        filter: &switchboard_store::CallFilter,
+    ) -> Result<Vec<(String, String)>> {
+        self.enter("unpriced_models").await?;
+        self.inner.unpriced_models(filter).await
+    }
+    async fn budget_windows(
+        &self,
+        budget: &str,
+        window: &str,
+    ) -> Result<Vec<switchboard_store::WindowRecord>> {
+        self.enter("budget_windows").await?;
+        self.inner.budget_windows(budget, window).await
+    }
+    async fn extend_window(
+        &self,
+        budget: &str,
+        subject: &str,
+        window: &str,
+        microdollars: u64,
+        tokens: u64,
+    ) -> Result<()> {
+        self.enter("extend_window").await?;
+        self.inner
+            .extend_window(budget, subject, window, microdollars, tokens)
+            .await
+    }
+    async fn put_budget(&self, budget: &switchboard_store::BudgetRecord) -> Result<()> {
+        self.enter("put_budget").await?;
+        self.inner.put_budget(budget).await
+    }
+    async fn delete_budget(&self, name: &str) -> Result<bool> {
+        self.enter("delete_budget").await?;
+        self.inner.delete_budget(name).await
+    }
+    async fn list_budgets(&self) -> Result<Vec<switchboard_store::BudgetRecord>> {
+        self.enter("list_budgets").await?;
+        self.inner.list_budgets().await
+    }
+}

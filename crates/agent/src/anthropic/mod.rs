@@ -189,4 +189,8 @@ impl Provider for AnthropicProvider {
     fn redact(&self, text: &str) -> String {
         AnthropicProvider::redact(self, text)
     }
+
+    fn max_output_tokens(&self) -> Option<u32> {
+        Some(self.config.max_tokens)
+    }
 }

@@ -132,6 +132,8 @@ pub(super) struct Reply {
     blocks: BTreeMap<usize, Block>,
     input_tokens: u64,
     output_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
     has_usage: bool,
     pub(super) stopped: bool,
 }
@@ -142,9 +144,10 @@ impl Reply {
             || u.cache_creation_input_tokens.is_some()
             || u.cache_read_input_tokens.is_some()
         {
-            self.input_tokens = u.input_tokens.unwrap_or(0)
-                + u.cache_creation_input_tokens.unwrap_or(0)
-                + u.cache_read_input_tokens.unwrap_or(0);
+            self.cache_read_tokens = u.cache_read_input_tokens.unwrap_or(0);
+            self.cache_write_tokens = u.cache_creation_input_tokens.unwrap_or(0);
+            self.input_tokens =
+                u.input_tokens.unwrap_or(0) + self.cache_read_tokens + self.cache_write_tokens;
             self.has_usage = true;
         }
         if let Some(o) = u.output_tokens {
@@ -256,9 +259,9 @@ impl Reply {
             .collect();
         if self.has_usage {
             self.out.usage = Some(Usage {
-                prompt_tokens: self.input_tokens,
-                completion_tokens: self.output_tokens,
-                total_tokens: self.input_tokens + self.output_tokens,
+                cache_read_tokens: self.cache_read_tokens,
+                cache_write_tokens: self.cache_write_tokens,
+                ..Usage::tokens(self.input_tokens, self.output_tokens)
             });
         }
         if self.out.finish_reason.is_empty() {

@@ -216,14 +216,7 @@ fn events_assemble_a_completion() {
             },
         ]
     );
-    assert_eq!(
-        c.usage,
-        Some(Usage {
-            prompt_tokens: 10,
-            completion_tokens: 7,
-            total_tokens: 17
-        })
-    );
+    assert_eq!(c.usage, Some(Usage::tokens(10, 7)));
 }
 
 #[test]

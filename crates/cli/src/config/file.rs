@@ -50,6 +50,13 @@ pub struct FileConfig {
     pub auth: AuthSection,
     #[serde(default)]
     pub approvals: ApprovalsSection,
+    /// `[prices."provider/model"]`: dollars per million tokens, over the built-in table
+    /// (docs/usage.md).
+    #[serde(default)]
+    pub prices: std::collections::HashMap<String, switchboard_protocol::usage::ModelPrice>,
+    /// `[[budgets]]`: limits on what a scope spends in a window (docs/usage.md).
+    #[serde(default)]
+    pub budgets: Vec<switchboard_protocol::usage::BudgetSpec>,
 }
 
 /// `[approvals]`: who may decide which tool calls (docs/teams.md).

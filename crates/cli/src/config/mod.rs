@@ -215,6 +215,33 @@ pub struct Settings {
     pub oidc: Option<switchboard_server::oidc::OidcConfig>,
     /// `[[approvals.rules]]`.
     pub approval_rules: Vec<switchboard_engine::team::ApprovalRule>,
+    /// `[prices]` and `[[budgets]]`.
+    pub usage: switchboard_engine::UsageConfig,
+}
+
+/// `[prices]` and `[[budgets]]`, each checked: a price's key is `provider/model` and its
+/// figures not negative; a budget names one limit, a known time zone, a unique name.
+fn usage(file: &FileConfig) -> Result<switchboard_engine::UsageConfig> {
+    for (key, p) in &file.prices {
+        if !key.contains('/') {
+            bail!(
+                "[prices.{key:?}]: the key is provider/model (openai/gpt-4o, anthropic/claude-sonnet-4)"
+            );
+        }
+        let figures = [Some(p.input), Some(p.output), p.cache_read, p.cache_write];
+        if figures.iter().flatten().any(|f| !f.is_finite() || *f < 0.0) {
+            bail!("[prices.{key:?}]: prices are dollars per million tokens, 0 or more");
+        }
+    }
+    let config = switchboard_engine::UsageConfig {
+        prices: file.prices.clone(),
+        budgets: file.budgets.clone(),
+    };
+    // The engine's own check: what it would refuse at start is refused here, named.
+    if let Err(e) = switchboard_engine::usage::configured_budgets(&config.budgets) {
+        bail!("[[budgets]]: {e}");
+    }
+    Ok(config)
 }
 
 /// `[[approvals.rules]]`, each checked (a tool glob that does not parse is an error here,
@@ -569,6 +596,7 @@ impl Settings {
             sandbox: sandbox(&file.sandbox)?,
             oidc: oidc(&file.auth),
             approval_rules: approval_rules(&file.approvals)?,
+            usage: usage(&file)?,
         })
     }
 

@@ -131,6 +131,8 @@ struct Inner {
     store: Arc<dyn Store>,
     /// Users, tokens and the audit log.
     team: crate::Team,
+    /// Every model call's usage and the budgets ([`crate::usage`]).
+    meter: Arc<crate::Meter>,
     log: EventLog,
     backends: Backends,
     config: EngineConfig,
@@ -169,9 +171,12 @@ impl Engine {
         let log = EventLog::new(store.clone(), config.live_buffer);
         let blobs = Arc::new(crate::files::Blobs::new(config.files_dir.clone()));
         blobs.sweep_temp();
+        let meter =
+            crate::Meter::new(store.clone(), &config.usage).map_err(EngineError::Unprocessable)?;
         let engine = Self {
             inner: Arc::new(Inner {
                 team: crate::Team::new(store.clone()),
+                meter: Arc::new(meter),
                 store,
                 log,
                 backends,
@@ -225,6 +230,11 @@ impl Engine {
     /// The team: users, their tokens and passwords, the audit log.
     pub fn team(&self) -> &crate::Team {
         &self.inner.team
+    }
+
+    /// Usage, prices and budgets.
+    pub fn meter(&self) -> &Arc<crate::Meter> {
+        &self.inner.meter
     }
 
     pub fn log(&self) -> &EventLog {

@@ -77,6 +77,8 @@ impl Engine {
                 .await?;
         }
         tracing::warn!(%run_id, %session_id, reason = why, "closing an interrupted run");
+        // Its model calls under way were cut off: their reservations count as spent.
+        self.inner.meter.lose(run_id).await?;
         let error = why.to_string();
         // The RunError and the run's end in one transaction (under the lease taken over).
         self.inner
@@ -88,6 +90,7 @@ impl Engine {
                     error: error.clone(),
                     retryable: true,
                     code: switchboard_protocol::RunErrorCode::Interrupted,
+                    budget: None,
                 },
                 RunFinish {
                     run_id,

@@ -227,6 +227,7 @@ impl Engine {
             attachments,
             sandbox: req.sandbox,
             requested_by: req.requested_by.clone(),
+            origin: req.origin.clone().filter(|o| !o.is_empty()),
         };
         let new = NewRun {
             id: Uuid::now_v7(),
@@ -482,6 +483,7 @@ impl Engine {
                     (None, Some(live)) => live,
                     (None, None) => Arc::new(SyncMutex::new(config.auto_approve.clone())),
                 };
+                let who = attribution(session_id, run_id, &config, &input);
                 let ctx = RunContext {
                     session_id,
                     run_id,
@@ -507,6 +509,9 @@ impl Engine {
                         file_limits: self.inner.config.files.clone(),
                         tokens: self.inner.tokens.clone(),
                         protected: self.inner.config.protected.clone(),
+                        meter: self.inner.meter.clone(),
+                        attribution: who,
+                        warned: Default::default(),
                     },
                     mcp_servers: {
                         let own = &config.mcp_servers;
@@ -547,6 +552,11 @@ impl Engine {
         if checkpointed {
             self.checkpoint_after(&session, run_id, &lease).await;
         }
+        // A call the backend reserved and never settled (it failed, or was cut off) is
+        // lost: its reservation counts as spent.
+        if let Err(e) = self.inner.meter.lose(run_id).await {
+            tracing::warn!(%session_id, %run_id, error = %e, "the run's unsettled model calls could not be closed");
+        }
         let (outcome, event) = if self.inner.shutdown.is_cancelled() {
             let error = "server shutting down".to_string();
             (
@@ -558,6 +568,7 @@ impl Engine {
                     error,
                     retryable: true,
                     code: switchboard_protocol::RunErrorCode::Interrupted,
+                    budget: None,
                 },
             )
         } else if cancel.is_cancelled() {
@@ -594,6 +605,7 @@ impl Engine {
                         error: e.message,
                         retryable: e.retryable,
                         code: e.code,
+                        budget: e.budget,
                     },
                 ),
             }
@@ -706,5 +718,27 @@ impl Engine {
     ) -> Result<Subscription, EngineError> {
         self.record(session_id).await?;
         self.inner.log.subscribe(session_id, after).await
+    }
+}
+
+/// Whom a run's model calls are for.
+fn attribution(
+    session_id: Uuid,
+    run_id: Uuid,
+    config: &switchboard_protocol::SessionConfig,
+    input: &RunInput,
+) -> crate::Attribution {
+    let origin = input.origin.clone().unwrap_or_default();
+    crate::Attribution {
+        session_id: Some(session_id),
+        run_id: Some(run_id),
+        user: input.requested_by.clone(),
+        chat: origin.chat(),
+        schedule: origin.schedule,
+        bundle: origin.bundle,
+        backend: match &config.backend {
+            switchboard_protocol::BackendSpec::Builtin => "builtin".to_string(),
+            switchboard_protocol::BackendSpec::Acp(name) => name.clone(),
+        },
     }
 }

@@ -41,6 +41,18 @@ pub async fn send(
     extract::Json(mut req): extract::Json<SendMessageRequest>,
 ) -> Result<Json<SendMessageResponse>, ApiError> {
     req.requested_by = crate::extract::owner_of(&p).map(str::to_string);
+    // Where a message comes from is the word of Switchboard's own surfaces (the server
+    // token, or a chat identity it vouches for): nobody else attributes usage elsewhere.
+    if !matches!(
+        p.credential,
+        switchboard_protocol::people::Credential::ServerToken
+            | switchboard_protocol::people::Credential::Chat
+    ) && !p
+        .scopes
+        .contains(&switchboard_protocol::people::Scope::Admin)
+    {
+        req.origin = None;
+    }
     let key = match headers.get(IDEMPOTENCY_KEY) {
         Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::new(

@@ -12,3 +12,4 @@ pub mod people;
 pub mod sessions;
 pub mod settings;
 pub mod tools;
+pub mod usage;

@@ -34,7 +34,10 @@ macro_rules! conformance_suite {
             tokens_round_trip_and_go_with_their_user,
             links_and_console_sessions_go_with_their_user,
             audit_appends_in_order_and_filters,
-            sessions_belong_to_owners_and_are_shared
+            sessions_belong_to_owners_and_are_shared,
+            usage_is_reserved_settled_and_summed,
+            budget_limits_hold_under_concurrency,
+            budgets_round_trip
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -57,12 +60,14 @@ use crate::{NewEvent, SessionRecord, Store, StoreError};
 const LEASE: Duration = Duration::from_secs(600);
 
 mod events;
+mod metering;
 mod people;
 mod records;
 mod runs;
 mod sessions;
 
 pub use events::*;
+pub use metering::*;
 pub use people::*;
 pub use records::*;
 pub use runs::*;

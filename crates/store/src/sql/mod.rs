@@ -31,6 +31,7 @@
 //!   and approvals.
 
 mod log;
+mod metering;
 mod open;
 mod people;
 mod runs;

@@ -1,0 +1,392 @@
+//! Usage, cost and budgets (docs/usage.md) against the real binary and the mock model, which
+//! reports usage as OpenAI does: every model call metered and priced, reports that add up
+//! exactly by every grouping on SQLite and PostgreSQL, and budgets that stop a run before
+//! the call that would cross them.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use switchboard_protocol::{AgentEvent, RunErrorCode};
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+use switchboard_test_support::process::ServerProcess;
+
+use common::TOKEN;
+
+/// `mock-model` at $2 in and $8 out per million tokens: a call costs 2 µ$ an input token
+/// and 8 µ$ an output token, exactly.
+const PRICES: &str = "[prices.\"openai/mock-model\"]\ninput = 2.0\noutput = 8.0\n";
+
+async fn serve(dir: &Path, llm: &MockLlm, config: &str, store_url: Option<&str>) -> ServerProcess {
+    let path = dir.join("switchboard.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut env = vec![("SWITCHBOARD_CONFIG", path.to_string_lossy().into_owned())];
+    if let Some(url) = store_url {
+        env.push(("SWITCHBOARD_STORE_URL", url.to_string()));
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    common::start(&dir.join("data"), &llm.base_url(), &env).await
+}
+
+async fn get(server: &ServerProcess, path: &str) -> Value {
+    let resp = reqwest::Client::new()
+        .get(format!("{}{path}", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "GET {path}");
+    resp.json().await.unwrap()
+}
+
+async fn put(server: &ServerProcess, path: &str, body: Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .put(format!("{}{path}", server.url))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (
+        resp.status().as_u16(),
+        resp.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Runs `text` in session `id` to its end; its events.
+async fn run(
+    c: &switchboard_client::Client,
+    id: uuid::Uuid,
+    text: &str,
+) -> Vec<switchboard_protocol::EventEnvelope> {
+    let (mut events, run_id) = common::send(c, id, text).await;
+    common::until_run_ends(&mut events, run_id).await
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
+}
+
+/// Three runs in two sessions, one of them with a tool call (two model calls): every call
+/// is a row, priced exactly, and every grouping adds up to the total.
+async fn usage_adds_up(store_url: Option<&str>) {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let server = serve(dir.path(), &llm, PRICES, store_url).await;
+    let c = common::client(&server);
+    let a = c.create_session(&Default::default()).await.unwrap().id;
+    let b = c.create_session(&Default::default()).await.unwrap().id;
+    let first = run(&c, a, "hello there").await;
+    llm.push(MockReply::tool_call("c1", "list_dir", json!({"path": "."})));
+    run(&c, b, "look around").await;
+    run(&c, a, "and again").await;
+
+    let model_calls = llm.chat_requests().len() as u64;
+    assert_eq!(model_calls, 4, "one call a run, two for the tool call's");
+    // The run's end carries its cost: its one call's.
+    let (reported, completed) = first.iter().fold((None, None), |acc, e| match &e.event {
+        AgentEvent::UsageReport { usage, .. } => (Some(*usage), acc.1),
+        AgentEvent::RunCompleted { total_usage, .. } => (acc.0, Some(*total_usage)),
+        _ => acc,
+    });
+    let reported = reported.expect("a usage report");
+    let completed = completed.expect("the run completed");
+    assert_eq!(
+        reported.cost_microdollars,
+        Some(reported.prompt_tokens * 2 + reported.completion_tokens * 8),
+        "priced at the configured price"
+    );
+    assert_eq!(completed.cost_microdollars, reported.cost_microdollars);
+    assert!(!completed.cost_incomplete);
+
+    let calls = get(&server, "/v1/usage/calls?limit=1000").await;
+    let rows = calls["calls"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, model_calls, "a row per model call");
+    let mut cost = 0;
+    for r in rows {
+        assert_eq!(r["state"], "settled");
+        assert_eq!(r["reported"], true);
+        assert_eq!(r["provider"], "openai");
+        assert_eq!(r["model"], "mock-model");
+        assert_eq!(r["backend"], "builtin");
+        assert_eq!(
+            n(r, "cost_microdollars"),
+            n(r, "input_tokens") * 2 + n(r, "output_tokens") * 8
+        );
+        cost += n(r, "cost_microdollars");
+    }
+    let input: u64 = rows.iter().map(|r| n(r, "input_tokens")).sum();
+    let total = get(&server, "/v1/usage").await["total"].clone();
+    assert_eq!(n(&total, "calls"), model_calls);
+    assert_eq!(n(&total, "cost_microdollars"), cost);
+    assert_eq!(n(&total, "input_tokens"), input);
+    assert_eq!(n(&total, "unpriced_calls"), 0);
+    for group in [
+        "day", "session", "user", "chat", "model", "backend", "schedule",
+    ] {
+        let r = get(&server, &format!("/v1/usage?group_by={group}")).await;
+        let groups = r["groups"].as_array().unwrap();
+        let sum = |k: &str| groups.iter().map(|g| n(g, k)).sum::<u64>();
+        assert_eq!(
+            sum("calls"),
+            model_calls,
+            "{group}: every call in one group"
+        );
+        assert_eq!(sum("cost_microdollars"), cost, "{group}: costs add up");
+        assert_eq!(sum("input_tokens"), input, "{group}: tokens add up");
+        assert_eq!(r["total"], total, "{group}: the same total");
+    }
+    let by_session = get(&server, "/v1/usage?group_by=session").await;
+    let of = |id: uuid::Uuid| {
+        by_session["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["key"] == id.to_string())
+            .map(|g| n(g, "calls"))
+    };
+    assert_eq!((of(a), of(b)), (Some(2), Some(2)));
+    let by_day = get(&server, "/v1/usage?group_by=day").await;
+    let day = &by_day["groups"][0];
+    assert_eq!(
+        day["by_model"][0]["key"], "openai/mock-model",
+        "each day by model"
+    );
+    assert_eq!(n(&day["by_model"][0], "calls"), model_calls);
+    // One session's usage alone.
+    let only_a = get(&server, &format!("/v1/usage?session={a}")).await;
+    assert_eq!(n(&only_a["total"], "calls"), 2);
+    // Prometheus counts the same.
+    let metrics = common::scrape(&server.url).await;
+    let cost_metric = common::sample(
+        &metrics,
+        "switchboard_cost_microdollars_total{model=\"openai/mock-model\"}",
+    );
+    assert_eq!(cost_metric, Some(cost as f64), "{metrics}");
+    assert!(
+        common::sample(
+            &metrics,
+            "switchboard_tokens_total{model=\"openai/mock-model\",kind=\"output\"}"
+        )
+        .is_some_and(|v| v > 0.0)
+    );
+}
+
+#[tokio::test]
+async fn usage_is_metered_and_adds_up_on_sqlite() {
+    usage_adds_up(None).await;
+}
+
+#[tokio::test]
+async fn usage_is_metered_and_adds_up_on_postgres() {
+    let db = common::Db::create().await;
+    usage_adds_up(Some(&db.url)).await;
+    db.drop_now().await;
+}
+
+/// A model without a price is counted in tokens and flagged, never priced at zero.
+#[tokio::test]
+async fn an_unpriced_model_is_counted_in_tokens_and_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let server = serve(dir.path(), &llm, "", None).await;
+    let c = common::client(&server);
+    let id = c.create_session(&Default::default()).await.unwrap().id;
+    let events = run(&c, id, "hi").await;
+    let total = events
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::RunCompleted { total_usage, .. } => Some(*total_usage),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(total.cost_microdollars, None);
+    assert!(total.cost_incomplete, "the run's cost says it is not known");
+    assert!(total.prompt_tokens > 0);
+    let r = get(&server, "/v1/usage").await;
+    assert_eq!(n(&r["total"], "unpriced_calls"), 1);
+    assert_eq!(r["unpriced_models"], json!(["openai/mock-model"]));
+}
+
+/// A budget stops a run before the model call that would cross it: the model is not
+/// called, the run ends `budget_exhausted` naming the budget and when it resets. Near the
+/// limit, the run is told first.
+#[tokio::test]
+async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let server = serve(dir.path(), &llm, PRICES, None).await;
+    let c = common::client(&server);
+    let id = c.create_session(&Default::default()).await.unwrap().id;
+    run(&c, id, "first").await;
+    let total = get(&server, "/v1/usage").await["total"].clone();
+    let spent = n(&total, "input_tokens") + n(&total, "output_tokens");
+    // What a call of this session holds while it runs: its input and 4,096 tokens out.
+    let held = n(
+        &get(&server, "/v1/usage/calls").await["calls"][0],
+        "reserved_tokens",
+    );
+    assert!(held > 4_096, "the reply's most output is held: {held}");
+
+    // Room for one more call's reservation (a little more than the first's: the history
+    // grew), and 80 % of the limit is held once it is made: the run is told, and goes on.
+    let budget = |limit: u64| json!({"name": "daily", "scope": "global", "window": "day", "limit_tokens": limit});
+    let (s, b) = put(&server, "/v1/budgets/daily", budget(spent + held + 300)).await;
+    assert_eq!(s, 200, "{b}");
+    let events = run(&c, id, "second").await;
+    assert!(
+        events.iter().any(|e| matches!(&e.event, AgentEvent::Notice { message, .. } if message.contains("budget daily is 80 % spent"))),
+        "the run is told the budget is nearly spent: {:?}",
+        common::kinds(&events)
+    );
+    assert!(matches!(
+        events.last().unwrap().event,
+        AgentEvent::RunCompleted { .. }
+    ));
+
+    // Now no room for another call: the run ends before it, and the model is not called.
+    let before = llm.chat_requests().len();
+    let used = {
+        let t = &get(&server, "/v1/usage").await["total"];
+        n(t, "input_tokens") + n(t, "output_tokens")
+    };
+    put(&server, "/v1/budgets/daily", budget(used + 100)).await;
+    let events = run(&c, id, "third").await;
+    assert_eq!(
+        llm.chat_requests().len(),
+        before,
+        "the model was not called"
+    );
+    match &events.last().unwrap().event {
+        AgentEvent::RunError {
+            code,
+            budget,
+            retryable,
+            error,
+            ..
+        } => {
+            assert_eq!(*code, RunErrorCode::BudgetExhausted);
+            assert!(!retryable);
+            let hit = budget.as_ref().expect("the budget is named");
+            assert_eq!(hit.budget, "daily");
+            let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).date_naive();
+            assert_eq!(
+                hit.resets_at.map(|t| t.date_naive()),
+                Some(tomorrow),
+                "a day's window resets at the next midnight (UTC)"
+            );
+            assert!(error.contains("budget daily"), "{error}");
+        }
+        other => panic!("the run should have ended on the budget: {other:?}"),
+    }
+    // The budget's state says what was spent, and nothing is held.
+    let budgets = get(&server, "/v1/budgets").await;
+    let daily = &budgets["budgets"][0];
+    assert_eq!(daily["budget"]["name"], "daily");
+    assert_eq!(daily["source"], "api");
+    assert_eq!(n(&daily["windows"][0], "reserved_tokens"), 0);
+    // A budget of the configuration file cannot be changed over the API, nor made twice.
+    let (s, _) = put(
+        &server,
+        "/v1/budgets/other",
+        json!({"name": "mismatch", "scope": "global", "window": "day", "limit_usd": 1.0}),
+    )
+    .await;
+    assert_eq!(s, 422, "the name must be the path's");
+    let (s, b) = put(
+        &server,
+        "/v1/budgets/bad",
+        json!({"name": "bad", "scope": "global", "window": "day"}),
+    )
+    .await;
+    assert_eq!(s, 422, "a budget needs a limit: {b}");
+    let (s, b) = put(
+        &server,
+        "/v1/budgets/bad",
+        json!({"name": "bad", "scope": "global", "window": "day", "limit_usd": 1, "time_zone": "Mars/Base"}),
+    )
+    .await;
+    assert_eq!(s, 422, "an unknown time zone: {b}");
+    assert!(
+        b["error"].as_str().is_some_and(|m| m.contains("Mars/Base")),
+        "{b}"
+    );
+}
+
+/// `[[budgets]]` of the configuration: a per-user limit in dollars stops that person's
+/// runs (a member, by token) and not the server token's.
+#[tokio::test]
+async fn a_configured_budget_per_user_stops_only_that_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    // Each call reserves at least 4,096 output tokens at 8 µ$: 32,768 µ$ > $0.03.
+    let config = format!(
+        "{PRICES}\n[[budgets]]\nname = \"per-person\"\nscope = \"user\"\nwindow = \"month\"\nlimit_usd = 0.03\n"
+    );
+    let server = serve(dir.path(), &llm, &config, None).await;
+    let admin = common::client(&server);
+    let http = reqwest::Client::new();
+    let s = http
+        .post(format!("{}/v1/users", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "mia", "role": "member"}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s, 201);
+    let token: Value = http
+        .post(format!("{}/v1/tokens", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"user": "mia", "name": "t", "scopes": ["sessions:read", "sessions:write", "usage:read"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mia = switchboard_client::Client::new(
+        server.url.clone(),
+        Some(token["token"].as_str().unwrap().to_string()),
+    )
+    .unwrap();
+    let id = mia.create_session(&Default::default()).await.unwrap().id;
+    let events = run(&mia, id, "hi").await;
+    match &events.last().unwrap().event {
+        AgentEvent::RunError { code, budget, .. } => {
+            assert_eq!(*code, RunErrorCode::BudgetExhausted);
+            let hit = budget.as_ref().unwrap();
+            assert_eq!(
+                (hit.budget.as_str(), hit.subject.as_str()),
+                ("per-person", "mia")
+            );
+        }
+        other => panic!("mia's run should stop on her budget: {other:?}"),
+    }
+    assert!(llm.chat_requests().is_empty(), "the model was not called");
+    // The server token is nobody's person: its runs are not limited by a per-user budget.
+    let own = admin.create_session(&Default::default()).await.unwrap().id;
+    let events = run(&admin, own, "hi").await;
+    assert!(matches!(
+        events.last().unwrap().event,
+        AgentEvent::RunCompleted { .. }
+    ));
+    // A member sees their own usage only.
+    let resp = http
+        .get(format!("{}/v1/usage?user=admin", server.url))
+        .bearer_auth(token["token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    // The configuration's budget cannot be changed over the API.
+    let (s, _) = put(
+        &server,
+        "/v1/budgets/per-person",
+        json!({"name": "per-person", "scope": "global", "window": "day", "limit_usd": 100}),
+    )
+    .await;
+    assert_eq!(s, 409);
+}

@@ -1,0 +1,51 @@
+-- PostgreSQL twin of migrations/sqlite/0011_usage.sql.
+-- Every model call metered (docs/usage.md): who it was for, what it used and cost. No
+-- foreign keys: usage outlives a deleted session. Money in micro-dollars.
+CREATE TABLE usage_calls (
+    id                      UUID PRIMARY KEY,
+    at                      TEXT COLLATE "C" NOT NULL,
+    session_id              UUID,
+    run_id                  UUID,
+    user_name               TEXT COLLATE "C",
+    chat                    TEXT COLLATE "C",
+    schedule                TEXT COLLATE "C",
+    bundle                  TEXT COLLATE "C",
+    backend                 TEXT COLLATE "C" NOT NULL,
+    provider                TEXT COLLATE "C" NOT NULL,
+    model                   TEXT COLLATE "C" NOT NULL,
+    -- reserved (under way), settled, lost (cut off: its reservation counts as spent)
+    state                   TEXT COLLATE "C" NOT NULL,
+    reported                BOOLEAN NOT NULL,
+    input_tokens            BIGINT NOT NULL DEFAULT 0,
+    output_tokens           BIGINT NOT NULL DEFAULT 0,
+    cache_read_tokens       BIGINT NOT NULL DEFAULT 0,
+    cache_write_tokens      BIGINT NOT NULL DEFAULT 0,
+    cost_microdollars       BIGINT,
+    reserved_microdollars   BIGINT NOT NULL DEFAULT 0,
+    reserved_tokens         BIGINT NOT NULL DEFAULT 0,
+    -- the budget windows reserved against: JSON [[budget, subject, window], …]
+    windows                 TEXT COLLATE "C" NOT NULL DEFAULT '[]'
+);
+CREATE INDEX usage_calls_at ON usage_calls (at);
+CREATE INDEX usage_calls_session ON usage_calls (session_id, at);
+CREATE INDEX usage_calls_run ON usage_calls (run_id) WHERE state = 'reserved';
+-- What each budget's window has spent and holds for calls under way.
+CREATE TABLE budget_windows (
+    budget                  TEXT COLLATE "C" NOT NULL,
+    subject                 TEXT COLLATE "C" NOT NULL,
+    window_key              TEXT COLLATE "C" NOT NULL,
+    spent_microdollars      BIGINT NOT NULL DEFAULT 0,
+    spent_tokens            BIGINT NOT NULL DEFAULT 0,
+    reserved_microdollars   BIGINT NOT NULL DEFAULT 0,
+    reserved_tokens         BIGINT NOT NULL DEFAULT 0,
+    extra_microdollars      BIGINT NOT NULL DEFAULT 0,
+    extra_tokens            BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (budget, subject, window_key)
+);
+-- Budgets made over the API (those of the configuration file are not stored).
+CREATE TABLE budgets (
+    name                    TEXT COLLATE "C" PRIMARY KEY,
+    spec                    TEXT COLLATE "C" NOT NULL,
+    created_at              TEXT COLLATE "C" NOT NULL,
+    created_by              TEXT COLLATE "C" NOT NULL
+);
