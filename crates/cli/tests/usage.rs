@@ -390,3 +390,125 @@ async fn a_configured_budget_per_user_stops_only_that_user() {
     .await;
     assert_eq!(s, 409);
 }
+
+/// In a chat: `/usage` shows what this chat's runs cost, and a budget of the chat stops
+/// its next run with a message that names it.
+#[tokio::test]
+async fn a_chat_sees_its_usage_and_its_budget() {
+    let w = common::chat::World::new("telegram").await;
+    let config = w.dir.path().join("usage.toml");
+    std::fs::write(&config, PRICES).unwrap();
+    let server = w
+        .server_with(&[("SWITCHBOARD_CONFIG", config.to_str().unwrap())])
+        .await;
+    let chat = w.dm_chat();
+    w.dm("hello");
+    w.wait(chat, "the reply", |m| m.text.contains("Hello"))
+        .await;
+    w.dm("/usage");
+    let usage = w
+        .wait(chat, "the usage", |m| m.text.starts_with("This chat today"))
+        .await;
+    assert!(usage.text.contains("(1 model calls"), "{}", usage.text);
+    // The chat's calls are the chat's: grouped by chat, one group with them.
+    let by_chat = get(&server, "/v1/usage?group_by=chat").await;
+    let key = by_chat["groups"][0]["key"].as_str().unwrap().to_string();
+    assert!(key.starts_with("telegram:"), "{key}");
+    assert_eq!(n(&by_chat["groups"][0], "calls"), 1);
+    // A budget on each chat, smaller than one call's reservation: the next run stops.
+    let (s, b) = put(
+        &server,
+        "/v1/budgets/per-chat",
+        json!({"name": "per-chat", "scope": "chat", "window": "day", "limit_usd": 0.03}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let calls = w.llm.chat_requests().len();
+    w.dm("more please");
+    let stopped = w
+        .wait(chat, "the budget's message", |m| {
+            m.text.contains("budget per-chat")
+        })
+        .await;
+    assert!(
+        stopped.text.contains(&key),
+        "names whose budget: {}",
+        stopped.text
+    );
+    assert_eq!(
+        w.llm.chat_requests().len(),
+        calls,
+        "the model was not called"
+    );
+    w.dm("/status");
+    let status = w
+        .wait(chat, "the status", |m| {
+            m.text.contains("This chat this month")
+        })
+        .await;
+    assert!(status.text.contains("(1 model calls"), "{}", status.text);
+}
+
+/// A schedule is budgeted like anything else: its firings' runs are its own (`group_by =
+/// schedule`), and a budget of the schedule stops its next firing's run before the model
+/// is called, the firing failing with the budget's words.
+#[tokio::test]
+async fn a_schedule_is_budgeted_like_anything_else() {
+    use switchboard_protocol::schedules::{FiringStatus, ScheduleSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let server = serve(dir.path(), &llm, PRICES, None).await;
+    let c = common::client(&server);
+    let s = c
+        .create_schedule(&ScheduleSpec {
+            every: Some("1h".into()),
+            prompt: "check the build".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let finished = |n: usize| {
+        let c = c.clone();
+        async move {
+            for _ in 0..600 {
+                let f = c.list_firings(s.id).await.unwrap().firings;
+                let done: Vec<_> = f
+                    .into_iter()
+                    .filter(|f| matches!(f.status, FiringStatus::Succeeded | FiringStatus::Failed))
+                    .collect();
+                if done.len() >= n {
+                    return done;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("no {n} finished firings");
+        }
+    };
+    c.run_schedule(s.id).await.unwrap();
+    finished(1).await;
+    let by_schedule = get(&server, "/v1/usage?group_by=schedule").await;
+    assert_eq!(by_schedule["groups"][0]["key"], s.id.to_string());
+    assert_eq!(n(&by_schedule["groups"][0], "calls"), 1);
+    // This schedule's budget, smaller than a call's reservation.
+    let (st, b) = put(
+        &server,
+        "/v1/budgets/nightly",
+        json!({"name": "nightly", "scope": "schedule", "match": s.id.to_string(), "window": "month", "limit_usd": 0.03}),
+    )
+    .await;
+    assert_eq!(st, 200, "{b}");
+    let calls = llm.chat_requests().len();
+    c.run_schedule(s.id).await.unwrap();
+    let done = finished(2).await;
+    let last = done
+        .iter()
+        .find(|f| f.status == FiringStatus::Failed)
+        .expect("the second firing failed");
+    assert!(
+        last.outcome
+            .as_deref()
+            .is_some_and(|o| o.contains("budget nightly")),
+        "{last:?}"
+    );
+    assert_eq!(llm.chat_requests().len(), calls, "the model was not called");
+}

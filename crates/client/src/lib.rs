@@ -35,6 +35,7 @@ mod schedules;
 mod sse;
 mod stream;
 mod team;
+mod usage;
 
 #[cfg(test)]
 mod sse_prop_tests;

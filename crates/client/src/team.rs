@@ -118,7 +118,7 @@ impl Client {
 }
 
 /// A user name as one path segment (names are `a-z 0-9 . _ - @`; anything else is escaped).
-fn seg(name: &str) -> String {
+pub(crate) fn seg(name: &str) -> String {
     name.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || b"._-@".contains(&b) {

@@ -1,5 +1,5 @@
 //! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`,
-//! `/unschedule`, `/link`), and the undo button.
+//! `/unschedule`, `/link`, `/usage`), and the undo button.
 
 use std::sync::Arc;
 
@@ -108,11 +108,13 @@ impl Gateway {
                         }
                         Some(sb) => format!("off: {}", sb.detail),
                     };
+                    let (_, month) = self.chat_usage(key).await?;
                     format!(
-                        "Session {} ({})\nRun: {state}\nApproval pending: {}\nQueued messages: {queued}\nSandbox: {sandbox}",
+                        "Session {} ({})\nRun: {state}\nApproval pending: {}\nQueued messages: {queued}\nSandbox: {sandbox}\nThis chat this month: {}",
                         r.session_id,
                         s.session.title,
                         if pending.is_some() { "yes" } else { "no" },
+                        spent(&month),
                     )
                 }
             },
@@ -128,12 +130,46 @@ impl Gateway {
             Command::Schedules => self.list_schedules(m).await?,
             Command::Unschedule => self.remove_schedule(m).await?,
             Command::Link => self.link(m).await,
+            Command::Usage => {
+                let (today, month) = self.chat_usage(key).await?;
+                format!(
+                    "This chat today: {}\nThis chat this month: {}",
+                    spent(&today),
+                    spent(&month)
+                )
+            }
         };
         log_err(
             "answering a command",
             channel.send(&m.chat, &reply, &[]).await,
         );
         Ok(())
+    }
+
+    /// What this chat's runs used today and this month (UTC days and months).
+    async fn chat_usage(
+        &self,
+        key: &str,
+    ) -> Result<
+        (
+            switchboard_protocol::usage::UsageTotals,
+            switchboard_protocol::usage::UsageTotals,
+        ),
+        GatewayError,
+    > {
+        use chrono::Datelike;
+        let today = chrono::Utc::now().date_naive();
+        let month = today.with_day(1).unwrap_or(today);
+        let mut out = Vec::new();
+        for from in [today, month] {
+            let q = switchboard_protocol::usage::UsageQuery {
+                from: Some(from.format("%Y-%m-%d").to_string()),
+                chat: Some(key.to_string()),
+                ..Default::default()
+            };
+            out.push(self.inner.client.usage(&q).await?.total);
+        }
+        Ok((out[0], out[1]))
     }
 
     /// `/link CODE`: this chat identity acts as the person who got the code (docs/teams.md).
@@ -365,6 +401,24 @@ impl Gateway {
     }
 }
 
+/// Totals as a chat shows them: the cost, the tokens, and what is not priced.
+fn spent(t: &switchboard_protocol::usage::UsageTotals) -> String {
+    let mut out = format!(
+        "{} ({} model calls, {} tokens in, {} out)",
+        switchboard_protocol::usage::format_micros(t.cost_microdollars),
+        t.calls,
+        t.input_tokens,
+        t.output_tokens
+    );
+    if t.unpriced_calls + t.unreported_calls > 0 {
+        out.push_str(&format!(
+            "; {} call(s) without a known cost are not in it",
+            t.unpriced_calls + t.unreported_calls
+        ));
+    }
+    out
+}
+
 /// A diff longer than this goes as a file.
 const DIFF_AS_TEXT: usize = 3000;
 
@@ -379,10 +433,11 @@ pub(super) enum Command {
     Schedules,
     Unschedule,
     Link,
+    Usage,
 }
 
 /// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`,
-/// `/link` (also `/stop@botname`).
+/// `/link`, `/usage` (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -397,6 +452,7 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "schedules" => Some(Command::Schedules),
         "unschedule" => Some(Command::Unschedule),
         "link" => Some(Command::Link),
+        "usage" => Some(Command::Usage),
         _ => None,
     }
 }

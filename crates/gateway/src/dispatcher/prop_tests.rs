@@ -19,6 +19,7 @@ const COMMANDS: &[(&str, Command)] = &[
     ("schedule", Command::Schedule),
     ("schedules", Command::Schedules),
     ("unschedule", Command::Unschedule),
+    ("usage", Command::Usage),
     ("link", Command::Link),
 ];
 

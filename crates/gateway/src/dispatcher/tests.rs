@@ -114,6 +114,7 @@ fn commands_and_buttons_parse() {
     assert_eq!(command("/new"), Some(Command::New));
     assert_eq!(command("/stop@switchboard_bot now"), Some(Command::Stop));
     assert_eq!(command("/status"), Some(Command::Status));
+    assert_eq!(command("/usage"), Some(Command::Usage));
     assert_eq!(command("/unknown"), None);
     assert_eq!(command("hello /new"), None);
     assert_eq!(parse_button("ap:abc123:y"), Some(("abc123", true)));

@@ -252,6 +252,16 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
     let mut req = SendMessageRequest::user(text, MessageType::Message);
     req.context = context;
     req.message.attachments = files;
+    // Whom the run's usage is for: this chat (its routing key is `channel:conversation`).
+    req.origin = Some(switchboard_protocol::usage::RunOrigin {
+        channel: Some(last.channel.clone()),
+        conversation: Some(
+            key.strip_prefix(&format!("{}:", last.channel))
+                .unwrap_or(key)
+                .to_string(),
+        ),
+        ..Default::default()
+    });
     let followed = |run_id: Uuid, deadline: Option<String>| FollowedRun {
         routing_key: key.to_string(),
         session_id: route.session_id,

@@ -268,7 +268,14 @@ impl Relay {
         }
         // A follow-up starts a run at once when the session is idle and queues durably
         // behind the active run otherwise.
-        let req = SendMessageRequest::user(row.envelope.clone(), MessageType::FollowUp);
+        // Whom the run's usage is for: this bundle.
+        let req = SendMessageRequest {
+            origin: Some(switchboard_protocol::usage::RunOrigin {
+                bundle: Some(row.bundle.clone()),
+                ..Default::default()
+            }),
+            ..SendMessageRequest::user(row.envelope.clone(), MessageType::FollowUp)
+        };
         let run_id = match client
             .send_message_once(id, &req, &Self::idempotency_key(row))
             .await

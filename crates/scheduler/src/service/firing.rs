@@ -152,10 +152,18 @@ impl Scheduler {
             }
         };
         f.firing.session_id = Some(session);
+        // Whom the run's usage is for: this schedule (by id: names need not be unique).
+        let req = SendMessageRequest {
+            origin: Some(switchboard_protocol::usage::RunOrigin {
+                schedule: Some(f.firing.schedule_id.to_string()),
+                ..Default::default()
+            }),
+            ..SendMessageRequest::user(spec.prompt.clone(), MessageType::FollowUp)
+        };
         let sent = client
             .send_message_once(
                 session,
-                &SendMessageRequest::user(spec.prompt.clone(), MessageType::FollowUp),
+                &req,
                 &format!("schedule:{}:firing:{}", f.firing.schedule_id, f.firing.id),
             )
             .await;
