@@ -17,6 +17,7 @@ mod serve;
 mod setup;
 mod team_cmd;
 mod telemetry;
+mod usage_cmd;
 mod workspace;
 
 use std::path::PathBuf;
@@ -110,6 +111,11 @@ enum Command {
     Tokens(team_cmd::TokensCommand),
     /// The audit log: sign-ins, tokens, roles, approvals, settings changes.
     Audit(team_cmd::AuditArgs),
+    /// What model calls used and cost: `switchboard usage --by model --since 7d` (docs/usage.md).
+    Usage(usage_cmd::UsageArgs),
+    /// Budgets that stop spending before it happens: list, set, remove.
+    #[command(subcommand)]
+    Budgets(usage_cmd::BudgetsCommand),
     /// Switchboard as an ACP agent on stdio, for editors: their sessions are Switchboard
     /// sessions, with every backend, the durable log and the approvals.
     Acp(hub_cmd::AcpArgs),
@@ -237,6 +243,14 @@ fn main() -> ExitCode {
             Command::Audit(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 team_cmd::audit(&settings, args).await
+            }
+            Command::Usage(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                usage_cmd::usage(&settings, args).await
+            }
+            Command::Budgets(cmd) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                usage_cmd::budgets(&settings, cmd).await
             }
             Command::Acp(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

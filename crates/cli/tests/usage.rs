@@ -65,6 +65,22 @@ async fn run(
     common::until_run_ends(&mut events, run_id).await
 }
 
+/// `switchboard ARGS` against the server with the server's token: (success, stdout, stderr).
+fn cli(server: &ServerProcess, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(common::bin())
+        .args(args)
+        .env("SWITCHBOARD_URL", &server.url)
+        .env("SWITCHBOARD_TOKEN", TOKEN)
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
 }
@@ -155,9 +171,28 @@ async fn usage_adds_up(store_url: Option<&str>) {
         "each day by model"
     );
     assert_eq!(n(&day["by_model"][0], "calls"), model_calls);
-    // One session's usage alone.
+    // One session's usage alone, and its running total with the session.
     let only_a = get(&server, &format!("/v1/usage?session={a}")).await;
     assert_eq!(n(&only_a["total"], "calls"), 2);
+    let detail = c.get_session(a).await.unwrap();
+    let running = detail.usage.expect("a session shows its usage");
+    assert_eq!(running.calls, 2);
+    assert_eq!(
+        running.cost_microdollars,
+        n(&only_a["total"], "cost_microdollars")
+    );
+    // The CLI: a table by model, and the report as JSON.
+    let (ok, table, err) = cli(&server, &["usage", "--by", "model"]);
+    assert!(ok, "{err}");
+    assert!(table.contains("openai/mock-model"), "{table}");
+    assert!(
+        table.contains(&switchboard_protocol::usage::format_micros(cost)),
+        "{table}"
+    );
+    let (ok, out, err) = cli(&server, &["usage", "--since", "7d", "--json"]);
+    assert!(ok, "{err}");
+    let parsed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(parsed["total"], total);
     // Prometheus counts the same.
     let metrics = common::scrape(&server.url).await;
     let cost_metric = common::sample(
@@ -281,6 +316,30 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
         }
         other => panic!("the run should have ended on the budget: {other:?}"),
     }
+    // The CLI lists it, with what its window spent.
+    let (ok, table, err) = cli(&server, &["budgets", "list"]);
+    assert!(ok, "{err}");
+    assert!(
+        table.contains("daily") && table.contains("tokens"),
+        "{table}"
+    );
+    let (ok, _, err) = cli(
+        &server,
+        &[
+            "budgets",
+            "set",
+            "weekly-ish",
+            "--scope",
+            "user",
+            "--window",
+            "month",
+            "--usd",
+            "9.5",
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&server, &["budgets", "remove", "weekly-ish"]);
+    assert!(ok, "{err}");
     // The budget's state says what was spent, and nothing is held.
     let budgets = get(&server, "/v1/budgets").await;
     let daily = &budgets["budgets"][0];

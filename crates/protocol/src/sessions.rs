@@ -242,6 +242,9 @@ pub struct SessionDetailResponse {
     /// Whom it is shared with besides its owner (`*`: everyone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_with: Vec<String>,
+    /// What its model calls have used and cost so far (docs/usage.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::UsageTotals>,
 }
 
 /// `GET /v1/sessions`.

@@ -210,6 +210,23 @@ impl Meter {
         })
     }
 
+    /// What a session's calls have used, all told.
+    pub async fn session_usage(&self, id: uuid::Uuid) -> Result<UsageTotals, EngineError> {
+        let filter = CallFilter {
+            from: String::new(),
+            to: "~".into(),
+            session_id: Some(id),
+            ..CallFilter::default()
+        };
+        Ok(self
+            .store
+            .call_totals(&filter, &[])
+            .await?
+            .first()
+            .map(|(_, t)| totals(t))
+            .unwrap_or_default())
+    }
+
     /// `GET /v1/usage/calls`: the period's calls, newest first.
     pub async fn calls(
         &self,

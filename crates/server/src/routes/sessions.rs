@@ -95,11 +95,13 @@ pub async fn show(
     let (session, config) = state.engine.get_session(id).await?;
     let sandbox = state.engine.sandbox_status(&config);
     let (_, shared_with) = state.engine.session_access(id).await?;
+    let usage = Some(state.engine.meter().session_usage(id).await?);
     Ok(Json(SessionDetailResponse {
         session,
         config,
         sandbox,
         shared_with,
+        usage,
     }))
 }
 

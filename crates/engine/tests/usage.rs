@@ -1,0 +1,137 @@
+//! The meter on a real SQLite store with a test clock: a budget's window rolls over at its
+//! local midnight, a call that would cross the limit is refused whole, a lost call counts
+//! its reservation, and twenty concurrent reservations never pass the limit.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use switchboard_engine::usage::{Attribution, Meter, MeterError, UsageConfig};
+use switchboard_protocol::Usage;
+use switchboard_protocol::usage::{AtLimit, BudgetScope, BudgetSpec, BudgetWindow};
+use switchboard_store::{SqlStore, Store};
+use uuid::Uuid;
+
+fn budget(limit_tokens: u64) -> BudgetSpec {
+    BudgetSpec {
+        name: "daily".into(),
+        scope: BudgetScope::User,
+        match_: None,
+        window: BudgetWindow::Day,
+        time_zone: Some("Europe/Berlin".into()),
+        limit_usd: None,
+        limit_tokens: Some(limit_tokens),
+        at_limit: AtLimit::Stop,
+    }
+}
+
+fn alice() -> Attribution {
+    Attribution {
+        session_id: Some(Uuid::now_v7()),
+        run_id: Some(Uuid::now_v7()),
+        user: Some("alice".into()),
+        backend: "builtin".into(),
+        ..Attribution::default()
+    }
+}
+
+async fn meter(
+    limit: u64,
+) -> (
+    tempfile::TempDir,
+    Arc<Meter>,
+    Arc<parking_lot::Mutex<DateTime<Utc>>>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
+    let config = UsageConfig {
+        budgets: vec![budget(limit)],
+        ..UsageConfig::default()
+    };
+    let meter = Arc::new(Meter::new(store, &config).unwrap());
+    let now = Arc::new(parking_lot::Mutex::new(
+        "2026-12-05T22:30:00Z".parse::<DateTime<Utc>>().unwrap(),
+    ));
+    let clock = now.clone();
+    meter.set_clock(Arc::new(move || *clock.lock()));
+    (dir, meter, now)
+}
+
+#[tokio::test]
+async fn a_day_window_rolls_over_at_local_midnight() {
+    let (_dir, meter, now) = meter(1_000).await;
+    let who = alice();
+    // 23:30 in Berlin: 600 of 1,000 tokens held and spent.
+    let t = meter.reserve(&who, "openai", "m", 500, 100).await.unwrap();
+    meter
+        .settle(&t, Some(&Usage::tokens(500, 100)))
+        .await
+        .unwrap();
+    // Another 600 would cross the limit: refused, naming the budget and its reset.
+    match meter.reserve(&who, "openai", "m", 500, 100).await {
+        Err(MeterError::Exhausted { hit, .. }) => {
+            assert_eq!(hit.budget, "daily");
+            assert_eq!(hit.subject, "alice");
+            assert_eq!(
+                hit.resets_at,
+                Some("2026-12-05T23:00:00Z".parse().unwrap()),
+                "midnight in Berlin"
+            );
+        }
+        other => panic!("expected the budget to refuse: {other:?}"),
+    }
+    // Someone else has a budget of their own.
+    let bob = Attribution {
+        user: Some("bob".into()),
+        ..alice()
+    };
+    assert!(meter.reserve(&bob, "openai", "m", 500, 100).await.is_ok());
+    // Past midnight in Berlin (still the 5th in UTC): a new window.
+    *now.lock() = "2026-12-05T23:00:01Z".parse().unwrap();
+    let t = meter.reserve(&who, "openai", "m", 500, 100).await.unwrap();
+    meter
+        .settle(&t, Some(&Usage::tokens(10, 10)))
+        .await
+        .unwrap();
+    let status = meter.status().await.unwrap();
+    let w = status[0]
+        .windows
+        .iter()
+        .find(|w| w.subject == "alice")
+        .unwrap();
+    assert_eq!(w.window, "2026-12-06");
+    assert_eq!(w.spent_tokens, 20);
+}
+
+#[tokio::test]
+async fn a_lost_call_counts_its_reservation_and_concurrent_calls_never_pass_the_limit() {
+    let (_dir, meter, _now) = meter(1_000).await;
+    let who = alice();
+    // Held, never settled: the run ends, the call is lost, its reservation spent.
+    let _t = meter.reserve(&who, "openai", "m", 100, 100).await.unwrap();
+    assert_eq!(meter.lose(who.run_id.unwrap()).await.unwrap(), 1);
+    let spent = meter.status().await.unwrap()[0].windows[0].spent_tokens;
+    assert_eq!(
+        spent, 200,
+        "not knowing what a call cost never lets more through"
+    );
+    // Twenty at once, each 100, with 800 left: exactly eight.
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let meter = meter.clone();
+            let who = Attribution {
+                run_id: Some(Uuid::now_v7()),
+                ..who.clone()
+            };
+            tokio::spawn(async move { meter.reserve(&who, "openai", "m", 50, 50).await })
+        })
+        .collect();
+    let mut granted = 0;
+    for t in tasks {
+        if t.await.unwrap().is_ok() {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 8);
+}
