@@ -13,6 +13,7 @@ mod conn;
 mod content;
 mod map;
 mod sandbox;
+mod usage;
 
 use parking_lot::Mutex as SyncMutex;
 use std::collections::HashMap;
@@ -612,7 +613,11 @@ impl Backend for AcpBackend {
         let mut text = ctx.input.prompt_text();
         let mut prompts = 0;
         let mut stop_reason;
+        let mut used = Usage::default();
         loop {
+            // The agent's calls cannot be estimated beforehand: a spent budget stops the
+            // run before its prompt, and what the prompt costs is counted after.
+            ctx.handle.budget_allows().await?;
             prompts += 1;
             let session = slot.acp_session.clone();
             let (Some(conn), Some(session)) = (slot.conn.as_mut(), session) else {
@@ -634,6 +639,7 @@ impl Backend for AcpBackend {
             let died = !conn.alive();
             slot.last_used = Instant::now();
             turn.finish(&ctx.handle).await?;
+            used.add(&usage::record_turn(&ctx, &self.name, turn.cost.take()).await?);
             match result {
                 Ok((reason, true)) => stop_reason = reason,
                 Ok((reason, false)) => {
@@ -673,7 +679,7 @@ impl Backend for AcpBackend {
         Ok(RunSummary {
             stop_reason,
             total_turns: prompts,
-            usage: Usage::default(),
+            usage: used,
         })
     }
 

@@ -29,6 +29,9 @@ pub(crate) struct Turn {
     finished: HashSet<String>,
     /// The agent's paths of each call.
     locations: HashMap<String, Vec<std::path::PathBuf>>,
+    /// The session's cumulative cost (amount, currency) as the agent's last `usage_update`
+    /// in this turn gave it.
+    pub(crate) cost: Option<(f64, String)>,
 }
 
 impl Turn {
@@ -44,6 +47,7 @@ impl Turn {
             started: HashSet::new(),
             finished: HashSet::new(),
             locations: HashMap::new(),
+            cost: None,
         }
     }
 
@@ -222,7 +226,12 @@ impl Turn {
                     _ => {}
                 }
             }
-            // Echoes of our own prompt, command lists, modes, usage …: nothing to show.
+            SessionUpdate::UsageUpdate(u) => {
+                if let Some(c) = u.cost {
+                    self.cost = Some((c.amount, c.currency));
+                }
+            }
+            // Echoes of our own prompt, command lists, modes …: nothing to show.
             _ => {}
         }
         Ok(())

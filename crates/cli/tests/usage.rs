@@ -571,3 +571,76 @@ async fn a_schedule_is_budgeted_like_anything_else() {
     );
     assert_eq!(llm.chat_requests().len(), calls, "the model was not called");
 }
+
+/// An ACP agent's usage: the cumulative cost of its `usage_update`s, counted by what it
+/// grew each turn; a turn it reports nothing for is a call of unknown usage; a budget on
+/// the backend stops its next run before the prompt.
+#[tokio::test]
+async fn acp_usage_is_recorded_from_the_agent_s_usage_updates() {
+    use switchboard_protocol::{BackendSpec, CreateSessionRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let config = common::test_agent_config(dir.path());
+    let toml = std::fs::read_to_string(&config).unwrap();
+    let server = serve(dir.path(), &llm, &toml, None).await;
+    let c = common::client(&server);
+    let id = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(ws.path().to_string_lossy().into_owned()),
+            backend: Some(BackendSpec::Acp("test".into())),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let cost_of = |events: &[switchboard_protocol::EventEnvelope]| {
+        events.iter().find_map(|e| match &e.event {
+            AgentEvent::RunCompleted { total_usage, .. } => Some(*total_usage),
+            _ => None,
+        })
+    };
+    let first = run(&c, id, "[cost=0.25] hi").await;
+    assert_eq!(cost_of(&first).unwrap().cost_microdollars, Some(250_000));
+    let second = run(&c, id, "[cost=0.40] again").await;
+    assert_eq!(
+        cost_of(&second).unwrap().cost_microdollars,
+        Some(150_000),
+        "what the session's total grew by"
+    );
+    let third = run(&c, id, "nothing reported").await;
+    assert!(
+        cost_of(&third).unwrap().cost_incomplete,
+        "unknown, not free"
+    );
+    let r = get(&server, "/v1/usage?group_by=backend").await;
+    let test = &r["groups"][0];
+    assert_eq!(test["key"], "test");
+    assert_eq!(n(test, "calls"), 3);
+    assert_eq!(n(test, "cost_microdollars"), 400_000);
+    assert_eq!(n(test, "unreported_calls"), 1);
+    // A budget on this backend, spent: the next run stops before its prompt.
+    let (s, b) = put(
+        &server,
+        "/v1/budgets/agents",
+        json!({"name": "agents", "scope": "backend", "match": "test", "window": "month", "limit_usd": 0.4}),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let stopped = run(&c, id, "[cost=0.50] more").await;
+    match &stopped.last().unwrap().event {
+        AgentEvent::RunError { code, budget, .. } => {
+            assert_eq!(*code, RunErrorCode::BudgetExhausted);
+            assert_eq!(budget.as_ref().unwrap().budget, "agents");
+        }
+        other => panic!("the run should stop on the backend's budget: {other:?}"),
+    }
+    assert_eq!(
+        n(
+            &get(&server, "/v1/usage").await["total"],
+            "cost_microdollars"
+        ),
+        400_000,
+        "the stopped run cost nothing"
+    );
+}

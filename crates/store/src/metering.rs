@@ -131,6 +131,7 @@ pub enum CallKey {
     Model,
     Backend,
     Schedule,
+    Bundle,
 }
 
 /// Sums of calls.
@@ -189,6 +190,9 @@ pub trait Metering: Send + Sync {
     async fn unpriced_models(&self, filter: &CallFilter) -> Result<Vec<(String, String)>>;
     /// The windows of `budget` with key `window`, most spent first.
     async fn budget_windows(&self, budget: &str, window: &str) -> Result<Vec<WindowRecord>>;
+    /// Creates a window with what was spent in it before its budget existed; a window that
+    /// exists is left as it is. Whether it was created.
+    async fn seed_window(&self, window: &WindowRecord) -> Result<bool>;
     /// Adds to a window's extra allowance (creating the window).
     async fn extend_window(
         &self,

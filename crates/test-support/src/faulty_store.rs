@@ -563,6 +563,10 @@ impl switchboard_store::Metering for FaultyStore {
         self.enter("budget_windows").await?;
         self.inner.budget_windows(budget, window).await
     }
+    async fn seed_window(&self, window: &switchboard_store::WindowRecord) -> Result<bool> {
+        self.enter("seed_window").await?;
+        self.inner.seed_window(window).await
+    }
     async fn extend_window(
         &self,
         budget: &str,

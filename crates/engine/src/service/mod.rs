@@ -198,6 +198,8 @@ impl Engine {
             }),
         };
         engine.recover().await?;
+        // A budget added to the configuration counts what its window spent before it.
+        engine.inner.meter.seed_configured().await?;
         if let Some(retention) = engine.inner.config.event_retention {
             tokio::spawn(prune_loop(engine.clone(), retention));
         }

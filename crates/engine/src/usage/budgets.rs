@@ -96,6 +96,16 @@ impl Budget {
         }
     }
 
+    /// When the window `now` falls in began (none for `run`).
+    pub fn window_start(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = now.with_timezone(&self.tz).date_naive();
+        match self.spec.window {
+            BudgetWindow::Run => None,
+            BudgetWindow::Day => self.start_of(local),
+            BudgetWindow::Month => local.with_day(1).and_then(|d| self.start_of(d)),
+        }
+    }
+
     /// The first moment of `day` in the budget's time zone (a day that starts in a DST gap
     /// starts at its first existing time).
     fn start_of(&self, day: NaiveDate) -> Option<DateTime<Utc>> {

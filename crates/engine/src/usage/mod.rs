@@ -278,6 +278,21 @@ impl Meter {
         reported_cost: Option<u64>,
     ) -> (CallUsage, Usage) {
         let Some(u) = usage else {
+            // An agent that gives its cost but not its tokens (ACP's `usage_update`): the
+            // cost is known, the tokens are not counted.
+            if let Some(c) = reported_cost {
+                return (
+                    CallUsage {
+                        reported: true,
+                        cost_microdollars: Some(c),
+                        ..CallUsage::default()
+                    },
+                    Usage {
+                        cost_microdollars: Some(c),
+                        ..Usage::default()
+                    },
+                );
+            }
             return (
                 CallUsage::default(),
                 Usage {

@@ -285,6 +285,66 @@ impl Meter {
         })
     }
 
+    /// Counts what was spent in `b`'s current window before the budget existed (a budget
+    /// of $100 a month made on the 20th has the month's spending so far): each subject's
+    /// window is made with the calls' cost and tokens since the window began. A window that
+    /// exists already is left as it is.
+    pub async fn seed(&self, b: &Budget) -> Result<(), StoreError> {
+        let now = self.now();
+        let Some(start) = b.window_start(now) else {
+            return Ok(());
+        };
+        let (window, _) = b.window(now, None);
+        let filter = CallFilter {
+            from: crate::time::rfc3339(start),
+            to: "~".into(),
+            ..CallFilter::default()
+        };
+        use switchboard_protocol::usage::BudgetScope as S;
+        let key = match b.spec.scope {
+            S::Global => None,
+            S::User => Some(CallKey::User),
+            S::Chat => Some(CallKey::Chat),
+            S::Session => Some(CallKey::Session),
+            S::Backend => Some(CallKey::Backend),
+            S::Schedule => Some(CallKey::Schedule),
+            S::Bundle => Some(CallKey::Bundle),
+        };
+        let keys: Vec<CallKey> = key.into_iter().collect();
+        for (k, t) in self.store.call_totals(&filter, &keys).await? {
+            let subject = match (key, k.into_iter().next().flatten()) {
+                (None, _) => String::new(),
+                (Some(_), Some(s)) => s,
+                // Calls without one of the scope (no person, no chat): not this budget's.
+                (Some(_), None) => continue,
+            };
+            if b.spec.match_.as_ref().is_some_and(|m| *m != subject) || t.calls == 0 {
+                continue;
+            }
+            self.store
+                .seed_window(&switchboard_store::WindowRecord {
+                    budget: b.spec.name.clone(),
+                    subject,
+                    window: window.clone(),
+                    spent_microdollars: t.cost_microdollars,
+                    spent_tokens: t.input_tokens + t.output_tokens,
+                    ..Default::default()
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// [`Meter::seed`] for every budget of the configuration: one added since the last start
+    /// counts what its window spent before.
+    pub async fn seed_configured(&self) -> Result<(), StoreError> {
+        let configured = self.configured.read().clone();
+        for b in configured.iter() {
+            self.seed(b).await?;
+        }
+        Ok(())
+    }
+
     /// Makes or replaces a budget over the API; one of the configuration's cannot be.
     pub async fn put_budget(
         &self,
@@ -305,6 +365,12 @@ impl Meter {
         }
         let spec = serde_json::to_string(&b.spec)
             .map_err(|e| EngineError::Unprocessable(e.to_string()))?;
+        let new = !self
+            .store
+            .list_budgets()
+            .await?
+            .iter()
+            .any(|r| r.name == b.spec.name);
         self.store
             .put_budget(&BudgetRecord {
                 name: b.spec.name.clone(),
@@ -313,6 +379,9 @@ impl Meter {
                 created_by: by.to_string(),
             })
             .await?;
+        if new {
+            self.seed(&b).await?;
+        }
         Ok(self.status_of(&b, self.now()).await?)
     }
 

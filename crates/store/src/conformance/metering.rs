@@ -256,7 +256,25 @@ pub async fn budgets_round_trip(store: &dyn Store) {
     let all = check("list", store.list_budgets().await);
     let got = all.iter().find(|x| x.name == name).expect("listed");
     assert_eq!(got.spec, changed.spec, "a put replaces the spec");
+    let seed = crate::WindowRecord {
+        budget: name.clone(),
+        window: "w".into(),
+        spent_microdollars: 70,
+        spent_tokens: 7,
+        ..crate::WindowRecord::default()
+    };
+    assert!(check("seed", store.seed_window(&seed).await));
+    let again = crate::WindowRecord {
+        spent_microdollars: 1,
+        ..seed.clone()
+    };
+    assert!(
+        !check("seed again", store.seed_window(&again).await),
+        "a window that exists is left as it is"
+    );
     check("extend", store.extend_window(&name, "", "w", 1, 1).await);
+    let w = check("windows", store.budget_windows(&name, "w").await);
+    assert_eq!((w[0].spent_microdollars, w[0].extra_tokens), (70, 1));
     assert!(check("delete", store.delete_budget(&name).await));
     assert!(!check("delete again", store.delete_budget(&name).await));
     assert!(

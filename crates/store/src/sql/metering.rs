@@ -83,6 +83,7 @@ fn key_sql(k: CallKey) -> &'static str {
         CallKey::Model => "provider || '/' || model",
         CallKey::Backend => "backend",
         CallKey::Schedule => "schedule",
+        CallKey::Bundle => "bundle",
     }
 }
 
@@ -418,6 +419,25 @@ impl Metering for SqlStore {
             .iter()
             .map(window_from_row)
             .collect()
+        })
+    }
+
+    async fn seed_window(&self, w: &WindowRecord) -> Result<bool> {
+        with_db!(self, |pool, _d| {
+            Ok(sqlx::query(
+                "INSERT INTO budget_windows (budget, subject, window_key, spent_microdollars, \
+                 spent_tokens) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (budget, subject, window_key) DO NOTHING",
+            )
+            .bind(&w.budget)
+            .bind(&w.subject)
+            .bind(&w.window)
+            .bind(to_i64(w.spent_microdollars)?)
+            .bind(to_i64(w.spent_tokens)?)
+            .execute(pool)
+            .await?
+            .rows_affected()
+                > 0)
         })
     }
 

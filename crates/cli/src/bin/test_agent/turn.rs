@@ -214,6 +214,15 @@ impl Turn {
                 ),
             ])))?;
         }
+        // `[cost=0.25]`: a usage update with the session's cumulative cost, in USD.
+        if let Some(rest) = text.split("[cost=").nth(1)
+            && let Some(amount) = rest.split(']').next().and_then(|a| a.parse::<f64>().ok())
+        {
+            self.update(SessionUpdate::UsageUpdate(
+                v1::schema::UsageUpdate::new(1_000, 200_000)
+                    .cost(v1::schema::Cost::new(amount, "USD")),
+            ))?;
+        }
         if self.is_cancelled() {
             return cancelled_response();
         }
