@@ -644,3 +644,40 @@ async fn acp_usage_is_recorded_from_the_agent_s_usage_updates() {
         "the stopped run cost nothing"
     );
 }
+
+/// The console's Usage page in headless Chromium (tests/e2e/usage.mjs): the period's cost,
+/// the chart of cost per day stacked by model, the top sessions, the budgets, a session's
+/// running cost; screenshots `usage.png` and `usage-phone.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_usage_page_shows_cost_per_day_by_model_and_the_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let config = format!(
+        "{PRICES}\n[[budgets]]\nname = \"team-daily\"\nscope = \"global\"\nwindow = \"day\"\nlimit_usd = 0.04\n"
+    );
+    let server = serve(dir.path(), &llm, &config, None).await;
+    let c = common::client(&server);
+    for text in ["one", "two"] {
+        let id = c.create_session(&Default::default()).await.unwrap().id;
+        run(&c, id, text).await;
+    }
+    let cost = n(
+        &get(&server, "/v1/usage").await["total"],
+        "cost_microdollars",
+    );
+    let shown = format!("${:.4}", cost as f64 / 1e6);
+    let mut script = common::browser::Script::start(
+        "usage.mjs",
+        &[
+            ("SB_URL", &server.url),
+            ("SB_TOKEN", TOKEN),
+            ("SB_COST", &shown),
+        ],
+        std::time::Duration::from_secs(180),
+    );
+    if let Some(cmd) = script.next_command().await {
+        panic!("unexpected request from the script: {cmd}");
+    }
+    script.finish(|| server.logs()).await;
+    common::browser::assert_shots(&["usage.png", "usage-phone.png"]);
+}

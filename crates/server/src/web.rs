@@ -38,6 +38,7 @@ const APP_JS: &str = include_str!("../web/app.js");
 const MD_JS: &str = include_str!("../web/md.js");
 const SETTINGS_JS: &str = include_str!("../web/settings.js");
 const TEAM_JS: &str = include_str!("../web/team.js");
+const USAGE_JS: &str = include_str!("../web/usage.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
@@ -50,7 +51,7 @@ const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &[u8], &str); 12] = [
+const ASSETS: [(&str, &[u8], &str); 13] = [
     (
         "app.js",
         APP_JS.as_bytes(),
@@ -65,6 +66,11 @@ const ASSETS: [(&str, &[u8], &str); 12] = [
     (
         "team.js",
         TEAM_JS.as_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "usage.js",
+        USAGE_JS.as_bytes(),
         "text/javascript; charset=utf-8",
     ),
     ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),
@@ -451,7 +457,7 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", security(()), tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `team.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
+    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `team.js`, `usage.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
                content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {

@@ -6,6 +6,7 @@
 import { render } from './md.js';
 import { settingsPage } from './settings.js';
 import { teamPage } from './team.js';
+import { usagePage } from './usage.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -187,9 +188,9 @@ $('show-archived').addEventListener('change', (e) => {
 });
 
 /** Pages that use the whole width (no session sidebar). */
-const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'settings', 'team'];
+const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'usage', 'settings', 'team'];
 
-/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/settings · #/team */
+/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/usage · #/settings · #/team */
 function route() {
   if (!S.me) return;
   const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
@@ -208,6 +209,7 @@ function route() {
   else if (kind === 'channels') openChannels();
   else if (kind === 'settings') $('main').replaceChildren(settingsPage(settingsKit));
   else if (kind === 'team') $('main').replaceChildren(teamPage({ ...settingsKit, me: S.me }));
+  else if (kind === 'usage') $('main').replaceChildren(usagePage({ ...settingsKit, me: S.me }));
   else if (kind === 'new') $('main').replaceChildren(newSessionForm());
   else $('main').replaceChildren(homeView());
   markActive();
@@ -368,7 +370,7 @@ function openSession(id) {
   const v = S.current;
   $('main').replaceChildren(v.root);
   v.log.scrollTop = v.log.scrollHeight;
-  api('GET', `/v1/sessions/${id}`).then(({ session, config, sandbox }) => showSession(v, session, config, sandbox), (e) => {
+  api('GET', `/v1/sessions/${id}`).then(({ session, config, sandbox, usage }) => showSession(v, session, config, sandbox, usage), (e) => {
     toast(e);
     if (e.status === 404) location.hash = '#/';
   });
@@ -382,13 +384,21 @@ function sandboxLabel(sb) {
   return `sandboxed, ${net}`;
 }
 
-function showSession(v, session, config, sandbox) {
+/** What a session's model calls cost so far, in a few words (docs/usage.md). */
+function costLabel(u) {
+  if (!u || !u.calls) return null;
+  const unknown = u.unpriced_calls + u.unreported_calls;
+  return `$${(u.cost_microdollars / 1e6).toFixed(4)} so far${unknown ? ` (+${unknown} call(s) of unknown cost)` : ''}`;
+}
+
+function showSession(v, session, config, sandbox, usage) {
   v.config = config;
   if (sandbox !== undefined) v.sandbox = sandbox;
+  if (usage !== undefined) v.usage = usage;
   v.title.textContent = session.title;
   setArchived(v, session.archived === true);
   v.meta.textContent = [session.cwd, config.permission_mode, backendLabel(config.backend), config.model,
-    sandboxLabel(v.sandbox)].filter(Boolean).join(' · ');
+    sandboxLabel(v.sandbox), costLabel(v.usage)].filter(Boolean).join(' · ');
   v.meta.title = v.sandbox ? `Sandbox: ${v.sandbox.detail}` : '';
   v.download.download = `${session.title}.md`;
 }
@@ -455,8 +465,8 @@ function settingsPanel(v) {
     }
     try {
       if (Object.keys(body).length) await api('PATCH', `/v1/sessions/${v.id}`, body);
-      const { session, config, sandbox } = await api('GET', `/v1/sessions/${v.id}`);
-      showSession(v, session, config, sandbox ?? null);
+      const { session, config, sandbox, usage } = await api('GET', `/v1/sessions/${v.id}`);
+      showSession(v, session, config, sandbox ?? null, usage);
       panel.hidden = true;
       toast('Settings saved: the next run uses them.', 'info');
       refreshSoon();
