@@ -36,7 +36,11 @@
 //! (t) who is calling (`--only t`): a request with the server token and with a person's API
 //! token (looked up in the store each time), in microseconds.
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|t|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! (u) usage and budgets (`--only u`): a model call's reservation and settlement against
+//! three budgets, p50/p99, on SQLite and PostgreSQL; 20 runs on two instances racing one
+//! nearly spent budget (with `SWITCHBOARD_BENCH_STORE_URL`).
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -53,6 +57,7 @@ mod scale;
 mod single;
 mod soak;
 mod streaming;
+mod usage;
 
 const TOKEN: &str = "bench-token";
 
@@ -242,6 +247,23 @@ async fn main() -> Result<()> {
             &f.personal_token,
             0,
         );
+    }
+    if want("u") {
+        let f = usage::usage(runs).await?;
+        let col = |pick: &dyn Fn(&usage::Figures) -> Option<f64>| -> Vec<f64> {
+            f.iter().filter_map(pick).collect()
+        };
+        row("(u) a model call's reservation + settlement, SQLite, p50 (µs)", &col(&|x| Some(x.sqlite.0)), 0);
+        row("(u) … SQLite, p99 (µs)", &col(&|x| Some(x.sqlite.1)), 0);
+        if f.iter().any(|x| x.postgres.is_some()) {
+            row("(u) … PostgreSQL, p50 (µs)", &col(&|x| x.postgres.map(|p| p.0)), 0);
+            row("(u) … PostgreSQL, p99 (µs)", &col(&|x| x.postgres.map(|p| p.1)), 0);
+            row(
+                "(u) 20 runs on two instances racing a budget with room for 5: most tokens past the limit in 20 rounds (one call's estimate is 1,000)",
+                &col(&|x| x.overspend.map(|o| o.0 as f64)),
+                0,
+            );
+        }
     }
     if want("x") {
         let f = sandbox::sandbox(runs).await?;
