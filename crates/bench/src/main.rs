@@ -253,11 +253,23 @@ async fn main() -> Result<()> {
         let col = |pick: &dyn Fn(&usage::Figures) -> Option<f64>| -> Vec<f64> {
             f.iter().filter_map(pick).collect()
         };
-        row("(u) a model call's reservation + settlement, SQLite, p50 (µs)", &col(&|x| Some(x.sqlite.0)), 0);
+        row(
+            "(u) a model call's reservation + settlement, SQLite, p50 (µs)",
+            &col(&|x| Some(x.sqlite.0)),
+            0,
+        );
         row("(u) … SQLite, p99 (µs)", &col(&|x| Some(x.sqlite.1)), 0);
         if f.iter().any(|x| x.postgres.is_some()) {
-            row("(u) … PostgreSQL, p50 (µs)", &col(&|x| x.postgres.map(|p| p.0)), 0);
-            row("(u) … PostgreSQL, p99 (µs)", &col(&|x| x.postgres.map(|p| p.1)), 0);
+            row(
+                "(u) … PostgreSQL, p50 (µs)",
+                &col(&|x| x.postgres.map(|p| p.0)),
+                0,
+            );
+            row(
+                "(u) … PostgreSQL, p99 (µs)",
+                &col(&|x| x.postgres.map(|p| p.1)),
+                0,
+            );
             row(
                 "(u) 20 runs on two instances racing a budget with room for 5: most tokens past the limit in 20 rounds (one call's estimate is 1,000)",
                 &col(&|x| x.overspend.map(|o| o.0 as f64)),

@@ -64,7 +64,14 @@ async fn latency(store: Arc<dyn Store>) -> Result<(f64, f64)> {
     };
     let meter = Meter::new(store, &config).map_err(|e| anyhow!(e))?;
     meter
-        .put_budget(spec(&format!("chat-{}", Uuid::now_v7().simple()), BudgetScope::Chat, u64::MAX / 4), "bench")
+        .put_budget(
+            spec(
+                &format!("chat-{}", Uuid::now_v7().simple()),
+                BudgetScope::Chat,
+                u64::MAX / 4,
+            ),
+            "bench",
+        )
         .await
         .map_err(|e| anyhow!("{e}"))?;
     let who = who();
@@ -75,7 +82,9 @@ async fn latency(store: Arc<dyn Store>) -> Result<(f64, f64)> {
             .reserve(&who, "openai", "gpt-4o", 2_000, 4_096)
             .await
             .map_err(|e| anyhow!("{e}"))?;
-        meter.settle(&ticket, Some(&Usage::tokens(1_900, 300))).await?;
+        meter
+            .settle(&ticket, Some(&Usage::tokens(1_900, 300)))
+            .await?;
         took.push(t.elapsed().as_secs_f64() * 1e6);
     }
     took.sort_by(|a, b| a.total_cmp(b));
@@ -85,14 +94,20 @@ async fn latency(store: Arc<dyn Store>) -> Result<(f64, f64)> {
 /// 20 rounds: a budget with room for 5 calls' estimates, 20 runs racing on two meters.
 /// The most tokens spent + held beyond the limit in any round.
 async fn race(url: &str) -> Result<(u64, u64)> {
-    let a: Arc<dyn Store> = Arc::new(SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?);
-    let b: Arc<dyn Store> = Arc::new(SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?);
+    let a: Arc<dyn Store> =
+        Arc::new(SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?);
+    let b: Arc<dyn Store> =
+        Arc::new(SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?);
     const ESTIMATE: u64 = 1_000;
     let mut worst = 0u64;
     for _ in 0..20 {
         let name = format!("race-{}", Uuid::now_v7().simple());
         let config = UsageConfig {
-            budgets: vec![spec(&name, BudgetScope::Global, 5 * ESTIMATE + ESTIMATE / 2)],
+            budgets: vec![spec(
+                &name,
+                BudgetScope::Global,
+                5 * ESTIMATE + ESTIMATE / 2,
+            )],
             ..UsageConfig::default()
         };
         let ma = Arc::new(Meter::new(a.clone(), &config).map_err(|e| anyhow!(e))?);
@@ -102,9 +117,15 @@ async fn race(url: &str) -> Result<(u64, u64)> {
             let m = if i % 2 == 0 { ma.clone() } else { mb.clone() };
             tasks.push(tokio::spawn(async move {
                 let who = who();
-                match m.reserve(&who, "openai", "m", ESTIMATE / 2, ESTIMATE / 2).await {
+                match m
+                    .reserve(&who, "openai", "m", ESTIMATE / 2, ESTIMATE / 2)
+                    .await
+                {
                     // Each uses all it held: the worst case for the limit.
-                    Ok(t) => m.settle(&t, Some(&Usage::tokens(ESTIMATE / 2, ESTIMATE / 2))).await.map(|_| ()),
+                    Ok(t) => m
+                        .settle(&t, Some(&Usage::tokens(ESTIMATE / 2, ESTIMATE / 2)))
+                        .await
+                        .map(|_| ()),
                     Err(_) => Ok(()),
                 }
             }));
@@ -112,6 +133,8 @@ async fn race(url: &str) -> Result<(u64, u64)> {
         for t in tasks {
             let _ = t.await?;
         }
+        ma.flush().await;
+        mb.flush().await;
         let status = ma.status().await.map_err(|e| anyhow!("{e}"))?;
         let w = status
             .iter()
@@ -129,11 +152,14 @@ pub async fn usage(runs: usize) -> Result<Vec<Figures>> {
     let mut out = Vec::new();
     for _ in 0..runs {
         let dir = tempfile::tempdir()?;
-        let sqlite: Arc<dyn Store> = Arc::new(SqlStore::open_path(&dir.path().join("usage.db")).await?);
+        let sqlite: Arc<dyn Store> =
+            Arc::new(SqlStore::open_path(&dir.path().join("usage.db")).await?);
         let sqlite = latency(sqlite).await?;
         let (postgres, overspend) = match &url {
             Some(url) => {
-                let pg: Arc<dyn Store> = Arc::new(SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?);
+                let pg: Arc<dyn Store> = Arc::new(
+                    SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?,
+                );
                 (Some(latency(pg).await?), Some(race(url).await?))
             }
             None => (None, None),

@@ -94,6 +94,7 @@ async fn a_day_window_rolls_over_at_local_midnight() {
         .settle(&t, Some(&Usage::tokens(10, 10)))
         .await
         .unwrap();
+    meter.flush().await;
     let status = meter.status().await.unwrap();
     let w = status[0]
         .windows

@@ -65,10 +65,48 @@ pub struct Ticket {
 pub struct Meter {
     store: Arc<dyn Store>,
     prices: parking_lot::RwLock<Arc<Prices>>,
-    /// `[[budgets]]` of the configuration (those made over the API are read from the store
-    /// at each call, so a change holds on every instance at once).
+    /// `[[budgets]]` of the configuration.
     configured: parking_lot::RwLock<Arc<Vec<Budget>>>,
+    /// Those made over the API, as read from the store, and when: read again after
+    /// [`API_BUDGETS_TTL`] (at once after a change made here), so a change made on another
+    /// instance holds everywhere within that.
+    api_budgets: parking_lot::RwLock<Option<(std::time::Instant, Arc<Vec<Budget>>)>>,
+    /// Settlements, written off the calls' path ([`Meter::settle`]).
+    settler: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settling>>,
     clock: parking_lot::RwLock<Clock>,
+}
+
+/// How long budgets made over the API are taken as read.
+pub const API_BUDGETS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Work for the settler.
+enum Settling {
+    Call(Uuid, CallUsage),
+    /// Answered once everything sent before it is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Writes settlements in order; one that fails is tried again once, then left reserved (its
+/// run's end loses it: its reservation counts as spent, never less).
+async fn settle_loop(
+    store: Arc<dyn Store>,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Settling>,
+) {
+    while let Some(job) = rx.recv().await {
+        match job {
+            Settling::Call(id, usage) => {
+                if let Err(e) = store.settle_call(id, &usage).await {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    if let Err(e2) = store.settle_call(id, &usage).await {
+                        tracing::warn!(call = %id, error = %e, again = %e2, "a model call's usage could not be recorded; its reservation counts instead");
+                    }
+                }
+            }
+            Settling::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
 }
 
 impl Meter {
@@ -79,8 +117,32 @@ impl Meter {
             store,
             prices: parking_lot::RwLock::new(Arc::new(Prices::new(&config.prices))),
             configured: parking_lot::RwLock::new(Arc::new(configured)),
+            api_budgets: parking_lot::RwLock::new(None),
+            settler: std::sync::OnceLock::new(),
             clock: parking_lot::RwLock::new(Arc::new(Utc::now)),
         })
+    }
+
+    /// The settler's queue, started on first use (within the runtime).
+    fn settler(&self) -> &tokio::sync::mpsc::UnboundedSender<Settling> {
+        self.settler.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(settle_loop(self.store.clone(), rx));
+            tx
+        })
+    }
+
+    /// Waits until every settlement handed over so far is written.
+    pub async fn flush(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self.settler().send(Settling::Flush(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Budgets made over the API are read again at the next call.
+    pub(crate) fn api_budgets_changed(&self) {
+        *self.api_budgets.write() = None;
     }
 
     /// Reads the time from `clock` from now on (tests roll windows over with it).
@@ -100,10 +162,32 @@ impl Meter {
     /// Every budget in force: the configuration's, then those made over the API.
     pub async fn budgets(&self) -> Result<Vec<Budget>, StoreError> {
         let mut all: Vec<Budget> = self.configured.read().as_ref().clone();
-        for r in self.store.list_budgets().await? {
-            if all.iter().any(|b| b.spec.name == r.name) {
-                continue;
+        let cached = self
+            .api_budgets
+            .read()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < API_BUDGETS_TTL)
+            .map(|(_, b)| b.clone());
+        let api = match cached {
+            Some(b) => b,
+            None => {
+                let read = Arc::new(self.read_api_budgets().await?);
+                *self.api_budgets.write() = Some((std::time::Instant::now(), read.clone()));
+                read
             }
+        };
+        all.extend(
+            api.iter()
+                .filter(|b| !all.iter().any(|c| c.spec.name == b.spec.name))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        Ok(all)
+    }
+
+    async fn read_api_budgets(&self) -> Result<Vec<Budget>, StoreError> {
+        let mut all: Vec<Budget> = Vec::new();
+        for r in self.store.list_budgets().await? {
             match serde_json::from_str::<BudgetSpec>(&r.spec)
                 .map_err(|e| e.to_string())
                 .and_then(|s| Budget::new(s, BudgetSource::Api))
@@ -218,13 +302,24 @@ impl Meter {
 
     /// Settles a reserved call with what it used (`None`: the backend did not say); the
     /// usage with its cost.
+    ///
+    /// The write happens off the call's path, in order, by the settler: until it lands the
+    /// reservation (never less than the call may use) still holds, so a budget is only
+    /// stricter meanwhile. [`Meter::flush`] waits for it; [`Meter::lose`] flushes first.
     pub async fn settle(
         &self,
         ticket: &Ticket,
         usage: Option<&Usage>,
     ) -> Result<Usage, StoreError> {
         let (call, priced) = self.price(&ticket.provider, &ticket.model, usage, None);
-        self.store.settle_call(ticket.id, &call).await?;
+        if self
+            .settler()
+            .send(Settling::Call(ticket.id, call))
+            .is_err()
+        {
+            // No settler (the runtime is going away): write it here.
+            self.store.settle_call(ticket.id, &call).await?;
+        }
         count(&ticket.provider, &ticket.model, &priced, usage.is_some());
         Ok(priced)
     }
@@ -266,6 +361,8 @@ impl Meter {
 
     /// A run is over: whatever it left reserved is lost (counted as spent).
     pub async fn lose(&self, run_id: Uuid) -> Result<u64, StoreError> {
+        // Its settlements handed over first: a call that did settle is not lost.
+        self.flush().await;
         self.store.lose_calls(run_id).await
     }
 

@@ -379,6 +379,7 @@ impl Meter {
                 created_by: by.to_string(),
             })
             .await?;
+        self.api_budgets_changed();
         if new {
             self.seed(&b).await?;
         }
@@ -392,6 +393,8 @@ impl Meter {
                 "budget {name} is set in the configuration file; remove it there"
             )));
         }
-        Ok(self.store.delete_budget(name).await?)
+        let gone = self.store.delete_budget(name).await?;
+        self.api_budgets_changed();
+        Ok(gone)
     }
 }

@@ -40,6 +40,10 @@ CREATE TABLE budget_windows (
     reserved_tokens         BIGINT NOT NULL DEFAULT 0,
     extra_microdollars      BIGINT NOT NULL DEFAULT 0,
     extra_tokens            BIGINT NOT NULL DEFAULT 0,
+    -- the budget's limit as the last reservation saw it (NULL: none of that kind), so one
+    -- statement checks every window a call is reserved in against its own limit
+    limit_microdollars      BIGINT,
+    limit_tokens            BIGINT,
     PRIMARY KEY (budget, subject, window_key)
 );
 -- Budgets made over the API (those of the configuration file are not stored).

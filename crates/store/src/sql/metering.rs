@@ -187,60 +187,131 @@ macro_rules! settle_window {
     };
 }
 
+impl SqlStore {
+    /// A window as it stands (an empty one when it has no row yet).
+    async fn window(&self, c: &WindowClaim) -> Result<WindowRecord> {
+        let row = with_db!(self, |pool, _d| {
+            sqlx::query(&format!(
+                "SELECT {WINDOW_COLS} FROM budget_windows \
+                 WHERE budget = $1 AND subject = $2 AND window_key = $3"
+            ))
+            .bind(&c.budget)
+            .bind(&c.subject)
+            .bind(&c.window)
+            .fetch_optional(pool)
+            .await?
+            .map(|r| window_from_row(&r))
+            .transpose()?
+        });
+        Ok(row.unwrap_or_else(|| WindowRecord {
+            budget: c.budget.clone(),
+            subject: c.subject.clone(),
+            window: c.window.clone(),
+            ..WindowRecord::default()
+        }))
+    }
+}
+
 #[async_trait]
 impl Metering for SqlStore {
     async fn reserve_call(&self, call: &CallRecord, claims: &[WindowClaim]) -> Result<Reservation> {
+        let (micros, tokens) = (call.reserved_microdollars, call.reserved_tokens);
+        // A window that could not hold the estimate even empty holds it only with an
+        // approver's extra: those (rare) are looked at first, by reading.
+        for c in claims {
+            let over = c.limit_microdollars.is_some_and(|l| micros > l)
+                || c.limit_tokens.is_some_and(|l| tokens > l);
+            if over {
+                let w = self.window(c).await?;
+                let fits = c.limit_microdollars.is_none_or(|l| {
+                    w.spent_microdollars + w.reserved_microdollars + micros
+                        <= l + w.extra_microdollars
+                }) && c.limit_tokens.is_none_or(|l| {
+                    w.spent_tokens + w.reserved_tokens + tokens <= l + w.extra_tokens
+                });
+                if !fits {
+                    return Ok(Reservation::Refused(w));
+                }
+            }
+        }
         let windows = windows_json(claims);
-        let (micros, tokens) = (
-            to_i64(call.reserved_microdollars)?,
-            to_i64(call.reserved_tokens)?,
-        );
-        with_db!(self, |pool, d| {
+        // Every window in one statement: a new one is made holding the estimate (checked
+        // above), one that exists takes it only while spent + reserved + it stays within the
+        // limit (plus extra) — the row lock of the upsert makes that atomic on both
+        // databases. A window that had no room returns no row.
+        let upsert = (!claims.is_empty()).then(|| {
+            let rows: Vec<String> = (0..claims.len())
+                .map(|i| {
+                    let b = i * 7;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                        b + 1,
+                        b + 2,
+                        b + 3,
+                        b + 4,
+                        b + 5,
+                        b + 6,
+                        b + 7
+                    )
+                })
+                .collect();
+            format!(
+                "INSERT INTO budget_windows (budget, subject, window_key, reserved_microdollars, \
+                 reserved_tokens, limit_microdollars, limit_tokens) VALUES {} \
+                 ON CONFLICT (budget, subject, window_key) DO UPDATE SET \
+                 reserved_microdollars = budget_windows.reserved_microdollars + excluded.reserved_microdollars, \
+                 reserved_tokens = budget_windows.reserved_tokens + excluded.reserved_tokens, \
+                 limit_microdollars = excluded.limit_microdollars, limit_tokens = excluded.limit_tokens \
+                 WHERE (excluded.limit_microdollars IS NULL OR budget_windows.spent_microdollars \
+                     + budget_windows.reserved_microdollars + excluded.reserved_microdollars \
+                     <= excluded.limit_microdollars + budget_windows.extra_microdollars) \
+                 AND (excluded.limit_tokens IS NULL OR budget_windows.spent_tokens \
+                     + budget_windows.reserved_tokens + excluded.reserved_tokens \
+                     <= excluded.limit_tokens + budget_windows.extra_tokens) \
+                 RETURNING {WINDOW_COLS}",
+                rows.join(", ")
+            )
+        });
+        let granted: Vec<WindowRecord> = with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
             // The write first: on SQLite it takes the write lock for the whole reservation.
             insert_call!(tx, d, call, &windows);
-            let mut after = Vec::with_capacity(claims.len());
-            for c in claims {
-                ensure_window!(tx, &c.budget, &c.subject, &c.window);
-                let row = sqlx::query(&format!(
-                    "UPDATE budget_windows SET reserved_microdollars = reserved_microdollars + $4, \
-                     reserved_tokens = reserved_tokens + $5 \
-                     WHERE budget = $1 AND subject = $2 AND window_key = $3 \
-                     AND ($6 IS NULL OR spent_microdollars + reserved_microdollars + $4 \
-                         <= $6 + extra_microdollars) \
-                     AND ($7 IS NULL OR spent_tokens + reserved_tokens + $5 <= $7 + extra_tokens) \
-                     RETURNING {WINDOW_COLS}"
-                ))
-                .bind(&c.budget)
-                .bind(&c.subject)
-                .bind(&c.window)
-                .bind(micros)
-                .bind(tokens)
-                .bind(c.limit_microdollars.map(to_i64).transpose()?)
-                .bind(c.limit_tokens.map(to_i64).transpose()?)
-                .fetch_optional(&mut *tx)
-                .await?;
-                match row {
-                    Some(r) => after.push(window_from_row(&r)?),
-                    None => {
-                        let full = sqlx::query(&format!(
-                            "SELECT {WINDOW_COLS} FROM budget_windows \
-                             WHERE budget = $1 AND subject = $2 AND window_key = $3"
-                        ))
+            let mut granted = Vec::new();
+            if let Some(sql) = &upsert {
+                let mut q = sqlx::query(sql);
+                for c in claims {
+                    q = q
                         .bind(&c.budget)
                         .bind(&c.subject)
                         .bind(&c.window)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        let full = window_from_row(&full)?;
-                        tx.rollback().await?;
-                        return Ok(Reservation::Refused(full));
-                    }
+                        .bind(to_i64(micros)?)
+                        .bind(to_i64(tokens)?)
+                        .bind(c.limit_microdollars.map(to_i64).transpose()?)
+                        .bind(c.limit_tokens.map(to_i64).transpose()?);
+                }
+                for r in q.fetch_all(&mut *tx).await? {
+                    granted.push(window_from_row(&r)?);
                 }
             }
-            tx.commit().await?;
-            Ok(Reservation::Granted(after))
-        })
+            if granted.len() < claims.len() {
+                tx.rollback().await?;
+            } else {
+                tx.commit().await?;
+            }
+            granted
+        });
+        let key = |w: &WindowRecord, c: &WindowClaim| {
+            w.budget == c.budget && w.subject == c.subject && w.window == c.window
+        };
+        let mut ordered = Vec::with_capacity(claims.len());
+        for c in claims {
+            match granted.iter().find(|w| key(w, c)) {
+                Some(w) => ordered.push(w.clone()),
+                // No room in this one: nothing was written; it is named as it stands.
+                None => return Ok(Reservation::Refused(self.window(c).await?)),
+            }
+        }
+        Ok(Reservation::Granted(ordered))
     }
 
     async fn settle_call(&self, id: Uuid, usage: &CallUsage) -> Result<Option<Vec<WindowRecord>>> {
