@@ -254,19 +254,33 @@ async fn main() -> Result<()> {
             f.iter().filter_map(pick).collect()
         };
         row(
-            "(u) a model call's reservation + settlement, SQLite, p50 (µs)",
+            "(u) what metering adds to a model call, no budget in force, SQLite, p50 (µs)",
+            &col(&|x| Some(x.unbudgeted.0)),
+            0,
+        );
+        row(
+            "(u) … no budget, SQLite, p99 (µs)",
+            &col(&|x| Some(x.unbudgeted.1)),
+            0,
+        );
+        row(
+            "(u) … three budgets (reservation + settlement), SQLite, p50 (µs)",
             &col(&|x| Some(x.sqlite.0)),
             0,
         );
-        row("(u) … SQLite, p99 (µs)", &col(&|x| Some(x.sqlite.1)), 0);
+        row(
+            "(u) … three budgets, SQLite, p99 (µs)",
+            &col(&|x| Some(x.sqlite.1)),
+            0,
+        );
         if f.iter().any(|x| x.postgres.is_some()) {
             row(
-                "(u) … PostgreSQL, p50 (µs)",
+                "(u) … three budgets, PostgreSQL, p50 (µs)",
                 &col(&|x| x.postgres.map(|p| p.0)),
                 0,
             );
             row(
-                "(u) … PostgreSQL, p99 (µs)",
+                "(u) … three budgets, PostgreSQL, p99 (µs)",
                 &col(&|x| x.postgres.map(|p| p.1)),
                 0,
             );

@@ -4,8 +4,9 @@
 //! store each call), on a SQLite file and, with `SWITCHBOARD_BENCH_STORE_URL`, on
 //! PostgreSQL; and how far 20 concurrent runs on two instances (two meters, each with its
 //! own pool, on that PostgreSQL database) get past a nearly spent budget.
-//! Each run: 1,000 calls one after another (p50 and p99 in microseconds), and 20 rounds of
-//! the race.
+//! Each run: 1,000 calls one after another, each with a 5 ms pause for the model's reply
+//! between its reservation and its settlement (p50 and p99 of the time metering adds, in
+//! microseconds), and 20 rounds of the race.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,7 +22,9 @@ const CALLS: usize = 1000;
 
 /// One run's figures.
 pub struct Figures {
-    /// Reserve + settle, µs: p50 and p99 on SQLite.
+    /// Reserve + settle, µs: p50 and p99 on SQLite with no budget in force.
+    pub unbudgeted: (f64, f64),
+    /// … with three budgets.
     pub sqlite: (f64, f64),
     /// The same on PostgreSQL, when a database was given.
     pub postgres: Option<(f64, f64)>,
@@ -53,27 +56,33 @@ fn who() -> Attribution {
     }
 }
 
-/// p50 and p99 of reserve + settle on `store`, µs.
-async fn latency(store: Arc<dyn Store>) -> Result<(f64, f64)> {
+/// p50 and p99 of reserve + settle on `store`, µs; with three budgets in force, or none.
+async fn latency(store: Arc<dyn Store>, budgets: bool) -> Result<(f64, f64)> {
     let config = UsageConfig {
-        budgets: vec![
-            spec("global", BudgetScope::Global, u64::MAX / 4),
-            spec("per-user", BudgetScope::User, u64::MAX / 4),
-        ],
+        budgets: if budgets {
+            vec![
+                spec("global", BudgetScope::Global, u64::MAX / 4),
+                spec("per-user", BudgetScope::User, u64::MAX / 4),
+            ]
+        } else {
+            Vec::new()
+        },
         ..UsageConfig::default()
     };
     let meter = Meter::new(store, &config).map_err(|e| anyhow!(e))?;
-    meter
-        .put_budget(
-            spec(
-                &format!("chat-{}", Uuid::now_v7().simple()),
-                BudgetScope::Chat,
-                u64::MAX / 4,
-            ),
-            "bench",
-        )
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
+    if budgets {
+        meter
+            .put_budget(
+                spec(
+                    &format!("chat-{}", Uuid::now_v7().simple()),
+                    BudgetScope::Chat,
+                    u64::MAX / 4,
+                ),
+                "bench",
+            )
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+    }
     let who = who();
     let mut took = Vec::with_capacity(CALLS);
     for _ in 0..CALLS {
@@ -154,17 +163,19 @@ pub async fn usage(runs: usize) -> Result<Vec<Figures>> {
         let dir = tempfile::tempdir()?;
         let sqlite: Arc<dyn Store> =
             Arc::new(SqlStore::open_path(&dir.path().join("usage.db")).await?);
-        let sqlite = latency(sqlite).await?;
+        let unbudgeted = latency(sqlite.clone(), false).await?;
+        let sqlite = latency(sqlite, true).await?;
         let (postgres, overspend) = match &url {
             Some(url) => {
                 let pg: Arc<dyn Store> = Arc::new(
                     SqlStore::open_postgres(switchboard_store::PostgresOptions::new(url)).await?,
                 );
-                (Some(latency(pg).await?), Some(race(url).await?))
+                (Some(latency(pg, true).await?), Some(race(url).await?))
             }
             None => (None, None),
         };
         out.push(Figures {
+            unbudgeted,
             sqlite,
             postgres,
             overspend,

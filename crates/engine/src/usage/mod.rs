@@ -59,6 +59,9 @@ pub struct Ticket {
     /// Budgets that are 80 % spent or more once this call's estimate is held: `(budget,
     /// what to tell the run)`.
     pub nearly: Vec<(String, String)>,
+    /// A call no budget applies to holds nothing, so nothing is written before it: its row
+    /// is written once, settled, off its path.
+    unwritten: Option<CallRecord>,
 }
 
 /// The meter of every model call.
@@ -82,6 +85,8 @@ pub const API_BUDGETS_TTL: std::time::Duration = std::time::Duration::from_secs(
 /// Work for the settler.
 enum Settling {
     Call(Uuid, CallUsage),
+    /// A call that held nothing, written whole.
+    Record(Box<CallRecord>),
     /// Answered once everything sent before it is written.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -99,6 +104,14 @@ async fn settle_loop(
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     if let Err(e2) = store.settle_call(id, &usage).await {
                         tracing::warn!(call = %id, error = %e, again = %e2, "a model call's usage could not be recorded; its reservation counts instead");
+                    }
+                }
+            }
+            Settling::Record(call) => {
+                if let Err(e) = store.record_call(&call, &[]).await {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    if let Err(e2) = store.record_call(&call, &[]).await {
+                        tracing::warn!(call = %call.id, error = %e, again = %e2, "a model call's usage could not be recorded");
                     }
                 }
             }
@@ -226,6 +239,15 @@ impl Meter {
             reserved_tokens: estimate.total_tokens,
             ..record(who, provider, model)
         };
+        if applied.is_empty() {
+            return Ok(Ticket {
+                id: call.id,
+                provider: provider.to_string(),
+                model: model.to_string(),
+                nearly: Vec::new(),
+                unwritten: Some(call),
+            });
+        }
         let claims: Vec<_> = applied.iter().map(|a| a.claim.clone()).collect();
         match self.store.reserve_call(&call, &claims).await? {
             Reservation::Granted(windows) => {
@@ -239,6 +261,7 @@ impl Meter {
                     provider: provider.to_string(),
                     model: model.to_string(),
                     nearly,
+                    unwritten: None,
                 })
             }
             Reservation::Refused(w) => {
@@ -312,13 +335,28 @@ impl Meter {
         usage: Option<&Usage>,
     ) -> Result<Usage, StoreError> {
         let (call, priced) = self.price(&ticket.provider, &ticket.model, usage, None);
-        if self
-            .settler()
-            .send(Settling::Call(ticket.id, call))
-            .is_err()
-        {
-            // No settler (the runtime is going away): write it here.
-            self.store.settle_call(ticket.id, &call).await?;
+        let job = match &ticket.unwritten {
+            Some(row) => Settling::Record(Box::new(CallRecord {
+                state: "settled".into(),
+                reported: call.reported,
+                input_tokens: call.input_tokens,
+                output_tokens: call.output_tokens,
+                cache_read_tokens: call.cache_read_tokens,
+                cache_write_tokens: call.cache_write_tokens,
+                cost_microdollars: call.cost_microdollars,
+                ..row.clone()
+            })),
+            None => Settling::Call(ticket.id, call),
+        };
+        if let Err(tokio::sync::mpsc::error::SendError(job)) = self.settler().send(job) {
+            // No settler (the runtime is going away): written here.
+            match job {
+                Settling::Record(row) => self.store.record_call(&row, &[]).await?,
+                Settling::Call(id, call) => {
+                    self.store.settle_call(id, &call).await?;
+                }
+                Settling::Flush(_) => {}
+            }
         }
         count(&ticket.provider, &ticket.model, &priced, usage.is_some());
         Ok(priced)
