@@ -136,3 +136,62 @@ async fn a_lost_call_counts_its_reservation_and_concurrent_calls_never_pass_the_
     }
     assert_eq!(granted, 8);
 }
+
+/// Two instances (two meters, each with its own pool) on one PostgreSQL database: twenty
+/// runs at once against a budget nearly spent never take it past its limit — the store
+/// serializes the reservations, whoever makes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_postgres_never_pass_a_budget_together() {
+    let db = switchboard_test_support::postgres::TestDatabase::create("sb_usage").await;
+    let open = || async {
+        let s: Arc<dyn Store> = Arc::new(
+            SqlStore::open_postgres(switchboard_store::PostgresOptions::new(&db.url))
+                .await
+                .unwrap(),
+        );
+        s
+    };
+    let config = UsageConfig {
+        budgets: vec![BudgetSpec {
+            scope: BudgetScope::Global,
+            time_zone: None,
+            ..budget(10_000)
+        }],
+        ..UsageConfig::default()
+    };
+    let a = Arc::new(Meter::new(open().await, &config).unwrap());
+    let b = Arc::new(Meter::new(open().await, &config).unwrap());
+    // Nearly spent: 8,500 of 10,000, so room for one call of 1,000 and not two.
+    let t = a.reserve(&alice(), "openai", "m", 8_000, 500).await.unwrap();
+    a.settle(&t, Some(&Usage::tokens(8_000, 500))).await.unwrap();
+    a.flush().await;
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let m = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let who = Attribution {
+                    run_id: Some(Uuid::now_v7()),
+                    ..alice()
+                };
+                match m.reserve(&who, "openai", "m", 500, 500).await {
+                    Ok(t) => {
+                        m.settle(&t, Some(&Usage::tokens(500, 500))).await.unwrap();
+                        1
+                    }
+                    Err(MeterError::Exhausted { .. }) => 0,
+                    Err(e) => panic!("{e}"),
+                }
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    for t in tasks {
+        granted += t.await.unwrap();
+    }
+    a.flush().await;
+    b.flush().await;
+    assert_eq!(granted, 1, "room for one");
+    let w = &a.status().await.unwrap()[0].windows[0];
+    assert_eq!(w.spent_tokens, 9_500);
+    assert_eq!(w.reserved_tokens, 0);
+}
