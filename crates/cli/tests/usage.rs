@@ -681,3 +681,70 @@ async fn the_console_usage_page_shows_cost_per_day_by_model_and_the_budgets() {
     script.finish(|| server.logs()).await;
     common::browser::assert_shots(&["usage.png", "usage-phone.png"]);
 }
+
+/// A member reads their own usage and their own windows of the budgets, not what others
+/// spent; an admin reads everyone's.
+#[tokio::test]
+async fn a_member_sees_their_own_spending_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let config = format!(
+        "{PRICES}\n[[budgets]]\nname = \"per-person\"\nscope = \"user\"\nwindow = \"month\"\nlimit_usd = 1.0\n"
+    );
+    let server = serve(dir.path(), &llm, &config, None).await;
+    let http = reqwest::Client::new();
+    let mut tokens = Vec::new();
+    for name in ["mia", "noa"] {
+        let s = http
+            .post(format!("{}/v1/users", server.url))
+            .bearer_auth(TOKEN)
+            .json(&json!({"name": name, "role": "member"}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(s, 201);
+        let t: Value = http
+            .post(format!("{}/v1/tokens", server.url))
+            .bearer_auth(TOKEN)
+            .json(&json!({"user": name, "name": "t", "scopes": ["sessions:read", "sessions:write", "usage:read"]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let token = t["token"].as_str().unwrap().to_string();
+        let c = switchboard_client::Client::new(server.url.clone(), Some(token.clone())).unwrap();
+        let id = c.create_session(&Default::default()).await.unwrap().id;
+        run(&c, id, &format!("hello from {name}")).await;
+        tokens.push(token);
+    }
+    let as_mia = |path: &str| {
+        http.get(format!("{}{path}", server.url))
+            .bearer_auth(&tokens[0])
+            .send()
+    };
+    let budgets: Value = as_mia("/v1/budgets").await.unwrap().json().await.unwrap();
+    let subjects: Vec<&str> = budgets["budgets"][0]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(subjects, ["mia"], "her own window only");
+    let usage: Value = as_mia("/v1/usage?group_by=user")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(usage["groups"][0]["key"], "mia");
+    let all = get(&server, "/v1/budgets").await;
+    assert_eq!(
+        all["budgets"][0]["windows"].as_array().unwrap().len(),
+        2,
+        "{all}"
+    );
+}

@@ -162,8 +162,13 @@ async fn two_instances_on_postgres_never_pass_a_budget_together() {
     let a = Arc::new(Meter::new(open().await, &config).unwrap());
     let b = Arc::new(Meter::new(open().await, &config).unwrap());
     // Nearly spent: 8,500 of 10,000, so room for one call of 1,000 and not two.
-    let t = a.reserve(&alice(), "openai", "m", 8_000, 500).await.unwrap();
-    a.settle(&t, Some(&Usage::tokens(8_000, 500))).await.unwrap();
+    let t = a
+        .reserve(&alice(), "openai", "m", 8_000, 500)
+        .await
+        .unwrap();
+    a.settle(&t, Some(&Usage::tokens(8_000, 500)))
+        .await
+        .unwrap();
     a.flush().await;
     let tasks: Vec<_> = (0..20)
         .map(|i| {

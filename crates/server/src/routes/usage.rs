@@ -61,14 +61,24 @@ pub async fn calls(
     Ok(Json(UsageCallsResponse { calls }))
 }
 
-/// Every budget (the configuration's and those made here) with its current windows.
+/// Every budget (the configuration's and those made here) with its current windows. A
+/// member sees the windows that count them (their own, and `global` ones), not what others
+/// spent.
 #[utoipa::path(get, path = "/v1/budgets", tag = "usage",
     security(("bearer" = ["usage:read"])),
     responses((status = 200, body = BudgetsResponse)))]
-pub async fn budgets(State(state): State<AppState>) -> Result<Json<BudgetsResponse>, ApiError> {
-    Ok(Json(BudgetsResponse {
-        budgets: state.engine.meter().status().await?,
-    }))
+pub async fn budgets(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+) -> Result<Json<BudgetsResponse>, ApiError> {
+    let mut budgets = state.engine.meter().status().await?;
+    if let Some(me) = only(&p) {
+        for b in &mut budgets {
+            b.windows
+                .retain(|w| w.subject.is_empty() || w.subject == me);
+        }
+    }
+    Ok(Json(BudgetsResponse { budgets }))
 }
 
 /// Makes or replaces a budget (its `name` must be the path's). It holds on every instance
