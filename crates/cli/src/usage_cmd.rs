@@ -85,6 +85,10 @@ pub enum BudgetsCommand {
         usd: Option<f64>,
         #[arg(long)]
         tokens: Option<u64>,
+        /// At the limit, ask an admin or operator for one more window's worth (once)
+        /// instead of stopping.
+        #[arg(long)]
+        ask: bool,
     },
     /// Remove a budget made over the API.
     Remove { name: String },
@@ -240,6 +244,7 @@ pub async fn budgets(settings: &Settings, cmd: BudgetsCommand) -> Result<ExitCod
             time_zone,
             usd,
             tokens,
+            ask,
         } => {
             if usd.is_none() && tokens.is_none() {
                 bail!("give --usd or --tokens");
@@ -252,7 +257,7 @@ pub async fn budgets(settings: &Settings, cmd: BudgetsCommand) -> Result<ExitCod
                 time_zone,
                 limit_usd: usd,
                 limit_tokens: tokens,
-                at_limit: AtLimit::Stop,
+                at_limit: if ask { AtLimit::Ask } else { AtLimit::Stop },
             };
             let b = c.put_budget(&spec).await?;
             println!("budget {} set", b.budget.name);

@@ -354,6 +354,19 @@ async fn conflicts_follow_ups_and_cancel() {
     let shown = c.get_session(s.id).await.unwrap();
     assert_eq!(shown.session.active_run_id, Some(run1));
 
+    // The first run's model call is under way (the mock holds it): its cancel is what ends
+    // it, and the follow-up's call gets the mock's next reply, not the held one.
+    for _ in 0..600 {
+        if !llm.chat_requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        llm.chat_requests().len(),
+        1,
+        "the first run called the model"
+    );
     c.cancel(s.id, run1).await.unwrap();
     let first = until_run_ends(&mut events, run1).await;
     match &first.last().unwrap().event {

@@ -335,9 +335,20 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
             "month",
             "--usd",
             "9.5",
+            "--ask",
         ],
     );
     assert!(ok, "{err}");
+    let listed = get(&server, "/v1/budgets").await;
+    let weekly = listed["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["budget"]["name"] == "weekly-ish")
+        .cloned()
+        .unwrap();
+    assert_eq!(weekly["budget"]["at_limit"], "ask");
+    assert_eq!(weekly["limit_microdollars"], 9_500_000);
     let (ok, _, err) = cli(&server, &["budgets", "remove", "weekly-ish"]);
     assert!(ok, "{err}");
     // The budget's state says what was spent, and nothing is held.
@@ -746,5 +757,98 @@ async fn a_member_sees_their_own_spending_only() {
         all["budgets"][0]["windows"].as_array().unwrap().len(),
         2,
         "{all}"
+    );
+}
+
+/// `at_limit = "ask"`: at its limit the run asks for one more window's worth — an approval
+/// the server token alone may not decide (so no chat's own approval mode extends a budget),
+/// an operator may; allowed, the run goes on; refused, it ends `budget_exhausted`.
+#[tokio::test]
+async fn ask_lets_an_operator_extend_a_budget_once() {
+    use switchboard_protocol::{DecisionAction, usage::BUDGET_EXTENSION_TOOL};
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    // Below one call's estimate (its input and 4,096 out), within two windows' worth.
+    let config = format!(
+        "{PRICES}\n[[budgets]]\nname = \"ask-me\"\nscope = \"global\"\nwindow = \"day\"\nlimit_tokens = 4000\nat_limit = \"ask\"\n"
+    );
+    let server = serve(dir.path(), &llm, &config, None).await;
+    let c = common::client(&server);
+    let http = reqwest::Client::new();
+    let s = http
+        .post(format!("{}/v1/users", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "ops", "role": "operator"}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s, 201);
+    let t: Value = http
+        .post(format!("{}/v1/tokens", server.url))
+        .bearer_auth(TOKEN)
+        .json(&json!({"user": "ops", "name": "t", "scopes": ["sessions:read", "approvals:decide"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ops = switchboard_client::Client::new(
+        server.url.clone(),
+        Some(t["token"].as_str().unwrap().to_string()),
+    )
+    .unwrap();
+    let id = c.create_session(&Default::default()).await.unwrap().id;
+    let (mut events, run_id) = common::send(&c, id, "please").await;
+    let waiting = common::until(&mut events, "the budget's approval", |e| {
+        matches!(e, AgentEvent::WaitingForToolApproval { .. })
+    })
+    .await;
+    let call = waiting
+        .iter()
+        .find_map(|e| match &e.event {
+            AgentEvent::ToolCallsProposed { tool_calls, .. } => tool_calls.first().cloned(),
+            _ => None,
+        })
+        .expect("the extension is proposed");
+    assert_eq!(call.name, BUDGET_EXTENSION_TOOL);
+    assert_eq!(call.arguments["budget"], "ask-me");
+    assert!(llm.chat_requests().is_empty(), "nothing was called yet");
+    // The server token alone (what a chat's allow-all mode decides with) may not.
+    let accept = common::decide(run_id, &call.id, DecisionAction::Accept, None);
+    let refused = c.decide_tools(id, &accept).await.unwrap_err();
+    assert_eq!(refused.status(), Some(403), "{refused}");
+    // An operator may: the run goes on and the model is called.
+    ops.decide_tools(id, &accept).await.unwrap();
+    let rest = common::until_run_ends(&mut events, run_id).await;
+    assert!(
+        rest.iter().any(|e| matches!(&e.event, AgentEvent::Notice { message, .. } if message.contains("ops allowed 4000 tokens more"))),
+        "{:?}",
+        common::kinds(&rest)
+    );
+    assert!(matches!(
+        rest.last().unwrap().event,
+        AgentEvent::RunCompleted { .. }
+    ));
+    assert_eq!(llm.chat_requests().len(), 1);
+    let budgets = get(&server, "/v1/budgets").await;
+    assert_eq!(
+        n(&budgets["budgets"][0]["windows"][0], "extra_tokens"),
+        4000
+    );
+    // Refused: the next one that needs more ends on the budget. (Its window was extended
+    // once already, so it does not ask again: it stops.)
+    let big = "x".repeat(20_000);
+    let (mut events, run_id) = common::send(&c, id, &big).await;
+    let end = common::until_run_ends(&mut events, run_id).await;
+    match &end.last().unwrap().event {
+        AgentEvent::RunError { code, .. } => assert_eq!(*code, RunErrorCode::BudgetExhausted),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !end.iter()
+            .any(|e| matches!(e.event, AgentEvent::WaitingForToolApproval { .. })),
+        "once per window"
     );
 }

@@ -142,7 +142,18 @@ pub enum AtLimit {
     /// The run ends with `budget_exhausted`.
     #[default]
     Stop,
+    /// The run asks for one more window's worth, once per window: an approval (the call
+    /// [`BUDGET_EXTENSION_TOOL`]) that an admin or operator decides in person. Refused or
+    /// unanswered, the run ends as with `stop`.
+    Ask,
 }
+
+/// The name of the approval a run at a budget's limit asks for (`at_limit = "ask"`); its
+/// call ids start with [`BUDGET_CALL_PREFIX`].
+pub const BUDGET_EXTENSION_TOOL: &str = "switchboard_budget_extension";
+
+/// How the ids of budget extensions start.
+pub const BUDGET_CALL_PREFIX: &str = "budget-";
 
 /// A budget: a limit in dollars or tokens on what a scope spends in a window.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

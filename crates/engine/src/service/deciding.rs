@@ -3,7 +3,8 @@
 //! written to the audit log.
 
 use super::*;
-use switchboard_protocol::people::{Credential, Principal};
+use switchboard_protocol::people::{Credential, Principal, Role};
+use switchboard_protocol::usage::{BUDGET_CALL_PREFIX, BUDGET_EXTENSION_TOOL};
 use switchboard_protocol::{BackendSpec, ToolDecisionsRequest, ToolDecisionsResponse};
 
 use crate::team::{CallFacts, may_decide};
@@ -19,6 +20,27 @@ impl Engine {
         mut req: ToolDecisionsRequest,
         via: &str,
     ) -> Result<ToolDecisionsResponse, EngineError> {
+        // A budget's extension is money, not a tool call: it is decided by an admin or an
+        // operator in person — never by the server token alone, so a surface's own approval
+        // mode (a chat that allows everything) cannot extend a budget.
+        if req
+            .decisions
+            .keys()
+            .any(|id| id.starts_with(BUDGET_CALL_PREFIX))
+        {
+            let pending = self.pending_tools(session_id).await?;
+            let budget_call = pending
+                .tool_calls
+                .iter()
+                .any(|c| c.name == BUDGET_EXTENSION_TOOL && req.decisions.contains_key(&c.id));
+            let in_person = p.credential != Credential::ServerToken
+                && matches!(p.role, Role::Admin | Role::Operator);
+            if budget_call && !in_person {
+                return Err(EngineError::Forbidden(
+                    "a budget's extension is decided by an admin or an operator, in person (the console, their token, or a linked chat account)".into(),
+                ));
+            }
+        }
         let rules = &self.inner.config.approval_rules;
         if !rules.is_empty() {
             let pending = self.pending_tools(session_id).await?;

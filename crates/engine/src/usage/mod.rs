@@ -45,6 +45,13 @@ pub enum MeterError {
         hit: BudgetHit,
         /// Its window's key.
         window: String,
+        /// The budget asks for more at its limit (`at_limit = "ask"`).
+        ask: bool,
+        /// Its window was given more already (once per window).
+        extended: bool,
+        /// The budget's limit: what one more window's worth is.
+        limit_microdollars: Option<u64>,
+        limit_tokens: Option<u64>,
     },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -275,7 +282,11 @@ impl Meter {
                     .increment(1);
                 Err(MeterError::Exhausted {
                     hit: a.budget.hit(&w.subject, a.resets_at),
+                    ask: a.budget.spec.at_limit == switchboard_protocol::usage::AtLimit::Ask,
+                    extended: w.extra_microdollars > 0 || w.extra_tokens > 0,
                     window: w.window,
+                    limit_microdollars: a.claim.limit_microdollars,
+                    limit_tokens: a.claim.limit_tokens,
                 })
             }
         }
@@ -303,7 +314,11 @@ impl Meter {
             if full {
                 return Err(MeterError::Exhausted {
                     hit: a.budget.hit(&a.claim.subject, a.resets_at),
+                    ask: a.budget.spec.at_limit == switchboard_protocol::usage::AtLimit::Ask,
+                    extended: w.extra_microdollars > 0 || w.extra_tokens > 0,
                     window: a.claim.window,
+                    limit_microdollars: a.claim.limit_microdollars,
+                    limit_tokens: a.claim.limit_tokens,
                 });
             }
         }
