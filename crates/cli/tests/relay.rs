@@ -1604,3 +1604,44 @@ async fn a_tmux_member_runs_in_the_sandbox_unless_exempted() {
     assert!(out("b").contains("STATE-SECRET"), "{}", out("b"));
     c.relay_down("dev").await.unwrap();
 }
+
+/// A relay bundle is budgeted like anything else: its session members' runs are the
+/// bundle's (`origin.bundle`), and a budget on the bundle stops them before the model is
+/// called — the send fails with the budget's words.
+#[tokio::test]
+async fn a_bundle_s_budget_stops_its_session_members() {
+    let w = World::new().await;
+    let ws = w.path("ws");
+    // $8 a million output tokens: one call's reservation (4,096 out) is over $0.03.
+    w.config(
+        "[prices.\"openai/mock-model\"]\ninput = 2.0\noutput = 8.0\n\n[[budgets]]\nname = \"crew\"\nscope = \"bundle\"\nmatch = \"crew\"\nwindow = \"day\"\nlimit_usd = 0.03\n",
+    );
+    w.bundle(
+        "crew",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"helper\"\ndirectory = \"{}\"\n[members.session]\nbackend = \"builtin\"\n",
+            ws.display()
+        ),
+    );
+    std::fs::write(
+        w.path("bundles/policies.toml"),
+        "format-version = 1\n[[principals]]\nid = \"alice\"\nname = \"Alice\"\npolicy = \"operator\"\n",
+    )
+    .unwrap();
+    let server = w.server().await;
+    let c = client(&server);
+    let up = c.relay_up("crew").await.unwrap();
+    assert_eq!(up.result, HostingResult::Hosted, "{up:?}");
+    let r = c
+        .relay_send(
+            "crew",
+            &send_req("alice", &["helper"], "please summarize", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Failure, "{r:?}");
+    let reason = r.results[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("budget crew"), "{r:?}");
+    assert!(w.llm.chat_requests().is_empty(), "the model was not called");
+    c.relay_down("crew").await.unwrap();
+}

@@ -351,6 +351,12 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
     assert_eq!(weekly["limit_microdollars"], 9_500_000);
     let (ok, _, err) = cli(&server, &["budgets", "remove", "weekly-ish"]);
     assert!(ok, "{err}");
+    // Both changes are in the audit log, each with an object for its detail.
+    let audit = get(&server, "/v1/audit?action=budget.delete").await;
+    assert_eq!(audit["entries"][0]["target"], "weekly-ish");
+    assert!(audit["entries"][0]["detail"].is_object(), "{audit}");
+    let audit = get(&server, "/v1/audit?action=budget.put").await;
+    assert!(!audit["entries"].as_array().unwrap().is_empty());
     // The budget's state says what was spent, and nothing is held.
     let budgets = get(&server, "/v1/budgets").await;
     let daily = &budgets["budgets"][0];

@@ -245,7 +245,15 @@ impl Team {
             action: action.to_string(),
             target: target.map(str::to_string),
             via: via.to_string(),
-            detail,
+            // An entry's detail is an object, as `/v1/audit` documents: nothing to add is
+            // an empty one.
+            detail: if detail.is_object() {
+                detail
+            } else if detail.is_null() {
+                serde_json::json!({})
+            } else {
+                serde_json::json!({ "value": detail })
+            },
         };
         if let Err(e) = self.store.append_audit(&entry).await {
             tracing::error!(error = %e, action, actor, "could not write an audit entry");

@@ -138,7 +138,7 @@ pub async fn delete_budget(
             "budget.delete",
             Some(&name),
             via(&p),
-            serde_json::Value::Null,
+            serde_json::json!({}),
         )
         .await;
     Ok(StatusCode::NO_CONTENT)
