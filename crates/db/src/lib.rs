@@ -3,7 +3,8 @@
 //! and migration files; this crate only knows how to apply them:
 //!
 //! - **SQLite**: WAL, foreign keys on, a 10 s busy timeout, created when missing
-//!   ([`sqlite_options`]). Migrations run on a connection of their own that is opened before
+//!   ([`sqlite_options`]); the WAL is checkpointed by a background task of the pool rather
+//!   than by whichever commit crosses 1,000 pages ([`open_sqlite`]). Migrations run on a connection of their own that is opened before
 //!   the pool ([`open_sqlite`]): a pool connection that had read the schema before a
 //!   migration changed it would keep the old column list of a statement SQLite silently
 //!   re-prepares, and sqlx then reads a row past its end (a panic in its worker).
@@ -262,11 +263,63 @@ pub async fn open_sqlite(
         .await
         .map_err(failed)?;
     migrate_sqlite(&mut migrator, migrations).await?;
-    let pool = pool.connect_with(connect).await.map_err(failed)?;
+    // Checkpoints are the checkpointer's (below), not the committing writer's.
+    let connect = connect.pragma("wal_autocheckpoint", "0");
+    // A SQLite connection is a file, not a socket that can die while idle: sqlx's default
+    // ping before every acquire would only add a round trip to its worker thread per query.
+    let pool = pool
+        .test_before_acquire(false)
+        .connect_with(connect.clone())
+        .await
+        .map_err(failed)?;
     // Closed after the pool has a connection: closing the last connection of a WAL database
     // checkpoints it, which costs the start-up a few fsyncs.
     migrator.close().await.map_err(failed)?;
+    // The pool's close event fires on `close()` and when its last handle is dropped.
+    tokio::spawn(checkpointer(connect, pool.close_event()));
     Ok(pool)
+}
+
+/// How often the checkpointer looks at the WAL.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// Copies the WAL back into the database file every [`CHECKPOINT_EVERY`] (a `PASSIVE`
+/// checkpoint, on a connection of its own), until `closed` fires.
+///
+/// SQLite's default is that the commit which takes the WAL past 1,000 pages runs the
+/// checkpoint itself, `fsync`s included: every thousandth-page commit — an event, a budget
+/// reservation before a model call — waited milliseconds for it (the usage benchmark's p99).
+/// A passive checkpoint neither waits for nor blocks readers and writers, so here it waits
+/// for nobody and nobody waits for it. Not `sqlite3_wal_hook` (which sqlx does not expose):
+/// a timer is as good, and the WAL stays small (a quarter of a second of writes).
+async fn checkpointer(connect: SqliteConnectOptions, closed: sqlx::pool::CloseEvent) {
+    let run = async {
+        let mut conn: Option<SqliteConnection> = None;
+        loop {
+            tokio::time::sleep(CHECKPOINT_EVERY).await;
+            let c = match conn.as_mut() {
+                Some(c) => c,
+                None => match SqliteConnection::connect_with(&connect).await {
+                    Ok(c) => conn.insert(c),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "checkpointer: cannot open the database");
+                        continue;
+                    }
+                },
+            };
+            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&mut *c)
+                .await
+            {
+                tracing::warn!(error = %e, "checkpointer: checkpoint failed");
+                conn = None;
+            }
+        }
+    };
+    tokio::select! {
+        () = closed => {}
+        () = run => {}
+    }
 }
 
 /// Applies pending SQLite migrations, one transaction each.
@@ -314,13 +367,6 @@ pub async fn migrate_sqlite(
     Ok(())
 }
 
-/// Opens a pool of at most `max_connections` on the PostgreSQL database `url` (the URL forms
-/// sqlx accepts; the database must exist) for `migrations`' crate, and applies them. The
-/// application name is `switchboard-<owner>` unless the URL gives one. With a schema of its
-/// own, `search_path` is set at connection start-up (`-c search_path=<schema>`, which wins
-/// over one in the URL), so every connection the pool ever opens, reconnects included,
-/// resolves the crate's unqualified table names in its schema, never in another crate's.
-/// Errors name the host and database, never the password.
 /// PostgreSQL's `statement_timeout` on every connection Switchboard opens: a database that
 /// hangs (a lock never released, a server stuck on I/O) fails the statement after this
 /// instead of holding the request, the run or the poller forever; the caller then gets a
@@ -328,6 +374,36 @@ pub async fn migrate_sqlite(
 /// runs takes milliseconds.
 pub const STATEMENT_TIMEOUT: &str = "30s";
 
+/// How long a pooled PostgreSQL connection may sit idle before it is pinged on its way out
+/// of the pool ([`pg_pool_options`]).
+pub const PG_PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// The pool options of every PostgreSQL pool: at most `max_connections`, and a connection
+/// idle for more than [`PG_PING_AFTER_IDLE`] is pinged before it is handed out (a dead one is
+/// replaced, as after the server restarted at night). sqlx's default pings on *every*
+/// acquire — a round trip added to each query, which on this machine doubled the cost of a
+/// one-statement budget reservation; a connection used a moment ago needs no such check.
+pub fn pg_pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > PG_PING_AFTER_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
+/// Opens a pool of at most `max_connections` on the PostgreSQL database `url` (the URL forms
+/// sqlx accepts; the database must exist) for `migrations`' crate, and applies them. The
+/// application name is `switchboard-<owner>` unless the URL gives one. With a schema of its
+/// own, `search_path` is set at connection start-up (`-c search_path=<schema>`, which wins
+/// over one in the URL), so every connection the pool ever opens, reconnects included,
+/// resolves the crate's unqualified table names in its schema, never in another crate's.
+/// Errors name the host and database, never the password.
 pub async fn open_postgres(
     url: &str,
     max_connections: u32,
@@ -352,8 +428,7 @@ pub async fn open_postgres(
         connect.get_port(),
         connect.get_database().unwrap_or("")
     );
-    let pool = PgPoolOptions::new()
-        .max_connections(max_connections.max(1))
+    let pool = pg_pool_options(max_connections)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(connect)
         .await
@@ -478,30 +553,30 @@ mod tests {
         }
     }
 
+    async fn open(
+        path: &Path,
+        sqlite: &'static [(i64, &'static str)],
+    ) -> Result<SqlitePool, DbError> {
+        open_sqlite(
+            sqlite_options(path),
+            SqlitePoolOptions::new(),
+            &migrations(sqlite),
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn migrations_apply_once_and_a_newer_database_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
-        let pool = open_sqlite(
-            sqlite_options(&path),
-            SqlitePoolOptions::new(),
-            &migrations(V2),
-        )
-        .await
-        .unwrap();
+        let pool = open(&path, V2).await.unwrap();
         sqlx::query("INSERT INTO a (x, y) VALUES (1, 'one')")
             .execute(&pool)
             .await
             .unwrap();
         pool.close().await;
         // again: nothing to apply, the row is still there
-        let pool = open_sqlite(
-            sqlite_options(&path),
-            SqlitePoolOptions::new(),
-            &migrations(V2),
-        )
-        .await
-        .unwrap();
+        let pool = open(&path, V2).await.unwrap();
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM a")
             .fetch_one(&pool)
             .await
@@ -509,13 +584,7 @@ mod tests {
         assert_eq!(n, 1);
         pool.close().await;
         // an older binary (knows version 1 only) refuses the version-2 database
-        let err = open_sqlite(
-            sqlite_options(&path),
-            SqlitePoolOptions::new(),
-            &migrations(V1),
-        )
-        .await
-        .unwrap_err();
+        let err = open(&path, V1).await.unwrap_err();
         assert!(
             matches!(
                 err,
@@ -528,6 +597,52 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("newer than this binary"), "{err}");
+    }
+
+    /// Commits never checkpoint; the background checkpointer copies the WAL into the main
+    /// file soon after; closing the pool ends it.
+    #[tokio::test]
+    async fn the_wal_is_checkpointed_in_the_background_not_by_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let pool = open(&path, V2).await.unwrap();
+        let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let before = size();
+        // 8 MB in 2,000 commits: past SQLite's 1,000-page automatic checkpoint twice over.
+        let text = "x".repeat(4_000);
+        for i in 0..2_000 {
+            sqlx::query("INSERT INTO a (x, y) VALUES ($1, $2)")
+                .bind(i)
+                .bind(&text)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        let auto: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(auto, 0, "commits do not checkpoint");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while size() < before + 8_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the WAL was not checkpointed in 5 s ({} bytes in the main file)",
+                size()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let wal = dir.path().join("t.db-wal");
+        pool.close().await;
+        // The last connection (the checkpointer's) closed: SQLite removes the WAL.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while wal.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the checkpointer's connection outlived its pool"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     #[test]
