@@ -114,39 +114,120 @@ fn windows_of(json: &str) -> Result<Vec<[String; 3]>> {
     serde_json::from_str(json).map_err(|e| StoreError::Corrupt(format!("usage windows: {e}")))
 }
 
+/// The call row's columns' placeholders (`$1`…`$21`), bound by [`bind_call!`].
+const CALL_PARAMS: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+     $16, $17, $18, $19, $20, $21";
+
+/// Binds a call row's columns to `$1`…`$21` ([`CALL_PARAMS`]).
+macro_rules! bind_call {
+    ($q:expr, $d:expr, $c:expr, $windows:expr) => {
+        $q.bind($d.id($c.id))
+            .bind(&$c.at)
+            .bind($d.opt_id($c.session_id))
+            .bind($d.opt_id($c.run_id))
+            .bind(&$c.user_name)
+            .bind(&$c.chat)
+            .bind(&$c.schedule)
+            .bind(&$c.bundle)
+            .bind(&$c.backend)
+            .bind(&$c.provider)
+            .bind(&$c.model)
+            .bind(&$c.state)
+            .bind($c.reported)
+            .bind(to_i64($c.input_tokens)?)
+            .bind(to_i64($c.output_tokens)?)
+            .bind(to_i64($c.cache_read_tokens)?)
+            .bind(to_i64($c.cache_write_tokens)?)
+            .bind($c.cost_microdollars.map(to_i64).transpose()?)
+            .bind(to_i64($c.reserved_microdollars)?)
+            .bind(to_i64($c.reserved_tokens)?)
+            .bind($windows)
+    };
+}
+
 /// Inserts a call row.
 macro_rules! insert_call {
     ($tx:expr, $d:expr, $c:expr, $windows:expr) => {
-        sqlx::query(&format!(
-            "INSERT INTO usage_calls ({CALL_COLS}, windows) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-             $19, $20, $21)"
-        ))
-        .bind($d.id($c.id))
-        .bind(&$c.at)
-        .bind($d.opt_id($c.session_id))
-        .bind($d.opt_id($c.run_id))
-        .bind(&$c.user_name)
-        .bind(&$c.chat)
-        .bind(&$c.schedule)
-        .bind(&$c.bundle)
-        .bind(&$c.backend)
-        .bind(&$c.provider)
-        .bind(&$c.model)
-        .bind(&$c.state)
-        .bind($c.reported)
-        .bind(to_i64($c.input_tokens)?)
-        .bind(to_i64($c.output_tokens)?)
-        .bind(to_i64($c.cache_read_tokens)?)
-        .bind(to_i64($c.cache_write_tokens)?)
-        .bind($c.cost_microdollars.map(to_i64).transpose()?)
-        .bind(to_i64($c.reserved_microdollars)?)
-        .bind(to_i64($c.reserved_tokens)?)
-        .bind($windows)
+        bind_call!(
+            sqlx::query(&format!(
+                "INSERT INTO usage_calls ({CALL_COLS}, windows) VALUES ({CALL_PARAMS})"
+            )),
+            $d,
+            $c,
+            $windows
+        )
         .execute(&mut *$tx)
         .await?
     };
 }
+
+/// Binds each claim's seven parameters of [`reserve_sql`], in order.
+macro_rules! bind_claims {
+    ($q:expr, $claims:expr, $micros:expr, $tokens:expr) => {{
+        let mut q = $q;
+        for c in $claims {
+            q = q
+                .bind(&c.budget)
+                .bind(&c.subject)
+                .bind(&c.window)
+                .bind(to_i64($micros)?)
+                .bind(to_i64($tokens)?)
+                .bind(c.limit_microdollars.map(to_i64).transpose()?)
+                .bind(c.limit_tokens.map(to_i64).transpose()?);
+        }
+        q
+    }};
+}
+
+/// The upsert that reserves an estimate in `n` windows at once, its parameters from
+/// `$first` on (seven a window, bound by [`bind_claims!`]). A new window is made holding the
+/// estimate; one that exists takes it only while spent + reserved + it stays within the limit
+/// (plus extra) — the row lock of the upsert makes that atomic on both databases. A window
+/// that had no room returns no row.
+fn reserve_sql(n: usize, first: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let b = first + i * 7;
+            let p: Vec<String> = (b..b + 7).map(|k| format!("${k}")).collect();
+            format!("({})", p.join(", "))
+        })
+        .collect();
+    format!(
+        "INSERT INTO budget_windows (budget, subject, window_key, reserved_microdollars, \
+         reserved_tokens, limit_microdollars, limit_tokens) VALUES {} \
+         ON CONFLICT (budget, subject, window_key) DO UPDATE SET \
+         reserved_microdollars = budget_windows.reserved_microdollars + excluded.reserved_microdollars, \
+         reserved_tokens = budget_windows.reserved_tokens + excluded.reserved_tokens, \
+         limit_microdollars = excluded.limit_microdollars, limit_tokens = excluded.limit_tokens \
+         WHERE (excluded.limit_microdollars IS NULL OR budget_windows.spent_microdollars \
+             + budget_windows.reserved_microdollars + excluded.reserved_microdollars \
+             <= excluded.limit_microdollars + budget_windows.extra_microdollars) \
+         AND (excluded.limit_tokens IS NULL OR budget_windows.spent_tokens \
+             + budget_windows.reserved_tokens + excluded.reserved_tokens \
+             <= excluded.limit_tokens + budget_windows.extra_tokens) \
+         RETURNING {WINDOW_COLS}",
+        rows.join(", ")
+    )
+}
+
+/// PostgreSQL's reservation, in one statement and so one round trip (a model call waits for
+/// it): the upsert of every window, then the call's row only if every window took the
+/// estimate. If some did not, the division by zero aborts the statement and with it what the
+/// other windows took — there is no `RAISE` in plain SQL, and a transaction would cost three
+/// more round trips (begin, the statement, commit). Not SQLite's way: SQLite has no
+/// data-modifying `WITH`.
+fn pg_reserve_sql(n: usize) -> String {
+    format!(
+        "WITH granted AS ({}), \
+         call AS (INSERT INTO usage_calls ({CALL_COLS}, windows) SELECT {CALL_PARAMS} \
+             WHERE (SELECT COUNT(*) FROM granted) = {n} RETURNING 1) \
+         SELECT {WINDOW_COLS}, 1 / (SELECT COUNT(*) FROM call)::INT AS all_granted FROM granted",
+        reserve_sql(n, 22)
+    )
+}
+
+/// SQLSTATE `division_by_zero`: [`pg_reserve_sql`]'s "some window had no room".
+const PG_REFUSED: &str = "22012";
 
 /// Makes sure a window's row exists.
 macro_rules! ensure_window {
@@ -188,6 +269,36 @@ macro_rules! settle_window {
 }
 
 impl SqlStore {
+    /// The window that refused a reservation, as it stands: the first not `granted` that has
+    /// no room for the estimate now (or the first not granted, if room has been freed since).
+    async fn refusing(
+        &self,
+        claims: &[WindowClaim],
+        granted: &[WindowRecord],
+        (micros, tokens): (u64, u64),
+    ) -> Result<WindowRecord> {
+        let mut first = None;
+        for c in claims {
+            let took = granted
+                .iter()
+                .any(|w| w.budget == c.budget && w.subject == c.subject && w.window == c.window);
+            if took {
+                continue;
+            }
+            let w = self.window(c).await?;
+            let full = c.limit_microdollars.is_some_and(|l| {
+                w.spent_microdollars + w.reserved_microdollars + micros > l + w.extra_microdollars
+            }) || c
+                .limit_tokens
+                .is_some_and(|l| w.spent_tokens + w.reserved_tokens + tokens > l + w.extra_tokens);
+            if full {
+                return Ok(w);
+            }
+            first.get_or_insert(w);
+        }
+        first.ok_or_else(|| StoreError::Corrupt("a reservation refused by no window".into()))
+    }
+
     /// A window as it stands (an empty one when it has no row yet).
     async fn window(&self, c: &WindowClaim) -> Result<WindowRecord> {
         let row = with_db!(self, |pool, _d| {
@@ -235,71 +346,52 @@ impl Metering for SqlStore {
             }
         }
         let windows = windows_json(claims);
-        // Every window in one statement: a new one is made holding the estimate (checked
-        // above), one that exists takes it only while spent + reserved + it stays within the
-        // limit (plus extra) — the row lock of the upsert makes that atomic on both
-        // databases. A window that had no room returns no row.
-        let upsert = (!claims.is_empty()).then(|| {
-            let rows: Vec<String> = (0..claims.len())
-                .map(|i| {
-                    let b = i * 7;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        b + 1,
-                        b + 2,
-                        b + 3,
-                        b + 4,
-                        b + 5,
-                        b + 6,
-                        b + 7
-                    )
-                })
-                .collect();
-            format!(
-                "INSERT INTO budget_windows (budget, subject, window_key, reserved_microdollars, \
-                 reserved_tokens, limit_microdollars, limit_tokens) VALUES {} \
-                 ON CONFLICT (budget, subject, window_key) DO UPDATE SET \
-                 reserved_microdollars = budget_windows.reserved_microdollars + excluded.reserved_microdollars, \
-                 reserved_tokens = budget_windows.reserved_tokens + excluded.reserved_tokens, \
-                 limit_microdollars = excluded.limit_microdollars, limit_tokens = excluded.limit_tokens \
-                 WHERE (excluded.limit_microdollars IS NULL OR budget_windows.spent_microdollars \
-                     + budget_windows.reserved_microdollars + excluded.reserved_microdollars \
-                     <= excluded.limit_microdollars + budget_windows.extra_microdollars) \
-                 AND (excluded.limit_tokens IS NULL OR budget_windows.spent_tokens \
-                     + budget_windows.reserved_tokens + excluded.reserved_tokens \
-                     <= excluded.limit_tokens + budget_windows.extra_tokens) \
-                 RETURNING {WINDOW_COLS}",
-                rows.join(", ")
-            )
-        });
-        let granted: Vec<WindowRecord> = with_db!(self, |pool, d| {
-            let mut tx = pool.begin().await?;
-            // The write first: on SQLite it takes the write lock for the whole reservation.
-            insert_call!(tx, d, call, &windows);
-            let mut granted = Vec::new();
-            if let Some(sql) = &upsert {
-                let mut q = sqlx::query(sql);
-                for c in claims {
-                    q = q
-                        .bind(&c.budget)
-                        .bind(&c.subject)
-                        .bind(&c.window)
-                        .bind(to_i64(micros)?)
-                        .bind(to_i64(tokens)?)
-                        .bind(c.limit_microdollars.map(to_i64).transpose()?)
-                        .bind(c.limit_tokens.map(to_i64).transpose()?);
-                }
-                for r in q.fetch_all(&mut *tx).await? {
-                    granted.push(window_from_row(&r)?);
+        let granted: Vec<WindowRecord> = match &self.db {
+            _ if claims.is_empty() => {
+                with_db!(self, |pool, d| {
+                    let mut conn = pool.acquire().await?;
+                    insert_call!(conn, d, call, &windows);
+                });
+                Vec::new()
+            }
+            switchboard_db::Db::Postgres(pool) => {
+                let d = super::Pg;
+                let sql = pg_reserve_sql(claims.len());
+                let q = bind_claims!(
+                    bind_call!(sqlx::query(&sql), d, call, &windows),
+                    claims,
+                    micros,
+                    tokens
+                );
+                match q.fetch_all(pool).await {
+                    Ok(rows) => rows.iter().map(window_from_row).collect::<Result<_>>()?,
+                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(PG_REFUSED) => {
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
-            if granted.len() < claims.len() {
-                tx.rollback().await?;
-            } else {
-                tx.commit().await?;
+            switchboard_db::Db::Sqlite(pool) => {
+                let d = super::Sqlite;
+                let sql = reserve_sql(claims.len(), 1);
+                let mut tx = pool.begin().await?;
+                // The write first: it takes the write lock for the whole reservation.
+                insert_call!(tx, d, call, &windows);
+                let q = bind_claims!(sqlx::query(&sql), claims, micros, tokens);
+                let granted = q
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(window_from_row)
+                    .collect::<Result<Vec<_>>>()?;
+                if granted.len() < claims.len() {
+                    tx.rollback().await?;
+                } else {
+                    tx.commit().await?;
+                }
+                granted
             }
-            granted
-        });
+        };
         let key = |w: &WindowRecord, c: &WindowClaim| {
             w.budget == c.budget && w.subject == c.subject && w.window == c.window
         };
@@ -307,8 +399,12 @@ impl Metering for SqlStore {
         for c in claims {
             match granted.iter().find(|w| key(w, c)) {
                 Some(w) => ordered.push(w.clone()),
-                // No room in this one: nothing was written; it is named as it stands.
-                None => return Ok(Reservation::Refused(self.window(c).await?)),
+                // Some window had no room: nothing was written.
+                None => {
+                    return Ok(Reservation::Refused(
+                        self.refusing(claims, &granted, (micros, tokens)).await?,
+                    ));
+                }
             }
         }
         Ok(Reservation::Granted(ordered))

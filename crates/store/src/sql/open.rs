@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqlitePoolOptions, SqliteSynchronous};
 
 use super::{Db, SqlStore};
@@ -123,8 +123,7 @@ impl SqlStore {
         }
         connect = connect.options([("statement_timeout", switchboard_db::STATEMENT_TIMEOUT)]);
         let target = describe(&connect);
-        let pool = PgPoolOptions::new()
-            .max_connections(opts.max_connections.max(1))
+        let pool = switchboard_db::pg_pool_options(opts.max_connections)
             .acquire_timeout(opts.connect_timeout)
             .connect_with(connect)
             .await
