@@ -200,3 +200,52 @@ async fn two_instances_on_postgres_never_pass_a_budget_together() {
     assert_eq!(w.spent_tokens, 9_500);
     assert_eq!(w.reserved_tokens, 0);
 }
+
+/// A budget made over the API on one instance holds on another within about a second,
+/// and at once on the instance it was made on; no call waits for the other instance's
+/// refresh (its store answers slowly here, and every call still returns at once).
+#[tokio::test]
+async fn a_budget_made_on_one_instance_holds_on_another_within_a_second() {
+    use std::time::{Duration, Instant};
+    use switchboard_test_support::faulty_store::{Action, Fault, FaultyStore};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
+    let slow = Arc::new(FaultyStore::new(store.clone()));
+    let here = Meter::new(store, &UsageConfig::default()).unwrap();
+    let there = Meter::new(slow.clone(), &UsageConfig::default()).unwrap();
+    assert!(there.budgets().await.unwrap().is_empty(), "read once, none");
+    slow.set(
+        "list_budgets",
+        Fault::always(Action::Delay(Duration::from_millis(400))),
+    );
+    let mut spec = budget(10);
+    spec.name = "made-here".into();
+    here.put_budget(spec, "admin").await.unwrap();
+    let named =
+        |b: &[switchboard_engine::usage::Budget]| b.iter().any(|b| b.spec.name == "made-here");
+    assert!(
+        named(&here.budgets().await.unwrap()),
+        "at once where it was made"
+    );
+    let started = Instant::now();
+    loop {
+        let t = Instant::now();
+        let seen = named(&there.budgets().await.unwrap());
+        assert!(
+            t.elapsed() < Duration::from_millis(300),
+            "a call waited {:?} for the budgets' refresh",
+            t.elapsed()
+        );
+        if seen {
+            break;
+        }
+        assert!(
+            started.elapsed() < switchboard_engine::usage::API_BUDGETS_TTL * 3,
+            "not seen on the other instance after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(slow.calls("list_budgets"), 2, "one refresh at a time");
+}

@@ -7,6 +7,7 @@
 //! reservation is settled with the real usage and its cost ([`prices`]); a run's end loses
 //! whatever it left reserved, and a lost call counts its reservation as spent.
 
+mod api_budgets;
 pub mod budgets;
 mod handle;
 pub mod prices;
@@ -77,17 +78,14 @@ pub struct Meter {
     prices: parking_lot::RwLock<Arc<Prices>>,
     /// `[[budgets]]` of the configuration.
     configured: parking_lot::RwLock<Arc<Vec<Budget>>>,
-    /// Those made over the API, as read from the store, and when: read again after
-    /// [`API_BUDGETS_TTL`] (at once after a change made here), so a change made on another
-    /// instance holds everywhere within that.
-    api_budgets: parking_lot::RwLock<Option<(std::time::Instant, Arc<Vec<Budget>>)>>,
+    /// Those made over the API, as read from the store ([`api_budgets`]).
+    api_budgets: Arc<api_budgets::ApiBudgets>,
     /// Settlements, written off the calls' path ([`Meter::settle`]).
     settler: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Settling>>,
     clock: parking_lot::RwLock<Clock>,
 }
 
-/// How long budgets made over the API are taken as read.
-pub const API_BUDGETS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+pub use api_budgets::{API_BUDGETS_STALE_LIMIT, API_BUDGETS_TTL};
 
 /// Work for the settler.
 enum Settling {
@@ -137,7 +135,7 @@ impl Meter {
             store,
             prices: parking_lot::RwLock::new(Arc::new(Prices::new(&config.prices))),
             configured: parking_lot::RwLock::new(Arc::new(configured)),
-            api_budgets: parking_lot::RwLock::new(None),
+            api_budgets: Arc::default(),
             settler: std::sync::OnceLock::new(),
             clock: parking_lot::RwLock::new(Arc::new(Utc::now)),
         })
@@ -162,7 +160,7 @@ impl Meter {
 
     /// Budgets made over the API are read again at the next call.
     pub(crate) fn api_budgets_changed(&self) {
-        *self.api_budgets.write() = None;
+        self.api_budgets.changed();
     }
 
     /// Reads the time from `clock` from now on (tests roll windows over with it).
@@ -182,44 +180,13 @@ impl Meter {
     /// Every budget in force: the configuration's, then those made over the API.
     pub async fn budgets(&self) -> Result<Vec<Budget>, StoreError> {
         let mut all: Vec<Budget> = self.configured.read().as_ref().clone();
-        let cached = self
-            .api_budgets
-            .read()
-            .as_ref()
-            .filter(|(at, _)| at.elapsed() < API_BUDGETS_TTL)
-            .map(|(_, b)| b.clone());
-        let api = match cached {
-            Some(b) => b,
-            None => {
-                let read = Arc::new(self.read_api_budgets().await?);
-                *self.api_budgets.write() = Some((std::time::Instant::now(), read.clone()));
-                read
-            }
-        };
+        let api = self.api_budgets.get(&self.store).await?;
         all.extend(
             api.iter()
                 .filter(|b| !all.iter().any(|c| c.spec.name == b.spec.name))
                 .cloned()
                 .collect::<Vec<_>>(),
         );
-        Ok(all)
-    }
-
-    async fn read_api_budgets(&self) -> Result<Vec<Budget>, StoreError> {
-        let mut all: Vec<Budget> = Vec::new();
-        for r in self.store.list_budgets().await? {
-            match serde_json::from_str::<BudgetSpec>(&r.spec)
-                .map_err(|e| e.to_string())
-                .and_then(|s| Budget::new(s, BudgetSource::Api))
-            {
-                Ok(b) => all.push(b),
-                // Checked when it was made; a budget that no longer reads (a time zone
-                // database without its zone) must not stop every call: it is skipped, loudly.
-                Err(e) => {
-                    tracing::error!(budget = %r.name, error = %e, "a stored budget could not be read; it does not apply")
-                }
-            }
-        }
         Ok(all)
     }
 
