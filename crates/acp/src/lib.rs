@@ -12,6 +12,7 @@
 mod conn;
 mod content;
 mod map;
+mod prompt;
 mod sandbox;
 mod usage;
 
@@ -23,15 +24,13 @@ use std::time::{Duration, Instant};
 use agent_client_protocol::v1::schema::*;
 use async_trait::async_trait;
 use serde_json::json;
-use switchboard_engine::{Backend, BackendError, Decision, RunContext, RunSummary, ToolClass};
-use switchboard_protocol::{
-    AgentEvent, PermissionMode, RejectionCause, RunErrorCode, SteeringDelivery, Usage,
-};
+use switchboard_engine::{Backend, BackendError, RunContext, RunSummary, ToolClass};
+use switchboard_protocol::{AgentEvent, PermissionMode, RunErrorCode, SteeringDelivery, Usage};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
 pub use conn::AgentCommand;
-use conn::{Conn, Incoming};
+use conn::Conn;
 pub use sandbox::AgentSandbox;
 
 /// An agent process without a run for this long is stopped.
@@ -411,149 +410,6 @@ impl AcpBackend {
             self::notice(ctx, message).await;
         }
         Ok(session)
-    }
-
-    /// One `session/prompt` and everything the agent sends until it answers. Returns the
-    /// stop reason and whether the connection is still fit for another turn (an agent that
-    /// had to be cut off is not).
-    async fn prompt(
-        &self,
-        conn: &mut Conn,
-        session: &SessionId,
-        ctx: &RunContext,
-        blocks: Vec<ContentBlock>,
-        turn: &mut map::Turn,
-    ) -> Result<(String, bool), BackendError> {
-        // Anything left from an earlier turn is stale: answer it so the agent is not stuck.
-        while let Ok(item) = conn.incoming.try_recv() {
-            if let Incoming::Permission(_, responder) = item {
-                let _ = responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Cancelled,
-                ));
-            }
-        }
-        let req = PromptRequest::new(session.clone(), blocks);
-        let mut reply = tokio::spawn(conn.cx.send_request(req).block_task());
-        let mut cancel_sent: Option<Instant> = None;
-        loop {
-            let grace = async {
-                match cancel_sent {
-                    Some(at) => tokio::time::sleep(CANCEL_GRACE.saturating_sub(at.elapsed())).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                Some(item) = conn.incoming.recv() => {
-                    match item {
-                        Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
-                        Incoming::Permission(req, responder) => {
-                            let outcome = self
-                                .permission(conn, session, ctx, turn, &req, &mut cancel_sent)
-                                .await;
-                            if let Err(e) = responder.respond(RequestPermissionResponse::new(outcome)) {
-                                tracing::warn!(agent = %self.name, error = %e, "could not answer a permission request");
-                            }
-                        }
-                    }
-                }
-                done = &mut reply => {
-                    // Updates sent before the answer are already queued: handle them first.
-                    while let Ok(item) = conn.incoming.try_recv() {
-                        match item {
-                            Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
-                            Incoming::Permission(_, responder) => {
-                                let _ = responder.respond(RequestPermissionResponse::new(
-                                    RequestPermissionOutcome::Cancelled,
-                                ));
-                            }
-                        }
-                    }
-                    return match done {
-                        Ok(Ok(resp)) => Ok((map::stop_reason(resp.stop_reason), true)),
-                        Ok(Err(e)) => Err(conn.failure(&self.name, "session/prompt", &e).await.into()),
-                        Err(e) => Err(BackendError::new(RunErrorCode::AgentFailed, format!("agent {:?}: prompt task failed: {e}", self.name), true)),
-                    };
-                }
-                _ = ctx.cancel.cancelled(), if cancel_sent.is_none() => {
-                    self.send_cancel(conn, session, &mut cancel_sent);
-                }
-                _ = grace => {
-                    tracing::warn!(agent = %self.name, "the agent did not end its turn within {} s of session/cancel; stopping it", CANCEL_GRACE.as_secs());
-                    reply.abort();
-                    return Ok(("cancelled".into(), false));
-                }
-            }
-        }
-    }
-
-    fn send_cancel(&self, conn: &Conn, session: &SessionId, sent: &mut Option<Instant>) {
-        if sent.is_some() {
-            return;
-        }
-        tracing::info!(agent = %self.name, "sending session/cancel");
-        if let Err(e) = conn
-            .cx
-            .send_notification(CancelNotification::new(session.clone()))
-        {
-            tracing::warn!(agent = %self.name, error = %e, "could not send session/cancel");
-        }
-        *sent = Some(Instant::now());
-    }
-
-    /// A permission request becomes a Switchboard approval: policy first, then a person.
-    /// The wait ends early if the agent dies (the approval is withdrawn) or the run is
-    /// cancelled (`session/cancel` goes out first, then the answer `cancelled`, as the
-    /// protocol asks).
-    async fn permission(
-        &self,
-        conn: &Conn,
-        session: &SessionId,
-        ctx: &RunContext,
-        turn: &mut map::Turn,
-        req: &RequestPermissionRequest,
-        cancel_sent: &mut Option<Instant>,
-    ) -> RequestPermissionOutcome {
-        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
-            self.send_cancel(conn, session, cancel_sent);
-            return RequestPermissionOutcome::Cancelled;
-        }
-        let (call, class) = turn.permission_call(req, &ctx.cwd, ctx.config.permission_mode);
-        let call_id = call.id.clone();
-        let calls = [(call, class)];
-        let gate = ctx.handle.gate(&calls);
-        tokio::pin!(gate);
-        let decided = loop {
-            tokio::select! {
-                d = &mut gate => break Some(d),
-                _ = ctx.cancel.cancelled(), if cancel_sent.is_none() => {
-                    // session/cancel first; the gate sees the cancel too and rejects.
-                    self.send_cancel(conn, session, cancel_sent);
-                }
-                _ = conn.cx.incoming_closed() => {
-                    tracing::warn!(agent = %self.name, "the agent went away while its permission request waited");
-                    break None;
-                }
-            }
-        };
-        let decision = match decided {
-            Some(Ok(d)) => d.into_iter().next().unwrap_or_else(|| {
-                Decision::Rejected(RejectionCause::Cancelled, "no decision was made".into())
-            }),
-            Some(Err(e)) => {
-                tracing::warn!(agent = %self.name, error = %e, "approval failed; answering cancelled");
-                return RequestPermissionOutcome::Cancelled;
-            }
-            None => return RequestPermissionOutcome::Cancelled,
-        };
-        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
-            self.send_cancel(conn, session, cancel_sent);
-            return RequestPermissionOutcome::Cancelled;
-        }
-        if decision != Decision::Run {
-            turn.rejected(&call_id);
-        }
-        map::outcome(&decision, &req.options)
     }
 }
 
