@@ -709,17 +709,6 @@ async fn the_anthropic_provider_runs_a_tool_use_round_trip() {
     );
 }
 
-/// Runs the CLI binary against the server.
-fn cli(server_url: &str, args: &[&str]) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin());
-    cmd.args(args)
-        .env("SWITCHBOARD_URL", server_url)
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .stdin(std::process::Stdio::null());
-    cmd
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     let llm = MockLlm::start().await;
@@ -739,9 +728,13 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     let url = server.url.clone();
     let wsc = ws_s.clone();
     let out = tokio::task::spawn_blocking(move || {
-        cli(&url, &["chat", "--yes", "--cwd", &wsc, "make a file"])
-            .output()
-            .unwrap()
+        common::api::cli_command(
+            &url,
+            TOKEN,
+            &["chat", "--yes", "--cwd", &wsc, "make a file"],
+        )
+        .output()
+        .unwrap()
     })
     .await
     .unwrap();
@@ -764,8 +757,9 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     let url = server.url.clone();
     let wsc = ws_s.clone();
     let out = tokio::task::spawn_blocking(move || {
-        cli(
+        common::api::cli_command(
             &url,
+            TOKEN,
             &[
                 "chat",
                 "--no",
@@ -796,8 +790,11 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     llm.push(MockReply::text(&["understood"]));
     let url = server.url.clone();
     let sid = id.to_string();
-    let chat =
-        tokio::task::spawn_blocking(move || cli(&url, &["chat", &sid, "try"]).output().unwrap());
+    let chat = tokio::task::spawn_blocking(move || {
+        common::api::cli_command(&url, TOKEN, &["chat", &sid, "try"])
+            .output()
+            .unwrap()
+    });
     let mut waited = false;
     for _ in 0..300 {
         if c.pending_tools(id).await.unwrap().run_id.is_some() {
@@ -810,8 +807,9 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     let url = server.url.clone();
     let sid = id.to_string();
     let approve = tokio::task::spawn_blocking(move || {
-        cli(
+        common::api::cli_command(
             &url,
+            TOKEN,
             &["approve", &sid, "--deny", "--reason", "use the other dir"],
         )
         .output()
@@ -841,9 +839,13 @@ async fn the_cli_answers_approvals_with_yes_no_and_approve() {
     // approve with nothing pending fails clearly.
     let url = server.url.clone();
     let sid = id.to_string();
-    let none = tokio::task::spawn_blocking(move || cli(&url, &["approve", &sid]).output().unwrap())
-        .await
-        .unwrap();
+    let none = tokio::task::spawn_blocking(move || {
+        common::api::cli_command(&url, TOKEN, &["approve", &sid])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("nothing waits"));
 }

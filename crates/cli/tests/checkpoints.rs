@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::api::cli;
+
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
@@ -30,22 +32,6 @@ fn read_all(ws: &Path) -> Vec<(String, String, u32)> {
         .collect();
     out.sort();
     out
-}
-
-fn cli(server_url: &str, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(bin())
-        .args(args)
-        .env("SWITCHBOARD_URL", server_url)
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -765,26 +765,6 @@ async fn many_firings_due_at_once_are_each_delivered_once() {
     }
 }
 
-fn cli(
-    server: &switchboard_test_support::process::ServerProcess,
-    args: &[&str],
-) -> (bool, String, String) {
-    let out = std::process::Command::new(common::bin())
-        .arg("schedule")
-        .args(args)
-        .env("SWITCHBOARD_URL", &server.url)
-        .env("SWITCHBOARD_TOKEN", common::TOKEN)
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `switchboard schedule add|list|show|pause|resume|run|rm`, with the README's example.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_adds_lists_pauses_runs_and_removes() {
@@ -792,9 +772,10 @@ async fn the_cli_adds_lists_pauses_runs_and_removes() {
     let clock = Clock::new(w.dir.path(), t0());
     let e = env(&clock);
     let server = w.server_with(&pairs(&e)).await;
-    let (ok, out, err) = cli(
-        &server,
+    let (ok, out, err) = common::api::cli(
+        &server.url,
         &[
+            "schedule",
             "add",
             "--cron",
             "0 9 * * 1-5",
@@ -808,22 +789,22 @@ async fn the_cli_adds_lists_pauses_runs_and_removes() {
     assert!(ok, "{out}{err}");
     assert!(out.contains("next firing 2026-12-07 08:00:00 UTC"), "{out}");
     let id = out.split_whitespace().nth(1).unwrap()[..8].to_string();
-    let (ok, out, _) = cli(&server, &["list"]);
+    let (ok, out, _) = common::api::cli(&server.url, &["schedule", "list"]);
     assert!(
         ok && out.contains(&id) && out.contains("Europe/Berlin") && out.contains("active"),
         "{out}"
     );
-    let (ok, out, _) = cli(&server, &["pause", &id]);
+    let (ok, out, _) = common::api::cli(&server.url, &["schedule", "pause", &id]);
     assert!(ok && out.contains("paused"), "{out}");
-    let (ok, out, _) = cli(&server, &["resume", &id]);
+    let (ok, out, _) = common::api::cli(&server.url, &["schedule", "resume", &id]);
     assert!(ok && out.contains("active"), "{out}");
     w.llm.push(MockReply::text(&["All green."]));
-    let (ok, out, err) = cli(&server, &["run", &id]);
+    let (ok, out, err) = common::api::cli(&server.url, &["schedule", "run", &id]);
     assert!(ok && out.starts_with("firing "), "{out}{err}");
     w.wait("42", "the result", |m| m.text.contains("All green."))
         .await;
     let shown = wait_for("the firing shown as done", async || {
-        let (_, out, _) = cli(&server, &["show", &id]);
+        let (_, out, _) = common::api::cli(&server.url, &["schedule", "show", &id]);
         (out.contains("succeeded (by hand)") && out.contains("telegram:42 delivered"))
             .then_some(out)
     })
@@ -832,14 +813,17 @@ async fn the_cli_adds_lists_pauses_runs_and_removes() {
         shown.contains("prompt: check CI and summarise failures"),
         "{shown}"
     );
-    let (ok, _, err) = cli(&server, &["add", "--cron", "0 25 * * *", "x"]);
+    let (ok, _, err) = common::api::cli(
+        &server.url,
+        &["schedule", "add", "--cron", "0 25 * * *", "x"],
+    );
     assert!(
         !ok && err.contains("invalid_trigger") && err.contains("cron"),
         "{err}"
     );
-    let (ok, out, _) = cli(&server, &["rm", &id]);
+    let (ok, out, _) = common::api::cli(&server.url, &["schedule", "rm", &id]);
     assert!(ok && out.contains("deleted"), "{out}");
-    let (ok, out, _) = cli(&server, &["list"]);
+    let (ok, out, _) = common::api::cli(&server.url, &["schedule", "list"]);
     assert!(ok && out.contains("no schedules"), "{out}");
 }
 
@@ -867,7 +851,7 @@ async fn a_failed_delivery_is_retried_by_hand() {
     let f = c.run_schedule(s.id).await.unwrap();
     let failed = firing_done(&c, s.id, f.id).await;
     assert_eq!(failed.deliveries[0].status, DeliveryStatus::Failed);
-    let (_, out, _) = cli(&server, &["show", &s.id.to_string()]);
+    let (_, out, _) = common::api::cli(&server.url, &["schedule", "show", &s.id.to_string()]);
     assert!(out.contains("telegram:42 failed"), "{out}");
     let again = c.redeliver_firing(s.id, f.id).await.unwrap();
     assert_eq!(again.deliveries[0].status, DeliveryStatus::Pending);

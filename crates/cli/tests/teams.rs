@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 use switchboard_protocol::people::{Role, Scope};
 use switchboard_test_support::process::ServerProcess;
 
+use common::api::{add_user, call, cli_as, token_for};
+
 const TOKEN: &str = common::TOKEN;
 
 /// A server with every surface mounted, the chat channels' too (a webhook channel).
@@ -17,38 +19,6 @@ async fn serve(dir: &Path) -> ServerProcess {
     let surfaces = common::every_surface(dir);
     let env: Vec<(&str, &str)> = surfaces.iter().map(|(k, v)| (*k, v.as_str())).collect();
     common::start(&dir.join("data"), "http://127.0.0.1:9/v1", &env).await
-}
-
-async fn call(
-    server: &ServerProcess,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut r = reqwest::Client::new()
-        .request(
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{}{path}", server.url),
-        )
-        .bearer_auth(token);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let resp = r.send().await.unwrap();
-    let status = resp.status().as_u16();
-    // An event stream is not read: its headers are the answer.
-    let is_json = resp
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let body = if is_json {
-        resp.json().await.unwrap_or(Value::Null)
-    } else {
-        Value::Null
-    };
-    (status, body)
 }
 
 /// Polls `f` (every 50 ms, up to 30 s) until it gives a value.
@@ -68,31 +38,6 @@ where
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-}
-
-async fn add_user(server: &ServerProcess, name: &str, role: Role) {
-    let (s, b) = call(
-        server,
-        TOKEN,
-        "POST",
-        "/v1/users",
-        Some(json!({"name": name, "role": role})),
-    )
-    .await;
-    assert_eq!(s, 201, "{b}");
-}
-
-async fn token_for(server: &ServerProcess, user: &str, scopes: &[Scope]) -> String {
-    let (s, b) = call(
-        server,
-        TOKEN,
-        "POST",
-        "/v1/tokens",
-        Some(json!({"user": user, "name": "test", "scopes": scopes})),
-    )
-    .await;
-    assert_eq!(s, 201, "{b}");
-    b["token"].as_str().unwrap().to_string()
 }
 
 /// A value for each path parameter: ids that exist nowhere, so that no operation that is
@@ -196,41 +141,6 @@ async fn every_operation_for_every_role_follows_the_document() {
     assert_eq!(s, 200);
 }
 
-fn cli(
-    server: &ServerProcess,
-    token: &str,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String, String) {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new(common::bin())
-        .args(args)
-        .env("SWITCHBOARD_URL", &server.url)
-        .env("SWITCHBOARD_TOKEN", token)
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    } else {
-        drop(child.stdin.take());
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A person's token from creation to revocation, through the CLI and over HTTP: its
 /// scopes hold, it never exceeds the role, a role taken away narrows it at once, revoking
 /// it is final, and the audit log has every step.
@@ -238,8 +148,8 @@ fn cli(
 async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path()).await;
-    let (ok, out, err) = cli(
-        &server,
+    let (ok, out, err) = cli_as(
+        &server.url,
         TOKEN,
         &[
             "users",
@@ -252,8 +162,8 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
         Some("a long enough password\n"),
     );
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = cli(
-        &server,
+    let (ok, out, err) = cli_as(
+        &server.url,
         TOKEN,
         &[
             "tokens",
@@ -378,8 +288,8 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     assert_eq!((s, b["code"].as_str()), (404, Some("not_found")), "{b}");
 
     // A role taken away narrows the token at once.
-    let (ok, out, err) = cli(
-        &server,
+    let (ok, out, err) = cli_as(
+        &server.url,
         TOKEN,
         &["users", "set-role", "ann", "member"],
         None,
@@ -395,8 +305,8 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     assert_eq!((s, b["scope"].as_str()), (403, Some("relay:read")), "{b}");
 
     // Listed, then revoked by its owner: refused from then on, with a clear code.
-    let (ok, out, _) = cli(
-        &server,
+    let (ok, out, _) = cli_as(
+        &server.url,
         TOKEN,
         &["tokens", "list", "--user", "ann", "--json"],
         None,
@@ -412,24 +322,24 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     assert_eq!((s, b["code"].as_str()), (401, Some("invalid_token")), "{b}");
 
     // An admin links and unlinks a chat identity from the CLI.
-    let (ok, out, err) = cli(
-        &server,
+    let (ok, out, err) = cli_as(
+        &server.url,
         TOKEN,
         &["users", "link", "ann", "--platform", "slack", "--id", "U77"],
         None,
     );
     assert!(ok && out.contains("slack:U77 acts as ann"), "{out}{err}");
-    let (ok, out, _) = cli(&server, TOKEN, &["users", "list"], None);
+    let (ok, out, _) = cli_as(&server.url, TOKEN, &["users", "list"], None);
     assert!(ok && out.contains("slack:U77"), "{out}");
-    let (ok, _, err) = cli(
-        &server,
+    let (ok, _, err) = cli_as(
+        &server.url,
         TOKEN,
         &["users", "unlink", "--platform", "slack", "--id", "U77"],
         None,
     );
     assert!(ok, "{err}");
-    let (ok, _, err) = cli(
-        &server,
+    let (ok, _, err) = cli_as(
+        &server.url,
         TOKEN,
         &["users", "unlink", "--platform", "slack", "--id", "U77"],
         None,
@@ -442,7 +352,7 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
         call(&server, &other, "GET", "/v1/sessions", None).await.0,
         200
     );
-    let (ok, _, err) = cli(&server, TOKEN, &["users", "remove", "ann"], None);
+    let (ok, _, err) = cli_as(&server.url, TOKEN, &["users", "remove", "ann"], None);
     assert!(ok, "{err}");
     assert_eq!(
         call(&server, &other, "GET", "/v1/sessions", None).await.0,
@@ -450,7 +360,7 @@ async fn a_token_lives_within_its_scopes_and_its_role_and_dies_when_revoked() {
     );
 
     // Every step is in the audit log, oldest first, as JSON lines.
-    let (ok, out, err) = cli(&server, TOKEN, &["audit", "--jsonl"], None);
+    let (ok, out, err) = cli_as(&server.url, TOKEN, &["audit", "--jsonl"], None);
     assert!(ok, "{err}");
     let entries: Vec<Value> = out
         .lines()

@@ -14,6 +14,8 @@ use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 use switchboard_test_support::process::ServerProcess;
 
 use common::TOKEN;
+use common::api::{call, cli, get, person};
+use switchboard_protocol::people::{Role, Scope};
 
 /// `mock-model` at $2 in and $8 out per million tokens: a call costs 2 µ$ an input token
 /// and 8 µ$ an output token, exactly.
@@ -30,31 +32,6 @@ async fn serve(dir: &Path, llm: &MockLlm, config: &str, store_url: Option<&str>)
     common::start(&dir.join("data"), &llm.base_url(), &env).await
 }
 
-async fn get(server: &ServerProcess, path: &str) -> Value {
-    let resp = reqwest::Client::new()
-        .get(format!("{}{path}", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200, "GET {path}");
-    resp.json().await.unwrap()
-}
-
-async fn put(server: &ServerProcess, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .put(format!("{}{path}", server.url))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (
-        resp.status().as_u16(),
-        resp.json().await.unwrap_or(Value::Null),
-    )
-}
-
 /// Runs `text` in session `id` to its end; its events.
 async fn run(
     c: &switchboard_client::Client,
@@ -63,22 +40,6 @@ async fn run(
 ) -> Vec<switchboard_protocol::EventEnvelope> {
     let (mut events, run_id) = common::send(c, id, text).await;
     common::until_run_ends(&mut events, run_id).await
-}
-
-/// `switchboard ARGS` against the server with the server's token: (success, stdout, stderr).
-fn cli(server: &ServerProcess, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(common::bin())
-        .args(args)
-        .env("SWITCHBOARD_URL", &server.url)
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn n(v: &Value, k: &str) -> u64 {
@@ -182,14 +143,14 @@ async fn usage_adds_up(store_url: Option<&str>) {
         n(&only_a["total"], "cost_microdollars")
     );
     // The CLI: a table by model, and the report as JSON.
-    let (ok, table, err) = cli(&server, &["usage", "--by", "model"]);
+    let (ok, table, err) = cli(&server.url, &["usage", "--by", "model"]);
     assert!(ok, "{err}");
     assert!(table.contains("openai/mock-model"), "{table}");
     assert!(
         table.contains(&switchboard_protocol::usage::format_micros(cost)),
         "{table}"
     );
-    let (ok, out, err) = cli(&server, &["usage", "--since", "7d", "--json"]);
+    let (ok, out, err) = cli(&server.url, &["usage", "--since", "7d", "--json"]);
     assert!(ok, "{err}");
     let parsed: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(parsed["total"], total);
@@ -268,7 +229,14 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
     // Room for one more call's reservation (a little more than the first's: the history
     // grew), and 80 % of the limit is held once it is made: the run is told, and goes on.
     let budget = |limit: u64| json!({"name": "daily", "scope": "global", "window": "day", "limit_tokens": limit});
-    let (s, b) = put(&server, "/v1/budgets/daily", budget(spent + held + 300)).await;
+    let (s, b) = call(
+        &server,
+        TOKEN,
+        "PUT",
+        "/v1/budgets/daily",
+        Some(budget(spent + held + 300)),
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     let events = run(&c, id, "second").await;
     assert!(
@@ -287,7 +255,14 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
         let t = &get(&server, "/v1/usage").await["total"];
         n(t, "input_tokens") + n(t, "output_tokens")
     };
-    put(&server, "/v1/budgets/daily", budget(used + 100)).await;
+    call(
+        &server,
+        TOKEN,
+        "PUT",
+        "/v1/budgets/daily",
+        Some(budget(used + 100)),
+    )
+    .await;
     let events = run(&c, id, "third").await;
     assert_eq!(
         llm.chat_requests().len(),
@@ -317,14 +292,14 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
         other => panic!("the run should have ended on the budget: {other:?}"),
     }
     // The CLI lists it, with what its window spent.
-    let (ok, table, err) = cli(&server, &["budgets", "list"]);
+    let (ok, table, err) = cli(&server.url, &["budgets", "list"]);
     assert!(ok, "{err}");
     assert!(
         table.contains("daily") && table.contains("tokens"),
         "{table}"
     );
     let (ok, _, err) = cli(
-        &server,
+        &server.url,
         &[
             "budgets",
             "set",
@@ -349,7 +324,7 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
         .unwrap();
     assert_eq!(weekly["budget"]["at_limit"], "ask");
     assert_eq!(weekly["limit_microdollars"], 9_500_000);
-    let (ok, _, err) = cli(&server, &["budgets", "remove", "weekly-ish"]);
+    let (ok, _, err) = cli(&server.url, &["budgets", "remove", "weekly-ish"]);
     assert!(ok, "{err}");
     // Both changes are in the audit log, each with an object for its detail.
     let audit = get(&server, "/v1/audit?action=budget.delete").await;
@@ -364,25 +339,25 @@ async fn a_budget_stops_a_run_before_the_call_that_would_cross_it() {
     assert_eq!(daily["source"], "api");
     assert_eq!(n(&daily["windows"][0], "reserved_tokens"), 0);
     // A budget of the configuration file cannot be changed over the API, nor made twice.
-    let (s, _) = put(
+    let (s, _) = call(
         &server,
+        TOKEN,
+        "PUT",
         "/v1/budgets/other",
-        json!({"name": "mismatch", "scope": "global", "window": "day", "limit_usd": 1.0}),
+        Some(json!({"name": "mismatch", "scope": "global", "window": "day", "limit_usd": 1.0})),
     )
     .await;
     assert_eq!(s, 422, "the name must be the path's");
-    let (s, b) = put(
+    let (s, b) = call(
         &server,
+        TOKEN,
+        "PUT",
         "/v1/budgets/bad",
-        json!({"name": "bad", "scope": "global", "window": "day"}),
+        Some(json!({"name": "bad", "scope": "global", "window": "day"})),
     )
     .await;
     assert_eq!(s, 422, "a budget needs a limit: {b}");
-    let (s, b) = put(
-        &server,
-        "/v1/budgets/bad",
-        json!({"name": "bad", "scope": "global", "window": "day", "limit_usd": 1, "time_zone": "Mars/Base"}),
-    )
+    let (s, b) = call(&server, TOKEN, "PUT", "/v1/budgets/bad", Some(json!({"name": "bad", "scope": "global", "window": "day", "limit_usd": 1, "time_zone": "Mars/Base"})))
     .await;
     assert_eq!(s, 422, "an unknown time zone: {b}");
     assert!(
@@ -403,31 +378,13 @@ async fn a_configured_budget_per_user_stops_only_that_user() {
     );
     let server = serve(dir.path(), &llm, &config, None).await;
     let admin = common::client(&server);
-    let http = reqwest::Client::new();
-    let s = http
-        .post(format!("{}/v1/users", server.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "mia", "role": "member"}))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(s, 201);
-    let token: Value = http
-        .post(format!("{}/v1/tokens", server.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"user": "mia", "name": "t", "scopes": ["sessions:read", "sessions:write", "usage:read"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let mia = switchboard_client::Client::new(
-        server.url.clone(),
-        Some(token["token"].as_str().unwrap().to_string()),
+    let (mia, mia_token) = person(
+        &server,
+        "mia",
+        Role::Member,
+        &[Scope::SessionsRead, Scope::SessionsWrite, Scope::UsageRead],
     )
-    .unwrap();
+    .await;
     let id = mia.create_session(&Default::default()).await.unwrap().id;
     let events = run(&mia, id, "hi").await;
     match &events.last().unwrap().event {
@@ -450,18 +407,15 @@ async fn a_configured_budget_per_user_stops_only_that_user() {
         AgentEvent::RunCompleted { .. }
     ));
     // A member sees their own usage only.
-    let resp = http
-        .get(format!("{}/v1/usage?user=admin", server.url))
-        .bearer_auth(token["token"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 403);
+    let (s, _) = call(&server, &mia_token, "GET", "/v1/usage?user=admin", None).await;
+    assert_eq!(s, 403);
     // The configuration's budget cannot be changed over the API.
-    let (s, _) = put(
+    let (s, _) = call(
         &server,
+        TOKEN,
+        "PUT",
         "/v1/budgets/per-person",
-        json!({"name": "per-person", "scope": "global", "window": "day", "limit_usd": 100}),
+        Some(json!({"name": "per-person", "scope": "global", "window": "day", "limit_usd": 100})),
     )
     .await;
     assert_eq!(s, 409);
@@ -492,10 +446,12 @@ async fn a_chat_sees_its_usage_and_its_budget() {
     assert!(key.starts_with("telegram:"), "{key}");
     assert_eq!(n(&by_chat["groups"][0], "calls"), 1);
     // A budget on each chat, smaller than one call's reservation: the next run stops.
-    let (s, b) = put(
+    let (s, b) = call(
         &server,
+        TOKEN,
+        "PUT",
         "/v1/budgets/per-chat",
-        json!({"name": "per-chat", "scope": "chat", "window": "day", "limit_usd": 0.03}),
+        Some(json!({"name": "per-chat", "scope": "chat", "window": "day", "limit_usd": 0.03})),
     )
     .await;
     assert_eq!(s, 200, "{b}");
@@ -566,11 +522,7 @@ async fn a_schedule_is_budgeted_like_anything_else() {
     assert_eq!(by_schedule["groups"][0]["key"], s.id.to_string());
     assert_eq!(n(&by_schedule["groups"][0], "calls"), 1);
     // This schedule's budget, smaller than a call's reservation.
-    let (st, b) = put(
-        &server,
-        "/v1/budgets/nightly",
-        json!({"name": "nightly", "scope": "schedule", "match": s.id.to_string(), "window": "month", "limit_usd": 0.03}),
-    )
+    let (st, b) = call(&server, TOKEN, "PUT", "/v1/budgets/nightly", Some(json!({"name": "nightly", "scope": "schedule", "match": s.id.to_string(), "window": "month", "limit_usd": 0.03})))
     .await;
     assert_eq!(st, 200, "{b}");
     let calls = llm.chat_requests().len();
@@ -637,11 +589,7 @@ async fn acp_usage_is_recorded_from_the_agent_s_usage_updates() {
     assert_eq!(n(test, "cost_microdollars"), 400_000);
     assert_eq!(n(test, "unreported_calls"), 1);
     // A budget on this backend, spent: the next run stops before its prompt.
-    let (s, b) = put(
-        &server,
-        "/v1/budgets/agents",
-        json!({"name": "agents", "scope": "backend", "match": "test", "window": "month", "limit_usd": 0.4}),
-    )
+    let (s, b) = call(&server, TOKEN, "PUT", "/v1/budgets/agents", Some(json!({"name": "agents", "scope": "backend", "match": "test", "window": "month", "limit_usd": 0.4})))
     .await;
     assert_eq!(s, 200, "{b}");
     let stopped = run(&c, id, "[cost=0.50] more").await;
@@ -709,40 +657,28 @@ async fn a_member_sees_their_own_spending_only() {
         "{PRICES}\n[[budgets]]\nname = \"per-person\"\nscope = \"user\"\nwindow = \"month\"\nlimit_usd = 1.0\n"
     );
     let server = serve(dir.path(), &llm, &config, None).await;
-    let http = reqwest::Client::new();
     let mut tokens = Vec::new();
     for name in ["mia", "noa"] {
-        let s = http
-            .post(format!("{}/v1/users", server.url))
-            .bearer_auth(TOKEN)
-            .json(&json!({"name": name, "role": "member"}))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert_eq!(s, 201);
-        let t: Value = http
-            .post(format!("{}/v1/tokens", server.url))
-            .bearer_auth(TOKEN)
-            .json(&json!({"user": name, "name": "t", "scopes": ["sessions:read", "sessions:write", "usage:read"]}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let token = t["token"].as_str().unwrap().to_string();
-        let c = switchboard_client::Client::new(server.url.clone(), Some(token.clone())).unwrap();
+        let (c, token) = person(
+            &server,
+            name,
+            Role::Member,
+            &[Scope::SessionsRead, Scope::SessionsWrite, Scope::UsageRead],
+        )
+        .await;
         let id = c.create_session(&Default::default()).await.unwrap().id;
         run(&c, id, &format!("hello from {name}")).await;
         tokens.push(token);
     }
-    let as_mia = |path: &str| {
-        http.get(format!("{}{path}", server.url))
-            .bearer_auth(&tokens[0])
-            .send()
+    let as_mia = |path: &'static str| {
+        let (server, token) = (&server, tokens[0].clone());
+        async move {
+            let (s, b) = call(server, &token, "GET", path, None).await;
+            assert_eq!(s, 200, "GET {path}: {b}");
+            b
+        }
     };
-    let budgets: Value = as_mia("/v1/budgets").await.unwrap().json().await.unwrap();
+    let budgets = as_mia("/v1/budgets").await;
     let subjects: Vec<&str> = budgets["budgets"][0]["windows"]
         .as_array()
         .unwrap()
@@ -750,12 +686,7 @@ async fn a_member_sees_their_own_spending_only() {
         .map(|w| w["subject"].as_str().unwrap())
         .collect();
     assert_eq!(subjects, ["mia"], "her own window only");
-    let usage: Value = as_mia("/v1/usage?group_by=user")
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let usage = as_mia("/v1/usage?group_by=user").await;
     assert_eq!(usage["groups"].as_array().unwrap().len(), 1);
     assert_eq!(usage["groups"][0]["key"], "mia");
     let all = get(&server, "/v1/budgets").await;
@@ -780,31 +711,13 @@ async fn ask_lets_an_operator_extend_a_budget_once() {
     );
     let server = serve(dir.path(), &llm, &config, None).await;
     let c = common::client(&server);
-    let http = reqwest::Client::new();
-    let s = http
-        .post(format!("{}/v1/users", server.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "ops", "role": "operator"}))
-        .send()
-        .await
-        .unwrap()
-        .status();
-    assert_eq!(s, 201);
-    let t: Value = http
-        .post(format!("{}/v1/tokens", server.url))
-        .bearer_auth(TOKEN)
-        .json(&json!({"user": "ops", "name": "t", "scopes": ["sessions:read", "approvals:decide"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ops = switchboard_client::Client::new(
-        server.url.clone(),
-        Some(t["token"].as_str().unwrap().to_string()),
+    let (ops, _) = person(
+        &server,
+        "ops",
+        Role::Operator,
+        &[Scope::SessionsRead, Scope::ApprovalsDecide],
     )
-    .unwrap();
+    .await;
     let id = c.create_session(&Default::default()).await.unwrap().id;
     let (mut events, run_id) = common::send(&c, id, "please").await;
     let waiting = common::until(&mut events, "the budget's approval", |e| {
