@@ -249,3 +249,57 @@ async fn a_budget_made_on_one_instance_holds_on_another_within_a_second() {
     }
     assert_eq!(slow.calls("list_budgets"), 2, "one refresh at a time");
 }
+
+/// A budget whose scope changes starts its windows afresh from what was spent under the new
+/// scope (the old window, of a subject it no longer has, is gone); a new limit keeps them.
+#[tokio::test]
+async fn a_budget_redefined_over_the_api_counts_afresh_and_a_new_limit_keeps_its_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(SqlStore::open_path(&dir.path().join("db")).await.unwrap());
+    let meter = Meter::new(store, &UsageConfig::default()).unwrap();
+    let mut spec = budget(100_000);
+    spec.name = "team".into();
+    spec.scope = BudgetScope::Global;
+    spec.time_zone = None;
+    meter.put_budget(spec.clone(), "admin").await.unwrap();
+    let bob = Attribution {
+        user: Some("bob".into()),
+        ..alice()
+    };
+    for (who, used) in [(alice(), 300), (bob, 200)] {
+        let t = meter.reserve(&who, "openai", "m", 100, 100).await.unwrap();
+        meter
+            .settle(&t, Some(&Usage::tokens(used, 0)))
+            .await
+            .unwrap();
+    }
+    meter.flush().await;
+    let windows = |s: &[switchboard_protocol::usage::BudgetStatus]| -> Vec<(String, u64)> {
+        let mut w: Vec<_> = s[0]
+            .windows
+            .iter()
+            .map(|w| (w.subject.clone(), w.spent_tokens))
+            .collect();
+        w.sort();
+        w
+    };
+    assert_eq!(
+        windows(&meter.status().await.unwrap()),
+        [(String::new(), 500)]
+    );
+    spec.limit_tokens = Some(200_000);
+    meter.put_budget(spec.clone(), "admin").await.unwrap();
+    assert_eq!(
+        windows(&meter.status().await.unwrap()),
+        [(String::new(), 500)],
+        "a new limit keeps what was spent"
+    );
+    spec.scope = BudgetScope::User;
+    meter.put_budget(spec, "admin").await.unwrap();
+    assert_eq!(
+        windows(&meter.status().await.unwrap()),
+        [("alice".to_string(), 300), ("bob".to_string(), 200)],
+        "per person now, each from what they spent"
+    );
+}

@@ -203,8 +203,10 @@ pub trait Metering: Send + Sync {
         tokens: u64,
     ) -> Result<()>;
 
-    /// Inserts or replaces a budget made over the API.
-    async fn put_budget(&self, budget: &BudgetRecord) -> Result<()>;
+    /// Inserts or replaces a budget made over the API. With `fresh_windows` its windows are
+    /// removed in the same transaction: its scope or window changed, so what they counted
+    /// is no longer what it counts (the caller seeds the new ones).
+    async fn put_budget(&self, budget: &BudgetRecord, fresh_windows: bool) -> Result<()>;
     /// Removes one, with its windows; false if there was none.
     async fn delete_budget(&self, name: &str) -> Result<bool>;
     /// Every budget made over the API, by name.

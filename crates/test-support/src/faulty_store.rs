@@ -580,9 +580,13 @@ impl switchboard_store::Metering for FaultyStore {
             .extend_window(budget, subject, window, microdollars, tokens)
             .await
     }
-    async fn put_budget(&self, budget: &switchboard_store::BudgetRecord) -> Result<()> {
+    async fn put_budget(
+        &self,
+        budget: &switchboard_store::BudgetRecord,
+        fresh_windows: bool,
+    ) -> Result<()> {
         self.enter("put_budget").await?;
-        self.inner.put_budget(budget).await
+        self.inner.put_budget(budget, fresh_windows).await
     }
     async fn delete_budget(&self, name: &str) -> Result<bool> {
         self.enter("delete_budget").await?;

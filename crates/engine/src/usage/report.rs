@@ -365,22 +365,39 @@ impl Meter {
         }
         let spec = serde_json::to_string(&b.spec)
             .map_err(|e| EngineError::Unprocessable(e.to_string()))?;
-        let new = !self
+        let before = self
             .store
             .list_budgets()
             .await?
-            .iter()
-            .any(|r| r.name == b.spec.name);
+            .into_iter()
+            .find(|r| r.name == b.spec.name)
+            .map(|r| serde_json::from_str::<BudgetSpec>(&r.spec).ok());
+        // What its windows count changes with its scope (and whom it matches) or its window:
+        // those are started afresh from what was spent, as a new budget's are. A new limit
+        // keeps them.
+        let redefined = match &before {
+            None => true,
+            Some(None) => true,
+            Some(Some(old)) => {
+                old.scope != b.spec.scope
+                    || old.match_ != b.spec.match_
+                    || old.window != b.spec.window
+                    || old.time_zone != b.spec.time_zone
+            }
+        };
         self.store
-            .put_budget(&BudgetRecord {
-                name: b.spec.name.clone(),
-                spec,
-                created_at: crate::time::now_rfc3339(),
-                created_by: by.to_string(),
-            })
+            .put_budget(
+                &BudgetRecord {
+                    name: b.spec.name.clone(),
+                    spec,
+                    created_at: crate::time::now_rfc3339(),
+                    created_by: by.to_string(),
+                },
+                redefined && before.is_some(),
+            )
             .await?;
         self.api_budgets_changed();
-        if new {
+        if redefined {
             self.seed(&b).await?;
         }
         Ok(self.status_of(&b, self.now()).await?)

@@ -240,7 +240,8 @@ pub async fn budget_limits_hold_under_concurrency(store: &dyn Store) {
     );
 }
 
-/// Budgets made over the API round-trip; removing one removes its windows.
+/// Budgets made over the API round-trip; a put with fresh windows and removing one remove
+/// its windows.
 pub async fn budgets_round_trip(store: &dyn Store) {
     let name = format!("b-{}", Uuid::now_v7().simple());
     let b = BudgetRecord {
@@ -249,10 +250,10 @@ pub async fn budgets_round_trip(store: &dyn Store) {
         created_at: super::ts(1),
         created_by: "admin".into(),
     };
-    check("put", store.put_budget(&b).await);
+    check("put", store.put_budget(&b, false).await);
     let mut changed = b.clone();
     changed.spec = r#"{"name":"y"}"#.into();
-    check("put again", store.put_budget(&changed).await);
+    check("put again", store.put_budget(&changed, false).await);
     let all = check("list", store.list_budgets().await);
     let got = all.iter().find(|x| x.name == name).expect("listed");
     assert_eq!(got.spec, changed.spec, "a put replaces the spec");
@@ -275,6 +276,18 @@ pub async fn budgets_round_trip(store: &dyn Store) {
     check("extend", store.extend_window(&name, "", "w", 1, 1).await);
     let w = check("windows", store.budget_windows(&name, "w").await);
     assert_eq!((w[0].spent_microdollars, w[0].extra_tokens), (70, 1));
+    check("put, same windows", store.put_budget(&changed, false).await);
+    assert_eq!(
+        check("windows", store.budget_windows(&name, "w").await).len(),
+        1,
+        "a put that keeps the windows keeps them"
+    );
+    check("put, fresh windows", store.put_budget(&changed, true).await);
+    assert!(
+        check("windows", store.budget_windows(&name, "w").await).is_empty(),
+        "a put with fresh windows removes them"
+    );
+    assert!(check("seed anew", store.seed_window(&seed).await));
     assert!(check("delete", store.delete_budget(&name).await));
     assert!(!check("delete again", store.delete_budget(&name).await));
     assert!(

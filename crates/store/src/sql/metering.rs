@@ -636,8 +636,9 @@ impl Metering for SqlStore {
         })
     }
 
-    async fn put_budget(&self, b: &BudgetRecord) -> Result<()> {
+    async fn put_budget(&self, b: &BudgetRecord, fresh_windows: bool) -> Result<()> {
         with_db!(self, |pool, _d| {
+            let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO budgets (name, spec, created_at, created_by) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (name) DO UPDATE SET spec = excluded.spec",
@@ -646,8 +647,15 @@ impl Metering for SqlStore {
             .bind(&b.spec)
             .bind(&b.created_at)
             .bind(&b.created_by)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
+            if fresh_windows {
+                sqlx::query("DELETE FROM budget_windows WHERE budget = $1")
+                    .bind(&b.name)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
         });
         Ok(())
     }
