@@ -1,7 +1,7 @@
 // Browser end-to-end test of the console's Usage page, run by crates/cli/tests/usage.rs
 // against a server whose model has a price and that has run a few sessions, with a budget:
 // the totals, a chart of the cost per day stacked by model (its bars and legend), the top
-// sessions linking to them, the budgets with how much is spent, a session's running cost in
+// sessions by title linking to them, the budgets with how much is spent, a session's running cost in
 // its header, and the page on a phone.
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
@@ -44,7 +44,10 @@ try {
   await step('the top sessions link to them, and each session shows its cost so far', async () => {
     const rows = await T('usage-top-row').count();
     check(rows >= 2, `top rows: ${rows}`);
-    await T('usage-top').locator('a[href^="#/s/"]').first().click();
+    const link = T('usage-top').locator('a[href^="#/s/"]').first();
+    const name = (await link.textContent()).trim();
+    check(/^Session (one|two)$/.test(name), `a top session is called ${JSON.stringify(name)}, not by its title`);
+    await link.click();
     await page.waitForURL(/#\/s\/[0-9a-f-]{36}$/);
     await page.getByText(/\$0\.\d{4} so far/).first().waitFor();
     await T('usage-tab').click();

@@ -623,7 +623,12 @@ async fn the_console_usage_page_shows_cost_per_day_by_model_and_the_budgets() {
     let server = serve(dir.path(), &llm, &config, None).await;
     let c = common::client(&server);
     for text in ["one", "two"] {
-        let id = c.create_session(&Default::default()).await.unwrap().id;
+        let title = format!("Session {text}");
+        let new = switchboard_protocol::CreateSessionRequest {
+            title: Some(title),
+            ..Default::default()
+        };
+        let id = c.create_session(&new).await.unwrap().id;
         run(&c, id, text).await;
     }
     let cost = n(

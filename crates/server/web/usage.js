@@ -35,9 +35,11 @@ export function usagePage(kit) {
       report('day'), report('session'), report('chat'), report('schedule'), report('model'),
       kit.api('GET', '/v1/budgets'),
     ]);
+    // Named before anything is shown: the page changes once, not twice.
+    const named = await names(kit, sessions, schedules);
     showTotals(kit, totals, daily);
     showChart(kit, chart, daily, models.groups.map((g) => g.key));
-    showTops(kit, tops, { sessions, chats, schedules });
+    showTops(kit, tops, { sessions, chats, schedules }, named);
     showBudgets(kit, budgets, b.budgets);
   });
   days.addEventListener('change', load);
@@ -70,7 +72,7 @@ function showChart(kit, card, daily, models) {
   const max = Math.max(1, ...groups.map((g) => g.cost_microdollars));
   // At most 48 wide: a few days are bars, not a wall.
   const bar = Math.min(48, (W - pad) / groups.length);
-  const chart = svg('svg', { viewBox: `0 0 ${W} ${H + 24}`, role: 'img', 'aria-label': 'Cost per day, stacked by model', tid: 'usage-svg', class: 'chart' });
+  const chart = svg('svg', { viewBox: `0 0 ${W} ${H + 24}`, preserveAspectRatio: 'xMinYMid meet', role: 'img', 'aria-label': 'Cost per day, stacked by model', tid: 'usage-svg', class: 'chart' });
   chart.append(svg('text', { x: 0, y: 12, class: 'axis' }, dollars(max)), svg('line', { x1: pad, y1: H, x2: W, y2: H, class: 'axis' }));
   groups.forEach((g, i) => {
     let y = H;
@@ -88,15 +90,35 @@ function showChart(kit, card, daily, models) {
   card.replaceChildren(h('h2', {}, 'Cost per day, by model'), chart, legend);
 }
 
-function showTops(kit, card, { sessions, chats, schedules }) {
+/**
+ * What to call the top sessions and schedules: their titles and names, by id. Each top
+ * session is asked for (one that is gone, or not the reader's, keeps its id); schedules
+ * come in one list.
+ */
+async function names(kit, sessions, schedules) {
+  const named = new Map();
+  const ids = sessions.groups.slice(0, 5).map((g) => g.key).filter(Boolean);
+  const [shown, list] = await Promise.all([
+    Promise.all(ids.map((id) => kit.api('GET', `/v1/sessions/${id}`).then((d) => [id, d.session.title], () => null))),
+    schedules.groups.length ? kit.api('GET', '/v1/schedules').catch(() => ({ schedules: [] })) : { schedules: [] },
+  ]);
+  for (const pair of shown) if (pair) named.set(pair[0], pair[1]);
+  for (const s of list.schedules ?? []) named.set(s.id, s.name);
+  return named;
+}
+
+function showTops(kit, card, { sessions, chats, schedules }, named) {
   const { h } = kit;
-  const table = (title, r, link) => h('div', {}, h('h3', {}, title),
+  const label = (k) => named.get(k) ?? k;
+  // A call of no chat (or schedule, or session) is a group of its own: said in words.
+  const table = (title, r, none, link) => h('div', {}, h('h3', {}, title),
     r.groups.length === 0 ? h('p.muted', {}, 'None.')
       : h('table', {}, h('tbody', {}, r.groups.slice(0, 5).map((g) => h('tr', { tid: 'usage-top-row' },
-        h('td', {}, g.key == null ? '—' : link ? h('a', { href: link(g.key) }, g.key) : g.key),
-        h('td.num', {}, dollars(g.cost_microdollars)), h('td.num', {}, `${g.calls} calls`))))));
+        h('td', {}, g.key == null ? h('span.muted', {}, none) : link ? h('a', { href: link(g.key), title: g.key }, label(g.key)) : g.key),
+        h('td.num', {}, dollars(g.cost_microdollars)), h('td.num', {}, `${g.calls} call${g.calls === 1 ? '' : 's'}`))))));
   card.replaceChildren(h('h2', {}, 'Top spenders'), h('div.columns', {},
-    table('Sessions', sessions, (k) => `#/s/${k}`), table('Chats', chats), table('Schedules', schedules, (k) => `#/schedules/${k}`)));
+    table('Sessions', sessions, 'no session', (k) => `#/s/${k}`), table('Chats', chats, 'not from a chat'),
+    table('Schedules', schedules, 'not scheduled', (k) => `#/schedules/${k}`)));
 }
 
 function showBudgets(kit, card, budgets) {
