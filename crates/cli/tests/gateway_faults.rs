@@ -31,9 +31,9 @@ async fn gateway_db(w: &World) -> sqlx::SqliteConnection {
 
 /// Makes every insert into `table` fail with a database error.
 async fn break_inserts(db: &mut sqlx::SqliteConnection, table: &str) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(&*format!(
         "CREATE TRIGGER fault_{table} BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-    ))
+    )))
     .execute(&mut *db)
     .await
     .unwrap();
@@ -42,16 +42,16 @@ async fn break_inserts(db: &mut sqlx::SqliteConnection, table: &str) {
 /// Makes every delete from `table` fail with a database error (healed with
 /// `heal(db, "{table}_delete")`).
 async fn break_deletes(db: &mut sqlx::SqliteConnection, table: &str) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(&*format!(
         "CREATE TRIGGER fault_{table}_delete BEFORE DELETE ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-    ))
+    )))
     .execute(&mut *db)
     .await
     .unwrap();
 }
 
 async fn heal(db: &mut sqlx::SqliteConnection, table: &str) {
-    sqlx::query(&format!("DROP TRIGGER fault_{table}"))
+    sqlx::query(sqlx::AssertSqlSafe(&*format!("DROP TRIGGER fault_{table}")))
         .execute(&mut *db)
         .await
         .unwrap();

@@ -471,7 +471,9 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
                     .map_err(db)?;
             if !has_schema {
                 (&mut *tx)
-                    .execute(sqlx::raw_sql(&format!("CREATE SCHEMA {schema}")))
+                    .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
+                        "CREATE SCHEMA {schema}"
+                    ))))
                     .await
                     .map_err(db)?;
             }
@@ -479,17 +481,18 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         // Qualified when the crate has a schema: another crate may have a
         // `schema_migrations` of its own in the same database.
         (&mut *tx)
-            .execute(sqlx::raw_sql(&format!(
+            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
                 "CREATE TABLE IF NOT EXISTS {table} (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL \
                  DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
-            )))
+            ))))
             .await
             .map_err(db)?;
-        let current: i64 =
-            sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
+        let current: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(&*format!(
+            "SELECT COALESCE(MAX(version), 0) FROM {table}"
+        )))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?;
         refuse_newer(owner, current, migrations.postgres)?;
         let Some(&(version, sql)) = migrations.postgres.iter().find(|(v, _)| *v > current) else {
             tx.commit().await.map_err(db)?;
@@ -507,10 +510,10 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         // The time as an untyped literal (it is ours, RFC 3339): a `schema_migrations` made
         // by an older binary may have `applied_at` as TIMESTAMPTZ rather than TEXT, and a
         // literal fits either (a bound TEXT parameter would not).
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(&*format!(
             "INSERT INTO {table} (version, applied_at) VALUES ($1, '{}')",
             now()
-        ))
+        )))
         .bind(version)
         .execute(&mut *tx)
         .await

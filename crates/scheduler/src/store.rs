@@ -193,7 +193,7 @@ impl ScheduleStore {
     pub async fn schedule(&self, id: Uuid) -> Result<Option<ScheduleRow>> {
         let sql = format!("SELECT {SCHEDULE_COLS} FROM schedules WHERE id = $1");
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(id.to_string())
                 .fetch_optional(pool)
                 .await?
@@ -207,7 +207,7 @@ impl ScheduleStore {
     pub async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
         let sql = format!("SELECT {SCHEDULE_COLS} FROM schedules ORDER BY created_at, id");
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .fetch_all(pool)
                 .await?
                 .iter()
@@ -262,7 +262,7 @@ impl ScheduleStore {
              WHERE paused = 0 AND next_due IS NOT NULL AND next_due <= $1 ORDER BY next_due"
         );
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(ts(now))
                 .fetch_all(pool)
                 .await?
@@ -359,7 +359,7 @@ impl ScheduleStore {
     pub async fn firing(&self, id: Uuid) -> Result<Option<FiringRow>> {
         let sql = format!("SELECT {FIRING_COLS} FROM firings WHERE id = $1");
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(id.to_string())
                 .fetch_optional(pool)
                 .await?
@@ -376,7 +376,7 @@ impl ScheduleStore {
              ORDER BY due_at DESC, created_at DESC, id DESC LIMIT $2"
         );
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(schedule_id.to_string())
                 .bind(i64::from(limit))
                 .fetch_all(pool)
@@ -395,7 +395,7 @@ impl ScheduleStore {
              ORDER BY due_at, created_at, id"
         );
         with_pool!(&self.db, |pool| {
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(schedule_id.to_string())
                 .fetch_all(pool)
                 .await?

@@ -62,7 +62,7 @@ impl TestDatabase {
                 "cannot connect with {URL_VAR}: {e} (is the server up? see scripts/test-services)"
             )
         });
-        if let Err(e) = sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!("CREATE DATABASE {name}")))
             .execute(&mut conn)
             .await
         {
@@ -99,10 +99,12 @@ impl Drop for TestDatabase {
                     .await
                     .map_err(|e| e.to_string())?;
                 // FORCE: the code under test may still hold connections.
-                sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
                 conn.close().await.map_err(|e| e.to_string())
             })
         })

@@ -330,7 +330,7 @@ impl Db {
         });
         let name = format!("sb_cli_{}", uuid::Uuid::new_v4().simple());
         let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
-        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!("CREATE DATABASE {name}")))
             .execute(&mut conn)
             .await
             .unwrap();
@@ -342,10 +342,10 @@ impl Db {
 
     pub async fn drop_now(&self) {
         let mut conn = sqlx::PgConnection::connect(&self.admin).await.unwrap();
-        sqlx::raw_sql(&format!(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             self.name
-        ))
+        )))
         .execute(&mut conn)
         .await
         .unwrap();

@@ -40,7 +40,7 @@ impl SqlStore {
             }
             for chunk in sorted.chunks(INSERT_CHUNK) {
                 let sql = insert_events_sql(chunk.len());
-                let mut q = sqlx::query(&sql);
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(&*sql));
                 for ev in chunk {
                     q = q
                         .bind(d.id(ev.session_id))

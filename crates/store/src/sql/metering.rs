@@ -149,9 +149,9 @@ macro_rules! bind_call {
 macro_rules! insert_call {
     ($tx:expr, $d:expr, $c:expr, $windows:expr) => {
         bind_call!(
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "INSERT INTO usage_calls ({CALL_COLS}, windows) VALUES ({CALL_PARAMS})"
-            )),
+            ))),
             $d,
             $c,
             $windows
@@ -247,7 +247,7 @@ macro_rules! ensure_window {
 /// Moves `(micros, tokens)` held in a window to spent `(spent_m, spent_t)`; the window after.
 macro_rules! settle_window {
     ($tx:expr, $key:expr, $held:expr, $spent:expr) => {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(&*format!(
             "UPDATE budget_windows SET \
              reserved_microdollars = CASE WHEN reserved_microdollars > $4 \
                  THEN reserved_microdollars - $4 ELSE 0 END, \
@@ -255,7 +255,7 @@ macro_rules! settle_window {
                  THEN reserved_tokens - $5 ELSE 0 END, \
              spent_microdollars = spent_microdollars + $6, spent_tokens = spent_tokens + $7 \
              WHERE budget = $1 AND subject = $2 AND window_key = $3 RETURNING {WINDOW_COLS}"
-        ))
+        )))
         .bind(&$key[0])
         .bind(&$key[1])
         .bind(&$key[2])
@@ -302,10 +302,10 @@ impl SqlStore {
     /// A window as it stands (an empty one when it has no row yet).
     async fn window(&self, c: &WindowClaim) -> Result<WindowRecord> {
         let row = with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {WINDOW_COLS} FROM budget_windows \
                  WHERE budget = $1 AND subject = $2 AND window_key = $3"
-            ))
+            )))
             .bind(&c.budget)
             .bind(&c.subject)
             .bind(&c.window)
@@ -358,7 +358,7 @@ impl Metering for SqlStore {
                 let d = super::Pg;
                 let sql = pg_reserve_sql(claims.len());
                 let q = bind_claims!(
-                    bind_call!(sqlx::query(&sql), d, call, &windows),
+                    bind_call!(sqlx::query(sqlx::AssertSqlSafe(&*sql)), d, call, &windows),
                     claims,
                     micros,
                     tokens
@@ -377,7 +377,12 @@ impl Metering for SqlStore {
                 let mut tx = pool.begin().await?;
                 // The write first: it takes the write lock for the whole reservation.
                 insert_call!(tx, d, call, &windows);
-                let q = bind_claims!(sqlx::query(&sql), claims, micros, tokens);
+                let q = bind_claims!(
+                    sqlx::query(sqlx::AssertSqlSafe(&*sql)),
+                    claims,
+                    micros,
+                    tokens
+                );
                 let granted = q
                     .fetch_all(&mut *tx)
                     .await?
@@ -502,7 +507,7 @@ impl Metering for SqlStore {
                 "SELECT {CALL_COLS} FROM usage_calls WHERE {FILTER_SQL} \
                  ORDER BY at DESC, id DESC LIMIT $6"
             );
-            bind_filter!(sqlx::query(&sql), d, filter)
+            bind_filter!(sqlx::query(sqlx::AssertSqlSafe(&*sql)), d, filter)
                 .bind(i64::from(limit))
                 .fetch_all(pool)
                 .await?
@@ -542,7 +547,7 @@ impl Metering for SqlStore {
             sum("cost_microdollars"),
         );
         with_db!(self, |pool, d| {
-            let rows = bind_filter!(sqlx::query(&sql), d, filter)
+            let rows = bind_filter!(sqlx::query(sqlx::AssertSqlSafe(&*sql)), d, filter)
                 .fetch_all(pool)
                 .await?;
             let mut out = Vec::with_capacity(rows.len());
@@ -564,7 +569,7 @@ impl Metering for SqlStore {
                 "SELECT DISTINCT provider, model FROM usage_calls WHERE {FILTER_SQL} \
                  AND reported AND cost_microdollars IS NULL ORDER BY provider, model"
             );
-            let rows = bind_filter!(sqlx::query(&sql), d, filter)
+            let rows = bind_filter!(sqlx::query(sqlx::AssertSqlSafe(&*sql)), d, filter)
                 .fetch_all(pool)
                 .await?;
             rows.iter()
@@ -575,10 +580,10 @@ impl Metering for SqlStore {
 
     async fn budget_windows(&self, budget: &str, window: &str) -> Result<Vec<WindowRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {WINDOW_COLS} FROM budget_windows WHERE budget = $1 AND window_key = $2 \
                  ORDER BY spent_microdollars DESC, spent_tokens DESC, subject"
-            ))
+            )))
             .bind(budget)
             .bind(window)
             .fetch_all(pool)

@@ -107,24 +107,28 @@ impl People for SqlStore {
 
     async fn get_user(&self, name: &str) -> Result<Option<UserRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!("SELECT {USER_COLS} FROM users WHERE name = $1"))
-                .bind(name)
-                .fetch_optional(pool)
-                .await?
-                .as_ref()
-                .map(user_from_row)
-                .transpose()
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
+                "SELECT {USER_COLS} FROM users WHERE name = $1"
+            )))
+            .bind(name)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(user_from_row)
+            .transpose()
         })
     }
 
     async fn list_users(&self) -> Result<Vec<UserRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!("SELECT {USER_COLS} FROM users ORDER BY name"))
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(user_from_row)
-                .collect()
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
+                "SELECT {USER_COLS} FROM users ORDER BY name"
+            )))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(user_from_row)
+            .collect()
         })
     }
 
@@ -188,9 +192,9 @@ impl People for SqlStore {
 
     async fn token_by_hash(&self, token_hash: &str) -> Result<Option<TokenRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {TOKEN_COLS} FROM api_tokens WHERE token_hash = $1"
-            ))
+            )))
             .bind(token_hash)
             .fetch_optional(pool)
             .await?
@@ -202,9 +206,9 @@ impl People for SqlStore {
 
     async fn get_token(&self, id: Uuid) -> Result<Option<TokenRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {TOKEN_COLS} FROM api_tokens WHERE id = $1"
-            ))
+            )))
             .bind(d.id(id))
             .fetch_optional(pool)
             .await?
@@ -216,10 +220,10 @@ impl People for SqlStore {
 
     async fn list_tokens(&self, user_name: Option<&str>) -> Result<Vec<TokenRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {TOKEN_COLS} FROM api_tokens WHERE ($1 IS NULL OR user_name = $1) \
                  ORDER BY created_at, id"
-            ))
+            )))
             .bind(user_name)
             .fetch_all(pool)
             .await?
@@ -283,10 +287,10 @@ impl People for SqlStore {
 
     async fn list_links(&self, user_name: Option<&str>) -> Result<Vec<LinkRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {LINK_COLS} FROM user_links WHERE ($1 IS NULL OR user_name = $1) \
                  ORDER BY platform, identity"
-            ))
+            )))
             .bind(user_name)
             .fetch_all(pool)
             .await?
@@ -331,9 +335,9 @@ impl People for SqlStore {
 
     async fn get_console_session(&self, id_hash: &str) -> Result<Option<ConsoleSessionRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {CONSOLE_COLS} FROM console_sessions WHERE id_hash = $1"
-            ))
+            )))
             .bind(id_hash)
             .fetch_optional(pool)
             .await?
@@ -432,12 +436,12 @@ impl People for SqlStore {
 
     async fn list_audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {AUDIT_COLS} FROM audit_log WHERE id > $1 \
                  AND ($2 IS NULL OR actor = $2) AND ($3 IS NULL OR action = $3) \
                  AND ($4 IS NULL OR at >= $4) AND ($5 IS NULL OR at < $5) \
                  ORDER BY id LIMIT $6"
-            ))
+            )))
             .bind(f.after.unwrap_or(0))
             .bind(&f.actor)
             .bind(&f.action)

@@ -40,9 +40,9 @@ impl SqlStore {
                 .bind(&i.since)
                 .execute(&mut *tx)
                 .await?;
-                let held = sqlx::query(&format!(
+                let held = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                     "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2"
-                ))
+                )))
                 .bind(d.id(run.session_id))
                 .bind(&i.key)
                 .fetch_optional(&mut *tx)
@@ -54,7 +54,7 @@ impl SqlStore {
                     return Ok(r);
                 }
             }
-            sqlx::query(&sql)
+            sqlx::query(sqlx::AssertSqlSafe(&*sql))
                 .bind(d.id(run.id))
                 .bind(d.id(run.session_id))
                 .bind(&input)
@@ -88,10 +88,10 @@ impl SqlStore {
         with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
             // A second running run in the session violates `runs_one_running`: a Conflict.
-            let row = sqlx::query(&format!(
+            let row = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "UPDATE runs SET state = 'running', started_at = $1, instance_id = $3 \
                  WHERE id = $2 AND state = 'queued' RETURNING {RUN_COLS}"
-            ))
+            )))
             .bind(at)
             .bind(d.id(id))
             .bind(holder)
@@ -101,14 +101,14 @@ impl SqlStore {
                 Some(row) => run_from_row(&row)?,
                 None => return Err(StoreError::Conflict(format!("run {id} is not queued"))),
             };
-            let row = sqlx::query(&format!(
+            let row = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "INSERT INTO leases (name, holder, token, expires_at_ms) \
                  VALUES ($1, $2, 1, {} + $3) \
                  ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
                  token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
                  RETURNING name, holder, token",
                 d.now_ms()
-            ))
+            )))
             .bind(Lease::run_name(id))
             .bind(holder)
             .bind(ttl_ms(ttl))

@@ -39,14 +39,14 @@ impl Store for SqlStore {
     ) -> Result<Option<Lease>> {
         with_db!(self, |pool, d| {
             let now = d.now_ms();
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "INSERT INTO leases (name, holder, token, expires_at_ms) \
                  VALUES ($1, $2, 1, {now} + $3) \
                  ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
                  token = leases.token + 1, expires_at_ms = excluded.expires_at_ms \
                  WHERE leases.expires_at_ms <= {now} OR leases.holder = excluded.holder \
                  RETURNING name, holder, token"
-            ))
+            )))
             .bind(name)
             .bind(holder)
             .bind(ttl_ms(ttl))
@@ -65,11 +65,11 @@ impl Store for SqlStore {
     ) -> Result<Option<Lease>> {
         with_db!(self, |pool, d| {
             let now = d.now_ms();
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "UPDATE leases SET holder = $1, token = token + 1, expires_at_ms = {now} + $2 \
                  WHERE name = $3 AND token = $4 AND expires_at_ms <= {now} \
                  RETURNING name, holder, token"
-            ))
+            )))
             .bind(holder)
             .bind(ttl_ms(ttl))
             .bind(&expired.name)
@@ -83,11 +83,11 @@ impl Store for SqlStore {
 
     async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<bool> {
         let res = with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "UPDATE leases SET expires_at_ms = {} + $1 \
                  WHERE name = $2 AND holder = $3 AND token = $4",
                 d.now_ms()
-            ))
+            )))
             .bind(ttl_ms(ttl))
             .bind(&lease.name)
             .bind(&lease.holder)
@@ -114,11 +114,11 @@ impl Store for SqlStore {
 
     async fn get_lease(&self, name: &str) -> Result<Option<LeaseState>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT name, holder, token, expires_at_ms <= {} AS expired \
                  FROM leases WHERE name = $1",
                 d.now_ms()
-            ))
+            )))
             .bind(name)
             .fetch_optional(pool)
             .await?
@@ -134,11 +134,11 @@ impl Store for SqlStore {
 
     async fn expired_leases(&self, prefix: &str) -> Result<Vec<Lease>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT name, holder, token FROM leases \
                  WHERE expires_at_ms <= {} AND substr(name, 1, length($1)) = $1 ORDER BY name",
                 d.now_ms()
-            ))
+            )))
             .bind(prefix)
             .fetch_all(pool)
             .await?
@@ -198,9 +198,9 @@ impl Store for SqlStore {
 
     async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {SESSION_COLS} FROM sessions WHERE id = $1"
-            ))
+            )))
             .bind(d.id(id))
             .fetch_optional(pool)
             .await?
@@ -220,20 +220,20 @@ impl Store for SqlStore {
         const VISIBLE: &str = "($2 IS NULL OR owner = $2 OR EXISTS (SELECT 1 FROM session_shares sh \
              WHERE sh.session_id = sessions.id AND (sh.user_name = $2 OR sh.user_name = '*')))";
         with_db!(self, |pool, _d| {
-            let rows = sqlx::query(&format!(
+            let rows = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {SESSION_COLS} FROM sessions WHERE (archived_at IS NOT NULL) = $1 \
                  AND {VISIBLE} ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4"
-            ))
+            )))
             .bind(archived)
             .bind(visible_to)
             .bind(i64::from(limit))
             .bind(i64::from(offset))
             .fetch_all(pool)
             .await?;
-            let total = sqlx::query(&format!(
+            let total = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT COUNT(*) AS n FROM sessions WHERE (archived_at IS NOT NULL) = $1 \
                  AND {VISIBLE}"
-            ))
+            )))
             .bind(archived)
             .bind(visible_to)
             .fetch_one(pool)
@@ -377,10 +377,10 @@ impl Store for SqlStore {
         since: &str,
     ) -> Result<Option<RunRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND idempotency_key = $2 \
                  AND created_at >= $3"
-            ))
+            )))
             .bind(d.id(session_id))
             .bind(key)
             .bind(since)
@@ -393,12 +393,14 @@ impl Store for SqlStore {
 
     async fn get_run(&self, id: Uuid) -> Result<Option<RunRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"))
-                .bind(d.id(id))
-                .fetch_optional(pool)
-                .await?
-                .map(|r| run_from_row(&r))
-                .transpose()
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
+                "SELECT {RUN_COLS} FROM runs WHERE id = $1"
+            )))
+            .bind(d.id(id))
+            .fetch_optional(pool)
+            .await?
+            .map(|r| run_from_row(&r))
+            .transpose()
         })
     }
 
@@ -465,9 +467,9 @@ impl Store for SqlStore {
 
     async fn active_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND state = 'running'"
-            ))
+            )))
             .bind(d.id(session_id))
             .fetch_optional(pool)
             .await?
@@ -478,10 +480,10 @@ impl Store for SqlStore {
 
     async fn next_queued_run(&self, session_id: Uuid) -> Result<Option<RunRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {RUN_COLS} FROM runs WHERE session_id = $1 AND state = 'queued' \
                  ORDER BY queue_pos LIMIT 1"
-            ))
+            )))
             .bind(d.id(session_id))
             .fetch_optional(pool)
             .await?
@@ -492,9 +494,9 @@ impl Store for SqlStore {
 
     async fn runs_in_state(&self, state: RunState) -> Result<Vec<RunRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {RUN_COLS} FROM runs WHERE state = $1 ORDER BY session_id, queue_pos"
-            ))
+            )))
             .bind(state.as_str())
             .fetch_all(pool)
             .await?
@@ -545,10 +547,10 @@ impl Store for SqlStore {
         offset: u32,
     ) -> Result<(Vec<MessageRecord>, u64)> {
         with_db!(self, |pool, d| {
-            let rows = sqlx::query(&format!(
+            let rows = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {MESSAGE_COLS} FROM messages WHERE session_id = $1 \
                  ORDER BY pos LIMIT $2 OFFSET $3"
-            ))
+            )))
             .bind(d.id(session_id))
             .bind(i64::from(limit))
             .bind(i64::from(offset))
@@ -607,9 +609,9 @@ impl Store for SqlStore {
 
     async fn get_approval(&self, session_id: Uuid) -> Result<Option<ApprovalRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {APPROVAL_COLS} FROM approvals WHERE session_id = $1"
-            ))
+            )))
             .bind(d.id(session_id))
             .fetch_optional(pool)
             .await?
@@ -633,9 +635,9 @@ impl Store for SqlStore {
 
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>> {
         with_db!(self, |pool, _d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {APPROVAL_COLS} FROM approvals ORDER BY created_at, session_id"
-            ))
+            )))
             .fetch_all(pool)
             .await?
             .iter()
@@ -668,9 +670,9 @@ impl Store for SqlStore {
 
     async fn get_file(&self, session_id: Uuid, id: Uuid) -> Result<Option<FileRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {FILE_COLS} FROM files WHERE session_id = $1 AND id = $2"
-            ))
+            )))
             .bind(d.id(session_id))
             .bind(d.id(id))
             .fetch_optional(pool)
@@ -683,9 +685,9 @@ impl Store for SqlStore {
 
     async fn list_files(&self, session_id: Uuid) -> Result<Vec<FileRecord>> {
         with_db!(self, |pool, d| {
-            sqlx::query(&format!(
+            sqlx::query(sqlx::AssertSqlSafe(&*format!(
                 "SELECT {FILE_COLS} FROM files WHERE session_id = $1 ORDER BY created_at, id"
-            ))
+            )))
             .bind(d.id(session_id))
             .fetch_all(pool)
             .await?

@@ -41,10 +41,10 @@ impl SqlStore {
                     .await?
                     .is_some();
                 }
-                let rows = sqlx::query(&format!(
+                let rows = sqlx::query(sqlx::AssertSqlSafe(&*format!(
                     "SELECT {MESSAGE_COLS}, pos, {size} AS size FROM messages \
                      WHERE session_id = $1 AND pos < $2 ORDER BY pos DESC LIMIT $3"
-                ))
+                )))
                 .bind(d.id(session_id))
                 .bind(below)
                 .bind(i64::from(want))
