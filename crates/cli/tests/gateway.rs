@@ -1688,3 +1688,225 @@ async fn after_a_kill_a_press_on_the_old_prompt_then_a_new_message_is_answered()
     }
     assert!(!w.ws.path().join("never.txt").exists());
 }
+
+/// Approvals answered in words (`answers.rs`): a reply to the prompt that denies with a
+/// reason, `/allow` in the conversation, `/deny` with nothing waiting, and a reply that is no
+/// answer (a message for the agent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_are_answered_by_a_reply_or_allow_and_deny_commands() {
+    let w = World::new().await;
+    let _server = w.server(&[]).await;
+    w.llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch words1.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Understood, not on main."]));
+    w.tg.dm(ALICE, "Alice", "make it");
+    let prompt = w
+        .wait_message(ALICE, "a prompt", |m| prompt_of(m).is_some())
+        .await;
+    w.tg.dm_reply(ALICE, "Alice", "deny, not on main", prompt.message_id);
+    w.wait_message(ALICE, "the reply after the denial", |m| {
+        m.text.contains("Understood, not on main.")
+    })
+    .await;
+    w.wait_message(ALICE, "the prompt says who denied", |m| {
+        m.message_id == prompt.message_id && m.text.contains("Denied by Alice")
+    })
+    .await;
+    assert!(!w.ws.path().join("words1.txt").exists());
+    let requests = w.llm.chat_requests();
+    assert!(
+        requests[1].body.to_string().contains("not on main"),
+        "the reason reaches the agent: {}",
+        requests[1].body
+    );
+
+    // `/allow`, replying to nothing: the only prompt waiting here.
+    w.llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "echo yes > words2.txt"}),
+    ));
+    w.llm.push(MockReply::text(&["Done with two."]));
+    w.tg.dm(ALICE, "Alice", "again");
+    let second = w
+        .wait_message(ALICE, "a second prompt", |m| {
+            prompt_of(m).is_some() && m.text.contains("words2.txt")
+        })
+        .await;
+    w.tg.dm(ALICE, "Alice", "/allow");
+    w.wait_message(ALICE, "the reply after /allow", |m| {
+        m.text.contains("Done with two.")
+    })
+    .await;
+    assert!(w.ws.path().join("words2.txt").exists());
+    w.wait_message(ALICE, "the prompt says who allowed", |m| {
+        m.message_id == second.message_id && m.text.contains("Allowed by Alice")
+    })
+    .await;
+
+    // Nothing waits: said so; a "yes" replying to a reply is a message for the agent.
+    w.tg.dm(ALICE, "Alice", "/deny");
+    w.wait_message(ALICE, "nothing waits", |m| {
+        m.text.contains("Nothing here waits for an approval.")
+    })
+    .await;
+    w.llm.push(MockReply::text(&["Glad you agree."]));
+    let reply = w
+        .wait_message(ALICE, "the reply", |m| m.text.contains("Done with two."))
+        .await;
+    w.tg.dm_reply(ALICE, "Alice", "yes", reply.message_id);
+    w.wait_message(ALICE, "the agent's answer to a plain reply", |m| {
+        m.text.contains("Glad you agree.")
+    })
+    .await;
+    assert_eq!(
+        w.llm.chat_requests().len(),
+        5,
+        "only the last reply reached the agent"
+    );
+}
+
+/// A reaction on a prompt answers it, over the signed webhook channel: a stranger's is
+/// refused (told so), the requester's 👍 allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reaction_on_a_prompt_answers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let rx = receiver().await;
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[channels.webhook.ops]\nsecret = {SECRET:?}\nurl = {:?}\n",
+            rx.url
+        ),
+    )
+    .unwrap();
+    let (config_s, ws_s) = (
+        config.to_string_lossy().to_string(),
+        ws.path().to_string_lossy().to_string(),
+    );
+    let server = start(
+        &dir.path().join("data"),
+        &llm.base_url(),
+        &[
+            ("SWITCHBOARD_CONFIG", config_s.as_str()),
+            ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
+        ],
+    )
+    .await;
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch reacted.txt"}),
+    ));
+    llm.push(MockReply::text(&["Reacted and ran."]));
+    let url = format!("{}/v1/gateway/webhook/ops", server.url);
+    let http = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        let (ts, sig, raw) = signed(&body, chrono::Utc::now().timestamp(), SECRET);
+        http.post(&url)
+            .header("x-switchboard-timestamp", ts)
+            .header("x-switchboard-signature", sig)
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+    };
+    let chat = json!({"id": "c1", "kind": "direct"});
+    let r = post(
+        json!({"type": "message", "peer": {"id": "u1", "name": "Ops"}, "chat": chat,
+                        "text": "touch it", "message_id": "x1"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = |f: &dyn Fn(&serde_json::Value) -> bool| {
+        rx.got.lock().unwrap().iter().find(|v| f(v)).cloned()
+    };
+    let mut prompt = None;
+    for _ in 0..600 {
+        prompt = sent(&|v| {
+            v["type"] == "send" && v["text"].as_str().unwrap_or("").contains("reacted.txt")
+        });
+        if prompt.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let prompt = prompt.expect("a prompt");
+    // The receiver numbers the messages it was sent: `m<n>`.
+    let n = rx
+        .got
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|v| v == &prompt)
+        .unwrap()
+        + 1;
+    let prompt_id = format!("m{n}");
+    let r = post(
+        json!({"type": "reaction", "reaction_id": "r1", "peer": {"id": "u9", "name": "Mallory"},
+                        "chat": chat, "message_id": prompt_id, "key": "👍"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    for _ in 0..600 {
+        if sent(&|v| {
+            v["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains(switchboard_gateway::NOT_AN_APPROVER)
+        })
+        .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let told = sent(&|v| {
+        v["text"]
+            .as_str()
+            .unwrap_or("")
+            .contains(switchboard_gateway::NOT_AN_APPROVER)
+    })
+    .expect("the stranger is told");
+    assert!(
+        told["text"].as_str().unwrap().starts_with("Mallory:"),
+        "{told}"
+    );
+    assert!(!ws.path().join("reacted.txt").exists());
+    // Another emoji is no answer; the requester's 👍 (with a skin tone) is.
+    for (id, key) in [("r2", "🎉"), ("r3", "👍🏽")] {
+        post(
+            json!({"type": "reaction", "reaction_id": id, "peer": {"id": "u1", "name": "Ops"},
+                    "chat": chat, "message_id": prompt_id, "key": key}),
+        )
+        .await
+        .unwrap();
+    }
+    for _ in 0..600 {
+        if sent(&|v| v["text"] == "Reacted and ran.").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        sent(&|v| v["text"] == "Reacted and ran.").is_some(),
+        "{:?}",
+        rx.got.lock().unwrap()
+    );
+    assert!(ws.path().join("reacted.txt").exists());
+    assert!(
+        sent(&|v| v["type"] == "edit"
+            && v["message_id"] == prompt_id.as_str()
+            && v["text"].as_str().unwrap_or("").contains("Allowed by Ops"))
+        .is_some(),
+        "{:?}",
+        rx.got.lock().unwrap()
+    );
+}

@@ -70,9 +70,40 @@ pub struct InboundMessage {
     pub addressed: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// The platform's id of the message this one replies to, when it is a reply (a reply
+    /// to an approval prompt answers it: `dispatcher/answers.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
     /// Anything else the platform said (raw ids, entities …).
     #[serde(default)]
     pub meta: serde_json::Value,
+}
+
+/// How a person answered an approval prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerVia {
+    /// One of the prompt's buttons: the press is acknowledged on the platform.
+    #[default]
+    Button,
+    /// A reaction on the prompt (✅ / ❌ …).
+    Reaction,
+    /// Words: a reply to the prompt, or `/allow` / `/deny [reason]` in its conversation.
+    Words,
+}
+
+/// A reaction someone put on a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reaction {
+    pub channel: String,
+    /// The platform's id of the reaction itself.
+    pub reaction_id: String,
+    pub peer: Peer,
+    pub chat: ChatRef,
+    /// The message reacted to.
+    pub message_id: String,
+    /// The emoji (`✅`, `👍` …), as the platform gives it.
+    pub key: String,
 }
 
 /// A press of one of our buttons.
@@ -87,6 +118,12 @@ pub struct ButtonPress {
     pub message_id: String,
     /// The button's data, as we set it.
     pub data: String,
+    /// A button, or an answer without one that the dispatcher made into a press.
+    #[serde(default)]
+    pub via: AnswerVia,
+    /// The reason a denial in words gave (`/deny too risky`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Something a channel received.
@@ -95,6 +132,7 @@ pub struct ButtonPress {
 pub enum Inbound {
     Message(InboundMessage),
     Press(ButtonPress),
+    Reaction(Reaction),
 }
 
 /// A button under a message.
@@ -167,6 +205,12 @@ pub struct ChannelInfo {
     /// at this pace, each edit with all the text there is by then; [`Channel::edit`] itself
     /// also waits for its chat's turn.
     pub edit_interval: std::time::Duration,
+    /// Whether messages can carry buttons. Without them an approval prompt says how to
+    /// answer in words (and by reaction, with [`ChannelInfo::reactions`]).
+    pub buttons: bool,
+    /// Whether people can react to a message and the channel hands reactions in
+    /// ([`Inbound::Reaction`]).
+    pub reactions: bool,
 }
 
 impl ChannelInfo {
@@ -177,7 +221,17 @@ impl ChannelInfo {
             max_chars,
             can_edit: true,
             edit_interval: std::time::Duration::from_secs(1),
+            buttons: true,
+            reactions: false,
         }
+    }
+
+    /// A platform without buttons (approvals are answered in words); `reactions`: and
+    /// whether it hands reactions in.
+    pub fn without_buttons(mut self, reactions: bool) -> Self {
+        self.buttons = false;
+        self.reactions = reactions;
+        self
     }
 
     pub fn edit_interval(mut self, every: std::time::Duration) -> Self {
@@ -240,6 +294,14 @@ pub trait Channel: Send + Sync + 'static {
     /// ephemeral follow-up. The default answers the press with the text.
     async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
         self.answer_press(press, Some(text)).await
+    }
+    /// Tells one person in a chat something, as privately as the platform allows — why
+    /// their answer to a prompt in words or by reaction was refused. The default posts it
+    /// in the chat, addressed to them by name.
+    async fn tell(&self, chat: &ChatRef, peer: &Peer, text: &str) -> Result<(), ChannelError> {
+        self.send(chat, &format!("{}: {text}", peer.name), &[])
+            .await
+            .map(drop)
     }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;

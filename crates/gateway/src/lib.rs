@@ -30,8 +30,8 @@ pub mod webhook;
 mod prop_json;
 
 pub use channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelState, ChatKind,
-    ChatRef, Inbound, InboundMessage, InboundSink, Peer,
+    AnswerVia, Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError,
+    ChannelState, ChatKind, ChatRef, Inbound, InboundMessage, InboundSink, Peer, Reaction,
 };
 pub use config::{ApprovalMode, DmScope, GatewayConfig};
 pub use dispatcher::{Gateway, GatewayError, NOT_AN_APPROVER, batch_context, batch_text};

@@ -789,6 +789,8 @@ async fn events_api_url_verification_and_interactivity() {
             chat: thread("C1", "1700000000.000001"),
             message_id: "1700000000.000009".into(),
             data: "approve:1".into(),
+            via: Default::default(),
+            reason: None,
         }))
     );
 }

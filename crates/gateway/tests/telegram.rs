@@ -290,6 +290,8 @@ async fn buttons_are_pressed_and_answered() {
             chat: dm.clone(),
             message_id: id.clone(),
             data: "ap:1:no".into(),
+            via: Default::default(),
+            reason: None,
         }
     );
     ch.answer_press(&press, Some("Denied")).await.unwrap();

@@ -428,6 +428,8 @@ fn parse_inbound_press() {
             },
             message_id: "our-1".into(),
             data: "a:1".into(),
+            via: Default::default(),
+            reason: None,
         }
     );
 }
@@ -454,7 +456,7 @@ fn parse_inbound_rejects_malformed_bodies_clearly() {
         (r#"{"type":5}"#.into(), "`type` must be a string"),
         (
             r#"{"type":"ping"}"#.into(),
-            r#"`type` must be "message" or "press" (got "ping")"#,
+            r#"`type` must be "message", "press" or "reaction" (got "ping")"#,
         ),
         (
             msg(&|v| {
@@ -697,6 +699,8 @@ async fn press_answer_is_signed() {
         chat: chat(),
         message_id: "m-42".into(),
         data: "a:1".into(),
+        via: Default::default(),
+        reason: None,
     };
     ch.answer_press(&press, Some("Approved")).await.unwrap();
     ch.answer_press(&press, None).await.unwrap();

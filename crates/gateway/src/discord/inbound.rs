@@ -84,6 +84,7 @@ impl DiscordChannel {
             message_id: m.id,
             addressed,
             attachments,
+            reply_to: m.referenced_message.and_then(|r| r.id),
             meta,
         })
     }
@@ -144,6 +145,8 @@ impl DiscordChannel {
                 chat,
                 message_id,
                 data,
+                via: Default::default(),
+                reason: None,
             },
             i.token,
         ))

@@ -39,6 +39,8 @@ pub(super) struct ApiAttachment {
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ApiReferenced {
+    #[serde(default)]
+    pub(super) id: Option<String>,
     #[serde(default, deserialize_with = "object_opt")]
     pub(super) author: Option<ApiUser>,
 }

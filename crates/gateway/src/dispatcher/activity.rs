@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChatRef, Fetched,
-    Inbound, InboundHttpError, OutgoingFile,
+    Inbound, InboundHttpError, OutgoingFile, Peer,
 };
 use crate::health::ChannelHealth;
 use crate::store::GatewayStore;
@@ -88,6 +88,14 @@ impl Channel for Tracked {
 
     async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
         self.inner.tell_presser(press, text).await
+    }
+
+    async fn tell(&self, chat: &ChatRef, peer: &Peer, text: &str) -> Result<(), ChannelError> {
+        let r = self.inner.tell(chat, peer, text).await;
+        if r.is_ok() {
+            self.touch(chat);
+        }
+        r
     }
 
     async fn test(&self) -> Result<String, ChannelError> {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use switchboard_protocol::gateway::GatewayAskRequest;
 
-use crate::channel::{Button, ButtonPress, ChatKind, ChatRef, Peer};
+use crate::channel::{AnswerVia, Button, ButtonPress, ChatKind, ChatRef, Peer};
 use crate::config::ApprovalMode;
 use crate::store::{FollowedRun, Prompt, Route};
 use crate::text::truncate;
@@ -188,11 +188,10 @@ impl Gateway {
             return Ok(());
         };
         let Some(mut prompt) = self.inner.store.prompt(prompt_id).await? else {
-            log_err(
-                "answering a press",
-                ch.answer_press(press, Some("This approval is no longer pending"))
-                    .await,
-            );
+            if press.via != AnswerVia::Reaction {
+                self.tell_answerer(&ch, press, "This approval is no longer pending", false)
+                    .await;
+            }
             return Ok(());
         };
         // A press can come before the prompt's message id was recorded: it is the message
@@ -202,27 +201,22 @@ impl Gateway {
         }
         if press.channel != prompt.channel || press.chat.id != prompt.chat.id {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press from another chat refused");
-            log_err(
-                "answering a refused press",
-                ch.tell_presser(press, "This approval belongs to another chat.")
-                    .await,
-            );
+            self.tell_answerer(&ch, press, "This approval belongs to another chat.", true)
+                .await;
             return Ok(());
         }
         if !self.may_approve(&prompt, &press.peer).await {
             tracing::warn!(peer = %press.peer.id, prompt = %prompt.id, "approval press refused: not an approver");
-            log_err(
-                "answering a refused press",
-                ch.tell_presser(press, NOT_AN_APPROVER).await,
-            );
+            self.tell_answerer(&ch, press, NOT_AN_APPROVER, true).await;
             return Ok(());
         }
+        let reason = press.reason.as_deref().unwrap_or("denied in the chat");
         let settled = self
             .settle(
                 &prompt,
                 accept,
                 RejectionCause::User,
-                "denied in the chat",
+                reason,
                 Some(&press.peer),
             )
             .await;
@@ -232,18 +226,16 @@ impl Gateway {
             (Settled::Gone, _) => "Too late: this approval is no longer pending",
             (Settled::Refused(why), _) => {
                 tracing::info!(peer = %press.peer.id, prompt = %prompt.id, %why, "approval press refused by the approval rules");
-                log_err(
-                    "answering a refused press",
-                    ch.tell_presser(press, &format!("Not yours to decide: {why}."))
-                        .await,
-                );
+                self.tell_answerer(&ch, press, &format!("Not yours to decide: {why}."), true)
+                    .await;
                 return Ok(());
             }
         };
-        log_err(
-            "answering a press",
-            ch.answer_press(press, Some(toast)).await,
-        );
+        // A decision shows in the prompt's edit; an answer without a button needs no toast,
+        // only a word when it came too late.
+        if press.via == AnswerVia::Button || matches!(settled, Settled::Gone) {
+            self.tell_answerer(&ch, press, toast, false).await;
+        }
         if let Some(mut run) = self.inner.store.run(&prompt.routing_key).await?
             && let Some(d) = run.deadline.as_deref().and_then(parse_time)
         {
@@ -524,17 +516,27 @@ impl Gateway {
         } else {
             ("Allow", "Deny")
         };
-        let buttons = vec![
-            Button {
-                text: allow.into(),
-                data: format!("ap:{}:y", p.id),
-            },
-            Button {
-                text: deny.into(),
-                data: format!("ap:{}:n", p.id),
-            },
-        ];
-        p.prompt_message = ch.send(&p.chat, &p.prompt_text, &buttons).await?;
+        let info = ch.info();
+        p.prompt_message = if info.buttons {
+            let buttons = vec![
+                Button {
+                    text: allow.into(),
+                    data: format!("ap:{}:y", p.id),
+                },
+                Button {
+                    text: deny.into(),
+                    data: format!("ap:{}:n", p.id),
+                },
+            ];
+            ch.send(&p.chat, &p.prompt_text, &buttons).await?
+        } else {
+            // Without buttons the prompt says how to answer (until it is settled: the edit
+            // that records the decision leaves this out).
+            let how = super::answers::how_to_answer(info.reactions);
+            let room = info.max_chars.saturating_sub(how.chars().count() + 2);
+            let text = format!("{}\n\n{how}", truncate(&p.prompt_text, room));
+            ch.send(&p.chat, &text, &[]).await?
+        };
         if !self
             .inner
             .store

@@ -18,8 +18,14 @@ impl Gateway {
         m: &InboundMessage,
         cmd: Command,
     ) -> Result<(), GatewayError> {
+        match cmd {
+            Command::Allow => return self.answer_command(channel, m, true).await,
+            Command::Deny => return self.answer_command(channel, m, false).await,
+            _ => {}
+        }
         let route = self.inner.store.route(key).await?;
         let reply = match cmd {
+            Command::Allow | Command::Deny => return Ok(()),
             Command::New => {
                 if route.as_ref().is_some_and(|r| r.bound) {
                     "This chat is bound to a fixed session; /new does not change it.".to_string()
@@ -434,10 +440,14 @@ pub(super) enum Command {
     Unschedule,
     Link,
     Usage,
+    /// `/allow`: answers the conversation's waiting approval (`answers.rs`).
+    Allow,
+    /// `/deny [reason]`.
+    Deny,
 }
 
 /// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`,
-/// `/link`, `/usage` (also `/stop@botname`).
+/// `/link`, `/usage`, `/allow`, `/deny` (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -453,6 +463,8 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "unschedule" => Some(Command::Unschedule),
         "link" => Some(Command::Link),
         "usage" => Some(Command::Usage),
+        "allow" => Some(Command::Allow),
+        "deny" => Some(Command::Deny),
         _ => None,
     }
 }

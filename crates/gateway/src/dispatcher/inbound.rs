@@ -20,9 +20,19 @@ impl Gateway {
         // filters unless `require_mention` is off.)
         let text = m.text.trim();
         let cmd = if allowed { command(text) } else { None };
+        // A reply to a waiting prompt that reads as an answer decides it (as a message for
+        // the agent, it would make the prompt yield).
+        let answer = if allowed && cmd.is_none() {
+            self.reply_answer(&m).await?
+        } else {
+            None
+        };
         // Files are fetched when the batch goes to the agent (the worker), so that
         // acknowledging the message to the platform waits for no download.
-        let for_agent = allowed && cmd.is_none() && !(text.is_empty() && m.attachments.is_empty());
+        let for_agent = allowed
+            && cmd.is_none()
+            && answer.is_none()
+            && !(text.is_empty() && m.attachments.is_empty());
         // A platform's redelivery (a crash before its offset was stored) or a replayed
         // webhook is taken once. A message for the agent is marked taken in the transaction
         // that queues it (`store_message`): a mark stored on its own, then a crash before the
@@ -72,6 +82,17 @@ impl Gateway {
         }
         metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
             .increment(1);
+        if let Some((prompt, accept, reason)) = answer {
+            return self
+                .queue_answer(
+                    &prompt,
+                    &m,
+                    crate::channel::AnswerVia::Words,
+                    accept,
+                    reason,
+                )
+                .await;
+        }
         if let Some(cmd) = cmd {
             // A command that fails says so in the chat; it never blocks the channel.
             if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {

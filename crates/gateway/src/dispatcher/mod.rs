@@ -22,6 +22,7 @@ use crate::config::GatewayConfig;
 use crate::store::{GatewayStore, NamespacedState};
 
 mod activity;
+mod answers;
 mod approvals;
 mod batch;
 mod commands;
@@ -330,6 +331,7 @@ impl InboundSink for Gateway {
                 let _ = self.inner.presses.send(());
                 Ok(())
             }
+            Inbound::Reaction(r) => self.on_reaction(r).await.map_err(|e| e.to_string()),
         }
     }
 }

@@ -21,6 +21,8 @@ const COMMANDS: &[(&str, Command)] = &[
     ("unschedule", Command::Unschedule),
     ("usage", Command::Usage),
     ("link", Command::Link),
+    ("allow", Command::Allow),
+    ("deny", Command::Deny),
 ];
 
 /// Whitespace of several kinds (what `split_whitespace` splits on).

@@ -205,6 +205,7 @@ impl SlackChannel {
                 message_id: ts.to_owned(),
                 addressed: true,
                 attachments,
+                reply_to: None,
                 meta: json!({
                     "event_id": event_id,
                     "ts": ts,
@@ -273,6 +274,8 @@ impl SlackChannel {
                 chat,
                 message_id: message_ts,
                 data,
+                via: Default::default(),
+                reason: None,
             }),
             thread: None,
         })
@@ -320,6 +323,7 @@ impl SlackChannel {
                 message_id: trigger.to_owned(),
                 addressed: true,
                 attachments: Vec::new(),
+                reply_to: None,
                 meta: json!({ "slash_command": command }),
             }),
             thread: None,

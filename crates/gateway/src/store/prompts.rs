@@ -98,6 +98,30 @@ impl GatewayStore {
         })
     }
 
+    /// The prompts waiting in one conversation of a channel (a chat, or one thread of it):
+    /// what an answer in words or by reaction there may be for.
+    pub async fn prompts_in_chat(&self, channel: &str, chat: &ChatRef) -> Result<Vec<Prompt>> {
+        // The chat is stored as JSON: the channel's prompts are read (a handful at most)
+        // and matched here.
+        let all: Vec<Prompt> = with_pool!(&self.db, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                prompt_cols!(),
+                " FROM approvals WHERE channel = $1 ORDER BY created_at"
+            ))
+            .bind(channel)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(prompt_from_row)
+            .collect::<Result<Vec<_>>>()?
+        });
+        Ok(all
+            .into_iter()
+            .filter(|p| p.chat.id == chat.id && p.chat.thread == chat.thread)
+            .collect())
+    }
+
     pub async fn prompts(&self) -> Result<Vec<Prompt>> {
         with_pool!(&self.db, |pool| {
             sqlx::query(concat!("SELECT ", prompt_cols!(), " FROM approvals"))

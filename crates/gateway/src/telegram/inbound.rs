@@ -65,6 +65,10 @@ impl TelegramChannel {
             message_id: m.message_id.to_string(),
             addressed,
             attachments,
+            reply_to: m
+                .reply_to_message
+                .as_ref()
+                .map(|r| r.message_id.to_string()),
             meta: json!({ "update_id": update_id }),
         })
     }
@@ -79,6 +83,8 @@ impl TelegramChannel {
             chat: chat_ref(&message)?,
             message_id: message.message_id.to_string(),
             data,
+            via: Default::default(),
+            reason: None,
         })
     }
 }

@@ -171,6 +171,7 @@ proptest! {
         let got = ch.map_update(raw.clone(), &me());
         match got {
             None => {}
+            Some(Inbound::Reaction(r)) => prop_assert!(false, "Telegram hands in no reactions: {r:?}"),
             Some(Inbound::Message(m)) => {
                 let msg = &raw["message"];
                 prop_assert!(msg.is_object(), "{}", raw);

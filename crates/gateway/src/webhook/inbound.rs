@@ -153,11 +153,24 @@ pub fn parse_inbound(name: &str, body: &[u8]) -> Result<Inbound, String> {
                 .filter(|(k, _)| {
                     !matches!(
                         k.as_str(),
-                        "type" | "peer" | "chat" | "text" | "message_id" | "attachments"
+                        "type"
+                            | "peer"
+                            | "chat"
+                            | "text"
+                            | "message_id"
+                            | "attachments"
+                            | "reply_to"
                     )
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
+            let reply_to = match map.get("reply_to") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(_) => {
+                    return Err("`reply_to` must be a non-empty string (a message id)".into());
+                }
+            };
             let meta = if extra.is_empty() {
                 Value::Null
             } else {
@@ -171,6 +184,7 @@ pub fn parse_inbound(name: &str, body: &[u8]) -> Result<Inbound, String> {
                 message_id,
                 addressed: true,
                 attachments,
+                reply_to,
                 meta,
             }))
         }
@@ -187,10 +201,30 @@ pub fn parse_inbound(name: &str, body: &[u8]) -> Result<Inbound, String> {
                 chat,
                 message_id,
                 data,
+                via: Default::default(),
+                reason: None,
+            }))
+        }
+        "reaction" => {
+            let reaction_id = required_id(&map, "reaction_id", "reaction_id")?;
+            let peer = parse_peer(&map)?;
+            let chat = parse_chat(&map)?;
+            let message_id = required_id(&map, "message_id", "message_id")?;
+            let key = required_text(&map, "key", "key")?;
+            if key.trim().is_empty() {
+                return Err("`key` must not be empty (the emoji)".into());
+            }
+            Ok(Inbound::Reaction(Reaction {
+                channel: name.to_string(),
+                reaction_id,
+                peer,
+                chat,
+                message_id,
+                key,
             }))
         }
         other => Err(format!(
-            "`type` must be \"message\" or \"press\" (got {other:?})"
+            "`type` must be \"message\", \"press\" or \"reaction\" (got {other:?})"
         )),
     }
 }

@@ -55,6 +55,8 @@
 //! * `text` is required, at most 64 KiB (65 536 bytes), and may be empty only when
 //!   `attachments` are given;
 //! * `attachments` is optional (metadata only: `kind`, optional `name` and `size`);
+//! * `reply_to` is optional: the id of the message it replies to (a reply to an approval
+//!   prompt that reads `allow` or `deny [reason]` answers it);
 //! * any other top-level fields are kept in the message's `meta`.
 //!
 //! Webhook messages are always treated as addressed to the bot (no mention needed in groups).
@@ -70,6 +72,17 @@
 //! ```
 //!
 //! `press_id` and `message_id` are required non-empty ids; `data` is a required string.
+//!
+//! A reaction on one of our messages (✅ / 👍 or ❌ / 👎 on an approval prompt answer it;
+//! others are ignored):
+//!
+//! ```json
+//! {"type": "reaction", "reaction_id": "r1",
+//!  "peer": {"id": "u1", "name": "Alice"},
+//!  "chat": {"id": "c1", "kind": "direct"},
+//!  "message_id": "<the id you returned for the message reacted to>",
+//!  "key": "👍"}
+//! ```
 //!
 //! # Outbound (gateway → your `outbound_url`)
 //!
@@ -110,7 +123,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
     Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatKind,
-    ChatRef, Inbound, InboundMessage, Peer,
+    ChatRef, Inbound, InboundMessage, Peer, Reaction,
 };
 use crate::platform::{self, Call, Limits, OverCap, PlatformClient, RetryPolicy, Verdict};
 

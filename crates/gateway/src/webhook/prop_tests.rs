@@ -51,7 +51,7 @@ fn valid_messages() -> impl Strategy<Value = Value> {
 fn bodies() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         2 => body(),
-        2 => (object(), prop::sample::select(vec!["message", "press", "other"])).prop_map(|(mut v, t)| {
+        2 => (object(), prop::sample::select(vec!["message", "press", "reaction", "other"])).prop_map(|(mut v, t)| {
             set_path(&mut v, &["type"], json!(t));
             v.to_string().into_bytes()
         }),
@@ -100,6 +100,12 @@ proptest! {
                         prop_assert_eq!(v["type"].as_str(), Some("press"));
                         prop_assert_eq!(Some(p.data.as_str()), v["data"].as_str());
                         prop_assert_eq!(p.press_id, s("press_id"));
+                    }
+                    Inbound::Reaction(r) => {
+                        prop_assert_eq!(v["type"].as_str(), Some("reaction"));
+                        prop_assert_eq!(Some(r.key.as_str()), v["key"].as_str());
+                        prop_assert_eq!(r.reaction_id, s("reaction_id"));
+                        prop_assert_eq!(r.message_id, s("message_id"));
                     }
                 }
             }

@@ -52,7 +52,7 @@ impl Sink {
             .into_iter()
             .filter_map(|i| match i {
                 Inbound::Message(m) => Some(m),
-                Inbound::Press(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -62,7 +62,7 @@ impl Sink {
             .into_iter()
             .filter_map(|i| match i {
                 Inbound::Press(p) => Some(p),
-                Inbound::Message(_) => None,
+                _ => None,
             })
             .collect()
     }

@@ -27,6 +27,7 @@ macro_rules! store_suite {
             prompts_round_trip,
             a_prompt_replaces_the_one_of_its_session,
             take_prompt_succeeds_once,
+            prompts_in_a_chat_are_found_by_chat_and_thread,
             contexts_are_used_once_and_expire,
             pairing_and_allowed_chats,
             kv_and_namespaced_state,
@@ -93,6 +94,8 @@ pub fn press(data: &str) -> ButtonPress {
         chat: chat("C1", ChatKind::Group),
         message_id: "m-1".into(),
         data: data.into(),
+        via: Default::default(),
+        reason: None,
     }
 }
 
@@ -451,6 +454,58 @@ pub async fn take_prompt_succeeds_once(s: &GatewayStore) {
     assert!(s.take_prompt("p").await.unwrap());
     assert!(!s.take_prompt("p").await.unwrap());
     assert!(!s.take_prompt("never").await.unwrap());
+}
+
+pub async fn prompts_in_a_chat_are_found_by_chat_and_thread(s: &GatewayStore) {
+    let dm = prompt("dm", Uuid::now_v7());
+    let in_thread = Prompt {
+        chat: chat("C1", ChatKind::Thread),
+        ..prompt("thread", Uuid::now_v7())
+    };
+    let other_thread = Prompt {
+        chat: ChatRef {
+            thread: Some("another".into()),
+            ..chat("C1", ChatKind::Thread)
+        },
+        ..prompt("other-thread", Uuid::now_v7())
+    };
+    let other_channel = Prompt {
+        channel: "matrix".into(),
+        ..prompt("matrix", Uuid::now_v7())
+    };
+    for p in [&dm, &in_thread, &other_thread, &other_channel] {
+        s.put_prompt(p).await.unwrap();
+    }
+    let ids = |v: Vec<Prompt>| v.into_iter().map(|p| p.id).collect::<Vec<_>>();
+    let dm_chat = chat("100", ChatKind::Direct);
+    assert_eq!(
+        ids(s.prompts_in_chat("telegram", &dm_chat).await.unwrap()),
+        ["dm"]
+    );
+    assert_eq!(
+        ids(s.prompts_in_chat("matrix", &dm_chat).await.unwrap()),
+        ["matrix"]
+    );
+    assert_eq!(
+        ids(s
+            .prompts_in_chat("telegram", &chat("C1", ChatKind::Thread))
+            .await
+            .unwrap()),
+        ["thread"]
+    );
+    assert!(
+        s.prompts_in_chat("telegram", &chat("C1", ChatKind::Group))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(s.take_prompt("dm").await.unwrap());
+    assert!(
+        s.prompts_in_chat("telegram", &dm_chat)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub async fn contexts_are_used_once_and_expire(s: &GatewayStore) {

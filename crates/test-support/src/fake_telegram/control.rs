@@ -44,6 +44,35 @@ impl FakeTelegram {
         message_id
     }
 
+    /// A private message from user `user_id` that replies to the bot's message
+    /// `reply_to` (carried whole as `reply_to_message`, as Telegram does); returns its id.
+    ///
+    /// # Panics
+    /// When the bot sent no such message in that chat.
+    pub fn dm_reply(&self, user_id: i64, first_name: &str, text: &str, reply_to: i64) -> i64 {
+        let message = {
+            let mut inner = self.state.lock();
+            let Some(replied) = inner
+                .bot_messages
+                .get(&user_id)
+                .and_then(|m| m.iter().find(|m| m.message.message_id == reply_to))
+                .map(|m| inner.bot_message_json(m))
+            else {
+                panic!(
+                    "fake Telegram: dm_reply to {reply_to}, which the bot did not send to {user_id}"
+                );
+            };
+            let message_id = inner.next_message_id(user_id);
+            let mut msg = user_message(message_id, user_id, first_name, text);
+            msg.insert("chat".into(), inner.chat_json(user_id));
+            msg.insert("reply_to_message".into(), replied);
+            msg
+        };
+        let message_id = message_id_of(&message);
+        self.state.queue_update(("message", Value::Object(message)));
+        message_id
+    }
+
     /// A private message carrying a file, in Telegram's shape: `kind` `photo` (two sizes, the
     /// larger one this content, as JPEG), `document`, `voice` (OGG/Opus), `audio` or
     /// `video`, with `caption` (may be empty). The content is served by `getFile` and the
