@@ -2,7 +2,7 @@
 //!
 //! - Logs go to stderr: text, or one JSON object per line with `SWITCHBOARD_LOG_FORMAT=json`
 //!   (timestamp, level, target, fields, the span it happened in); the filter is
-//!   `SWITCHBOARD_LOG` (or `RUST_LOG`), default `info,sqlx=warn`.
+//!   `SWITCHBOARD_LOG` (or `RUST_LOG`), default [`DEFAULT_FILTER`].
 //! - Traces: with `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) set,
 //!   the `tracing` spans — one per HTTP request (`request`: method, path, request id,
 //!   session id, status) and one per run (`run`: session id, run id, backend) with what
@@ -17,6 +17,12 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _};
+
+/// The log filter unless `SWITCHBOARD_LOG` says otherwise: `info`, without what libraries
+/// say at every step (sqlx's statements; matrix-sdk's every sync, and its every 404 — a new
+/// account has no key backup or secret storage — logged as errors by its HTTP client; the
+/// Matrix channel logs what matters itself).
+pub const DEFAULT_FILTER: &str = "info,sqlx=warn,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn,matrix_sdk_sqlite=warn,matrix_sdk::http_client=off,matrix_sdk_crypto::backups=error";
 
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
@@ -57,7 +63,7 @@ fn otlp_provider() -> Result<SdkTracerProvider, String> {
 pub fn init() {
     let filter = std::env::var("SWITCHBOARD_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info,sqlx=warn".into());
+        .unwrap_or_else(|_| DEFAULT_FILTER.into());
     let format = std::env::var("SWITCHBOARD_LOG_FORMAT").unwrap_or_default();
     let json = format.eq_ignore_ascii_case("json");
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);

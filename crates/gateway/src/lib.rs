@@ -12,6 +12,7 @@ pub mod config;
 pub mod discord;
 mod dispatcher;
 pub mod health;
+pub mod matrix;
 pub mod pairing;
 pub mod platform;
 pub mod preview;

@@ -45,8 +45,42 @@ pub struct ChannelsSection {
     pub telegram: Option<TelegramSection>,
     pub slack: Option<SlackSection>,
     pub discord: Option<DiscordSection>,
+    pub matrix: Option<MatrixSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
+}
+
+/// `[channels.matrix]`.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatrixSection {
+    pub homeserver: Option<String>,
+    /// `@bot:example.org`.
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub access_token: Option<String>,
+    pub device_name: Option<String>,
+    /// Where the session and the SDK's stores are kept (default `DATA_DIR/matrix`).
+    pub store_dir: Option<std::path::PathBuf>,
+    /// Rooms (`!id:server`) allowed without pairing, whose invites are accepted.
+    pub allowed_chats: Option<Vec<String>>,
+    /// Users (`@ann:server`) allowed without pairing, whose invites are accepted.
+    pub allowed_users: Option<Vec<String>>,
+    pub approvers: Option<Vec<String>>,
+    pub approval_mode: Option<String>,
+    /// In rooms of more than two, answer only when mentioned (default true).
+    pub require_mention: Option<bool>,
+    /// One session per thread (default true), or one per room.
+    pub thread_sessions: Option<bool>,
+}
+
+impl std::fmt::Debug for MatrixSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MatrixSection")
+            .field("homeserver", &self.homeserver)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Default, Deserialize)]
@@ -163,6 +197,7 @@ pub struct GatewaySettings {
     pub telegram: Option<crate::telegram::TelegramConfig>,
     pub slack: Option<crate::slack::SlackConfig>,
     pub discord: Option<crate::discord::DiscordConfig>,
+    pub matrix: Option<crate::matrix::MatrixConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -174,6 +209,7 @@ impl GatewaySettings {
             self.telegram.as_ref().map(|c| c.name.clone()),
             self.slack.as_ref().map(|c| c.name.clone()),
             self.discord.as_ref().map(|c| c.name.clone()),
+            self.matrix.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -185,6 +221,17 @@ impl GatewaySettings {
 }
 
 impl GatewaySettings {
+    /// Where channels keep files of their own (the Matrix session and encryption stores,
+    /// in `DATA_DIR/matrix` unless `[channels.matrix] store_dir` says otherwise).
+    pub fn with_data_dir(mut self, data_dir: &std::path::Path) -> Self {
+        if let Some(m) = self.matrix.as_mut()
+            && m.store_dir.as_os_str().is_empty()
+        {
+            m.store_dir = data_dir.join("matrix");
+        }
+        self
+    }
+
     /// The configured channel connections.
     pub fn channels(&self) -> Result<Vec<std::sync::Arc<dyn crate::Channel>>, SettingsError> {
         use std::sync::Arc;
@@ -208,6 +255,13 @@ impl GatewaySettings {
                     SettingsError::new(format!(
                         "[channels.discord] (or SWITCHBOARD_DISCORD_*): {e}"
                     ))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.matrix {
+            out.push(Arc::new(
+                crate::matrix::MatrixChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!("[channels.matrix] (or SWITCHBOARD_MATRIX_*): {e}"))
                 })?,
             ));
         }
@@ -529,6 +583,7 @@ pub fn gateway_settings(
             Some(c)
         }
     };
+    let matrix = matrix_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -606,10 +661,15 @@ pub fn gateway_settings(
     for c in webhooks.iter_mut() {
         retry_settings!(c);
     }
-    if telegram.is_none() && slack.is_none() && discord.is_none() && webhooks.is_empty() {
+    if telegram.is_none()
+        && slack.is_none()
+        && discord.is_none()
+        && matrix.is_none()
+        && webhooks.is_empty()
+    {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -619,7 +679,82 @@ pub fn gateway_settings(
         telegram,
         slack,
         discord,
+        matrix,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))
+}
+
+/// `[channels.matrix]` and `SWITCHBOARD_MATRIX_*`: configured when a homeserver is given.
+fn matrix_settings(
+    config: &mut crate::GatewayConfig,
+    channels: &ChannelsSection,
+) -> Result<Option<crate::matrix::MatrixConfig>, SettingsError> {
+    let file = channels.matrix.clone().unwrap_or_default();
+    let Some(homeserver) = env("SWITCHBOARD_MATRIX_HOMESERVER").or(file.homeserver.clone()) else {
+        if channels.matrix.is_some() {
+            return Err(SettingsError::new(
+                "[channels.matrix]: no homeserver: set `homeserver` or SWITCHBOARD_MATRIX_HOMESERVER",
+            ));
+        }
+        return Ok(None);
+    };
+    let user = env("SWITCHBOARD_MATRIX_USER")
+        .or(file.user.clone())
+        .ok_or_else(|| {
+            SettingsError::new(
+                "[channels.matrix]: no user: set `user` (@bot:example.org) or SWITCHBOARD_MATRIX_USER",
+            )
+        })?;
+    if !(user.starts_with('@') && user.contains(':')) {
+        return Err(SettingsError::new(format!(
+            "SWITCHBOARD_MATRIX_USER / [channels.matrix] user: {user:?} is no Matrix user id (@bot:example.org)"
+        )));
+    }
+    let mut c = crate::matrix::MatrixConfig::new(
+        homeserver,
+        user,
+        env("SWITCHBOARD_MATRIX_STORE_DIR")
+            .map(std::path::PathBuf::from)
+            .or(file.store_dir.clone())
+            .unwrap_or_default(),
+    );
+    c.password = env("SWITCHBOARD_MATRIX_PASSWORD").or(file.password.clone());
+    c.access_token = env("SWITCHBOARD_MATRIX_ACCESS_TOKEN").or(file.access_token.clone());
+    if c.password.is_none() && c.access_token.is_none() {
+        return Err(SettingsError::new(
+            "[channels.matrix]: set `password` or `access_token` (SWITCHBOARD_MATRIX_PASSWORD / SWITCHBOARD_MATRIX_ACCESS_TOKEN)",
+        ));
+    }
+    if let Some(d) = env("SWITCHBOARD_MATRIX_DEVICE_NAME").or(file.device_name.clone()) {
+        c.device_name = d;
+    }
+    if let Some(r) =
+        env_parse::<bool>("SWITCHBOARD_MATRIX_REQUIRE_MENTION")?.or(file.require_mention)
+    {
+        c.require_mention = r;
+    }
+    channel_access(
+        config,
+        &c.name,
+        "SWITCHBOARD_MATRIX",
+        ChannelAccess {
+            chats: &file.allowed_chats,
+            users: &file.allowed_users,
+            approvers: &file.approvers,
+            mode: &file.approval_mode,
+            thread_sessions: file.thread_sessions,
+        },
+    )?;
+    c.allowed_users = config
+        .allowed_peers
+        .get(&c.name)
+        .cloned()
+        .unwrap_or_default();
+    c.allowed_rooms = config
+        .allowed_chats
+        .get(&c.name)
+        .cloned()
+        .unwrap_or_default();
+    Ok(Some(c))
 }

@@ -541,7 +541,7 @@ impl Settings {
                 .unwrap_or(30_000)
                 .max(1000),
             agents: validate_agents(&file.agents)?,
-            gateway: gateway_settings(&file)?,
+            gateway: gateway_settings(&file)?.map(|g| g.with_data_dir(&data_dir)),
             retention_days: env_parse("SWITCHBOARD_EVENT_RETENTION_DAYS")?
                 .or(file.events.retention_days),
             keepalive_secs: env_parse("SWITCHBOARD_KEEPALIVE_SECS")?

@@ -15,6 +15,7 @@ pub mod browser;
 pub mod chat;
 pub mod nats;
 pub mod sandbox;
+pub mod synapse;
 
 pub const TOKEN: &str = "test-token-0123456789";
 

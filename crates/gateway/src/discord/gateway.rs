@@ -322,10 +322,7 @@ impl Runner<'_> {
 
     async fn connection(&mut self, url: &str) -> End {
         let url = connect_url(url);
-        let connect = tokio::time::timeout(
-            platform::CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async(url),
-        );
+        let connect = tokio::time::timeout(platform::CONNECT_TIMEOUT, platform::connect_ws(&url));
         let ws: Ws = tokio::select! {
             biased;
             _ = self.cancel.cancelled() => return End::Cancelled,

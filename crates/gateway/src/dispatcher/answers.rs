@@ -108,7 +108,7 @@ impl Gateway {
         let prompts = self
             .inner
             .store
-            .prompts_in_chat(&m.channel, &m.chat)
+            .prompts_in_chat(&m.channel, &m.chat.id)
             .await?;
         Ok(prompts
             .into_iter()
@@ -124,11 +124,20 @@ impl Gateway {
         m: &InboundMessage,
         accept: bool,
     ) -> Result<(), GatewayError> {
+        // A reply names its prompt anywhere in the chat; otherwise only this conversation's
+        // (this thread's) prompts count.
         let prompts = self
             .inner
             .store
-            .prompts_in_chat(&m.channel, &m.chat)
+            .prompts_in_chat(&m.channel, &m.chat.id)
             .await?;
+        let prompts = match m.reply_to.as_deref() {
+            Some(r) if prompts.iter().any(|p| p.prompt_message == r) => prompts,
+            _ => prompts
+                .into_iter()
+                .filter(|p| p.chat.thread == m.chat.thread)
+                .collect(),
+        };
         let text = match target(prompts, m.reply_to.as_deref()) {
             Target::One(p) => {
                 let reason = (!accept)
@@ -156,10 +165,11 @@ impl Gateway {
         let Some(accept) = reaction_answer(&r.key) else {
             return Ok(());
         };
+        // (A reaction names no thread: the message it is on is enough.)
         let prompts = self
             .inner
             .store
-            .prompts_in_chat(&r.channel, &r.chat)
+            .prompts_in_chat(&r.channel, &r.chat.id)
             .await?;
         let Some(p) = prompts
             .into_iter()

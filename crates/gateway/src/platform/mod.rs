@@ -16,6 +16,26 @@ pub use outbox::{Limits, Outbox, Rate};
 /// How long connecting to a platform may take.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Opens a platform's WebSocket (Slack's Socket Mode, Discord's gateway). `wss://` goes
+/// through rustls with its process-default crypto provider, and two are compiled in (ring,
+/// which the workspace uses; aws-lc-rs, which matrix-sdk's reqwest brings): with both and
+/// none installed rustls cannot choose and panics, so ring is installed first (a no-op
+/// when one is).
+pub async fn connect_ws(
+    url: &str,
+) -> Result<
+    (
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    tokio_tungstenite::tungstenite::Error,
+> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio_tungstenite::connect_async(url).await
+}
+
 /// What every platform channel's configuration shares, checked: `url` (named `field` in
 /// errors) must be an `http://` or `https://` URL, `edit_interval` at most an hour. Returns
 /// the URL without a trailing `/` and the HTTP client `builder` makes (with the connect

@@ -110,10 +110,7 @@ impl SlackChannel {
         cancel: &CancellationToken,
         backoff: &mut Backoff,
     ) -> SessionEnd {
-        let connect = tokio::time::timeout(
-            platform::CONNECT_TIMEOUT,
-            tokio_tungstenite::connect_async(url),
-        );
+        let connect = tokio::time::timeout(platform::CONNECT_TIMEOUT, platform::connect_ws(url));
         let ws = tokio::select! {
             biased;
             _ = cancel.cancelled() => return SessionEnd::Cancelled,

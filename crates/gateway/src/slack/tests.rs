@@ -114,8 +114,7 @@ async fn wss_uses_rustls_without_panicking() {
             let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
         }
     });
-    let r =
-        tokio_tungstenite::connect_async(format!("wss://127.0.0.1:{}/socket", addr.port())).await;
+    let r = crate::platform::connect_ws(&format!("wss://127.0.0.1:{}/socket", addr.port())).await;
     let err = r.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(
         err.to_lowercase().contains("tls")

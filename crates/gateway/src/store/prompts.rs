@@ -98,9 +98,9 @@ impl GatewayStore {
         })
     }
 
-    /// The prompts waiting in one conversation of a channel (a chat, or one thread of it):
+    /// The prompts waiting in one chat of a channel (in any of its threads), oldest first:
     /// what an answer in words or by reaction there may be for.
-    pub async fn prompts_in_chat(&self, channel: &str, chat: &ChatRef) -> Result<Vec<Prompt>> {
+    pub async fn prompts_in_chat(&self, channel: &str, chat_id: &str) -> Result<Vec<Prompt>> {
         // The chat is stored as JSON: the channel's prompts are read (a handful at most)
         // and matched here.
         let all: Vec<Prompt> = with_pool!(&self.db, |pool| {
@@ -116,10 +116,7 @@ impl GatewayStore {
             .map(prompt_from_row)
             .collect::<Result<Vec<_>>>()?
         });
-        Ok(all
-            .into_iter()
-            .filter(|p| p.chat.id == chat.id && p.chat.thread == chat.thread)
-            .collect())
+        Ok(all.into_iter().filter(|p| p.chat.id == chat_id).collect())
     }
 
     pub async fn prompts(&self) -> Result<Vec<Prompt>> {

@@ -27,7 +27,7 @@ macro_rules! store_suite {
             prompts_round_trip,
             a_prompt_replaces_the_one_of_its_session,
             take_prompt_succeeds_once,
-            prompts_in_a_chat_are_found_by_chat_and_thread,
+            prompts_in_a_chat_are_found_in_every_thread,
             contexts_are_used_once_and_expire,
             pairing_and_allowed_chats,
             kv_and_namespaced_state,
@@ -456,7 +456,7 @@ pub async fn take_prompt_succeeds_once(s: &GatewayStore) {
     assert!(!s.take_prompt("never").await.unwrap());
 }
 
-pub async fn prompts_in_a_chat_are_found_by_chat_and_thread(s: &GatewayStore) {
+pub async fn prompts_in_a_chat_are_found_in_every_thread(s: &GatewayStore) {
     let dm = prompt("dm", Uuid::now_v7());
     let in_thread = Prompt {
         chat: chat("C1", ChatKind::Thread),
@@ -476,32 +476,32 @@ pub async fn prompts_in_a_chat_are_found_by_chat_and_thread(s: &GatewayStore) {
     for p in [&dm, &in_thread, &other_thread, &other_channel] {
         s.put_prompt(p).await.unwrap();
     }
-    let ids = |v: Vec<Prompt>| v.into_iter().map(|p| p.id).collect::<Vec<_>>();
-    let dm_chat = chat("100", ChatKind::Direct);
+    let ids = |v: Vec<Prompt>| {
+        let mut ids: Vec<String> = v.into_iter().map(|p| p.id).collect();
+        ids.sort();
+        ids
+    };
     assert_eq!(
-        ids(s.prompts_in_chat("telegram", &dm_chat).await.unwrap()),
+        ids(s.prompts_in_chat("telegram", "100").await.unwrap()),
         ["dm"]
     );
     assert_eq!(
-        ids(s.prompts_in_chat("matrix", &dm_chat).await.unwrap()),
+        ids(s.prompts_in_chat("matrix", "100").await.unwrap()),
         ["matrix"]
     );
-    assert_eq!(
-        ids(s
-            .prompts_in_chat("telegram", &chat("C1", ChatKind::Thread))
-            .await
-            .unwrap()),
-        ["thread"]
-    );
+    // Every thread of the chat: the caller tells them apart by `chat.thread`.
+    let in_c1 = s.prompts_in_chat("telegram", "C1").await.unwrap();
+    assert_eq!(ids(in_c1.clone()), ["other-thread", "thread"]);
+    assert!(in_c1.contains(&in_thread) && in_c1.contains(&other_thread));
     assert!(
-        s.prompts_in_chat("telegram", &chat("C1", ChatKind::Group))
+        s.prompts_in_chat("telegram", "C2")
             .await
             .unwrap()
             .is_empty()
     );
     assert!(s.take_prompt("dm").await.unwrap());
     assert!(
-        s.prompts_in_chat("telegram", &dm_chat)
+        s.prompts_in_chat("telegram", "100")
             .await
             .unwrap()
             .is_empty()

@@ -1,0 +1,418 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+#![recursion_limit = "256"] // matrix-sdk's sync future is deeply nested
+//! The Matrix channel against a real homeserver (Synapse), end to end: the real server with
+//! its gateway logged in as `@bot`, and Alice's own `matrix-sdk` client in an end-to-end
+//! encrypted DM — what she sends is encrypted by her client and decrypted by the bot, and
+//! what the bot answers is decrypted by hers. One homeserver for the whole binary: one
+//! scenario, in steps.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::synapse::Synapse;
+use common::*;
+use matrix_sdk::Client;
+use matrix_sdk::config::SyncSettings;
+use matrix_sdk::deserialized_responses::TimelineEventKind;
+use matrix_sdk::room::MessagesOptions;
+use matrix_sdk::ruma::events::reaction::ReactionEventContent;
+use matrix_sdk::ruma::events::relation::{Annotation, InReplyTo};
+use matrix_sdk::ruma::events::room::message::{MessageType, Relation, RoomMessageEventContent};
+use matrix_sdk::ruma::events::{
+    AnySyncMessageLikeEvent, AnySyncTimelineEvent, SyncMessageLikeEvent,
+};
+use matrix_sdk::ruma::{OwnedEventId, UserId};
+use serde_json::json;
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One message of the bot as Alice's client shows it (its latest edit applied).
+#[derive(Debug, Clone)]
+struct Shown {
+    id: OwnedEventId,
+    body: String,
+    html: Option<String>,
+    /// Whether it came encrypted (and her client decrypted it).
+    encrypted: bool,
+    edits: usize,
+    notice: bool,
+    /// For a file: its source and name.
+    file: Option<(matrix_sdk::ruma::events::room::MediaSource, String)>,
+}
+
+/// The bot's messages in `room`, oldest first, as Alice's client decrypts them.
+async fn shown(room: &matrix_sdk::Room, bot: &UserId) -> Vec<Shown> {
+    let mut opts = MessagesOptions::backward();
+    opts.limit = 100u32.into();
+    let page = room.messages(opts).await.unwrap();
+    let mut out: Vec<Shown> = Vec::new();
+    for ev in page.chunk.iter().rev() {
+        let encrypted = matches!(ev.kind, TimelineEventKind::Decrypted(_));
+        let Ok(AnySyncTimelineEvent::MessageLike(AnySyncMessageLikeEvent::RoomMessage(
+            SyncMessageLikeEvent::Original(m),
+        ))) = ev.raw().deserialize()
+        else {
+            continue;
+        };
+        if m.sender != bot {
+            continue;
+        }
+        let text = |t: &MessageType| match t {
+            MessageType::Text(t) => (t.body.clone(), t.formatted.as_ref().map(|f| f.body.clone())),
+            MessageType::Notice(n) => (n.body.clone(), None),
+            other => (other.body().to_owned(), None),
+        };
+        if let Some(Relation::Replacement(r)) = &m.content.relates_to {
+            if let Some(s) = out.iter_mut().find(|s| s.id == r.event_id) {
+                (s.body, s.html) = text(&r.new_content.msgtype);
+                s.edits += 1;
+            }
+            continue;
+        }
+        let (body, html) = text(&m.content.msgtype);
+        let file = match &m.content.msgtype {
+            MessageType::Image(i) => Some((i.source.clone(), i.filename().to_owned())),
+            MessageType::File(f) => Some((f.source.clone(), f.filename().to_owned())),
+            _ => None,
+        };
+        out.push(Shown {
+            id: m.event_id.clone(),
+            body,
+            html,
+            encrypted,
+            edits: 0,
+            notice: matches!(m.content.msgtype, MessageType::Notice(_)),
+            file,
+        });
+    }
+    out
+}
+
+async fn wait_shown(
+    room: &matrix_sdk::Room,
+    bot: &UserId,
+    what: &str,
+    f: impl Fn(&Shown) -> bool,
+) -> Shown {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let all = shown(room, bot).await;
+        if let Some(s) = all.iter().find(|s| f(s)) {
+            return s.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A user's own client, logged in, syncing in the background.
+async fn user_client(hs: &str, user: &str, password: &str, dir: &std::path::Path) -> Client {
+    let c = Client::builder()
+        .homeserver_url(hs)
+        .sqlite_store(dir, None)
+        .build()
+        .await
+        .unwrap();
+    c.matrix_auth()
+        .login_username(user, password)
+        .initial_device_display_name("test client")
+        .send()
+        .await
+        .unwrap();
+    c.sync_once(SyncSettings::default()).await.unwrap();
+    let syncing = c.clone();
+    tokio::spawn(async move {
+        if let Err(e) = syncing.sync(SyncSettings::default()).await {
+            eprintln!("the test client's sync ended: {e}");
+        }
+    });
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart() {
+    let hs = Synapse::start().await;
+    let bot_id = hs.register("bot", "bot-password").await;
+    let alice_id = hs.register("alice", "alice-password").await;
+    let bot = UserId::parse(bot_id.as_str()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let alice_dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let ws_s = ws.path().to_string_lossy().to_string();
+    let env = [
+        ("SWITCHBOARD_MATRIX_HOMESERVER", hs.url.as_str()),
+        ("SWITCHBOARD_MATRIX_USER", bot_id.as_str()),
+        ("SWITCHBOARD_MATRIX_PASSWORD", "bot-password"),
+        ("SWITCHBOARD_MATRIX_ALLOWED_USERS", alice_id.as_str()),
+        ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
+    ];
+    let mut server = start(dir.path(), &llm.base_url(), &env).await;
+    // The bot's session and stores are kept, the session file private.
+    let session = dir.path().join("matrix/session.json");
+    let deadline = Instant::now() + WAIT;
+    while !session.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no session stored: {}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&session).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let text = std::fs::read_to_string(&session).unwrap();
+        assert!(!server.logs().contains("bot-password"));
+        assert!(text.contains("access_token"));
+    }
+
+    let alice = user_client(&hs.url, "alice", "alice-password", alice_dir.path()).await;
+    let room = alice.create_dm(&bot).await.unwrap();
+    assert!(room.latest_encryption_state().await.unwrap().is_encrypted());
+    // The bot accepts an allowed user's invite (as the homeserver says).
+    let http = reqwest::Client::new();
+    let token = alice.access_token().unwrap();
+    let joined_url = format!(
+        "{}/_matrix/client/v3/rooms/{}/joined_members",
+        hs.url,
+        room.room_id()
+    );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let members: serde_json::Value = http
+            .get(&joined_url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if members["joined"].get(bot_id.as_str()).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bot did not join: {}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Alice's client learns of it (and of the bot's device keys) before she writes.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        room.sync_members().await.unwrap();
+        let joined = room
+            .members(matrix_sdk::RoomMemberships::JOIN)
+            .await
+            .unwrap();
+        if joined.iter().any(|m| m.user_id() == bot) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Alice's client did not see the bot join"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 1. A reply streamed by edits, Markdown as HTML, encrypted both ways.
+    llm.push(MockReply::text_slow(
+        &["Hello **Alice**.", " Here is more", " and the end."],
+        900,
+    ));
+    room.send(RoomMessageEventContent::text_plain("hi bot"))
+        .await
+        .unwrap();
+    let reply = wait_shown(&room, &bot, "the whole reply", |s| {
+        s.body.contains("the end.")
+    })
+    .await;
+    assert!(reply.encrypted, "{reply:?}");
+    assert!(reply.edits >= 1, "streamed by edits: {reply:?}");
+    assert!(
+        reply
+            .html
+            .as_deref()
+            .unwrap_or("")
+            .contains("<strong>Alice</strong>"),
+        "{reply:?}"
+    );
+    assert_eq!(llm.requests()[0].last_user_text(), "hi bot");
+
+    // 2. An approval answered by a reaction.
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch reacted.txt"}),
+    ));
+    llm.push(MockReply::text(&["Ran it."]));
+    room.send(RoomMessageEventContent::text_plain("make the file"))
+        .await
+        .unwrap();
+    let prompt = wait_shown(&room, &bot, "the prompt", |s| {
+        s.body.contains("reacted.txt")
+    })
+    .await;
+    assert!(prompt.body.contains("react with ✅"), "{prompt:?}");
+    room.send(ReactionEventContent::new(Annotation::new(
+        prompt.id.clone(),
+        "✅".into(),
+    )))
+    .await
+    .unwrap();
+    wait_shown(&room, &bot, "the reply after ✅", |s| {
+        s.body.contains("Ran it.")
+    })
+    .await;
+    assert!(ws.path().join("reacted.txt").exists());
+    let settled = wait_shown(&room, &bot, "the prompt says who allowed", |s| {
+        s.id == prompt.id && s.body.contains("Allowed by alice")
+    })
+    .await;
+    assert!(!settled.body.contains("To answer"), "{settled:?}");
+
+    // 3. An approval answered by a reply, with a reason.
+    llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "touch denied.txt"}),
+    ));
+    llm.push(MockReply::text(&["Not touching it."]));
+    room.send(RoomMessageEventContent::text_plain("touch again"))
+        .await
+        .unwrap();
+    let prompt = wait_shown(&room, &bot, "the second prompt", |s| {
+        s.body.contains("denied.txt")
+    })
+    .await;
+    let mut answer = RoomMessageEventContent::text_plain("deny, not today");
+    answer.relates_to = Some(Relation::Reply(
+        matrix_sdk::ruma::events::relation::Reply::new(InReplyTo::new(prompt.id.clone())),
+    ));
+    room.send(answer).await.unwrap();
+    wait_shown(&room, &bot, "the reply after the denial", |s| {
+        s.body.contains("Not touching it.")
+    })
+    .await;
+    assert!(!ws.path().join("denied.txt").exists());
+    assert!(
+        llm.requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("not today")),
+        "the reason reaches the agent"
+    );
+
+    // 4. A file in (encrypted upload, decrypted by the bot) and one out.
+    std::fs::write(ws.path().join("report.txt"), "all green\n").unwrap();
+    llm.push(MockReply::tool_call(
+        "c3",
+        "send_file",
+        json!({"path": "report.txt", "caption": "the report"}),
+    ));
+    llm.push(MockReply::text(&["Read it and sent the report."]));
+    room.send_attachment(
+        "notes.txt",
+        &mime::TEXT_PLAIN,
+        b"the notes: 42\n".to_vec(),
+        matrix_sdk::attachment::AttachmentConfig::new().caption(Some(
+            matrix_sdk::ruma::events::room::message::TextMessageEventContent::plain(
+                "read my notes",
+            ),
+        )),
+    )
+    .await
+    .unwrap();
+    wait_shown(&room, &bot, "the reply about the file", |s| {
+        s.body.contains("sent the report")
+    })
+    .await;
+    let inbox = ws.path().join(".switchboard/inbox");
+    let copies: Vec<_> = std::fs::read_dir(&inbox).unwrap().flatten().collect();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(std::fs::read(copies[0].path()).unwrap(), b"the notes: 42\n");
+    let sent = wait_shown(&room, &bot, "the shared file", |s| s.file.is_some()).await;
+    let (source, name) = sent.file.clone().unwrap();
+    assert_eq!(name, "report.txt");
+    assert!(
+        matches!(
+            source,
+            matrix_sdk::ruma::events::room::MediaSource::Encrypted(_)
+        ),
+        "uploaded encrypted in an encrypted room"
+    );
+    let content = alice
+        .media()
+        .get_media_content(
+            &matrix_sdk::media::MediaRequestParameters {
+                source,
+                format: matrix_sdk::media::MediaFormat::File,
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(content, b"all green\n");
+
+    // 5. A message the bot cannot decrypt is answered in words.
+    let r = http
+        .put(format!(
+            "{}/_matrix/client/v3/rooms/{}/send/m.room.encrypted/utd-1",
+            hs.url,
+            room.room_id()
+        ))
+        .bearer_auth(token)
+        .json(&json!({
+            "algorithm": "m.megolm.v1.aes-sha2",
+            "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
+            "device_id": "NOSUCHDEVICE",
+            "sender_key": "aV9BpqYFqJpKYmgERyGv/6QyKMcgLqxM05V0gvzg9Yk",
+            "session_id": "X3lUlvLELLYxeTx4yOVu6UDpasGEVO0Jbu+QFnm0cKQ",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let notice = wait_shown(&room, &bot, "the undecryptable notice", |s| {
+        s.body.contains("could not decrypt")
+    })
+    .await;
+    assert!(
+        notice.notice,
+        "sent as a notice (bots do not answer notices)"
+    );
+
+    // 6. A restart: what came while the bot was down is answered once, nothing before is
+    // answered again.
+    server.kill().await;
+    let before = shown(&room, &bot).await.len();
+    llm.push(MockReply::text(&["Back again."]));
+    room.send(RoomMessageEventContent::text_plain("are you there?"))
+        .await
+        .unwrap();
+    let server = start(dir.path(), &llm.base_url(), &env).await;
+    wait_shown(&room, &bot, "the answer after the restart", |s| {
+        s.body.contains("Back again.")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = shown(&room, &bot).await;
+    assert_eq!(
+        after.len(),
+        before + 1,
+        "only the new message was answered: {after:#?}\n{}",
+        server.logs()
+    );
+    assert_eq!(
+        llm.requests().last().unwrap().last_user_text(),
+        "are you there?"
+    );
+    drop(hs);
+}
