@@ -4,7 +4,7 @@
 #   docker build -t switchboard .
 #   docker run -p 127.0.0.1:7070:7070 -v switchboard:/data switchboard
 #
-# The builder's toolchain: the repository's own edition needs Rust 1.88 or later.
+# The builder's toolchain: the locked dependencies need Rust 1.95 or later (rust:1 is newer).
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .

@@ -38,6 +38,8 @@ struct Shown {
     encrypted: bool,
     edits: usize,
     notice: bool,
+    /// The thread it is in (its root).
+    thread: Option<OwnedEventId>,
     /// For a file: its source and name.
     file: Option<(matrix_sdk::ruma::events::room::MediaSource, String)>,
 }
@@ -84,6 +86,10 @@ async fn shown(room: &matrix_sdk::Room, bot: &UserId) -> Vec<Shown> {
             encrypted,
             edits: 0,
             notice: matches!(m.content.msgtype, MessageType::Notice(_)),
+            thread: match &m.content.relates_to {
+                Some(Relation::Thread(t)) => Some(t.event_id.clone()),
+                _ => None,
+            },
             file,
         });
     }
@@ -105,6 +111,73 @@ async fn wait_shown(
         assert!(
             Instant::now() < deadline,
             "timed out waiting for {what}: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `user`'s membership of `room` as the homeserver has it (`join`, `invite`, `leave` …),
+/// asked with `token` (of a member).
+async fn membership(
+    hs: &Synapse,
+    token: &str,
+    room: &matrix_sdk::ruma::RoomId,
+    user: &str,
+) -> String {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "{}/_matrix/client/v3/rooms/{room}/state/m.room.member/{user}",
+            hs.url
+        ))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    if !r.status().is_success() {
+        return String::new();
+    }
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["membership"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits until `user`'s membership of `room` is `want`.
+async fn wait_membership(
+    hs: &Synapse,
+    token: &str,
+    room: &matrix_sdk::ruma::RoomId,
+    user: &str,
+    want: &str,
+) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let now = membership(hs, token, room, user).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{user} in {room}: {now:?}, not {want:?}\n{}",
+            hs.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `client` knows `user` joined `room` (so that what it encrypts reaches them).
+async fn wait_member_known(room: &matrix_sdk::Room, user: &UserId) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        room.sync_members().await.unwrap();
+        let joined = room
+            .members(matrix_sdk::RoomMemberships::JOIN)
+            .await
+            .unwrap();
+        if joined.iter().any(|m| m.user_id() == user) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client did not see {user} join"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -152,6 +225,46 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
         ("SWITCHBOARD_MATRIX_ALLOWED_USERS", alice_id.as_str()),
         ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
     ];
+    // `switchboard channels test matrix` logs in and says who the bot is, or why not
+    // (without the password).
+    let check = |password: &'static str| {
+        let (hs_url, bot_id) = (hs.url.clone(), bot_id.clone());
+        tokio::task::spawn_blocking(move || {
+            let data = tempfile::tempdir().unwrap();
+            std::process::Command::new(bin())
+                .args(["channels", "test", "matrix"])
+                .env("SWITCHBOARD_MATRIX_HOMESERVER", hs_url)
+                .env("SWITCHBOARD_MATRIX_USER", bot_id)
+                .env("SWITCHBOARD_MATRIX_PASSWORD", password)
+                .env("SWITCHBOARD_DATA_DIR", data.path())
+                .env("SWITCHBOARD_CONFIG", "/dev/null")
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = check("bot-password").await.unwrap();
+    let out = String::from_utf8_lossy(&ok.stdout).to_string();
+    assert!(
+        ok.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        out.contains("matrix: ok — @bot:localhost (device "),
+        "{out}"
+    );
+    let bad = check("not-the-password").await.unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&bad.stdout),
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(!bad.status.success(), "{out}");
+    assert!(
+        out.contains("FAILED") && !out.contains("not-the-password"),
+        "{out}"
+    );
+
     let mut server = start(dir.path(), &llm.base_url(), &env).await;
     // The bot's session and stores are kept, the session file private.
     let session = dir.path().join("matrix/session.json");
@@ -176,52 +289,12 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
     let alice = user_client(&hs.url, "alice", "alice-password", alice_dir.path()).await;
     let room = alice.create_dm(&bot).await.unwrap();
     assert!(room.latest_encryption_state().await.unwrap().is_encrypted());
-    // The bot accepts an allowed user's invite (as the homeserver says).
+    // The bot accepts an allowed user's invite (as the homeserver says), and Alice's
+    // client learns of it (and of the bot's device keys) before she writes.
     let http = reqwest::Client::new();
     let token = alice.access_token().unwrap();
-    let joined_url = format!(
-        "{}/_matrix/client/v3/rooms/{}/joined_members",
-        hs.url,
-        room.room_id()
-    );
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let members: serde_json::Value = http
-            .get(&joined_url)
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if members["joined"].get(bot_id.as_str()).is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the bot did not join: {}",
-            server.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // Alice's client learns of it (and of the bot's device keys) before she writes.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        room.sync_members().await.unwrap();
-        let joined = room
-            .members(matrix_sdk::RoomMemberships::JOIN)
-            .await
-            .unwrap();
-        if joined.iter().any(|m| m.user_id() == bot) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Alice's client did not see the bot join"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_membership(&hs, &token, room.room_id(), &bot_id, "join").await;
+    wait_member_known(&room, &bot).await;
 
     // 1. A reply streamed by edits, Markdown as HTML, encrypted both ways.
     llm.push(MockReply::text_slow(
@@ -368,7 +441,7 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
             hs.url,
             room.room_id()
         ))
-        .bearer_auth(token)
+        .bearer_auth(&token)
         .json(&json!({
             "algorithm": "m.megolm.v1.aes-sha2",
             "ciphertext": "AwgAEnACgAkLmt6qF84IK++J7UDH2Za1YVchHyprqTqsg",
@@ -414,5 +487,79 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
         llm.requests().last().unwrap().last_user_text(),
         "are you there?"
     );
+
+    // 7. A room of three: a message is answered only when it mentions the bot; a thread is
+    // a conversation of its own, answered in the thread.
+    let carol_id = hs.register("carol", "carol-password").await;
+    let carol_dir = tempfile::tempdir().unwrap();
+    let carol = user_client(&hs.url, "carol", "carol-password", carol_dir.path()).await;
+    let mut req = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
+    req.invite = vec![bot.clone(), UserId::parse(carol_id.as_str()).unwrap()];
+    req.name = Some("team".into());
+    let group = alice.create_room(req).await.unwrap();
+    carol.join_room_by_id(group.room_id()).await.unwrap();
+    wait_membership(&hs, &token, group.room_id(), &bot_id, "join").await;
+    wait_member_known(&group, &bot).await;
+    let requests = llm.requests().len();
+    let chatting = group
+        .send(RoomMessageEventContent::text_plain(
+            "just chatting among us",
+        ))
+        .await
+        .unwrap()
+        .response
+        .event_id;
+    llm.push(MockReply::text(&["Four."]));
+    group
+        .send(RoomMessageEventContent::text_plain(format!(
+            "{bot_id} what is 2+2?"
+        )))
+        .await
+        .unwrap();
+    wait_shown(&group, &bot, "the answer to the mention", |s| {
+        s.body == "Four."
+    })
+    .await;
+    assert_eq!(llm.requests().len(), requests + 1);
+    let asked = llm.requests().last().unwrap().last_user_text();
+    assert!(
+        asked.contains("what is 2+2?") && !asked.contains(bot_id.as_str()),
+        "{asked}"
+    );
+    assert!(!asked.contains("just chatting"), "{asked}");
+    llm.push(MockReply::text(&["In the thread."]));
+    let mut in_thread = RoomMessageEventContent::text_plain(format!("{bot_id} answer here please"));
+    in_thread.relates_to = Some(Relation::Thread(
+        matrix_sdk::ruma::events::relation::Thread::plain(chatting.clone(), chatting.clone()),
+    ));
+    group.send(in_thread).await.unwrap();
+    let threaded = wait_shown(&group, &bot, "the answer in the thread", |s| {
+        s.body == "In the thread."
+    })
+    .await;
+    assert_eq!(threaded.thread.as_ref(), Some(&chatting), "{threaded:?}");
+
+    // 8. Someone not allowed: an invite to their room is declined; their DM is joined and
+    // answered with a pairing code, and nothing reaches the agent.
+    hs.register("mallory", "mallory-password").await;
+    let mallory_dir = tempfile::tempdir().unwrap();
+    let mallory = user_client(&hs.url, "mallory", "mallory-password", mallory_dir.path()).await;
+    let mallory_token = mallory.access_token().unwrap();
+    let mut req = matrix_sdk::ruma::api::client::room::create_room::v3::Request::new();
+    req.invite = vec![bot.clone()];
+    let lair = mallory.create_room(req).await.unwrap();
+    wait_membership(&hs, &mallory_token, lair.room_id(), &bot_id, "leave").await;
+    let requests = llm.requests().len();
+    let dm = mallory.create_dm(&bot).await.unwrap();
+    wait_membership(&hs, &mallory_token, dm.room_id(), &bot_id, "join").await;
+    wait_member_known(&dm, &bot).await;
+    dm.send(RoomMessageEventContent::text_plain("let me in"))
+        .await
+        .unwrap();
+    wait_shown(&dm, &bot, "a pairing code", |s| {
+        s.body.contains("does not know you yet")
+    })
+    .await;
+    assert_eq!(llm.requests().len(), requests);
     drop(hs);
 }

@@ -20,7 +20,7 @@
 //!   the bot answers when mentioned (unless [`MatrixConfig::require_mention`] is off); a
 //!   thread (`m.thread`) is its own conversation, answered in the thread.
 //! - **Replies** are Markdown rendered to Matrix HTML (`formatted_body`), streamed by edits
-//!   (`m.replace`, each with the whole text); approvals have no buttons: their prompts say to
+//!   (`m.replace`, each with the whole text) paced by the kit's [`Outbox`]; approvals have no buttons: their prompts say to
 //!   reply `allow` / `deny` or react ✅ / ❌ (`dispatcher/answers.rs`).
 //! - **Files** in (images, files, audio, video — downloaded and decrypted by the SDK) and
 //!   out (`send_file` uploads, encrypted in encrypted rooms).
@@ -46,6 +46,7 @@ use crate::channel::{
     Fetched, OutgoingFile,
 };
 use crate::health::{ChannelHealth, Health};
+use crate::platform::{Limits, Outbox, Rate};
 
 mod session;
 mod sync;
@@ -126,6 +127,10 @@ pub struct MatrixChannel {
     /// Logged in (or restored) on first use: `run`, a send, `test`.
     client: OnceCell<Client>,
     health: Arc<Health>,
+    /// Paces sends and edits (matrix-sdk makes the HTTP calls; the kit's outbound scheduler
+    /// still decides when): at most 10 events a second, edits of one room at the edit
+    /// interval, a newer edit of a message taking the place of one still waiting.
+    outbox: Outbox,
 }
 
 impl MatrixChannel {
@@ -148,11 +153,18 @@ impl MatrixChannel {
         let info = ChannelInfo::new(cfg.name.clone(), MAX_CHARS)
             .edit_interval(cfg.edit_interval)
             .without_buttons(true);
+        let outbox = Outbox::new(
+            Limits::new()
+                .with("bot", Rate::per(10, Duration::from_secs(1)))
+                .with("edit", Rate::spaced(cfg.edit_interval)),
+        )
+        .for_channel(&cfg.name);
         Ok(Self {
             cfg,
             info,
             client: OnceCell::new(),
             health: Arc::new(Health::new()),
+            outbox,
         })
     }
 
@@ -226,6 +238,9 @@ impl Channel for MatrixChannel {
         _buttons: &[Button],
     ) -> Result<String, ChannelError> {
         let room = self.room(chat).await?;
+        self.outbox
+            .turn(&["bot".to_owned(), format!("chat:{}", chat.id)])
+            .await;
         let mut content = RoomMessageEventContent::text_markdown(text);
         if let Some(thread) = self.thread(chat)? {
             content.relates_to = Some(matrix_sdk::ruma::events::room::message::Relation::Thread(
@@ -248,6 +263,14 @@ impl Channel for MatrixChannel {
     ) -> Result<(), ChannelError> {
         let room = self.room(chat).await?;
         let original = self.event_id(message_id)?;
+        let keys = [
+            "bot".to_owned(),
+            format!("chat:{}", chat.id),
+            format!("edit:{}", chat.id),
+        ];
+        if !self.outbox.edit_turn(message_id, &keys).await {
+            return Ok(()); // a newer edit of this message goes out instead
+        }
         let content = RoomMessageEventContent::text_markdown(text)
             .make_replacement(ReplacementMetadata::new(original, None));
         room.send(content)
@@ -285,6 +308,9 @@ impl Channel for MatrixChannel {
 
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
         let room = self.room(chat).await?;
+        self.outbox
+            .turn(&["bot".to_owned(), format!("chat:{}", chat.id)])
+            .await;
         let mime: mime::Mime = file.mime.parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
         let mut config = matrix_sdk::attachment::AttachmentConfig::new().caption(
             file.caption

@@ -340,7 +340,15 @@ fn file(
 
 /// A room of two (or one marked direct) is a DM; others are groups.
 async fn kind_of(room: &Room) -> ChatKind {
-    if room.is_direct().await.unwrap_or(false) || room.joined_members_count() <= 2 {
+    // The count comes with a sync's room summary; until one has come, the members stored.
+    let joined = match room.joined_members_count() {
+        0 => room
+            .members_no_sync(matrix_sdk::RoomMemberships::JOIN)
+            .await
+            .map_or(0, |m| m.len() as u64),
+        n => n,
+    };
+    if room.is_direct().await.unwrap_or(false) || joined <= 2 {
         ChatKind::Direct
     } else {
         ChatKind::Group
