@@ -739,66 +739,97 @@ fn signed(body: &serde_json::Value, at: i64, secret: &str) -> (String, String, V
     (at.to_string(), sig, raw)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signed_webhook_round_trip_and_refused_signatures() {
-    let dir = tempfile::tempdir().unwrap();
-    let llm = MockLlm::start().await;
-    let rx = receiver().await;
-    let config = dir.path().join("switchboard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[channels.webhook.ops]\nsecret = {SECRET:?}\nurl = {:?}\n",
-            rx.url
-        ),
-    )
-    .unwrap();
-    let config_s = config.to_string_lossy().to_string();
-    let server = start(
-        &dir.path().join("data"),
-        &llm.base_url(),
-        &[("SWITCHBOARD_CONFIG", config_s.as_str())],
-    )
-    .await;
-    llm.push(MockReply::text(&["Deploy looks fine."]));
-    let body = json!({"type": "message", "peer": {"id": "u1", "name": "Ops"},
-                      "chat": {"id": "c1", "kind": "direct"}, "text": "how is the deploy?", "message_id": "x1"});
-    let url = format!("{}/v1/gateway/webhook/ops", server.url);
-    let http = reqwest::Client::new();
-    let post = |ts: String, sig: String, raw: Vec<u8>| {
-        http.post(&url)
+/// The server with the signed webhook channel `ops` sending to a [`receiver`], in `ws`.
+struct Hooked {
+    _dir: tempfile::TempDir,
+    llm: MockLlm,
+    rx: Receiver,
+    server: ServerProcess,
+}
+
+impl Hooked {
+    async fn start(ws: &std::path::Path) -> Hooked {
+        let dir = tempfile::tempdir().unwrap();
+        let llm = MockLlm::start().await;
+        let rx = receiver().await;
+        let config = dir.path().join("switchboard.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[channels.webhook.ops]\nsecret = {SECRET:?}\nurl = {:?}\n",
+                rx.url
+            ),
+        )
+        .unwrap();
+        let (config_s, ws_s) = (
+            config.to_string_lossy().to_string(),
+            ws.to_string_lossy().to_string(),
+        );
+        let server = start(
+            &dir.path().join("data"),
+            &llm.base_url(),
+            &[
+                ("SWITCHBOARD_CONFIG", config_s.as_str()),
+                ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
+            ],
+        )
+        .await;
+        Hooked {
+            _dir: dir,
+            llm,
+            rx,
+            server,
+        }
+    }
+
+    /// POSTs `body` to the channel's inbound route, signed for `at` with `secret`.
+    async fn post(&self, body: &serde_json::Value, at: i64, secret: &str) -> reqwest::Response {
+        let (ts, sig, raw) = signed(body, at, secret);
+        self.post_raw(ts, sig, raw).await
+    }
+
+    async fn post_raw(&self, ts: String, sig: String, raw: Vec<u8>) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}/v1/gateway/webhook/ops", self.server.url))
             .header("x-switchboard-timestamp", ts)
             .header("x-switchboard-signature", sig)
             .header("content-type", "application/json")
             .body(raw)
             .send()
-    };
-    let now = chrono::Utc::now().timestamp();
-    let (ts, sig, raw) = signed(&body, now, SECRET);
-    assert_eq!(post(ts, sig, raw).await.unwrap().status(), 200);
-    let got = rx.got.clone();
-    for _ in 0..300 {
-        if got
-            .lock()
+            .await
             .unwrap()
-            .iter()
-            .any(|v| v.to_string().contains("Deploy looks fine."))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let sent = got.lock().unwrap().clone();
-    assert!(
-        sent.iter().any(|v| v["type"] == "send"
-            && v["chat"]["id"] == "c1"
-            && v["text"] == "Deploy looks fine."),
-        "{sent:?}"
-    );
+
+    /// The first request the receiver got that satisfies `f`, waiting up to 30 s.
+    async fn sent(&self, what: &str, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        for _ in 0..600 {
+            if let Some(v) = self.rx.got.lock().unwrap().iter().find(|v| f(v)) {
+                return v.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "timed out waiting for {what}: {:?}",
+            self.rx.got.lock().unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_webhook_round_trip_and_refused_signatures() {
+    let ws = tempfile::tempdir().unwrap();
+    let h = Hooked::start(ws.path()).await;
+    h.llm.push(MockReply::text(&["Deploy looks fine."]));
+    let body = json!({"type": "message", "peer": {"id": "u1", "name": "Ops"},
+                      "chat": {"id": "c1", "kind": "direct"}, "text": "how is the deploy?", "message_id": "x1"});
+    let now = chrono::Utc::now().timestamp();
+    assert_eq!(h.post(&body, now, SECRET).await.status(), 200);
+    h.sent("the reply", |v| {
+        v["type"] == "send" && v["chat"]["id"] == "c1" && v["text"] == "Deploy looks fine."
+    })
+    .await;
     // A wrong signature, a tampered body and a replayed old request are refused.
-    let (ts, _, raw) = signed(&body, now, SECRET);
-    let (_, bad_sig, _) = signed(&body, now, "another-secret-0123456789");
-    let r = post(ts, bad_sig, raw).await.unwrap();
+    let r = h.post(&body, now, "another-secret-0123456789").await;
     assert_eq!(r.status(), 401);
     let err: serde_json::Value = r.json().await.unwrap();
     assert_eq!(err["code"], "unauthorized");
@@ -808,18 +839,16 @@ async fn a_signed_webhook_round_trip_and_refused_signatures() {
         "chat": {"id": "c1", "kind": "direct"}, "text": "rm -rf", "message_id": "x2"}),
     )
     .unwrap();
-    assert_eq!(post(ts, sig, tampered).await.unwrap().status(), 401);
-    let (ts, sig, raw) = signed(&body, now - 3600, SECRET);
-    assert_eq!(post(ts, sig, raw).await.unwrap().status(), 401);
+    assert_eq!(h.post_raw(ts, sig, tampered).await.status(), 401);
+    assert_eq!(h.post(&body, now - 3600, SECRET).await.status(), 401);
     assert_eq!(
-        llm.chat_requests().len(),
+        h.llm.chat_requests().len(),
         1,
         "only the good request reached the agent"
     );
     // A malformed body (validly signed) is a 400 naming the problem.
     let bad = json!({"type": "message", "peer": {"id": "u1"}, "chat": {"id": "c1", "kind": "channel"}, "text": "x", "message_id": "x3"});
-    let (ts, sig, raw) = signed(&bad, now, SECRET);
-    let r = post(ts, sig, raw).await.unwrap();
+    let r = h.post(&bad, now, SECRET).await;
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("chat.kind"));
 }
@@ -1773,140 +1802,68 @@ async fn approvals_are_answered_by_a_reply_or_allow_and_deny_commands() {
 /// refused (told so), the requester's 👍 allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reaction_on_a_prompt_answers_it() {
-    let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
-    let llm = MockLlm::start().await;
-    let rx = receiver().await;
-    let config = dir.path().join("switchboard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[channels.webhook.ops]\nsecret = {SECRET:?}\nurl = {:?}\n",
-            rx.url
-        ),
-    )
-    .unwrap();
-    let (config_s, ws_s) = (
-        config.to_string_lossy().to_string(),
-        ws.path().to_string_lossy().to_string(),
-    );
-    let server = start(
-        &dir.path().join("data"),
-        &llm.base_url(),
-        &[
-            ("SWITCHBOARD_CONFIG", config_s.as_str()),
-            ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
-        ],
-    )
-    .await;
-    llm.push(MockReply::tool_call(
+    let h = Hooked::start(ws.path()).await;
+    h.llm.push(MockReply::tool_call(
         "c1",
         "run_command",
         json!({"command": "touch reacted.txt"}),
     ));
-    llm.push(MockReply::text(&["Reacted and ran."]));
-    let url = format!("{}/v1/gateway/webhook/ops", server.url);
-    let http = reqwest::Client::new();
-    let post = |body: serde_json::Value| {
-        let (ts, sig, raw) = signed(&body, chrono::Utc::now().timestamp(), SECRET);
-        http.post(&url)
-            .header("x-switchboard-timestamp", ts)
-            .header("x-switchboard-signature", sig)
-            .header("content-type", "application/json")
-            .body(raw)
-            .send()
-    };
+    h.llm.push(MockReply::text(&["Reacted and ran."]));
+    let now = || chrono::Utc::now().timestamp();
     let chat = json!({"id": "c1", "kind": "direct"});
-    let r = post(
-        json!({"type": "message", "peer": {"id": "u1", "name": "Ops"}, "chat": chat,
-                        "text": "touch it", "message_id": "x1"}),
-    )
-    .await
-    .unwrap();
+    let r = h
+        .post(
+            &json!({"type": "message", "peer": {"id": "u1", "name": "Ops"}, "chat": chat,
+                    "text": "touch it", "message_id": "x1"}),
+            now(),
+            SECRET,
+        )
+        .await;
     assert_eq!(r.status(), 200);
-    let sent = |f: &dyn Fn(&serde_json::Value) -> bool| {
-        rx.got.lock().unwrap().iter().find(|v| f(v)).cloned()
-    };
-    let mut prompt = None;
-    for _ in 0..600 {
-        prompt = sent(&|v| {
-            v["type"] == "send" && v["text"].as_str().unwrap_or("").contains("reacted.txt")
-        });
-        if prompt.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let prompt = prompt.expect("a prompt");
-    // The receiver numbers the messages it was sent: `m<n>`.
-    let n = rx
-        .got
-        .lock()
-        .unwrap()
-        .iter()
-        .position(|v| v == &prompt)
-        .unwrap()
-        + 1;
-    let prompt_id = format!("m{n}");
-    let r = post(
-        json!({"type": "reaction", "reaction_id": "r1", "peer": {"id": "u9", "name": "Mallory"},
-                        "chat": chat, "message_id": prompt_id, "key": "👍"}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(r.status(), 200);
-    for _ in 0..600 {
-        if sent(&|v| {
-            v["text"]
-                .as_str()
-                .unwrap_or("")
-                .contains(switchboard_gateway::NOT_AN_APPROVER)
+    let text = |v: &serde_json::Value| v["text"].as_str().unwrap_or("").to_owned();
+    let prompt = h
+        .sent("a prompt", |v| {
+            v["type"] == "send" && text(v).contains("reacted.txt")
         })
-        .is_some()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let told = sent(&|v| {
-        v["text"]
-            .as_str()
-            .unwrap_or("")
-            .contains(switchboard_gateway::NOT_AN_APPROVER)
-    })
-    .expect("the stranger is told");
-    assert!(
-        told["text"].as_str().unwrap().starts_with("Mallory:"),
-        "{told}"
-    );
+        .await;
+    // The receiver numbers the messages it was sent: `m<n>`.
+    let n =
+        h.rx.got
+            .lock()
+            .unwrap()
+            .iter()
+            .position(|v| v == &prompt)
+            .unwrap()
+            + 1;
+    let prompt_id = format!("m{n}");
+    let react = |id: &str, who: (&str, &str), key: &str| {
+        json!({"type": "reaction", "reaction_id": id, "peer": {"id": who.0, "name": who.1},
+               "chat": chat, "message_id": prompt_id, "key": key})
+    };
+    let r = h
+        .post(&react("r1", ("u9", "Mallory"), "👍"), now(), SECRET)
+        .await;
+    assert_eq!(r.status(), 200);
+    let told = h
+        .sent("the stranger is told", |v| {
+            text(v).contains(switchboard_gateway::NOT_AN_APPROVER)
+        })
+        .await;
+    assert!(text(&told).starts_with("Mallory:"), "{told}");
     assert!(!ws.path().join("reacted.txt").exists());
     // Another emoji is no answer; the requester's 👍 (with a skin tone) is.
-    for (id, key) in [("r2", "🎉"), ("r3", "👍🏽")] {
-        post(
-            json!({"type": "reaction", "reaction_id": id, "peer": {"id": "u1", "name": "Ops"},
-                    "chat": chat, "message_id": prompt_id, "key": key}),
-        )
-        .await
-        .unwrap();
-    }
-    for _ in 0..600 {
-        if sent(&|v| v["text"] == "Reacted and ran.").is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        sent(&|v| v["text"] == "Reacted and ran.").is_some(),
-        "{:?}",
-        rx.got.lock().unwrap()
-    );
+    h.post(&react("r2", ("u1", "Ops"), "🎉"), now(), SECRET)
+        .await;
+    h.post(&react("r3", ("u1", "Ops"), "👍🏽"), now(), SECRET)
+        .await;
+    h.sent("the reply", |v| v["text"] == "Reacted and ran.")
+        .await;
     assert!(ws.path().join("reacted.txt").exists());
-    assert!(
-        sent(&|v| v["type"] == "edit"
+    h.sent("the prompt says who allowed", |v| {
+        v["type"] == "edit"
             && v["message_id"] == prompt_id.as_str()
-            && v["text"].as_str().unwrap_or("").contains("Allowed by Ops"))
-        .is_some(),
-        "{:?}",
-        rx.got.lock().unwrap()
-    );
+            && text(v).contains("Allowed by Ops")
+    })
+    .await;
 }
