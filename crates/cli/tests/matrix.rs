@@ -227,22 +227,17 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
     ];
     // `switchboard channels test matrix` logs in and says who the bot is, or why not
     // (without the password).
-    let check = |password: &'static str| {
-        let (hs_url, bot_id) = (hs.url.clone(), bot_id.clone());
-        tokio::task::spawn_blocking(move || {
-            let data = tempfile::tempdir().unwrap();
-            std::process::Command::new(bin())
-                .args(["channels", "test", "matrix"])
-                .env("SWITCHBOARD_MATRIX_HOMESERVER", hs_url)
-                .env("SWITCHBOARD_MATRIX_USER", bot_id)
-                .env("SWITCHBOARD_MATRIX_PASSWORD", password)
-                .env("SWITCHBOARD_DATA_DIR", data.path())
-                .env("SWITCHBOARD_CONFIG", "/dev/null")
-                .output()
-                .unwrap()
-        })
+    let check = |password: &str| {
+        channels_test(
+            "matrix",
+            vec![
+                ("SWITCHBOARD_MATRIX_HOMESERVER".into(), hs.url.clone()),
+                ("SWITCHBOARD_MATRIX_USER".into(), bot_id.clone()),
+                ("SWITCHBOARD_MATRIX_PASSWORD".into(), password.into()),
+            ],
+        )
     };
-    let ok = check("bot-password").await.unwrap();
+    let ok = check("bot-password").await;
     let out = String::from_utf8_lossy(&ok.stdout).to_string();
     assert!(
         ok.status.success(),
@@ -253,7 +248,7 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
         out.contains("matrix: ok — @bot:localhost (device "),
         "{out}"
     );
-    let bad = check("not-the-password").await.unwrap();
+    let bad = check("not-the-password").await;
     let out = format!(
         "{}{}",
         String::from_utf8_lossy(&bad.stdout),

@@ -211,6 +211,9 @@ pub struct ChannelInfo {
     /// Whether people can react to a message and the channel hands reactions in
     /// ([`Inbound::Reaction`]).
     pub reactions: bool,
+    /// A reply is sent whole when the run ends (or stops for an approval), not in pieces as
+    /// it streams: for platforms where each message is a notification that stays (email).
+    pub whole_replies: bool,
 }
 
 impl ChannelInfo {
@@ -223,7 +226,16 @@ impl ChannelInfo {
             edit_interval: std::time::Duration::from_secs(1),
             buttons: true,
             reactions: false,
+            whole_replies: false,
         }
+    }
+
+    /// A platform whose messages cannot be edited and where each one stays (email): the
+    /// reply is sent whole at the end of the run ([`ChannelInfo::whole_replies`]).
+    pub fn whole_replies(mut self) -> Self {
+        self.can_edit = false;
+        self.whole_replies = true;
+        self
     }
 
     /// A platform without buttons (approvals are answered in words); `reactions`: and

@@ -11,6 +11,7 @@ pub mod channel;
 pub mod config;
 pub mod discord;
 mod dispatcher;
+pub mod email;
 pub mod health;
 pub mod matrix;
 pub mod pairing;

@@ -11,6 +11,13 @@ use switchboard_protocol::PermissionMode;
 pub use switchboard_settings::SettingsError;
 use switchboard_settings::{csv, env, env_parse};
 
+mod email;
+mod matrix;
+pub use email::EmailSection;
+use email::email_settings;
+pub use matrix::MatrixSection;
+use matrix::matrix_settings;
+
 /// `[gateway]`: how chat messages map to sessions and approvals.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,41 +53,9 @@ pub struct ChannelsSection {
     pub slack: Option<SlackSection>,
     pub discord: Option<DiscordSection>,
     pub matrix: Option<MatrixSection>,
+    pub email: Option<EmailSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
-}
-
-/// `[channels.matrix]`.
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MatrixSection {
-    pub homeserver: Option<String>,
-    /// `@bot:example.org`.
-    pub user: Option<String>,
-    pub password: Option<String>,
-    pub access_token: Option<String>,
-    pub device_name: Option<String>,
-    /// Where the session and the SDK's stores are kept (default `DATA_DIR/matrix`).
-    pub store_dir: Option<std::path::PathBuf>,
-    /// Rooms (`!id:server`) allowed without pairing, whose invites are accepted.
-    pub allowed_chats: Option<Vec<String>>,
-    /// Users (`@ann:server`) allowed without pairing, whose invites are accepted.
-    pub allowed_users: Option<Vec<String>>,
-    pub approvers: Option<Vec<String>>,
-    pub approval_mode: Option<String>,
-    /// In rooms of more than two, answer only when mentioned (default true).
-    pub require_mention: Option<bool>,
-    /// One session per thread (default true), or one per room.
-    pub thread_sessions: Option<bool>,
-}
-
-impl std::fmt::Debug for MatrixSection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MatrixSection")
-            .field("homeserver", &self.homeserver)
-            .field("user", &self.user)
-            .finish_non_exhaustive()
-    }
 }
 
 #[derive(Clone, Default, Deserialize)]
@@ -198,6 +173,7 @@ pub struct GatewaySettings {
     pub slack: Option<crate::slack::SlackConfig>,
     pub discord: Option<crate::discord::DiscordConfig>,
     pub matrix: Option<crate::matrix::MatrixConfig>,
+    pub email: Option<crate::email::EmailConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -210,6 +186,7 @@ impl GatewaySettings {
             self.slack.as_ref().map(|c| c.name.clone()),
             self.discord.as_ref().map(|c| c.name.clone()),
             self.matrix.as_ref().map(|c| c.name.clone()),
+            self.email.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -262,6 +239,13 @@ impl GatewaySettings {
             out.push(Arc::new(
                 crate::matrix::MatrixChannel::new(c.clone()).map_err(|e| {
                     SettingsError::new(format!("[channels.matrix] (or SWITCHBOARD_MATRIX_*): {e}"))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.email {
+            out.push(Arc::new(
+                crate::email::EmailChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!("[channels.email] (or SWITCHBOARD_EMAIL_*): {e}"))
                 })?,
             ));
         }
@@ -584,6 +568,7 @@ pub fn gateway_settings(
         }
     };
     let matrix = matrix_settings(&mut config, channels)?;
+    let email = email_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -665,11 +650,12 @@ pub fn gateway_settings(
         && slack.is_none()
         && discord.is_none()
         && matrix.is_none()
+        && email.is_none()
         && webhooks.is_empty()
     {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -680,81 +666,8 @@ pub fn gateway_settings(
         slack,
         discord,
         matrix,
+        email,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))
-}
-
-/// `[channels.matrix]` and `SWITCHBOARD_MATRIX_*`: configured when a homeserver is given.
-fn matrix_settings(
-    config: &mut crate::GatewayConfig,
-    channels: &ChannelsSection,
-) -> Result<Option<crate::matrix::MatrixConfig>, SettingsError> {
-    let file = channels.matrix.clone().unwrap_or_default();
-    let Some(homeserver) = env("SWITCHBOARD_MATRIX_HOMESERVER").or(file.homeserver.clone()) else {
-        if channels.matrix.is_some() {
-            return Err(SettingsError::new(
-                "[channels.matrix]: no homeserver: set `homeserver` or SWITCHBOARD_MATRIX_HOMESERVER",
-            ));
-        }
-        return Ok(None);
-    };
-    let user = env("SWITCHBOARD_MATRIX_USER")
-        .or(file.user.clone())
-        .ok_or_else(|| {
-            SettingsError::new(
-                "[channels.matrix]: no user: set `user` (@bot:example.org) or SWITCHBOARD_MATRIX_USER",
-            )
-        })?;
-    if !(user.starts_with('@') && user.contains(':')) {
-        return Err(SettingsError::new(format!(
-            "SWITCHBOARD_MATRIX_USER / [channels.matrix] user: {user:?} is no Matrix user id (@bot:example.org)"
-        )));
-    }
-    let mut c = crate::matrix::MatrixConfig::new(
-        homeserver,
-        user,
-        env("SWITCHBOARD_MATRIX_STORE_DIR")
-            .map(std::path::PathBuf::from)
-            .or(file.store_dir.clone())
-            .unwrap_or_default(),
-    );
-    c.password = env("SWITCHBOARD_MATRIX_PASSWORD").or(file.password.clone());
-    c.access_token = env("SWITCHBOARD_MATRIX_ACCESS_TOKEN").or(file.access_token.clone());
-    if c.password.is_none() && c.access_token.is_none() {
-        return Err(SettingsError::new(
-            "[channels.matrix]: set `password` or `access_token` (SWITCHBOARD_MATRIX_PASSWORD / SWITCHBOARD_MATRIX_ACCESS_TOKEN)",
-        ));
-    }
-    if let Some(d) = env("SWITCHBOARD_MATRIX_DEVICE_NAME").or(file.device_name.clone()) {
-        c.device_name = d;
-    }
-    if let Some(r) =
-        env_parse::<bool>("SWITCHBOARD_MATRIX_REQUIRE_MENTION")?.or(file.require_mention)
-    {
-        c.require_mention = r;
-    }
-    channel_access(
-        config,
-        &c.name,
-        "SWITCHBOARD_MATRIX",
-        ChannelAccess {
-            chats: &file.allowed_chats,
-            users: &file.allowed_users,
-            approvers: &file.approvers,
-            mode: &file.approval_mode,
-            thread_sessions: file.thread_sessions,
-        },
-    )?;
-    c.allowed_users = config
-        .allowed_peers
-        .get(&c.name)
-        .cloned()
-        .unwrap_or_default();
-    c.allowed_rooms = config
-        .allowed_chats
-        .get(&c.name)
-        .cloned()
-        .unwrap_or_default();
-    Ok(Some(c))
 }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 pub mod api;
 pub mod browser;
 pub mod chat;
+pub mod mailserver;
 pub mod nats;
 pub mod sandbox;
 pub mod synapse;
@@ -38,6 +39,24 @@ pub async fn start(data_dir: &Path, llm_url: &str, extra: &[(&str, &str)]) -> Se
     ServerProcess::start(&bin(), data_dir, TOKEN, &env)
         .await
         .expect("server starts")
+}
+
+/// Runs `switchboard channels test NAME` with `env` (and a fresh data directory, no
+/// configuration file): what a person checks a channel's settings with.
+pub async fn channels_test(name: &str, env: Vec<(String, String)>) -> std::process::Output {
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let data = tempfile::tempdir().unwrap();
+        std::process::Command::new(bin())
+            .args(["channels", "test", &name])
+            .envs(env)
+            .env("SWITCHBOARD_DATA_DIR", data.path())
+            .env("SWITCHBOARD_CONFIG", "/dev/null")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
 }
 
 /// Writes `dir/switchboard.toml`, whose `[agents.test]` is the scriptable test agent

@@ -125,7 +125,11 @@ impl<'a> ReplyView<'a> {
                 text: String::new(),
             });
         }
-        let mut buf = StreamBuffer::new();
+        let mut buf = if ch.info().whole_replies {
+            StreamBuffer::whole(ch.max_chars())
+        } else {
+            StreamBuffer::new()
+        };
         if !edits && !run.pending.is_empty() {
             buf.push(&run.pending, Instant::now());
         }

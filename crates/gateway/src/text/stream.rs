@@ -33,6 +33,8 @@ pub struct StreamBuffer {
     /// that fence.
     carried_fence: Option<String>,
     long_chars: usize,
+    /// Whether a paragraph break flushes (not for [`StreamBuffer::whole`]).
+    paragraphs: bool,
     max_wait: Duration,
     hard_cap: usize,
 }
@@ -50,6 +52,15 @@ impl StreamBuffer {
         Self::with_limits(DEFAULT_LONG_CHARS, DEFAULT_MAX_WAIT, DEFAULT_HARD_CAP)
     }
 
+    /// A buffer that flushes only what exceeds `hard_cap` (a reply sent whole, at the end,
+    /// in pieces of at most about `hard_cap`).
+    pub fn whole(hard_cap: usize) -> Self {
+        Self {
+            paragraphs: false,
+            ..Self::with_limits(usize::MAX, Duration::MAX, hard_cap)
+        }
+    }
+
     /// A buffer with its own limits (chars, time, chars).
     pub fn with_limits(long_chars: usize, max_wait: Duration, hard_cap: usize) -> Self {
         Self {
@@ -57,6 +68,7 @@ impl StreamBuffer {
             arrivals: VecDeque::new(),
             carried_fence: None,
             long_chars,
+            paragraphs: true,
             max_wait,
             hard_cap,
         }
@@ -114,7 +126,13 @@ impl StreamBuffer {
             }
         }
 
-        let mut cut = if long || timed { last_line } else { last_para };
+        let mut cut = if long || timed {
+            last_line
+        } else if self.paragraphs {
+            last_para
+        } else {
+            None
+        };
         let flushed_chars = cut.map_or(0, |c| self.buf[..c].chars().count());
         if total_chars - flushed_chars > self.hard_cap {
             cut = match last_any_line.filter(|&l| l > cut.unwrap_or(0)) {

@@ -28,6 +28,25 @@ fn whitespace_only_is_never_flushed() {
 }
 
 #[test]
+fn a_whole_reply_is_kept_until_the_end_unless_it_outgrows_the_cap() {
+    let t0 = Instant::now();
+    let mut b = StreamBuffer::whole(50);
+    b.push("First paragraph.\n\nSecond one.\n\n", t0);
+    assert_eq!(
+        b.take_ready(t0 + secs(3600.0)),
+        None,
+        "no paragraph or time flush"
+    );
+    b.push(&"word ".repeat(8), t0);
+    assert_eq!(
+        b.take_ready(t0).as_deref(),
+        Some("First paragraph.\n\nSecond one.\n\n"),
+        "over the cap: up to the last line end"
+    );
+    assert_eq!(b.take_rest().map(|t| t.trim().len()), Some(39));
+}
+
+#[test]
 fn paragraph_break_flushes_at_once_up_to_the_last_one() {
     let t0 = Instant::now();
     let mut b = StreamBuffer::new();
