@@ -173,16 +173,22 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
     let ws = tempfile::tempdir().unwrap();
     let llm = MockLlm::start().await;
     let ws_s = ws.path().to_string_lossy().to_string();
-    let (imap, smtp) = (mail.imap_port.to_string(), mail.submission_port.to_string());
+    let (imap, smtp) = (
+        mail.imaps_port.to_string(),
+        mail.submission_port.to_string(),
+    );
+    let ca = mail.ca_file.to_string_lossy().to_string();
+    // IMAP over TLS and SMTP with STARTTLS, the servers' certificate from a private CA.
     let env = [
         ("SWITCHBOARD_EMAIL_ADDRESS", "bot@localhost"),
         ("SWITCHBOARD_EMAIL_PASSWORD", "bot-password"),
-        ("SWITCHBOARD_EMAIL_IMAP_HOST", "127.0.0.1"),
+        ("SWITCHBOARD_EMAIL_IMAP_HOST", "localhost"),
         ("SWITCHBOARD_EMAIL_IMAP_PORT", imap.as_str()),
-        ("SWITCHBOARD_EMAIL_IMAP_SECURITY", "none"),
-        ("SWITCHBOARD_EMAIL_SMTP_HOST", "127.0.0.1"),
+        ("SWITCHBOARD_EMAIL_IMAP_SECURITY", "tls"),
+        ("SWITCHBOARD_EMAIL_SMTP_HOST", "localhost"),
         ("SWITCHBOARD_EMAIL_SMTP_PORT", smtp.as_str()),
-        ("SWITCHBOARD_EMAIL_SMTP_SECURITY", "none"),
+        ("SWITCHBOARD_EMAIL_SMTP_SECURITY", "starttls"),
+        ("SWITCHBOARD_EMAIL_CA_FILE", ca.as_str()),
         ("SWITCHBOARD_EMAIL_ALLOWED_SENDERS", "alice@localhost"),
         ("SWITCHBOARD_EMAIL_TRUSTED_AUTHSERV_ID", "mx.localhost"),
         ("SWITCHBOARD_EMAIL_POLL_INTERVAL_SECS", "5"),
@@ -207,7 +213,7 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
         String::from_utf8_lossy(&ok.stderr)
     );
     assert!(
-        out.contains("email: ok — bot@localhost (IMAP 127.0.0.1:"),
+        out.contains("email: ok — bot@localhost (IMAP localhost:"),
         "{out}"
     );
     let bad = check("not-the-password").await;
@@ -219,6 +225,24 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
     assert!(!bad.status.success(), "{out}");
     assert!(
         out.contains("FAILED") && !out.contains("not-the-password"),
+        "{out}"
+    );
+    // The servers' certificate is from a private CA: without `ca_file` it is refused.
+    let untrusted = channels_test(
+        "email",
+        env.iter()
+            .filter(|(k, _)| *k != "SWITCHBOARD_EMAIL_CA_FILE")
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+    .await;
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&untrusted.stdout),
+        String::from_utf8_lossy(&untrusted.stderr)
+    );
+    assert!(
+        !untrusted.status.success() && out.contains("UnknownIssuer"),
         "{out}"
     );
 
@@ -483,6 +507,23 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
         );
     }
     assert!(!server.logs().contains("bot-password"));
+    let status: serde_json::Value = reqwest::Client::new()
+        .get(format!("{}/v1/gateway/status", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let email = status["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "email")
+        .unwrap();
+    assert_eq!(email["state"], "connected", "{status}");
+    assert_eq!(email["status"], "waiting for mail (IDLE)", "{status}");
 
     // 6. A restart with mail waiting: it is answered once, and nothing before again.
     server.kill().await;

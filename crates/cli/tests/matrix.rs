@@ -260,6 +260,40 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
         "{out}"
     );
 
+    // With an access token instead of a password: the token's own user and device.
+    let login: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/_matrix/client/v3/login", hs.url))
+        .json(&json!({
+            "type": "m.login.password",
+            "identifier": {"type": "m.id.user", "user": "bot"},
+            "password": "bot-password",
+            "device_id": "TOKENDEVICE",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let by_token = channels_test(
+        "matrix",
+        vec![
+            ("SWITCHBOARD_MATRIX_HOMESERVER".into(), hs.url.clone()),
+            ("SWITCHBOARD_MATRIX_USER".into(), bot_id.clone()),
+            (
+                "SWITCHBOARD_MATRIX_ACCESS_TOKEN".into(),
+                login["access_token"].as_str().unwrap().into(),
+            ),
+        ],
+    )
+    .await;
+    let out = String::from_utf8_lossy(&by_token.stdout).to_string();
+    assert!(
+        by_token.status.success() && out.contains("@bot:localhost (device TOKENDEVICE)"),
+        "{out}{}",
+        String::from_utf8_lossy(&by_token.stderr)
+    );
+
     let mut server = start(dir.path(), &llm.base_url(), &env).await;
     // The bot's session and stores are kept, the session file private.
     let session = dir.path().join("matrix/session.json");
@@ -482,6 +516,94 @@ async fn an_encrypted_dm_streams_answers_approvals_files_and_survives_a_restart(
         llm.requests().last().unwrap().last_user_text(),
         "are you there?"
     );
+
+    // 6b. kill -9 mid-reply: after the restart the interrupted run is said to have failed,
+    // once; nothing is posted twice and the message reached the agent once.
+    let mut server = server;
+    llm.push(MockReply::text_slow(
+        &["Part one.", " Part two.", " Part three.", " Part four."],
+        1500,
+    ));
+    room.send(RoomMessageEventContent::text_plain("tell me slowly"))
+        .await
+        .unwrap();
+    wait_shown(&room, &bot, "the reply has started", |s| {
+        s.body.contains("Part one.")
+    })
+    .await;
+    server.kill().await;
+    let mut server = start(dir.path(), &llm.base_url(), &env).await;
+    wait_shown(&room, &bot, "the interrupted run told", |s| {
+        s.body.contains("interrupted")
+    })
+    .await;
+    // 6c. kill -9 mid-approval: the prompt is closed after the restart (the call rejected,
+    // failing closed), a ✅ on it then runs nothing, and the next message is answered once.
+    llm.push(MockReply::tool_call(
+        "c9",
+        "run_command",
+        json!({"command": "touch never.txt"}),
+    ));
+    room.send(RoomMessageEventContent::text_plain("one more file"))
+        .await
+        .unwrap();
+    let prompt = wait_shown(&room, &bot, "the prompt before the kill", |s| {
+        s.body.contains("never.txt")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    server.kill().await;
+    let server = start(dir.path(), &llm.base_url(), &env).await;
+    wait_shown(&room, &bot, "the prompt closed", |s| {
+        s.id == prompt.id && s.edits > 0
+    })
+    .await;
+    room.send(ReactionEventContent::new(Annotation::new(
+        prompt.id.clone(),
+        "✅".into(),
+    )))
+    .await
+    .unwrap();
+    llm.push(MockReply::text(&["Still here."]));
+    room.send(RoomMessageEventContent::text_plain("and now?"))
+        .await
+        .unwrap();
+    wait_shown(&room, &bot, "the answer after the second restart", |s| {
+        s.body.contains("Still here.")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!ws.path().join("never.txt").exists());
+    let all = shown(&room, &bot).await;
+    for (text, times) in [
+        ("Part one.", 1),
+        ("never.txt", 1),
+        ("Still here.", 1),
+        // One notice per interrupted run (the reply's, the approval's).
+        ("The run failed: interrupted by restart", 2),
+    ] {
+        assert_eq!(
+            all.iter().filter(|s| s.body.contains(text)).count(),
+            times,
+            "{text:?} {times} time(s): {all:#?}\n{}",
+            server.logs()
+        );
+    }
+    let closed = all.iter().find(|s| s.id == prompt.id).unwrap();
+    assert!(
+        closed.body.ends_with("❌ Rejected: interrupted by restart"),
+        "{closed:?}"
+    );
+    for asked in ["tell me slowly", "one more file", "and now?"] {
+        assert_eq!(
+            llm.requests()
+                .iter()
+                .filter(|r| r.last_user_text() == asked)
+                .count(),
+            1,
+            "{asked:?} reached the agent once"
+        );
+    }
 
     // 7. A room of three: a message is answered only when it mentions the bot; a thread is
     // a conversation of its own, answered in the thread.

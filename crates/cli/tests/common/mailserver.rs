@@ -16,8 +16,14 @@ use std::time::{Duration, Instant};
 use super::free_port;
 
 pub struct MailServer {
+    /// IMAP, plain or with STARTTLS.
     pub imap_port: u16,
+    /// IMAP over TLS.
+    pub imaps_port: u16,
+    /// SMTP submission with AUTH, plain or with STARTTLS.
     pub submission_port: u16,
+    /// The test CA's certificate (PEM) the servers' certificate (for `localhost`) is from.
+    pub ca_file: std::path::PathBuf,
     dir: tempfile::TempDir,
     smtpd: std::process::Child,
 }
@@ -47,8 +53,14 @@ impl MailServer {
             .map(|u| format!("{u}@localhost:{{PLAIN}}{u}-password\n"))
             .collect();
         std::fs::write(d.join("passwd"), passwd).unwrap();
-        let (imap_port, lmtp_port, submission_port, mta_port) =
-            (free_port(), free_port(), free_port(), free_port());
+        let (imap_port, imaps_port, lmtp_port, submission_port, mta_port) = (
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+            free_port(),
+        );
+        make_certificates(d);
         let dd = d.display();
         std::fs::write(
             d.join("dovecot.conf"),
@@ -58,7 +70,9 @@ state_dir = {dd}/state
 log_path = {dd}/dovecot.log
 protocols = imap lmtp submission
 listen = 127.0.0.1
-ssl = no
+ssl = yes
+ssl_cert = <{dd}/server.pem
+ssl_key = <{dd}/server.key
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 mail_location = maildir:{dd}/mail/%u
@@ -81,7 +95,8 @@ service imap-login {{
     port = {imap_port}
   }}
   inet_listener imaps {{
-    port = 0
+    address = 127.0.0.1
+    port = {imaps_port}
   }}
 }}
 service lmtp {{
@@ -137,11 +152,13 @@ protocol lmtp {{
             .unwrap();
         let server = MailServer {
             imap_port,
+            imaps_port,
             submission_port,
+            ca_file: d.join("ca.pem"),
             dir,
             smtpd,
         };
-        for port in [imap_port, submission_port, mta_port, lmtp_port] {
+        for port in [imap_port, imaps_port, submission_port, mta_port, lmtp_port] {
             server.wait_port(port);
         }
         server
@@ -185,6 +202,76 @@ impl Drop for MailServer {
             .arg("stop")
             .status();
     }
+}
+
+/// A test CA (`ca.pem`) and a certificate for `localhost` from it (`server.pem`,
+/// `server.key`), made with the openssl command.
+fn make_certificates(d: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        d.join("server.ext"),
+        "subjectAltName = DNS:localhost\nbasicConstraints = CA:FALSE\nkeyUsage = digitalSignature, keyEncipherment\nextendedKeyUsage = serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Switchboard test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
 }
 
 /// Empties OpenSMTPD's queue (no smtpd runs: its control socket would be taken): the mail

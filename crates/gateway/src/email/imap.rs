@@ -36,7 +36,7 @@ async fn connect_and_login(cfg: &EmailConfig) -> Result<Session, String> {
         .map_err(|err| format!("IMAP: connecting to {}:{}: {err}", e.host, e.port))?;
     let client = match e.security {
         Security::Tls => {
-            let mut c = async_imap::Client::new(Either::Right(tls(&e.host, tcp).await?));
+            let mut c = async_imap::Client::new(Either::Right(tls(cfg, &e.host, tcp).await?));
             greeting(&mut c).await?;
             c
         }
@@ -50,7 +50,7 @@ async fn connect_and_login(cfg: &EmailConfig) -> Result<Session, String> {
             let Either::Left(tcp) = plain.into_inner() else {
                 return Err("IMAP: STARTTLS on a TLS connection".into());
             };
-            async_imap::Client::new(Either::Right(tls(&e.host, tcp).await?))
+            async_imap::Client::new(Either::Right(tls(cfg, &e.host, tcp).await?))
         }
         Security::None => {
             let mut c = async_imap::Client::new(Either::Left(tcp));
@@ -72,8 +72,23 @@ async fn greeting(c: &mut async_imap::Client<Conn>) -> Result<(), String> {
     }
 }
 
-async fn tls(host: &str, tcp: TcpStream) -> Result<TlsStream<TcpStream>, String> {
-    let roots = rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+async fn tls(
+    cfg: &EmailConfig,
+    host: &str,
+    tcp: TcpStream,
+) -> Result<TlsStream<TcpStream>, String> {
+    let mut roots =
+        rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = &cfg.ca_file {
+        use rustls::pki_types::pem::PemObject as _;
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+        let (added, _) = roots.add_parsable_certificates(certs);
+        if added == 0 {
+            return Err(format!("ca_file {}: no certificate in it", path.display()));
+        }
+    }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

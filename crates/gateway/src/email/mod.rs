@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
 use tokio_util::sync::CancellationToken;
 
@@ -108,6 +109,9 @@ pub struct EmailConfig {
     pub poll_interval: Duration,
     /// Larger mail is not read (logged and skipped; default 25 MiB).
     pub max_message_bytes: u64,
+    /// More root certificates (PEM) to trust besides the Mozilla ones, for servers with a
+    /// certificate of a private CA.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for EmailConfig {
@@ -150,6 +154,7 @@ impl EmailConfig {
             require_authentication: false,
             poll_interval: Duration::from_secs(60),
             max_message_bytes: 25 * 1024 * 1024,
+            ca_file: None,
         }
     }
 
@@ -203,18 +208,32 @@ impl EmailChannel {
                 ));
             }
         }
-        let mut smtp = match cfg.smtp.security {
-            Security::Tls => AsyncSmtpTransport::<Tokio1Executor>::relay(&cfg.smtp.host),
-            Security::StartTls => {
-                AsyncSmtpTransport::<Tokio1Executor>::starttls_relay(&cfg.smtp.host)
+        let extra_roots = match &cfg.ca_file {
+            Some(path) => {
+                std::fs::read(path).map_err(|e| format!("ca_file {}: {e}", path.display()))?
             }
-            Security::None => Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(
-                &cfg.smtp.host,
-            )),
-        }
-        .map_err(|e| format!("smtp_host {:?}: {e}", cfg.smtp.host))?
-        .port(cfg.smtp.port)
-        .timeout(Some(Duration::from_secs(60)));
+            None => Vec::new(),
+        };
+        let tls = || -> Result<TlsParameters, String> {
+            let mut params = TlsParameters::builder(cfg.smtp.host.clone());
+            if !extra_roots.is_empty() {
+                params = params.add_root_certificate(
+                    Certificate::from_pem(&extra_roots)
+                        .map_err(|e| format!("ca_file: no PEM certificates: {e}"))?,
+                );
+            }
+            params
+                .build_rustls()
+                .map_err(|e| format!("SMTP TLS settings: {e}"))
+        };
+        let mut smtp = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&cfg.smtp.host)
+            .port(cfg.smtp.port)
+            .tls(match cfg.smtp.security {
+                Security::Tls => Tls::Wrapper(tls()?),
+                Security::StartTls => Tls::Required(tls()?),
+                Security::None => Tls::None,
+            })
+            .timeout(Some(Duration::from_secs(60)));
         if !cfg.password.is_empty() {
             smtp = smtp.credentials(Credentials::new(cfg.username.clone(), cfg.password.clone()));
         }

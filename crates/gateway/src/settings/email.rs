@@ -45,6 +45,8 @@ pub struct EmailSection {
     /// Seconds between looks at the mailbox without IDLE (the length of one IDLE with it).
     pub poll_interval_secs: Option<u64>,
     pub max_message_bytes: Option<u64>,
+    /// More root certificates (PEM) to trust, for servers with a private CA's certificate.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for EmailSection {
@@ -164,6 +166,9 @@ pub(super) fn email_settings(
     {
         c.max_message_bytes = m;
     }
+    c.ca_file = env("SWITCHBOARD_EMAIL_CA_FILE")
+        .map(std::path::PathBuf::from)
+        .or(file.ca_file.clone());
     // The channel checks senders itself (addresses and domains, and their authentication),
     // and never answers a stranger (no pairing by mail): to the gateway it is open.
     config.open_channels.push(c.name.clone());
