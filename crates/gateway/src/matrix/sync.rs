@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use matrix_sdk::config::SyncSettings;
 use matrix_sdk::deserialized_responses::{TimelineEvent, TimelineEventKind};
+use matrix_sdk::ruma::events::room::MediaSource;
 use matrix_sdk::ruma::events::room::message::{
-    MessageType, OriginalSyncRoomMessageEvent, Relation, RoomMessageEventContent,
+    AudioMessageEventContent, FileMessageEventContent, ImageMessageEventContent, MessageType,
+    OriginalSyncRoomMessageEvent, Relation, RoomMessageEventContent, VideoMessageEventContent,
 };
 use matrix_sdk::ruma::events::{
     AnySyncMessageLikeEvent, AnySyncTimelineEvent, SyncMessageLikeEvent,
@@ -242,38 +244,10 @@ async fn message(
         MessageType::Emote(e) => (e.body.clone(), Vec::new()),
         // Notices are what bots send: never answered (no loops between bots).
         MessageType::Notice(_) => return None,
-        MessageType::Image(i) => file(
-            "photo",
-            i.filename(),
-            i.caption(),
-            i.info.as_ref().and_then(|f| f.size).map(u64::from),
-            i.info.as_ref().and_then(|f| f.mimetype.clone()),
-            &i.source,
-        ),
-        MessageType::File(f) => file(
-            "document",
-            f.filename(),
-            f.caption(),
-            f.info.as_ref().and_then(|f| f.size).map(u64::from),
-            f.info.as_ref().and_then(|f| f.mimetype.clone()),
-            &f.source,
-        ),
-        MessageType::Audio(a) => file(
-            "voice",
-            a.filename(),
-            a.caption(),
-            a.info.as_ref().and_then(|f| f.size).map(u64::from),
-            a.info.as_ref().and_then(|f| f.mimetype.clone()),
-            &a.source,
-        ),
-        MessageType::Video(v) => file(
-            "video",
-            v.filename(),
-            v.caption(),
-            v.info.as_ref().and_then(|f| f.size).map(u64::from),
-            v.info.as_ref().and_then(|f| f.mimetype.clone()),
-            &v.source,
-        ),
+        MessageType::Image(i) => file("photo", i),
+        MessageType::File(f) => file("document", f),
+        MessageType::Audio(a) => file("voice", a),
+        MessageType::Video(v) => file("video", v),
         _ => return None,
     };
     let body = if reply_to.is_some() {
@@ -318,16 +292,48 @@ async fn message(
     })
 }
 
+/// What the file messages (image, file, audio, video) share, each with its own info type.
+trait Media {
+    /// Its name, caption, size, MIME type and media source.
+    fn parts(
+        &self,
+    ) -> (
+        &str,
+        Option<&str>,
+        Option<u64>,
+        Option<String>,
+        &MediaSource,
+    );
+}
+
+macro_rules! media {
+    ($($content:ty),*) => {$(
+        impl Media for $content {
+            fn parts(&self) -> (&str, Option<&str>, Option<u64>, Option<String>, &MediaSource) {
+                let info = self.info.as_ref();
+                (
+                    self.filename(),
+                    self.caption(),
+                    info.and_then(|f| f.size).map(u64::from),
+                    info.and_then(|f| f.mimetype.clone()),
+                    &self.source,
+                )
+            }
+        }
+    )*};
+}
+
+media!(
+    ImageMessageEventContent,
+    FileMessageEventContent,
+    AudioMessageEventContent,
+    VideoMessageEventContent
+);
+
 /// A file message: its caption as the text, the file as the attachment (its media source,
 /// encrypted or not, as JSON: what [`super::MatrixChannel`]'s `fetch` reads).
-fn file(
-    kind: &str,
-    name: &str,
-    caption: Option<&str>,
-    size: Option<u64>,
-    mime: Option<String>,
-    source: &matrix_sdk::ruma::events::room::MediaSource,
-) -> (String, Vec<Attachment>) {
+fn file(kind: &str, content: &impl Media) -> (String, Vec<Attachment>) {
+    let (name, caption, size, mime, source) = content.parts();
     let attachment = Attachment {
         kind: kind.into(),
         name: Some(name.to_owned()),
