@@ -24,6 +24,22 @@ use tracing_subscriber::{EnvFilter, Layer as _};
 /// Matrix channel logs what matters itself).
 pub const DEFAULT_FILTER: &str = "info,sqlx=warn,matrix_sdk=warn,matrix_sdk_base=warn,matrix_sdk_crypto=warn,matrix_sdk_sqlite=warn,matrix_sdk::http_client=off,matrix_sdk_crypto::backups=error";
 
+/// Always off, whatever `SWITCHBOARD_LOG` says: libraries that would log secrets at trace
+/// level — async-imap logs every IMAP command it sends, `LOGIN` with the password. (Their
+/// `log` records are not bridged into `tracing` today; this keeps it so if a dependency
+/// ever turns the bridge on.)
+pub const ALWAYS_OFF: &[&str] = &["async_imap=off", "imap_proto=off"];
+
+/// The filter of `spec` (a `SWITCHBOARD_LOG` value), with [`ALWAYS_OFF`] on top.
+fn filter(spec: &str) -> EnvFilter {
+    ALWAYS_OFF
+        .iter()
+        .fold(EnvFilter::new(spec), |f, d| match d.parse() {
+            Ok(d) => f.add_directive(d),
+            Err(_) => f,
+        })
+}
+
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 
 /// Whether traces are to be exported: an OTLP endpoint is configured.
@@ -92,7 +108,7 @@ pub fn init() {
         (None, None)
     };
     let _ = tracing_subscriber::registry()
-        .with(EnvFilter::new(filter))
+        .with(self::filter(&filter))
         .with(fmt)
         .with(otel)
         .try_init();

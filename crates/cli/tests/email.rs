@@ -100,6 +100,39 @@ async fn mailbox(mail: &MailServer, user: &str) -> Vec<Mail> {
     out
 }
 
+/// Sets or clears (`+FLAGS (\\Seen)` / `-FLAGS …`) flags of the mail in `user`'s INBOX
+/// that `search` finds (an IMAP SEARCH); returns how many.
+async fn flag(mail: &MailServer, user: &str, search: &str, change: &str) -> usize {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", mail.imap_port))
+        .await
+        .unwrap();
+    let mut client = async_imap::Client::new(tcp);
+    client.read_response().await.unwrap();
+    let mut session = client
+        .login(format!("{user}@localhost"), format!("{user}-password"))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    session.select("INBOX").await.unwrap();
+    let found = session.search(search).await.unwrap();
+    if !found.is_empty() {
+        let set = found
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let _: Vec<_> = session
+            .store(set, change)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+    }
+    let _ = session.logout().await;
+    found.len()
+}
+
 /// The bot's mails to Alice.
 async fn from_bot(mail: &MailServer) -> Vec<Mail> {
     mailbox(mail, "alice")
@@ -246,14 +279,16 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
         "{out}"
     );
 
-    let mut server = start(dir.path(), &llm.base_url(), &env).await;
-
-    // 1. A mail starts a conversation; the reply is one mail, in the thread, with text and
-    //    HTML parts, however the agent streamed it.
-    llm.push(MockReply::text_slow(
-        &["Hello **Alice**.", "\n\nHere is more", " and the end."],
-        700,
-    ));
+    // 0. Mail in the mailbox before the first start: what someone already read is left
+    //    alone, the unseen is answered.
+    submit(
+        &mail,
+        "alice",
+        mail_to_bot("alice", "a0@localhost", "Old news", &[])
+            .body("read long ago".to_string())
+            .unwrap(),
+    )
+    .await;
     submit(
         &mail,
         "alice",
@@ -262,6 +297,23 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
             .unwrap(),
     )
     .await;
+    let deadline = Instant::now() + WAIT;
+    while flag(&mail, "bot", "ALL", "+FLAGS ()").await < 2 {
+        assert!(Instant::now() < deadline, "{}", mail.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        flag(&mail, "bot", "SUBJECT \"Old news\"", "+FLAGS (\\Seen)").await,
+        1
+    );
+
+    // 1. The unseen mail starts a conversation; the reply is one mail, in the thread, with
+    //    text and HTML parts, however the agent streamed it.
+    llm.push(MockReply::text_slow(
+        &["Hello **Alice**.", "\n\nHere is more", " and the end."],
+        700,
+    ));
+    let mut server = start(dir.path(), &llm.base_url(), &env).await;
     let reply = wait_mail(&mail, "the first reply", |m| m.text.contains("the end.")).await;
     assert_eq!(reply.text, "Hello **Alice**.\n\nHere is more and the end.");
     assert_eq!(reply.subject, "Re: The build");
@@ -447,7 +499,8 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
     assert_eq!(std::fs::read(copies[0].path()).unwrap(), b"the notes: 42\n");
 
     // 5. Refused: a sender who is not allowed, and an allowed address whose mail the
-    //    trusted server found failing DMARC. Neither is answered nor reaches the agent;
+    //    trusted server found failing DMARC (the test's mail host adds no verdicts of its
+    //    own: the header stands for one `mx.localhost` added, on top). Neither is answered nor reaches the agent;
     //    the next good mail is (mail is read in order, so they were read before it).
     let calls = llm.requests().len();
     let bot_mails = from_bot(&mail).await.len();
@@ -525,8 +578,10 @@ async fn a_mail_thread_is_a_session_with_approvals_files_refusals_and_a_restart(
     assert_eq!(email["state"], "connected", "{status}");
     assert_eq!(email["status"], "waiting for mail (IDLE)", "{status}");
 
-    // 6. A restart with mail waiting: it is answered once, and nothing before again.
+    // 6. A restart with mail waiting: it is answered once, and nothing before again — by
+    //    the stored cursor alone (every mail is made unseen again first).
     server.kill().await;
+    assert!(flag(&mail, "bot", "ALL", "-FLAGS (\\Seen)").await > 5);
     let before = from_bot(&mail).await.len();
     llm.push(MockReply::text(&["Back again."]));
     submit(

@@ -80,7 +80,8 @@ pub(super) fn read(cfg: &EmailConfig, raw: &[u8], fallback_id: &str) -> Result<R
             .filter(|(name, _)| name.eq_ignore_ascii_case("Authentication-Results"))
             .map(|(_, v)| v)
             .collect();
-        authenticated(server, &results, cfg.require_authentication)
+        let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
+        authenticated(server, &results, domain, cfg.require_authentication)
             .map_err(Refusal::Unauthenticated)?;
     }
     let name = sender
@@ -162,7 +163,7 @@ pub(super) fn sender_allowed(allowed: &[String], from: &str) -> bool {
 }
 
 /// Mail that must not be answered (RFC 3834): from the bot itself, from a mailer daemon
-/// (bounces), or marked automatic or bulk.
+/// (bounces, delivery reports), from a mailing list, or marked automatic or bulk.
 fn automatic(cfg: &EmailConfig, msg: &Message<'_>, from: &str) -> bool {
     let local = from.split('@').next().unwrap_or_default();
     let header = |name: &str| {
@@ -170,58 +171,119 @@ fn automatic(cfg: &EmailConfig, msg: &Message<'_>, from: &str) -> bool {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim().to_ascii_lowercase())
     };
+    let report = msg.content_type().is_some_and(|c| {
+        c.ctype().eq_ignore_ascii_case("multipart")
+            && c.subtype()
+                .is_some_and(|s| s.eq_ignore_ascii_case("report"))
+    });
     from == cfg.address.to_ascii_lowercase()
         || matches!(local, "mailer-daemon" | "postmaster")
+        || report
         || header("Auto-Submitted").is_some_and(|v| v != "no")
-        || header("Precedence").is_some_and(|v| matches!(v.as_str(), "bulk" | "list" | "junk"))
+        || header("Precedence")
+            .is_some_and(|v| matches!(v.as_str(), "bulk" | "list" | "junk" | "auto_reply"))
+        || [
+            "List-Id",
+            "List-Post",
+            "X-Autoreply",
+            "X-Autorespond",
+            "X-Auto-Response-Suppress",
+        ]
+        .iter()
+        .any(|h| header(h).is_some())
+        || header("Return-Path").is_some_and(|v| v == "<>")
 }
 
-/// Checks the `Authentication-Results` headers (RFC 8601) that `server` added: any
-/// `dkim`, `spf` or `dmarc` method that failed refuses the mail, and with `require_pass`
-/// so does one without any that passed. Headers of other servers are not looked at: anyone
-/// can write one. `Err` says why.
+/// Checks the `Authentication-Results` header (RFC 8601) that `server` added — the topmost
+/// with its authserv-id (a receiving server adds its own on top; anything below may be the
+/// sender's): a failing `dkim`, `spf` or `dmarc` refuses the mail. With `require_pass`, so
+/// does an SPF `softfail`, and so does a mail without a pass that vouches for the `From:`
+/// domain: `dmarc=pass`, or a `dkim=pass` (`header.d`) or `spf=pass` (`smtp.mailfrom`) of
+/// that domain (or of a parent or child domain of it). `Err` says why.
 pub(super) fn authenticated(
     server: &str,
     headers: &[&str],
+    from_domain: &str,
     require_pass: bool,
 ) -> Result<(), String> {
-    let mut passed = false;
-    for header in headers {
-        // authserv-id [version] ; method=result (comment) prop=value ; …
-        let mut parts = header.split(';');
-        let id = parts
+    let header = headers.iter().find(|h| {
+        h.split(';')
             .next()
             .and_then(|p| p.split_whitespace().next())
-            .unwrap_or_default();
-        if !id.eq_ignore_ascii_case(server) {
+            .is_some_and(|id| id.eq_ignore_ascii_case(server))
+    });
+    let mut vouched = false;
+    for part in header.into_iter().flat_map(|h| h.split(';').skip(1)) {
+        let words: Vec<String> = without_comments(part)
+            .split_whitespace()
+            .map(str::to_ascii_lowercase)
+            .collect();
+        let Some((method, result)) = words.first().and_then(|w| w.split_once('=')) else {
+            continue;
+        };
+        let method = method.split('/').next().unwrap_or_default();
+        if !matches!(method, "dkim" | "spf" | "dmarc") {
             continue;
         }
-        for part in parts {
-            let Some((method, rest)) = part.trim().split_once('=') else {
-                continue;
-            };
-            let method = method.trim().to_ascii_lowercase();
-            let result = rest
-                .split(|c: char| c.is_whitespace() || c == '(')
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            if !matches!(method.as_str(), "dkim" | "spf" | "dmarc") {
-                continue;
+        let property = |name: &str| {
+            words.iter().find_map(|w| {
+                w.strip_prefix(name)
+                    .and_then(|v| v.strip_prefix('='))
+                    .map(|v| {
+                        v.rsplit('@')
+                            .next()
+                            .unwrap_or(v)
+                            .trim_matches('"')
+                            .to_string()
+                    })
+            })
+        };
+        match result {
+            "fail" | "permerror" => return Err(format!("{method}={result} at {server}")),
+            "softfail" if require_pass => return Err(format!("{method}={result} at {server}")),
+            "pass" => {
+                vouched |= match method {
+                    "dmarc" => true,
+                    "dkim" => property("header.d")
+                        .or_else(|| property("header.i"))
+                        .is_some_and(|d| aligned(&d, from_domain)),
+                    _ => property("smtp.mailfrom").is_some_and(|d| aligned(&d, from_domain)),
+                };
             }
-            match result.as_str() {
-                "pass" => passed = true,
-                "fail" | "permerror" => return Err(format!("{method}={result} at {server}")),
-                _ => {}
-            }
+            _ => {}
         }
     }
-    if require_pass && !passed {
+    if require_pass && !vouched {
         return Err(format!(
-            "no passing dkim, spf or dmarc result from {server}"
+            "no passing dmarc, or dkim or spf of {from_domain}, from {server}"
         ));
     }
     Ok(())
+}
+
+/// A header value without its `(comments)`.
+fn without_comments(s: &str) -> String {
+    let mut depth = 0usize;
+    s.chars()
+        .filter(|&c| match c {
+            '(' => {
+                depth += 1;
+                false
+            }
+            ')' => {
+                depth = depth.saturating_sub(1);
+                false
+            }
+            _ => depth == 0,
+        })
+        .collect()
+}
+
+/// Whether two domains are the same organisation's in DMARC's relaxed sense, roughly: equal,
+/// or one a subdomain of the other.
+fn aligned(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim_end_matches('.'), b.trim_end_matches('.'));
+    a == b || a.ends_with(&format!(".{b}")) || b.ends_with(&format!(".{a}"))
 }
 
 /// The new words of a mail: the quoted mail it answers (`> …` lines and the
@@ -293,7 +355,7 @@ pub(super) fn reply_subject(subject: &str) -> String {
     let s = subject.trim();
     if s.is_empty() {
         "Re: your message".into()
-    } else if s.len() >= 3 && s[..3].eq_ignore_ascii_case("re:") {
+    } else if s.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("re:")) {
         s.to_string()
     } else {
         format!("Re: {s}")

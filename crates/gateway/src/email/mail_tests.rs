@@ -50,6 +50,9 @@ fn robots_and_the_bot_itself_are_never_answered() {
         "From: MAILER-DAEMON@team.example",
         "From: ann@example.org\nAuto-Submitted: auto-replied",
         "From: ann@example.org\nPrecedence: bulk",
+        "From: ann@example.org\nList-Id: <team.example.org>",
+        "From: ann@example.org\nX-Autoreply: yes",
+        "From: ann@example.org\nReturn-Path: <>",
     ] {
         assert_eq!(
             read(&c, &raw(headers, "x"), "f"),
@@ -62,29 +65,60 @@ fn robots_and_the_bot_itself_are_never_answered() {
 }
 
 #[test]
-fn only_the_trusted_server_s_failing_verdicts_refuse() {
+fn only_the_trusted_server_s_topmost_verdict_counts() {
     let mx = "mx.example.org";
-    assert!(authenticated(mx, &[], false).is_ok(), "nothing said: taken");
+    let d = "example.org";
     assert!(
-        authenticated(mx, &[], true).is_err(),
+        authenticated(mx, &[], d, false).is_ok(),
+        "nothing said: taken"
+    );
+    assert!(
+        authenticated(mx, &[], d, true).is_err(),
         "nothing passed: refused when required"
     );
     let pass = "mx.example.org; dkim=pass header.d=example.org; spf=pass smtp.mailfrom=example.org; dmarc=pass";
-    assert!(authenticated(mx, &[pass], true).is_ok());
+    assert!(authenticated(mx, &[pass], d, true).is_ok());
     for fail in [
         "mx.example.org; dkim=fail (bad signature) header.d=example.org",
         "MX.example.org 1; spf=fail smtp.mailfrom=example.org",
         "mx.example.org;\r\n dmarc=fail header.from=example.org",
         "mx.example.org; dkim=pass; dmarc=permerror",
     ] {
-        let e = authenticated(mx, &[fail], false).unwrap_err();
+        let e = authenticated(mx, &[fail], d, false).unwrap_err();
         assert!(e.contains("mx.example.org"), "{e}");
     }
     // Anyone can write a header naming another server: it is not read.
     let forged = "evil.example; dkim=pass; dmarc=pass";
-    assert!(authenticated(mx, &[forged], false).is_ok());
-    assert!(authenticated(mx, &[forged], true).is_err());
-    assert!(authenticated(mx, &["evil.example; dkim=fail"], false).is_ok());
+    assert!(authenticated(mx, &[forged], d, false).is_ok());
+    assert!(authenticated(mx, &[forged], d, true).is_err());
+    assert!(authenticated(mx, &["evil.example; dkim=fail"], d, false).is_ok());
+    // Only the topmost header of the trusted server: one the sender put below it is not.
+    let real = "mx.example.org; spf=none; dkim=none";
+    let planted = "mx.example.org; dmarc=pass";
+    assert!(authenticated(mx, &[real, planted], d, true).is_err());
+    assert!(authenticated(mx, &[planted, real], d, true).is_ok());
+    // A pass must vouch for the From: domain: SPF of the attacker's own envelope domain, or
+    // a DKIM signature of another domain, does not.
+    for other in [
+        "mx.example.org; spf=pass smtp.mailfrom=attacker@evil.example",
+        "mx.example.org; dkim=pass (good) header.d=evil.example",
+    ] {
+        assert!(authenticated(mx, &[other], d, true).is_err(), "{other}");
+        assert!(authenticated(mx, &[other], d, false).is_ok(), "{other}");
+    }
+    for aligned in [
+        "mx.example.org; spf=pass smtp.mailfrom=bounces@mail.example.org",
+        "mx.example.org; dkim=pass header.d=example.org header.s=s1",
+        "mx.example.org; dkim=pass header.i=@example.org",
+    ] {
+        assert!(authenticated(mx, &[aligned], d, true).is_ok(), "{aligned}");
+    }
+    let soft = "mx.example.org; spf=softfail smtp.mailfrom=example.org; dmarc=pass";
+    assert!(authenticated(mx, &[soft], d, false).is_ok());
+    assert!(
+        authenticated(mx, &[soft], d, true).is_err(),
+        "softfail refused when required"
+    );
 
     let mut c = cfg();
     c.trusted_authserv_id = Some(mx.into());
@@ -134,6 +168,12 @@ fn a_thread_keeps_its_root_and_latest_references() {
     assert_eq!(reply_subject("the migration"), "Re: the migration");
     assert_eq!(reply_subject("RE: the migration"), "RE: the migration");
     assert_eq!(reply_subject(""), "Re: your message");
+    assert_eq!(
+        reply_subject("Привет"),
+        "Re: Привет",
+        "not cut inside a character"
+    );
+    assert_eq!(reply_subject("éé"), "Re: éé");
 }
 
 #[test]

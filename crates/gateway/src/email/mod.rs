@@ -7,9 +7,10 @@
 //!   sender gets no mail back (no pairing by mail). Mail from the bot itself, from mailer
 //!   daemons and from robots (`Auto-Submitted`, `Precedence: bulk`) is never answered either.
 //! - **Sender authentication.** With [`EmailConfig::trusted_authserv_id`] set, the
-//!   `Authentication-Results` headers that server added (RFC 8601) are read: a failing
+//!   topmost `Authentication-Results` header that server added (RFC 8601) is read: a failing
 //!   `dkim`, `spf` or `dmarc` refuses the mail (and with
-//!   [`EmailConfig::require_authentication`], so does one without any that passed).
+//!   [`EmailConfig::require_authentication`], so does one without a pass that vouches for
+//!   the `From:` domain: `dmarc=pass`, or an aligned `dkim`/`spf` pass).
 //!   Without one, the `From:` address is taken on trust (the start-up log says so).
 //! - **Conversations.** A thread — by `References` / `In-Reply-To`, rooted at its first mail —
 //!   is one conversation (`ChatKind::Thread`: the sender's address, the root's Message-ID),
@@ -21,7 +22,8 @@
 //! - **Nothing lost, nothing twice.** The mailbox is read from a UID cursor kept in the
 //!   channel state (`cursor` = `UIDVALIDITY:UID`), advanced only after each mail was
 //!   stored by the gateway (which takes each Message-ID once); handled mail is marked
-//!   `\Seen`. The first start (or a new UIDVALIDITY) begins at the first unseen mail.
+//!   `\Seen`. The first start (or a new UIDVALIDITY) hands in the unseen mail only (each
+//!   marked `\Seen` once stored), then stores the cursor at the end of the mailbox.
 //! - **Approvals** have no buttons: the prompt mail lists the calls and says to reply
 //!   `allow` or `deny [reason]` (`dispatcher/answers.rs`); the quoted prompt under a reply
 //!   is cut off before the answer is read.

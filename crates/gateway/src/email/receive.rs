@@ -31,7 +31,7 @@ pub(super) async fn run(
         ch.health.connecting("logging in");
         let outcome = tokio::select! {
             _ = cancel.cancelled() => None,
-            r = session(ch, &ctx, &cancel) => Some(r),
+            r = session(ch, &ctx, &cancel, &mut backoff) => Some(r),
         };
         match outcome {
             None | Some(Ok(())) => {
@@ -66,11 +66,12 @@ enum Failure {
 }
 
 /// One connection: reads what is new, then waits for more, until an error (or cancel,
-/// which drops this future).
+/// which drops this future). `backoff` is reset once the mailbox is open.
 async fn session(
     ch: &EmailChannel,
     ctx: &ChannelContext,
     cancel: &CancellationToken,
+    backoff: &mut Duration,
 ) -> Result<(), Failure> {
     let cfg = &ch.cfg;
     let mut session = imap::login(cfg).await.map_err(Failure::Connection)?;
@@ -83,10 +84,11 @@ async fn session(
         .select(&cfg.mailbox)
         .await
         .map_err(|e| Failure::Connection(format!("IMAP: opening {}: {e}", cfg.mailbox)))?;
+    *backoff = Duration::from_secs(1);
     let validity = mailbox.uid_validity.unwrap_or(0);
     let mut cursor = match stored_cursor(ctx, validity).await {
         Some(uid) => uid,
-        None => first_cursor(&mut session, mailbox.uid_next).await?,
+        None => first_start(ch, ctx, &mut session, validity, mailbox.uid_next).await?,
     };
     ch.health.connected(if idle {
         "waiting for mail (IDLE)"
@@ -94,12 +96,35 @@ async fn session(
         "polling"
     });
     loop {
-        cursor = hand_in(ch, ctx, &mut session, validity, cursor).await?;
+        // Until a pass finds nothing new, and no news came with the answers meanwhile
+        // (`* N EXISTS` in the answer to a FETCH or STORE is not repeated in IDLE).
+        loop {
+            let new = new_mail(&mut session, cursor).await?;
+            if new.is_empty() && !news(&mut session) {
+                break;
+            }
+            cursor = hand_over(ch, ctx, &mut session, validity, &new, true)
+                .await?
+                .unwrap_or(cursor);
+        }
         if cancel.is_cancelled() {
             return Ok(());
         }
         session = wait(session, idle, cfg.poll_interval).await?;
     }
+}
+
+/// Whether the server said something changed (new mail) in an answer since last asked.
+fn news(session: &mut Session) -> bool {
+    let mut news = false;
+    while let Ok(r) = session.unsolicited_responses.try_recv() {
+        news |= matches!(
+            r,
+            async_imap::types::UnsolicitedResponse::Exists(_)
+                | async_imap::types::UnsolicitedResponse::Recent(_)
+        );
+    }
+    news
 }
 
 /// The stored cursor, if it is of this UIDVALIDITY.
@@ -109,35 +134,55 @@ async fn stored_cursor(ctx: &ChannelContext, validity: u32) -> Option<u32> {
     (v.parse::<u32>().ok()? == validity).then_some(uid.parse().ok()?)
 }
 
-/// Where a first start begins: before the first unseen mail (or after the last one).
-async fn first_cursor(session: &mut Session, uid_next: Option<u32>) -> Result<u32, Failure> {
-    let unseen = session
-        .uid_search("UNSEEN")
-        .await
-        .map_err(|e| Failure::Connection(format!("IMAP: searching unseen mail: {e}")))?;
-    Ok(match unseen.into_iter().min() {
-        Some(first) => first.saturating_sub(1),
-        None => uid_next.unwrap_or(1).saturating_sub(1),
-    })
-}
-
-/// Hands every mail after `cursor` to the sink, in UID order, storing the cursor after
-/// each; returns the new cursor.
-async fn hand_in(
+/// A first start (or a new UIDVALIDITY): the unseen mail is handed in (each marked `\Seen`
+/// as it is stored, so a crash meanwhile starts over with the rest), mail already seen is
+/// not; then the cursor is stored at the end of the mailbox as it was when opened.
+async fn first_start(
     ch: &EmailChannel,
     ctx: &ChannelContext,
     session: &mut Session,
     validity: u32,
-    mut cursor: u32,
+    uid_next: Option<u32>,
 ) -> Result<u32, Failure> {
-    let cfg = &ch.cfg;
     let conn = |e: async_imap::error::Error| Failure::Connection(format!("IMAP: {e}"));
-    // `N:*` names the last mail even when its UID is below N: filtered out below.
-    let mut new: Vec<(u32, u32)> = session
-        .uid_fetch(
-            format!("{}:*", cursor.saturating_add(1)),
-            "(UID RFC822.SIZE)",
-        )
+    let mut unseen: Vec<u32> = session
+        .uid_search("UNSEEN")
+        .await
+        .map_err(conn)?
+        .into_iter()
+        .collect();
+    unseen.sort_unstable();
+    let end = uid_next
+        .unwrap_or_else(|| unseen.last().map_or(1, |u| u + 1))
+        .saturating_sub(1);
+    if !unseen.is_empty() {
+        let list = unseen
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let sized = sizes(session, &list, 0).await?;
+        hand_over(ch, ctx, session, validity, &sized, false).await?;
+    }
+    let end = end.max(unseen.last().copied().unwrap_or(0));
+    ctx.state
+        .set(CURSOR, &format!("{validity}:{end}"))
+        .await
+        .map_err(Failure::NotStored)?;
+    Ok(end)
+}
+
+/// The mail after `cursor`, in UID order, with sizes.
+async fn new_mail(session: &mut Session, cursor: u32) -> Result<Vec<(u32, u32)>, Failure> {
+    // `N:*` names the last mail even when its UID is below N: filtered out in `sizes`.
+    sizes(session, &format!("{}:*", cursor.saturating_add(1)), cursor).await
+}
+
+/// UIDs and sizes of the mail in `set` with a UID above `above`, in UID order.
+async fn sizes(session: &mut Session, set: &str, above: u32) -> Result<Vec<(u32, u32)>, Failure> {
+    let conn = |e: async_imap::error::Error| Failure::Connection(format!("IMAP: {e}"));
+    let mut out: Vec<(u32, u32)> = session
+        .uid_fetch(set, "(UID RFC822.SIZE)")
         .await
         .map_err(conn)?
         .try_collect::<Vec<_>>()
@@ -145,10 +190,26 @@ async fn hand_in(
         .map_err(conn)?
         .iter()
         .filter_map(|f| Some((f.uid?, f.size.unwrap_or(0))))
-        .filter(|&(uid, _)| uid > cursor)
+        .filter(|&(uid, _)| uid > above)
         .collect();
-    new.sort_unstable();
-    for (uid, size) in new {
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Hands each mail of `mail` (UID, size) to the sink in order, marking it `\Seen` after it
+/// is stored, and with `advance` storing the cursor after each; returns the last UID.
+async fn hand_over(
+    ch: &EmailChannel,
+    ctx: &ChannelContext,
+    session: &mut Session,
+    validity: u32,
+    mail: &[(u32, u32)],
+    advance: bool,
+) -> Result<Option<u32>, Failure> {
+    let cfg = &ch.cfg;
+    let mut last = None;
+    for &(uid, size) in mail {
         if u64::from(size) > cfg.max_message_bytes {
             tracing::warn!(channel = %cfg.name, uid, size, limit = cfg.max_message_bytes, "a mail larger than max_message_bytes was not read");
             refused(ch, "too_large");
@@ -159,11 +220,16 @@ async fn hand_in(
             let fallback = format!("uid-{validity}-{uid}@{}", cfg.domain());
             match mail::read(cfg, &raw, &fallback) {
                 Ok(received) => {
-                    let m = message(ch, ctx, received, validity, uid).await;
+                    let (m, notes) = message(ch, ctx, received, validity, uid).await;
                     ctx.sink
                         .accept(Inbound::Message(m))
                         .await
                         .map_err(Failure::NotStored)?;
+                    for (key, value) in notes {
+                        if let Err(e) = ctx.state.set(&key, &value).await {
+                            tracing::warn!(channel = %cfg.name, error = %e, "storing a mail thread");
+                        }
+                    }
                 }
                 Err(refusal) => {
                     match &refusal {
@@ -178,17 +244,19 @@ async fn hand_in(
                 }
             }
         }
-        ctx.state
-            .set(CURSOR, &format!("{validity}:{uid}"))
-            .await
-            .map_err(Failure::NotStored)?;
-        cursor = uid;
-        // For people who read the mailbox too; the cursor is what counts.
+        if advance {
+            ctx.state
+                .set(CURSOR, &format!("{validity}:{uid}"))
+                .await
+                .map_err(Failure::NotStored)?;
+        }
+        last = Some(uid);
+        // For people who read the mailbox too, and for a first start's crash window.
         if let Ok(s) = session.uid_store(uid.to_string(), "+FLAGS (\\Seen)").await {
             let _ = s.try_collect::<Vec<_>>().await;
         }
     }
-    Ok(cursor)
+    Ok(last)
 }
 
 fn refused(ch: &EmailChannel, reason: &'static str) {
@@ -196,14 +264,15 @@ fn refused(ch: &EmailChannel, reason: &'static str) {
         .increment(1);
 }
 
-/// The gateway's message of a mail, its thread noted in the channel state.
+/// The gateway's message of a mail, and what to note of its thread in the channel state
+/// (key, value) once it is stored.
 async fn message(
     ch: &EmailChannel,
     ctx: &ChannelContext,
     r: mail::Received,
     validity: u32,
     uid: u32,
-) -> InboundMessage {
+) -> (InboundMessage, Vec<(String, String)>) {
     let state = &ctx.state;
     // The thread's root: the one noted for the message answered (a mail of ours, or one
     // received), else the first of `References`, else the one answered, else this mail.
@@ -232,18 +301,14 @@ async fn message(
         }
     }
     thread.push(&r.message_id);
-    let noted = async {
-        state.set(&root_key(&r.message_id), &root).await?;
-        state
-            .set(
-                &thread_key(&root),
-                &serde_json::to_string(&thread).map_err(|e| e.to_string())?,
-            )
-            .await
-    };
-    if let Err(e) = noted.await {
-        tracing::warn!(channel = %ch.cfg.name, error = %e, "storing a mail thread");
-    }
+    // Noted once the message is stored (a mail read again is read as the first time).
+    let notes = vec![
+        (root_key(&r.message_id), root.clone()),
+        (
+            thread_key(&root),
+            serde_json::to_string(&thread).unwrap_or_default(),
+        ),
+    ];
     // A new conversation starts with its subject, unless the mail is a command.
     let text = if first && !r.subject.is_empty() && !r.text.starts_with('/') {
         if r.text.is_empty() {
@@ -265,7 +330,7 @@ async fn message(
             source: Some(imap::source(validity, uid, *index)),
         })
         .collect();
-    InboundMessage {
+    let m = InboundMessage {
         channel: ch.cfg.name.clone(),
         peer: Peer {
             id: r.from.clone(),
@@ -283,7 +348,8 @@ async fn message(
         attachments,
         reply_to: r.in_reply_to.clone(),
         meta: serde_json::json!({ "subject": r.subject, "uid": uid, "uidvalidity": validity }),
-    }
+    };
+    (m, notes)
 }
 
 /// The attachment kind the gateway knows a file by.

@@ -169,6 +169,22 @@ pub(super) fn email_settings(
     c.ca_file = env("SWITCHBOARD_EMAIL_CA_FILE")
         .map(std::path::PathBuf::from)
         .or(file.ca_file.clone());
+    for (var, instead) in [
+        (
+            "SWITCHBOARD_EMAIL_ALLOWED_USERS",
+            "SWITCHBOARD_EMAIL_ALLOWED_SENDERS",
+        ),
+        (
+            "SWITCHBOARD_EMAIL_ALLOWED_CHATS",
+            "SWITCHBOARD_EMAIL_ALLOWED_SENDERS",
+        ),
+    ] {
+        if env(var).is_some() {
+            return Err(SettingsError::new(format!(
+                "{var} is not an email setting: use {instead} (addresses or domains)"
+            )));
+        }
+    }
     // The channel checks senders itself (addresses and domains, and their authentication),
     // and never answers a stranger (no pairing by mail): to the gateway it is open.
     config.open_channels.push(c.name.clone());
