@@ -370,6 +370,30 @@ pub trait Channel: Send + Sync + 'static {
         Err(InboundHttpError::NotSupported)
     }
 
+    /// For platforms that push several updates in one request (WhatsApp's deliveries):
+    /// every item it carries, in order. The default: [`Channel::inbound_http`]'s one.
+    async fn inbound_http_all(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> Result<Vec<Inbound>, InboundHttpError> {
+        Ok(self
+            .inbound_http(headers, body)
+            .await?
+            .into_iter()
+            .collect())
+    }
+
+    /// For platforms that check their webhook with a `GET` before pushing to it (Meta's
+    /// `hub.challenge`): the text to answer with, given the query string. Served at
+    /// `GET /v1/gateway/channels/{name}/webhook`.
+    fn http_subscribe(
+        &self,
+        _query: &std::collections::HashMap<String, String>,
+    ) -> Result<String, InboundHttpError> {
+        Err(InboundHttpError::NotSupported)
+    }
+
     /// For platforms that check an HTTP endpoint with a challenge before pushing to it
     /// (Slack's `url_verification`): the text to answer `body` with, or `None` when `body`
     /// is no such challenge. The webhook route calls this before [`Channel::inbound_http`]

@@ -17,6 +17,9 @@ pub use email::EmailSection;
 use email::email_settings;
 pub use matrix::MatrixSection;
 use matrix::matrix_settings;
+mod whatsapp;
+pub use whatsapp::WhatsAppSection;
+use whatsapp::whatsapp_settings;
 
 /// `[gateway]`: how chat messages map to sessions and approvals.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -54,6 +57,7 @@ pub struct ChannelsSection {
     pub discord: Option<DiscordSection>,
     pub matrix: Option<MatrixSection>,
     pub email: Option<EmailSection>,
+    pub whatsapp: Option<WhatsAppSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
@@ -174,6 +178,7 @@ pub struct GatewaySettings {
     pub discord: Option<crate::discord::DiscordConfig>,
     pub matrix: Option<crate::matrix::MatrixConfig>,
     pub email: Option<crate::email::EmailConfig>,
+    pub whatsapp: Option<crate::whatsapp::WhatsAppConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -187,6 +192,7 @@ impl GatewaySettings {
             self.discord.as_ref().map(|c| c.name.clone()),
             self.matrix.as_ref().map(|c| c.name.clone()),
             self.email.as_ref().map(|c| c.name.clone()),
+            self.whatsapp.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -246,6 +252,15 @@ impl GatewaySettings {
             out.push(Arc::new(
                 crate::email::EmailChannel::new(c.clone()).map_err(|e| {
                     SettingsError::new(format!("[channels.email] (or SWITCHBOARD_EMAIL_*): {e}"))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.whatsapp {
+            out.push(Arc::new(
+                crate::whatsapp::WhatsAppChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!(
+                        "[channels.whatsapp] (or SWITCHBOARD_WHATSAPP_*): {e}"
+                    ))
                 })?,
             ));
         }
@@ -569,6 +584,7 @@ pub fn gateway_settings(
     };
     let matrix = matrix_settings(&mut config, channels)?;
     let email = email_settings(&mut config, channels)?;
+    let mut whatsapp = whatsapp_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -643,6 +659,9 @@ pub fn gateway_settings(
     if let Some(c) = discord.as_mut() {
         retry_settings!(c);
     }
+    if let Some(c) = whatsapp.as_mut() {
+        retry_settings!(c);
+    }
     for c in webhooks.iter_mut() {
         retry_settings!(c);
     }
@@ -651,11 +670,12 @@ pub fn gateway_settings(
         && discord.is_none()
         && matrix.is_none()
         && email.is_none()
+        && whatsapp.is_none()
         && webhooks.is_empty()
     {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -667,6 +687,7 @@ pub fn gateway_settings(
         discord,
         matrix,
         email,
+        whatsapp,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))

@@ -11,6 +11,7 @@ pub mod call_log;
 pub mod fake_discord;
 pub mod fake_slack;
 pub mod fake_telegram;
+pub mod fake_whatsapp;
 pub mod faulty_store;
 pub mod mock_llm;
 pub mod postgres;

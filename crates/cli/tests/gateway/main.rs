@@ -315,7 +315,15 @@ fn channels_test_help_names_every_platform() {
         .unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for name in ["telegram", "slack", "discord", "webhook:NAME"] {
+    for name in [
+        "telegram",
+        "slack",
+        "discord",
+        "matrix",
+        "email",
+        "whatsapp",
+        "webhook:NAME",
+    ] {
         assert!(help.contains(name), "{name} missing from:\n{help}");
     }
 }

@@ -59,7 +59,6 @@ pub(crate) async fn channel_push(
     headers: HeaderMap,
     body: Bytes,
 ) -> Answer<Response> {
-    use crate::channel::InboundHttpError;
     let Some(ch) = s.gw()?.channel(&name) else {
         return Err(error(
             ErrorCode::NotFound,
@@ -69,21 +68,13 @@ pub(crate) async fn channel_push(
     if let Some(answer) = ch.http_challenge(&headers, &body) {
         return Ok(([(axum::http::header::CONTENT_TYPE, "text/plain")], answer).into_response());
     }
-    let item = ch
-        .inbound_http(&headers, &body)
+    let items = ch
+        .inbound_http_all(&headers, &body)
         .await
-        .map_err(|e| match e {
-            InboundHttpError::NotSupported => error(
-                ErrorCode::NotFound,
-                format!("channel {name:?} does not receive updates over HTTP"),
-            ),
-            InboundHttpError::Unauthorized => {
-                tracing::warn!(channel = %name, "pushed update refused: wrong secret token");
-                error(ErrorCode::Unauthorized, "missing or wrong secret token")
-            }
-            InboundHttpError::Malformed(m) => error(ErrorCode::ValidationFailed, m),
-        })?;
-    if let Some(item) = item {
+        .map_err(|e| refused(&name, e))?;
+    // In order, each stored before the push is answered: a failure answers 503 and the
+    // platform pushes again (the gateway takes each message once).
+    for item in items {
         s.gw()?.accept(item).await.map_err(|e| {
             tracing::error!(channel = %name, error = %e, "storing a pushed update");
             error(ErrorCode::Unavailable, "could not store the update; retry")
@@ -93,6 +84,53 @@ pub(crate) async fn channel_push(
         Some(answer) => answer.into_response(),
         None => Json(Accepted { ok: true }).into_response(),
     })
+}
+
+/// Why a push (or a subscription check) was refused, as an answer.
+fn refused(name: &str, e: crate::channel::InboundHttpError) -> ApiError {
+    use crate::channel::InboundHttpError;
+    match e {
+        InboundHttpError::NotSupported => error(
+            ErrorCode::NotFound,
+            format!("channel {name:?} does not receive updates over HTTP"),
+        ),
+        InboundHttpError::Unauthorized => {
+            tracing::warn!(channel = %name, "pushed update refused: wrong secret token or signature");
+            error(
+                ErrorCode::Unauthorized,
+                "missing or wrong secret token or signature",
+            )
+        }
+        InboundHttpError::Malformed(m) => error(ErrorCode::ValidationFailed, m),
+    }
+}
+
+/// A platform's check of the webhook before it pushes to it (Meta's `hub.challenge`):
+/// answered with the challenge (text/plain) when the verify token is right.
+#[utoipa::path(get, path = "/v1/gateway/channels/{name}/webhook", security(()), tag = "gateway",
+    params(("name" = String, Path, description = "The channel's name")),
+    responses((status = 200, description = "The challenge, echoed (text/plain)", body = String),
+              (status = 401, description = "`unauthorized`: wrong verify token", body = ErrorBody),
+              (status = 404, description = "`not_found`: no such channel, or it does not check its webhook this way", body = ErrorBody)))]
+pub(crate) async fn channel_subscribe(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    switchboard_http::Query(query): switchboard_http::Query<
+        std::collections::HashMap<String, String>,
+    >,
+) -> Answer<Response> {
+    let Some(ch) = s.gw()?.channel(&name) else {
+        return Err(error(
+            ErrorCode::NotFound,
+            format!("no channel named {name:?}"),
+        ));
+    };
+    let challenge = ch.http_subscribe(&query).map_err(|e| refused(&name, e))?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/plain")],
+        challenge,
+    )
+        .into_response())
 }
 
 /// `POST /v1/gateway/slack/events`: the Slack Events API's usual path, for the channel

@@ -49,6 +49,7 @@ use pairing::*;
         expire,
         webhook,
         channel_push,
+        channel_subscribe,
         slack_events
     ),
     components(schemas(
@@ -221,7 +222,10 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
     Router::new()
         .merge(protected)
         .route("/v1/gateway/webhook/{name}", post(webhook))
-        .route("/v1/gateway/channels/{name}/webhook", post(channel_push))
+        .route(
+            "/v1/gateway/channels/{name}/webhook",
+            post(channel_push).get(channel_subscribe),
+        )
         .route("/v1/gateway/slack/events", post(slack_events))
         .layer(axum::middleware::from_fn(switchboard_http::request_id))
         .with_state(state)

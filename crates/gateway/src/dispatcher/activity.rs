@@ -134,6 +134,21 @@ impl Channel for Tracked {
         self.inner.inbound_http(headers, body).await
     }
 
+    async fn inbound_http_all(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> Result<Vec<Inbound>, InboundHttpError> {
+        self.inner.inbound_http_all(headers, body).await
+    }
+
+    fn http_subscribe(
+        &self,
+        query: &std::collections::HashMap<String, String>,
+    ) -> Result<String, InboundHttpError> {
+        self.inner.http_subscribe(query)
+    }
+
     fn http_challenge(&self, headers: &axum::http::HeaderMap, body: &[u8]) -> Option<String> {
         self.inner.http_challenge(headers, body)
     }

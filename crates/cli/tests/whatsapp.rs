@@ -1,0 +1,303 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! The WhatsApp channel end to end: the real server, a fake WhatsApp Cloud API speaking the
+//! Graph API's wire format and pushing signed deliveries to the server's webhook, and the
+//! mock LLM. One scenario, in steps.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+use switchboard_test_support::fake_whatsapp::{FakeWhatsApp, Sent};
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+
+const WAIT: Duration = Duration::from_secs(30);
+const ALICE: &str = "4915112345";
+const MALLORY: &str = "4915199999";
+const VERIFY: &str = "verify-token-for-meta";
+
+async fn wait_sent(wa: &FakeWhatsApp, what: &str, f: impl Fn(&[Sent]) -> bool) -> Vec<Sent> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let sent = wa.sent_to(ALICE);
+        if f(&sent) {
+            return sent;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {sent:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
+    let wa = FakeWhatsApp::start().await;
+    let llm = MockLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_s = ws.path().to_string_lossy().to_string();
+    let base = wa.api_base();
+    let env = [
+        (
+            "SWITCHBOARD_WHATSAPP_PHONE_NUMBER_ID",
+            FakeWhatsApp::PHONE_NUMBER_ID,
+        ),
+        ("SWITCHBOARD_WHATSAPP_ACCESS_TOKEN", FakeWhatsApp::TOKEN),
+        ("SWITCHBOARD_WHATSAPP_APP_SECRET", FakeWhatsApp::APP_SECRET),
+        ("SWITCHBOARD_WHATSAPP_VERIFY_TOKEN", VERIFY),
+        ("SWITCHBOARD_WHATSAPP_API_BASE", base.as_str()),
+        ("SWITCHBOARD_WHATSAPP_ALLOWED_USERS", ALICE),
+        ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
+    ];
+    let out = channels_test(
+        "whatsapp",
+        env.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+    .await;
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && said.contains("whatsapp: ok — Switchboard Test (+1 555-010-0199)"),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = start(dir.path(), &llm.base_url(), &env).await;
+    wa.set_webhook(&format!(
+        "{}/v1/gateway/channels/whatsapp/webhook",
+        server.url
+    ));
+
+    // Meta's subscription check: the challenge for the right verify token only.
+    assert_eq!(
+        wa.subscribe(VERIFY, "1158201444").await,
+        (200, "1158201444".into())
+    );
+    assert_eq!(wa.subscribe("guess", "1158201444").await.0, 401);
+    // A delivery not signed with the app secret is refused, and reaches nobody.
+    let forged = FakeWhatsApp::delivery(
+        ALICE,
+        "Alice",
+        json!([{"from": ALICE, "id": "wamid.forged", "type": "text", "text": {"body": "rm -rf"}}]),
+    );
+    assert_eq!(wa.post_signed(&forged, "not-the-app-secret").await, 401);
+
+    // 1. A reply streamed in paragraphs (WhatsApp cannot edit), the whole text exact; the
+    //    message marked read.
+    llm.push(MockReply::text_slow(
+        &["First paragraph.\n\n", "Second paragraph.\n\n", "The end."],
+        400,
+    ));
+    let hello = wa.dm(ALICE, "Alice", "hello").await;
+    let sent = wait_sent(&wa, "the whole reply", |s| {
+        s.iter().any(|m| m.text.contains("The end."))
+    })
+    .await;
+    let texts: Vec<&str> = sent.iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["First paragraph.", "Second paragraph.", "The end."]);
+    assert!(wa.reads().contains(&hello), "marked read");
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "the forged delivery reached nobody"
+    );
+
+    // 2. A long reply is split under WhatsApp's 4,096 characters, nothing lost.
+    let long: String = (0..900).map(|i| format!("word{i} ")).collect();
+    llm.push(MockReply::text(&[long.as_str()]));
+    wa.dm(ALICE, "Alice", "say a lot").await;
+    let before = sent.len();
+    let sent = wait_sent(&wa, "the long reply", |s| {
+        s.iter().any(|m| m.text.contains("word899"))
+    })
+    .await;
+    let parts = &sent[before..];
+    assert!(parts.len() >= 2, "{parts:#?}");
+    assert!(parts.iter().all(|m| m.text.chars().count() <= 4096));
+    let joined = parts
+        .iter()
+        .map(|m| m.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert_eq!(
+        joined.split_whitespace().collect::<Vec<_>>(),
+        long.split_whitespace().collect::<Vec<_>>()
+    );
+
+    // 3. An approval with reply buttons: someone else's press is refused, Alice's allows.
+    llm.push(MockReply::tool_call(
+        "c1",
+        "run_command",
+        json!({"command": "touch allowed.txt"}),
+    ));
+    llm.push(MockReply::text(&["Ran it."]));
+    wa.dm(ALICE, "Alice", "make the file").await;
+    let sent = wait_sent(&wa, "the prompt", |s| {
+        s.iter().any(|m| !m.buttons.is_empty())
+    })
+    .await;
+    let prompt = sent.iter().find(|m| !m.buttons.is_empty()).unwrap().clone();
+    assert_eq!(prompt.kind, "interactive");
+    assert!(prompt.text.contains("allowed.txt"), "{prompt:?}");
+    let (allow, _) = prompt
+        .buttons
+        .iter()
+        .find(|(_, t)| t.starts_with("Allow"))
+        .unwrap()
+        .clone();
+    let (deny, _) = prompt
+        .buttons
+        .iter()
+        .find(|(_, t)| t.starts_with("Deny"))
+        .unwrap()
+        .clone();
+    let _ = deny;
+    wa.press(MALLORY, "Mallory", &prompt.id, &allow, "Allow")
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !ws.path().join("allowed.txt").exists(),
+        "a stranger's press decides nothing"
+    );
+    wa.press(ALICE, "Alice", &prompt.id, &allow, "Allow").await;
+    wait_sent(&wa, "the reply after allow", |s| {
+        s.iter().any(|m| m.text.contains("Ran it."))
+    })
+    .await;
+    assert!(ws.path().join("allowed.txt").exists());
+
+    // 4. Denied by a reply to the prompt, with a reason.
+    llm.push(MockReply::tool_call(
+        "c2",
+        "run_command",
+        json!({"command": "touch denied.txt"}),
+    ));
+    llm.push(MockReply::text(&["Not touching it."]));
+    wa.dm(ALICE, "Alice", "another one").await;
+    let sent = wait_sent(&wa, "the second prompt", |s| {
+        s.iter()
+            .any(|m| m.text.contains("denied.txt") && !m.buttons.is_empty())
+    })
+    .await;
+    let prompt = sent
+        .iter()
+        .rev()
+        .find(|m| m.text.contains("denied.txt"))
+        .unwrap()
+        .clone();
+    wa.reply(ALICE, "Alice", &prompt.id, "deny, not today")
+        .await;
+    wait_sent(&wa, "the reply after deny", |s| {
+        s.iter().any(|m| m.text.contains("Not touching it."))
+    })
+    .await;
+    assert!(!ws.path().join("denied.txt").exists());
+
+    // 5. A file each way, and a send the platform throttled is waited out.
+    std::fs::write(ws.path().join("report.txt"), "all green\n").unwrap();
+    llm.push(MockReply::tool_call(
+        "c3",
+        "send_file",
+        json!({"path": "report.txt", "caption": "the report"}),
+    ));
+    llm.push(MockReply::text(&["Read it and sent the report."]));
+    wa.throttle(1);
+    wa.send_document(
+        ALICE,
+        "Alice",
+        "notes.txt",
+        "text/plain",
+        b"the notes: 42\n",
+        "read my notes",
+    )
+    .await;
+    let sent = wait_sent(&wa, "the reply about the file", |s| {
+        s.iter().any(|m| m.text.contains("sent the report"))
+    })
+    .await;
+    let file = sent.iter().find(|m| m.file.is_some()).unwrap();
+    assert_eq!(file.kind, "document");
+    assert_eq!(file.text, "the report");
+    assert_eq!(
+        file.file,
+        Some((Some("report.txt".into()), b"all green\n".to_vec()))
+    );
+    assert_eq!(
+        wa.throttled(),
+        1,
+        "one send was throttled, then went through"
+    );
+    let copies: Vec<_> = std::fs::read_dir(ws.path().join(".switchboard/inbox"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(copies.len(), 1);
+    assert_eq!(std::fs::read(copies[0].path()).unwrap(), b"the notes: 42\n");
+    assert!(!server.logs().contains(FakeWhatsApp::TOKEN));
+    assert!(!server.logs().contains(FakeWhatsApp::APP_SECRET));
+
+    // 6. kill -9 mid-reply: what was sent stays sent once, the interrupted run is said to
+    //    have failed (once), and the next message is answered once.
+    let mut server = server;
+    llm.push(MockReply::text_slow(
+        &[
+            "Part one.\n\n",
+            "Part two.\n\n",
+            "Part three.\n\n",
+            "Part four.",
+        ],
+        1500,
+    ));
+    wa.dm(ALICE, "Alice", "tell me slowly").await;
+    wait_sent(&wa, "the reply has started", |s| {
+        s.iter().any(|m| m.text == "Part one.")
+    })
+    .await;
+    server.kill().await;
+    let server = start(dir.path(), &llm.base_url(), &env).await;
+    wa.set_webhook(&format!(
+        "{}/v1/gateway/channels/whatsapp/webhook",
+        server.url
+    ));
+    wait_sent(&wa, "the interrupted run told", |s| {
+        s.iter().any(|m| m.text.contains("interrupted by restart"))
+    })
+    .await;
+    llm.push(MockReply::text(&["Still here."]));
+    wa.dm(ALICE, "Alice", "and now?").await;
+    let sent = wait_sent(&wa, "the answer after the restart", |s| {
+        s.iter().any(|m| m.text == "Still here.")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = if wa.sent_to(ALICE).len() > sent.len() {
+        wa.sent_to(ALICE)
+    } else {
+        sent
+    };
+    for (text, times) in [
+        ("Part one.", 1),
+        ("interrupted by restart", 1),
+        ("Still here.", 1),
+    ] {
+        assert_eq!(
+            sent.iter().filter(|m| m.text.contains(text)).count(),
+            times,
+            "{text:?}: {sent:#?}"
+        );
+    }
+    for asked in ["tell me slowly", "and now?"] {
+        assert_eq!(
+            llm.requests()
+                .iter()
+                .filter(|r| r.last_user_text() == asked)
+                .count(),
+            1,
+            "{asked:?} reached the agent once"
+        );
+    }
+    drop(server);
+}

@@ -1,0 +1,311 @@
+//! What Meta pushes to the webhook, read: the subscription check (`GET` with
+//! `hub.challenge`), the `X-Hub-Signature-256` of every delivery, and a delivery's messages
+//! and statuses. Follows Meta's "Webhooks" (Graph API) and the WhatsApp Cloud API's
+//! "Webhooks → messages" reference: `entry[].changes[].value` with `metadata`, `contacts`,
+//! `messages` and `statuses`.
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+
+use crate::channel::{
+    Attachment, ButtonPress, ChatKind, ChatRef, Inbound, InboundMessage, Peer, Reaction,
+};
+
+/// The subscription check Meta makes when the webhook is set up: `hub.mode=subscribe`,
+/// `hub.verify_token` (the one configured) and `hub.challenge`, echoed back. `None`: not
+/// the right token (answered 401).
+pub(super) fn challenge(
+    verify_token: &str,
+    query: &std::collections::HashMap<String, String>,
+) -> Option<String> {
+    let given = query.get("hub.verify_token")?;
+    let ok = query.get("hub.mode").map(String::as_str) == Some("subscribe")
+        && !verify_token.is_empty()
+        && bool::from(given.as_bytes().ct_eq(verify_token.as_bytes()));
+    ok.then(|| query.get("hub.challenge").cloned().unwrap_or_default())
+}
+
+/// Whether `X-Hub-Signature-256` (`sha256=` and the hex HMAC-SHA256 of the raw body with
+/// the app secret) is right.
+pub(super) fn signed(app_secret: &str, header: Option<&str>, body: &[u8]) -> bool {
+    let Some(hex_sig) = header.and_then(|h| h.trim().strip_prefix("sha256=")) else {
+        return false;
+    };
+    let Ok(given) = hex::decode(hex_sig) else {
+        return false;
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(app_secret.as_bytes()) else {
+        return false;
+    };
+    mac.update(body);
+    bool::from(mac.finalize().into_bytes().as_slice().ct_eq(&given))
+}
+
+/// A delivery status of a message the bot sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Status {
+    pub message_id: String,
+    pub recipient: String,
+    /// `sent`, `delivered`, `read` or `failed`.
+    pub status: String,
+    /// For `failed`: Meta's error code and title (`131047 Re-engagement message`).
+    pub error: Option<(i64, String)>,
+}
+
+/// What one delivery carries, in order.
+#[derive(Debug, Default)]
+pub(super) struct Delivery {
+    pub items: Vec<Inbound>,
+    pub statuses: Vec<Status>,
+}
+
+/// Reads a delivery (`{"object":"whatsapp_business_account","entry":[…]}`) for the phone
+/// number `phone_number_id` (others are not ours and are skipped).
+pub(super) fn read(channel: &str, phone_number_id: &str, body: &Value) -> Result<Delivery, String> {
+    if body.get("object").and_then(Value::as_str) != Some("whatsapp_business_account") {
+        return Err("not a WhatsApp Business Account delivery".into());
+    }
+    let mut out = Delivery::default();
+    let changes = body["entry"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e["changes"].as_array().into_iter().flatten());
+    for change in changes {
+        if change["field"].as_str() != Some("messages") {
+            continue;
+        }
+        let value = &change["value"];
+        if value["metadata"]["phone_number_id"].as_str() != Some(phone_number_id) {
+            continue;
+        }
+        let name_of = |wa_id: &str| {
+            value["contacts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["wa_id"].as_str() == Some(wa_id))
+                .and_then(|c| c["profile"]["name"].as_str())
+                .map(str::to_string)
+        };
+        for m in value["messages"].as_array().into_iter().flatten() {
+            if let Some(item) = message(channel, m, &name_of) {
+                out.items.push(item);
+            }
+        }
+        for s in value["statuses"].as_array().into_iter().flatten() {
+            out.statuses.push(Status {
+                message_id: s["id"].as_str().unwrap_or_default().to_string(),
+                recipient: s["recipient_id"].as_str().unwrap_or_default().to_string(),
+                status: s["status"].as_str().unwrap_or_default().to_string(),
+                error: s["errors"].as_array().and_then(|e| e.first()).map(|e| {
+                    (
+                        e["code"].as_i64().unwrap_or_default(),
+                        e["title"].as_str().unwrap_or_default().to_string(),
+                    )
+                }),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One message object: text, media, a reply button pressed, a reaction.
+fn message(channel: &str, m: &Value, name_of: &dyn Fn(&str) -> Option<String>) -> Option<Inbound> {
+    let from = m["from"].as_str()?.to_string();
+    let id = m["id"].as_str()?.to_string();
+    let peer = Peer {
+        name: name_of(&from).unwrap_or_else(|| format!("+{from}")),
+        username: Some(format!("+{from}")),
+        id: from.clone(),
+    };
+    let chat = ChatRef {
+        id: from.clone(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    let context = m["context"]["id"].as_str().map(str::to_string);
+    let kind = m["type"].as_str().unwrap_or_default();
+    let (text, attachments) = match kind {
+        "text" => (m["text"]["body"].as_str()?.to_string(), Vec::new()),
+        "interactive" => {
+            let reply = &m["interactive"]["button_reply"];
+            return Some(Inbound::Press(ButtonPress {
+                channel: channel.to_string(),
+                press_id: id,
+                peer,
+                chat,
+                message_id: context?,
+                data: reply["id"].as_str()?.to_string(),
+                via: Default::default(),
+                reason: None,
+            }));
+        }
+        "reaction" => {
+            let r = &m["reaction"];
+            // An empty emoji takes a reaction back: nothing to answer.
+            let key = r["emoji"].as_str().filter(|e| !e.is_empty())?;
+            return Some(Inbound::Reaction(Reaction {
+                channel: channel.to_string(),
+                reaction_id: id,
+                peer,
+                chat,
+                message_id: r["message_id"].as_str()?.to_string(),
+                key: key.to_string(),
+            }));
+        }
+        "image" | "document" | "audio" | "video" | "sticker" => {
+            let media = &m[kind];
+            let voice = kind == "audio" && media["voice"].as_bool() == Some(true);
+            let attachment = Attachment {
+                kind: match kind {
+                    "image" | "sticker" => "photo",
+                    "audio" if voice => "voice",
+                    "audio" => "audio",
+                    "video" => "video",
+                    _ => "document",
+                }
+                .into(),
+                name: media["filename"].as_str().map(str::to_string),
+                size: None,
+                mime: media["mime_type"].as_str().map(str::to_string),
+                source: media["id"].as_str().map(str::to_string),
+            };
+            (
+                media["caption"].as_str().unwrap_or_default().to_string(),
+                vec![attachment],
+            )
+        }
+        // Locations, contacts, orders, unsupported …: not for an agent.
+        _ => return None,
+    };
+    Some(Inbound::Message(InboundMessage {
+        channel: channel.to_string(),
+        peer,
+        chat,
+        text,
+        message_id: id,
+        addressed: true,
+        attachments,
+        reply_to: context,
+        meta: serde_json::json!({ "type": kind, "timestamp": m["timestamp"] }),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn delivery(messages: Value) -> Value {
+        json!({
+            "object": "whatsapp_business_account",
+            "entry": [{"id": "WABA", "changes": [{"field": "messages", "value": {
+                "messaging_product": "whatsapp",
+                "metadata": {"display_phone_number": "15550001111", "phone_number_id": "PN1"},
+                "contacts": [{"profile": {"name": "Ann"}, "wa_id": "4915112345"}],
+                "messages": messages,
+                "statuses": [{"id": "wamid.out1", "status": "failed", "recipient_id": "4915112345",
+                    "errors": [{"code": 131047, "title": "Re-engagement message"}]}],
+            }}]}],
+        })
+    }
+
+    #[test]
+    fn the_signature_is_the_hmac_of_the_raw_body() {
+        let body = br#"{"object":"whatsapp_business_account"}"#;
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"app-secret").unwrap();
+        mac.update(body);
+        let good = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
+        assert!(signed("app-secret", Some(&good), body));
+        assert!(!signed("other-secret", Some(&good), body));
+        assert!(!signed("app-secret", Some(&good), b"{}"));
+        assert!(!signed("app-secret", None, body));
+        assert!(!signed("app-secret", Some("sha1=00"), body));
+    }
+
+    #[test]
+    fn the_subscription_check_echoes_the_challenge_for_the_right_token_only() {
+        let q = |mode: &str, token: &str| {
+            [
+                ("hub.mode", mode),
+                ("hub.verify_token", token),
+                ("hub.challenge", "1158201444"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        };
+        assert_eq!(
+            challenge("tok", &q("subscribe", "tok")).as_deref(),
+            Some("1158201444")
+        );
+        assert_eq!(challenge("tok", &q("subscribe", "nope")), None);
+        assert_eq!(challenge("tok", &q("unsubscribe", "tok")), None);
+        assert_eq!(challenge("", &q("subscribe", "")), None);
+    }
+
+    #[test]
+    fn messages_presses_reactions_media_and_statuses_are_read() {
+        let d = read(
+            "whatsapp",
+            "PN1",
+            &delivery(json!([
+                {"from": "4915112345", "id": "wamid.1", "timestamp": "1", "type": "text",
+                 "text": {"body": "hi"}, "context": {"from": "15550001111", "id": "wamid.out0"}},
+                {"from": "4915112345", "id": "wamid.2", "type": "interactive",
+                 "context": {"id": "wamid.prompt"},
+                 "interactive": {"type": "button_reply", "button_reply": {"id": "a:1", "title": "Allow"}}},
+                {"from": "4915112345", "id": "wamid.3", "type": "reaction",
+                 "reaction": {"message_id": "wamid.prompt", "emoji": "👍"}},
+                {"from": "4915112345", "id": "wamid.4", "type": "audio",
+                 "audio": {"id": "MEDIA4", "mime_type": "audio/ogg; codecs=opus", "voice": true}},
+                {"from": "4915112345", "id": "wamid.5", "type": "document",
+                 "document": {"id": "MEDIA5", "filename": "a.pdf", "mime_type": "application/pdf", "caption": "read"}},
+                {"from": "4915112345", "id": "wamid.6", "type": "location", "location": {}},
+            ])),
+        )
+        .unwrap();
+        assert_eq!(d.items.len(), 5);
+        let Inbound::Message(m) = &d.items[0] else {
+            panic!()
+        };
+        assert_eq!((m.text.as_str(), m.peer.name.as_str()), ("hi", "Ann"));
+        assert_eq!(m.reply_to.as_deref(), Some("wamid.out0"));
+        let Inbound::Press(p) = &d.items[1] else {
+            panic!()
+        };
+        assert_eq!(
+            (p.message_id.as_str(), p.data.as_str()),
+            ("wamid.prompt", "a:1")
+        );
+        let Inbound::Reaction(r) = &d.items[2] else {
+            panic!()
+        };
+        assert_eq!(r.key, "👍");
+        let Inbound::Message(v) = &d.items[3] else {
+            panic!()
+        };
+        assert_eq!(v.attachments[0].kind, "voice");
+        assert_eq!(v.attachments[0].source.as_deref(), Some("MEDIA4"));
+        let Inbound::Message(doc) = &d.items[4] else {
+            panic!()
+        };
+        assert_eq!(doc.text, "read");
+        assert_eq!(doc.attachments[0].name.as_deref(), Some("a.pdf"));
+        assert_eq!(
+            d.statuses[0].error,
+            Some((131047, "Re-engagement message".into()))
+        );
+        // Another number's delivery is not ours.
+        assert!(
+            read("whatsapp", "PN2", &delivery(json!([])))
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        assert!(read("whatsapp", "PN1", &json!({"object": "page"})).is_err());
+    }
+}
