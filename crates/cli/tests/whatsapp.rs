@@ -162,12 +162,34 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
         !ws.path().join("allowed.txt").exists(),
         "a stranger's press decides nothing"
     );
-    wa.press(ALICE, "Alice", &prompt.id, &allow, "Allow").await;
-    wait_sent(&wa, "the reply after allow", |s| {
+    let pressed = wa.press(ALICE, "Alice", &prompt.id, &allow, "Allow").await;
+    let sent = wait_sent(&wa, "the reply after allow", |s| {
         s.iter().any(|m| m.text.contains("Ran it."))
     })
     .await;
     assert!(ws.path().join("allowed.txt").exists());
+    // Meta delivers the same press again: taken once, nothing more is said.
+    let again = FakeWhatsApp::delivery(
+        ALICE,
+        "Alice",
+        json!([{"from": ALICE, "id": pressed, "timestamp": "1700000000", "type": "interactive",
+            "context": {"from": "15550100199", "id": prompt.id},
+            "interactive": {"type": "button_reply", "button_reply": {"id": allow, "title": "Allow"}}}]),
+    );
+    assert_eq!(wa.post_signed(&again, FakeWhatsApp::APP_SECRET).await, 200);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        wa.sent_to(ALICE).len(),
+        sent.len(),
+        "{:#?}",
+        wa.sent_to(ALICE)
+    );
+    assert!(
+        server
+            .logs()
+            .contains("press or reaction seen before; dropped"),
+        "the second delivery of the press was not recognised"
+    );
 
     // 4. Denied by a reply to the prompt, with a reason.
     llm.push(MockReply::tool_call(

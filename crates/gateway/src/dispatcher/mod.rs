@@ -322,17 +322,58 @@ impl InboundSink for Gateway {
     async fn accept(&self, item: Inbound) -> Result<(), String> {
         match item {
             Inbound::Message(m) => self.on_message(m).await.map_err(|e| e.to_string()),
+            // A platform may deliver a press or a reaction again (Meta resends a whole
+            // delivery after a 5xx, and sometimes after a 200): each is taken once, by its
+            // id, like messages.
             Inbound::Press(p) => {
-                self.inner
-                    .store
-                    .push_press(&p)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let id = format!("press:{}", p.press_id);
+                if !self.first_time(&p.channel, &p.chat.id, &id).await? {
+                    return Ok(());
+                }
+                if let Err(e) = self.inner.store.push_press(&p).await {
+                    let _ = self
+                        .inner
+                        .store
+                        .forget_seen(&p.channel, &p.chat.id, &id)
+                        .await;
+                    return Err(e.to_string());
+                }
                 let _ = self.inner.presses.send(());
                 Ok(())
             }
-            Inbound::Reaction(r) => self.on_reaction(r).await.map_err(|e| e.to_string()),
+            Inbound::Reaction(r) => {
+                let id = format!("reaction:{}", r.reaction_id);
+                if !self.first_time(&r.channel, &r.chat.id, &id).await? {
+                    return Ok(());
+                }
+                let (channel, chat) = (r.channel.clone(), r.chat.id.clone());
+                let done = self.on_reaction(r).await.map_err(|e| e.to_string());
+                if done.is_err() {
+                    let _ = self.inner.store.forget_seen(&channel, &chat, &id).await;
+                }
+                done
+            }
         }
+    }
+}
+
+impl Gateway {
+    /// Whether an inbound item's `id` is seen for the first time (see
+    /// [`GatewayStore::first_seen`]); an empty id cannot be told apart, so it counts as new.
+    async fn first_time(&self, channel: &str, chat: &str, id: &str) -> Result<bool, String> {
+        if id.ends_with(':') {
+            return Ok(true);
+        }
+        let first = self
+            .inner
+            .store
+            .first_seen(channel, chat, id)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !first {
+            tracing::info!(%channel, %id, "press or reaction seen before; dropped");
+        }
+        Ok(first)
     }
 }
 

@@ -212,7 +212,8 @@ impl WhatsAppChannel {
         media: &str,
     ) -> Result<String, ChannelError> {
         let caption = file.caption.clone().unwrap_or_default();
-        let payload = if file.is_photo() {
+        // WhatsApp's image messages take JPEG and PNG only; anything else goes as a document.
+        let payload = if matches!(file.mime.as_str(), "image/jpeg" | "image/png") {
             json!({"type": "image", "image": {"id": media, "caption": caption}})
         } else {
             json!({"type": "document", "document": {"id": media, "filename": file.name, "caption": caption}})

@@ -10,16 +10,17 @@
 //!   answers 503 and Meta delivers again; the gateway takes each message id once).
 //! - **Messages**: text, images, documents, audio (voice notes), video and stickers (media
 //!   fetched through the Graph API's media URL with the token), a reply's `context` (a
-//!   reply to a prompt answers it), reactions (answers too), reply-button presses. Each
-//!   message taken is marked read (blue ticks).
+//!   reply to a prompt answers it), reactions (answers too), reply-button presses. A
+//!   person's latest message is marked read (blue ticks) when the bot answers them.
 //! - **Replies**: WhatsApp messages cannot be edited, so a reply comes in paragraphs as it
 //!   streams, each at most 4,096 characters. Approval prompts carry up to three reply
 //!   buttons (WhatsApp's limit; titles cut to 20 characters), their text cut to the
 //!   interactive body's 1,024 characters (the whole text is sent first when longer).
 //! - **The 24-hour window**: free-form messages may only go to someone who wrote in the
 //!   last 24 hours. Outside it, with [`WhatsAppConfig::template`] set that template goes
-//!   instead (it should say "answer to see the reply"); without, the send fails with a clear
-//!   error in the log.
+//!   instead, once until the person writes again (it should say "write to me to see the
+//!   answer"); an approval prompt is never replaced by it (its approval fails closed).
+//!   Otherwise the send fails with a clear error in the log.
 //! - **Statuses** (`sent`, `delivered`, `read`, `failed`) are counted in
 //!   `switchboard_gateway_whatsapp_statuses_total{channel,status}`; a failure is logged
 //!   with Meta's code and title.
@@ -127,6 +128,10 @@ pub struct WhatsAppChannel {
     ctx: OnceLock<ChannelContext>,
     /// When each person last wrote (their 24-hour window).
     last_inbound: Mutex<HashMap<String, std::time::Instant>>,
+    /// Each person's latest message not marked read yet: marked when the bot answers.
+    unread: Mutex<HashMap<String, String>>,
+    /// People sent the template since they last wrote (one template per closed window).
+    templated: Mutex<std::collections::HashSet<String>>,
 }
 
 impl WhatsAppChannel {
@@ -174,6 +179,8 @@ impl WhatsAppChannel {
             client,
             ctx: OnceLock::new(),
             last_inbound: Mutex::new(HashMap::new()),
+            unread: Mutex::new(HashMap::new()),
+            templated: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -202,6 +209,7 @@ impl WhatsAppChannel {
         self.last_inbound
             .lock()
             .insert(from.to_string(), std::time::Instant::now());
+        self.templated.lock().remove(from);
         if let Some(ctx) = self.ctx.get()
             && let Err(e) = ctx
                 .state
@@ -246,7 +254,10 @@ impl Channel for WhatsAppChannel {
         buttons: &[Button],
     ) -> Result<String, ChannelError> {
         if !self.in_window(&chat.id).await {
-            return self.outside_window(chat).await;
+            return self.outside_window(chat, !buttons.is_empty()).await;
+        }
+        if let Some(id) = self.unread.lock().remove(&chat.id) {
+            self.mark_read(id);
         }
         if buttons.is_empty() {
             return self.send_text(chat, text).await;
@@ -297,7 +308,7 @@ impl Channel for WhatsAppChannel {
 
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
         if !self.in_window(&chat.id).await {
-            return self.outside_window(chat).await;
+            return self.outside_window(chat, false).await;
         }
         let media = self.upload(file).await?;
         self.send_media(chat, file, &media).await
@@ -374,8 +385,9 @@ impl Channel for WhatsAppChannel {
                 Inbound::Reaction(r) => (r.peer.id.as_str(), None),
             };
             self.opened(from).await;
+            // Marked read when the bot answers (not before the message is even stored).
             if let Some(id) = id {
-                self.mark_read(id);
+                self.unread.lock().insert(from.to_string(), id);
             }
         }
         Ok(delivery.items)
@@ -387,19 +399,65 @@ impl WhatsAppChannel {
         self.client.other(reason)
     }
 
-    /// Outside the 24-hour window: the template, when one is configured; else an error
-    /// that says why (permanent: the reply is dropped with a warning, not retried).
-    async fn outside_window(&self, chat: &ChatRef) -> Result<String, ChannelError> {
-        match &self.cfg.template {
-            Some((name, language)) => self.send_template(chat, name, language).await,
-            None => Err(self.client.api_error(
+    /// Outside the 24-hour window: the template — once until the person writes again, and
+    /// never in place of an approval prompt (a prompt nobody saw must not be answerable: it
+    /// fails, and the approval fails closed) — else an error that says why (permanent: the
+    /// reply is dropped with a warning, not retried).
+    async fn outside_window(&self, chat: &ChatRef, prompt: bool) -> Result<String, ChannelError> {
+        let closed = |why: &str| {
+            self.client.api_error(
                 "messages",
                 400,
                 &format!(
-                    "{} has not written in the last 24 hours: WhatsApp only takes a template message then (set [channels.whatsapp] template)",
+                    "{} has not written in the last 24 hours: WhatsApp only takes a template message then ({why})",
                     chat.id
                 ),
-            )),
+            )
+        };
+        match &self.cfg.template {
+            _ if prompt => Err(closed("an approval prompt is not replaced by a template")),
+            Some(_) if self.templated.lock().contains(&chat.id) => {
+                Err(closed("the template was sent already"))
+            }
+            Some((name, language)) => {
+                let id = self.send_template(chat, name, language).await?;
+                self.templated.lock().insert(chat.id.clone());
+                Ok(id)
+            }
+            None => Err(closed("set [channels.whatsapp] template")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::ChatKind;
+
+    #[tokio::test]
+    async fn outside_the_window_a_prompt_is_never_replaced_by_the_template() {
+        let mut cfg = WhatsAppConfig::new("106540352242922", "token", "secret", "verify");
+        cfg.template = Some(("new_reply".into(), "en_US".into()));
+        // Nothing reachable: a prompt must fail before any call is made.
+        cfg.api_base = "http://127.0.0.1:9".into();
+        let ch = WhatsAppChannel::new(cfg).unwrap();
+        let chat = ChatRef {
+            id: "4915112345".into(),
+            kind: ChatKind::Direct,
+            thread: None,
+        };
+        let e = ch.outside_window(&chat, true).await.unwrap_err();
+        assert!(
+            matches!(&e, ChannelError::Api { code: 400, description, .. } if description.contains("not replaced by a template")),
+            "{e:?}"
+        );
+        // After a template went out, the next send outside the window is refused.
+        ch.templated.lock().insert(chat.id.clone());
+        let e = ch.outside_window(&chat, false).await.unwrap_err();
+        assert!(e.to_string().contains("sent already"), "{e}");
+        // Writing again opens the window and allows a new template later.
+        ch.opened(&chat.id).await;
+        assert!(!ch.templated.lock().contains(&chat.id));
+        assert!(ch.in_window(&chat.id).await);
     }
 }
