@@ -27,6 +27,7 @@ pub mod telegram;
 pub mod text;
 mod util;
 pub mod webhook;
+pub mod mattermost;
 pub mod whatsapp;
 
 #[cfg(test)]

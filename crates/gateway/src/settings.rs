@@ -17,6 +17,9 @@ pub use email::EmailSection;
 use email::email_settings;
 pub use matrix::MatrixSection;
 use matrix::matrix_settings;
+mod mattermost;
+pub use mattermost::MattermostSection;
+use mattermost::mattermost_settings;
 mod whatsapp;
 pub use whatsapp::WhatsAppSection;
 use whatsapp::whatsapp_settings;
@@ -58,6 +61,7 @@ pub struct ChannelsSection {
     pub matrix: Option<MatrixSection>,
     pub email: Option<EmailSection>,
     pub whatsapp: Option<WhatsAppSection>,
+    pub mattermost: Option<MattermostSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
@@ -179,6 +183,7 @@ pub struct GatewaySettings {
     pub matrix: Option<crate::matrix::MatrixConfig>,
     pub email: Option<crate::email::EmailConfig>,
     pub whatsapp: Option<crate::whatsapp::WhatsAppConfig>,
+    pub mattermost: Option<crate::mattermost::MattermostConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -193,6 +198,7 @@ impl GatewaySettings {
             self.matrix.as_ref().map(|c| c.name.clone()),
             self.email.as_ref().map(|c| c.name.clone()),
             self.whatsapp.as_ref().map(|c| c.name.clone()),
+            self.mattermost.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -260,6 +266,15 @@ impl GatewaySettings {
                 crate::whatsapp::WhatsAppChannel::new(c.clone()).map_err(|e| {
                     SettingsError::new(format!(
                         "[channels.whatsapp] (or SWITCHBOARD_WHATSAPP_*): {e}"
+                    ))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.mattermost {
+            out.push(Arc::new(
+                crate::mattermost::MattermostChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!(
+                        "[channels.mattermost] (or SWITCHBOARD_MATTERMOST_*): {e}"
                     ))
                 })?,
             ));
@@ -585,6 +600,7 @@ pub fn gateway_settings(
     let matrix = matrix_settings(&mut config, channels)?;
     let email = email_settings(&mut config, channels)?;
     let mut whatsapp = whatsapp_settings(&mut config, channels)?;
+    let mut mattermost = mattermost_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -662,6 +678,9 @@ pub fn gateway_settings(
     if let Some(c) = whatsapp.as_mut() {
         retry_settings!(c);
     }
+    if let Some(c) = mattermost.as_mut() {
+        retry_settings!(c);
+    }
     for c in webhooks.iter_mut() {
         retry_settings!(c);
     }
@@ -671,11 +690,12 @@ pub fn gateway_settings(
         && matrix.is_none()
         && email.is_none()
         && whatsapp.is_none()
+        && mattermost.is_none()
         && webhooks.is_empty()
     {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp], [channels.mattermost] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -688,6 +708,7 @@ pub fn gateway_settings(
         matrix,
         email,
         whatsapp,
+        mattermost,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))

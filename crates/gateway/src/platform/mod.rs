@@ -22,7 +22,7 @@ pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// none installed rustls cannot choose and panics, so ring is installed first (a no-op
 /// when one is).
 pub async fn connect_ws(
-    url: &str,
+    url: impl tokio_tungstenite::tungstenite::client::IntoClientRequest + Unpin,
 ) -> Result<
     (
         tokio_tungstenite::WebSocketStream<
