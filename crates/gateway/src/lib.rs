@@ -14,6 +14,7 @@ mod dispatcher;
 pub mod email;
 pub mod health;
 pub mod matrix;
+pub mod mattermost;
 pub mod pairing;
 pub mod platform;
 pub mod preview;
@@ -27,7 +28,6 @@ pub mod telegram;
 pub mod text;
 mod util;
 pub mod webhook;
-pub mod mattermost;
 pub mod whatsapp;
 
 #[cfg(test)]

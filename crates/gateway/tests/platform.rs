@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use switchboard_gateway::ChannelError;
 use switchboard_gateway::platform::{
     Answer, Call, Limits, OverCap, PlatformClient, RetryPolicy, Verdict,
@@ -27,7 +26,7 @@ struct Script {
 async fn server(script: Script) -> String {
     let app = Router::new().route(
         "/call",
-        post(move || {
+        axum::routing::any(move || {
             let script = script.clone();
             async move {
                 script.hits.lock().unwrap().push(Instant::now());
@@ -216,4 +215,31 @@ async fn a_rate_limit_over_the_cap_fails_or_is_waited_out_as_the_policy_says() {
         "{err:?}"
     );
     assert_eq!(script.hits.lock().unwrap().len(), before + 1);
+}
+
+#[tokio::test]
+async fn a_download_told_to_slow_down_waits_it_out_up_to_the_cap() {
+    let script = Script::default();
+    script
+        .answers
+        .lock()
+        .unwrap()
+        .extend([(429, Some("0.2")), (429, Some("0.2"))]);
+    let base = server(script.clone()).await;
+    let c = client(&base, policy());
+    let started = Instant::now();
+    let got = c
+        .download("file", |http| http.get(format!("{base}/call")), 1024)
+        .await
+        .unwrap();
+    assert_eq!(&got[..], b"{}");
+    assert_eq!(script.hits.lock().unwrap().len(), 3);
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // A wait over the cap is not waited: the reason says so.
+    script.answers.lock().unwrap().push_back((429, Some("600")));
+    let e = c
+        .download("file", |http| http.get(format!("{base}/call")), 1024)
+        .await
+        .unwrap_err();
+    assert!(e.contains("rate limiting"), "{e}");
 }

@@ -215,7 +215,12 @@ impl MattermostChannel {
 
     /// A reaction (`reaction_added`); Mattermost names emoji (`+1`, `white_check_mark`):
     /// the answering ones are given as the emoji themselves.
-    pub(super) async fn map_reaction(&self, me: &Me, raw: &Value, channel: &str) -> Option<Reaction> {
+    pub(super) async fn map_reaction(
+        &self,
+        me: &Me,
+        raw: &Value,
+        channel: &str,
+    ) -> Option<Reaction> {
         let s = |k: &str| raw[k].as_str().unwrap_or_default();
         let (user, post, emoji) = (s("user_id"), s("post_id"), s("emoji_name"));
         if user.is_empty() || user == me.id || !valid_id(post) || !valid_id(channel) {

@@ -37,9 +37,7 @@ impl MattermostChannel {
             (Some(m), None) => m.to_string(),
             _ => format!("HTTP {status}; the answer is not a Mattermost error"),
         };
-        let error = self
-            .client
-            .api_error(label, status.as_u16(), &description);
+        let error = self.client.api_error(label, status.as_u16(), &description);
         if status.is_server_error() {
             Verdict::Transient(error)
         } else {

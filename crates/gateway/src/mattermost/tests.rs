@@ -38,7 +38,9 @@ fn a_mention_is_cut_out_and_noticed_only_as_a_whole_name() {
 
 #[test]
 fn buttons_carry_a_signed_context_and_a_forged_or_moved_press_is_refused() {
-    let ch = channel(Some("https://sb.example.com/v1/gateway/channels/mattermost/webhook"));
+    let ch = channel(Some(
+        "https://sb.example.com/v1/gateway/channels/mattermost/webhook",
+    ));
     let chat = ChatRef {
         id: CHANNEL.into(),
         kind: ChatKind::Thread,
@@ -121,7 +123,10 @@ fn posts_map_to_conversations_like_the_threads_they_are_in() {
         .unwrap();
     assert_eq!(m.message.chat.thread.as_deref(), Some(POST));
     assert_eq!(m.message.text, "hi");
-    assert_eq!(m.thread.as_deref(), Some(format!("{CHANNEL}:{POST}").as_str()));
+    assert_eq!(
+        m.thread.as_deref(),
+        Some(format!("{CHANNEL}:{POST}").as_str())
+    );
     // A later post in a known thread needs no mention.
     let later = post("p0000000000000000000000002", POST, "and more");
     assert!(ch.map_post(&me(), &later, "O", None, none).is_none());

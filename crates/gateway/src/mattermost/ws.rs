@@ -210,7 +210,9 @@ impl MattermostChannel {
                 else {
                     return Ok(());
                 };
-                let channel = event["broadcast"]["channel_id"].as_str().unwrap_or_default();
+                let channel = event["broadcast"]["channel_id"]
+                    .as_str()
+                    .unwrap_or_default();
                 if let Some(r) = self.map_reaction(me, &reaction, channel).await
                     && let Err(e) = ctx.sink.accept(Inbound::Reaction(r)).await
                 {
@@ -242,9 +244,9 @@ impl MattermostChannel {
                 self.threads.lock().insert(key);
             }
         }
-        let Some(mapped) = self.map_post(me, post, kind, sender, |k| {
-            self.threads.lock().contains(k)
-        }) else {
+        let Some(mapped) =
+            self.map_post(me, post, kind, sender, |k| self.threads.lock().contains(k))
+        else {
             return Ok(());
         };
         let mut mapped = mapped;

@@ -472,8 +472,9 @@ const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 impl PlatformClient {
     /// GETs a file (`build` makes the request, with whatever authentication the platform
     /// wants), at most `max_bytes`: refused from its declared length or as soon as more
-    /// arrives, never held whole. Connection errors and 5xx are retried like every call's;
-    /// downloads take no turn in the outbox (the platforms publish no rate limit for them).
+    /// arrives, never held whole. Connection errors and 5xx are retried like every call's,
+    /// a 429 waited out by its `Retry-After` (up to the policy's cap); downloads take no
+    /// turn in the outbox (the platforms publish no rate limit for them).
     /// The error is a reason a user may read, secrets redacted.
     pub async fn download(
         &self,
@@ -485,9 +486,32 @@ impl PlatformClient {
         let too_large = || too_large(max_bytes);
         let mut backoff = self.policy.backoff;
         let mut tries = 0;
+        let mut limited = 0;
         loop {
             let failure = match build(&self.http).timeout(DOWNLOAD_TIMEOUT).send().await {
                 Err(e) => self.redact(&format!("{label}: {}", describe(e))),
+                Ok(resp) if resp.status() == StatusCode::TOO_MANY_REQUESTS => {
+                    // Told to slow down: waited out like any call's 429, up to the cap.
+                    let wait = Answer {
+                        status: resp.status(),
+                        headers: resp.headers().clone(),
+                        body: Bytes::new(),
+                    }
+                    .retry_after()
+                    .unwrap_or(self.policy.default_retry_after);
+                    if limited >= self.policy.max_retries || wait > self.policy.max_retry_after {
+                        return Err(format!(
+                            "{label}: the platform is rate limiting; retry after {} s",
+                            wait.as_secs_f64().ceil()
+                        ));
+                    }
+                    limited += 1;
+                    metrics::counter!("switchboard_gateway_rate_limited_total", "channel" => self.channel.clone())
+                        .increment(1);
+                    tracing::info!(channel = %self.channel, call = label, ?wait, retry = limited, "download rate limited; waiting");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
                 Ok(resp) if resp.status().is_server_error() => {
                     format!(
                         "{label}: the platform answered HTTP {}",
