@@ -53,6 +53,8 @@ async fn mattermost_dms_threads_approvals_files_bursts_and_a_kill() {
     let ws_s = ws.path().to_string_lossy().to_string();
     let alice = mm.user("alice");
     let mallory = mm.user("mallory");
+    let bob = mm.user("bob");
+    let allowed = format!("{alice},{bob}");
     let dm = mm.dm_channel(&alice);
     let town = mm.channel("town-square", &[&alice, &mallory]);
     let listen = format!("127.0.0.1:{}", free_port());
@@ -63,7 +65,7 @@ async fn mattermost_dms_threads_approvals_files_bursts_and_a_kill() {
         ("SWITCHBOARD_MATTERMOST_URL", url.as_str()),
         ("SWITCHBOARD_MATTERMOST_TOKEN", FakeMattermost::TOKEN),
         ("SWITCHBOARD_MATTERMOST_ACTION_URL", action_url.as_str()),
-        ("SWITCHBOARD_MATTERMOST_ALLOWED_USERS", alice.as_str()),
+        ("SWITCHBOARD_MATTERMOST_ALLOWED_USERS", allowed.as_str()),
         ("SWITCHBOARD_MATTERMOST_APPROVERS", alice.as_str()),
         ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
     ];
@@ -271,8 +273,9 @@ async fn mattermost_dms_threads_approvals_files_bursts_and_a_kill() {
     assert!(!server.logs().contains(FakeMattermost::TOKEN));
 
     // 8. kill -9 mid-reply; a message sent while the server is down is read after the
-    //    restart: what was sent stays sent once, the interrupted run is said to have
-    //    failed (once), the message is answered once.
+    //    restart — in a chat the bot knows, and in one it has never seen (Bob's first
+    //    message): what was sent stays sent once, the interrupted run is said to have
+    //    failed (once), each message is answered once.
     let mut server = server;
     llm.push(MockReply::text_slow(
         &["Part one.\n\n", "Part two.\n\n", "Part three."],
@@ -282,10 +285,14 @@ async fn mattermost_dms_threads_approvals_files_bursts_and_a_kill() {
     bot_post(&mm, &dm, None, "Part one.").await;
     server.kill().await;
     mm.post(&alice, &dm, None, "are you still there?", &[]);
+    let bob_dm = mm.dm_channel(&bob);
+    mm.post(&bob, &bob_dm, None, "hi, I am new here", &[]);
+    llm.push(MockReply::text(&["Still here."]));
     llm.push(MockReply::text(&["Still here."]));
     let _server = start(dir.path(), &llm.base_url(), &env).await;
     bot_post(&mm, &dm, None, "interrupted by restart").await;
     bot_post(&mm, &dm, None, "Still here.").await;
+    bot_post(&mm, &bob_dm, None, "Still here.").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let posts = mm.bot_posts(&dm);
     for (text, times) in [
@@ -299,7 +306,12 @@ async fn mattermost_dms_threads_approvals_files_bursts_and_a_kill() {
             "{text:?}: {posts:#?}"
         );
     }
-    for asked in ["tell me slowly", "are you still there?"] {
+    assert_eq!(mm.bot_posts(&bob_dm).len(), 1);
+    for asked in [
+        "tell me slowly",
+        "are you still there?",
+        "hi, I am new here",
+    ] {
         assert_eq!(
             llm.requests()
                 .iter()

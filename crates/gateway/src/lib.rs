@@ -21,6 +21,7 @@ pub mod preview;
 pub mod routing;
 pub mod service;
 pub mod settings;
+pub mod signal;
 pub mod slack;
 pub mod speech;
 pub mod store;

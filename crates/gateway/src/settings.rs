@@ -20,6 +20,9 @@ use matrix::matrix_settings;
 mod mattermost;
 pub use mattermost::MattermostSection;
 use mattermost::mattermost_settings;
+mod signal;
+pub use signal::SignalSection;
+use signal::signal_settings;
 mod whatsapp;
 pub use whatsapp::WhatsAppSection;
 use whatsapp::whatsapp_settings;
@@ -62,6 +65,7 @@ pub struct ChannelsSection {
     pub email: Option<EmailSection>,
     pub whatsapp: Option<WhatsAppSection>,
     pub mattermost: Option<MattermostSection>,
+    pub signal: Option<SignalSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
@@ -184,6 +188,7 @@ pub struct GatewaySettings {
     pub email: Option<crate::email::EmailConfig>,
     pub whatsapp: Option<crate::whatsapp::WhatsAppConfig>,
     pub mattermost: Option<crate::mattermost::MattermostConfig>,
+    pub signal: Option<crate::signal::SignalConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -199,6 +204,7 @@ impl GatewaySettings {
             self.email.as_ref().map(|c| c.name.clone()),
             self.whatsapp.as_ref().map(|c| c.name.clone()),
             self.mattermost.as_ref().map(|c| c.name.clone()),
+            self.signal.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -276,6 +282,13 @@ impl GatewaySettings {
                     SettingsError::new(format!(
                         "[channels.mattermost] (or SWITCHBOARD_MATTERMOST_*): {e}"
                     ))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.signal {
+            out.push(Arc::new(
+                crate::signal::SignalChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!("[channels.signal] (or SWITCHBOARD_SIGNAL_*): {e}"))
                 })?,
             ));
         }
@@ -601,6 +614,7 @@ pub fn gateway_settings(
     let email = email_settings(&mut config, channels)?;
     let mut whatsapp = whatsapp_settings(&mut config, channels)?;
     let mut mattermost = mattermost_settings(&mut config, channels)?;
+    let mut signal = signal_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -681,6 +695,9 @@ pub fn gateway_settings(
     if let Some(c) = mattermost.as_mut() {
         retry_settings!(c);
     }
+    if let Some(c) = signal.as_mut() {
+        retry_settings!(c);
+    }
     for c in webhooks.iter_mut() {
         retry_settings!(c);
     }
@@ -691,11 +708,12 @@ pub fn gateway_settings(
         && email.is_none()
         && whatsapp.is_none()
         && mattermost.is_none()
+        && signal.is_none()
         && webhooks.is_empty()
     {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp], [channels.mattermost] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp], [channels.mattermost], [channels.signal] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -709,6 +727,7 @@ pub fn gateway_settings(
         email,
         whatsapp,
         mattermost,
+        signal,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))

@@ -53,7 +53,7 @@ impl MattermostChannel {
                 let sig = sign(&self.cfg.action_secret, &b.data, &chat.id, kind, &root)
                     .map(|m| hex::encode(m.finalize().into_bytes()))
                     .unwrap_or_default();
-                let style = if b.data.starts_with('y') || b.text.starts_with("Allow") {
+                let style = if b.text.starts_with("Allow") {
                     "success"
                 } else if b.text.starts_with("Deny") {
                     "danger"
@@ -142,6 +142,7 @@ impl MattermostChannel {
         post: &Value,
         channel_type: &str,
         sender: Option<&str>,
+        mentions_me: bool,
         known_thread: impl Fn(&str) -> bool,
     ) -> Option<Mapped> {
         let s = |k: &str| post[k].as_str().unwrap_or_default();
@@ -159,7 +160,8 @@ impl MattermostChannel {
             return None;
         }
         let root = s("root_id");
-        let (text, mentioned) = strip_mention(s("message"), &me.username);
+        let (text, named) = strip_mention(s("message"), &me.username);
+        let mentioned = named || mentions_me;
         let attachments = files(post);
         if text.is_empty() && attachments.is_empty() {
             return None;
@@ -294,27 +296,43 @@ fn files(post: &Value) -> Vec<Attachment> {
         .collect()
 }
 
-/// The text without the bot's `@mention`, and whether it had one.
+/// The text without the bot's `@mention` (any case; punctuation after it is not part of
+/// the name), and whether it had one.
 fn strip_mention(text: &str, username: &str) -> (String, bool) {
-    let mention = format!("@{username}");
+    let mention = format!("@{}", username.to_lowercase());
+    let lower = text.to_lowercase();
+    // Lowercasing keeps byte offsets only for ASCII-cased text; otherwise match as given.
+    let (hay, mention) = if lower.len() == text.len() {
+        (lower, mention)
+    } else {
+        (text.to_string(), format!("@{username}"))
+    };
     let mut out = String::new();
     let mut mentioned = false;
-    let mut rest = text;
-    while let Some(i) = rest.find(&mention) {
-        let after = &rest[i + mention.len()..];
-        let ends = after
+    let mut from = 0;
+    let mut search = 0;
+    while let Some(i) = hay[search..].find(&mention).map(|i| i + search) {
+        let end = i + mention.len();
+        let after = &hay[end..];
+        // A name goes on with letters, digits and `.`/`_`/`-` followed by more of them;
+        // a `.` or `-` at the end of a sentence is not part of it.
+        let continues = after
             .chars()
             .next()
-            .is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-')));
-        out.push_str(&rest[..i]);
-        if ends {
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            || (after.starts_with(['.', '-'])
+                && after[1..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_'));
+        if !continues {
             mentioned = true;
-        } else {
-            out.push_str(&mention);
+            out.push_str(&text[from..i]);
+            from = end;
         }
-        rest = after;
+        search = end;
     }
-    out.push_str(rest);
+    out.push_str(&text[from..]);
     (out.trim().to_string(), mentioned)
 }
 

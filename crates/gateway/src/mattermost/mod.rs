@@ -44,6 +44,7 @@ use crate::channel::{
 use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, Rate, RetryPolicy};
 
+mod catchup;
 mod inbound;
 mod rest;
 mod ws;
@@ -133,6 +134,8 @@ pub struct MattermostChannel {
     kinds: Mutex<HashMap<String, String>>,
     /// Threads the bot takes part in: `channel:root`.
     threads: Mutex<HashSet<String>>,
+    /// Each channel's cursor, as stored.
+    cursors: Mutex<HashMap<String, catchup::Cursor>>,
     /// Usernames by user id (for reactions, which carry only the id).
     names: Mutex<HashMap<String, String>>,
     /// The state, once `run` has started.
@@ -206,6 +209,7 @@ impl MattermostChannel {
             kinds: Mutex::new(HashMap::new()),
             threads: Mutex::new(HashSet::new()),
             names: Mutex::new(HashMap::new()),
+            cursors: Mutex::new(HashMap::new()),
             ctx: std::sync::OnceLock::new(),
         })
     }
@@ -290,11 +294,14 @@ impl Channel for MattermostChannel {
         if !valid_id(message_id) {
             return Err(self.other(format!("{message_id:?} is not a Mattermost post id")));
         }
-        let props = if buttons.is_empty() {
+        // A patch replaces `props` whole: `from_bot` (set by the server on the post) is kept,
+        // so other bots still know this post for a bot's.
+        let mut props = if buttons.is_empty() {
             json!({"attachments": []})
         } else {
             self.button_props(chat, buttons)
         };
+        props["from_bot"] = json!("true");
         self.patch_post(chat, message_id, &json!({"message": text, "props": props}))
             .await
     }

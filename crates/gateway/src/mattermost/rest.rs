@@ -235,9 +235,44 @@ impl MattermostChannel {
             .ok_or_else(|| self.other("POST /files: the answer names no file"))
     }
 
-    /// `GET /channels/{id}/posts?since=MS`: the posts of a channel made or changed since,
-    /// oldest first.
-    pub(super) async fn posts_since(
+    /// The channels the bot is in (`GET /users/me/teams`, then each team's
+    /// `GET /users/me/teams/{id}/channels`, which list direct and group messages too):
+    /// (id, type, `last_post_at`).
+    pub(super) async fn my_channels(&self) -> Result<Vec<(String, String, i64)>, ChannelError> {
+        let keys = [platform::BOT.to_owned()];
+        let teams = self
+            .json_call(reqwest::Method::GET, "/users/me/teams", None, &keys)
+            .await?;
+        let mut out: Vec<(String, String, i64)> = Vec::new();
+        for team in teams.as_array().into_iter().flatten() {
+            let Some(team) = team["id"].as_str().filter(|t| valid_id(t)) else {
+                continue;
+            };
+            let list = self
+                .json_call(
+                    reqwest::Method::GET,
+                    &format!("/users/me/teams/{team}/channels"),
+                    None,
+                    &keys,
+                )
+                .await?;
+            for c in list.as_array().into_iter().flatten() {
+                let (Some(id), Some(kind)) = (c["id"].as_str(), c["type"].as_str()) else {
+                    continue;
+                };
+                if valid_id(id) && !out.iter().any(|(o, _, _)| o == id) {
+                    let last = c["last_post_at"].as_i64().unwrap_or_default();
+                    out.push((id.to_string(), kind.to_string(), last));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The posts of `channel` made at or after `since` (ms), oldest first:
+    /// `GET /channels/{id}/posts?since=`, which answers at most 1,000 (in no set order);
+    /// when it is full, the channel is paged through from its newest post back to `since`.
+    pub(super) async fn posts_after(
         &self,
         channel: &str,
         since: i64,
@@ -245,24 +280,65 @@ impl MattermostChannel {
         if !valid_id(channel) {
             return Ok(Vec::new());
         }
+        let keys = [platform::BOT.to_owned()];
+        // `since` takes posts changed after it; one made at `since` itself may not be
+        // handled yet (the cursor says).
         let list = self
             .json_call(
                 reqwest::Method::GET,
-                &format!("/channels/{channel}/posts?since={since}"),
+                &format!(
+                    "/channels/{channel}/posts?since={}",
+                    since.saturating_sub(1)
+                ),
                 None,
-                &[platform::BOT.to_owned()],
+                &keys,
             )
             .await?;
-        let mut posts: Vec<Value> = list["order"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|id| id.as_str())
-            .filter_map(|id| list["posts"].get(id).cloned())
-            .collect();
+        let mut posts = listed(&list);
+        if posts.len() >= SINCE_LIMIT {
+            posts.clear();
+            for page in 0..MAX_PAGES {
+                let list = self
+                    .json_call(
+                        reqwest::Method::GET,
+                        &format!("/channels/{channel}/posts?page={page}&per_page={PER_PAGE}"),
+                        None,
+                        &keys,
+                    )
+                    .await?;
+                let got = listed(&list);
+                let done = got.len() < PER_PAGE
+                    || got
+                        .iter()
+                        .any(|p| p["create_at"].as_i64().unwrap_or_default() < since);
+                posts.extend(got);
+                if done {
+                    break;
+                }
+            }
+        }
+        posts.retain(|p| p["create_at"].as_i64().unwrap_or_default() >= since);
         posts.sort_by_key(|p| p["create_at"].as_i64().unwrap_or_default());
+        posts.dedup_by(|a, b| a["id"] == b["id"]);
         Ok(posts)
     }
+}
+
+/// What `GET /channels/{id}/posts?since=` answers at most.
+const SINCE_LIMIT: usize = 1000;
+const PER_PAGE: usize = 200;
+/// How far back a channel is paged (200 × 50 posts).
+const MAX_PAGES: usize = 50;
+
+/// The posts of a post list (`{"order": [...], "posts": {...}}`).
+fn listed(list: &Value) -> Vec<Value> {
+    list["order"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|id| id.as_str())
+        .filter_map(|id| list["posts"].get(id).cloned())
+        .collect()
 }
 
 /// A path with its ids replaced by `{id}`, for labels and metrics.

@@ -34,6 +34,14 @@ fn a_mention_is_cut_out_and_noticed_only_as_a_whole_name() {
         strip("line one\n```\ncode @switchboard\n```", "switchboard"),
         ("line one\n```\ncode \n```".into(), true)
     );
+    assert_eq!(
+        strip("thanks @Switchboard.", "switchboard"),
+        ("thanks .".into(), true)
+    );
+    assert_eq!(
+        strip("ask @switchboard.ops", "switchboard"),
+        ("ask @switchboard.ops".into(), false)
+    );
 }
 
 #[test]
@@ -108,18 +116,32 @@ fn posts_map_to_conversations_like_the_threads_they_are_in() {
     let none = |_: &str| false;
     // A direct message: one conversation, no mention needed.
     let m = ch
-        .map_post(&me(), &post(POST, "", "hello"), "D", Some("@alice"), none)
+        .map_post(
+            &me(),
+            &post(POST, "", "hello"),
+            "D",
+            Some("@alice"),
+            false,
+            none,
+        )
         .unwrap();
     assert_eq!(m.message.chat.kind, ChatKind::Direct);
     assert_eq!(m.message.peer.name, "alice");
     assert!(m.thread.is_none());
     // In a channel: only with a mention, which starts a thread rooted at the post.
     assert!(
-        ch.map_post(&me(), &post(POST, "", "hello"), "O", None, none)
+        ch.map_post(&me(), &post(POST, "", "hello"), "O", None, false, none)
             .is_none()
     );
     let m = ch
-        .map_post(&me(), &post(POST, "", "@switchboard hi"), "O", None, none)
+        .map_post(
+            &me(),
+            &post(POST, "", "@switchboard hi"),
+            "O",
+            None,
+            false,
+            none,
+        )
         .unwrap();
     assert_eq!(m.message.chat.thread.as_deref(), Some(POST));
     assert_eq!(m.message.text, "hi");
@@ -129,17 +151,22 @@ fn posts_map_to_conversations_like_the_threads_they_are_in() {
     );
     // A later post in a known thread needs no mention.
     let later = post("p0000000000000000000000002", POST, "and more");
-    assert!(ch.map_post(&me(), &later, "O", None, none).is_none());
-    let m = ch.map_post(&me(), &later, "O", None, |_| true).unwrap();
+    assert!(ch.map_post(&me(), &later, "O", None, false, none).is_none());
+    let m = ch
+        .map_post(&me(), &later, "O", None, false, |_| true)
+        .unwrap();
     assert_eq!(m.message.chat.thread.as_deref(), Some(POST));
     assert_eq!(m.message.reply_to.as_deref(), Some(POST));
     // The bot's own posts and system messages are skipped.
     let mut own = post(POST, "", "@switchboard echo");
     own["user_id"] = json!(me().id);
-    assert!(ch.map_post(&me(), &own, "D", None, none).is_none());
+    assert!(ch.map_post(&me(), &own, "D", None, false, none).is_none());
     let mut system = post(POST, "", "alice joined");
     system["type"] = json!("system_join_channel");
-    assert!(ch.map_post(&me(), &system, "D", None, none).is_none());
+    assert!(
+        ch.map_post(&me(), &system, "D", None, false, none)
+            .is_none()
+    );
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! The WebSocket (`/api/v4/websocket`): connecting with the token, `hello`, `posted` and
 //! `reaction_added` events, pings; after each (re)connect the posts missed meanwhile.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -16,10 +15,6 @@ use crate::channel::{ChannelContext, ChannelError, Inbound};
 use crate::platform::{self, pause};
 use crate::util::Backoff;
 
-/// The newest post taken (`create_at`, ms): posts from then on are read after a reconnect.
-const CURSOR_KEY: &str = "cursor";
-/// The channels the bot talked in, and their types: `{"id": "D"}`.
-const CHANNELS_KEY: &str = "channels";
 /// How often the bot pings; a connection silent for [`SILENT`] is dead.
 const PING_EVERY: Duration = Duration::from_secs(30);
 const SILENT: Duration = Duration::from_secs(75);
@@ -31,10 +26,8 @@ const STABLE: Duration = Duration::from_secs(60);
 enum End {
     Cancelled,
     Reconnect(String),
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    /// The token was refused.
+    Fatal(ChannelError),
 }
 
 impl MattermostChannel {
@@ -44,14 +37,6 @@ impl MattermostChannel {
         ctx: &ChannelContext,
         cancel: &CancellationToken,
     ) -> Result<(), ChannelError> {
-        if let Some(map) = ctx
-            .state
-            .get(CHANNELS_KEY)
-            .await
-            .and_then(|v| serde_json::from_str::<HashMap<String, String>>(&v).ok())
-        {
-            self.kinds.lock().extend(map);
-        }
         let mut backoff = Backoff::default();
         loop {
             if cancel.is_cancelled() {
@@ -80,6 +65,7 @@ impl MattermostChannel {
             let end = self.connection(&me, ctx, cancel).await;
             match end {
                 End::Cancelled => return Ok(()),
+                End::Fatal(e) => return Err(e),
                 End::Reconnect(reason) => {
                     let wait = if started.elapsed() >= STABLE {
                         backoff.reset();
@@ -115,6 +101,9 @@ impl MattermostChannel {
             _ = cancel.cancelled() => return End::Cancelled,
             r = connect => match r {
                 Ok(Ok((ws, _))) => ws,
+                Ok(Err(tokio_tungstenite::tungstenite::Error::Http(r))) if r.status().as_u16() == 401 => {
+                    return End::Fatal(self.client.api_error("GET /websocket", 401, "the token was refused"));
+                }
                 Ok(Err(e)) => return End::Reconnect(self.client.redact(&format!("cannot connect the WebSocket: {e}"))),
                 Err(_) => return End::Reconnect("cannot connect the WebSocket: timed out".into()),
             },
@@ -143,7 +132,12 @@ impl MattermostChannel {
             return End::Reconnect("no hello on the WebSocket".into());
         }
         self.client.connected("connected");
-        if let Err(reason) = self.catch_up(me, ctx).await {
+        let caught_up = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return End::Cancelled,
+            r = self.catch_up(me, ctx) => r,
+        };
+        if let Err(reason) = caught_up {
             return End::Reconnect(reason);
         }
         let mut seq = 1u64;
@@ -200,8 +194,20 @@ impl MattermostChannel {
                     return Ok(());
                 };
                 let kind = data["channel_type"].as_str().unwrap_or("O");
-                self.take_post(me, ctx, &post, kind, data["sender_name"].as_str())
-                    .await
+                // The server lists who a post mentions (by id).
+                let mentions_me = data["mentions"]
+                    .as_str()
+                    .and_then(|m| serde_json::from_str::<Vec<String>>(m).ok())
+                    .is_some_and(|ids| ids.contains(&me.id));
+                self.take_post(
+                    me,
+                    ctx,
+                    &post,
+                    kind,
+                    data["sender_name"].as_str(),
+                    mentions_me,
+                )
+                .await
             }
             Some("reaction_added") => {
                 let Some(reaction) = data["reaction"]
@@ -223,111 +229,4 @@ impl MattermostChannel {
             _ => Ok(()),
         }
     }
-
-    /// A post: handed in when it is for the bot, then the cursor, its channel and its
-    /// thread noted.
-    async fn take_post(
-        &self,
-        me: &Me,
-        ctx: &ChannelContext,
-        post: &Value,
-        kind: &str,
-        sender: Option<&str>,
-    ) -> Result<(), String> {
-        let channel = post["channel_id"].as_str().unwrap_or_default();
-        let root = post["root_id"].as_str().unwrap_or_default();
-        if !root.is_empty() {
-            let key = format!("{channel}:{root}");
-            if !self.threads.lock().contains(&key)
-                && ctx.state.get(&thread_key(&key)).await.is_some()
-            {
-                self.threads.lock().insert(key);
-            }
-        }
-        let Some(mapped) =
-            self.map_post(me, post, kind, sender, |k| self.threads.lock().contains(k))
-        else {
-            return Ok(());
-        };
-        let mut mapped = mapped;
-        if sender.is_none() {
-            let name = self.username(&mapped.message.peer.id).await;
-            mapped.message.peer.name = name.clone();
-            mapped.message.peer.username = Some(name);
-        }
-        ctx.sink
-            .accept(Inbound::Message(mapped.message))
-            .await
-            .map_err(|e| format!("could not store a post: {e}"))?;
-        let at = post["create_at"].as_i64().unwrap_or_default();
-        let cursor = self.cursor(ctx).await.unwrap_or_default();
-        if at > cursor {
-            self.store(ctx, CURSOR_KEY, &at.to_string()).await;
-        }
-        let new_channel = self
-            .kinds
-            .lock()
-            .insert(channel.to_string(), kind.to_string())
-            .is_none_or(|k| k != kind);
-        if new_channel {
-            let map = serde_json::to_string(&*self.kinds.lock()).unwrap_or_default();
-            self.store(ctx, CHANNELS_KEY, &map).await;
-        }
-        if let Some(key) = mapped.thread
-            && self.threads.lock().insert(key.clone())
-        {
-            self.store(ctx, &thread_key(&key), "1").await;
-        }
-        Ok(())
-    }
-
-    async fn cursor(&self, ctx: &ChannelContext) -> Option<i64> {
-        ctx.state.get(CURSOR_KEY).await.and_then(|c| c.parse().ok())
-    }
-
-    async fn store(&self, ctx: &ChannelContext, key: &str, value: &str) {
-        if let Err(e) = ctx.state.set(key, value).await {
-            tracing::warn!(channel = %self.cfg.name, key, error = %e, "storing the Mattermost state");
-        }
-    }
-
-    /// The posts of the known channels since the cursor (the gateway takes each once); on a
-    /// first start, the cursor is set to now.
-    async fn catch_up(&self, me: &Me, ctx: &ChannelContext) -> Result<(), String> {
-        let Some(since) = self.cursor(ctx).await else {
-            self.store(ctx, CURSOR_KEY, &now_ms().to_string()).await;
-            return Ok(());
-        };
-        let channels: Vec<(String, String)> = self
-            .kinds
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let mut taken = 0usize;
-        for (channel, kind) in channels {
-            let posts = match self.posts_since(&channel, since).await {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!(channel = %self.cfg.name, error = %e, "reading the posts missed in a channel");
-                    continue;
-                }
-            };
-            for post in posts {
-                if post["create_at"].as_i64().unwrap_or_default() < since {
-                    continue; // an older post edited since
-                }
-                self.take_post(me, ctx, &post, &kind, None).await?;
-                taken += 1;
-            }
-        }
-        if taken > 0 {
-            tracing::info!(channel = %self.cfg.name, posts = taken, "read the posts made while disconnected");
-        }
-        Ok(())
-    }
-}
-
-fn thread_key(key: &str) -> String {
-    format!("thread:{key}")
 }

@@ -49,6 +49,8 @@ pub struct FakePost {
 }
 
 impl FakePost {
+    /// The post as clients get it: the server strips its buttons' integration (URL and
+    /// context) from every post it hands out.
     fn json(&self, files: &HashMap<String, FakeFile>) -> Value {
         let infos: Vec<Value> = self
             .file_ids
@@ -59,7 +61,7 @@ impl FakePost {
             "id": self.id, "create_at": self.create_at, "update_at": self.update_at,
             "edit_at": if self.edits > 0 { self.update_at } else { 0 }, "delete_at": 0,
             "user_id": self.user_id, "channel_id": self.channel_id, "root_id": self.root_id,
-            "original_id": "", "message": self.message, "type": "", "props": self.props,
+            "original_id": "", "message": self.message, "type": "", "props": stripped(&self.props),
             "hashtags": "", "pending_post_id": "", "reply_count": 0,
             "file_ids": self.file_ids, "metadata": {"files": infos},
         })
@@ -80,6 +82,19 @@ impl FakePost {
             })
             .collect()
     }
+}
+
+/// `props` without the actions' `integration`.
+fn stripped(props: &Value) -> Value {
+    let mut props = props.clone();
+    for a in props["attachments"].as_array_mut().into_iter().flatten() {
+        for action in a["actions"].as_array_mut().into_iter().flatten() {
+            if let Some(o) = action.as_object_mut() {
+                o.remove("integration");
+            }
+        }
+    }
+    props
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +250,11 @@ impl FakeMattermost {
         });
         let app = Router::new()
             .route("/api/v4/users/me", get(rest::me))
+            .route("/api/v4/users/me/teams", get(rest::teams))
+            .route(
+                "/api/v4/users/me/teams/{team}/channels",
+                get(rest::channels),
+            )
             .route("/api/v4/users/{id}", get(rest::user))
             .route("/api/v4/posts", post(rest::create_post))
             .route("/api/v4/posts/ephemeral", post(rest::ephemeral))

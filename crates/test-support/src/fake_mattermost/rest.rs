@@ -262,11 +262,63 @@ pub(super) async fn ephemeral(
     (StatusCode::CREATED, axum::Json(body["post"].clone())).into_response()
 }
 
+pub(super) async fn teams(State(state): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(r) = admit(&state, &headers, "GET /users/me/teams") {
+        return r;
+    }
+    axum::Json(
+        json!([{"id": FakeMattermost::TEAM_ID, "name": "test", "display_name": "Test",
+        "type": "O", "create_at": 0, "update_at": 0, "delete_at": 0}]),
+    )
+    .into_response()
+}
+
+/// The bot's channels in the team — direct and group messages too (they have no team).
+pub(super) async fn channels(
+    State(state): State<Arc<Shared>>,
+    Path(team): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(r) = admit(&state, &headers, "GET /users/me/teams/{id}/channels") {
+        return r;
+    }
+    if team != FakeMattermost::TEAM_ID {
+        return error(
+            StatusCode::FORBIDDEN,
+            "api.context.permissions.app_error",
+            "You do not have the appropriate permissions.",
+        );
+    }
+    let s = state.inner.lock();
+    let list: Vec<Value> = s
+        .channels
+        .iter()
+        .filter(|(_, c)| c.members.iter().any(|m| m == FakeMattermost::BOT_ID))
+        .map(|(id, c)| {
+            let last = s
+                .posts
+                .iter()
+                .filter(|p| &p.channel_id == id)
+                .map(|p| p.create_at)
+                .max()
+                .unwrap_or_default();
+            json!({"id": id, "type": c.kind, "name": c.name, "display_name": c.name,
+                "team_id": if c.kind == "D" || c.kind == "G" { "" } else { FakeMattermost::TEAM_ID },
+                "last_post_at": last, "create_at": 0, "update_at": 0, "delete_at": 0})
+        })
+        .collect();
+    axum::Json(list).into_response()
+}
+
 #[derive(serde::Deserialize)]
 pub(super) struct Since {
     since: Option<i64>,
+    page: Option<usize>,
+    per_page: Option<usize>,
 }
 
+/// `?since=`: the posts changed after it, at most 1,000 (Mattermost's store does not order
+/// them before the limit); otherwise a page of the newest first.
 pub(super) async fn posts_since(
     State(state): State<Arc<Shared>>,
     Path(id): Path<String>,
@@ -277,14 +329,25 @@ pub(super) async fn posts_since(
         return r;
     }
     let s = state.inner.lock();
-    let since = q.since.unwrap_or_default();
+    let newest_first = s.posts.iter().rev().filter(|p| p.channel_id == id);
+    let chosen: Vec<&FakePost> = match q.since {
+        Some(since) => newest_first
+            .filter(|p| p.update_at > since)
+            .take(1000)
+            .collect(),
+        None => {
+            let per = q.per_page.unwrap_or(60).min(200);
+            newest_first
+                .skip(q.page.unwrap_or(0) * per)
+                .take(per)
+                .collect()
+        }
+    };
     let mut order = Vec::new();
     let mut posts = serde_json::Map::new();
-    for p in s.posts.iter().rev() {
-        if p.channel_id == id && p.update_at > since {
-            order.push(json!(p.id));
-            posts.insert(p.id.clone(), p.json(&s.files));
-        }
+    for p in chosen {
+        order.push(json!(p.id));
+        posts.insert(p.id.clone(), p.json(&s.files));
     }
     axum::Json(json!({"order": order, "posts": posts, "next_post_id": "", "prev_post_id": ""}))
         .into_response()
