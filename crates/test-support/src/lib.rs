@@ -10,6 +10,7 @@
 pub mod call_log;
 pub mod fake_discord;
 pub mod fake_mattermost;
+pub mod fake_signal;
 pub mod fake_slack;
 pub mod fake_telegram;
 pub mod fake_whatsapp;
