@@ -32,7 +32,7 @@ mod follow;
 mod gateway;
 mod relay;
 mod schedules;
-pub mod sse;
+mod sse;
 mod stream;
 mod team;
 mod usage;

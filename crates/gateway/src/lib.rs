@@ -15,6 +15,7 @@ pub mod email;
 pub mod health;
 pub mod matrix;
 pub mod mattermost;
+pub mod msteams;
 pub mod pairing;
 pub mod platform;
 pub mod preview;

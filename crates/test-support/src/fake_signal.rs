@@ -1,16 +1,18 @@
-//! A fake signal-cli daemon (`signal-cli -a ACCOUNT daemon --http`) on real TCP
-//! (`127.0.0.1:0`), written from signal-cli-jsonrpc(5) and signal-cli(1): `POST /api/v1/rpc`
-//! (single JSON-RPC 2.0 requests, `Content-Type: application/json` or 415; methods
-//! `version`, `listGroups`, `getUserStatus`, `send` with `recipient` / `groupId`, `message`,
-//! `attachments` as RFC 2397 data URIs with `filename=`, `editTimestamp`; `getAttachment`
-//! answering `{"data": BASE64}`), `GET /api/v1/events` (Server-Sent Events `event:receive`
-//! whose data is `{"account", "envelope"}`, each with an `id`; the last 1,000 kept and
-//! replayed after `Last-Event-ID`, all of them for an unknown id) and `GET /api/v1/check`.
+//! A fake signal-cli daemon (`signal-cli -a ACCOUNT daemon --http --receive-mode manual`)
+//! on real TCP (`127.0.0.1:0`), written from signal-cli-jsonrpc(5), signal-cli(1) and the
+//! daemon's source (HttpServerHandler, SignalJsonRpcCommandHandler, ReceiveCommand):
+//! `POST /api/v1/rpc` (single JSON-RPC 2.0 requests, `Content-Type: application/json` or
+//! 415; errors answered 200 with an `error` object; methods `version`, `listGroups`,
+//! `getUserStatus`, `receive` with `timeout` (seconds) and `maxMessages` answering a list of
+//! `{"account", "envelope"}`, `send` with `recipient` / `groupId`, `message`, `attachments`
+//! as RFC 2397 data URIs whose `filename=` is URL-decoded, `editTimestamp`; `getAttachment`
+//! answering `{"data": BASE64}`) and `GET /api/v1/check`.
 //!
-//! Errors are signal-cli's: `-32601` for an unknown method, `-1` for a bad request, and
-//! `-5` "Failed to send message due to rate limiting" with the results'
-//! `retryAfterSeconds` in `data.response` — while [`FakeSignal::rate_limit`]'s bucket is
-//! empty or [`FakeSignal::throttle`] says so.
+//! In manual receive mode messages wait on Signal's servers until a `receive` call takes
+//! them: here, in a queue; a call waits up to its timeout for one. Errors are signal-cli's:
+//! `-32601` for an unknown method, `-1` for a bad request, and `-5` "Failed to send message
+//! due to rate limiting" with the results' `retryAfterSeconds` in `data.response` — while
+//! [`FakeSignal::rate_limit`]'s bucket is empty or [`FakeSignal::throttle`] says so.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -20,13 +22,11 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
 /// One message the bot sent, as it stands now.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,20 +52,21 @@ struct Inner {
     sent: Vec<SignalSent>,
     /// Attachments people sent: id → bytes.
     files: std::collections::HashMap<String, Vec<u8>>,
-    /// The kept events: (id, data).
-    events: VecDeque<(u64, String)>,
-    next_event: u64,
+    /// Messages waiting for a `receive` call.
+    queue: VecDeque<Value>,
+    /// `receive` calls under way.
+    receiving: u32,
     last_ts: u64,
     throttle: u32,
     limited: u32,
     bucket: Option<Bucket>,
     send_times: Vec<Instant>,
-    streams: u32,
+    receives: u32,
 }
 
 struct Shared {
     inner: Mutex<Inner>,
-    live: broadcast::Sender<(u64, String)>,
+    arrived: tokio::sync::Notify,
 }
 
 /// The fake daemon; see the module docs.
@@ -121,11 +122,10 @@ impl FakeSignal {
     pub async fn start() -> FakeSignal {
         let state = Arc::new(Shared {
             inner: Mutex::new(Inner::default()),
-            live: broadcast::channel(1024).0,
+            arrived: tokio::sync::Notify::new(),
         });
         let app = Router::new()
             .route("/api/v1/rpc", post(rpc))
-            .route("/api/v1/events", get(events))
             .route("/api/v1/check", get(|| async { StatusCode::OK }))
             .with_state(state.clone());
         let (listener, addr) = crate::serve::bind("fake signal-cli").await;
@@ -154,13 +154,9 @@ impl FakeSignal {
             "sourceName": from.name, "sourceDevice": 1, "timestamp": ts,
             "serverReceivedTimestamp": ts, "serverDeliveredTimestamp": ts,
             "dataMessage": data_message}});
-        s.next_event += 1;
-        let id = s.next_event;
-        s.events.push_back((id, event.to_string()));
-        if s.events.len() > 1000 {
-            s.events.pop_front();
-        }
-        let _ = self.state.live.send((id, event.to_string()));
+        s.queue.push_back(event);
+        drop(s);
+        self.state.arrived.notify_waiters();
         ts
     }
 
@@ -265,9 +261,17 @@ impl FakeSignal {
         self.state.inner.lock().limited
     }
 
-    /// How many event streams were opened.
-    pub fn streams(&self) -> u32 {
-        self.state.inner.lock().streams
+    /// How many `receive` calls were made.
+    pub fn receives(&self) -> u32 {
+        self.state.inner.lock().receives
+    }
+
+    /// Waits until no `receive` call is under way (one that started before, say, the
+    /// server was killed has run out): a message delivered then waits for the next one.
+    pub async fn wait_not_receiving(&self) {
+        while self.state.inner.lock().receiving > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -312,6 +316,11 @@ async fn rpc(State(state): State<Arc<Shared>>, headers: HeaderMap, body: String)
             }
         }
         "send" => send(&state, &id, p),
+        "receive" => {
+            let timeout = p["timeout"].as_f64().unwrap_or(3.0).clamp(0.0, 60.0);
+            let max = p["maxMessages"].as_u64().unwrap_or(u64::MAX) as usize;
+            ok(receive(&state, Duration::from_secs_f64(timeout), max).await)
+        }
         _ => rpc_error(&id, -32601, "Method not implemented", Value::Null),
     }
 }
@@ -370,11 +379,19 @@ fn send(state: &Shared, id: &Value, p: &Value) -> Response {
             else {
                 return rpc_error(id, -1, "Attachment not found", Value::Null);
             };
-            let name = head
+            // signal-cli's DataURI reads each parameter through Java's URLDecoder.
+            let Some(name) = head
                 .split(';')
                 .find_map(|part| part.strip_prefix("filename="))
-                .unwrap_or("attachment")
-                .to_string();
+                .map(|n| {
+                    form_urlencoded::parse(format!("n={n}").as_bytes())
+                        .next()
+                        .map(|(_, v)| v.into_owned())
+                        .unwrap_or_default()
+                })
+            else {
+                return rpc_error(id, -1, "Invalid data URI", Value::Null);
+            };
             let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data) else {
                 return rpc_error(id, -1, "Invalid data URI", Value::Null);
             };
@@ -395,51 +412,34 @@ fn send(state: &Shared, id: &Value, p: &Value) -> Response {
     .into_response()
 }
 
-async fn events(State(state): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let last = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let (backlog, live) = {
+/// Takes up to `max` waiting messages, waiting up to `timeout` for the first.
+async fn receive(state: &Shared, timeout: Duration, max: usize) -> Value {
+    /// Counts the call as under way until it ends (or its client goes and it is dropped).
+    struct Receiving<'a>(&'a Shared);
+    impl Drop for Receiving<'_> {
+        fn drop(&mut self) {
+            self.0.inner.lock().receiving -= 1;
+        }
+    }
+    {
         let mut s = state.inner.lock();
-        s.streams += 1;
-        let backlog: Vec<(u64, String)> = match last {
-            None => Vec::new(),
-            Some(l) if s.events.iter().any(|(id, _)| *id == l) => {
-                s.events.iter().filter(|(id, _)| *id > l).cloned().collect()
-            }
-            Some(_) => s.events.iter().cloned().collect(),
-        };
-        (backlog, state.live.subscribe())
-    };
-    let stream = sse_stream(backlog, live);
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text(""))
-        .into_response()
-}
-
-/// The backlog, then the live events after it, as SSE events.
-fn sse_stream(
-    backlog: Vec<(u64, String)>,
-    live: broadcast::Receiver<(u64, String)>,
-) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
-    use futures::StreamExt as _;
-    let sent_up_to = backlog.last().map(|(id, _)| *id).unwrap_or(0);
-    let live = futures::stream::unfold(live, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(e) => return Some((e, rx)),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
+        s.receives += 1;
+        s.receiving += 1;
+    }
+    let _under_way = Receiving(state);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let taken = loop {
+        let arrived = state.arrived.notified();
+        {
+            let mut s = state.inner.lock();
+            if !s.queue.is_empty() {
+                let n = s.queue.len().min(max);
+                break s.queue.drain(..n).collect::<Vec<_>>();
             }
         }
-    });
-    futures::stream::iter(backlog)
-        .chain(live.filter(move |(id, _)| std::future::ready(*id > sent_up_to)))
-        .map(|(id, data)| {
-            Ok(Event::default()
-                .id(id.to_string())
-                .event("receive")
-                .data(data))
-        })
+        if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+            break Vec::new();
+        }
+    };
+    Value::Array(taken)
 }

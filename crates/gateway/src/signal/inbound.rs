@@ -27,6 +27,9 @@ impl SignalChannel {
             return None;
         }
         let data = env.get("dataMessage").filter(|d| d.is_object())?;
+        if data.get("storyContext").is_some_and(|s| s.is_object()) {
+            return None; // a reply to a story, not a message to the bot
+        }
         let timestamp = data["timestamp"]
             .as_u64()
             .or_else(|| env["timestamp"].as_u64())?;
@@ -51,7 +54,11 @@ impl SignalChannel {
             username: number.clone(),
         };
         if let Some(r) = data.get("reaction").filter(|r| r.is_object()) {
-            if r["isRemove"].as_bool() == Some(true) {
+            let on_mine = self.is_me(
+                r["targetAuthorNumber"].as_str(),
+                r["targetAuthorUuid"].as_str(),
+            );
+            if r["isRemove"].as_bool() == Some(true) || !on_mine {
                 return None;
             }
             return Some(Inbound::Reaction(Reaction {
@@ -75,6 +82,9 @@ impl SignalChannel {
             .filter_map(|a| {
                 let id = a["id"].as_str()?;
                 let mime = a["contentType"].as_str().map(str::to_string);
+                if mime.as_deref() == Some("text/x-signal-plain") {
+                    return None; // a long text, merged into `message` by signal-cli already
+                }
                 let kind = match mime.as_deref().unwrap_or_default() {
                     m if m.starts_with("image/") => "photo",
                     m if m.starts_with("audio/") => "voice",
@@ -122,9 +132,10 @@ impl SignalChannel {
             .flatten()
             .map(|m| {
                 let me = self.is_me(m["number"].as_str(), m["uuid"].as_str());
+                // `name` is the legacy identifier (a number or a uuid): not shown.
                 let name = m["name"]
                     .as_str()
-                    .or(m["number"].as_str())
+                    .filter(|n| !n.starts_with('+') && uuid::Uuid::parse_str(n).is_err())
                     .unwrap_or("someone")
                     .to_string();
                 (m["start"].as_u64().unwrap_or(u64::MAX) as usize, name, me)

@@ -3,15 +3,15 @@
 //! /api/v1/rpc`, received messages from the Server-Sent Events of `GET /api/v1/events`
 //! (signal-cli-jsonrpc(5)).
 //!
-//! - **Receiving**: each event carries an envelope; an event id, when the daemon gives one,
-//!   is kept in the channel state and sent back as `Last-Event-ID` on reconnect (the daemon
-//!   keeps its last 1,000 events), so nothing the daemon received is lost to a restart of
-//!   Switchboard; the gateway takes each message (sender, timestamp) once.
+//! - **Receiving**: JSON-RPC `receive`, called again and again (the daemon runs with
+//!   `--receive-mode manual`, so messages wait on Signal's servers while Switchboard is
+//!   away; see `receive.rs`). The gateway takes each message (sender, timestamp) once.
 //! - **Conversations**: a direct message is one; a group is one (Signal has no threads).
 //!   In groups the bot answers when mentioned or replied to (`require_mention`).
-//! - **Replies** stream by edits (`send` with `editTimestamp`), one every two seconds per
-//!   chat; Signal shows at most [`MAX_EDITS`] edits of a message, so past that the reply
-//!   goes on in a new message. A message holds 2,000 characters; longer replies are split.
+//! - **Replies** stream by edits (`send` with `editTimestamp`, always the original's), one
+//!   every three seconds per chat; Signal's apps let a person edit a message at most
+//!   [`MAX_EDITS`] times, and the bot keeps to that too: past it the reply goes on in a new
+//!   message (its page repeated there). A message holds 2,000 characters; longer replies are split.
 //! - **Approvals** (Signal has no buttons): a reply quoting the prompt (`allow`, `deny,
 //!   not on main`), `/allow` / `/deny`, or a 👍 / 👎 (✅ / ❌) reaction on it.
 //! - **Files**: attachments in (`getAttachment`, base64), `send_file` out (an attachment as a
@@ -74,7 +74,7 @@ impl SignalConfig {
             account: account.into(),
             account_param: None,
             require_mention: true,
-            edit_interval: Duration::from_secs(2),
+            edit_interval: Duration::from_secs(3),
             max_retries: 3,
             max_retry_after: Duration::from_secs(60),
             over_cap: OverCap::Fail,
@@ -265,15 +265,17 @@ impl Channel for SignalChannel {
     }
 
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
-        // RFC 2397 with signal-cli's `filename=`: the name may not hold `;` or `,`.
-        let name: String = file
-            .name
-            .chars()
-            .map(|c| if matches!(c, ';' | ',') { '_' } else { c })
-            .collect();
+        // RFC 2397 with signal-cli's `filename=`; signal-cli URL-decodes each parameter, so
+        // the name is percent-encoded, and the type goes without parameters of its own.
+        let name: String = form_urlencoded::byte_serialize(file.name.as_bytes()).collect();
+        let mime = file
+            .mime
+            .split(';')
+            .next()
+            .unwrap_or("application/octet-stream")
+            .trim();
         let uri = format!(
-            "data:{};filename={name};base64,{}",
-            file.mime,
+            "data:{mime};filename={name};base64,{}",
             base64::engine::general_purpose::STANDARD.encode(&file.bytes)
         );
         self.send_message(

@@ -1,31 +1,24 @@
-//! Receiving: the daemon's Server-Sent Events (`GET /api/v1/events`), resumed after the
-//! last event taken (`Last-Event-ID`), reconnected with a back-off.
+//! Receiving: signal-cli's JSON-RPC `receive` (the daemon started with `--receive-mode
+//! manual`), called again and again. Messages wait on Signal's servers until a call takes
+//! them, so none arrive while Switchboard is away; each one a call returns is stored before
+//! the next call (a failed store is retried in place, never dropped).
+//!
+//! (signal-cli's event stream, `GET /api/v1/events`, hands each message to whichever
+//! streams are open and forgets it: one written to a stream whose reader died is lost, and a
+//! dead stream shows only when a keep-alive fails, up to half a minute later. A call that
+//! waits at most [`POLL`] narrows that to the messages of one unread answer.)
 
-use std::time::Duration;
-
-use futures::StreamExt;
-use serde_json::{Value, json};
-use switchboard_client::sse::SseParser;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::SignalChannel;
-use crate::channel::{ChannelContext, ChannelError};
+use crate::channel::{ChannelContext, ChannelError, Inbound};
 use crate::platform::{self, pause};
 use crate::util::Backoff;
 
-/// The id of the last event taken.
-const EVENT_KEY: &str = "last_event_id";
-/// signal-cli sends a keep-alive comment every 15 s: a stream silent for longer is dead.
-const SILENT: Duration = Duration::from_secs(45);
-/// A stream that lasted this long resets the back-off.
-const STABLE: Duration = Duration::from_secs(60);
-/// The largest event taken (an envelope with its attachment list).
-const MAX_EVENT: usize = 1024 * 1024;
-
-enum End {
-    Cancelled,
-    Reconnect(String),
-}
+/// How long one `receive` waits for a message (seconds), and how many it takes at most.
+const POLL: f64 = 2.0;
+const MAX_MESSAGES: u32 = 20;
 
 impl SignalChannel {
     pub(super) async fn receive(
@@ -33,37 +26,64 @@ impl SignalChannel {
         ctx: &ChannelContext,
         cancel: &CancellationToken,
     ) -> Result<(), ChannelError> {
+        self.learn_uuid().await;
         let mut backoff = Backoff::default();
+        let mut connected = false;
+        let keys = [platform::BOT.to_owned()];
         loop {
-            if cancel.is_cancelled() {
-                return Ok(());
-            }
-            if self.own_uuid.lock().is_none() {
-                self.learn_uuid().await;
-            }
-            self.client.connecting("connecting");
-            let started = std::time::Instant::now();
-            match self.stream(ctx, cancel).await {
-                End::Cancelled => return Ok(()),
-                End::Reconnect(reason) => {
-                    let wait = if started.elapsed() >= STABLE {
-                        backoff.reset();
-                        Duration::from_millis(100)
-                    } else {
-                        backoff.next_wait()
-                    };
-                    tracing::info!(channel = %self.cfg.name, %reason, ?wait, "signal-cli event stream ended; reconnecting");
-                    self.client
-                        .retrying(&format!("reconnecting: {reason}"), &reason);
+            let r = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Ok(()),
+                r = self.rpc("receive", json!({"timeout": POLL, "maxMessages": MAX_MESSAGES}), &keys) => r,
+            };
+            let events = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    connected = false;
+                    let wait = backoff.next_wait();
+                    tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "receiving from signal-cli failed; retrying");
+                    self.client.retrying(&format!("error: {e}"), &e.to_string());
                     if !pause(wait, cancel).await {
                         return Ok(());
+                    }
+                    continue;
+                }
+            };
+            if !connected {
+                connected = true;
+                backoff.reset();
+                self.client.connected("receiving");
+            }
+            for event in events.as_array().into_iter().flatten() {
+                if let Some(item) = self.map_envelope(event)
+                    && !self.store(ctx, item, cancel).await
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Hands `item` in, retrying until it is stored; `false` when cancelled first.
+    async fn store(&self, ctx: &ChannelContext, item: Inbound, cancel: &CancellationToken) -> bool {
+        let mut backoff = Backoff::default();
+        loop {
+            match ctx.sink.accept(item.clone()).await {
+                Ok(()) => return true,
+                Err(e) => {
+                    let wait = backoff.next_wait();
+                    tracing::warn!(channel = %self.cfg.name, error = %e, ?wait, "could not store a Signal message; retrying");
+                    if !pause(wait, cancel).await {
+                        tracing::error!(channel = %self.cfg.name, "shutting down with a Signal message not stored");
+                        return false;
                     }
                 }
             }
         }
     }
 
-    /// The bot's ACI, for mentions (`getUserStatus` of its own number); best effort.
+    /// The bot's ACI, for mentions (`getUserStatus` of its own number, once); best effort:
+    /// mentions by number work without it.
     async fn learn_uuid(&self) {
         let r = self
             .rpc(
@@ -76,86 +96,6 @@ impl SignalChannel {
             && let Some(uuid) = list[0]["uuid"].as_str()
         {
             *self.own_uuid.lock() = Some(uuid.to_string());
-        }
-    }
-
-    async fn stream(&self, ctx: &ChannelContext, cancel: &CancellationToken) -> End {
-        let mut url = format!("{}/api/v1/events", self.client.base());
-        if let Some(a) = &self.cfg.account_param {
-            url.push_str("?account=");
-            url.push_str(&a.replace('+', "%2B"));
-        }
-        let last = ctx.state.get(EVENT_KEY).await.filter(|v| !v.is_empty());
-        let mut req = self
-            .client
-            .http()
-            .get(&url)
-            .header("accept", "text/event-stream");
-        if let Some(id) = &last {
-            req = req.header("last-event-id", id.as_str());
-        }
-        let resp = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return End::Cancelled,
-            r = tokio::time::timeout(platform::CONNECT_TIMEOUT, req.send()) => r,
-        };
-        let resp = match resp {
-            Ok(Ok(r)) if r.status().is_success() => r,
-            Ok(Ok(r)) => {
-                return End::Reconnect(format!("GET /api/v1/events answered HTTP {}", r.status()));
-            }
-            Ok(Err(e)) => {
-                return End::Reconnect(format!(
-                    "cannot reach signal-cli: {}",
-                    platform::client::describe(e)
-                ));
-            }
-            Err(_) => return End::Reconnect("cannot reach signal-cli: timed out".into()),
-        };
-        self.client.connected("connected");
-        let mut body = resp.bytes_stream();
-        let mut parser = SseParser::new(MAX_EVENT);
-        loop {
-            let chunk = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return End::Cancelled,
-                c = tokio::time::timeout(SILENT, body.next()) => c,
-            };
-            let bytes = match chunk {
-                Err(_) => return End::Reconnect("the event stream went silent".into()),
-                Ok(None) => return End::Reconnect("signal-cli closed the event stream".into()),
-                Ok(Some(Err(e))) => {
-                    return End::Reconnect(format!(
-                        "event stream: {}",
-                        platform::client::describe(e)
-                    ));
-                }
-                Ok(Some(Ok(b))) => b,
-            };
-            if let Err(e) = parser.feed(&bytes) {
-                return End::Reconnect(format!("event stream: {e}"));
-            }
-            while let Some(frame) = parser.next_frame() {
-                if frame.event.as_deref().is_some_and(|e| e != "receive") {
-                    continue;
-                }
-                let Ok(event) = serde_json::from_str::<Value>(&frame.data) else {
-                    tracing::warn!(channel = %self.cfg.name, "an event that is not JSON; skipped");
-                    continue;
-                };
-                if let Some(item) = self.map_envelope(&event)
-                    && let Err(e) = ctx.sink.accept(item).await
-                {
-                    // Not taken: reconnect after the last event that was (the daemon
-                    // sends this one again).
-                    return End::Reconnect(format!("could not store a message: {e}"));
-                }
-                if let Some(id) = frame.id
-                    && let Err(e) = ctx.state.set(EVENT_KEY, &id).await
-                {
-                    tracing::warn!(channel = %self.cfg.name, error = %e, "storing the last event id");
-                }
-            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! signal-cli's JSON-RPC over HTTP (`POST /api/v1/rpc`, the signal-cli-jsonrpc(5) manual):
 //! every call through the kit's [`PlatformClient`] (outbox, retry policy). Its error codes:
-//! -1 the user's mistake, -3 I/O (retried), -4 an untrusted identity key, -5 rate limited
-//! (waited out by the results' `retryAfterSeconds`).
+//! -1 the user's mistake (but a send whose every result is a `NETWORK_FAILURE` is worth
+//! another try), -3 I/O and -32603 internal errors (another try), -4 an untrusted identity
+//! key, -5 rate limited (waited out by the results' `retryAfterSeconds`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,14 +13,17 @@ use super::SignalChannel;
 use crate::channel::ChannelError;
 use crate::platform::{Answer, Call, Verdict};
 
-const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Long: a send that timed out may still be sent by signal-cli, and is not sent again
+/// (see [`SignalChannel::rpc`]).
+const CALL_TIMEOUT: Duration = Duration::from_secs(180);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// signal-cli's code for "rate limited".
 const RATE_LIMITED: i64 = -5;
-/// signal-cli's code for a server or I/O error (worth another try).
+/// signal-cli's codes for an I/O or an internal error (worth another try).
 const IO_ERROR: i64 = -3;
+const INTERNAL_ERROR: i64 = -32603;
 
 impl SignalChannel {
     /// What an answer means: the `result`; a rate limit waited out; an error otherwise.
@@ -52,18 +56,22 @@ impl SignalChannel {
                 .map(Duration::from_secs);
             return Verdict::RateLimited(wait);
         }
-        let message = error["message"]
-            .as_str()
-            .unwrap_or("no message")
-            .to_string();
-        let e = self
-            .client
-            .api_error(method, 400, &format!("{message} (signal-cli code {code})"));
-        if code == IO_ERROR {
-            Verdict::Transient(e)
-        } else {
-            Verdict::Failed(e)
+        let message = error["message"].as_str().unwrap_or("no message");
+        let results = error["data"]["response"]["results"].as_array();
+        let network = results
+            .is_some_and(|r| !r.is_empty() && r.iter().all(|r| r["type"] == "NETWORK_FAILURE"));
+        if code == IO_ERROR || code == INTERNAL_ERROR || network {
+            // Worth another try (the dispatcher tries again later): not a refusal.
+            return Verdict::Transient(ChannelError::Unreachable {
+                channel: self.cfg.name.clone(),
+                reason: format!("{method}: {message} (signal-cli code {code})"),
+            });
         }
+        Verdict::Failed(self.client.api_error(
+            method,
+            400,
+            &format!("{message} (signal-cli code {code})"),
+        ))
     }
 
     /// One JSON-RPC call, counted against `keys`.
@@ -78,13 +86,19 @@ impl SignalChannel {
         }
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let body = json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id});
+        // A send is not repeated after a failure that may have come after it went out (a
+        // timeout, a dropped connection): the dispatcher decides, rather than a second copy.
+        let policy = (method == "send").then(|| crate::platform::RetryPolicy {
+            transient_retries: 0,
+            ..*self.client.policy()
+        });
         self.client
             .call(
                 Call {
                     label: method,
                     keys,
                     timeout: CALL_TIMEOUT,
-                    policy: None,
+                    policy,
                 },
                 |http, base| http.post(format!("{base}/api/v1/rpc")).json(&body),
                 |a| self.verdict(method, a),

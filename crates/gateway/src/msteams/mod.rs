@@ -1,0 +1,461 @@
+//! The Microsoft Teams channel, through the Bot Framework: Teams posts activities to the
+//! bot's messaging endpoint (`/v1/gateway/channels/teams/webhook`), each with a JWT the
+//! channel checks ([`auth`]); the bot answers through the Bot Connector API at the
+//! activity's `serviceUrl` with its own token ([`connector`]).
+//!
+//! - **Chats**: personal chats, group chats and channel threads (a channel's conversation id
+//!   names its thread: `…;messageid=ROOT`). In group chats and channels Teams delivers only
+//!   messages that @mention the bot; the mention is cut from the text.
+//! - **Replies** stream by `updateActivity` (one edit every 1.5 s per conversation), 28,000
+//!   characters a message; longer replies are split.
+//! - **Approvals**: an Adaptive Card with `Action.Submit` buttons; a press comes back as a
+//!   message activity whose `value` carries the button's data (its `replyToId` is the card).
+//! - **Files**: in personal chats a file consent card; once accepted, the file is uploaded to
+//!   the person's OneDrive (the upload URL Teams gives) and a file card posted. In group
+//!   chats and channels images go inline (up to 1 MB), other files as a note of their name
+//!   and size. Files people share come in (the download URL Teams gives, or a pasted image
+//!   fetched with the bot's token).
+//! - **Rate limits**: Teams' per-thread limits (7 a second, 60 in 30 seconds) in the outbox;
+//!   a 429 is waited out by its `Retry-After`.
+//!
+//! The app password is a secret: never logged, removed from errors. An app manifest to
+//! install the bot is in `docs/teams-manifest.json`.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::channel::{
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatKind,
+    ChatRef, Fetched, Inbound, InboundHttpError, OutgoingFile,
+};
+use crate::health::ChannelHealth;
+use crate::platform::{self, Limits, OverCap, PlatformClient, Rate, RetryPolicy};
+
+mod auth;
+mod connector;
+mod inbound;
+
+/// The longest message text (Teams takes about 28 KB).
+pub const MAX_CHARS: usize = 28_000;
+/// The Bot Framework's OpenID metadata.
+pub const DEFAULT_OPENID_URL: &str =
+    "https://login.botframework.com/v1/.well-known/openidconfiguration";
+/// The largest image sent inline (Teams' limit for base64 images).
+const MAX_INLINE: usize = 1024 * 1024;
+/// Hosts Teams hands file URLs on.
+const FILE_HOSTS: &[&str] = &[
+    "sharepoint.com",
+    "sharepoint-df.com",
+    "botframework.com",
+    "trafficmanager.net",
+    "teams.microsoft.com",
+];
+
+/// `[channels.teams]`, checked.
+#[derive(Clone)]
+pub struct TeamsConfig {
+    /// The channel's name (default `teams`).
+    pub name: String,
+    /// The bot's Microsoft App ID (its Entra application's client id).
+    pub app_id: String,
+    /// The app's client secret. Secret.
+    pub app_password: String,
+    /// Where the bot's token comes from (single-tenant bots: their tenant's endpoint).
+    pub token_url: String,
+    /// The Bot Framework's OpenID metadata (signing keys of inbound tokens).
+    pub openid_url: String,
+    pub edit_interval: Duration,
+    pub max_retries: u32,
+    pub max_retry_after: Duration,
+    pub over_cap: OverCap,
+}
+
+impl std::fmt::Debug for TeamsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TeamsConfig")
+            .field("name", &self.name)
+            .field("app_id", &self.app_id)
+            .field("token_url", &self.token_url)
+            .field("app_password", &"[redacted]")
+            .finish_non_exhaustive()
+    }
+}
+
+impl TeamsConfig {
+    /// `tenant`: `None` for a multi-tenant bot (the `botframework.com` tenant).
+    pub fn new(
+        app_id: impl Into<String>,
+        app_password: impl Into<String>,
+        tenant: Option<&str>,
+    ) -> Self {
+        Self {
+            name: "teams".into(),
+            app_id: app_id.into(),
+            app_password: app_password.into(),
+            token_url: format!(
+                "https://login.microsoftonline.com/{}/oauth2/v2.0/token",
+                tenant.unwrap_or("botframework.com")
+            ),
+            openid_url: DEFAULT_OPENID_URL.into(),
+            edit_interval: Duration::from_millis(1500),
+            max_retries: 3,
+            max_retry_after: Duration::from_secs(60),
+            over_cap: OverCap::Fail,
+        }
+    }
+}
+
+fn limits(edit_interval: Duration) -> Limits {
+    Limits::new()
+        .with(platform::BOT, Rate::per(50, Duration::from_secs(1)))
+        .with("thread", Rate::per(7, Duration::from_secs(1)))
+        .with("thread30", Rate::per(60, Duration::from_secs(30)))
+        .with("edit", Rate::spaced(edit_interval))
+}
+
+fn service_key(conversation: &str) -> String {
+    format!("service:{conversation}")
+}
+
+/// A file waiting for its consent card's answer.
+struct Pending {
+    chat: ChatRef,
+    file: OutgoingFile,
+}
+
+/// The Teams channel (see the module docs).
+pub struct TeamsChannel {
+    cfg: TeamsConfig,
+    info: ChannelInfo,
+    client: PlatformClient,
+    ctx: OnceLock<ChannelContext>,
+    keys: Mutex<auth::KeyCache>,
+    token: Mutex<Option<auth::BotToken>>,
+    /// Service URLs by conversation id.
+    services: Mutex<HashMap<String, String>>,
+    /// Files offered by consent card, by the card's context id.
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+impl TeamsChannel {
+    /// Checks the configuration (no network call).
+    pub fn new(cfg: TeamsConfig) -> Result<Self, ChannelError> {
+        let other = |reason: String| ChannelError::Other {
+            channel: cfg.name.clone(),
+            reason,
+        };
+        if cfg.app_id.trim().is_empty() || cfg.app_password.trim().is_empty() {
+            return Err(other("app_id and app_password are needed".into()));
+        }
+        for (field, url) in [
+            ("token_url", &cfg.token_url),
+            ("openid_url", &cfg.openid_url),
+        ] {
+            platform::prepare(field, url, cfg.edit_interval, reqwest::Client::builder())
+                .map_err(other)?;
+        }
+        let (_, http) = platform::prepare(
+            "openid_url",
+            &cfg.openid_url,
+            cfg.edit_interval,
+            reqwest::Client::builder(),
+        )
+        .map_err(other)?;
+        let client = PlatformClient::new(
+            cfg.name.clone(),
+            "https://smba.trafficmanager.net",
+            http,
+            vec![cfg.app_password.clone()],
+            RetryPolicy::configured(cfg.max_retries, cfg.max_retry_after, cfg.over_cap),
+            limits(cfg.edit_interval),
+        );
+        Ok(Self {
+            info: ChannelInfo::new(cfg.name.clone(), MAX_CHARS).edit_interval(cfg.edit_interval),
+            cfg,
+            client,
+            ctx: OnceLock::new(),
+            keys: Mutex::new(auth::KeyCache::default()),
+            token: Mutex::new(None),
+            services: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn other(&self, reason: impl Into<String>) -> ChannelError {
+        self.client.other(reason)
+    }
+
+    /// Notes the service URL of a conversation (after its activity was verified).
+    async fn note_service(&self, conversation: &str, url: &str) {
+        let known = self
+            .services
+            .lock()
+            .insert(conversation.to_string(), url.to_string());
+        if known.as_deref() != Some(url)
+            && let Some(ctx) = self.ctx.get()
+            && let Err(e) = ctx.state.set(&service_key(conversation), url).await
+        {
+            tracing::warn!(channel = %self.cfg.name, error = %e, "storing a conversation's service URL");
+        }
+    }
+
+    /// A file consent was answered: the file goes up and its card is posted (or the
+    /// refusal is noted).
+    async fn consented(&self, a: &Value) {
+        let v = &a["value"];
+        let id = v["context"]["id"].as_str().unwrap_or_default();
+        let Some(p) = self.pending.lock().remove(id) else {
+            tracing::info!(channel = %self.cfg.name, "a file consent for no file waiting (after a restart?)");
+            return;
+        };
+        if v["action"] != "accept" {
+            tracing::info!(channel = %self.cfg.name, file = %p.file.name, "the file was declined");
+            return;
+        }
+        if let Err(e) = self
+            .upload_consented(&p.chat, &p.file, &v["uploadInfo"])
+            .await
+        {
+            tracing::warn!(channel = %self.cfg.name, error = %e, file = %p.file.name, "uploading a consented file");
+        }
+    }
+}
+
+#[async_trait]
+impl Channel for TeamsChannel {
+    fn info(&self) -> &ChannelInfo {
+        &self.info
+    }
+
+    /// Activities come over HTTP: this keeps the context for them until cancelled.
+    async fn run(
+        &self,
+        ctx: ChannelContext,
+        cancel: CancellationToken,
+    ) -> Result<(), ChannelError> {
+        let _ = self.ctx.set(ctx);
+        self.client.connected("webhook");
+        cancel.cancelled().await;
+        self.client.stopped();
+        Ok(())
+    }
+
+    async fn send(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<String, ChannelError> {
+        let activity = if buttons.is_empty() {
+            json!({"type": "message", "text": text, "textFormat": "markdown"})
+        } else {
+            json!({"type": "message", "attachments": [connector::card(text, buttons)]})
+        };
+        self.post(chat, activity).await
+    }
+
+    async fn edit(
+        &self,
+        chat: &ChatRef,
+        message_id: &str,
+        text: &str,
+        buttons: &[Button],
+    ) -> Result<(), ChannelError> {
+        let activity = if buttons.is_empty() {
+            json!({"type": "message", "id": message_id, "text": text, "textFormat": "markdown", "attachments": []})
+        } else {
+            json!({"type": "message", "id": message_id, "attachments": [connector::card(text, buttons)]})
+        };
+        self.connector(
+            reqwest::Method::PUT,
+            &chat.id,
+            Some(message_id),
+            &activity,
+            true,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// A card's submit shows nothing by itself: the card's update says what happened.
+    async fn answer_press(
+        &self,
+        _press: &ButtonPress,
+        _text: Option<&str>,
+    ) -> Result<(), ChannelError> {
+        Ok(())
+    }
+
+    /// Teams has no message only one person sees: said in the chat, to them.
+    async fn tell_presser(&self, press: &ButtonPress, text: &str) -> Result<(), ChannelError> {
+        self.tell(&press.chat, &press.peer, text).await
+    }
+
+    /// The bot's token is issued (the app id and password are right).
+    async fn test(&self) -> Result<String, ChannelError> {
+        self.bot_token().await?;
+        Ok(format!("app {} (token issued)", self.cfg.app_id))
+    }
+
+    /// A chat with the bot (Teams' deep link; the app must be installed).
+    async fn open_link(&self) -> Result<Option<String>, ChannelError> {
+        Ok(Some(format!(
+            "https://teams.microsoft.com/l/chat/0/0?users=28:{}",
+            self.cfg.app_id
+        )))
+    }
+
+    async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
+        if chat.kind == ChatKind::Direct {
+            let id = uuid::Uuid::new_v4().to_string();
+            let card = json!({
+                "contentType": "application/vnd.microsoft.teams.card.file.consent",
+                "name": file.name,
+                "content": {
+                    "description": file.caption.clone().unwrap_or_else(|| format!("{} from the agent", file.name)),
+                    "sizeInBytes": file.bytes.len(),
+                    "acceptContext": {"id": id},
+                    "declineContext": {"id": id},
+                },
+            });
+            let sent = self
+                .post(chat, json!({"type": "message", "attachments": [card]}))
+                .await?;
+            let mut pending = self.pending.lock();
+            if pending.len() > 1000 {
+                pending.clear();
+            }
+            pending.insert(
+                id,
+                Pending {
+                    chat: chat.clone(),
+                    file: file.clone(),
+                },
+            );
+            return Ok(sent);
+        }
+        if file.mime.starts_with("image/") && file.bytes.len() <= MAX_INLINE {
+            let uri = format!(
+                "data:{};base64,{}",
+                file.mime,
+                base64::engine::general_purpose::STANDARD.encode(&file.bytes)
+            );
+            let mut activity = json!({"type": "message", "attachments": [
+                {"contentType": file.mime, "contentUrl": uri, "name": file.name}]});
+            if let Some(c) = &file.caption {
+                activity["text"] = json!(c);
+            }
+            return self.post(chat, activity).await;
+        }
+        let caption = file
+            .caption
+            .as_deref()
+            .map(|c| format!("{c}\n"))
+            .unwrap_or_default();
+        let text = format!(
+            "{caption}[file: {} ({}, {} bytes); open the session in the console to download it]",
+            file.name,
+            file.mime,
+            file.bytes.len()
+        );
+        self.send(chat, &text, &[]).await
+    }
+
+    /// A shared file from its download URL (pre-authenticated), or a pasted image with the
+    /// bot's token — only from Teams' hosts or a conversation's service host.
+    async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
+        platform::client::check_declared(a, max_bytes)?;
+        let (how, url) = a
+            .source
+            .as_deref()
+            .and_then(|s| s.split_once(' '))
+            .ok_or("this attachment cannot be fetched")?;
+        let services: Vec<String> = self.services.lock().values().cloned().collect();
+        let url = services
+            .iter()
+            .find_map(|s| platform::file_url_allowed(url, s, FILE_HOSTS).ok())
+            .map_or_else(|| platform::file_url_allowed(url, "", FILE_HOSTS), Ok)?;
+        let token = match how {
+            "token" => Some(self.bot_token().await.map_err(|e| e.to_string())?),
+            _ => None,
+        };
+        let bytes = self
+            .client
+            .download(
+                "file",
+                |http| {
+                    let r = http.get(url.clone());
+                    match &token {
+                        Some(t) => r.bearer_auth(t),
+                        None => r,
+                    }
+                },
+                max_bytes,
+            )
+            .await?;
+        let name = a.name.clone().unwrap_or_else(|| format!("{}.bin", a.kind));
+        Ok(Fetched { bytes, name })
+    }
+
+    fn status(&self) -> String {
+        self.client.status()
+    }
+
+    fn health(&self) -> ChannelHealth {
+        self.client.health()
+    }
+
+    /// An activity: refused (401) without a valid Bot Framework token for its service URL.
+    async fn inbound_http(
+        &self,
+        headers: &axum::http::HeaderMap,
+        body: &[u8],
+    ) -> Result<Option<Inbound>, InboundHttpError> {
+        let a: Value =
+            serde_json::from_slice(body).map_err(|e| InboundHttpError::Malformed(e.to_string()))?;
+        let service = a["serviceUrl"].as_str().unwrap_or_default();
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
+        if let Err(why) = self
+            .verify(auth, service, a["channelId"].as_str().unwrap_or_default())
+            .await
+        {
+            tracing::warn!(channel = %self.cfg.name, %why, "activity refused");
+            return Err(InboundHttpError::Unauthorized);
+        }
+        let conversation = a["conversation"]["id"].as_str().unwrap_or_default();
+        if conversation.is_empty() || !(service.starts_with("https://") || is_loopback(service)) {
+            return Err(InboundHttpError::Malformed(
+                "no conversation, or a service URL that is not https".into(),
+            ));
+        }
+        self.note_service(conversation, service).await;
+        match (a["type"].as_str(), a["name"].as_str()) {
+            (Some("message"), _) => Ok(self.map_message(&a)),
+            (Some("invoke"), Some("fileConsent/invoke")) => {
+                self.consented(&a).await;
+                Ok(None)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `http://127.0.0.1…` / `http://localhost…`: a local test Connector.
+fn is_loopback(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|u| {
+        matches!(
+            u.host_str(),
+            Some("127.0.0.1") | Some("localhost") | Some("[::1]")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;
