@@ -12,7 +12,7 @@ use crate::serve;
 pub enum ChannelsCommand {
     /// Check each configured channel (or one): prints the bot identity or the exact failure.
     Test {
-        /// `telegram`, `slack`, `discord`, `matrix`, `email`, `whatsapp`, `mattermost`, `signal` or `webhook:NAME`; default: all configured.
+        /// `telegram`, `slack`, `discord`, `matrix`, `email`, `whatsapp`, `mattermost`, `signal`, `teams` or `webhook:NAME`; default: all configured.
         name: Option<String>,
     },
 }

@@ -20,6 +20,9 @@ use matrix::matrix_settings;
 mod mattermost;
 pub use mattermost::MattermostSection;
 use mattermost::mattermost_settings;
+mod msteams;
+pub use msteams::TeamsSection;
+use msteams::teams_settings;
 mod signal;
 pub use signal::SignalSection;
 use signal::signal_settings;
@@ -66,6 +69,7 @@ pub struct ChannelsSection {
     pub whatsapp: Option<WhatsAppSection>,
     pub mattermost: Option<MattermostSection>,
     pub signal: Option<SignalSection>,
+    pub teams: Option<TeamsSection>,
     #[serde(default)]
     pub webhook: std::collections::BTreeMap<String, WebhookSection>,
 }
@@ -189,6 +193,7 @@ pub struct GatewaySettings {
     pub whatsapp: Option<crate::whatsapp::WhatsAppConfig>,
     pub mattermost: Option<crate::mattermost::MattermostConfig>,
     pub signal: Option<crate::signal::SignalConfig>,
+    pub teams: Option<crate::msteams::TeamsConfig>,
     pub webhooks: Vec<crate::webhook::WebhookConfig>,
     pub enabled: bool,
 }
@@ -205,6 +210,7 @@ impl GatewaySettings {
             self.whatsapp.as_ref().map(|c| c.name.clone()),
             self.mattermost.as_ref().map(|c| c.name.clone()),
             self.signal.as_ref().map(|c| c.name.clone()),
+            self.teams.as_ref().map(|c| c.name.clone()),
         ]
         .into_iter()
         .flatten()
@@ -289,6 +295,13 @@ impl GatewaySettings {
             out.push(Arc::new(
                 crate::signal::SignalChannel::new(c.clone()).map_err(|e| {
                     SettingsError::new(format!("[channels.signal] (or SWITCHBOARD_SIGNAL_*): {e}"))
+                })?,
+            ));
+        }
+        if let Some(c) = &self.teams {
+            out.push(Arc::new(
+                crate::msteams::TeamsChannel::new(c.clone()).map_err(|e| {
+                    SettingsError::new(format!("[channels.teams] (or SWITCHBOARD_TEAMS_*): {e}"))
                 })?,
             ));
         }
@@ -615,6 +628,7 @@ pub fn gateway_settings(
     let mut whatsapp = whatsapp_settings(&mut config, channels)?;
     let mut mattermost = mattermost_settings(&mut config, channels)?;
     let mut signal = signal_settings(&mut config, channels)?;
+    let mut teams = teams_settings(&mut config, channels)?;
     let mut webhooks = Vec::new();
     for (name, w) in &channels.webhook {
         if name.is_empty()
@@ -698,6 +712,9 @@ pub fn gateway_settings(
     if let Some(c) = signal.as_mut() {
         retry_settings!(c);
     }
+    if let Some(c) = teams.as_mut() {
+        retry_settings!(c);
+    }
     for c in webhooks.iter_mut() {
         retry_settings!(c);
     }
@@ -709,11 +726,12 @@ pub fn gateway_settings(
         && whatsapp.is_none()
         && mattermost.is_none()
         && signal.is_none()
+        && teams.is_none()
         && webhooks.is_empty()
     {
         if g.enabled == Some(true) {
             return Err(SettingsError::new(
-                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp], [channels.mattermost], [channels.signal] or [channels.webhook.NAME])",
+                "[gateway] enabled = true but no channel is configured ([channels.telegram], [channels.slack], [channels.discord], [channels.matrix], [channels.email], [channels.whatsapp], [channels.mattermost], [channels.signal], [channels.teams] or [channels.webhook.NAME])",
             ));
         }
         return Ok(None);
@@ -728,6 +746,7 @@ pub fn gateway_settings(
         whatsapp,
         mattermost,
         signal,
+        teams,
         webhooks,
         enabled: g.enabled.unwrap_or(true),
     }))

@@ -12,6 +12,7 @@ pub mod fake_discord;
 pub mod fake_mattermost;
 pub mod fake_signal;
 pub mod fake_slack;
+pub mod fake_teams;
 pub mod fake_telegram;
 pub mod fake_whatsapp;
 pub mod faulty_store;

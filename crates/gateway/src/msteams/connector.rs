@@ -176,7 +176,6 @@ impl TeamsChannel {
             .client
             .http()
             .put(url)
-            .header("content-length", len)
             .header(
                 "content-range",
                 format!("bytes 0-{}/{len}", len.saturating_sub(1)),
