@@ -282,7 +282,7 @@ async fn teams_chats_threads_cards_files_and_a_kill() {
     assert_eq!(std::fs::read(copies[0].path()).unwrap(), b"the notes: 42\n");
 
     // 7. A burst in one thread: nine images at once (inline in a group chat) are kept
-    //    under Teams' 7 a second per thread — none refused.
+    //    under Teams' per-thread limits (7 in a second, 8 in two) — none refused.
     let calls: Vec<MockToolCall> = (0..9)
         .map(|i| {
             std::fs::write(ws.path().join(format!("p{i}.png")), PNG).unwrap();

@@ -6,7 +6,8 @@
 //! the bot's app id, a `serviceurl` claim; the bot's own token from the client-credentials
 //! grant), "Bot Connector API reference" (`POST /v3/conversations/{id}/activities`, `PUT
 //! …/activities/{activityId}`, errors `{"error":{"code","message"}}`), "Rate limiting for
-//! bots" (7 messages a second per thread: `429` with `Retry-After`), "Adaptive Cards"
+//! bots" (per thread 7 operations in any second, 8 in 2 s, 60 in 30 s: `429` with
+//! `Retry-After`), "Adaptive Cards"
 //! (`Action.Submit` comes back as a message activity with `value` and `replyToId`) and "Send
 //! and receive files" (a file consent card answered by a `fileConsent/invoke` with an
 //! upload URL; `PUT` of the content; shared files as `file.download.info`).
@@ -67,10 +68,6 @@ impl TeamsUser {
     }
 }
 
-struct Bucket {
-    tat: Instant,
-}
-
 #[derive(Default)]
 struct Inner {
     activities: Vec<TeamsActivity>,
@@ -80,8 +77,8 @@ struct Inner {
     webhook: Option<String>,
     throttle: u32,
     limited: u32,
-    /// Per conversation: 7 a second, bursts of 7.
-    buckets: HashMap<String, Bucket>,
+    /// Per conversation: when each call was taken (Teams' per-thread windows).
+    calls: HashMap<String, Vec<Instant>>,
 }
 
 /// The fake; see the module docs.
@@ -382,19 +379,19 @@ async fn token(State(_): State<Arc<Mutex<Inner>>>, body: String) -> Response {
     .into_response()
 }
 
-/// The per-thread limit (and [`FakeTeams::throttle`]); `Some` is the 429 to answer.
+/// Teams' per-thread limits ("Rate limiting for bots": 7 operations in any second, 8 in any
+/// 2 s, 60 in any 30 s) and [`FakeTeams::throttle`]; `Some` is the 429 to answer.
 fn limit(s: &mut Inner, conv: &str) -> Option<Response> {
     let now = Instant::now();
-    let every = Duration::from_secs(1) / 7;
-    let b = s
-        .buckets
-        .entry(conv.to_string())
-        .or_insert(Bucket { tat: now });
-    let tat = b.tat.max(now);
-    let over = tat > now + every * 6;
-    if !over {
-        b.tat = tat + every;
-    }
+    let calls = s.calls.entry(conv.to_string()).or_default();
+    calls.retain(|t| now.duration_since(*t) < Duration::from_secs(30));
+    let within = |w: u64| {
+        calls
+            .iter()
+            .filter(|t| now.duration_since(**t) < Duration::from_secs(w))
+            .count()
+    };
+    let over = within(1) >= 7 || within(2) >= 8 || within(30) >= 60;
     if s.throttle > 0 || over {
         s.throttle = s.throttle.saturating_sub(1);
         s.limited += 1;
@@ -407,6 +404,7 @@ fn limit(s: &mut Inner, conv: &str) -> Option<Response> {
             .insert("retry-after", axum::http::HeaderValue::from_static("1"));
         return Some(r);
     }
+    calls.push(now);
     None
 }
 

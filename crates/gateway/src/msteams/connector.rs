@@ -15,12 +15,12 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const FILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The outbox keys of a call in conversation `id`: the bot's, and the conversation's
-/// (Teams' per-thread limits: 7 a second, 60 in 30 seconds).
+/// (Teams' per-thread limits, see `limits` in mod.rs).
 pub(super) fn keys(id: &str) -> Vec<String> {
     vec![
         platform::BOT.to_owned(),
         format!("thread:{id}"),
-        format!("thread30:{id}"),
+        format!("threadhour:{id}"),
     ]
 }
 
