@@ -94,7 +94,9 @@ async fn teams_chats_threads_cards_files_and_a_kill() {
         "from": {"id": alice.id, "name": "Alice", "aadObjectId": alice.aad},
         "conversation": {"id": PERSONAL, "conversationType": "personal"}});
     assert_eq!(t.push_forged(forged.clone(), true).await, 401);
-    assert_eq!(t.push_forged(forged, false).await, 401);
+    assert_eq!(t.push_forged(forged.clone(), false).await, 401);
+    // And a well-signed activity from another channel (Direct Line names its own sender).
+    assert_eq!(t.push_from_channel(forged, "directline").await, 401);
 
     // 1. A personal chat: the reply streams by updates of one activity, its text exact.
     llm.push(MockReply::text_slow(
@@ -135,7 +137,7 @@ async fn teams_chats_threads_cards_files_and_a_kill() {
         "the mention is cut from the text"
     );
 
-    // 3. A long reply is split under 28,000 characters, nothing lost.
+    // 3. A long reply is split under 7,000 characters (Teams' 28 KB), nothing lost.
     let long: String = (0..4200).map(|i| format!("word{i} ")).collect();
     llm.push(MockReply::text(&[long.as_str()]));
     let before = t.activities(PERSONAL).len();
@@ -149,7 +151,7 @@ async fn teams_chats_threads_cards_files_and_a_kill() {
     .await;
     let parts: Vec<TeamsActivity> = t.activities(PERSONAL)[before..].to_vec();
     assert!(parts.len() >= 2, "{parts:#?}");
-    assert!(parts.iter().all(|a| a.text.chars().count() <= 28_000));
+    assert!(parts.iter().all(|a| a.text.chars().count() <= 7_000));
     let joined = parts
         .iter()
         .map(|a| a.text.as_str())

@@ -220,6 +220,15 @@ impl FakeTeams {
         self.post_activity(&activity, &token).await
     }
 
+    /// Posts `activity` signed as [`FakeTeams::push`] does, but from another Bot Framework
+    /// channel (`webchat`, `directline`: there the client names its sender).
+    pub async fn push_from_channel(&self, mut activity: Value, channel_id: &str) -> u16 {
+        activity["serviceUrl"] = json!(self.service_url());
+        activity["channelId"] = json!(channel_id);
+        let token = self.token(Self::APP_ID, &self.service_url());
+        self.post_activity(&activity, &token).await
+    }
+
     /// Posts `activity` with a token the bot must refuse: signed by the right key for
     /// another bot (`aud`), or for another service URL.
     pub async fn push_forged(&self, mut activity: Value, other_app: bool) -> u16 {

@@ -32,6 +32,8 @@ pub(super) struct KeyCache {
     /// kid → (key, the channels it is endorsed for).
     keys: HashMap<String, (DecodingKey, Vec<String>)>,
     fetched: Option<Instant>,
+    /// The last fetch tried (whether it worked or not).
+    tried: Option<Instant>,
 }
 
 #[derive(Deserialize)]
@@ -81,23 +83,35 @@ impl TeamsChannel {
         }
     }
 
-    /// The key `kid`, from the cache or fetched again.
+    /// The key `kid`, from the cache or fetched again (at most every five minutes, failed
+    /// fetches included; keys are kept when a fetch fails).
     async fn key(&self, kid: &str) -> Result<(DecodingKey, Vec<String>), String> {
         {
-            let cache = self.keys.lock();
+            let mut cache = self.keys.lock();
             let fresh = cache.fetched.is_some_and(|f| f.elapsed() < KEYS_FOR);
-            if fresh && let Some(k) = cache.keys.get(kid) {
+            let tried_lately = cache.tried.is_some_and(|f| f.elapsed() < REFETCH_AFTER);
+            if let Some(k) = cache.keys.get(kid)
+                && (fresh || tried_lately)
+            {
                 return Ok(k.clone());
             }
-            if cache.fetched.is_some_and(|f| f.elapsed() < REFETCH_AFTER) {
+            if tried_lately {
                 return Err(format!("unknown signing key {kid:?}"));
             }
+            cache.tried = Some(Instant::now());
         }
-        let keys = self.fetch_keys().await?;
-        let mut cache = self.keys.lock();
-        cache.keys = keys;
-        cache.fetched = Some(Instant::now());
-        cache
+        match self.fetch_keys().await {
+            Ok(keys) => {
+                let mut cache = self.keys.lock();
+                cache.keys = keys;
+                cache.fetched = Some(Instant::now());
+            }
+            Err(e) => {
+                tracing::warn!(channel = %self.cfg.name, error = %e, "fetching the Bot Framework's signing keys; keeping the ones known")
+            }
+        }
+        self.keys
+            .lock()
             .keys
             .get(kid)
             .cloned()
@@ -131,6 +145,10 @@ impl TeamsChannel {
         let jwks = meta["jwks_uri"]
             .as_str()
             .ok_or("the OpenID metadata names no jwks_uri")?;
+        let local = super::is_loopback(&self.cfg.openid_url) && super::is_loopback(jwks);
+        if !(jwks.starts_with("https://") || local) {
+            return Err("the OpenID metadata's jwks_uri is not https".into());
+        }
         let set = get(jwks.to_string()).await?;
         let mut out = HashMap::new();
         for k in set["keys"].as_array().into_iter().flatten() {

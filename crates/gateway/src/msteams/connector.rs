@@ -51,7 +51,8 @@ impl TeamsChannel {
         if status.is_success() {
             return Verdict::Done(answer.json().unwrap_or(Value::Null));
         }
-        if status.as_u16() == 429 {
+        // 412 (a precondition failed in Teams' backend) is to be tried again, Microsoft says.
+        if status.as_u16() == 429 || status.as_u16() == 412 {
             return Verdict::RateLimited(answer.retry_after());
         }
         let body = answer.json().unwrap_or(Value::Null);
@@ -97,14 +98,22 @@ impl TeamsChannel {
     pub(super) async fn connector(
         &self,
         method: reqwest::Method,
-        conversation: &str,
+        chat: &ChatRef,
         activity: Option<&str>,
         body: &Value,
         edit: bool,
     ) -> Result<Option<Value>, ChannelError> {
+        let conversation = chat.id.as_str();
         let service = self.service_url(conversation).await?;
         let token = self.bot_token().await?;
-        let conv = form_urlencoded::byte_serialize(conversation.as_bytes()).collect::<String>();
+        // A channel thread is the channel's conversation id with `;messageid=ROOT`.
+        let full = match (&chat.kind, &chat.thread) {
+            (crate::channel::ChatKind::Thread, Some(root)) => {
+                format!("{conversation};messageid={root}")
+            }
+            _ => conversation.to_string(),
+        };
+        let conv = form_urlencoded::byte_serialize(full.as_bytes()).collect::<String>();
         let url = match activity {
             Some(a) => format!(
                 "{}/v3/conversations/{conv}/activities/{}",
@@ -120,7 +129,10 @@ impl TeamsChannel {
             "{method} /v3/conversations/…/activities{}",
             if activity.is_some() { "/…" } else { "" }
         );
-        let keys = keys(conversation);
+        let mut keys = keys(&full);
+        if edit {
+            keys.push(platform::edit_key(conversation));
+        }
         let call = Call {
             label: &label,
             keys: &keys,
@@ -134,7 +146,7 @@ impl TeamsChannel {
         };
         let read = |a| self.verdict(&label, a);
         if edit {
-            let key = platform::message_key(conversation, activity.unwrap_or_default());
+            let key = platform::message_key(&full, activity.unwrap_or_default());
             self.client.edit(call, &key, build, read).await
         } else {
             self.client
@@ -151,7 +163,7 @@ impl TeamsChannel {
         activity: Value,
     ) -> Result<String, ChannelError> {
         let answer = self
-            .connector(reqwest::Method::POST, &chat.id, None, &activity, false)
+            .connector(reqwest::Method::POST, chat, None, &activity, false)
             .await?
             .unwrap_or_default();
         answer["id"]

@@ -7,20 +7,19 @@ use serde_json::{Value, json};
 use super::TeamsChannel;
 use crate::channel::{Attachment, ButtonPress, ChatKind, ChatRef, Inbound, InboundMessage, Peer};
 
-/// Who sent an activity: the person's Entra object id when Teams gives it (stable, what an
-/// administrator sees), else their Teams id.
-pub(super) fn peer(a: &Value) -> Peer {
+/// Who sent an activity: the person's Entra object id (stable, what an administrator
+/// sees); `None` without one (not a person in Teams).
+pub(super) fn peer(a: &Value) -> Option<Peer> {
     let from = &a["from"];
     let id = from["aadObjectId"]
         .as_str()
-        .or(from["id"].as_str())
-        .unwrap_or_default()
+        .filter(|i| !i.is_empty())?
         .to_string();
-    Peer {
+    Some(Peer {
         name: from["name"].as_str().unwrap_or(&id).to_string(),
         username: from["id"].as_str().map(str::to_string),
         id,
-    }
+    })
 }
 
 /// The chat of an activity: a personal chat, a group chat, or a channel thread (its
@@ -35,13 +34,19 @@ pub(super) fn chat(a: &Value) -> ChatRef {
             thread: None,
         },
         Some("channel") => {
-            let root = id
-                .split_once(";messageid=")
-                .map(|(_, r)| r.to_string())
-                .or_else(|| a["replyToId"].as_str().map(str::to_string))
-                .or_else(|| a["id"].as_str().map(str::to_string));
+            // The channel's id, and the thread's root (`19:…@thread.tacv2;messageid=ROOT`).
+            let (channel, root) = match id.split_once(";messageid=") {
+                Some((c, r)) => (c.to_string(), Some(r.to_string())),
+                None => (
+                    id.clone(),
+                    a["replyToId"]
+                        .as_str()
+                        .or(a["id"].as_str())
+                        .map(str::to_string),
+                ),
+            };
             ChatRef {
-                id,
+                id: channel,
                 kind: ChatKind::Thread,
                 thread: root,
             }
@@ -59,7 +64,7 @@ impl TeamsChannel {
     pub(super) fn map_message(&self, a: &Value) -> Option<Inbound> {
         let id = a["id"].as_str()?.to_string();
         let chat = chat(a);
-        let peer = peer(a);
+        let peer = peer(a)?;
         if let Some(data) = a["value"]["sb"].as_str() {
             return Some(Inbound::Press(ButtonPress {
                 channel: self.cfg.name.clone(),
@@ -124,7 +129,19 @@ impl TeamsChannel {
                     });
                 }
                 if ct.starts_with("image/") {
+                    // Fetched with the bot's token: only from the activity's own service.
                     let url = att["contentUrl"].as_str()?;
+                    let service = a["serviceUrl"].as_str().unwrap_or_default();
+                    let same_host = reqwest::Url::parse(url)
+                        .ok()
+                        .zip(reqwest::Url::parse(service).ok())
+                        .is_some_and(|(u, s)| {
+                            u.host_str() == s.host_str()
+                                && u.port_or_known_default() == s.port_or_known_default()
+                        });
+                    if !same_host {
+                        return None;
+                    }
                     return Some(Attachment {
                         kind: "photo".into(),
                         name: att["name"].as_str().map(str::to_string),

@@ -43,21 +43,17 @@ mod auth;
 mod connector;
 mod inbound;
 
-/// The longest message text (Teams takes about 28 KB).
-pub const MAX_CHARS: usize = 28_000;
+/// The longest message text: Teams takes about 28 KB a message, and a character may take
+/// up to four bytes.
+pub const MAX_CHARS: usize = 7_000;
 /// The Bot Framework's OpenID metadata.
 pub const DEFAULT_OPENID_URL: &str =
     "https://login.botframework.com/v1/.well-known/openidconfiguration";
 /// The largest image sent inline (Teams' limit for base64 images).
 const MAX_INLINE: usize = 1024 * 1024;
-/// Hosts Teams hands file URLs on.
-const FILE_HOSTS: &[&str] = &[
-    "sharepoint.com",
-    "sharepoint-df.com",
-    "botframework.com",
-    "trafficmanager.net",
-    "teams.microsoft.com",
-];
+/// Where the download URLs of files people share point (SharePoint / OneDrive, fetched
+/// without a token).
+const FILE_HOSTS: &[&str] = &["sharepoint.com", "sharepoint-df.com"];
 
 /// `[channels.teams]`, checked.
 #[derive(Clone)]
@@ -70,6 +66,8 @@ pub struct TeamsConfig {
     pub app_password: String,
     /// Where the bot's token comes from (single-tenant bots: their tenant's endpoint).
     pub token_url: String,
+    /// A single-tenant bot's tenant: activities from other tenants are refused.
+    pub tenant_id: Option<String>,
     /// The Bot Framework's OpenID metadata (signing keys of inbound tokens).
     pub openid_url: String,
     pub edit_interval: Duration,
@@ -105,6 +103,7 @@ impl TeamsConfig {
                 tenant.unwrap_or("botframework.com")
             ),
             openid_url: DEFAULT_OPENID_URL.into(),
+            tenant_id: tenant.map(str::to_string),
             edit_interval: Duration::from_millis(1500),
             max_retries: 3,
             max_retry_after: Duration::from_secs(60),
@@ -178,11 +177,12 @@ impl TeamsChannel {
             platform::prepare(field, url, cfg.edit_interval, reqwest::Client::builder())
                 .map_err(other)?;
         }
+        // No redirects: a file URL must not lead the fetch (or the bot's token) elsewhere.
         let (_, http) = platform::prepare(
             "openid_url",
             &cfg.openid_url,
             cfg.edit_interval,
-            reqwest::Client::builder(),
+            reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()),
         )
         .map_err(other)?;
         let client = PlatformClient::new(
@@ -241,6 +241,13 @@ impl TeamsChannel {
             .await
         {
             tracing::warn!(channel = %self.cfg.name, error = %e, file = %p.file.name, "uploading a consented file");
+            let text = format!(
+                "Could not upload {}: {e}. Open the session in the console to download it.",
+                p.file.name
+            );
+            if let Err(e) = self.send(&p.chat, &text, &[]).await {
+                tracing::warn!(channel = %self.cfg.name, error = %e, "telling of a failed upload");
+            }
         }
     }
 }
@@ -292,7 +299,7 @@ impl Channel for TeamsChannel {
         };
         self.connector(
             reqwest::Method::PUT,
-            &chat.id,
+            chat,
             Some(message_id),
             &activity,
             true,
@@ -385,8 +392,9 @@ impl Channel for TeamsChannel {
         self.send(chat, &text, &[]).await
     }
 
-    /// A shared file from its download URL (pre-authenticated), or a pasted image with the
-    /// bot's token — only from Teams' hosts or a conversation's service host.
+    /// A shared file from its download URL (pre-authenticated; SharePoint's hosts, or the
+    /// conversation's service host), or a pasted image with the bot's token — only from a
+    /// conversation's own service host: the token goes nowhere else.
     async fn fetch(&self, a: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
         platform::client::check_declared(a, max_bytes)?;
         let (how, url) = a
@@ -395,10 +403,11 @@ impl Channel for TeamsChannel {
             .and_then(|s| s.split_once(' '))
             .ok_or("this attachment cannot be fetched")?;
         let services: Vec<String> = self.services.lock().values().cloned().collect();
+        let hosts: &[&str] = if how == "token" { &[] } else { FILE_HOSTS };
         let url = services
             .iter()
-            .find_map(|s| platform::file_url_allowed(url, s, FILE_HOSTS).ok())
-            .map_or_else(|| platform::file_url_allowed(url, "", FILE_HOSTS), Ok)?;
+            .find_map(|s| platform::file_url_allowed(url, s, hosts).ok())
+            .map_or_else(|| platform::file_url_allowed(url, "", hosts), Ok)?;
         let token = match how {
             "token" => Some(self.bot_token().await.map_err(|e| e.to_string())?),
             _ => None,
@@ -439,15 +448,29 @@ impl Channel for TeamsChannel {
             serde_json::from_slice(body).map_err(|e| InboundHttpError::Malformed(e.to_string()))?;
         let service = a["serviceUrl"].as_str().unwrap_or_default();
         let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
-        if let Err(why) = self
-            .verify(auth, service, a["channelId"].as_str().unwrap_or_default())
-            .await
-        {
+        // Teams only: Web Chat and Direct Line activities are signed with the same keys, and
+        // there the client says who it is.
+        let channel_id = a["channelId"].as_str().unwrap_or_default();
+        let verified = match channel_id {
+            "msteams" => self.verify(auth, service, channel_id).await,
+            other => Err(format!("from channel {other:?}, not msteams")),
+        };
+        if let Err(why) = verified {
             tracing::warn!(channel = %self.cfg.name, %why, "activity refused");
             return Err(InboundHttpError::Unauthorized);
         }
+        if let Some(tenant) = &self.cfg.tenant_id
+            && a["channelData"]["tenant"]["id"].as_str() != Some(tenant.as_str())
+        {
+            tracing::warn!(channel = %self.cfg.name, "activity from another tenant refused");
+            return Err(InboundHttpError::Unauthorized);
+        }
         let conversation = a["conversation"]["id"].as_str().unwrap_or_default();
-        if conversation.is_empty() || !(service.starts_with("https://") || is_loopback(service)) {
+        let conversation = conversation
+            .split_once(";messageid=")
+            .map_or(conversation, |(c, _)| c);
+        let local_test = is_loopback(service) && is_loopback(&self.cfg.openid_url);
+        if conversation.is_empty() || !(service.starts_with("https://") || local_test) {
             return Err(InboundHttpError::Malformed(
                 "no conversation, or a service URL that is not https".into(),
             ));
