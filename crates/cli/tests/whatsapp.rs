@@ -14,13 +14,24 @@ use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
 const WAIT: Duration = Duration::from_secs(30);
 const ALICE: &str = "4915112345";
+const CAROL: &str = "4915177777";
+const GROUP: &str = "Y2FwaV9ncm91cDoxNzA1NTU1MDEzOToxMjAzNjM0MDQ2OTQyMzM4MjAZD";
 const MALLORY: &str = "4915199999";
 const VERIFY: &str = "verify-token-for-meta";
 
 async fn wait_sent(wa: &FakeWhatsApp, what: &str, f: impl Fn(&[Sent]) -> bool) -> Vec<Sent> {
+    wait_sent_to(wa, ALICE, what, f).await
+}
+
+async fn wait_sent_to(
+    wa: &FakeWhatsApp,
+    to: &str,
+    what: &str,
+    f: impl Fn(&[Sent]) -> bool,
+) -> Vec<Sent> {
     let deadline = Instant::now() + WAIT;
     loop {
-        let sent = wa.sent_to(ALICE);
+        let sent = wa.sent_to(to);
         if f(&sent) {
             return sent;
         }
@@ -49,7 +60,11 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
         ("SWITCHBOARD_WHATSAPP_APP_SECRET", FakeWhatsApp::APP_SECRET),
         ("SWITCHBOARD_WHATSAPP_VERIFY_TOKEN", VERIFY),
         ("SWITCHBOARD_WHATSAPP_API_BASE", base.as_str()),
-        ("SWITCHBOARD_WHATSAPP_ALLOWED_USERS", ALICE),
+        (
+            "SWITCHBOARD_WHATSAPP_ALLOWED_USERS",
+            "4915112345,4915177777",
+        ),
+        ("SWITCHBOARD_WHATSAPP_TEMPLATE", "new_reply"),
         ("SWITCHBOARD_DEFAULT_CWD", ws_s.as_str()),
     ];
     let out = channels_test(
@@ -163,8 +178,9 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
         "a stranger's press decides nothing"
     );
     let pressed = wa.press(ALICE, "Alice", &prompt.id, &allow, "Allow").await;
+    // The prompt cannot change: the press is answered by a reply quoting it.
     let sent = wait_sent(&wa, "the reply after allow", |s| {
-        s.iter().any(|m| m.text.contains("Ran it."))
+        s.iter().any(|m| m.text.contains("Ran it.")) && s.iter().any(|m| m.text == "Allowed")
     })
     .await;
     assert!(ws.path().join("allowed.txt").exists());
@@ -261,7 +277,134 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
     assert!(!server.logs().contains(FakeWhatsApp::TOKEN));
     assert!(!server.logs().contains(FakeWhatsApp::APP_SECRET));
 
-    // 6. kill -9 mid-reply: what was sent stays sent once, the interrupted run is said to
+    // 6. A group (Meta's Groups API): only a mention of the bot's number (or a quote of its
+    //    message) is for it; groups take no buttons, so a prompt says how to answer, and a
+    //    reply quoting it allows.
+    wa.group_message(GROUP, ALICE, "Alice", None, "lunch anyone?")
+        .await;
+    llm.push(MockReply::text(&["Hello, group."]));
+    wa.group_message(GROUP, ALICE, "Alice", None, "@15550100199 are you there?")
+        .await;
+    wait_sent_to(&wa, GROUP, "the group's answer", |s| {
+        s.iter().any(|m| m.text == "Hello, group.")
+    })
+    .await;
+    assert!(
+        !llm.requests()
+            .iter()
+            .any(|r| r.last_user_text() == "lunch anyone?"),
+        "the chatter is no prompt"
+    );
+    llm.push(MockReply::tool_call(
+        "c4",
+        "run_command",
+        json!({"command": "touch group.txt"}),
+    ));
+    llm.push(MockReply::text(&["Done for the group."]));
+    wa.group_message(GROUP, ALICE, "Alice", None, "@15550100199 make group.txt")
+        .await;
+    let sent = wait_sent_to(&wa, GROUP, "the group's prompt", |s| {
+        s.iter().any(|m| m.text.contains("group.txt"))
+    })
+    .await;
+    let prompt = sent
+        .iter()
+        .find(|m| m.text.contains("group.txt"))
+        .unwrap()
+        .clone();
+    assert_eq!(prompt.kind, "text", "{prompt:?}");
+    assert!(prompt.text.contains("“allow”"), "{}", prompt.text);
+    // (A person answers after reading it: the prompt's message id is stored just after the
+    // send's answer, and a quote of an id not stored yet is a message for the agent.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    wa.group_message(GROUP, ALICE, "Alice", Some(&prompt.id), "allow")
+        .await;
+    wait_sent_to(&wa, GROUP, "the group's reply after allow", |s| {
+        s.iter().any(|m| m.text == "Done for the group.")
+    })
+    .await;
+    assert!(
+        ws.path().join("group.txt").exists(),
+        "{:#?}\n{}",
+        wa.sent_to(GROUP),
+        server.logs()
+    );
+
+    // 7. The 24-hour window, counted from when a message was sent: Carol's came a day late,
+    //    so the reply is held, the template tells her once, and tapping its button brings
+    //    the reply (and reaches no agent).
+    llm.push(MockReply::text(&["Sorry for the wait.\n\n", "Here it is."]));
+    wa.dm_sent(
+        CAROL,
+        "Carol",
+        "are you up?",
+        Duration::from_secs(25 * 3600),
+    )
+    .await;
+    let sent = wait_sent_to(&wa, CAROL, "the template", |s| {
+        s.iter().any(|m| m.kind == "template")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = if wa.sent_to(CAROL).len() > sent.len() {
+        wa.sent_to(CAROL)
+    } else {
+        sent
+    };
+    assert_eq!(sent.len(), 1, "one template, nothing else: {sent:#?}");
+    assert_eq!(sent[0].text, "new_reply");
+    wa.tap_template(CAROL, "Carol", "Show me").await;
+    let sent = wait_sent_to(&wa, CAROL, "the held reply", |s| {
+        s.iter().any(|m| m.text == "Here it is.")
+    })
+    .await;
+    let texts: Vec<&str> = sent.iter().skip(1).map(|m| m.text.as_str()).collect();
+    assert_eq!(texts, ["Sorry for the wait.", "Here it is."]);
+    assert!(sent.iter().all(|m| !m.failed));
+    // 8. Meta refuses what the gateway thought inside the window (131047, after the send
+    //    was taken): the window closes, the refused paragraphs are held in order, the
+    //    template goes once, and the tap brings them.
+    llm.push(MockReply::text_slow(&["Late one.\n\n", "Late two."], 700));
+    // (Sent a few seconds ago: a refusal in the same second as a message is taken as
+    // before it.)
+    wa.dm_sent(ALICE, "Alice", "take your time", Duration::from_secs(3))
+        .await;
+    wa.close_window(ALICE);
+    let before = wa.sent_to(ALICE).len();
+    wait_sent(&wa, "the template after a refusal", |s| {
+        s[before..].iter().any(|m| m.kind == "template")
+    })
+    .await;
+    assert!(
+        !llm.requests()
+            .iter()
+            .any(|r| r.last_user_text().contains("Show me")),
+        "the tap reached no agent"
+    );
+    wa.tap_template(ALICE, "Alice", "Show me").await;
+    let sent = wait_sent(&wa, "the refused paragraphs, again", |s| {
+        s[before..]
+            .iter()
+            .filter(|m| !m.failed && m.text.starts_with("Late"))
+            .count()
+            == 2
+    })
+    .await;
+    let delivered: Vec<&str> = sent[before..]
+        .iter()
+        .filter(|m| !m.failed && m.kind == "text")
+        .map(|m| m.text.as_str())
+        .collect();
+    assert_eq!(delivered, ["Late one.", "Late two."], "{sent:#?}");
+    assert_eq!(
+        sent[before..]
+            .iter()
+            .filter(|m| m.kind == "template")
+            .count(),
+        1
+    );
+
+    // 9. kill -9 mid-reply: what was sent stays sent once, the interrupted run is said to
     //    have failed (once), and the next message is answered once.
     let mut server = server;
     llm.push(MockReply::text_slow(

@@ -315,6 +315,13 @@ pub trait Channel: Send + Sync + 'static {
             .await
             .map(drop)
     }
+    /// Whether a message to `chat` can carry buttons: [`ChannelInfo::buttons`], unless the
+    /// platform has chats without them (WhatsApp's groups). Without, an approval prompt
+    /// says how to answer in words.
+    fn buttons_in(&self, chat: &ChatRef) -> bool {
+        let _ = chat;
+        self.info().buttons
+    }
     /// Checks the connection; returns the bot's identity (e.g. `@switchboard_bot (id 42)`).
     async fn test(&self) -> Result<String, ChannelError>;
     /// Where a person starts talking to the bot (a link to open a direct message with it, or

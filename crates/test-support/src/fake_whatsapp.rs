@@ -11,8 +11,18 @@
 //! a wrong token, 400 code 130429 while [`FakeWhatsApp::throttle`] says so (Meta's
 //! "rate limit hit"). Users write with [`FakeWhatsApp::dm`], press buttons with
 //! [`FakeWhatsApp::press`], react with [`FakeWhatsApp::react`] and send files with
-//! [`FakeWhatsApp::send_document`]; every delivery goes to the webhook set with
-//! [`FakeWhatsApp::set_webhook`], signed with [`FakeWhatsApp::APP_SECRET`].
+//! [`FakeWhatsApp::send_document`], write in a group ([`FakeWhatsApp::group_message`],
+//! "Groups API → Group messaging": a `group_id` on the message; sends with
+//! `recipient_type: group`, which takes no interactive messages) and tap a template's
+//! quick-reply button ([`FakeWhatsApp::tap_template`]); every delivery goes to the webhook
+//! set with [`FakeWhatsApp::set_webhook`], signed with [`FakeWhatsApp::APP_SECRET`], its
+//! messages stamped with the time they were sent.
+//!
+//! The 24-hour customer-service window is kept as Meta keeps it: a free-form message to a
+//! chat nobody wrote in for 24 hours is accepted (a message id comes back) and then
+//! reported `failed` with error 131047 ("Re-engagement message") in a status delivery;
+//! only templates go then. [`FakeWhatsApp::close_window`] makes a chat's last message 25
+//! hours old as far as the fake knows (the gateway does not know).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -43,6 +53,14 @@ pub struct Sent {
     pub file: Option<(Option<String>, Vec<u8>)>,
     /// When it was sent.
     pub at: std::time::Instant,
+    /// Taken, then reported failed: the chat's 24-hour window was closed (131047).
+    pub failed: bool,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 #[derive(Default)]
@@ -53,6 +71,8 @@ struct Inner {
     media: HashMap<String, (Vec<u8>, String)>,
     next: u64,
     webhook: Option<String>,
+    /// Each chat's last message from a person (Unix seconds): its 24-hour window.
+    windows: HashMap<String, i64>,
     /// Calls still to answer "rate limit hit".
     throttle: u32,
     throttled: u32,
@@ -128,6 +148,14 @@ impl FakeWhatsApp {
             .collect()
     }
 
+    /// `chat`'s window closes as far as the fake knows: its last message is 25 hours old.
+    pub fn close_window(&self, chat: &str) {
+        self.state
+            .lock()
+            .windows
+            .insert(chat.to_string(), now() - 25 * 3600);
+    }
+
     /// The message ids the bot marked read.
     pub fn reads(&self) -> Vec<String> {
         self.state.lock().reads.clone()
@@ -184,8 +212,19 @@ impl FakeWhatsApp {
             .unwrap_or(0)
     }
 
-    async fn deliver(&self, from: &str, name: &str, message: Value) -> String {
+    async fn deliver(&self, from: &str, name: &str, mut message: Value) -> String {
         let id = message["id"].as_str().unwrap_or_default().to_string();
+        let at = message["timestamp"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(now);
+        message["timestamp"] = json!(at.to_string());
+        let chat = message["group_id"].as_str().unwrap_or(from).to_string();
+        {
+            let mut s = self.state.lock();
+            let w = s.windows.entry(chat).or_default();
+            *w = (*w).max(at);
+        }
         let status = self
             .post_signed(
                 &Self::delivery(from, name, json!([message])),
@@ -199,8 +238,63 @@ impl FakeWhatsApp {
     /// `from` writes `text`; the message's id.
     pub async fn dm(&self, from: &str, name: &str, text: &str) -> String {
         let id = self.next_id("wamid.in");
-        self.deliver(from, name, json!({"from": from, "id": id, "timestamp": "1700000000", "type": "text", "text": {"body": text}}))
+        self.deliver(
+            from,
+            name,
+            json!({"from": from, "id": id, "type": "text", "text": {"body": text}}),
+        )
+        .await
+    }
+
+    /// `from` wrote `text` `ago` (a delivery Meta made late); the message's id.
+    pub async fn dm_sent(
+        &self,
+        from: &str,
+        name: &str,
+        text: &str,
+        ago: std::time::Duration,
+    ) -> String {
+        let id = self.next_id("wamid.in");
+        let at = now() - ago.as_secs() as i64;
+        self.deliver(from, name, json!({"from": from, "id": id, "timestamp": at.to_string(), "type": "text", "text": {"body": text}}))
             .await
+    }
+
+    /// `from` writes `text` in the group `group` (quoting message `context`, if any).
+    pub async fn group_message(
+        &self,
+        group: &str,
+        from: &str,
+        name: &str,
+        context: Option<&str>,
+        text: &str,
+    ) -> String {
+        let id = self.next_id("wamid.in");
+        let mut m = json!({"from": from, "group_id": group, "id": id, "type": "text", "text": {"body": text}});
+        if let Some(c) = context {
+            m["context"] = json!({"from": "15550100199", "id": c});
+        }
+        self.deliver(from, name, m).await
+    }
+
+    /// `from` taps the quick-reply button `title` of the last template sent to them.
+    pub async fn tap_template(&self, from: &str, name: &str, title: &str) -> String {
+        let template = self
+            .sent_to(from)
+            .into_iter()
+            .rev()
+            .find(|m| m.kind == "template")
+            .map(|m| m.id)
+            .unwrap_or_default();
+        let id = self.next_id("wamid.in");
+        self.deliver(
+            from,
+            name,
+            json!({"from": from, "id": id, "type": "button",
+            "context": {"from": "15550100199", "id": template},
+            "button": {"payload": title, "text": title}}),
+        )
+        .await
     }
 
     /// `from` answers message `context` with `text`.
@@ -209,7 +303,7 @@ impl FakeWhatsApp {
         self.deliver(
             from,
             name,
-            json!({"from": from, "id": id, "timestamp": "1700000000", "type": "text",
+            json!({"from": from, "id": id, "type": "text",
             "context": {"from": "15550100199", "id": context}, "text": {"body": text}}),
         )
         .await
@@ -225,7 +319,7 @@ impl FakeWhatsApp {
         title: &str,
     ) -> String {
         let id = self.next_id("wamid.in");
-        self.deliver(from, name, json!({"from": from, "id": id, "timestamp": "1700000000", "type": "interactive",
+        self.deliver(from, name, json!({"from": from, "id": id, "type": "interactive",
             "context": {"from": "15550100199", "id": context},
             "interactive": {"type": "button_reply", "button_reply": {"id": button, "title": title}}}))
             .await
@@ -237,7 +331,7 @@ impl FakeWhatsApp {
         self.deliver(
             from,
             name,
-            json!({"from": from, "id": id, "timestamp": "1700000000", "type": "reaction",
+            json!({"from": from, "id": id, "type": "reaction",
             "reaction": {"message_id": to, "emoji": emoji}}),
         )
         .await
@@ -259,7 +353,7 @@ impl FakeWhatsApp {
             .media
             .insert(media.clone(), (bytes.to_vec(), mime.to_string()));
         let id = self.next_id("wamid.in");
-        self.deliver(from, name, json!({"from": from, "id": id, "timestamp": "1700000000", "type": "document",
+        self.deliver(from, name, json!({"from": from, "id": id, "type": "document",
             "document": {"id": media, "filename": file, "mime_type": mime, "caption": caption, "sha256": "x"}}))
             .await
     }
@@ -329,6 +423,14 @@ async fn messages(
         return graph_error(StatusCode::BAD_REQUEST, 130429, "(#130429) Rate limit hit");
     }
     let kind = body["type"].as_str().unwrap_or_default().to_string();
+    let group = body["recipient_type"] == "group";
+    if group && kind == "interactive" {
+        return graph_error(
+            StatusCode::BAD_REQUEST,
+            131009,
+            "(#131009) Parameter value is not valid: interactive messages are not supported in groups",
+        );
+    }
     let (text, buttons, file) = match kind.as_str() {
         "text" => {
             let t = body["text"]["body"].as_str().unwrap_or_default();
@@ -398,9 +500,43 @@ async fn messages(
     s.next += 1;
     let id = format!("wamid.out{}", s.next);
     let to = body["to"].as_str().unwrap_or_default().to_string();
+    // Outside the 24-hour window only a template goes: anything else is taken, then
+    // reported failed (131047) in a status delivery, as Meta does.
+    let closed = s.windows.get(&to).is_none_or(|at| now() - at >= 24 * 3600);
+    if closed
+        && kind != "template"
+        && let Some(url) = s.webhook.clone()
+    {
+        let mut status = json!({"id": id, "status": "failed", "timestamp": now().to_string(),
+            "recipient_id": to, "errors": [{"code": 131047, "title": "Re-engagement message",
+            "message": "Re-engagement message", "error_data": {"details":
+            "Message failed to send because more than 24 hours have passed since the customer last replied to this number."},
+            "href": "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"}]});
+        if group {
+            status["recipient_type"] = json!("group");
+        }
+        tokio::spawn(async move {
+            let body = json!({"object": "whatsapp_business_account", "entry": [{"id": "102290129340398",
+                "changes": [{"field": "messages", "value": {"messaging_product": "whatsapp",
+                "metadata": {"display_phone_number": "15550100199", "phone_number_id": FakeWhatsApp::PHONE_NUMBER_ID},
+                "statuses": [status]}}]}]});
+            let raw = serde_json::to_vec(&body).unwrap_or_default();
+            let _ = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .header(
+                    "x-hub-signature-256",
+                    FakeWhatsApp::sign(FakeWhatsApp::APP_SECRET, &raw),
+                )
+                .body(raw)
+                .send()
+                .await;
+        });
+    }
     s.sent.push(Sent {
         id: id.clone(),
         to: to.clone(),
+        failed: closed && kind != "template",
         kind,
         text,
         buttons,

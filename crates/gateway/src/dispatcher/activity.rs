@@ -43,6 +43,10 @@ impl Channel for Tracked {
         self.inner.info()
     }
 
+    fn buttons_in(&self, chat: &ChatRef) -> bool {
+        self.inner.buttons_in(chat)
+    }
+
     async fn run(
         &self,
         ctx: ChannelContext,

@@ -517,7 +517,7 @@ impl Gateway {
             ("Allow", "Deny")
         };
         let info = ch.info();
-        p.prompt_message = if info.buttons {
+        p.prompt_message = if ch.buttons_in(&p.chat) {
             let buttons = vec![
                 Button {
                     text: allow.into(),

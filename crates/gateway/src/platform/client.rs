@@ -241,6 +241,12 @@ impl PlatformClient {
         self.health.failed(self.redact(status), self.redact(reason));
     }
 
+    /// Records an error that is not the connection's (a message the platform could not
+    /// deliver): shown as the channel's last error, its state unchanged.
+    pub fn note_error(&self, reason: &str) {
+        self.health.error(self.redact(reason));
+    }
+
     /// Shut down.
     pub fn stopped(&self) {
         self.health.stopped();

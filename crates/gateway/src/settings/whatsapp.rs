@@ -1,7 +1,7 @@
 //! `[channels.whatsapp]` and its `SWITCHBOARD_WHATSAPP_*` variables.
 
 use serde::Deserialize;
-use switchboard_settings::env;
+use switchboard_settings::{env, env_parse};
 
 use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access};
 use crate::whatsapp::WhatsAppConfig;
@@ -24,6 +24,10 @@ pub struct WhatsAppSection {
     pub template_language: Option<String>,
     /// Phone numbers (`4915112345`, digits only) allowed without pairing.
     pub allowed_users: Option<Vec<String>>,
+    /// Group ids (from the Groups API) whose members may all talk to the bot.
+    pub allowed_chats: Option<Vec<String>>,
+    /// In groups, answer only when mentioned or replied to (default true).
+    pub require_mention: Option<bool>,
     pub approvers: Option<Vec<String>>,
     pub approval_mode: Option<String>,
 }
@@ -85,12 +89,17 @@ pub(super) fn whatsapp_settings(
             .unwrap_or_else(|| "en_US".into());
         c.template = Some((t, language));
     }
+    if let Some(m) =
+        env_parse::<bool>("SWITCHBOARD_WHATSAPP_REQUIRE_MENTION")?.or(file.require_mention)
+    {
+        c.require_mention = m;
+    }
     channel_access(
         config,
         &c.name,
         "SWITCHBOARD_WHATSAPP",
         ChannelAccess {
-            chats: &None,
+            chats: &file.allowed_chats,
             users: &file.allowed_users,
             approvers: &file.approvers,
             mode: &file.approval_mode,

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::WhatsAppChannel;
-use crate::channel::{Button, ChannelError, ChatRef, OutgoingFile};
+use std::sync::Arc;
+
+use super::Wa;
+use crate::channel::{Button, ChannelError, ChatKind, ChatRef, OutgoingFile};
 use crate::platform::{self, Answer, Call, Verdict};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -21,7 +23,11 @@ const MAX_BUTTONS: usize = 3;
 /// (one person written to too often).
 const THROTTLED: &[i64] = &[4, 80007, 130429, 131056];
 
-impl WhatsAppChannel {
+impl Wa {
+    pub(super) fn other(&self, reason: impl Into<String>) -> ChannelError {
+        self.client.other(reason)
+    }
+
     /// What an answer means: the JSON on success; Meta's `error` object otherwise.
     fn verdict(&self, label: &str, answer: Answer) -> Verdict<Value> {
         let body = answer.json().unwrap_or(Value::Null);
@@ -48,12 +54,13 @@ impl WhatsAppChannel {
         }
     }
 
-    /// `POST /{phone-number-id}/messages` with `payload` (to `to`); the sent message's id.
+    /// `POST /{phone-number-id}/messages` with `payload` to the chat (a person, or a group
+    /// by its id); the sent message's id.
     async fn message(&self, chat: &ChatRef, payload: Value) -> Result<String, ChannelError> {
         let keys = [platform::BOT.to_owned(), format!("person:{}", chat.id)];
         let mut body = json!({
             "messaging_product": "whatsapp",
-            "recipient_type": "individual",
+            "recipient_type": if chat.kind == ChatKind::Direct { "individual" } else { "group" },
             "to": chat.id,
         });
         if let (Some(b), Some(p)) = (body.as_object_mut(), payload.as_object()) {
@@ -90,6 +97,21 @@ impl WhatsAppChannel {
         self.message(
             chat,
             json!({"type": "text", "text": {"preview_url": false, "body": text}}),
+        )
+        .await
+    }
+
+    /// A text quoting the message `to` (WhatsApp's reply `context`).
+    pub(super) async fn send_reply(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        to: &str,
+    ) -> Result<String, ChannelError> {
+        self.message(
+            chat,
+            json!({"type": "text", "context": {"message_id": to},
+                   "text": {"preview_url": false, "body": text}}),
         )
         .await
     }
@@ -140,31 +162,6 @@ impl WhatsAppChannel {
             json!({"type": "template", "template": {"name": name, "language": {"code": language}}}),
         )
         .await
-    }
-
-    /// Marks a received message read, in the background (best effort: a lost receipt
-    /// only leaves grey ticks).
-    pub(super) fn mark_read(&self, message_id: String) {
-        let http = self.client.http().clone();
-        let url = format!(
-            "{}/{}/messages",
-            self.client.base(),
-            self.cfg.phone_number_id
-        );
-        let token = self.cfg.access_token.clone();
-        let channel = self.cfg.name.clone();
-        tokio::spawn(async move {
-            let sent = http
-                .post(url)
-                .bearer_auth(token)
-                .timeout(CALL_TIMEOUT)
-                .json(&json!({"messaging_product": "whatsapp", "status": "read", "message_id": message_id}))
-                .send()
-                .await;
-            if let Err(e) = sent.and_then(reqwest::Response::error_for_status) {
-                tracing::debug!(%channel, error = %platform::client::describe(e), "marking a WhatsApp message read");
-            }
-        });
     }
 
     /// `POST /{phone-number-id}/media` (multipart): the uploaded file's media id.
@@ -300,4 +297,35 @@ impl WhatsAppChannel {
             number.to_string(),
         ))
     }
+}
+
+/// Marks a received message read, in the background, through the outbox (the number's
+/// rate) and tried once: a lost receipt only leaves grey ticks.
+pub(super) fn mark_read(wa: Arc<Wa>, message_id: String) {
+    tokio::spawn(async move {
+        let keys = [platform::BOT.to_owned()];
+        let once = wa.client.policy().once();
+        let body =
+            json!({"messaging_product": "whatsapp", "status": "read", "message_id": message_id});
+        let sent = wa
+            .client
+            .call(
+                Call {
+                    label: "mark read",
+                    keys: &keys,
+                    timeout: CALL_TIMEOUT,
+                    policy: Some(once),
+                },
+                |http, base| {
+                    http.post(format!("{base}/{}/messages", wa.cfg.phone_number_id))
+                        .bearer_auth(&wa.cfg.access_token)
+                        .json(&body)
+                },
+                |a| wa.verdict("mark read", a),
+            )
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(channel = %wa.cfg.name, error = %e, "marking a WhatsApp message read");
+        }
+    });
 }

@@ -12,18 +12,24 @@
 //!   fetched through the Graph API's media URL with the token), a reply's `context` (a
 //!   reply to a prompt answers it), reactions (answers too), reply-button presses. A
 //!   person's latest message is marked read (blue ticks) when the bot answers them.
+//! - **Chats**: direct messages, and groups (Meta's Groups API: a message with a
+//!   `group_id`; sent with `recipient_type: group`). In a group the bot answers a message
+//!   that mentions its number (`@15550001111`) or quotes one of its messages
+//!   (`require_mention`, default true). Groups take
+//!   text, media and templates but no interactive messages: a prompt there says how to
+//!   answer in words or by reaction.
 //! - **Replies**: WhatsApp messages cannot be edited, so a reply comes in paragraphs as it
 //!   streams, each at most 4,096 characters. Approval prompts carry up to three reply
 //!   buttons (WhatsApp's limit; titles cut to 20 characters), their text cut to the
-//!   interactive body's 1,024 characters (the whole text is sent first when longer).
-//! - **The 24-hour window**: free-form messages may only go to someone who wrote in the
-//!   last 24 hours. Outside it, with [`WhatsAppConfig::template`] set that template goes
-//!   instead, once until the person writes again (it should say "write to me to see the
-//!   answer"); an approval prompt is never replaced by it (its approval fails closed).
-//!   Otherwise the send fails with a clear error in the log.
+//!   interactive body's 1,024 characters (the whole text is sent first when longer). A
+//!   press is answered by a short reply quoting the prompt ("Allowed"), since the prompt
+//!   itself cannot change.
+//! - **The 24-hour window** ([`window`]): outside it replies are held and sent when the
+//!   person writes again, the configured template telling them once; a prompt fails (its
+//!   approval fails closed).
 //! - **Statuses** (`sent`, `delivered`, `read`, `failed`) are counted in
 //!   `switchboard_gateway_whatsapp_statuses_total{channel,status}`; a failure is logged
-//!   with Meta's code and title.
+//!   with Meta's code and title and shown as the channel's last error.
 //! - **Rate limits**: 80 messages a second per number (Meta's default throughput) and about
 //!   one a second to one person in the outbox; Meta's throttling answers (HTTP 429, error
 //!   codes 4, 80007, 130429, 131056) are waited out by the kit's retry policy.
@@ -31,7 +37,7 @@
 //! The access token and the app secret are secrets: never logged, removed from errors.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -39,14 +45,15 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{
-    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatRef,
-    Fetched, Inbound, InboundHttpError, OutgoingFile,
+    Attachment, Button, ButtonPress, Channel, ChannelContext, ChannelError, ChannelInfo, ChatKind,
+    ChatRef, Fetched, Inbound, InboundHttpError, OutgoingFile,
 };
 use crate::health::ChannelHealth;
 use crate::platform::{self, Limits, OverCap, PlatformClient, Rate, RetryPolicy};
 
 mod graph;
 mod webhook;
+pub mod window;
 
 /// The longest text message.
 pub const MAX_CHARS: usize = 4096;
@@ -72,6 +79,8 @@ pub struct WhatsAppConfig {
     pub api_base: String,
     /// An approved template sent outside the 24-hour window, and its language (`en_US`).
     pub template: Option<(String, String)>,
+    /// In groups, answer only when mentioned or replied to (default true).
+    pub require_mention: bool,
     pub max_retries: u32,
     pub max_retry_after: Duration,
     pub over_cap: OverCap,
@@ -104,6 +113,7 @@ impl WhatsAppConfig {
             verify_token: verify_token.into(),
             api_base: DEFAULT_API_BASE.into(),
             template: None,
+            require_mention: true,
             max_retries: 3,
             max_retry_after: Duration::from_secs(60),
             over_cap: OverCap::Fail,
@@ -121,17 +131,27 @@ fn limits() -> Limits {
 
 /// The WhatsApp channel (see the module docs).
 pub struct WhatsAppChannel {
+    inner: Arc<Wa>,
+}
+
+/// The channel's state, shared with its background work (read receipts, the template
+/// after a 131047, held replies).
+pub(crate) struct Wa {
     cfg: WhatsAppConfig,
     info: ChannelInfo,
     client: PlatformClient,
     /// Where deliveries go once `run` has started.
     ctx: OnceLock<ChannelContext>,
-    /// When each person last wrote (their 24-hour window).
-    last_inbound: Mutex<HashMap<String, std::time::Instant>>,
+    /// Each chat's 24-hour window (see [`window`]).
+    windows: Mutex<HashMap<String, window::Window>>,
+    /// One change of the held replies at a time.
+    held_lock: tokio::sync::Mutex<()>,
+    /// Texts sent lately, by message id.
+    recent: Mutex<window::Recent>,
+    /// The next reply's place in order (see [`Wa::next_seq`]).
+    seq: std::sync::atomic::AtomicU64,
     /// Each person's latest message not marked read yet: marked when the bot answers.
     unread: Mutex<HashMap<String, String>>,
-    /// People sent the template since they last wrote (one template per closed window).
-    templated: Mutex<std::collections::HashSet<String>>,
 }
 
 impl WhatsAppChannel {
@@ -174,64 +194,70 @@ impl WhatsAppChannel {
         info.can_edit = false;
         info.reactions = true;
         Ok(Self {
-            info,
-            cfg,
-            client,
-            ctx: OnceLock::new(),
-            last_inbound: Mutex::new(HashMap::new()),
-            unread: Mutex::new(HashMap::new()),
-            templated: Mutex::new(std::collections::HashSet::new()),
+            inner: Arc::new(Wa {
+                info,
+                cfg,
+                client,
+                ctx: OnceLock::new(),
+                windows: Mutex::new(HashMap::new()),
+                held_lock: tokio::sync::Mutex::new(()),
+                recent: Mutex::new(window::Recent::default()),
+                seq: std::sync::atomic::AtomicU64::new(
+                    chrono::Utc::now().timestamp_micros().max(0) as u64,
+                ),
+                unread: Mutex::new(HashMap::new()),
+            }),
         })
     }
 
-    /// Whether `to` wrote in the last 24 hours (as far as this process saw, or the
-    /// channel state says).
-    async fn in_window(&self, to: &str) -> bool {
-        if let Some(at) = self.last_inbound.lock().get(to) {
-            return at.elapsed() < SERVICE_WINDOW;
-        }
-        let Some(ctx) = self.ctx.get() else {
-            return true; // not started: let Meta decide
-        };
-        match ctx
-            .state
-            .get(&window_key(to))
-            .await
-            .and_then(|t| t.parse::<i64>().ok())
-        {
-            Some(at) => chrono::Utc::now().timestamp() - at < SERVICE_WINDOW.as_secs() as i64,
-            None => false,
+    /// What a delivery's statuses say: counted, a failure logged and shown; a 131047
+    /// closes the window, holds the refused text and sends the template (in the
+    /// background: the delivery is answered first).
+    fn statuses(&self, statuses: &[webhook::Status]) {
+        for s in statuses {
+            metrics::counter!("switchboard_gateway_whatsapp_statuses_total", "channel" => self.inner.cfg.name.clone(), "status" => s.status.clone())
+                .increment(1);
+            let Some((code, title)) = &s.error else {
+                continue;
+            };
+            tracing::warn!(channel = %self.inner.cfg.name, message = %s.message_id, recipient = %s.recipient, code, title = %title, "WhatsApp could not deliver a message");
+            self.inner.client.note_error(&format!(
+                "WhatsApp could not deliver message {} to {}: {title} (code {code})",
+                s.message_id, s.recipient
+            ));
+            if *code == window::RE_ENGAGEMENT {
+                let wa = self.inner.clone();
+                let s = s.clone();
+                tokio::spawn(async move {
+                    // The status may come before the send's own answer has been read (and
+                    // the text remembered under its id): wait a little for it.
+                    let mut held = None;
+                    for _ in 0..40 {
+                        held = wa.recent.lock().take(&s.message_id);
+                        if held.is_some() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    if !wa.closed(&s.recipient, s.timestamp).await {
+                        return;
+                    }
+                    if let Some(held) = held
+                        && let Err(e) = wa.hold(&s.recipient, held).await
+                    {
+                        tracing::warn!(channel = %wa.cfg.name, error = %e, "WhatsApp: holding a refused reply");
+                    }
+                    wa.template(&s.chat()).await;
+                });
+            }
         }
     }
-
-    /// Notes that `from` wrote now (their window opens).
-    async fn opened(&self, from: &str) {
-        self.last_inbound
-            .lock()
-            .insert(from.to_string(), std::time::Instant::now());
-        self.templated.lock().remove(from);
-        if let Some(ctx) = self.ctx.get()
-            && let Err(e) = ctx
-                .state
-                .set(
-                    &window_key(from),
-                    &chrono::Utc::now().timestamp().to_string(),
-                )
-                .await
-        {
-            tracing::warn!(channel = %self.cfg.name, error = %e, "storing a WhatsApp window");
-        }
-    }
-}
-
-fn window_key(wa_id: &str) -> String {
-    format!("window:{wa_id}")
 }
 
 #[async_trait]
 impl Channel for WhatsAppChannel {
     fn info(&self) -> &ChannelInfo {
-        &self.info
+        &self.inner.info
     }
 
     /// Deliveries come over HTTP: this keeps the context for them until cancelled.
@@ -240,10 +266,10 @@ impl Channel for WhatsAppChannel {
         ctx: ChannelContext,
         cancel: CancellationToken,
     ) -> Result<(), ChannelError> {
-        let _ = self.ctx.set(ctx);
-        self.client.connected("webhook");
+        let _ = self.inner.ctx.set(ctx);
+        self.inner.client.connected("webhook");
         cancel.cancelled().await;
-        self.client.stopped();
+        self.inner.client.stopped();
         Ok(())
     }
 
@@ -253,21 +279,36 @@ impl Channel for WhatsAppChannel {
         text: &str,
         buttons: &[Button],
     ) -> Result<String, ChannelError> {
-        if !self.in_window(&chat.id).await {
-            return self.outside_window(chat, !buttons.is_empty()).await;
+        if !self.inner.in_window(&chat.id).await {
+            return self
+                .inner
+                .outside_window(chat, text, !buttons.is_empty())
+                .await;
         }
-        if let Some(id) = self.unread.lock().remove(&chat.id) {
-            self.mark_read(id);
+        if let Some(id) = self.inner.unread.lock().remove(&chat.id) {
+            graph::mark_read(self.inner.clone(), id);
         }
-        if buttons.is_empty() {
-            return self.send_text(chat, text).await;
+        if buttons.is_empty() || !self.buttons_in(chat) {
+            let seq = self.inner.next_seq();
+            let id = self.inner.send_text(chat, text).await?;
+            let held = window::Held {
+                seq,
+                text: text.to_string(),
+            };
+            self.inner.recent.lock().push(id.clone(), held);
+            return Ok(id);
         }
-        self.send_buttons(chat, text, buttons).await
+        self.inner.send_buttons(chat, text, buttons).await
+    }
+
+    /// Groups take no interactive messages.
+    fn buttons_in(&self, chat: &ChatRef) -> bool {
+        chat.kind == ChatKind::Direct
     }
 
     /// WhatsApp messages cannot be edited: nothing is sent (the dispatcher streams in
-    /// paragraphs here, and a settled prompt's buttons stay; a late press is answered
-    /// "no longer pending").
+    /// paragraphs here; a settled prompt's buttons stay, a late press is answered "no
+    /// longer pending", and the decision was said by [`Channel::answer_press`]).
     async fn edit(
         &self,
         _chat: &ChatRef,
@@ -278,13 +319,23 @@ impl Channel for WhatsAppChannel {
         Ok(())
     }
 
-    /// A press is a message of its own on WhatsApp: nothing to acknowledge.
+    /// A press is a message of its own and the prompt cannot change: the answer ("Allowed",
+    /// "Unknown button") is a short reply quoting the prompt.
     async fn answer_press(
         &self,
-        _press: &ButtonPress,
-        _text: Option<&str>,
+        press: &ButtonPress,
+        text: Option<&str>,
     ) -> Result<(), ChannelError> {
-        Ok(())
+        let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+            return Ok(());
+        };
+        if !self.inner.in_window(&press.chat.id).await {
+            return Ok(()); // a press opened it; only a stale one gets here
+        }
+        self.inner
+            .send_reply(&press.chat, text, &press.message_id)
+            .await
+            .map(drop)
     }
 
     /// WhatsApp has no message only one person sees: the refusal goes to the presser's own
@@ -294,24 +345,33 @@ impl Channel for WhatsAppChannel {
     }
 
     async fn test(&self) -> Result<String, ChannelError> {
-        Ok(match self.number().await? {
+        Ok(match self.inner.number().await? {
             (Some(name), number) => format!("{name} ({number})"),
             (None, number) => number,
         })
     }
 
     async fn open_link(&self) -> Result<Option<String>, ChannelError> {
-        let (_, number) = self.number().await?;
+        let (_, number) = self.inner.number().await?;
         let digits: String = number.chars().filter(char::is_ascii_digit).collect();
         Ok(Some(format!("https://wa.me/{digits}")))
     }
 
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
-        if !self.in_window(&chat.id).await {
-            return self.outside_window(chat, false).await;
+        if !self.inner.in_window(&chat.id).await {
+            let text = format!(
+                "{}[file: {} ({} bytes), sent while the chat was closed; open the session in the console to download it]",
+                file.caption
+                    .as_deref()
+                    .map(|c| format!("{c}\n"))
+                    .unwrap_or_default(),
+                file.name,
+                file.bytes.len()
+            );
+            return self.inner.outside_window(chat, &text, false).await;
         }
-        let media = self.upload(file).await?;
-        self.send_media(chat, file, &media).await
+        let media = self.inner.upload(file).await?;
+        self.inner.send_media(chat, file, &media).await
     }
 
     async fn fetch(&self, attachment: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
@@ -320,7 +380,7 @@ impl Channel for WhatsAppChannel {
             .source
             .as_deref()
             .ok_or("this attachment cannot be fetched")?;
-        let bytes = self.download(media, max_bytes).await?;
+        let bytes = self.inner.download(media, max_bytes).await?;
         let name = attachment.name.clone().unwrap_or_else(|| {
             let ext = attachment
                 .mime
@@ -333,15 +393,16 @@ impl Channel for WhatsAppChannel {
     }
 
     fn status(&self) -> String {
-        self.client.status()
+        self.inner.client.status()
     }
 
     fn health(&self) -> ChannelHealth {
-        self.client.health()
+        self.inner.client.health()
     }
 
     fn http_subscribe(&self, query: &HashMap<String, String>) -> Result<String, InboundHttpError> {
-        webhook::challenge(&self.cfg.verify_token, query).ok_or(InboundHttpError::Unauthorized)
+        webhook::challenge(&self.inner.cfg.verify_token, query)
+            .ok_or(InboundHttpError::Unauthorized)
     }
 
     async fn inbound_http(
@@ -364,100 +425,27 @@ impl Channel for WhatsAppChannel {
         let sig = headers
             .get("x-hub-signature-256")
             .and_then(|v| v.to_str().ok());
-        if !webhook::signed(&self.cfg.app_secret, sig, body) {
+        if !webhook::signed(&self.inner.cfg.app_secret, sig, body) {
             return Err(InboundHttpError::Unauthorized);
         }
         let raw: serde_json::Value =
             serde_json::from_slice(body).map_err(|e| InboundHttpError::Malformed(e.to_string()))?;
-        let delivery = webhook::read(&self.cfg.name, &self.cfg.phone_number_id, &raw)
-            .map_err(InboundHttpError::Malformed)?;
-        for s in &delivery.statuses {
-            metrics::counter!("switchboard_gateway_whatsapp_statuses_total", "channel" => self.cfg.name.clone(), "status" => s.status.clone())
-                .increment(1);
-            if let Some((code, title)) = &s.error {
-                tracing::warn!(channel = %self.cfg.name, message = %s.message_id, recipient = %s.recipient, code, title = %title, "WhatsApp could not deliver a message");
+        let delivery = webhook::read(&self.inner.cfg, &raw).map_err(InboundHttpError::Malformed)?;
+        self.statuses(&delivery.statuses);
+        for (chat, at) in &delivery.opened {
+            if self.inner.opened(&chat.id, *at).await {
+                // Open again after a closed window: the held replies go first.
+                let wa = self.inner.clone();
+                let chat = chat.clone();
+                tokio::spawn(async move { wa.release(&chat).await });
             }
         }
-        for item in &delivery.items {
-            let (from, id) = match item {
-                Inbound::Message(m) => (m.peer.id.as_str(), Some(m.message_id.clone())),
-                Inbound::Press(p) => (p.peer.id.as_str(), Some(p.press_id.clone())),
-                Inbound::Reaction(r) => (r.peer.id.as_str(), None),
-            };
-            self.opened(from).await;
-            // Marked read when the bot answers (not before the message is even stored).
-            if let Some(id) = id {
-                self.unread.lock().insert(from.to_string(), id);
-            }
+        // Marked read when the bot answers (not before the message is even stored).
+        let mut unread = self.inner.unread.lock();
+        for (chat, id) in delivery.unread {
+            unread.insert(chat, id);
         }
+        drop(unread);
         Ok(delivery.items)
-    }
-}
-
-impl WhatsAppChannel {
-    fn other(&self, reason: impl Into<String>) -> ChannelError {
-        self.client.other(reason)
-    }
-
-    /// Outside the 24-hour window: the template — once until the person writes again, and
-    /// never in place of an approval prompt (a prompt nobody saw must not be answerable: it
-    /// fails, and the approval fails closed) — else an error that says why (permanent: the
-    /// reply is dropped with a warning, not retried).
-    async fn outside_window(&self, chat: &ChatRef, prompt: bool) -> Result<String, ChannelError> {
-        let closed = |why: &str| {
-            self.client.api_error(
-                "messages",
-                400,
-                &format!(
-                    "{} has not written in the last 24 hours: WhatsApp only takes a template message then ({why})",
-                    chat.id
-                ),
-            )
-        };
-        match &self.cfg.template {
-            _ if prompt => Err(closed("an approval prompt is not replaced by a template")),
-            Some(_) if self.templated.lock().contains(&chat.id) => {
-                Err(closed("the template was sent already"))
-            }
-            Some((name, language)) => {
-                let id = self.send_template(chat, name, language).await?;
-                self.templated.lock().insert(chat.id.clone());
-                Ok(id)
-            }
-            None => Err(closed("set [channels.whatsapp] template")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::channel::ChatKind;
-
-    #[tokio::test]
-    async fn outside_the_window_a_prompt_is_never_replaced_by_the_template() {
-        let mut cfg = WhatsAppConfig::new("106540352242922", "token", "secret", "verify");
-        cfg.template = Some(("new_reply".into(), "en_US".into()));
-        // Nothing reachable: a prompt must fail before any call is made.
-        cfg.api_base = "http://127.0.0.1:9".into();
-        let ch = WhatsAppChannel::new(cfg).unwrap();
-        let chat = ChatRef {
-            id: "4915112345".into(),
-            kind: ChatKind::Direct,
-            thread: None,
-        };
-        let e = ch.outside_window(&chat, true).await.unwrap_err();
-        assert!(
-            matches!(&e, ChannelError::Api { code: 400, description, .. } if description.contains("not replaced by a template")),
-            "{e:?}"
-        );
-        // After a template went out, the next send outside the window is refused.
-        ch.templated.lock().insert(chat.id.clone());
-        let e = ch.outside_window(&chat, false).await.unwrap_err();
-        assert!(e.to_string().contains("sent already"), "{e}");
-        // Writing again opens the window and allows a new template later.
-        ch.opened(&chat.id).await;
-        assert!(!ch.templated.lock().contains(&chat.id));
-        assert!(ch.in_window(&chat.id).await);
     }
 }

@@ -47,11 +47,30 @@ pub(super) fn signed(app_secret: &str, header: Option<&str>, body: &[u8]) -> boo
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Status {
     pub message_id: String,
+    /// A person's WhatsApp id, or a group's id.
     pub recipient: String,
+    pub group: bool,
     /// `sent`, `delivered`, `read` or `failed`.
     pub status: String,
+    /// When (Unix seconds).
+    pub timestamp: i64,
     /// For `failed`: Meta's error code and title (`131047 Re-engagement message`).
     pub error: Option<(i64, String)>,
+}
+
+impl Status {
+    /// The chat the message went to.
+    pub fn chat(&self) -> ChatRef {
+        ChatRef {
+            id: self.recipient.clone(),
+            kind: if self.group {
+                ChatKind::Group
+            } else {
+                ChatKind::Direct
+            },
+            thread: None,
+        }
+    }
 }
 
 /// What one delivery carries, in order.
@@ -59,11 +78,53 @@ pub(super) struct Status {
 pub(super) struct Delivery {
     pub items: Vec<Inbound>,
     pub statuses: Vec<Status>,
+    /// Every message a person sent, whatever its type (each opens its chat's 24-hour
+    /// window — a location or an unsupported message too): the chat and when it was sent
+    /// (Unix seconds).
+    pub opened: Vec<(ChatRef, i64)>,
+    /// Direct messages to mark read when the bot answers: the chat and the message's id.
+    pub unread: Vec<(String, String)>,
 }
 
-/// Reads a delivery (`{"object":"whatsapp_business_account","entry":[…]}`) for the phone
-/// number `phone_number_id` (others are not ours and are skipped).
-pub(super) fn read(channel: &str, phone_number_id: &str, body: &Value) -> Result<Delivery, String> {
+/// The part of a change a message is read with: who is who.
+struct Change<'a> {
+    value: &'a Value,
+    /// The business number's digits (how a mention of the bot and a quote of its message
+    /// name it).
+    bot: String,
+}
+
+impl Change<'_> {
+    fn name_of(&self, wa_id: &str) -> Option<String> {
+        self.value["contacts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["wa_id"].as_str() == Some(wa_id))
+            .and_then(|c| c["profile"]["name"].as_str())
+            .map(str::to_string)
+    }
+}
+
+fn digits(s: &str) -> String {
+    s.chars().filter(char::is_ascii_digit).collect()
+}
+
+/// A Unix time Meta sent as a string (`"1717000000"`), no later than now.
+fn unix(v: &Value) -> i64 {
+    let now = chrono::Utc::now().timestamp();
+    v.as_str()
+        .and_then(|t| t.parse::<i64>().ok())
+        .or_else(|| v.as_i64())
+        .map_or(now, |t| t.min(now))
+}
+
+/// Reads a delivery (`{"object":"whatsapp_business_account","entry":[…]}`) for the
+/// configured phone number (others are not ours and are skipped). With
+/// `require_mention`, a group message not addressed to the bot is left out (it still
+/// opens the group's window).
+pub(super) fn read(cfg: &super::WhatsAppConfig, body: &Value) -> Result<Delivery, String> {
+    let (channel, phone_number_id) = (cfg.name.as_str(), cfg.phone_number_id.as_str());
     if body.get("object").and_then(Value::as_str) != Some("whatsapp_business_account") {
         return Err("not a WhatsApp Business Account delivery".into());
     }
@@ -81,28 +142,46 @@ pub(super) fn read(channel: &str, phone_number_id: &str, body: &Value) -> Result
         if value["metadata"]["phone_number_id"].as_str() != Some(phone_number_id) {
             continue;
         }
-        let name_of = |wa_id: &str| {
-            value["contacts"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["wa_id"].as_str() == Some(wa_id))
-                .and_then(|c| c["profile"]["name"].as_str())
-                .map(str::to_string)
+        let cx = Change {
+            value,
+            bot: digits(
+                value["metadata"]["display_phone_number"]
+                    .as_str()
+                    .unwrap_or_default(),
+            ),
         };
         for m in value["messages"].as_array().into_iter().flatten() {
-            if let Some(item) = message(channel, m, &name_of) {
-                out.items.push(item);
+            let (Some(from), Some(id)) = (m["from"].as_str(), m["id"].as_str()) else {
+                continue;
+            };
+            let chat = chat_of(m, from);
+            // A system message (a number changed) is WhatsApp's, not the person's.
+            if m["type"].as_str() != Some("system") {
+                out.opened.push((chat.clone(), unix(&m["timestamp"])));
+            }
+            if chat.kind == ChatKind::Direct {
+                out.unread.push((chat.id.clone(), id.to_string()));
+            }
+            match message(channel, m, &cx) {
+                Some(Inbound::Message(msg)) if cfg.require_mention && !msg.addressed => {}
+                Some(item) => out.items.push(item),
+                None => {}
             }
         }
         for s in value["statuses"].as_array().into_iter().flatten() {
             out.statuses.push(Status {
                 message_id: s["id"].as_str().unwrap_or_default().to_string(),
                 recipient: s["recipient_id"].as_str().unwrap_or_default().to_string(),
+                group: s["recipient_type"].as_str() == Some("group"),
                 status: s["status"].as_str().unwrap_or_default().to_string(),
+                timestamp: unix(&s["timestamp"]),
                 error: s["errors"].as_array().and_then(|e| e.first()).map(|e| {
                     (
-                        e["code"].as_i64().unwrap_or_default(),
+                        // Documented as a number; some examples show a string.
+                        e["code"]
+                            .as_i64()
+                            .or_else(|| e["code"].as_str().and_then(|c| c.parse().ok()))
+                            .unwrap_or_default(),
                         e["title"].as_str().unwrap_or_default().to_string(),
                     )
                 }),
@@ -112,36 +191,58 @@ pub(super) fn read(channel: &str, phone_number_id: &str, body: &Value) -> Result
     Ok(out)
 }
 
-/// One message object: text, media, a reply button pressed, a reaction.
-fn message(channel: &str, m: &Value, name_of: &dyn Fn(&str) -> Option<String>) -> Option<Inbound> {
+/// The chat a message is in: a group's (`group_id`, Meta's Groups API) or the sender's.
+fn chat_of(m: &Value, from: &str) -> ChatRef {
+    match m["group_id"].as_str().filter(|g| !g.is_empty()) {
+        Some(group) => ChatRef {
+            id: group.to_string(),
+            kind: ChatKind::Group,
+            thread: None,
+        },
+        None => ChatRef {
+            id: from.to_string(),
+            kind: ChatKind::Direct,
+            thread: None,
+        },
+    }
+}
+
+/// One message object: text, media, a reply button pressed, a list choice, a reaction. In a group, a message is addressed to the bot when it mentions
+/// the business number (`@15550001111`) or quotes one of the bot's messages.
+fn message(channel: &str, m: &Value, cx: &Change<'_>) -> Option<Inbound> {
     let from = m["from"].as_str()?.to_string();
     let id = m["id"].as_str()?.to_string();
     let peer = Peer {
-        name: name_of(&from).unwrap_or_else(|| format!("+{from}")),
+        name: cx.name_of(&from).unwrap_or_else(|| format!("+{from}")),
         username: Some(format!("+{from}")),
         id: from.clone(),
     };
-    let chat = ChatRef {
-        id: from.clone(),
-        kind: ChatKind::Direct,
-        thread: None,
-    };
+    let chat = chat_of(m, &from);
     let context = m["context"]["id"].as_str().map(str::to_string);
     let kind = m["type"].as_str().unwrap_or_default();
     let (text, attachments) = match kind {
         "text" => (m["text"]["body"].as_str()?.to_string(), Vec::new()),
+        // A template's quick-reply button ("Show me", on the template sent outside the
+        // 24-hour window): it opens the window, which brings the held replies; it is no
+        // message for the agent.
+        "button" => return None,
         "interactive" => {
-            let reply = &m["interactive"]["button_reply"];
-            return Some(Inbound::Press(ButtonPress {
-                channel: channel.to_string(),
-                press_id: id,
-                peer,
-                chat,
-                message_id: context?,
-                data: reply["id"].as_str()?.to_string(),
-                via: Default::default(),
-                reason: None,
-            }));
+            let i = &m["interactive"];
+            if let Some(title) = i["list_reply"]["title"].as_str() {
+                (title.to_string(), Vec::new())
+            } else {
+                let reply = &i["button_reply"];
+                return Some(Inbound::Press(ButtonPress {
+                    channel: channel.to_string(),
+                    press_id: id,
+                    peer,
+                    chat,
+                    message_id: context?,
+                    data: reply["id"].as_str()?.to_string(),
+                    via: Default::default(),
+                    reason: None,
+                }));
+            }
         }
         "reaction" => {
             let r = &m["reaction"];
@@ -178,16 +279,23 @@ fn message(channel: &str, m: &Value, name_of: &dyn Fn(&str) -> Option<String>) -
                 vec![attachment],
             )
         }
-        // Locations, contacts, orders, unsupported …: not for an agent.
+        // Locations, contacts, orders, unsupported …: not for an agent (they still open
+        // the window: see `read`).
         _ => return None,
     };
+    let addressed = chat.kind == ChatKind::Direct
+        || (!cx.bot.is_empty()
+            && (text.contains(&format!("@{}", cx.bot))
+                || m["context"]["from"]
+                    .as_str()
+                    .is_some_and(|f| digits(f) == cx.bot)));
     Some(Inbound::Message(InboundMessage {
         channel: channel.to_string(),
         peer,
         chat,
         text,
         message_id: id,
-        addressed: true,
+        addressed,
         attachments,
         reply_to: context,
         meta: serde_json::json!({ "type": kind, "timestamp": m["timestamp"] }),
@@ -198,6 +306,12 @@ fn message(channel: &str, m: &Value, name_of: &dyn Fn(&str) -> Option<String>) -
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn cfg(number: &str, require_mention: bool) -> crate::whatsapp::WhatsAppConfig {
+        let mut c = crate::whatsapp::WhatsAppConfig::new(number, "t", "s", "v");
+        c.require_mention = require_mention;
+        c
+    }
 
     fn delivery(messages: Value) -> Value {
         json!({
@@ -250,8 +364,7 @@ mod tests {
     #[test]
     fn messages_presses_reactions_media_and_statuses_are_read() {
         let d = read(
-            "whatsapp",
-            "PN1",
+            &cfg("PN1", false),
             &delivery(json!([
                 {"from": "4915112345", "id": "wamid.1", "timestamp": "1", "type": "text",
                  "text": {"body": "hi"}, "context": {"from": "15550001111", "id": "wamid.out0"}},
@@ -301,11 +414,82 @@ mod tests {
         );
         // Another number's delivery is not ours.
         assert!(
-            read("whatsapp", "PN2", &delivery(json!([])))
+            read(&cfg("PN2", true), &delivery(json!([])))
                 .unwrap()
                 .items
                 .is_empty()
         );
-        assert!(read("whatsapp", "PN1", &json!({"object": "page"})).is_err());
+        assert!(read(&cfg("PN1", true), &json!({"object": "page"})).is_err());
+    }
+
+    #[test]
+    fn groups_template_taps_lists_and_unsupported_messages_open_windows() {
+        let now = chrono::Utc::now().timestamp();
+        let d = read(
+            &cfg("PN1", false),
+            &delivery(json!([
+                {"from": "4915112345", "group_id": "G1", "id": "wamid.g1", "timestamp": "1700000000",
+                 "type": "text", "text": {"body": "lunch?"}},
+                {"from": "4915112345", "group_id": "G1", "id": "wamid.g2", "type": "text",
+                 "text": {"body": "@15550001111 what changed?"}},
+                {"from": "4915112345", "group_id": "G1", "id": "wamid.g3", "type": "text",
+                 "context": {"from": "15550001111", "id": "wamid.out9"}, "text": {"body": "and this"}},
+                {"from": "4915112345", "id": "wamid.b", "type": "button",
+                 "button": {"payload": "show", "text": "Show me"}},
+                {"from": "4915112345", "id": "wamid.l", "type": "interactive",
+                 "interactive": {"type": "list_reply", "list_reply": {"id": "r1", "title": "Option one"}}},
+                {"from": "4915112345", "id": "wamid.u", "timestamp": (now + 99).to_string(), "type": "unsupported",
+                 "errors": [{"code": 131051, "title": "Message type unknown"}]},
+                {"from": "4915112345", "id": "wamid.s", "type": "system", "system": {"body": "changed number"}},
+            ])),
+        )
+        .unwrap();
+        let msgs: Vec<&InboundMessage> = d
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Inbound::Message(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        // Group messages are the group's, addressed by a mention or a quote of the bot.
+        assert_eq!(msgs[0].chat.id, "G1");
+        assert_eq!(msgs[0].chat.kind, ChatKind::Group);
+        assert_eq!(msgs[0].peer.id, "4915112345");
+        assert_eq!(
+            msgs.iter().map(|m| m.addressed).collect::<Vec<_>>(),
+            [false, true, true, true]
+        );
+        // A template's quick reply is no message; a list choice is its title.
+        assert_eq!(msgs[3].text, "Option one");
+        assert_eq!(d.items.len(), 4);
+        // Every message but WhatsApp's own opens its chat's window, at its own time (never
+        // later than now); group messages are not marked read.
+        let opened: Vec<(&str, i64)> = d.opened.iter().map(|(c, t)| (c.id.as_str(), *t)).collect();
+        assert_eq!(opened.len(), 6);
+        assert_eq!(opened[0], ("G1", 1_700_000_000));
+        assert!(
+            opened[5].1 <= chrono::Utc::now().timestamp(),
+            "clamped to now"
+        );
+        assert_eq!(
+            d.unread
+                .iter()
+                .map(|(_, id)| id.as_str())
+                .collect::<Vec<_>>(),
+            ["wamid.b", "wamid.l", "wamid.u", "wamid.s"]
+        );
+        assert!(d.statuses[0].timestamp > 0);
+        // With require_mention (the default), the chatter is left out; its window opens.
+        let d = read(
+            &cfg("PN1", true),
+            &delivery(
+                json!([{"from": "4915112345", "group_id": "G1", "id": "wamid.g1",
+                "type": "text", "text": {"body": "lunch?"}}]),
+            ),
+        )
+        .unwrap();
+        assert!(d.items.is_empty());
+        assert_eq!(d.opened.len(), 1);
     }
 }
