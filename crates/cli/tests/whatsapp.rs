@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use sqlx::Connection as _;
 use switchboard_test_support::fake_whatsapp::{FakeWhatsApp, Sent};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
@@ -276,6 +277,57 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
     assert_eq!(std::fs::read(copies[0].path()).unwrap(), b"the notes: 42\n");
     assert!(!server.logs().contains(FakeWhatsApp::TOKEN));
     assert!(!server.logs().contains(FakeWhatsApp::APP_SECRET));
+
+    // 5b. A delivery of two messages whose second cannot be stored (a real SQLite error, from
+    //     a trigger on the server's own database): answered 503, so Meta delivers it all
+    //     again; the first was taken and is not taken twice, the second arrives once.
+    let mut db = sqlx::SqliteConnection::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("gateway.db").display()
+    ))
+    .await
+    .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER fault_second BEFORE INSERT ON inbox WHEN NEW.text = 'second of two' \
+         BEGIN SELECT RAISE(ABORT, 'injected fault'); END",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    llm.push(MockReply::text(&["Answer A."]));
+    llm.push(MockReply::text(&["Answer B."]));
+    let two = FakeWhatsApp::delivery(
+        ALICE,
+        "Alice",
+        json!([
+            {"from": ALICE, "id": "wamid.two1", "type": "text", "text": {"body": "first of two"}},
+            {"from": ALICE, "id": "wamid.two2", "type": "text", "text": {"body": "second of two"}},
+        ]),
+    );
+    assert_eq!(wa.post_signed(&two, FakeWhatsApp::APP_SECRET).await, 503);
+    wait_sent(&wa, "the answer to the stored one", |s| {
+        s.iter().any(|m| m.text == "Answer A.")
+    })
+    .await;
+    sqlx::query("DROP TRIGGER fault_second")
+        .execute(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(wa.post_signed(&two, FakeWhatsApp::APP_SECRET).await, 200);
+    wait_sent(&wa, "the answer to the redelivered one", |s| {
+        s.iter().any(|m| m.text == "Answer B.")
+    })
+    .await;
+    for text in ["first of two", "second of two"] {
+        assert_eq!(
+            llm.requests()
+                .iter()
+                .filter(|r| r.last_user_text() == text)
+                .count(),
+            1,
+            "{text:?} reached the agent once"
+        );
+    }
 
     // 6. A group (Meta's Groups API): only a mention of the bot's number (or a quote of its
     //    message) is for it; groups take no buttons, so a prompt says how to answer, and a
