@@ -38,6 +38,22 @@ pub struct OutgoingFile {
 }
 
 impl OutgoingFile {
+    /// The file said in words, for a chat it cannot be sent to: its caption, then its
+    /// name, type and size and where to get it.
+    pub fn as_text(&self) -> String {
+        let caption = self
+            .caption
+            .as_deref()
+            .map(|c| format!("{c}\n"))
+            .unwrap_or_default();
+        format!(
+            "{caption}[file: {} ({}, {} bytes); open the session in the console to download it]",
+            self.name,
+            self.mime,
+            self.bytes.len()
+        )
+    }
+
     /// Whether platforms show it as a photo (what they re-encode and preview inline).
     pub fn is_photo(&self) -> bool {
         matches!(
@@ -333,18 +349,7 @@ pub trait Channel: Send + Sync + 'static {
     /// The default, for channels without file uploads, posts the caption and the file's
     /// name and size as text.
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
-        let caption = file
-            .caption
-            .as_deref()
-            .map(|c| format!("{c}\n"))
-            .unwrap_or_default();
-        let text = format!(
-            "{caption}[file: {} ({}, {} bytes); open the session in the console to download it]",
-            file.name,
-            file.mime,
-            file.bytes.len()
-        );
-        self.send(chat, &text, &[]).await
+        self.send(chat, &file.as_text(), &[]).await
     }
     /// Fetches an attachment's content from the platform (its [`Attachment::source`]), at
     /// most `max_bytes`: a larger file is refused as soon as that shows (its declared size,

@@ -378,18 +378,7 @@ impl Channel for TeamsChannel {
             }
             return self.post(chat, activity).await;
         }
-        let caption = file
-            .caption
-            .as_deref()
-            .map(|c| format!("{c}\n"))
-            .unwrap_or_default();
-        let text = format!(
-            "{caption}[file: {} ({}, {} bytes); open the session in the console to download it]",
-            file.name,
-            file.mime,
-            file.bytes.len()
-        );
-        self.send(chat, &text, &[]).await
+        self.send(chat, &file.as_text(), &[]).await
     }
 
     /// A shared file from its download URL (pre-authenticated; SharePoint's hosts, or the

@@ -359,15 +359,7 @@ impl Channel for WhatsAppChannel {
 
     async fn send_file(&self, chat: &ChatRef, file: &OutgoingFile) -> Result<String, ChannelError> {
         if !self.inner.in_window(&chat.id).await {
-            let text = format!(
-                "{}[file: {} ({} bytes), sent while the chat was closed; open the session in the console to download it]",
-                file.caption
-                    .as_deref()
-                    .map(|c| format!("{c}\n"))
-                    .unwrap_or_default(),
-                file.name,
-                file.bytes.len()
-            );
+            let text = file.as_text();
             return self.inner.outside_window(chat, &text, false).await;
         }
         let media = self.inner.upload(file).await?;
