@@ -361,6 +361,19 @@ struct ChannelAccess<'a> {
     thread_sessions: Option<bool>,
 }
 
+/// A channel's required setting: its variable `var`, else `key` of `[channels.{channel}]`;
+/// missing, an error that names both.
+fn required(
+    channel: &str,
+    key: &str,
+    var: &str,
+    from_file: &Option<String>,
+) -> Result<String, SettingsError> {
+    env(var).or(from_file.clone()).ok_or_else(|| {
+        SettingsError::new(format!("[channels.{channel}]: no {key}: set it or {var}"))
+    })
+}
+
 /// Applies a platform channel's access and approval settings, each overridden by its
 /// environment variable: `{prefix}_ALLOWED_CHATS`, `{prefix}_ALLOWED_USERS`,
 /// `{prefix}_APPROVERS` (comma-separated), `{prefix}_APPROVAL_MODE` and

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use switchboard_settings::{env, env_parse};
 
-use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access};
+use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access, required};
 use crate::mattermost::MattermostConfig;
 
 /// `[channels.mattermost]`.
@@ -55,13 +55,12 @@ pub(super) fn mattermost_settings(
         }
         return Ok(None);
     };
-    let token = env("SWITCHBOARD_MATTERMOST_TOKEN")
-        .or(file.token.clone())
-        .ok_or_else(|| {
-            SettingsError::new(
-                "[channels.mattermost]: no token: set it or SWITCHBOARD_MATTERMOST_TOKEN",
-            )
-        })?;
+    let token = required(
+        "mattermost",
+        "token",
+        "SWITCHBOARD_MATTERMOST_TOKEN",
+        &file.token,
+    )?;
     let mut c = MattermostConfig::new(url, token);
     c.action_url = env("SWITCHBOARD_MATTERMOST_ACTION_URL").or(file.action_url.clone());
     if let Some(s) = env("SWITCHBOARD_MATTERMOST_ACTION_SECRET").or(file.action_secret.clone()) {

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use switchboard_settings::{env, env_parse};
 
-use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access};
+use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access, required};
 use crate::msteams::TeamsConfig;
 
 /// `[channels.teams]`.
@@ -52,13 +52,12 @@ pub(super) fn teams_settings(
         }
         return Ok(None);
     };
-    let password = env("SWITCHBOARD_TEAMS_APP_PASSWORD")
-        .or(file.app_password.clone())
-        .ok_or_else(|| {
-            SettingsError::new(
-                "[channels.teams]: no app_password: set it or SWITCHBOARD_TEAMS_APP_PASSWORD",
-            )
-        })?;
+    let password = required(
+        "teams",
+        "app_password",
+        "SWITCHBOARD_TEAMS_APP_PASSWORD",
+        &file.app_password,
+    )?;
     let tenant = env("SWITCHBOARD_TEAMS_TENANT_ID").or(file.tenant_id.clone());
     let mut c = TeamsConfig::new(app_id, password, tenant.as_deref());
     if let Some(u) = env("SWITCHBOARD_TEAMS_TOKEN_URL").or(file.token_url.clone()) {

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use switchboard_settings::{env, env_parse};
 
-use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access};
+use super::{ChannelAccess, ChannelsSection, SettingsError, channel_access, required};
 use crate::whatsapp::WhatsAppConfig;
 
 /// `[channels.whatsapp]`.
@@ -58,9 +58,7 @@ pub(super) fn whatsapp_settings(
         return Ok(None);
     };
     let need = |var: &str, key: &str, from_file: &Option<String>| {
-        env(var).or(from_file.clone()).ok_or_else(|| {
-            SettingsError::new(format!("[channels.whatsapp]: no {key}: set it or {var}"))
-        })
+        required("whatsapp", key, var, from_file)
     };
     let mut c = WhatsAppConfig::new(
         number,
