@@ -1,31 +1,17 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! The Signal channel end to end: the real server, a fake signal-cli daemon speaking its
 //! JSON-RPC over HTTP and Server-Sent Events, and the mock LLM. One scenario, in steps.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use common::*;
+use crate::common::*;
+use crate::until;
 use serde_json::json;
 use switchboard_test_support::fake_signal::{FakeSignal, SignalSent, SignalUser};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-const WAIT: Duration = Duration::from_secs(30);
 const GROUP: &str = "R3JvdXBJZDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDA=";
 
 /// Polls `f` until it gives something, or fails naming `what`.
-async fn until<T>(what: &str, f: impl Fn() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The bot's message to `to` whose text contains `text`.
 async fn sent(sig: &FakeSignal, to: &str, text: &str) -> SignalSent {
     until(&format!("a message to {to} with {text:?}"), || {

@@ -1,31 +1,16 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! The Mattermost channel end to end: the real server, a fake Mattermost speaking REST v4
 //! and the WebSocket (posting button presses to the server's webhook as Mattermost does),
 //! and the mock LLM. One scenario, in steps.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use common::*;
+use crate::common::*;
+use crate::until;
 use serde_json::json;
 use switchboard_test_support::fake_mattermost::{FakeMattermost, FakePost};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-const WAIT: Duration = Duration::from_secs(30);
-
 /// Polls `f` until it gives something, or fails naming `what`.
-async fn until<T>(what: &str, f: impl Fn() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The bot's post in `channel` (in thread `root`, if given) whose text contains `text`.
 async fn bot_post(mm: &FakeMattermost, channel: &str, root: Option<&str>, text: &str) -> FakePost {
     until(&format!("a bot post with {text:?}"), || {

@@ -1,19 +1,16 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! The WhatsApp channel end to end: the real server, a fake WhatsApp Cloud API speaking the
 //! Graph API's wire format and pushing signed deliveries to the server's webhook, and the
 //! mock LLM. One scenario, in steps.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::WAIT;
+use crate::common::*;
 use serde_json::json;
 use sqlx::Connection as _;
 use switchboard_test_support::fake_whatsapp::{FakeWhatsApp, Sent};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply};
 
-const WAIT: Duration = Duration::from_secs(30);
 const ALICE: &str = "4915112345";
 const CAROL: &str = "4915177777";
 const GROUP: &str = "Y2FwaV9ncm91cDoxNzA1NTU1MDEzOToxMjAzNjM0MDQ2OTQyMzM4MjAZD";

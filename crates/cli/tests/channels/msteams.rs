@@ -1,18 +1,15 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 //! The Microsoft Teams channel end to end: the real server, a fake Bot Framework (OpenID
 //! metadata and keys, the token endpoint, the Connector API, signed activities posted to
 //! the server's messaging endpoint), and the mock LLM. One scenario, in steps.
 
-mod common;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use common::*;
+use crate::common::*;
+use crate::until;
 use serde_json::json;
 use switchboard_test_support::fake_teams::{FakeTeams, TeamsActivity, TeamsUser};
 use switchboard_test_support::mock_llm::{MockLlm, MockReply, MockToolCall};
 
-const WAIT: Duration = Duration::from_secs(30);
 const PERSONAL: &str = "a:1personal-chat-with-alice";
 const GROUP: &str = "19:groupchat0001@thread.v2";
 const THREAD: &str = "19:channel0001@thread.tacv2;messageid=1699999999999";
@@ -27,17 +24,6 @@ const PNG: &[u8] = &[
 ];
 
 /// Polls `f` until it gives something, or fails naming `what`.
-async fn until<T>(what: &str, f: impl Fn() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The bot's activity in `conv` whose text (or card text) contains `text`.
 async fn sent(t: &FakeTeams, conv: &str, text: &str) -> TeamsActivity {
     until(&format!("an activity in {conv} with {text:?}"), || {
