@@ -11,7 +11,8 @@
 //! - **Approvals**: an Adaptive Card with `Action.Submit` buttons; a press comes back as a
 //!   message activity whose `value` carries the button's data (its `replyToId` is the card).
 //! - **Files**: in personal chats a file consent card; once accepted, the file is uploaded to
-//!   the person's OneDrive (the upload URL Teams gives) and a file card posted. In group
+//!   the person's OneDrive (the upload URL Teams gives, in the background: the consent's
+//!   invoke is answered at once) and a file card posted. In group
 //!   chats and channels images go inline (up to 1 MB), other files as a note of their name
 //!   and size. Files people share come in (the download URL Teams gives, or a pasted image
 //!   fetched with the bot's token).
@@ -158,6 +159,9 @@ pub struct TeamsChannel {
     services: Mutex<HashMap<String, String>>,
     /// Files offered by consent card, by the card's context id.
     pending: Mutex<HashMap<String, Pending>>,
+    /// Accepted consents, uploaded by `run` (not while Teams waits for the invoke's answer).
+    consents: tokio::sync::mpsc::UnboundedSender<Value>,
+    consents_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Value>>>,
 }
 
 impl TeamsChannel {
@@ -193,7 +197,10 @@ impl TeamsChannel {
             RetryPolicy::configured(cfg.max_retries, cfg.max_retry_after, cfg.over_cap),
             limits(cfg.edit_interval),
         );
+        let (consents, consents_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Self {
+            consents,
+            consents_rx: Mutex::new(Some(consents_rx)),
             info: ChannelInfo::new(cfg.name.clone(), MAX_CHARS).edit_interval(cfg.edit_interval),
             cfg,
             client,
@@ -266,7 +273,22 @@ impl Channel for TeamsChannel {
     ) -> Result<(), ChannelError> {
         let _ = self.ctx.set(ctx);
         self.client.connected("webhook");
-        cancel.cancelled().await;
+        // Accepted file consents are uploaded here, one at a time: the invoke that brings
+        // one is answered at once (Teams waits only seconds for it), whatever the file's size.
+        let rx = self.consents_rx.lock().take();
+        match rx {
+            Some(mut rx) => {
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        Some(a) = rx.recv() => self.consented(&a).await,
+                    }
+                }
+                // For a later run (the receiver is this channel's only one).
+                *self.consents_rx.lock() = Some(rx);
+            }
+            None => cancel.cancelled().await,
+        }
         self.client.stopped();
         Ok(())
     }
@@ -468,7 +490,9 @@ impl Channel for TeamsChannel {
         match (a["type"].as_str(), a["name"].as_str()) {
             (Some("message"), _) => Ok(self.map_message(&a)),
             (Some("invoke"), Some("fileConsent/invoke")) => {
-                self.consented(&a).await;
+                if self.consents.send(a).is_err() {
+                    tracing::warn!(channel = %self.cfg.name, "a file consent came while the channel is stopped");
+                }
                 Ok(None)
             }
             _ => Ok(None),
