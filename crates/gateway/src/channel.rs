@@ -196,8 +196,14 @@ pub trait InboundSink: Send + Sync {
 /// Small durable key-value state a channel keeps (a polling offset, a session id).
 #[async_trait]
 pub trait ChannelState: Send + Sync {
+    /// The value, or `None` when there is none or it could not be read.
     async fn get(&self, key: &str) -> Option<String>;
     async fn set(&self, key: &str, value: &str) -> Result<(), String>;
+    /// The value, telling "none" from "could not be read" (for a read-modify-write that
+    /// must not overwrite what it could not read).
+    async fn try_get(&self, key: &str) -> Result<Option<String>, String> {
+        Ok(self.get(key).await)
+    }
 }
 
 /// Everything a channel gets to run.
@@ -333,7 +339,8 @@ pub trait Channel: Send + Sync + 'static {
     }
     /// Whether a message to `chat` can carry buttons: [`ChannelInfo::buttons`], unless the
     /// platform has chats without them (WhatsApp's groups). Without, an approval prompt
-    /// says how to answer in words.
+    /// says how to answer in words — and, on a channel with buttons elsewhere, still comes
+    /// with its buttons, so that the channel knows it is a prompt; it must not show them.
     fn buttons_in(&self, chat: &ChatRef) -> bool {
         let _ = chat;
         self.info().buttons

@@ -517,17 +517,17 @@ impl Gateway {
             ("Allow", "Deny")
         };
         let info = ch.info();
+        let buttons = vec![
+            Button {
+                text: allow.into(),
+                data: format!("ap:{}:y", p.id),
+            },
+            Button {
+                text: deny.into(),
+                data: format!("ap:{}:n", p.id),
+            },
+        ];
         p.prompt_message = if ch.buttons_in(&p.chat) {
-            let buttons = vec![
-                Button {
-                    text: allow.into(),
-                    data: format!("ap:{}:y", p.id),
-                },
-                Button {
-                    text: deny.into(),
-                    data: format!("ap:{}:n", p.id),
-                },
-            ];
             ch.send(&p.chat, &p.prompt_text, &buttons).await?
         } else {
             // Without buttons the prompt says how to answer (until it is settled: the edit
@@ -535,7 +535,10 @@ impl Gateway {
             let how = super::answers::how_to_answer(info.reactions);
             let room = info.max_chars.saturating_sub(how.chars().count() + 2);
             let text = format!("{}\n\n{how}", truncate(&p.prompt_text, room));
-            ch.send(&p.chat, &text, &[]).await?
+            // A channel with buttons elsewhere gets them to know this is a prompt (see
+            // `Channel::buttons_in`); one without any gets none.
+            let buttons: &[Button] = if info.buttons { &buttons } else { &[] };
+            ch.send(&p.chat, &text, buttons).await?
         };
         if !self
             .inner

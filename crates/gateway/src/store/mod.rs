@@ -367,4 +367,11 @@ impl ChannelState for NamespacedState {
             .await
             .map_err(|e| e.to_string())
     }
+
+    async fn try_get(&self, key: &str) -> std::result::Result<Option<String>, String> {
+        self.store
+            .kv_get(&format!("{}:{key}", self.prefix))
+            .await
+            .map_err(|e| e.to_string())
+    }
 }

@@ -144,8 +144,10 @@ pub(crate) struct Wa {
     ctx: OnceLock<ChannelContext>,
     /// Each chat's 24-hour window (see [`window`]).
     windows: Mutex<HashMap<String, window::Window>>,
-    /// One change of the held replies at a time.
-    held_lock: tokio::sync::Mutex<()>,
+    /// Each chat's lock on its held replies.
+    held_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Whether a chat has held replies, as far as this process knows.
+    held_known: Mutex<HashMap<String, bool>>,
     /// Texts sent lately, by message id.
     recent: Mutex<window::Recent>,
     /// The next reply's place in order (see [`Wa::next_seq`]).
@@ -200,11 +202,10 @@ impl WhatsAppChannel {
                 client,
                 ctx: OnceLock::new(),
                 windows: Mutex::new(HashMap::new()),
-                held_lock: tokio::sync::Mutex::new(()),
+                held_locks: Mutex::new(HashMap::new()),
+                held_known: Mutex::new(HashMap::new()),
                 recent: Mutex::new(window::Recent::default()),
-                seq: std::sync::atomic::AtomicU64::new(
-                    chrono::Utc::now().timestamp_micros().max(0) as u64,
-                ),
+                seq: std::sync::atomic::AtomicU64::new(0),
                 unread: Mutex::new(HashMap::new()),
             }),
         })
@@ -240,6 +241,13 @@ impl WhatsAppChannel {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     if !wa.closed(&s.recipient, s.timestamp).await {
+                        // Someone wrote since: the window is open again, the text goes now.
+                        if let Some(held) = held {
+                            if let Err(e) = wa.hold(&s.recipient, held).await {
+                                tracing::warn!(channel = %wa.cfg.name, error = %e, "WhatsApp: holding a refused reply");
+                            }
+                            wa.release(&s.chat()).await;
+                        }
                         return;
                     }
                     if let Some(held) = held
@@ -288,7 +296,14 @@ impl Channel for WhatsAppChannel {
         if let Some(id) = self.inner.unread.lock().remove(&chat.id) {
             graph::mark_read(self.inner.clone(), id);
         }
-        if buttons.is_empty() || !self.buttons_in(chat) {
+        // Replies held while the window was closed go before this one.
+        self.inner.release(chat).await;
+        if !buttons.is_empty() && !self.buttons_in(chat) {
+            // A prompt in a group (no buttons there): its text says how to answer. Not
+            // remembered for a 131047: a prompt is never held.
+            return self.inner.send_text(chat, text).await;
+        }
+        if buttons.is_empty() {
             let seq = self.inner.next_seq();
             let id = self.inner.send_text(chat, text).await?;
             let held = window::Held {
@@ -425,8 +440,9 @@ impl Channel for WhatsAppChannel {
         let delivery = webhook::read(&self.inner.cfg, &raw).map_err(InboundHttpError::Malformed)?;
         self.statuses(&delivery.statuses);
         for (chat, at) in &delivery.opened {
-            if self.inner.opened(&chat.id, *at).await {
-                // Open again after a closed window: the held replies go first.
+            let reopened = self.inner.opened(&chat.id, *at).await;
+            if reopened || self.inner.has_held(&chat.id).await {
+                // Open again after a closed window (or replies still held): they go.
                 let wa = self.inner.clone();
                 let chat = chat.clone();
                 tokio::spawn(async move { wa.release(&chat).await });

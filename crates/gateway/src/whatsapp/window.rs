@@ -5,16 +5,23 @@
 //! - Each chat's window (when it last opened, whether the template went for it) is kept in
 //!   memory and in the channel's durable state (`window:{chat}`), the newest of the two
 //!   winning, so that a restart or another instance sees the same window.
-//! - A reply outside it is **held** (durably, `held:{chat}`, at most [`MAX_HELD`] messages)
-//!   and the configured template goes once for that closed window; when the person writes
-//!   again, the held replies go first. A template's quick-reply button ("Show me") only
-//!   brings them; it is no message for the agent.
+//! - A reply outside it is **held** (durably, `held:{chat}`, at most [`MAX_HELD`] messages,
+//!   in the order written) and the configured template goes once for that closed window.
+//!   When someone writes again the held replies go, and before any new reply to the chat
+//!   (one that cannot be sent stays for the next time). A template's quick-reply button
+//!   ("Show me") only brings them; it is no message for the agent. One chat's holds and
+//!   releases go one at a time (a lock per chat); the held list is read before it is
+//!   changed, and a failed read fails the hold rather than overwrite it.
 //! - Meta may refuse a message the gateway thought inside the window (its failed status
 //!   131047, "Re-engagement message", comes after the send was accepted): the window is
 //!   then closed as of that status, the refused text held (the last [`RECENT`] texts sent
 //!   are remembered for this) and the template sent.
-//! - An approval prompt is never held nor replaced by the template: a prompt nobody saw must
-//!   not be answerable later; it fails and its approval fails closed.
+//! - An approval prompt (known by its buttons, which the dispatcher passes even to a group
+//!   that cannot show them) is never held nor replaced by the template: a prompt nobody saw
+//!   must not be answerable later; it fails and its approval fails closed.
+//! - Several instances share the windows and the held replies through the state; their
+//!   order is the time each reply was written. Two instances changing one chat's held
+//!   list in the same moment can lose one change (the state has no compare-and-set).
 
 use std::collections::VecDeque;
 
@@ -118,10 +125,36 @@ fn now() -> i64 {
 }
 
 impl Wa {
-    /// The next reply's place in order (microseconds since 1970 when the channel was made,
-    /// then one up: increasing across restarts).
+    /// The next reply's place in order: the time in microseconds since 1970, one up from
+    /// the last at least (so that replies held by two instances sort as they were written).
     pub(super) fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        let now = chrono::Utc::now().timestamp_micros().max(0) as u64;
+        let order = std::sync::atomic::Ordering::Relaxed;
+        let last = self
+            .seq
+            .fetch_update(order, order, |last| Some(now.max(last + 1)))
+            .unwrap_or(now);
+        now.max(last + 1)
+    }
+
+    /// The lock of one chat's held replies (its holds and releases one at a time, in
+    /// order; other chats go on).
+    fn held_lock(&self, chat: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        self.held_locks
+            .lock()
+            .entry(chat.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Whether the chat may have held replies (read from the state once a process).
+    pub(super) async fn has_held(&self, chat: &str) -> bool {
+        if let Some(known) = self.held_known.lock().get(chat) {
+            return *known;
+        }
+        let some = self.held(chat).await.is_ok_and(|h| !h.is_empty());
+        self.held_known.lock().insert(chat.to_string(), some);
+        some
     }
 
     /// The chat's window, the newest of memory and the stored one. `None`: the channel has
@@ -212,15 +245,16 @@ impl Wa {
         Some(answer)
     }
 
-    async fn held(&self, chat: &str) -> Vec<Held> {
+    /// The chat's held replies; an error when they could not be read (never taken for
+    /// none: a hold then would overwrite them).
+    async fn held(&self, chat: &str) -> Result<Vec<Held>, String> {
         let Some(ctx) = self.ctx.get() else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        ctx.state
-            .get(&held_key(chat))
-            .await
-            .and_then(|s| serde_json::from_str(&s).ok())
-            .unwrap_or_default()
+        match ctx.state.try_get(&held_key(chat)).await? {
+            None => Ok(Vec::new()),
+            Some(s) => serde_json::from_str(&s).map_err(|e| format!("the held replies: {e}")),
+        }
     }
 
     async fn store_held(&self, chat: &str, held: &[Held]) -> Result<(), String> {
@@ -228,28 +262,48 @@ impl Wa {
             return Err("the channel has not started".into());
         };
         let json = serde_json::to_string(held).map_err(|e| e.to_string())?;
-        ctx.state.set(&held_key(chat), &json).await
+        ctx.state.set(&held_key(chat), &json).await?;
+        self.held_known
+            .lock()
+            .insert(chat.to_string(), !held.is_empty());
+        Ok(())
     }
 
     /// Keeps a reply for when the chat's window opens again, in its place.
     pub(super) async fn hold(&self, chat: &str, reply: Held) -> Result<(), String> {
-        let _guard = self.held_lock.lock().await;
-        let mut held = self.held(chat).await;
+        let lock = self.held_lock(chat);
+        let _guard = lock.lock().await;
+        let mut held = self.held(chat).await?;
         let at = held.partition_point(|h| h.seq <= reply.seq);
         held.insert(at, reply);
         if held.len() > MAX_HELD {
             let over = held.len() - MAX_HELD;
             held.drain(..over);
-            tracing::warn!(channel = %self.cfg.name, %chat, over, "WhatsApp: too many replies held for a closed window; the oldest dropped");
+            let why = format!(
+                "more than {MAX_HELD} replies held for {chat} (its 24-hour window is closed): the {over} oldest dropped"
+            );
+            tracing::warn!(channel = %self.cfg.name, "{why}");
+            self.client.note_error(&why);
         }
         self.store_held(chat, &held).await
     }
 
-    /// The chat's window is open again: its held replies go, oldest first, each removed
-    /// once sent (a crash in between sends at most one twice).
+    /// The chat's window is open: its held replies go, oldest first, each removed once
+    /// sent (a crash in between sends at most one twice). One that cannot be sent stays,
+    /// with those after it, for the next time (the next reply or message).
     pub(super) async fn release(&self, chat: &ChatRef) {
-        let _guard = self.held_lock.lock().await;
-        let mut held = self.held(&chat.id).await;
+        if !self.has_held(&chat.id).await || !self.in_window(&chat.id).await {
+            return;
+        }
+        let lock = self.held_lock(&chat.id);
+        let _guard = lock.lock().await;
+        let mut held = match self.held(&chat.id).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(channel = %self.cfg.name, error = %e, "WhatsApp: reading the held replies");
+                return;
+            }
+        };
         while let Some(first) = held.first() {
             if let Err(e) = self.send_text(chat, &first.text).await {
                 tracing::warn!(channel = %self.cfg.name, chat = %chat.id, error = %e, "WhatsApp: sending a held reply");
@@ -295,7 +349,12 @@ impl Wa {
         self.hold(&chat.id, reply)
             .await
             .map_err(|e| closed(&format!("the reply could not be held: {e}")))?;
-        self.template(chat).await;
+        if self.in_window(&chat.id).await {
+            // The person wrote meanwhile (and its release may have found nothing yet).
+            self.release(chat).await;
+        } else {
+            self.template(chat).await;
+        }
         Ok(format!("held:{}", uuid::Uuid::new_v4().simple()))
     }
 
@@ -403,6 +462,49 @@ mod tests {
         assert!(b.inner.in_window("49151").await);
     }
 
+    /// A state whose reads fail (a database that went away).
+    struct Unreadable(Mem);
+
+    #[async_trait::async_trait]
+    impl ChannelState for Unreadable {
+        async fn get(&self, _key: &str) -> Option<String> {
+            None
+        }
+        async fn set(&self, key: &str, value: &str) -> Result<(), String> {
+            self.0.set(key, value).await
+        }
+        async fn try_get(&self, _key: &str) -> Result<Option<String>, String> {
+            Err("database is locked".into())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hold_that_cannot_read_the_held_replies_fails_rather_than_overwrite_them() {
+        let state = Arc::new(Unreadable(Mem::default()));
+        state
+            .0
+            .set("held:49151", r#"[{"seq":1,"text":"kept"}]"#)
+            .await
+            .unwrap();
+        let mut cfg = WhatsAppConfig::new("106540352242922", "token", "secret", "verify");
+        cfg.api_base = "http://127.0.0.1:9".into();
+        let ch = WhatsAppChannel::new(cfg).unwrap();
+        let _ = ch.inner.ctx.set(ChannelContext {
+            sink: Arc::new(Nowhere),
+            state: state.clone(),
+        });
+        let e = ch
+            .inner
+            .outside_window(&direct("49151"), "new", false)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("could not be held"), "{e}");
+        assert_eq!(
+            state.0.get("held:49151").await.as_deref(),
+            Some(r#"[{"seq":1,"text":"kept"}]"#)
+        );
+    }
+
     #[tokio::test]
     async fn outside_the_window_replies_are_held_in_order_and_a_prompt_fails_closed() {
         let state = Arc::new(Mem::default());
@@ -452,13 +554,15 @@ mod tests {
             .inner
             .held("49151")
             .await
+            .unwrap()
             .into_iter()
             .map(|h| h.text)
             .collect();
         assert_eq!(texts, ["zero", "one", "two"]);
         // Held durably: another instance on the same state sees them.
         let other = channel(state, true);
-        assert_eq!(other.inner.held("49151").await.len(), 3);
+        assert_eq!(other.inner.held("49151").await.unwrap().len(), 3);
+        assert!(other.inner.has_held("49151").await);
         // Writing again allows a new template for a later closed window.
         ch.inner.opened("49151", now()).await;
         assert!(ch.inner.window("49151").await.unwrap().template_due());
