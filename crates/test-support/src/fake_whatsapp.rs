@@ -57,6 +57,10 @@ pub struct Sent {
     pub failed: bool,
 }
 
+/// Meta's pair rate: one message every 6 seconds to one user, bursts of up to 45.
+const PAIR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(6);
+const PAIR_BURST: u32 = 45;
+
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -73,6 +77,9 @@ struct Inner {
     webhook: Option<String>,
     /// Each chat's last message from a person (Unix seconds): its 24-hour window.
     windows: HashMap<String, i64>,
+    /// Meta's pair rate per recipient: the theoretical time of its next message (GCRA).
+    pair: HashMap<String, std::time::Instant>,
+    pair_limited: u32,
     /// Calls still to answer "rate limit hit".
     throttle: u32,
     throttled: u32,
@@ -130,6 +137,11 @@ impl FakeWhatsApp {
     /// Answers the next `n` sends "rate limit hit" (code 130429).
     pub fn throttle(&self, n: u32) {
         self.state.lock().throttle = n;
+    }
+
+    /// How many sends were refused for Meta's pair rate (131056).
+    pub fn pair_limited(&self) -> u32 {
+        self.state.lock().pair_limited
     }
 
     /// How many sends were answered "rate limit hit".
@@ -422,6 +434,20 @@ async fn messages(
         s.throttled += 1;
         return graph_error(StatusCode::BAD_REQUEST, 130429, "(#130429) Rate limit hit");
     }
+    // Meta's pair rate limit ("Throughput": one message every 6 seconds to one user, in
+    // bursts of up to 45): past it, 131056.
+    let to = body["to"].as_str().unwrap_or_default().to_string();
+    let now_i = std::time::Instant::now();
+    let tat = s.pair.get(&to).copied().unwrap_or(now_i).max(now_i);
+    if tat.duration_since(now_i) > PAIR_INTERVAL * (PAIR_BURST - 1) {
+        s.pair_limited += 1;
+        return graph_error(
+            StatusCode::BAD_REQUEST,
+            131056,
+            "(#131056) (Business Account, Consumer Account) pair rate limit hit",
+        );
+    }
+    s.pair.insert(to.clone(), tat + PAIR_INTERVAL);
     let kind = body["type"].as_str().unwrap_or_default().to_string();
     let group = body["recipient_type"] == "group";
     if group && kind == "interactive" {
@@ -499,7 +525,6 @@ async fn messages(
     };
     s.next += 1;
     let id = format!("wamid.out{}", s.next);
-    let to = body["to"].as_str().unwrap_or_default().to_string();
     // Outside the 24-hour window only a template goes: anything else is taken, then
     // reported failed (131047) in a status delivery, as Meta does.
     let closed = s.windows.get(&to).is_none_or(|at| now() - at >= 24 * 3600);

@@ -140,6 +140,38 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
         long.split_whitespace().collect::<Vec<_>>()
     );
 
+    // 2b. A burst: a reply in eight paragraphs, each its own message, goes out paced by the
+    //     outbox at about one a second to one person (Meta's pair rate never hit).
+    let paras: Vec<String> = (1..=8).map(|i| format!("Burst {i}.\n\n")).collect();
+    let paras: Vec<&str> = paras.iter().map(String::as_str).collect();
+    llm.push(MockReply::text_slow(&paras, 30));
+    wa.dm(ALICE, "Alice", "burst").await;
+    let before = wa.sent_to(ALICE).len();
+    let sent = wait_sent(&wa, "the burst", |s| {
+        s.iter().any(|m| m.text.contains("Burst 8."))
+    })
+    .await;
+    let burst: Vec<&Sent> = sent[before..]
+        .iter()
+        .filter(|m| m.text.starts_with("Burst"))
+        .collect();
+    assert!(burst.len() >= 4, "{burst:#?}");
+    assert_eq!(
+        burst
+            .iter()
+            .map(|m| m.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+            .split("\n\n")
+            .collect::<Vec<_>>(),
+        (1..=8).map(|i| format!("Burst {i}.")).collect::<Vec<_>>()
+    );
+    for pair in burst.windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_millis(800), "sent {gap:?} apart");
+    }
+    assert_eq!(wa.pair_limited(), 0);
+
     // 3. An approval with reply buttons: someone else's press is refused, Alice's allows.
     llm.push(MockReply::tool_call(
         "c1",
