@@ -41,12 +41,6 @@ pub struct SignalSent {
     pub attachments: Vec<(String, Vec<u8>)>,
 }
 
-struct Bucket {
-    every: Duration,
-    burst: u32,
-    tat: Instant,
-}
-
 #[derive(Default)]
 struct Inner {
     sent: Vec<SignalSent>,
@@ -59,7 +53,7 @@ struct Inner {
     last_ts: u64,
     throttle: u32,
     limited: u32,
-    bucket: Option<Bucket>,
+    bucket: Option<crate::gcra::Gcra>,
     send_times: Vec<Instant>,
     receives: u32,
 }
@@ -249,11 +243,7 @@ impl FakeSignal {
 
     /// Limits sends to `per_sec` a second in bursts of `burst` (answered -5 beyond).
     pub fn rate_limit(&self, per_sec: u32, burst: u32) {
-        self.state.inner.lock().bucket = Some(Bucket {
-            every: Duration::from_secs(1) / per_sec.max(1),
-            burst: burst.max(1),
-            tat: Instant::now(),
-        });
+        self.state.inner.lock().bucket = Some(crate::gcra::Gcra::per_second(per_sec, burst));
     }
 
     /// How many sends were answered "rate limited".
@@ -337,13 +327,7 @@ fn send(state: &Shared, id: &Value, p: &Value) -> Response {
         s.throttle -= 1;
         true
     } else if let Some(b) = s.bucket.as_mut() {
-        let tat = b.tat.max(now);
-        if tat > now + b.every * (b.burst - 1) {
-            true
-        } else {
-            b.tat = tat + b.every;
-            false
-        }
+        b.take().is_some()
     } else {
         false
     };

@@ -77,8 +77,8 @@ struct Inner {
     webhook: Option<String>,
     /// Each chat's last message from a person (Unix seconds): its 24-hour window.
     windows: HashMap<String, i64>,
-    /// Meta's pair rate per recipient: the theoretical time of its next message (GCRA).
-    pair: HashMap<String, std::time::Instant>,
+    /// Meta's pair rate per recipient.
+    pair: HashMap<String, crate::gcra::Gcra>,
     pair_limited: u32,
     /// Calls still to answer "rate limit hit".
     throttle: u32,
@@ -437,9 +437,11 @@ async fn messages(
     // Meta's pair rate limit ("Throughput": one message every 6 seconds to one user, in
     // bursts of up to 45): past it, 131056.
     let to = body["to"].as_str().unwrap_or_default().to_string();
-    let now_i = std::time::Instant::now();
-    let tat = s.pair.get(&to).copied().unwrap_or(now_i).max(now_i);
-    if tat.duration_since(now_i) > PAIR_INTERVAL * (PAIR_BURST - 1) {
+    let pair = s
+        .pair
+        .entry(to.clone())
+        .or_insert_with(|| crate::gcra::Gcra::new(PAIR_INTERVAL, PAIR_BURST));
+    if pair.take().is_some() {
         s.pair_limited += 1;
         return graph_error(
             StatusCode::BAD_REQUEST,
@@ -447,7 +449,6 @@ async fn messages(
             "(#131056) (Business Account, Consumer Account) pair rate limit hit",
         );
     }
-    s.pair.insert(to.clone(), tat + PAIR_INTERVAL);
     let kind = body["type"].as_str().unwrap_or_default().to_string();
     let group = body["recipient_type"] == "group";
     if group && kind == "interactive" {

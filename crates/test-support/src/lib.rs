@@ -16,6 +16,7 @@ pub mod fake_teams;
 pub mod fake_telegram;
 pub mod fake_whatsapp;
 pub mod faulty_store;
+pub mod gcra;
 pub mod mock_llm;
 pub mod postgres;
 pub mod process;

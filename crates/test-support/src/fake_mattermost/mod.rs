@@ -121,12 +121,6 @@ struct Chan {
 }
 
 /// The rate limit (`RateLimitSettings`: `PerSec`, `MaxBurst`), as GCRA.
-struct Bucket {
-    every: std::time::Duration,
-    burst: u32,
-    tat: std::time::Instant,
-}
-
 struct Inner {
     /// user id → username.
     users: HashMap<String, String>,
@@ -137,7 +131,7 @@ struct Inner {
     last_ms: i64,
     ephemerals: Vec<(String, String, String)>,
     allow_ephemeral: bool,
-    bucket: Option<Bucket>,
+    bucket: Option<crate::gcra::Gcra>,
     throttle: u32,
     limited: u32,
     /// (label, when) of every REST call the bot made.
@@ -488,11 +482,7 @@ impl FakeMattermost {
 
     /// Turns the server's rate limit on: `per_sec` calls a second, bursts of `burst`.
     pub fn rate_limit(&self, per_sec: u32, burst: u32) {
-        self.state.inner.lock().bucket = Some(Bucket {
-            every: std::time::Duration::from_secs(1) / per_sec.max(1),
-            burst: burst.max(1),
-            tat: std::time::Instant::now(),
-        });
+        self.state.inner.lock().bucket = Some(crate::gcra::Gcra::per_second(per_sec, burst));
     }
 
     /// Answers the next `n` calls 429 whatever the bucket says.

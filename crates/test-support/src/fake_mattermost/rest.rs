@@ -42,15 +42,7 @@ fn admit(state: &Shared, headers: &HeaderMap, label: &str) -> Option<Response> {
         s.throttle -= 1;
         Some(1)
     } else if let Some(b) = s.bucket.as_mut() {
-        // GCRA: a call conforms while its theoretical arrival time is within the burst.
-        let tat = b.tat.max(now);
-        let allowance = b.every * (b.burst - 1);
-        if tat > now + allowance {
-            Some((tat - now - allowance).as_secs().max(1))
-        } else {
-            b.tat = tat + b.every;
-            None
-        }
+        b.take().map(|wait| wait.as_secs().max(1))
     } else {
         None
     };
