@@ -36,18 +36,23 @@ struct Mail {
     files: Vec<(String, Vec<u8>)>,
 }
 
-/// Every mail in `user`'s INBOX, oldest first.
-async fn mailbox(mail: &MailServer, user: &str) -> Vec<Mail> {
+/// `user`'s IMAP session on the test mail server.
+async fn imap(mail: &MailServer, user: &str) -> async_imap::Session<tokio::net::TcpStream> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", mail.imap_port))
         .await
         .unwrap();
     let mut client = async_imap::Client::new(tcp);
     client.read_response().await.unwrap();
-    let mut session = client
+    client
         .login(format!("{user}@localhost"), format!("{user}-password"))
         .await
         .map_err(|(e, _)| e)
-        .unwrap();
+        .unwrap()
+}
+
+/// Every mail in `user`'s INBOX, oldest first.
+async fn mailbox(mail: &MailServer, user: &str) -> Vec<Mail> {
+    let mut session = imap(mail, user).await;
     let inbox = session.examine("INBOX").await.unwrap();
     let mut out = Vec::new();
     if inbox.exists > 0 {
@@ -103,16 +108,7 @@ async fn mailbox(mail: &MailServer, user: &str) -> Vec<Mail> {
 /// Sets or clears (`+FLAGS (\\Seen)` / `-FLAGS …`) flags of the mail in `user`'s INBOX
 /// that `search` finds (an IMAP SEARCH); returns how many.
 async fn flag(mail: &MailServer, user: &str, search: &str, change: &str) -> usize {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", mail.imap_port))
-        .await
-        .unwrap();
-    let mut client = async_imap::Client::new(tcp);
-    client.read_response().await.unwrap();
-    let mut session = client
-        .login(format!("{user}@localhost"), format!("{user}-password"))
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
+    let mut session = imap(mail, user).await;
     session.select("INBOX").await.unwrap();
     let found = session.search(search).await.unwrap();
     if !found.is_empty() {
