@@ -395,9 +395,7 @@ async fn a_whatsapp_dm_streams_approves_shares_files_and_refuses_forgeries() {
         .clone();
     assert_eq!(prompt.kind, "text", "{prompt:?}");
     assert!(prompt.text.contains("“allow”"), "{}", prompt.text);
-    // (A person answers after reading it: the prompt's message id is stored just after the
-    // send's answer, and a quote of an id not stored yet is a message for the agent.)
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (At once: a quote of the prompt before its message id is stored waits for it.)
     wa.group_message(GROUP, ALICE, "Alice", Some(&prompt.id), "allow")
         .await;
     wait_sent_to(&wa, GROUP, "the group's reply after allow", |s| {

@@ -15,6 +15,9 @@ use crate::store::Prompt;
 use super::*;
 
 /// What a prompt on a platform without buttons adds: how to answer it.
+/// How long a reply quoting an unknown message waits for a prompt being posted in its chat.
+const PROMPT_POSTING: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(super) fn how_to_answer(reactions: bool) -> String {
     let mut out = String::from(
         "To answer, reply to this message with “allow” or “deny” (a reason may follow: “deny, not on main”), or send /allow or /deny [reason].",
@@ -105,11 +108,26 @@ impl Gateway {
         let Some((accept, reason)) = parse_answer(&m.text) else {
             return Ok(None);
         };
-        let prompts = self
+        let mut prompts = self
             .inner
             .store
             .prompts_in_chat(&m.channel, &m.chat.id)
             .await?;
+        // A prompt being posted (stored, its message id not yet) may be the one quoted: a
+        // person can quote it the moment it shows, before the send's answer is recorded.
+        // Its id is waited for (briefly), or the answer would go to the agent as a message.
+        let deadline = std::time::Instant::now() + PROMPT_POSTING;
+        while !prompts.iter().any(|p| p.prompt_message == reply_to)
+            && prompts.iter().any(|p| p.prompt_message.is_empty())
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            prompts = self
+                .inner
+                .store
+                .prompts_in_chat(&m.channel, &m.chat.id)
+                .await?;
+        }
         Ok(prompts
             .into_iter()
             .find(|p| p.prompt_message == reply_to)
