@@ -23,6 +23,14 @@ impl Client {
         .await
     }
 
+    /// `GET /v1/providers/current/models`: the models the built-in agent's provider lists.
+    pub async fn current_models(
+        &self,
+    ) -> Result<switchboard_protocol::settings::ModelsResponse, ClientError> {
+        self.json(self.request(reqwest::Method::GET, "/v1/providers/current/models"))
+            .await
+    }
+
     /// `GET /v1/budgets`.
     pub async fn budgets(&self) -> Result<BudgetsResponse, ClientError> {
         self.json(self.request(reqwest::Method::GET, "/v1/budgets"))

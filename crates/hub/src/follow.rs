@@ -2,23 +2,30 @@
 
 use super::*;
 
-/// Forwards the session's events to the editor, in order, each once. Events up to
-/// `replay_to` are history: their approvals are not asked (those still waiting are, once
-/// the history is out).
+/// Forwards the session's events after `from` to the editor, in order, each once. Events
+/// up to `replay_to` are history: their approvals are not asked (those still waiting are,
+/// once the history is out). `session/resume` starts at the end (`from == replay_to`):
+/// nothing is replayed.
 pub(crate) async fn follow(
     hub: Arc<Hub>,
     open: Arc<Open>,
     cx: v1::ConnectionTo<Client>,
-    replay_to: u64,
+    (from, replay_to): (u64, u64),
     caught: oneshot::Sender<()>,
 ) {
     let session = open.id;
     let mut mapper = map::Mapper::new(session, hub.api.base_url());
     let mut caught = Some(caught);
-    if replay_to == 0 {
+    let mut meter = meter::Meter::default();
+    if from >= replay_to {
         caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+        // A new session has no title or usage of its own yet (and the editor does not
+        // know its id before `session/new` answers); a resumed one's are told.
+        if from > 0 {
+            meter.refresh(&hub.api, session, &cx).await;
+        }
     }
-    let mut events = hub.api.subscribe(session, Some(0));
+    let mut events = hub.api.subscribe(session, Some(from));
     // Runs this editor started: their message and files are not echoed.
     let mut own: HashSet<Uuid> = HashSet::new();
     loop {
@@ -29,6 +36,7 @@ pub(crate) async fn follow(
                 Ok(item) => item,
                 Err(_) => {
                     caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+                    meter.refresh(&hub.api, session, &cx).await;
                     continue;
                 }
             }
@@ -67,6 +75,16 @@ pub(crate) async fn follow(
                 // The editor is gone.
                 return;
             }
+        }
+        match &env.event {
+            AgentEvent::UsageReport { usage, .. } if live => {
+                let update = meter.call(usage);
+                let _ = cx.send_notification(SessionNotification::new(session.to_string(), update));
+            }
+            AgentEvent::RunCompleted { .. } | AgentEvent::RunError { .. } if live => {
+                meter.refresh(&hub.api, session, &cx).await;
+            }
+            _ => {}
         }
         match &env.event {
             AgentEvent::WaitingForToolApproval {
@@ -112,6 +130,7 @@ pub(crate) async fn follow(
         }
         if caught.is_some() && env.id >= replay_to {
             caught_up(&hub, &open, &cx, &mapper, &mut caught).await;
+            meter.refresh(&hub.api, session, &cx).await;
         }
     }
     open.fail_all("the session's event stream ended");
@@ -159,23 +178,31 @@ pub(crate) fn ask(
     let request = RequestPermissionRequest::new(
         open.id.to_string(),
         ToolCallUpdate::new(tool_call_id.to_owned(), fields),
-        vec![
-            PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
-            PermissionOption::new("deny", "Deny", PermissionOptionKind::RejectOnce),
-        ],
+        options(hub.forms.load(std::sync::atomic::Ordering::Relaxed)),
     );
     let sent = cx.send_request(request);
     open.asks
         .lock()
         .insert(tool_call_id.to_owned(), (run, sent.cancellation_handle()));
-    let (hub, open, id) = (hub.clone(), open.clone(), tool_call_id.to_owned());
+    let (hub, open, id, cx2) = (
+        hub.clone(),
+        open.clone(),
+        tool_call_id.to_owned(),
+        cx.clone(),
+    );
     let spawned = cx.spawn(async move {
+        let cx = cx2;
         let answer = sent.block_task().await;
         open.asks.lock().remove(&id);
+        let mut reason = None;
         let action = match answer {
             Ok(resp) => match resp.outcome {
-                RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == "allow" => {
+                RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == ALLOW => {
                     Some(DecisionAction::Accept)
+                }
+                RequestPermissionOutcome::Selected(s) if s.option_id.to_string() == DENY_WHY => {
+                    reason = ask_reason(&cx, open.id, &id).await;
+                    Some(DecisionAction::Reject)
                 }
                 RequestPermissionOutcome::Selected(_) => Some(DecisionAction::Reject),
                 // Withdrawn, or the editor's user cancelled the turn: the other surfaces
@@ -195,7 +222,11 @@ pub(crate) fn ask(
                     id.clone(),
                     ToolDecision {
                         action,
-                        content: reject.then(|| "denied in the editor".to_owned()),
+                        content: reject.then(|| {
+                            reason
+                                .map(|r| format!("denied in the editor: {r}"))
+                                .unwrap_or_else(|| "denied in the editor".to_owned())
+                        }),
                         by: Some("the editor (ACP)".to_owned()),
                         cause: reject.then_some(switchboard_protocol::RejectionCause::User),
                     },
@@ -212,5 +243,65 @@ pub(crate) fn ask(
     });
     if let Err(e) = spawned {
         tracing::debug!(error = %e, "the connection is closing");
+    }
+}
+
+const ALLOW: &str = "allow";
+const DENY: &str = "deny";
+const DENY_WHY: &str = "deny-with-reason";
+/// The longest reason taken from the editor's form.
+const MAX_REASON: usize = 2000;
+
+/// What the editor offers: allow, deny, and (when it can show a form) deny with a reason.
+pub(crate) fn options(forms: bool) -> Vec<PermissionOption> {
+    let mut o = vec![
+        PermissionOption::new(ALLOW, "Allow", PermissionOptionKind::AllowOnce),
+        PermissionOption::new(DENY, "Deny", PermissionOptionKind::RejectOnce),
+    ];
+    if forms {
+        o.push(PermissionOption::new(
+            DENY_WHY,
+            "Deny with a reason…",
+            PermissionOptionKind::RejectOnce,
+        ));
+    }
+    o
+}
+
+/// Asks the editor (an `elicitation/create` form) why the call is denied; the reason goes
+/// to the agent with the rejection. A form dismissed or declined denies without one.
+async fn ask_reason(
+    cx: &v1::ConnectionTo<Client>,
+    session: Uuid,
+    tool_call_id: &str,
+) -> Option<String> {
+    use agent_client_protocol::v1::schema::{
+        CreateElicitationRequest, ElicitationAction, ElicitationContentValue, ElicitationFormMode,
+        ElicitationSchema, ElicitationSessionScope,
+    };
+    let scope = ElicitationSessionScope::new(session.to_string()).tool_call_id(
+        agent_client_protocol::v1::schema::ToolCallId::new(tool_call_id.to_owned()),
+    );
+    let schema = ElicitationSchema::new()
+        .title("Why is it denied?".to_owned())
+        .string("reason", true);
+    let request = CreateElicitationRequest::new(
+        ElicitationFormMode::new(scope, schema),
+        "Tell the agent why this call is denied (it reads the reason and can try another way).",
+    );
+    match cx.send_request(request).block_task().await {
+        Ok(resp) => match resp.action {
+            ElicitationAction::Accept(a) => match a.content?.remove("reason")? {
+                ElicitationContentValue::String(r) if !r.trim().is_empty() => {
+                    Some(r.trim().chars().take(MAX_REASON).collect())
+                }
+                _ => None,
+            },
+            _ => None,
+        },
+        Err(e) => {
+            tracing::info!(%session, tool_call_id, error = %e, "the editor's form for a reason failed");
+            None
+        }
     }
 }

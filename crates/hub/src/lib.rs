@@ -22,10 +22,22 @@
 //!   request is withdrawn with `$/cancel_request` (an ACP client answers it `cancelled`).
 //!   An editor that goes away leaves the approval to the other surfaces and to its timeout,
 //!   which fails closed as every approval does.
-//! - Session modes are the permission modes; `session/set_mode` changes the session's.
+//! - Session modes are the permission modes; `session/set_mode` changes the session's, and
+//!   so does the `mode` config option (`session/set_config_option`); a session of the
+//!   built-in agent has a `model` option too ([`config`]).
+//! - `session/resume` follows a session again without replaying it; `session/close` stops
+//!   following it here; `session/delete` deletes it on the server.
+//! - The session's title and what it cost reach the editor as `session_info_update` and
+//!   `usage_update` ([`meter`]).
+//! - `$/cancel_request` for a `session/prompt` cancels its run (the prompt answers
+//!   `cancelled`); for another request it stops waiting and answers the cancellation error.
+//! - An editor that can show forms (`elicitation.form`) is offered "Deny with a reason…":
+//!   the reason it asks for goes to the agent with the rejection.
 
+mod config;
 mod follow;
 mod map;
+mod meter;
 mod mode;
 mod prompt;
 mod session;
@@ -45,16 +57,21 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, CurrentModeUpdate,
-    EmbeddedResourceResource, Implementation, InitializeRequest, InitializeResponse,
-    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpServer,
-    NewSessionRequest, NewSessionResponse, PermissionOption, PermissionOptionKind,
-    PromptCapabilities, PromptRequest, PromptResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionCapabilities, SessionInfo, SessionListCapabilities,
-    SessionNotification, SessionUpdate, SetSessionModeRequest, SetSessionModeResponse,
-    ToolCallUpdate, ToolCallUpdateFields,
+    AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    CurrentModeUpdate, DeleteSessionRequest, DeleteSessionResponse, EmbeddedResourceResource,
+    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest,
+    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, McpServer, NewSessionRequest,
+    NewSessionResponse, PermissionOption, PermissionOptionKind, PromptCapabilities, PromptRequest,
+    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities,
+    SessionDeleteCapabilities, SessionInfo, SessionListCapabilities, SessionNotification,
+    SessionResumeCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse, ToolCallUpdate,
+    ToolCallUpdateFields,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client, ConnectTo, Error, ErrorCode, v1};
+use agent_client_protocol::{
+    Agent, ByteStreams, Client, ConnectTo, Error, ErrorCode, RequestCancellation, v1,
+};
 use base64::Engine as _;
 use futures::StreamExt;
 use switchboard_client::{Client as Api, ClientError};
@@ -142,55 +159,107 @@ pub async fn serve(
         api,
         opts,
         open: Mutex::new(HashMap::new()),
+        models: tokio::sync::OnceCell::new(),
+        forms: std::sync::atomic::AtomicBool::new(false),
     });
-    let (h_new, h_load, h_list, h_prompt, h_cancel, h_mode) = (
-        hub.clone(),
-        hub.clone(),
-        hub.clone(),
-        hub.clone(),
-        hub.clone(),
-        hub.clone(),
-    );
+    // Each request runs on its own task, answered when it is done; `$/cancel_request`
+    // stops waiting for it (a prompt's run is cancelled instead, see `prompt`).
+    macro_rules! handle {
+        ($req:ty, $resp:ty, |$hub:ident, $cx:ident, $r:ident| $body:expr) => {{
+            let h = hub.clone();
+            async move |$r: $req, responder: v1::Responder<$resp>, cx: v1::ConnectionTo<Client>| {
+                let $hub = h.clone();
+                let $cx = cx.clone();
+                let cancel = responder.cancellation();
+                cx.spawn(async move {
+                    responder.respond_with_result(cancel.run_until_cancelled($body).await)
+                })
+            }
+        }};
+    }
+    let h_init = hub.clone();
+    let (h_prompt, h_cancel) = (hub.clone(), hub.clone());
     let result = Agent
         .v1()
         .name("switchboard")
         .on_receive_request(
             async move |req: InitializeRequest,
                         responder: v1::Responder<InitializeResponse>,
-                        _cx| { responder.respond(initialize(&req)) },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |req: NewSessionRequest,
-                        responder: v1::Responder<NewSessionResponse>,
-                        cx: v1::ConnectionTo<Client>| {
-                let hub = h_new.clone();
-                let cx2 = cx.clone();
-                cx.spawn(async move {
-                    responder.respond_with_result(new_session(&hub, &cx2, req).await)
-                })
+                        _cx| {
+                let forms = req
+                    .client_capabilities
+                    .elicitation
+                    .as_ref()
+                    .is_some_and(|e| e.form.is_some());
+                h_init
+                    .forms
+                    .store(forms, std::sync::atomic::Ordering::Relaxed);
+                responder.respond(initialize(&req))
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: LoadSessionRequest,
-                        responder: v1::Responder<LoadSessionResponse>,
-                        cx: v1::ConnectionTo<Client>| {
-                let hub = h_load.clone();
-                let cx2 = cx.clone();
-                cx.spawn(async move {
-                    responder.respond_with_result(load_session(&hub, &cx2, req).await)
-                })
-            },
+            handle!(
+                NewSessionRequest,
+                NewSessionResponse,
+                |hub, cx, req| async move { new_session(&hub, &cx, req).await }
+            ),
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: ListSessionsRequest,
-                        responder: v1::Responder<ListSessionsResponse>,
-                        cx: v1::ConnectionTo<Client>| {
-                let hub = h_list.clone();
-                cx.spawn(async move { responder.respond_with_result(list(&hub, req).await) })
-            },
+            handle!(
+                LoadSessionRequest,
+                LoadSessionResponse,
+                |hub, cx, req| async move { load_session(&hub, &cx, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                ResumeSessionRequest,
+                ResumeSessionResponse,
+                |hub, cx, req| async move { resume_session(&hub, &cx, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                ListSessionsRequest,
+                ListSessionsResponse,
+                |hub, _cx, req| async move { list(&hub, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                CloseSessionRequest,
+                CloseSessionResponse,
+                |hub, _cx, req| async move { close_session(&hub, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                DeleteSessionRequest,
+                DeleteSessionResponse,
+                |hub, _cx, req| async move { delete_session(&hub, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                SetSessionModeRequest,
+                SetSessionModeResponse,
+                |hub, cx, req| async move { set_mode(&hub, &cx, req).await }
+            ),
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            handle!(
+                SetSessionConfigOptionRequest,
+                SetSessionConfigOptionResponse,
+                |hub, cx, req| async move { config::set_config_option(&hub, &cx, req).await }
+            ),
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
@@ -198,18 +267,9 @@ pub async fn serve(
                         responder: v1::Responder<PromptResponse>,
                         cx: v1::ConnectionTo<Client>| {
                 let hub = h_prompt.clone();
-                cx.spawn(async move { responder.respond_with_result(prompt(&hub, req).await) })
-            },
-            agent_client_protocol::on_receive_request!(),
-        )
-        .on_receive_request(
-            async move |req: SetSessionModeRequest,
-                        responder: v1::Responder<SetSessionModeResponse>,
-                        cx: v1::ConnectionTo<Client>| {
-                let hub = h_mode.clone();
-                let cx2 = cx.clone();
+                let cancel = responder.cancellation();
                 cx.spawn(
-                    async move { responder.respond_with_result(set_mode(&hub, &cx2, req).await) },
+                    async move { responder.respond_with_result(prompt(&hub, req, cancel).await) },
                 )
             },
             agent_client_protocol::on_receive_request!(),
@@ -244,7 +304,11 @@ fn initialize(req: &InitializeRequest) -> InitializeResponse {
                         .embedded_context(true),
                 )
                 .session_capabilities(
-                    SessionCapabilities::new().list(SessionListCapabilities::new()),
+                    SessionCapabilities::new()
+                        .list(SessionListCapabilities::new())
+                        .resume(SessionResumeCapabilities::new())
+                        .close(SessionCloseCapabilities::new())
+                        .delete(SessionDeleteCapabilities::new()),
                 ),
         )
         .agent_info(Implementation::new(

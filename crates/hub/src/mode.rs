@@ -23,9 +23,6 @@ pub(crate) async fn set_mode(
         .update_session(open.id, &update)
         .await
         .map_err(|e| api_error("changing the mode", &e))?;
-    cx.send_notification(SessionNotification::new(
-        req.session_id,
-        SessionUpdate::CurrentModeUpdate(CurrentModeUpdate::new(mode.as_str())),
-    ))?;
+    config::tell(hub, cx, open.id, Some(mode)).await?;
     Ok(SetSessionModeResponse::new())
 }

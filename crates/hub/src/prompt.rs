@@ -94,8 +94,27 @@ pub(crate) fn file_name(uri: &str) -> String {
         .to_owned()
 }
 
-pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptResponse, Error> {
+/// `session/prompt`. A `$/cancel_request` for it is a `session/cancel` of its run: the run
+/// is cancelled and the prompt answers `cancelled` as ACP asks.
+pub(crate) async fn prompt(
+    hub: &Arc<Hub>,
+    req: PromptRequest,
+    cancellation: RequestCancellation,
+) -> Result<PromptResponse, Error> {
     let open = hub.session(&req.session_id.to_string())?;
+    let watcher = {
+        let (hub, session) = (hub.clone(), req.session_id.to_string());
+        tokio::spawn(async move {
+            cancellation.cancelled().await;
+            cancel(&hub, &session).await;
+        })
+    };
+    let answer = prompt_run(hub, &open, req).await;
+    watcher.abort();
+    answer
+}
+
+async fn prompt_run(hub: &Hub, open: &Open, req: PromptRequest) -> Result<PromptResponse, Error> {
     let message = prompt_message(&hub.api, open.id, &req.prompt).await?;
     let content = message.content.clone();
     open.runs.lock().pending_prompts.push(content.clone());
@@ -135,7 +154,7 @@ pub(crate) async fn prompt(hub: &Hub, req: PromptRequest) -> Result<PromptRespon
         (rx, cancel_now)
     };
     if cancel_now {
-        cancel_run(hub, &open, run).await;
+        cancel_run(hub, open, run).await;
     }
     let ending = match rx {
         Err(ending) => ending,

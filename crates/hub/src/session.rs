@@ -1,4 +1,5 @@
-//! `session/new`, `session/load` and `session/list`.
+//! `session/new`, `session/load`, `session/resume`, `session/list`, `session/close` and
+//! `session/delete`.
 
 use super::*;
 
@@ -78,9 +79,11 @@ pub(crate) async fn new_session(
         .await
         .map_err(|e| api_error("reading the session", &e))?;
     // Nothing to replay: the follower starts at once.
-    drop(hub.open_session(cx, summary.id, 0));
+    drop(hub.open_session(cx, summary.id, 0, 0));
     tracing::info!(session = %summary.id, "ACP session created");
-    Ok(NewSessionResponse::new(summary.id.to_string()).modes(modes(detail.config.permission_mode)))
+    Ok(NewSessionResponse::new(summary.id.to_string())
+        .modes(modes(detail.config.permission_mode))
+        .config_options(config::options(hub, &detail).await))
 }
 
 pub(crate) async fn load_session(
@@ -98,7 +101,7 @@ pub(crate) async fn load_session(
         // A session's MCP servers are fixed when it is created.
         tracing::info!(session = %id, "session/load: the editor's mcpServers are not added to an existing session");
     }
-    let caught = hub.open_session(cx, id, detail.session.last_event_id);
+    let caught = hub.open_session(cx, id, 0, detail.session.last_event_id);
     match tokio::time::timeout(REPLAY_TIMEOUT, caught).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => {
@@ -117,7 +120,72 @@ pub(crate) async fn load_session(
             ));
         }
     }
-    Ok(LoadSessionResponse::new().modes(modes(detail.config.permission_mode)))
+    Ok(LoadSessionResponse::new()
+        .modes(modes(detail.config.permission_mode))
+        .config_options(config::options(hub, &detail).await))
+}
+
+/// `session/resume`: the session is followed again from its newest event, without its
+/// history (the editor has it). Approvals waiting in it are asked.
+pub(crate) async fn resume_session(
+    hub: &Arc<Hub>,
+    cx: &v1::ConnectionTo<Client>,
+    req: ResumeSessionRequest,
+) -> Result<ResumeSessionResponse, Error> {
+    let id = parse_id(&req.session_id.to_string())?;
+    let detail = hub
+        .api
+        .get_session(id)
+        .await
+        .map_err(|e| api_error("reading the session", &e))?;
+    if !req.mcp_servers.is_empty() {
+        tracing::info!(session = %id, "session/resume: the editor's mcpServers are not added to an existing session");
+    }
+    let last = detail.session.last_event_id;
+    // Nothing to replay: the follower is caught up at once.
+    let _ = hub.open_session(cx, id, last, last).await;
+    tracing::info!(session = %id, after = last, "ACP session resumed");
+    Ok(ResumeSessionResponse::new()
+        .modes(modes(detail.config.permission_mode))
+        .config_options(config::options(hub, &detail).await))
+}
+
+/// `session/close`: this connection stops following the session and cancels the run it
+/// started there (as `session/cancel` would); the session stays on the server, where
+/// other surfaces go on with it and `session/load` or `session/resume` open it again.
+pub(crate) async fn close_session(
+    hub: &Hub,
+    req: CloseSessionRequest,
+) -> Result<CloseSessionResponse, Error> {
+    let id = parse_id(&req.session_id.to_string())?;
+    let Some(open) = hub.close(id) else {
+        return Err(Error::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("session {id} is not open on this connection"),
+        ));
+    };
+    let run = open.runs.lock().current;
+    if let Some(run) = run {
+        cancel_run(hub, &open, run).await;
+    }
+    tracing::info!(session = %id, "ACP session closed");
+    Ok(CloseSessionResponse::new())
+}
+
+/// `session/delete`: the session is deleted on the server (its log, files and
+/// checkpoints; the server decides whether this token may), after closing it here.
+pub(crate) async fn delete_session(
+    hub: &Hub,
+    req: DeleteSessionRequest,
+) -> Result<DeleteSessionResponse, Error> {
+    let id = parse_id(&req.session_id.to_string())?;
+    hub.api
+        .delete_session(id)
+        .await
+        .map_err(|e| api_error("deleting the session", &e))?;
+    hub.close(id);
+    tracing::info!(session = %id, "ACP session deleted");
+    Ok(DeleteSessionResponse::new())
 }
 
 pub(crate) async fn list(

@@ -139,6 +139,10 @@ pub(crate) struct Hub {
     pub(crate) api: Api,
     pub(crate) opts: HubOptions,
     pub(crate) open: Mutex<HashMap<Uuid, Arc<Open>>>,
+    /// The built-in agent's provider's models, asked once ([`config`]).
+    pub(crate) models: tokio::sync::OnceCell<Vec<String>>,
+    /// The editor can show forms (`elicitation/create` in form mode).
+    pub(crate) forms: std::sync::atomic::AtomicBool,
 }
 
 impl Hub {
@@ -152,12 +156,14 @@ impl Hub {
         })
     }
 
-    /// Opens `id` on this connection: its follower forwards every event after `after`;
-    /// the returned receiver fires once events up to `replay_to` have been forwarded.
+    /// Opens `id` on this connection: its follower forwards every event after `from` (the
+    /// history from there to `replay_to` as history, not asked about); the returned
+    /// receiver fires once events up to `replay_to` have been forwarded.
     pub(crate) fn open_session(
         self: &Arc<Self>,
         cx: &v1::ConnectionTo<Client>,
         id: Uuid,
+        from: u64,
         replay_to: u64,
     ) -> oneshot::Receiver<()> {
         // Opened again (`session/load` of an open session): the same state, so that a
@@ -175,11 +181,19 @@ impl Hub {
             self.clone(),
             open.clone(),
             cx.clone(),
-            replay_to,
+            (from, replay_to),
             caught_tx,
         ));
         *open.follower.lock() = Some(task);
         caught_rx
+    }
+
+    /// `session/close`: the session is no longer followed here (it stays on the server).
+    pub(crate) fn close(&self, id: Uuid) -> Option<Arc<Open>> {
+        let open = self.open.lock().remove(&id)?;
+        open.stop_follower();
+        open.fail_all("the session was closed");
+        Some(open)
     }
 
     pub(crate) fn close_all(&self) {

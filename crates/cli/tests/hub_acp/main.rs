@@ -4,7 +4,9 @@
 //! WebSocket, and `switchboard acp --url ws://…/v1/acp` (the bridge between the two), in
 //! front of a real server whose sessions run the scriptable test agent.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod sdk;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -478,6 +480,22 @@ async fn an_editor_drives_a_session_over_stdio() {
         .send_notification(CancelNotification::new(sid.clone()))
         .unwrap();
     assert_eq!(turn.await.unwrap().stop_reason, StopReason::Cancelled);
+
+    // `$/cancel_request` of the prompt request: the same (ACP's request cancellation).
+    ed.take_updates();
+    let sent = ed.cx.send_request(PromptRequest::new(
+        sid.clone(),
+        vec![ContentBlock::from("[slow]".to_owned())],
+    ));
+    let handle = sent.cancellation_handle();
+    let turn = tokio::spawn(async move { tokio::time::timeout(WAIT, sent.block_task()).await });
+    ed.until_update("a tick", |u| {
+        text_chunk(u, true).is_some_and(|t| t.contains("tick"))
+    })
+    .await;
+    handle.cancel().unwrap();
+    let answer = turn.await.unwrap().expect("the prompt ends");
+    assert_eq!(answer.unwrap().stop_reason, StopReason::Cancelled);
 
     // The session is listed, and everything the editor saw is what the log holds.
     let list = ed
