@@ -48,7 +48,8 @@ impl Meter {
                     .updated_at(detail.session.updated_at.to_rfc3339()),
             ));
         }
-        if let Some(u) = detail.usage.filter(|u| u.calls > 0) {
+        // Only what is known: calls whose backend reported nothing tell nothing.
+        if let Some(u) = detail.usage.filter(|u| u.calls > u.unreported_calls) {
             self.cost = u.cost_microdollars;
             self.incomplete = u.unpriced_calls + u.unreported_calls > 0;
             self.since = 0;

@@ -4,6 +4,7 @@
 //! WebSocket, and `switchboard acp --url ws://…/v1/acp` (the bridge between the two), in
 //! front of a real server whose sessions run the scriptable test agent.
 
+mod acpx;
 #[path = "../common/mod.rs"]
 mod common;
 mod sdk;
