@@ -98,7 +98,8 @@ enum Command {
     #[command(subcommand)]
     Relay(relay_cmd::RelayCommand),
     /// MCP server (stdio): for an agent in a bundle the tools list, send and look; for the
-    /// agent of a session (`--session`, passed to ACP agents by Switchboard) send_file.
+    /// agent of a session (`--session`, passed to ACP agents by Switchboard) send_file; with
+    /// `--hub`, Switchboard's sessions as tools for any MCP client.
     Mcp(relay_cmd::McpArgs),
     /// Scheduled tasks: prompts that run on a schedule and report to a chat.
     #[command(subcommand)]

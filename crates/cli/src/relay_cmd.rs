@@ -130,6 +130,12 @@ pub struct McpArgs {
     /// SWITCHBOARD_SESSION_TOKEN.
     #[arg(long, env = "SWITCHBOARD_SESSION")]
     session: Option<uuid::Uuid>,
+    /// Switchboard's sessions as tools, for an MCP client (a desktop assistant, an IDE):
+    /// list and start sessions, send a message and wait for the reply, read a transcript,
+    /// see and decide approvals — with this command's server and token (SWITCHBOARD_URL,
+    /// SWITCHBOARD_TOKEN). The same tools as `/v1/mcp`.
+    #[arg(long, conflicts_with_all = ["bundle", "member", "session"])]
+    hub: bool,
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<()> {
@@ -596,6 +602,13 @@ impl SessionOps for SessionHttpOps {
 /// `config`: an MCP server started with its own tokens (by an agent, in the sandbox, where
 /// the server's configuration cannot be read) reads no configuration.
 pub async fn mcp(config: Option<&std::path::Path>, a: McpArgs) -> Result<ExitCode> {
+    if a.hub {
+        let client = client(&Settings::load(config, None, None)?)?;
+        switchboard_hub::mcp::serve_stdio(client)
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP server: {e}"))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut tools = McpTools::default();
     if let (Some(bundle), Some(member)) = (a.bundle, a.member) {
         if !switchboard_relay::config::valid_id(&bundle)
@@ -629,7 +642,9 @@ pub async fn mcp(config: Option<&std::path::Path>, a: McpArgs) -> Result<ExitCod
         tools.session = Some(Arc::new(SessionHttpOps { client, session }));
     }
     if tools.relay.is_none() && tools.session.is_none() {
-        bail!("give --bundle and --member (relay tools), --session (session tools), or both");
+        bail!(
+            "give --bundle and --member (relay tools), --session (session tools), or both; or --hub (Switchboard's sessions as tools)"
+        );
     }
     switchboard_relay::mcp::serve_stdio(tools)
         .await

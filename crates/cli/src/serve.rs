@@ -206,6 +206,7 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     doc.merge(switchboard_server::web::ConsoleDoc::openapi());
     doc.merge(switchboard_relay::api::RelayDoc::openapi());
     doc.merge(switchboard_hub::ws::HubDoc::openapi());
+    doc.merge(switchboard_hub::mcp::McpDoc::openapi());
     doc.merge(switchboard_scheduler::api::SchedulerDoc::openapi());
     if let Some(g) = settings.gateway.as_ref().filter(|g| g.enabled) {
         doc.merge(switchboard_gateway::api::document(&g.channel_names()));
@@ -334,6 +335,11 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         host.server_url.clone(),
         host.token.clone(),
         switchboard_hub::HubOptions::default(),
+    ));
+    // MCP clients: the sessions as tools, through the API with each caller's token.
+    router = router.merge(switchboard_hub::mcp::router(
+        host.server_url.clone(),
+        host.token.clone(),
     ));
     // The web console, and the guard (Host/Origin checks, cookie → bearer) in front of
     // every route, the gateway's and the relay's included.

@@ -37,6 +37,7 @@
 mod config;
 mod follow;
 mod map;
+pub mod mcp;
 mod meter;
 mod mode;
 mod prompt;

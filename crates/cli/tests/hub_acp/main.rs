@@ -7,6 +7,7 @@
 mod acpx;
 #[path = "../common/mod.rs"]
 mod common;
+mod mcp;
 mod sdk;
 
 use std::path::PathBuf;

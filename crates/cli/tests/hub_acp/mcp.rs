@@ -1,0 +1,146 @@
+//! The official MCP Python SDK (`mcp` on PyPI) drives Switchboard's sessions as tools over
+//! streamable HTTP at `/v1/mcp` (and `switchboard mcp --hub` over stdio): the script,
+//! `tests/mcp_hub_client.py`, checks each answer; the server shows their effect.
+
+use super::*;
+use switchboard_protocol::people::{CreateTokenRequest, CreateUserRequest, Role, Scope};
+
+async fn script(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = tokio::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/mcp_hub_client.py"
+        ))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("SWITCHBOARD_BIN", bin())
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out)
+        .await
+        .expect("the MCP client script ends")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Python MCP client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_mcp_sdk_drives_sessions_over_streamable_http() {
+    let world = World::new().await;
+    let ws = world.ws.path().canonicalize().unwrap();
+    let ws = ws.to_str().unwrap();
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    let url = format!("{}/v1/mcp", server.url);
+
+    let seen = script(
+        &["main"],
+        &[("MCP_URL", &url), ("TOKEN", TOKEN), ("WS", ws)],
+    )
+    .await;
+    let builtin = Uuid::parse_str(seen["builtin"].as_str().unwrap()).unwrap();
+    let detail = c.get_session(builtin).await.unwrap();
+    assert_eq!(detail.session.title, "from MCP");
+    assert_eq!(detail.session.cwd, ws);
+    assert_eq!(detail.config.backend, BackendSpec::Builtin);
+    // The denial over MCP is the run's, with its reason and who decided.
+    let tool = Uuid::parse_str(seen["tool"].as_str().unwrap()).unwrap();
+    let mut sse = RawSse::connect(&server.url, tool, Some(0)).await;
+    let (reason, by) = tokio::time::timeout(WAIT, async {
+        loop {
+            let (_, _, env) = sse.next().await.expect("the log has the rejection");
+            if let AgentEvent::ToolRejected {
+                reason, decided_by, ..
+            } = env.event
+            {
+                return (reason, decided_by);
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(reason.ends_with("not over MCP"), "{reason}");
+    assert_eq!(by.as_deref(), Some("an MCP client"));
+
+    // A person's token with `sessions:read` only: the tools refuse what it may not do.
+    c.create_user(&CreateUserRequest {
+        name: "reader".into(),
+        role: Role::Member,
+        password: None,
+    })
+    .await
+    .unwrap();
+    let read = c
+        .create_token(&CreateTokenRequest {
+            user: Some("reader".into()),
+            name: "mcp".into(),
+            scopes: vec![Scope::SessionsRead],
+            expires_in_days: None,
+        })
+        .await
+        .unwrap();
+    let refused = script(
+        &["read-only"],
+        &[
+            ("MCP_URL", &url),
+            ("READ_TOKEN", &read.token),
+            ("BUILTIN", &builtin.to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(refused["start"], "forbidden", "{refused}");
+    // Someone else's session is not even there for this person.
+    assert_eq!(refused["send"], "session_not_found", "{refused}");
+    assert_eq!(refused["listed"], serde_json::json!([]), "{refused}");
+
+    // `switchboard mcp --hub` on stdio: the same tools, with the command's server and token.
+    let stdio = script(
+        &["stdio"],
+        &[
+            ("SWITCHBOARD_URL", &server.url),
+            ("SWITCHBOARD_TOKEN", TOKEN),
+        ],
+    )
+    .await;
+    let listed: Vec<&str> = stdio["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(listed.contains(&builtin.to_string().as_str()), "{stdio}");
+
+    // The transport's refusals are the API's errors.
+    let http = reqwest::Client::new();
+    let r = http
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "not_acceptable");
+    let r = http
+        .post(&url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"foo": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "invalid_message");
+    let r = http.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+}
