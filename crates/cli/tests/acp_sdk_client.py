@@ -179,8 +179,44 @@ async def resume_phase(session):
         print(json.dumps({"resumed": session}), flush=True)
 
 
+async def remote_phase(kind):
+    """The SDK's remote transports against `/v1/acp`: `http` (streamable HTTP: POSTs and
+    the connection's and sessions' event streams) or `ws` (the WebSocket on the same
+    endpoint). A session made, a call allowed, the session listed and closed."""
+    url = os.environ["ACP_URL"] + "?agent=test"
+    headers = {"Authorization": f"Bearer {os.environ['SWITCHBOARD_TOKEN']}"}
+    if kind == "http":
+        from acp.http import create_http_stream
+
+        transport = create_http_stream(url, headers=headers)
+    else:
+        from acp.ws import create_websocket_stream
+
+        transport = await create_websocket_stream(url.replace("http", "ws", 1), headers=headers)
+    ed = Editor()
+    conn = acp.connect_to_agent(ed, transport, use_unstable_protocol=True)
+    ws = os.environ["WS"]
+    try:
+        init = await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=caps()), WAIT)
+        check(init.agent_capabilities.session_capabilities.resume is not None, "capabilities over the wire")
+        s = await asyncio.wait_for(conn.new_session(cwd=ws), WAIT)
+        r = await asyncio.wait_for(conn.prompt(session_id=s.session_id, prompt=[text_block("[tool]")]), WAIT)
+        check(r.stop_reason == "end_turn", f"end_turn, got {r.stop_reason}")
+        check(ed.asked and ed.asked[-1][0] == "allow", f"the permission request came, got {ed.asked}")
+        chunks = "".join(u.content.text for u in ed.of(s.session_id, "agent_message_chunk"))
+        check("The tool ran." in chunks, f"the reply streamed, got {chunks!r}")
+        listed = await asyncio.wait_for(conn.list_sessions(cwd=ws), WAIT)
+        check(s.session_id in {x.session_id for x in listed.sessions}, "listed")
+        await asyncio.wait_for(conn.close_session(session_id=s.session_id), WAIT)
+        print(json.dumps({"session": s.session_id}), flush=True)
+    finally:
+        await conn.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "main":
         asyncio.run(main_phase())
+    elif sys.argv[1] in ("http", "ws"):
+        asyncio.run(remote_phase(sys.argv[1]))
     else:
         asyncio.run(resume_phase(sys.argv[2]))

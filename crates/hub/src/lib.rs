@@ -36,6 +36,7 @@
 
 mod config;
 mod follow;
+mod http;
 mod map;
 pub mod mcp;
 mod meter;

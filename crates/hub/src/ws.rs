@@ -28,11 +28,16 @@ struct WsState {
     api_url: String,
     token: String,
     opts: HubOptions,
+    /// The connections over HTTP ([`crate::http`]).
+    conns: std::sync::Arc<crate::http::Connections>,
 }
 
 /// The OpenAPI document of `/v1/acp` (merged into the server's `/openapi.json`).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(acp), components(schemas(switchboard_protocol::ErrorBody)))]
+#[openapi(
+    paths(acp, acp_post, acp_delete),
+    components(schemas(switchboard_protocol::ErrorBody))
+)]
 pub struct HubDoc;
 
 /// `GET /v1/acp`, behind `token` (the console's cookie is turned into it in front of every
@@ -43,9 +48,10 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
         api_url: api_url.into(),
         token: token.clone(),
         opts,
+        conns: Default::default(),
     };
     Router::new()
-        .route("/v1/acp", get(acp))
+        .route("/v1/acp", get(acp).post(acp_post).delete(acp_delete))
         .route_layer(axum::middleware::from_fn_with_state(
             BearerToken::new(token),
             switchboard_http::require_bearer,
@@ -57,10 +63,18 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: HubOpt
 /// carries JSON-RPC, one message per text frame, with Switchboard as the agent — the same
 /// agent as `switchboard acp` (see the README's "Editors over ACP").
 #[utoipa::path(get, path = "/v1/acp", tag = "hub", security(("bearer" = ["sessions:write"])),
-    params(("agent" = Option<String>, Query, description = "The `[agents.NAME]` this connection's new sessions run (default: the server's default backend)")),
+    params(("agent" = Option<String>, Query, description = "The `[agents.NAME]` this connection's new sessions run (default: the server's default backend)"),
+        ("Accept" = Option<String>, Header, description = "`text/event-stream` for an event stream of a connection over HTTP"),
+        ("Acp-Connection-Id" = Option<String>, Header, description = "The connection whose stream this is (over HTTP)"),
+        ("Acp-Session-Id" = Option<String>, Header, description = "The session whose stream this is (over HTTP; without it, the connection's)"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume the stream after this event")),
     responses(
         (status = 101, description = "Switching Protocols: the connection is a WebSocket carrying ACP"),
-        (status = 426, description = "`upgrade_required`: not a WebSocket handshake", body = switchboard_protocol::ErrorBody)))]
+        (status = 200, description = "With `Accept: text/event-stream`: the stream (`text/event-stream`), each event one JSON-RPC message with its `id`"),
+        (status = 400, description = "`missing_connection_id`", body = switchboard_protocol::ErrorBody),
+        (status = 404, description = "`connection_not_found` or `session_not_found`", body = switchboard_protocol::ErrorBody),
+        (status = 410, description = "`gone`: the events after `Last-Event-ID` are no longer kept", body = switchboard_protocol::ErrorBody),
+        (status = 426, description = "`upgrade_required`: neither a WebSocket handshake nor an event stream", body = switchboard_protocol::ErrorBody)))]
 async fn acp(
     State(mut state): State<WsState>,
     extensions: axum::http::Extensions,
@@ -71,29 +85,15 @@ async fn acp(
     >,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
-    // The agent acts as the caller: a person's own token reaches what they may (their
-    // sessions, their scopes), never more.
-    use switchboard_protocol::people::{Credential, Principal};
-    match extensions.get::<Principal>().map(|p| p.credential) {
-        Some(Credential::Token) => match switchboard_http::bearer_value(&headers) {
-            Ok(t) => state.token = t.to_string(),
-            Err(e) => return e.into_response(),
-        },
-        Some(Credential::Console | Credential::Chat) => {
-            return ApiError::custom(
-                403,
-                "forbidden",
-                "ACP takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
-            )
-            .into_response();
-        }
-        Some(Credential::ServerToken) | None => {}
+    if let Err(e) = caller(&mut state, &extensions, &headers) {
+        return e.into_response();
     }
     if let Some(agent) = query.ok().and_then(|q| q.0.get("agent").cloned()) {
         state.opts.agent = Some(agent).filter(|a| !a.is_empty());
     }
     let upgrade = match upgrade {
         Ok(u) => u,
+        Err(_) if wants_events(&headers) => return crate::http::stream(&state.conns, &headers),
         Err(e) => {
             return ApiError::custom(
                 426,
@@ -118,6 +118,94 @@ async fn acp(
                 tracing::info!(error = %e, "ACP WebSocket connection ended");
             }
         })
+}
+
+/// The agent acts as the caller: a person's own token reaches what they may (their
+/// sessions, their scopes), never more. The console's cookie and chat identities are
+/// refused (ACP takes a bearer token).
+fn caller(
+    state: &mut WsState,
+    extensions: &axum::http::Extensions,
+    headers: &axum::http::HeaderMap,
+) -> Result<(), ApiError> {
+    use switchboard_protocol::people::{Credential, Principal};
+    match extensions.get::<Principal>().map(|p| p.credential) {
+        Some(Credential::Token) => {
+            state.token = switchboard_http::bearer_value(headers)?.to_string()
+        }
+        Some(Credential::Console | Credential::Chat) => {
+            return Err(ApiError::custom(
+                403,
+                "forbidden",
+                "ACP takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
+            ));
+        }
+        Some(Credential::ServerToken) | None => {}
+    }
+    Ok(())
+}
+
+fn wants_events(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// ACP over streamable HTTP: one JSON-RPC message. `initialize` makes a connection and is
+/// answered at once (`Acp-Connection-Id`); every other message is taken (`202`) and
+/// answered on the connection's or the session's event stream (`GET /v1/acp` with
+/// `Accept: text/event-stream`). See docs/editors.md "Remote ACP over HTTP".
+#[utoipa::path(post, path = "/v1/acp", tag = "hub", security(("bearer" = ["sessions:write"])),
+    params(
+        ("agent" = Option<String>, Query, description = "The `[agents.NAME]` this connection's new sessions run (with `initialize`)"),
+        ("Acp-Connection-Id" = Option<String>, Header, description = "The connection (every message but `initialize`)"),
+        ("Acp-Session-Id" = Option<String>, Header, description = "The session, for a method of an open session (`session/prompt`, `cancel`, `set_mode`, `set_config_option`, `close`)")),
+    request_body(content = serde_json::Value, content_type = "application/json", description = "One JSON-RPC 2.0 message"),
+    responses(
+        (status = 200, description = "`initialize`'s answer (JSON-RPC), with the `Acp-Connection-Id` header"),
+        (status = 202, description = "Taken: the answer comes on a stream"),
+        (status = 400, description = "`invalid_json`, `invalid_message`, `batch_not_supported` (an array: the RFD's 501, which HTTP tooling reads as a server fault), `missing_connection_id` or `missing_session_id`", body = switchboard_protocol::ErrorBody),
+        (status = 403, description = "`forbidden`: not a bearer token", body = switchboard_protocol::ErrorBody),
+        (status = 404, description = "`connection_not_found` (ended, another caller's, or the server restarted) or `session_not_found` (not open on this connection)", body = switchboard_protocol::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: not JSON", body = switchboard_protocol::ErrorBody),
+        (status = 504, description = "`initialize_timeout`", body = switchboard_protocol::ErrorBody)))]
+async fn acp_post(
+    State(mut state): State<WsState>,
+    extensions: axum::http::Extensions,
+    headers: axum::http::HeaderMap,
+    query: Result<
+        axum::extract::Query<std::collections::HashMap<String, String>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+    body: bytes::Bytes,
+) -> Response {
+    if let Err(e) = caller(&mut state, &extensions, &headers) {
+        return e.into_response();
+    }
+    if let Some(agent) = query.ok().and_then(|q| q.0.get("agent").cloned()) {
+        state.opts.agent = Some(agent).filter(|a| !a.is_empty());
+    }
+    crate::http::post(
+        state.conns,
+        state.api_url,
+        state.token,
+        state.opts,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Ends an ACP connection over HTTP.
+#[utoipa::path(delete, path = "/v1/acp", tag = "hub", security(("bearer" = ["sessions:write"])),
+    params(("Acp-Connection-Id" = String, Header, description = "The connection")),
+    responses(
+        (status = 202, description = "Ended"),
+        (status = 400, description = "`missing_connection_id`", body = switchboard_protocol::ErrorBody),
+        (status = 404, description = "`connection_not_found`", body = switchboard_protocol::ErrorBody)))]
+async fn acp_delete(State(state): State<WsState>, headers: axum::http::HeaderMap) -> Response {
+    crate::http::delete(&state.conns, &headers)
 }
 
 /// A WebSocket as the protocol crate's line transport: each text frame is one message.

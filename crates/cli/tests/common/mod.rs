@@ -170,7 +170,15 @@ impl RawSse {
         }
     }
 
-    /// Next frame with an `event:` and a `data:` line (keep-alive comments are skipped), or
+    /// An event stream already opened (checked to be 200 `text/event-stream` by the caller).
+    pub fn from_response(resp: reqwest::Response) -> RawSse {
+        RawSse {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// Next frame with a `data:` line (keep-alive comments are skipped), or
     /// None at EOF. Panics after 30 s without data.
     pub async fn next_frame(&mut self) -> Option<SseFrame> {
         loop {
@@ -188,7 +196,9 @@ impl RawSse {
                         data = Some(v.to_string());
                     }
                 }
-                if let (Some(name), Some(data)) = (name, data) {
+                if let Some(data) = data {
+                    // No `event:` line: SSE's default type.
+                    let name = name.unwrap_or_else(|| "message".to_owned());
                     return Some(SseFrame { id, name, data });
                 }
                 continue;

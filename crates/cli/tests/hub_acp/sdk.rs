@@ -8,6 +8,15 @@ use super::*;
 const PRICES: &str = "\n[prices.\"openai/mock-model\"]\ninput = 2.0\noutput = 8.0\n";
 
 async fn sdk(url: &str, ws: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    sdk_with(url, ws, args, &[]).await
+}
+
+async fn sdk_with(
+    url: &str,
+    ws: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
     let out = tokio::process::Command::new("python3")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -18,6 +27,7 @@ async fn sdk(url: &str, ws: &std::path::Path, args: &[&str]) -> serde_json::Valu
         .env("SWITCHBOARD_URL", url)
         .env("SWITCHBOARD_TOKEN", TOKEN)
         .env("WS", ws)
+        .envs(env.iter().copied())
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(180), out)
@@ -79,4 +89,123 @@ async fn the_official_python_sdk_drives_every_stable_method() {
     let tool = ids["tool"].as_str().unwrap();
     let resumed = sdk(&server.url, &ws, &["resume", tool]).await;
     assert_eq!(resumed["resumed"], tool);
+}
+
+/// The SDK's remote clients on `/v1/acp`: streamable HTTP and the WebSocket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_reaches_v1_acp_over_http_and_websocket() {
+    let world = World::new().await;
+    let ws = world.ws.path().canonicalize().unwrap();
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    let acp_url = format!("{}/v1/acp", server.url);
+    for kind in ["http", "ws"] {
+        let out = sdk_with(&server.url, &ws, &[kind], &[("ACP_URL", &acp_url)]).await;
+        let id = Uuid::parse_str(out["session"].as_str().unwrap()).unwrap();
+        let detail = c.get_session(id).await.unwrap();
+        assert_eq!(
+            detail.config.backend,
+            BackendSpec::Acp("test".into()),
+            "{kind}"
+        );
+    }
+}
+
+/// Streamable HTTP by hand: the connection's stream numbers its events, and a GET with
+/// `Last-Event-ID` resumes after the one named (what a client does after a dropped
+/// stream), with nothing doubled or skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_over_http_streams_resume_with_last_event_id() {
+    let world = World::new().await;
+    let server = world.server(&[]).await;
+    let url = format!("{}/v1/acp?agent=test", server.url);
+    let http = reqwest::Client::new();
+    let post = |body: serde_json::Value, conn: Option<String>| {
+        let mut req = http.post(&url).bearer_auth(TOKEN).json(&body);
+        if let Some(c) = conn {
+            req = req.header("acp-connection-id", c);
+        }
+        req.send()
+    };
+    let init = post(
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(init.status(), 200);
+    let conn = init.headers()["acp-connection-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let answer: serde_json::Value = init.json().await.unwrap();
+    assert_eq!(answer["id"], 0);
+    assert!(answer["result"]["agentCapabilities"]["sessionCapabilities"]["resume"].is_object());
+    // Three requests answered on the connection's stream.
+    for id in 1..=3 {
+        let r = post(
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "session/list", "params": {}}),
+            Some(conn.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    let read = |last: Option<&str>, n: usize| {
+        let mut req = http
+            .get(format!("{}/v1/acp", server.url))
+            .bearer_auth(TOKEN)
+            .header("accept", "text/event-stream")
+            .header("acp-connection-id", &conn);
+        if let Some(l) = last {
+            req = req.header("last-event-id", l);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut sse = RawSse::from_response(resp);
+            let mut got = Vec::new();
+            while got.len() < n {
+                let f = tokio::time::timeout(WAIT, sse.next_frame())
+                    .await
+                    .expect("an event")
+                    .expect("the stream goes on");
+                let msg: serde_json::Value = serde_json::from_str(&f.data).unwrap();
+                got.push((f.id.unwrap(), msg["id"].as_u64().unwrap()));
+            }
+            got
+        }
+    };
+    // (The agent answers requests as each is done: in any order.)
+    let first = read(None, 3).await;
+    let mut answered: Vec<u64> = first.iter().map(|(_, rpc)| *rpc).collect();
+    answered.sort();
+    assert_eq!(answered, [1, 2, 3]);
+    assert!(
+        first.windows(2).all(|w| w[0].0 < w[1].0),
+        "numbered in order: {first:?}"
+    );
+    // The stream dropped after the first answer: resumed after it, the other two again.
+    let after = first[0].0.to_string();
+    let again = read(Some(&after), 2).await;
+    assert_eq!(again, first[1..].to_vec());
+    // Another caller's token does not reach the connection; DELETE ends it.
+    let r = http
+        .delete(format!("{}/v1/acp", server.url))
+        .bearer_auth(TOKEN)
+        .header("acp-connection-id", &conn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = post(
+        serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": "session/list", "params": {}}),
+        Some(conn.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 404);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "connection_not_found");
 }
