@@ -47,6 +47,9 @@ pub(crate) struct Conn {
     pub cx: v1::ConnectionTo<Agent>,
     pub incoming: mpsc::UnboundedReceiver<Incoming>,
     pub load_session: bool,
+    /// Whether the agent offers `session/resume` and `session/close`.
+    pub resume_session: bool,
+    pub close_session: bool,
     /// Whether the agent takes MCP servers over HTTP (`mcpCapabilities.http`).
     pub mcp_http: bool,
     /// What the agent takes in a prompt besides text and resource links.
@@ -214,6 +217,8 @@ impl Conn {
             cx,
             incoming,
             load_session: false,
+            resume_session: false,
+            close_session: false,
             mcp_http: false,
             prompt_caps: PromptCapabilities::default(),
             confined: confined.is_some(),
@@ -258,9 +263,12 @@ impl Conn {
             }
         };
         conn.load_session = init.agent_capabilities.load_session;
+        let sessions = &init.agent_capabilities.session_capabilities;
+        conn.resume_session = sessions.resume.is_some();
+        conn.close_session = sessions.close.is_some();
         conn.mcp_http = init.agent_capabilities.mcp_capabilities.http;
         conn.prompt_caps = init.agent_capabilities.prompt_capabilities.clone();
-        tracing::info!(agent = %name, load_session = conn.load_session, "agent initialized");
+        tracing::info!(agent = %name, load_session = conn.load_session, resume_session = conn.resume_session, close_session = conn.close_session, "agent initialized");
         Ok(conn)
     }
 

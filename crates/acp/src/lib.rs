@@ -12,6 +12,7 @@
 mod conn;
 mod content;
 mod map;
+mod open;
 mod prompt;
 mod sandbox;
 mod usage;
@@ -63,6 +64,9 @@ async fn reap_idle(
                 && let Some(conn) = slot.conn.take()
             {
                 tracing::info!(agent = %name, "stopping an idle agent process");
+                if let Some(session) = slot.acp_session.take() {
+                    conn.close_session(&name, &session).await;
+                }
                 conn.shutdown().await;
             }
         }
@@ -128,6 +132,8 @@ struct SavedState {
 struct Slot {
     conn: Option<Conn>,
     acp_session: Option<SessionId>,
+    /// The agent's model option in that session.
+    model: Option<open::ModelOption>,
     /// Consecutive failures to start or keep the agent, and when the last one happened.
     failures: u32,
     last_failure: Option<Instant>,
@@ -139,6 +145,7 @@ impl Default for Slot {
         Self {
             conn: None,
             acp_session: None,
+            model: None,
             failures: 0,
             last_failure: None,
             last_used: Instant::now(),
@@ -294,8 +301,8 @@ impl AcpBackend {
         let started = async {
             let mut conn =
                 Conn::start(&self.name, &self.command, &ctx.cwd, self.confinement(ctx)).await?;
-            let session = self.open_session(&mut conn, ctx).await?;
-            Ok::<_, AcpError>((conn, session))
+            let opened = self.open_session(&mut conn, ctx).await?;
+            Ok::<_, AcpError>((conn, opened))
         };
         let started = tokio::select! {
             r = started => r,
@@ -304,9 +311,10 @@ impl AcpBackend {
             }
         };
         match started {
-            Ok((conn, session)) => {
+            Ok((conn, opened)) => {
                 slot.conn = Some(conn);
-                slot.acp_session = Some(session);
+                slot.acp_session = Some(opened.session);
+                slot.model = opened.model;
                 Ok(())
             }
             Err(e) => {
@@ -317,111 +325,15 @@ impl AcpBackend {
             }
         }
     }
-
-    /// `session/load` of the stored ACP session when the agent can, else `session/new`
-    /// (saying so in a notice when an earlier session is lost).
-    async fn open_session(&self, conn: &mut Conn, ctx: &RunContext) -> Result<SessionId, AcpError> {
-        let saved: Option<SavedState> = ctx
-            .handle
-            .backend_state()
-            .await
-            .map_err(|e| AcpError::Protocol {
-                agent: self.name.clone(),
-                step: "reading the stored session",
-                reason: e.to_string(),
-            })?
-            .and_then(|v| serde_json::from_value(v).ok())
-            .filter(|s: &SavedState| s.agent == self.name);
-        let cwd = ctx.cwd.clone();
-        let mut notice = None;
-        if let Some(saved) = &saved {
-            if conn.load_session {
-                let id = SessionId::new(saved.acp_session_id.clone());
-                let req = LoadSessionRequest::new(id.clone(), cwd.clone())
-                    .mcp_servers(self.mcp_servers(ctx, conn.mcp_http).0);
-                let answer = tokio::time::timeout(
-                    LOAD_SESSION_TIMEOUT,
-                    conn.cx.send_request(req).block_task(),
-                )
-                .await
-                .map_err(|_| AcpError::Protocol {
-                    agent: self.name.clone(),
-                    step: "session/load",
-                    reason: format!("no answer within {} s", LOAD_SESSION_TIMEOUT.as_secs()),
-                })?;
-                match answer {
-                    Ok(_) => {
-                        // The agent replays the history as updates before it answers: it
-                        // is already in our log, so it is dropped here.
-                        while conn.incoming.try_recv().is_ok() {}
-                        tracing::info!(agent = %self.name, acp_session = %id, "resumed the agent's session");
-                        return Ok(id);
-                    }
-                    Err(e) => {
-                        let err = conn.failure(&self.name, "session/load", &e).await;
-                        if matches!(err, AcpError::Exited { .. }) {
-                            return Err(err);
-                        }
-                        while conn.incoming.try_recv().is_ok() {}
-                        notice = Some(format!(
-                            "agent {:?} could not resume its earlier session ({err}); started a new one, which does not remember earlier turns",
-                            self.name
-                        ));
-                    }
-                }
-            } else {
-                notice = Some(format!(
-                    "agent {:?} cannot resume sessions (it does not offer session/load); started a new session, which does not remember earlier turns",
-                    self.name
-                ));
-            }
-        }
-        let (servers, left_out) = self.mcp_servers(ctx, conn.mcp_http);
-        if !left_out.is_empty() {
-            let message = format!(
-                "agent {:?} does not take MCP servers over HTTP; left out: {}",
-                self.name,
-                left_out.join(", ")
-            );
-            self::notice(ctx, message).await;
-        }
-        let req = NewSessionRequest::new(cwd).mcp_servers(servers);
-        let answer =
-            tokio::time::timeout(NEW_SESSION_TIMEOUT, conn.cx.send_request(req).block_task())
-                .await
-                .map_err(|_| AcpError::Protocol {
-                    agent: self.name.clone(),
-                    step: "session/new",
-                    reason: format!("no answer within {} s", NEW_SESSION_TIMEOUT.as_secs()),
-                })?;
-        let session = match answer {
-            Ok(r) => r.session_id,
-            Err(e) => return Err(conn.failure(&self.name, "session/new", &e).await),
-        };
-        let state = json!(SavedState {
-            agent: self.name.clone(),
-            acp_session_id: session.to_string(),
-        });
-        if let Err(e) = ctx.handle.save_backend_state(Some(&state)).await {
-            tracing::warn!(agent = %self.name, error = %e, "could not store the agent's session id");
-        }
-        if let Some(message) = notice {
-            tracing::warn!(agent = %self.name, "{message}");
-            self::notice(ctx, message).await;
-        }
-        Ok(session)
-    }
 }
 
-/// The run options an ACP agent cannot be given (the protocol has no model, system prompt
-/// or turn limit per prompt), said to the user as a notice rather than dropped in silence.
+/// The run options an ACP agent cannot be given (the protocol has no system prompt or turn
+/// limit per prompt; the model goes through the agent's model option, see [`open`]), said
+/// to the user as a notice rather than dropped in silence.
 /// `auto_approve` needs no notice: Switchboard's own gate applies it.
 fn ignored_options(input: &switchboard_engine::RunInput) -> Option<String> {
     let o = input.overrides.clone().unwrap_or_default();
     let mut ignored = Vec::new();
-    if input.model.is_some() {
-        ignored.push("model");
-    }
     if o.system_prompt.is_some_and(|p| !p.trim().is_empty()) {
         ignored.push("system_prompt");
     }
@@ -465,6 +377,35 @@ impl Backend for AcpBackend {
                     message,
                 })
                 .await?;
+        }
+        // The run's model, else the session's when the agent offers it (a session's model
+        // is the server's default unless set: not worth a notice when the agent has no such
+        // model).
+        let wanted = match (&ctx.input.model, &ctx.config.model) {
+            (Some(m), _) => Some((m.clone(), true)),
+            (None, Some(m)) => Some((m.clone(), false)),
+            (None, None) => None,
+        };
+        if let Some((model, asked)) = wanted {
+            let slot = &mut *slot;
+            let refused = match (
+                slot.conn.as_ref(),
+                slot.acp_session.as_ref(),
+                slot.model.as_mut(),
+            ) {
+                (Some(conn), Some(session), Some(option))
+                    if asked || option.values.contains(&model) =>
+                {
+                    self.set_model(conn, session, option, &model).await.err()
+                }
+                (_, _, None) if asked => Some(format!(
+                    "this agent offers no model option: the model {model:?} is ignored"
+                )),
+                _ => None,
+            };
+            if let Some(message) = refused {
+                notice(&ctx, message).await;
+            }
         }
         let mut text = ctx.input.prompt_text();
         let mut prompts = 0;
@@ -564,6 +505,9 @@ impl Backend for AcpBackend {
         if let Some(slot) = slot {
             let mut slot = slot.lock().await;
             if let Some(conn) = slot.conn.take() {
+                if let Some(session) = slot.acp_session.take() {
+                    conn.close_session(&self.name, &session).await;
+                }
                 conn.shutdown().await;
             }
         }
@@ -653,6 +597,10 @@ mod tests {
             ..Default::default()
         });
         let m = ignored_options(&input).unwrap();
-        assert!(m.contains("model, system_prompt, max_turns"), "{m}");
+        assert!(m.contains("system_prompt, max_turns"), "{m}");
+        assert!(
+            !m.contains("model"),
+            "the model goes through the agent's option: {m}"
+        );
     }
 }

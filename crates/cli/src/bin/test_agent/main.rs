@@ -7,6 +7,8 @@
 //! - `TEST_AGENT_LOG=/path`: append one line per notable event (see [`Shared::log`]).
 //! - `TEST_AGENT_STATE_DIR=/dir`: persist sessions as `<dir>/<session_id>`, one prompt a line.
 //! - `TEST_AGENT_NO_LOAD=1`: advertise `loadSession: false` and refuse `session/load`.
+//! - `TEST_AGENT_RESUME=1`: advertise and answer `session/resume` and `session/close`, and
+//!   offer a `model` config option (see `lifecycle.rs`).
 //! - `TEST_AGENT_FAIL_INIT=1`: answer `initialize` with an error.
 //! - `TEST_AGENT_EXIT_AT_ONCE=1`: exit with status 1 before reading anything.
 //! - `TEST_AGENT_PROMPT_CAPS=image,audio,embedded_context`: the prompt capabilities it
@@ -36,12 +38,18 @@ use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, EmbeddedResourceResource,
     Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
     McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
-    PromptResponse, SessionNotification, SessionUpdate,
+    PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionNotification,
+    SessionResumeCapabilities, SessionUpdate,
+};
+use agent_client_protocol::v1::schema::{
+    CloseSessionRequest, CloseSessionResponse, ResumeSessionRequest, ResumeSessionResponse,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Error, ErrorCode, v1};
 use tokio::sync::watch;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
+mod lifecycle;
 mod mcp;
 mod turn;
 
@@ -110,6 +118,10 @@ pub(crate) struct Shared {
     pub(crate) log: Option<Mutex<File>>,
     pub(crate) state_dir: Option<PathBuf>,
     pub(crate) no_load: bool,
+    /// `TEST_AGENT_RESUME`: resume, close and a model option.
+    pub(crate) resume: bool,
+    /// Each session's model (`TEST_AGENT_RESUME`).
+    pub(crate) models: Mutex<HashMap<String, String>>,
     pub(crate) fail_init: bool,
     pub(crate) tool_counter: AtomicU64,
     /// In-memory prompt history per session (used when there is no state dir).
@@ -376,6 +388,8 @@ async fn main() -> Result<(), Error> {
         log,
         state_dir: env_path("TEST_AGENT_STATE_DIR"),
         no_load: env_flag("TEST_AGENT_NO_LOAD"),
+        resume: env_flag("TEST_AGENT_RESUME"),
+        models: Mutex::new(HashMap::new()),
         fail_init: env_flag("TEST_AGENT_FAIL_INIT"),
         tool_counter: AtomicU64::new(0),
         history: Mutex::new(HashMap::new()),
@@ -397,6 +411,7 @@ async fn main() -> Result<(), Error> {
         shared.clone(),
         shared.clone(),
     );
+    let (s_life, s_close, s_option) = (shared.clone(), shared.clone(), shared.clone());
     let result = Agent
         .v1()
         .name("switchboard-test-agent")
@@ -413,14 +428,20 @@ async fn main() -> Result<(), Error> {
                     return Ok(());
                 }
                 let version = req.protocol_version.min(ProtocolVersion::LATEST);
+                let mut caps = AgentCapabilities::new()
+                    .load_session(!s_init.no_load)
+                    .prompt_capabilities(prompt_caps());
+                if s_init.resume {
+                    caps = caps.session_capabilities(
+                        SessionCapabilities::new()
+                            .resume(SessionResumeCapabilities::new())
+                            .close(SessionCloseCapabilities::new()),
+                    );
+                }
                 report(
                     responder.respond(
                         InitializeResponse::new(version)
-                            .agent_capabilities(
-                                AgentCapabilities::new()
-                                    .load_session(!s_init.no_load)
-                                    .prompt_capabilities(prompt_caps()),
-                            )
+                            .agent_capabilities(caps)
                             .agent_info(Implementation::new(
                                 "switchboard-test-agent",
                                 env!("CARGO_PKG_VERSION"),
@@ -438,9 +459,15 @@ async fn main() -> Result<(), Error> {
                 let id = format!("sess-{}", uuid::Uuid::new_v4().simple());
                 s_new.log(&format!("new_session {id}"));
                 s_new.set_mcp(&id, req.mcp_servers);
-                let result = s_new
-                    .create_session(&id)
-                    .map(|()| NewSessionResponse::new(id));
+                let offer = s_new.resume;
+                let result = s_new.create_session(&id).map(|()| {
+                    let resp = NewSessionResponse::new(id);
+                    if offer {
+                        resp.config_options(lifecycle::options("fast"))
+                    } else {
+                        resp
+                    }
+                });
                 report(responder.respond_with_result(result));
                 Ok(())
             },
@@ -453,6 +480,33 @@ async fn main() -> Result<(), Error> {
                 s_load.log(&format!("load_session {}", req.session_id));
                 s_load.set_mcp(&req.session_id.to_string(), req.mcp_servers.clone());
                 report(responder.respond_with_result(handle_load(&s_load, &req, &cx)));
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: ResumeSessionRequest,
+                        responder: v1::Responder<ResumeSessionResponse>,
+                        _cx| {
+                report(responder.respond_with_result(s_life.resume(&req)));
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: CloseSessionRequest,
+                        responder: v1::Responder<CloseSessionResponse>,
+                        _cx| {
+                report(responder.respond(s_close.close(&req)));
+                Ok(())
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |req: SetSessionConfigOptionRequest,
+                        responder: v1::Responder<SetSessionConfigOptionResponse>,
+                        _cx| {
+                report(responder.respond_with_result(s_option.set_option(&req)));
                 Ok(())
             },
             agent_client_protocol::on_receive_request!(),

@@ -2,7 +2,9 @@
 //! ACP agents as session backends, end to end: the real server drives the scriptable test
 //! agent (`switchboard-test-agent`, the agent side of the same ACP crate) over stdio.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod lifecycle;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
