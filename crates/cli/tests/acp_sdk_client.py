@@ -208,6 +208,18 @@ async def remote_phase(kind):
         listed = await asyncio.wait_for(conn.list_sessions(cwd=ws), WAIT)
         check(s.session_id in {x.session_id for x in listed.sessions}, "listed")
         await asyncio.wait_for(conn.close_session(session_id=s.session_id), WAIT)
+        # Resumed on the same connection, and prompted again: its stream still carries it.
+        await asyncio.wait_for(conn.resume_session(session_id=s.session_id, cwd=ws), WAIT)
+        r = await asyncio.wait_for(conn.prompt(session_id=s.session_id, prompt=[text_block("again")]), WAIT)
+        check(r.stop_reason == "end_turn", f"a prompt after resume over {kind}, got {r.stop_reason}")
+        # A session this connection never opened: loaded (its history replayed), prompted.
+        other = os.environ.get("OTHER_SESSION")
+        if other:
+            await asyncio.wait_for(conn.load_session(session_id=other, cwd=ws), WAIT)
+            replayed = ed.of(other, "user_message_chunk")
+            check(replayed, f"the history of {other} replayed over {kind}")
+            r = await asyncio.wait_for(conn.prompt(session_id=other, prompt=[text_block("hi")]), WAIT)
+            check(r.stop_reason == "end_turn", f"a prompt after load over {kind}, got {r.stop_reason}")
         print(json.dumps({"session": s.session_id}), flush=True)
     finally:
         await conn.close()

@@ -249,6 +249,8 @@ pub(crate) fn ask(
 const ALLOW: &str = "allow";
 const DENY: &str = "deny";
 const DENY_WHY: &str = "deny-with-reason";
+/// How long the editor's form for a reason is waited for.
+const REASON_TIMEOUT: Duration = Duration::from_secs(300);
 /// The longest reason taken from the editor's form.
 const MAX_REASON: usize = 2000;
 
@@ -289,7 +291,14 @@ async fn ask_reason(
         ElicitationFormMode::new(scope, schema),
         "Tell the agent why this call is denied (it reads the reason and can try another way).",
     );
-    match cx.send_request(request).block_task().await {
+    // An editor that never answers the form denies without a reason (the approval's own
+    // timeout is not waited for).
+    let answer = tokio::time::timeout(REASON_TIMEOUT, cx.send_request(request).block_task()).await;
+    let Ok(answer) = answer else {
+        tracing::info!(%session, tool_call_id, "no reason given in time");
+        return None;
+    };
+    match answer {
         Ok(resp) => match resp.action {
             ElicitationAction::Accept(a) => match a.content?.remove("reason")? {
                 ElicitationContentValue::String(r) if !r.trim().is_empty() => {

@@ -25,6 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -62,6 +63,9 @@ const SESSION_METHODS: [&str; 5] = [
 struct Outbound {
     events: Mutex<OutboundState>,
     notify: Notify,
+    /// A GET has opened it: until then a session's messages go on the connection's stream
+    /// (a client opens a session's stream once it sees the session named there).
+    subscribed: AtomicBool,
 }
 
 #[derive(Default)]
@@ -93,7 +97,9 @@ impl Outbound {
 pub(crate) struct Connection {
     /// The token it acts with: every request on it must carry the same.
     token: String,
-    inbox: mpsc::Sender<String>,
+    /// Taken when the connection ends: the agent's input closes and it stops.
+    inbox: Mutex<Option<mpsc::Sender<String>>>,
+    ended: AtomicBool,
     main: Outbound,
     sessions: Mutex<HashMap<String, Arc<Outbound>>>,
     /// Requests of an open session, by JSON-RPC id: their answers go on its stream.
@@ -126,6 +132,25 @@ impl Connection {
             .clone()
     }
 
+    /// The stream of session `id` once a client reads it, else none (the connection's).
+    fn read_session(&self, id: &str) -> Option<Arc<Outbound>> {
+        self.sessions
+            .lock()
+            .get(id)
+            .filter(|o| o.subscribed.load(Ordering::Acquire))
+            .cloned()
+    }
+
+    /// Every stream ends (their GETs return) and the agent's input closes.
+    fn finish(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.inbox.lock().take();
+        self.main.notify.notify_waiters();
+        for o in self.sessions.lock().values() {
+            o.notify.notify_waiters();
+        }
+    }
+
     /// Where one of the agent's messages goes (the RFD's routing).
     fn route(&self, line: String) {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else {
@@ -152,14 +177,13 @@ impl Connection {
                 return;
             }
             let routed = key.and_then(|k| self.routes.lock().remove(&k));
-            match routed.and_then(|s| self.sessions.lock().get(&s).cloned()) {
+            match routed.and_then(|s| self.read_session(&s)) {
                 Some(stream) => stream.push(line.into()),
                 None => self.main.push(line.into()),
             }
             return;
         }
-        let stream =
-            session_of(msg.get("params")).and_then(|s| self.sessions.lock().get(&s).cloned());
+        let stream = session_of(msg.get("params")).and_then(|s| self.read_session(&s));
         match stream {
             Some(stream) => stream.push(line.into()),
             None => self.main.push(line.into()),
@@ -202,10 +226,17 @@ impl Connections {
     }
 
     fn end(&self, id: &str) {
-        if let Some(conn) = self.by_id.lock().remove(id)
-            && let Some(task) = conn.task.lock().take()
-        {
-            task.abort();
+        let Some(conn) = self.by_id.lock().remove(id) else {
+            return;
+        };
+        conn.finish();
+        // The agent stops once its input closes; one that does not within a few seconds
+        // is stopped (its sessions are closed all the same: see `serve`).
+        if let Some(task) = conn.task.lock().take() {
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                task.abort();
+            });
         }
     }
 }
@@ -292,13 +323,24 @@ pub(crate) async fn post(
         )
         .into_response();
     }
-    if let (Some(_), Some(id)) = (&method, &id)
-        && let Some(s) = session_of(msg.get("params"))
-    {
-        conn.routes.lock().insert(id.clone(), s);
+    match (method.as_deref(), &id, session_of(msg.get("params"))) {
+        // They open a session here: its stream is ready for the client's GET (which may
+        // come first), and their answers come on the connection's stream.
+        (Some("session/load" | "session/resume"), _, Some(s)) => {
+            conn.session(&s);
+        }
+        (Some(_), Some(id), Some(s)) => {
+            conn.routes.lock().insert(id.clone(), s);
+        }
+        _ => {}
     }
     let line = String::from_utf8_lossy(&body).replace('\n', " ");
-    if conn.inbox.send(line).await.is_err() {
+    let inbox = conn.inbox.lock().clone();
+    let sent = match inbox {
+        Some(tx) => tx.send(line).await.is_ok(),
+        None => false,
+    };
+    if !sent {
         conns.end(header_str(&headers, CONNECTION_ID).unwrap_or_default());
         return ApiError::custom(
             404,
@@ -326,7 +368,8 @@ async fn initialize(
     let (init_tx, init_rx) = oneshot::channel();
     let conn = Arc::new(Connection {
         token,
-        inbox,
+        inbox: Mutex::new(Some(inbox)),
+        ended: AtomicBool::new(false),
         main: Outbound::default(),
         sessions: Mutex::new(HashMap::new()),
         routes: Mutex::new(HashMap::new()),
@@ -357,10 +400,12 @@ async fn initialize(
     *conn.task.lock() = Some(task);
     conns.by_id.lock().insert(conn_id.clone(), conn.clone());
     reap_when_idle(conns.clone(), conn_id.clone(), conn.clone());
-    let _ = conn
-        .inbox
-        .send(String::from_utf8_lossy(&body).replace('\n', " "))
-        .await;
+    let inbox = conn.inbox.lock().clone();
+    if let Some(tx) = inbox {
+        let _ = tx
+            .send(String::from_utf8_lossy(&body).replace('\n', " "))
+            .await;
+    }
     match tokio::time::timeout(INITIALIZE_TIMEOUT, init_rx).await {
         Ok(Ok(answer)) => {
             let mut resp = ([(header::CONTENT_TYPE, "application/json")], answer).into_response();
@@ -406,17 +451,8 @@ pub(crate) fn stream(conns: &Connections, headers: &HeaderMap) -> Response {
         Err(e) => return e.into_response(),
     };
     let out = match header_str(headers, SESSION_ID) {
-        Some(s) => match conn.sessions.lock().get(s).cloned() {
-            Some(o) => o,
-            None => {
-                return ApiError::custom(
-                    404,
-                    "session_not_found",
-                    format!("session {s} is not open on this connection"),
-                )
-                .into_response();
-            }
-        },
+        // A client may open a session's stream before the request that opens the session.
+        Some(s) => conn.session(s),
         None => {
             // The connection's own stream, as an Arc for the body below.
             return events(conn.clone(), None, headers);
@@ -432,7 +468,7 @@ fn events(conn: Arc<Connection>, session: Option<Arc<Outbound>>, headers: &Heade
         let mut s = out.events.lock();
         let oldest = s.kept.front().map(|(id, _)| *id).unwrap_or(s.next + 1);
         if let Some(last) = last
-            && last + 1 < oldest
+            && last.saturating_add(1) < oldest
             && last < s.next
         {
             return ApiError::custom(
@@ -443,6 +479,7 @@ fn events(conn: Arc<Connection>, session: Option<Arc<Outbound>>, headers: &Heade
             .into_response();
         }
         s.generation += 1;
+        out.subscribed.store(true, Ordering::Release);
         let start = (last.unwrap_or(s.sent), s.generation);
         drop(s);
         // The stream this one replaces stops.
@@ -460,7 +497,7 @@ fn events(conn: Arc<Connection>, session: Option<Arc<Outbound>>, headers: &Heade
                     let notified = out.notify.notified();
                     let found = {
                         let mut s = out.events.lock();
-                        if s.generation != generation {
+                        if s.generation != generation || guard.0.ended.load(Ordering::Acquire) {
                             // A newer GET of this stream took over.
                             return None;
                         }

@@ -164,6 +164,9 @@ pub async fn serve(
         models: tokio::sync::OnceCell::new(),
         forms: std::sync::atomic::AtomicBool::new(false),
     });
+    // However the connection ends (its transport closes, or its task is stopped), its
+    // followers stop and its waiting prompts end.
+    let closing = CloseAll(hub.clone());
     // Each request runs on its own task, answered when it is done; `$/cancel_request`
     // stops waiting for it (a prompt's run is cancelled instead, see `prompt`).
     macro_rules! handle {
@@ -288,8 +291,17 @@ pub async fn serve(
         )
         .connect_to(transport)
         .await;
-    hub.close_all();
+    drop(closing);
     result.map_err(|e| HubError::Protocol(e.to_string()))
+}
+
+/// Closes every session a connection has open when dropped.
+struct CloseAll(Arc<Hub>);
+
+impl Drop for CloseAll {
+    fn drop(&mut self) {
+        self.0.close_all();
+    }
 }
 
 fn initialize(req: &InitializeRequest) -> InitializeResponse {

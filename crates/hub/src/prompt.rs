@@ -103,18 +103,36 @@ pub(crate) async fn prompt(
 ) -> Result<PromptResponse, Error> {
     let open = hub.session(&req.session_id.to_string())?;
     let watcher = {
-        let (hub, session) = (hub.clone(), req.session_id.to_string());
-        tokio::spawn(async move {
-            cancellation.cancelled().await;
+        let (hub, session, c) = (
+            hub.clone(),
+            req.session_id.to_string(),
+            cancellation.clone(),
+        );
+        AbortOnDrop(tokio::spawn(async move {
+            c.cancelled().await;
             cancel(&hub, &session).await;
-        })
+        }))
     };
-    let answer = prompt_run(hub, &open, req).await;
-    watcher.abort();
+    let answer = prompt_run(hub, &open, req, &cancellation).await;
+    drop(watcher);
     answer
 }
 
-async fn prompt_run(hub: &Hub, open: &Open, req: PromptRequest) -> Result<PromptResponse, Error> {
+/// Stops a task when dropped (a prompt whose connection went away stops watching).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn prompt_run(
+    hub: &Hub,
+    open: &Open,
+    req: PromptRequest,
+    cancellation: &RequestCancellation,
+) -> Result<PromptResponse, Error> {
     let message = prompt_message(&hub.api, open.id, &req.prompt).await?;
     let content = message.content.clone();
     open.runs.lock().pending_prompts.push(content.clone());
@@ -138,9 +156,15 @@ async fn prompt_run(hub: &Hub, open: &Open, req: PromptRequest) -> Result<Prompt
     let (rx, cancel_now) = {
         let mut runs = open.runs.lock();
         runs.current = Some(run);
-        let cancel_now = std::mem::take(&mut runs.cancel_pending);
+        // A `$/cancel_request` that came while the message was being made counts too.
+        let cancel_now = std::mem::take(&mut runs.cancel_pending) || cancellation.is_cancelled();
         let rx = match (runs.ended.remove(&run), runs.closed.clone()) {
             (Some(ending), _) => Err(ending),
+            // Closed (`session/close`) while its message was being sent: cancelled.
+            (None, Some(_)) if cancel_now => Err(Ending::Done(
+                switchboard_protocol::StopReason::Cancelled,
+                None,
+            )),
             (None, Some(why)) => Err(Ending::Failed {
                 error: format!("{why}; session/load the session again"),
                 retryable: true,

@@ -158,16 +158,12 @@ pub(crate) async fn close_session(
     req: CloseSessionRequest,
 ) -> Result<CloseSessionResponse, Error> {
     let id = parse_id(&req.session_id.to_string())?;
-    let Some(open) = hub.close(id) else {
-        return Err(Error::new(
-            ErrorCode::RESOURCE_NOT_FOUND,
-            format!("session {id} is not open on this connection"),
-        ));
-    };
-    let run = open.runs.lock().current;
-    if let Some(run) = run {
-        cancel_run(hub, &open, run).await;
-    }
+    let open = hub.session(&id.to_string())?;
+    // As `session/cancel` first: the editor's run is cancelled (or will be, once the
+    // prompt being sent has it), and its prompt answers `cancelled`.
+    cancel(hub, &id.to_string()).await;
+    open.cancel_waiting();
+    hub.close(id);
     tracing::info!(session = %id, "ACP session closed");
     Ok(CloseSessionResponse::new())
 }

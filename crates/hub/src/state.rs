@@ -97,6 +97,18 @@ impl Open {
         }
     }
 
+    /// `session/close`: every prompt waiting here answers `cancelled` (their runs are
+    /// cancelled by the caller).
+    pub(crate) fn cancel_waiting(&self) {
+        let mut runs = self.runs.lock();
+        for (_, tx) in runs.waiters.drain() {
+            let _ = tx.send(Ending::Done(
+                switchboard_protocol::StopReason::Cancelled,
+                None,
+            ));
+        }
+    }
+
     /// The call was decided (here or elsewhere): a request still open in the editor is
     /// withdrawn.
     pub(crate) fn withdraw(&self, tool_call_id: &str) {

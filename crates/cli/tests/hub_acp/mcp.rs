@@ -99,6 +99,27 @@ async fn the_official_mcp_sdk_drives_sessions_over_streamable_http() {
     assert_eq!(refused["send"], "session_not_found", "{refused}");
     assert_eq!(refused["listed"], serde_json::json!([]), "{refused}");
 
+    // An MCP session is its caller's: another token naming it gets nothing.
+    let init = http_init(&url).await;
+    let r = reqwest::Client::new()
+        .delete(&url)
+        .bearer_auth(&read.token)
+        .header("mcp-session-id", &init)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let b: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "session_not_found");
+    let r = reqwest::Client::new()
+        .delete(&url)
+        .bearer_auth(TOKEN)
+        .header("mcp-session-id", &init)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+
     // `switchboard mcp --hub` on stdio: the same tools, with the command's server and token.
     let stdio = script(
         &["stdio"],
@@ -143,4 +164,24 @@ async fn the_official_mcp_sdk_drives_sessions_over_streamable_http() {
     assert_eq!(b["code"], "invalid_message");
     let r = http.post(&url).body("{}").send().await.unwrap();
     assert_eq!(r.status(), 401);
+}
+
+/// `initialize` by hand (the 2025-06-18 version, which has sessions): the session's id.
+async fn http_init(url: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
 }

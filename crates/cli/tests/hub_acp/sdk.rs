@@ -99,8 +99,27 @@ async fn the_official_python_sdk_reaches_v1_acp_over_http_and_websocket() {
     let server = world.server(&[]).await;
     let c = client(&server);
     let acp_url = format!("{}/v1/acp", server.url);
+    // A session made elsewhere, with a turn in it, for the editor to load.
+    let other = c
+        .create_session(&CreateSessionRequest {
+            cwd: Some(ws.display().to_string()),
+            backend: Some(BackendSpec::Acp("test".into())),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    let (mut events, run) = send(&c, other, "made elsewhere").await;
+    until_run_ends(&mut events, run).await;
+    let other = other.to_string();
     for kind in ["http", "ws"] {
-        let out = sdk_with(&server.url, &ws, &[kind], &[("ACP_URL", &acp_url)]).await;
+        let out = sdk_with(
+            &server.url,
+            &ws,
+            &[kind],
+            &[("ACP_URL", &acp_url), ("OTHER_SESSION", &other)],
+        )
+        .await;
         let id = Uuid::parse_str(out["session"].as_str().unwrap()).unwrap();
         let detail = c.get_session(id).await.unwrap();
         assert_eq!(
@@ -190,7 +209,17 @@ async fn acp_over_http_streams_resume_with_last_event_id() {
     let after = first[0].0.to_string();
     let again = read(Some(&after), 2).await;
     assert_eq!(again, first[1..].to_vec());
-    // Another caller's token does not reach the connection; DELETE ends it.
+    // DELETE ends the connection, and the stream a client still reads ends with it.
+    let open_stream = http
+        .get(format!("{}/v1/acp", server.url))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .header("acp-connection-id", &conn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open_stream.status(), 200);
+    let mut open_stream = RawSse::from_response(open_stream);
     let r = http
         .delete(format!("{}/v1/acp", server.url))
         .bearer_auth(TOKEN)
@@ -199,6 +228,11 @@ async fn acp_over_http_streams_resume_with_last_event_id() {
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
+    let ended = tokio::time::timeout(WAIT, open_stream.next_frame()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the open stream ends with the connection"
+    );
     let r = post(
         serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": "session/list", "params": {}}),
         Some(conn.clone()),

@@ -122,26 +122,74 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>) -> Router {
     // The bearer token guards every request, so the Host allowlist rmcp keeps against DNS
     // rebinding of unauthenticated local servers is not needed (a public name must work).
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    // A session outlives the longest `send_message` wait, which may pass in silence (no
+    // progress token, a call waiting for approval).
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_KEEP_ALIVE);
     let service = StreamableHttpService::new(
         move || {
             Ok(SessionsMcp::new(Reach::PerRequest {
                 api_url: api_url.clone(),
             }))
         },
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         config,
     );
+    let owners = Arc::new(Owners::default());
     Router::new()
         .route_service("/v1/mcp", service)
-        .route_layer(axum::middleware::from_fn(check))
+        .route_layer(axum::middleware::from_fn_with_state(owners, check))
         .route_layer(axum::middleware::from_fn_with_state(
             BearerToken::new(token.into()),
             switchboard_http::require_bearer,
         ))
 }
 
+/// How long an MCP session lives without a request: past the longest `send_message`.
+const SESSION_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(3700);
+
+/// Whose each MCP session is: the keyed hash of the bearer token that initialized it.
+/// rmcp takes any `Mcp-Session-Id`; here only its own caller's requests reach it (a leaked
+/// id lets nobody else read its stream or end it).
+#[derive(Default)]
+struct Owners {
+    keys: switchboard_http::CallerKeys,
+    by_session: parking_lot::Mutex<
+        std::collections::HashMap<String, (switchboard_http::CallerKey, std::time::Instant)>,
+    >,
+}
+
+impl Owners {
+    fn remember(&self, session: &str, headers: &axum::http::HeaderMap) {
+        let mut map = self.by_session.lock();
+        // Sessions end on their own in rmcp; their entries go once past its keep-alive.
+        map.retain(|_, (_, at)| at.elapsed() < SESSION_KEEP_ALIVE * 2);
+        map.insert(
+            session.to_owned(),
+            (self.keys.key(headers), std::time::Instant::now()),
+        );
+    }
+
+    /// Whether the caller may use `session` (a session not known here is rmcp's to refuse).
+    fn allows(&self, session: &str, headers: &axum::http::HeaderMap) -> bool {
+        let mut map = self.by_session.lock();
+        match map.get_mut(session) {
+            Some((key, at)) if *key == self.keys.key(headers) => {
+                *at = std::time::Instant::now();
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+}
+
 /// What the transport needs, refused in the API's words before it reaches rmcp.
-async fn check(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+async fn check(
+    axum::extract::State(owners): axum::extract::State<Arc<Owners>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     use axum::http::{Method, header};
     use switchboard_protocol::people::{Credential, Principal};
     if let Some(Credential::Console | Credential::Chat) =
@@ -196,7 +244,32 @@ async fn check(req: axum::extract::Request, next: axum::middleware::Next) -> Res
         }
         _ => {}
     }
-    in_our_words(next.run(req).await).await
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(s) = &session
+        && !owners.allows(s, req.headers())
+    {
+        return ApiError::custom(
+            404,
+            "session_not_found",
+            "no MCP session of that id for this token: initialize again",
+        )
+        .into_response();
+    }
+    let headers = req.headers().clone();
+    let resp = next.run(req).await;
+    if session.is_none()
+        && let Some(new) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        owners.remember(new, &headers);
+    }
+    in_our_words(resp).await
 }
 
 /// rmcp refuses in plain text: the same refusal in the API's error shape, with a stable
