@@ -42,6 +42,8 @@ pub(crate) const CONNECTION_ID: &str = "acp-connection-id";
 pub(crate) const SESSION_ID: &str = "acp-session-id";
 /// Events each stream keeps for `Last-Event-ID`.
 pub(crate) const KEPT: usize = 4096;
+/// At most this many bytes of events are kept a stream (the oldest go first).
+pub(crate) const KEPT_BYTES: usize = 8 * 1024 * 1024;
 /// A connection with no stream open and no request this long is ended.
 pub(crate) const IDLE: Duration = Duration::from_secs(600);
 /// How long `initialize` waits for the agent's answer.
@@ -72,6 +74,10 @@ struct Outbound {
 struct OutboundState {
     next: u64,
     kept: VecDeque<(u64, Arc<str>)>,
+    /// Bytes of `kept`.
+    bytes: usize,
+    /// The session was closed or deleted: the stream ends once what it has is read.
+    closed: bool,
     /// The newest event a stream has been given (a new stream without `Last-Event-ID`
     /// starts after it).
     sent: u64,
@@ -84,13 +90,29 @@ impl Outbound {
         let mut s = self.events.lock();
         s.next += 1;
         let id = s.next;
+        s.bytes += line.len();
         s.kept.push_back((id, line));
-        while s.kept.len() > KEPT {
-            s.kept.pop_front();
+        while s.kept.len() > KEPT || (s.bytes > KEPT_BYTES && s.kept.len() > 1) {
+            if let Some((_, old)) = s.kept.pop_front() {
+                s.bytes -= old.len();
+            }
         }
         drop(s);
         self.notify.notify_waiters();
     }
+
+    /// No more events: a reader ends after the last.
+    fn close(&self) {
+        self.events.lock().closed = true;
+        self.notify.notify_waiters();
+    }
+}
+
+/// Where the answer to a request of a session goes, and whether it ends the session here
+/// (`session/close`, `session/delete`: its stream is dropped once the answer is on it).
+struct Route {
+    session: String,
+    ends: bool,
 }
 
 /// One ACP connection over HTTP.
@@ -103,7 +125,7 @@ pub(crate) struct Connection {
     main: Outbound,
     sessions: Mutex<HashMap<String, Arc<Outbound>>>,
     /// Requests of an open session, by JSON-RPC id: their answers go on its stream.
-    routes: Mutex<HashMap<String, String>>,
+    routes: Mutex<HashMap<String, Route>>,
     /// `initialize`'s answer, awaited by its POST.
     init: Mutex<Option<(String, oneshot::Sender<String>)>>,
     /// Streams open, and when anything last came.
@@ -177,9 +199,15 @@ impl Connection {
                 return;
             }
             let routed = key.and_then(|k| self.routes.lock().remove(&k));
-            match routed.and_then(|s| self.read_session(&s)) {
+            let stream = routed.as_ref().and_then(|r| self.read_session(&r.session));
+            match &stream {
                 Some(stream) => stream.push(line.into()),
                 None => self.main.push(line.into()),
+            }
+            if let Some(r) = routed.filter(|r| r.ends)
+                && let Some(out) = self.sessions.lock().remove(&r.session)
+            {
+                out.close();
             }
             return;
         }
@@ -329,8 +357,11 @@ pub(crate) async fn post(
         (Some("session/load" | "session/resume"), _, Some(s)) => {
             conn.session(&s);
         }
-        (Some(_), Some(id), Some(s)) => {
-            conn.routes.lock().insert(id.clone(), s);
+        (Some(m), Some(id), Some(s)) => {
+            let ends = matches!(m, "session/close" | "session/delete");
+            conn.routes
+                .lock()
+                .insert(id.clone(), Route { session: s, ends });
         }
         _ => {}
     }
@@ -504,6 +535,9 @@ fn events(conn: Arc<Connection>, session: Option<Arc<Outbound>>, headers: &Heade
                         let found = s.kept.iter().find(|(id, _)| *id > after).cloned();
                         if let Some((id, _)) = &found {
                             s.sent = s.sent.max(*id);
+                        } else if s.closed {
+                            // The session ended here and everything was read.
+                            return None;
                         }
                         found
                     };
