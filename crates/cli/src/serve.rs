@@ -207,6 +207,7 @@ pub fn api_doc(settings: &Settings) -> utoipa::openapi::OpenApi {
     doc.merge(switchboard_relay::api::RelayDoc::openapi());
     doc.merge(switchboard_hub::ws::HubDoc::openapi());
     doc.merge(switchboard_hub::mcp::McpDoc::openapi());
+    doc.merge(switchboard_hub::a2a::A2aDoc::openapi());
     doc.merge(switchboard_scheduler::api::SchedulerDoc::openapi());
     if let Some(g) = settings.gateway.as_ref().filter(|g| g.enabled) {
         doc.merge(switchboard_gateway::api::document(&g.channel_names()));
@@ -335,6 +336,19 @@ pub async fn run(mut settings: Settings) -> Result<()> {
         host.server_url.clone(),
         host.token.clone(),
         switchboard_hub::HubOptions::default(),
+    ));
+    // Other agents over A2A: the Agent Card and the JSON-RPC binding, each task a run.
+    let mut skills = vec!["builtin".to_owned()];
+    skills.extend(settings.agents.keys().cloned());
+    router = router.merge(switchboard_hub::a2a::router(
+        host.server_url.clone(),
+        host.token.clone(),
+        switchboard_hub::a2a::A2aOptions {
+            skills,
+            // Push notifications to this machine or a private network (tests, a LAN).
+            private_webhooks: std::env::var("SWITCHBOARD_A2A_PRIVATE_WEBHOOKS")
+                .is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")),
+        },
     ));
     // MCP clients: the sessions as tools, through the API with each caller's token.
     router = router.merge(switchboard_hub::mcp::router(

@@ -34,6 +34,7 @@
 //! - An editor that can show forms (`elicitation.form`) is offered "Deny with a reason…":
 //!   the reason it asks for goes to the agent with the rejection.
 
+pub mod a2a;
 mod config;
 mod follow;
 mod http;

@@ -4,6 +4,7 @@
 //! WebSocket, and `switchboard acp --url ws://…/v1/acp` (the bridge between the two), in
 //! front of a real server whose sessions run the scriptable test agent.
 
+mod a2a;
 mod acpx;
 #[path = "../common/mod.rs"]
 mod common;
@@ -863,4 +864,47 @@ async fn queued_prompts_can_be_cancelled_and_survive_a_reload() {
         files.files.iter().any(|f| f.name == "image.png"),
         "{files:?}"
     );
+}
+
+/// Runs `tests/SCRIPT` (a client written with a third party's official SDK) with `args`
+/// and `env`; it checks what it is answered and prints one JSON line of what it saw.
+async fn python(script: &str, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let path = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .env("SWITCHBOARD_BIN", bin())
+        .env("SWITCHBOARD_CONFIG", "/dev/null")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), out)
+        .await
+        .unwrap_or_else(|_| panic!("{script} ends"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// The first rejection in a session's log: its reason and who decided.
+async fn rejection(base: &str, session: Uuid) -> (String, Option<String>) {
+    let mut sse = RawSse::connect(base, session, Some(0)).await;
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let (_, _, env) = sse.next().await.expect("the log has the rejection");
+            if let AgentEvent::ToolRejected {
+                reason, decided_by, ..
+            } = env.event
+            {
+                return (reason, decided_by);
+            }
+        }
+    })
+    .await
+    .expect("a rejection in the log")
 }

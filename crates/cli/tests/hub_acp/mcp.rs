@@ -6,28 +6,7 @@ use super::*;
 use switchboard_protocol::people::{CreateTokenRequest, CreateUserRequest, Role, Scope};
 
 async fn script(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
-    let out = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/mcp_hub_client.py"
-        ))
-        .args(args)
-        .envs(env.iter().copied())
-        .env("SWITCHBOARD_BIN", bin())
-        .env("SWITCHBOARD_CONFIG", "/dev/null")
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out)
-        .await
-        .expect("the MCP client script ends")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the Python MCP client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    python("mcp_hub_client.py", args, env).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,20 +30,7 @@ async fn the_official_mcp_sdk_drives_sessions_over_streamable_http() {
     assert_eq!(detail.config.backend, BackendSpec::Builtin);
     // The denial over MCP is the run's, with its reason and who decided.
     let tool = Uuid::parse_str(seen["tool"].as_str().unwrap()).unwrap();
-    let mut sse = RawSse::connect(&server.url, tool, Some(0)).await;
-    let (reason, by) = tokio::time::timeout(WAIT, async {
-        loop {
-            let (_, _, env) = sse.next().await.expect("the log has the rejection");
-            if let AgentEvent::ToolRejected {
-                reason, decided_by, ..
-            } = env.event
-            {
-                return (reason, decided_by);
-            }
-        }
-    })
-    .await
-    .unwrap();
+    let (reason, by) = rejection(&server.url, tool).await;
     assert!(reason.ends_with("not over MCP"), "{reason}");
     assert_eq!(by.as_deref(), Some("an MCP client"));
 

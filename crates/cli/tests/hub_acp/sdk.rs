@@ -17,30 +17,14 @@ async fn sdk_with(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> serde_json::Value {
-    let out = tokio::process::Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/acp_sdk_client.py"
-        ))
-        .args(args)
-        .env("SWITCHBOARD_BIN", bin())
-        .env("SWITCHBOARD_URL", url)
-        .env("SWITCHBOARD_TOKEN", TOKEN)
-        .env("WS", ws)
-        .envs(env.iter().copied())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), out)
-        .await
-        .expect("the SDK script ends")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the Python ACP SDK script failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    let ws = ws.display().to_string();
+    let mut all = vec![
+        ("SWITCHBOARD_URL", url),
+        ("SWITCHBOARD_TOKEN", TOKEN),
+        ("WS", ws.as_str()),
+    ];
+    all.extend_from_slice(env);
+    python("acp_sdk_client.py", args, &all).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,17 +49,7 @@ async fn the_official_python_sdk_drives_every_stable_method() {
     );
     assert!(b.usage.unwrap().cost_microdollars > 0);
     // The reason from the editor's form is the rejection's, as every surface shows it.
-    let mut sse = RawSse::connect(&server.url, id("tool"), Some(0)).await;
-    let reason = tokio::time::timeout(WAIT, async {
-        loop {
-            let (_, _, env) = sse.next().await.expect("the log has the rejection");
-            if let AgentEvent::ToolRejected { reason, .. } = env.event {
-                return reason;
-            }
-        }
-    })
-    .await
-    .unwrap();
+    let (reason, _) = rejection(&server.url, id("tool")).await;
     assert!(
         reason.ends_with("denied in the editor: not on main"),
         "{reason}"
