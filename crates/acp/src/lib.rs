@@ -386,26 +386,38 @@ impl Backend for AcpBackend {
             (None, Some(m)) => Some((m.clone(), false)),
             (None, None) => None,
         };
-        if let Some((model, asked)) = wanted {
+        let refused = {
             let slot = &mut *slot;
-            let refused = match (
+            match (
                 slot.conn.as_ref(),
                 slot.acp_session.as_ref(),
                 slot.model.as_mut(),
             ) {
-                (Some(conn), Some(session), Some(option))
-                    if asked || option.values.contains(&model) =>
-                {
-                    self.set_model(conn, session, option, &model).await.err()
+                (Some(conn), Some(session), Some(option)) => {
+                    let target = match wanted {
+                        Some((m, asked)) if asked || option.values.contains(&m) => Some(m),
+                        _ => None,
+                    };
+                    match target {
+                        Some(m) => self.set_model(conn, session, option, &m).await.err(),
+                        None if option.current != option.original => {
+                            // An earlier run's model does not stick to this one.
+                            let original = option.original.clone();
+                            self.set_model(conn, session, option, &original).await.err()
+                        }
+                        None => None,
+                    }
                 }
-                (_, _, None) if asked => Some(format!(
-                    "this agent offers no model option: the model {model:?} is ignored"
-                )),
-                _ => None,
-            };
-            if let Some(message) = refused {
-                notice(&ctx, message).await;
+                _ => match wanted {
+                    Some((m, true)) => Some(format!(
+                        "this agent offers no model option: the model {m:?} is ignored"
+                    )),
+                    _ => None,
+                },
             }
+        };
+        if let Some(message) = refused {
+            notice(&ctx, message).await;
         }
         let mut text = ctx.input.prompt_text();
         let mut prompts = 0;

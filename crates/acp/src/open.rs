@@ -18,6 +18,9 @@ pub(crate) struct ModelOption {
     pub(crate) id: SessionConfigId,
     pub(crate) values: Vec<String>,
     pub(crate) current: String,
+    /// The agent's own choice when the session was opened: what a run without a model of
+    /// its own gets back.
+    pub(crate) original: String,
 }
 
 /// The model option among the agent's config options.
@@ -43,6 +46,7 @@ pub(crate) fn model_option(options: Option<&Vec<SessionConfigOption>>) -> Option
             id: o.id.clone(),
             values,
             current: select.current_value.to_string(),
+            original: select.current_value.to_string(),
         })
     })
 }

@@ -150,6 +150,14 @@ async def main():
         if t.status.state == TaskState.TASK_STATE_WORKING:
             break
         await asyncio.sleep(0.1)
+    # A task queued behind the slow run (same context): canceled at once.
+    queued = await asyncio.wait_for(last_task(blocking, SendMessageRequest(
+        message=msg("after the slow one", "", context_id),
+        configuration=SendMessageConfiguration(return_immediately=True))), WAIT)
+    t0 = asyncio.get_running_loop().time()
+    task = await asyncio.wait_for(streaming.cancel_task(CancelTaskRequest(id=queued.id)), WAIT)
+    check(task.status.state == TaskState.TASK_STATE_CANCELED, f"the queued task canceled, got {task.status}")
+    check(asyncio.get_running_loop().time() - t0 < 10, "at once")
     task = await asyncio.wait_for(streaming.cancel_task(CancelTaskRequest(id=slow)), WAIT)
     check(task.status.state == TaskState.TASK_STATE_CANCELED, f"canceled, got {task.status}")
     await asyncio.wait_for(sub, WAIT)
@@ -166,6 +174,7 @@ async def main():
     check(cfg.id == "cfg-1", f"created, got {cfg}")
     got = await streaming.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(task_id=slow, id="cfg-1"))
     check(got.url == webhook, f"read back, got {got}")
+    check(got.token == "[redacted]", f"its secret is not answered, got {got.token!r}")
     listed = await streaming.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=slow))
     check([c.id for c in listed.configs] == ["cfg-1"], f"listed, got {listed}")
     await streaming.delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest(task_id=slow, id="cfg-1"))

@@ -71,8 +71,12 @@ fn routes_in_sources() -> BTreeSet<String> {
             }
             let call = &rest[end..close];
             for m in ["get", "post", "put", "patch", "delete"] {
-                let direct = call.contains(&format!(" {m}(")) || call.contains(&format!(",{m}("));
-                let chained = call.contains(&format!(".{m}("));
+                // `get(handler)`, or `get_service(service)` for a tower service.
+                let direct = [" ", ",", "::"].iter().any(|p| {
+                    call.contains(&format!("{p}{m}(")) || call.contains(&format!("{p}{m}_service("))
+                });
+                let chained =
+                    call.contains(&format!(".{m}(")) || call.contains(&format!(".{m}_service("));
                 if direct || chained {
                     out.insert(format!("{m} {path}"));
                 }

@@ -204,7 +204,8 @@ impl Connection {
                 Some(stream) => stream.push(line.into()),
                 None => self.main.push(line.into()),
             }
-            if let Some(r) = routed.filter(|r| r.ends)
+            // (A refused close or delete leaves the session open here.)
+            if let Some(r) = routed.filter(|r| r.ends && msg.get("result").is_some())
                 && let Some(out) = self.sessions.lock().remove(&r.session)
             {
                 out.close();

@@ -47,6 +47,8 @@ pub(crate) struct A2a {
     opts: Arc<A2aOptions>,
     tasks: Arc<Mutex<HashMap<String, Arc<Tracked>>>>,
     http: reqwest::Client,
+    /// Callers' tokens as keys (whose push configs are whose).
+    keys: Arc<switchboard_http::CallerKeys>,
 }
 
 /// The OpenAPI document of the A2A routes (merged into the server's `/openapi.json`).
@@ -64,7 +66,8 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>, opts: A2aOpt
         api_url: api_url.into().into(),
         opts: Arc::new(opts),
         tasks: Arc::default(),
-        http: reqwest::Client::new(),
+        http: push::client(),
+        keys: Arc::default(),
     };
     Router::new()
         .route("/.well-known/agent-card.json", get(card))

@@ -131,11 +131,17 @@ pub(super) async fn dispatch(
     if !params.is_object() {
         return reply(&id, Err(RpcError::params("params: an object")));
     }
+    let owner = a2a.keys.of_token(&token);
     let api = match Api::new(a2a.api_url.to_string(), Some(token)) {
         Ok(api) => api,
         Err(e) => return reply(&id, Err(RpcError::new(-32603, e.to_string()))),
     };
-    let ctx = Ctx { a2a, api, base };
+    let ctx = Ctx {
+        a2a,
+        api,
+        base,
+        owner,
+    };
     match method {
         "SendMessage" => {
             let blocking = !params
@@ -181,8 +187,8 @@ pub(super) async fn dispatch(
                 let t = ctx.task(&params, "taskId").await?;
                 let cid = params.get("id").and_then(Value::as_str).unwrap_or_default();
                 t.push
-                    .get(cid)
-                    .map(|c| c.0)
+                    .get(cid, ctx.owner)
+                    .map(|c| c.shown())
                     .ok_or_else(|| RpcError::params(format!("no push notification config {cid:?}")))
             }
             .await;
@@ -191,7 +197,8 @@ pub(super) async fn dispatch(
         "ListTaskPushNotificationConfigs" => {
             let result = async {
                 let t = ctx.task(&params, "taskId").await?;
-                let configs: Vec<Value> = t.push.list().into_iter().map(|c| c.0).collect();
+                let configs: Vec<Value> =
+                    t.push.list(ctx.owner).iter().map(Config::shown).collect();
                 Ok(json!({"configs": configs}))
             }
             .await;
@@ -201,7 +208,7 @@ pub(super) async fn dispatch(
             let result = async {
                 let t = ctx.task(&params, "taskId").await?;
                 let cid = params.get("id").and_then(Value::as_str).unwrap_or_default();
-                if t.push.delete(cid) {
+                if t.push.delete(cid, ctx.owner) {
                     Ok(Value::Null)
                 } else {
                     Err(RpcError::params(format!(
@@ -286,31 +293,34 @@ fn stream(
     answered: bool,
 ) -> Response {
     let first = answer(&id, Ok(json!({"task": tracked.snapshot()})));
+    // A task that is already settled ends with its snapshot.
     let already = tracked.current().settled() && !answered;
     let events = futures::stream::unfold(
-        (Some(first), rx, id, already, false),
-        |(first, mut rx, id, already, done)| async move {
+        (Some(first), rx, id, tracked, false),
+        move |(first, mut rx, id, tracked, done)| async move {
             if let Some(f) = first {
                 let ev = Event::default().data(f.to_string());
-                // A task that is already settled ends with its snapshot.
                 return Some((
                     Ok::<Event, Infallible>(ev),
-                    (None, rx, id, already, already),
+                    (None, rx, id, tracked, already),
                 ));
             }
             if done {
                 return None;
             }
-            loop {
-                match rx.recv().await {
-                    Ok(event) => {
-                        let end = settled_update(&event);
-                        let ev = Event::default().data(answer(&id, Ok(event)).to_string());
-                        return Some((Ok(ev), (None, rx, id, already, end)));
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
+            match rx.recv().await {
+                Ok(event) => {
+                    let end = settled_update(&event);
+                    let ev = Event::default().data(answer(&id, Ok(event)).to_string());
+                    Some((Ok(ev), (None, rx, id, tracked, end)))
                 }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Chunks were lost to this reader: the whole reply instead.
+                    let whole = answer(&id, Ok(tracked.reply_update()));
+                    let ev = Event::default().data(whole.to_string());
+                    Some((Ok(ev), (None, rx, id, tracked, false)))
+                }
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         },
     );
@@ -323,7 +333,12 @@ struct Ctx {
     a2a: A2a,
     api: Api,
     base: String,
+    /// Whose requests these are (push configs are their creator's).
+    owner: switchboard_http::CallerKey,
 }
+
+/// A task ended this long ago is forgotten here (`GetTask` reads it back from the log).
+const KEEP_ENDED: Duration = Duration::from_secs(600);
 
 impl Ctx {
     /// The task named by `params[key]`, if the caller may see its session.
@@ -339,23 +354,42 @@ impl Ctx {
             } => RpcError::not_found(id),
             other => other.into(),
         })?;
-        let known = self.a2a.tasks.lock().get(id).cloned();
+        let key = task_id(session, run);
+        let known = self.a2a.tasks.lock().get(&key).cloned();
         if let Some(t) = known {
             return Ok(t);
         }
         // A task of an earlier server (or another instance): read from the log.
         let message =
             json!({"messageId": Uuid::now_v7().to_string(), "role": "ROLE_USER", "parts": []});
-        let tracked = Tracked::new(session, run, message, Pusher::new(self.a2a.http.clone()));
+        let tracked = Tracked::new(session, run, message, self.pusher());
         let rx = tracked.events.subscribe();
-        tokio::spawn(
-            tracked
-                .clone()
-                .follow(self.api.clone(), Some(0), self.base.clone()),
-        );
+        tracked.start(self.api.clone(), Some(0), self.base.clone());
         let _ = tokio::time::timeout(LOAD_WAIT, settle(&tracked, rx)).await;
-        self.a2a.tasks.lock().insert(id.to_owned(), tracked.clone());
-        Ok(tracked)
+        if !tracked.seen.load(std::sync::atomic::Ordering::Acquire) {
+            // No event of that run in the session's log: no such task.
+            tracked.stop();
+            return Err(RpcError::not_found(id));
+        }
+        Ok(self.remember(key, tracked))
+    }
+
+    fn pusher(&self) -> Pusher {
+        Pusher::new(self.a2a.http.clone(), self.a2a.opts.private_webhooks)
+    }
+
+    /// Keeps a task (the one already kept, if another request was first), and forgets
+    /// those ended long ago.
+    fn remember(&self, key: String, tracked: Arc<Tracked>) -> Arc<Tracked> {
+        let mut tasks = self.a2a.tasks.lock();
+        tasks.retain(|_, t| t.ended_at().is_none_or(|e| e.elapsed() < KEEP_ENDED));
+        match tasks.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                tracked.stop();
+                e.get().clone()
+            }
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(tracked).clone(),
+        }
     }
 
     /// `SendMessage`: a new task (a run), or the answer to one that requires input.
@@ -368,6 +402,13 @@ impl Ctx {
             .filter(|m| m.is_object())
             .ok_or_else(|| RpcError::params("message: the message to send"))?;
         let (text, files) = read_parts(msg)?;
+        // A push config is checked before anything is started.
+        if let Some(url) = params
+            .pointer("/configuration/taskPushNotificationConfig/url")
+            .and_then(Value::as_str)
+        {
+            check_url(url, self.a2a.opts.private_webhooks).map_err(RpcError::params)?;
+        }
         if let Some(tid) = msg
             .get("taskId")
             .and_then(Value::as_str)
@@ -429,22 +470,15 @@ impl Ctx {
         let run = self.api.send_message(session, &send).await?.run_id;
         let mut first = msg.clone();
         first["contextId"] = json!(session.to_string());
-        let tracked = Tracked::new(session, run, first, Pusher::new(self.a2a.http.clone()));
+        let tracked = Tracked::new(session, run, first, self.pusher());
         if let Some(cfg) = params.pointer("/configuration/taskPushNotificationConfig") {
             let mut cfg = cfg.clone();
             cfg["taskId"] = json!(task_id(session, run));
             self.push_config(&tracked, cfg)?;
         }
         let rx = tracked.events.subscribe();
-        self.a2a
-            .tasks
-            .lock()
-            .insert(task_id(session, run), tracked.clone());
-        tokio::spawn(
-            tracked
-                .clone()
-                .follow(self.api.clone(), Some(from), self.base.clone()),
-        );
+        tracked.start(self.api.clone(), Some(from), self.base.clone());
+        let tracked = self.remember(task_id(session, run), tracked);
         Ok((tracked, rx, false))
     }
 
@@ -514,6 +548,11 @@ impl Ctx {
         };
         let rx = tracked.events.subscribe();
         self.api.cancel(session, run).await?;
+        // A run still queued is dropped without an event of its own: if it has not started
+        // by now, the task is canceled here.
+        let mut early = tracked.events.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(1), early.recv()).await;
+        tracked.canceled_while_queued();
         let wait = async {
             let mut rx = rx;
             while !tracked.current().terminal() {
@@ -541,11 +580,12 @@ impl Ctx {
         {
             cfg["id"] = cfg.get("taskId").cloned().unwrap_or(Value::Null);
         }
-        tracked
-            .push
-            .set(Config(cfg.clone()))
-            .map_err(RpcError::params)?;
-        Ok(cfg)
+        let config = Config {
+            value: cfg,
+            owner: self.owner,
+        };
+        tracked.push.set(config.clone()).map_err(RpcError::params)?;
+        Ok(config.shown())
     }
 }
 

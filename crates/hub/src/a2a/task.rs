@@ -124,6 +124,13 @@ pub(crate) struct Tracked {
     /// Each event as A2A streams it (`{"statusUpdate": …}`, `{"artifactUpdate": …}`).
     pub(crate) events: broadcast::Sender<Value>,
     pub(crate) push: Pusher,
+    /// The run has shown itself in the log (read back: a task id naming no run of the
+    /// session is not one).
+    pub(crate) seen: std::sync::atomic::AtomicBool,
+    /// When the task reached a final state (it is forgotten some time after).
+    ended: Mutex<Option<std::time::Instant>>,
+    /// The follower of the run, stopped when the task ends without it.
+    follower: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Tracked {
@@ -148,7 +155,44 @@ impl Tracked {
             }),
             events,
             push,
+            seen: std::sync::atomic::AtomicBool::new(false),
+            ended: Mutex::new(None),
+            follower: Mutex::new(None),
         })
+    }
+
+    /// Starts following the run (see [`Tracked::follow`]).
+    pub(crate) fn start(self: &Arc<Self>, api: Api, from: Option<u64>, base: String) {
+        let task = tokio::spawn(self.clone().follow(api, from, base));
+        *self.follower.lock() = Some(task);
+    }
+
+    /// Stops following (a task read back that is no task, or one canceled while queued).
+    pub(crate) fn stop(&self) {
+        if let Some(t) = self.follower.lock().take() {
+            t.abort();
+        }
+    }
+
+    /// The run was cancelled before it started (a queued run leaves no event of its own).
+    pub(crate) fn canceled_while_queued(&self) {
+        if self.current() == State::Submitted {
+            self.set(State::Canceled, None);
+            self.stop();
+        }
+    }
+
+    /// When it ended, if it has.
+    pub(crate) fn ended_at(&self) -> Option<std::time::Instant> {
+        *self.ended.lock()
+    }
+
+    /// The whole reply so far, as one (not appended) artifact update: for a reader that
+    /// fell behind and lost chunks.
+    pub(crate) fn reply_update(&self) -> Value {
+        let s = self.state.lock();
+        json!({"artifactUpdate": {"taskId": s.id, "contextId": s.session.to_string(),
+            "artifact": {"artifactId": "reply", "name": "reply", "parts": [{"text": s.reply}]}}})
     }
 
     pub(crate) fn snapshot(&self) -> Value {
@@ -167,6 +211,9 @@ impl Tracked {
             }
             s.state = state;
             s.timestamp = now();
+            if state.terminal() {
+                *self.ended.lock() = Some(std::time::Instant::now());
+            }
             let (id, ctx) = (s.id.clone(), s.session.to_string());
             s.status_message = message.map(|m| agent_message(&id, &ctx, &m));
             s.status_update()
@@ -206,6 +253,7 @@ impl Tracked {
         };
         let mut follower = api.follow_run(session, run, from);
         while let Some(step) = follower.next().await {
+            self.seen.store(true, std::sync::atomic::Ordering::Release);
             let step = match step {
                 Ok(s) => s,
                 Err(e) => {
@@ -268,5 +316,6 @@ impl Tracked {
                 _ => {}
             }
         }
+        self.set(State::Failed, Some("the run's events ended".to_owned()));
     }
 }

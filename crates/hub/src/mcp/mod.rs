@@ -137,7 +137,12 @@ pub fn router(api_url: impl Into<String>, token: impl Into<String>) -> Router {
     );
     let owners = Arc::new(Owners::default());
     Router::new()
-        .route_service("/v1/mcp", service)
+        .route(
+            "/v1/mcp",
+            axum::routing::get_service(service.clone())
+                .post_service(service.clone())
+                .delete_service(service),
+        )
         .route_layer(axum::middleware::from_fn_with_state(owners, check))
         .route_layer(axum::middleware::from_fn_with_state(
             BearerToken::new(token.into()),
