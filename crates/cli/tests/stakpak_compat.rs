@@ -1155,6 +1155,42 @@ async fn every_optional_field_may_be_null_on_every_route() {
         .await;
     assert_eq!(status, 204, "{text}");
 
+    // The protocol endpoints: their bodies are JSON-RPC messages (no optional fields of
+    // ours); each answers in its own way.
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/acp",
+            "/v1/acp",
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/a2a",
+            "/v1/a2a",
+            json!({"jsonrpc": "2.0", "id": "1", "method": "GetTask", "params": {"id": "none"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("-32001"), "{text}");
+    // (MCP's transport wants `Accept` naming JSON and an event stream: this client sends none.)
+    let (status, text) = walk
+        .send(
+            c,
+            "post",
+            "/v1/mcp",
+            "/v1/mcp",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        )
+        .await;
+    assert_eq!(status, 406, "{text}");
+
     // Every operation with a JSON body was walked (a new one needs its line above).
     let mut with_body = HashSet::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
