@@ -26,7 +26,7 @@ use agent_client_protocol::v1::schema::*;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard_engine::{Backend, BackendError, RunContext, RunSummary, ToolClass};
-use switchboard_protocol::{AgentEvent, PermissionMode, RunErrorCode, SteeringDelivery, Usage};
+use switchboard_protocol::{PermissionMode, RunErrorCode, SteeringDelivery, Usage};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -76,13 +76,7 @@ async fn reap_idle(
 /// A `Notice` in the run (best effort: a notice that cannot be stored is not worth failing
 /// the run for).
 async fn notice(ctx: &RunContext, message: String) {
-    let _ = ctx
-        .handle
-        .emit(AgentEvent::Notice {
-            run_id: ctx.run_id,
-            message,
-        })
-        .await;
+    let _ = ctx.handle.notice(message).await;
 }
 
 /// How long an agent gets to end its turn after `session/cancel` before it is killed.
@@ -371,12 +365,7 @@ impl Backend for AcpBackend {
         slot.last_used = Instant::now();
         self.ensure(&mut slot, &ctx).await?;
         if let Some(message) = ignored_options(&ctx.input) {
-            ctx.handle
-                .emit(AgentEvent::Notice {
-                    run_id: ctx.run_id,
-                    message,
-                })
-                .await?;
+            ctx.handle.notice(message).await?;
         }
         // The run's model, else the session's when the agent offers it (a session's model
         // is the server's default unless set: not worth a notice when the agent has no such

@@ -304,12 +304,7 @@ impl BuiltinAgent {
             .tool_finished(call, &out.content, out.is_error)
             .await?;
         if let Some(message) = out.notice {
-            ctx.handle
-                .emit(AgentEvent::Notice {
-                    run_id: ctx.handle.run_id(),
-                    message,
-                })
-                .await?;
+            ctx.handle.notice(message).await?;
         }
         Ok((out.content, out.is_error))
     }
@@ -359,12 +354,7 @@ impl Backend for BuiltinAgent {
         let (mcp, notices) = McpTools::connect(&ctx.mcp_servers, &ctx.cwd, sandbox).await;
         for message in notices {
             tracing::warn!(session_id = %ctx.session_id, "{message}");
-            ctx.handle
-                .emit(AgentEvent::Notice {
-                    run_id: ctx.run_id,
-                    message,
-                })
-                .await?;
+            ctx.handle.notice(message).await?;
         }
         let result = self.run_loop(ctx, &mcp).await;
         mcp.close().await;
@@ -515,12 +505,9 @@ impl BuiltinAgent {
                         m.images.clear();
                     }
                     ctx.handle
-                        .emit(AgentEvent::Notice {
-                            run_id,
-                            message: format!(
-                                "the model {model} did not accept the attached images; they were sent as text only (their names and workspace copies)"
-                            ),
-                        })
+                        .notice(format!(
+                            "the model {model} did not accept the attached images; they were sent as text only (their names and workspace copies)"
+                        ))
                         .await?;
                     turns -= 1;
                     continue;

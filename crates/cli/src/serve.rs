@@ -104,6 +104,17 @@ pub async fn build(settings: &Settings, token: String) -> Result<App> {
     // Switchboard's MCP server is this same binary (`switchboard mcp --session`).
     let exe = std::env::current_exe().ok();
     for (name, a) in &settings.agents {
+        if let Some(url) = &a.a2a {
+            let agent = switchboard_a2a::A2aAgent {
+                url: url.clone(),
+                token: a.token.clone(),
+                headers: a.headers.clone().into_iter().collect(),
+            };
+            let backend = switchboard_a2a::A2aBackend::new(name.clone(), agent)
+                .map_err(|e| anyhow::anyhow!("[agents.{name}]: {e}"))?;
+            backends.named.insert(name.clone(), Arc::new(backend));
+            continue;
+        }
         let command = AgentCommand {
             command: a.command.clone(),
             args: a.args.clone(),

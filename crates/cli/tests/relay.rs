@@ -989,6 +989,60 @@ agent = "tester"
     c.relay_down("mixed").await.unwrap();
 }
 
+/// A bundle member that is a remote A2A agent (one built with the official A2A Python SDK):
+/// a session member whose backend is the `[agents.NAME]` with `a2a`.
+#[tokio::test]
+async fn a_remote_a2a_agent_is_a_member() {
+    let w = World::new().await;
+    let agent = common::a2a_agent::SdkAgent::start().await;
+    let ws = w.path("ws");
+    w.config(&agent.config("remote"));
+    w.bundle(
+        "delegates",
+        &format!(
+            "format-version = 1\n[[members]]\nid = \"remote\"\nname = \"Remote\"\ndirectory = \"{}\"\n[members.session]\nbackend = \"remote\"\n",
+            ws.display()
+        ),
+    );
+    std::fs::write(
+        w.path("bundles/policies.toml"),
+        "format-version = 1\n[[principals]]\nid = \"alice\"\nname = \"Alice\"\npolicy = \"operator\"\n",
+    )
+    .unwrap();
+    let server = w.server().await;
+    let c = client(&server);
+    let up = c.relay_up("delegates").await.unwrap();
+    assert_eq!(up.result, HostingResult::Hosted, "{up:?}");
+    let r = c
+        .relay_send(
+            "delegates",
+            &send_req("alice", &["remote"], "please echo me", Delivery::Sync),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, SendStatus::Success, "{r:?}");
+    let got = agent
+        .wait_for(|v| {
+            v["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("please echo me"))
+        })
+        .await;
+    let text = got["text"].as_str().unwrap();
+    assert!(text.contains("From: Alice (alice)"), "{text}");
+    let look = c
+        .relay_look("delegates", "alice", "remote", Some(10))
+        .await
+        .unwrap();
+    assert!(
+        look.entries
+            .iter()
+            .any(|e| e.role == "assistant" && e.content.contains("echo: ")),
+        "{look:?}"
+    );
+    c.relay_down("delegates").await.unwrap();
+}
+
 #[tokio::test]
 async fn async_messages_survive_a_restart_and_arrive_once() {
     let w = World::new().await;

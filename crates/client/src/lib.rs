@@ -32,7 +32,7 @@ mod follow;
 mod gateway;
 mod relay;
 mod schedules;
-mod sse;
+pub mod sse;
 mod stream;
 mod team;
 mod usage;

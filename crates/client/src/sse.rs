@@ -1,4 +1,5 @@
-//! A small incremental parser for `text/event-stream` bodies.
+//! A small incremental parser for `text/event-stream` bodies (the event streams here, and the
+//! A2A backend's task streams in `switchboard-a2a`).
 //!
 //! Written by hand rather than taken from a crate because the subscription needs exact
 //! control over what happens between bytes and events: which frames carry an `id:`, that
@@ -17,11 +18,11 @@ use std::collections::VecDeque;
 
 /// Default cap on the size of one frame (its pending line plus its `data:` lines), in bytes
 /// as they came over the wire: invalid UTF-8 decoded to U+FFFD does not count extra.
-pub(crate) const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
 /// One dispatched SSE frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseFrame {
+pub struct SseFrame {
     /// The frame's own `id:` line, if it had one.
     pub id: Option<String>,
     /// The `event:` line, if any (absent means `message`).
@@ -32,14 +33,14 @@ pub(crate) struct SseFrame {
 
 /// The stream broke the parser's limits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum SseError {
+pub enum SseError {
     #[error("SSE frame larger than {0} bytes")]
     FrameTooLarge(usize),
 }
 
 /// Incremental SSE parser; see the module docs.
 #[derive(Debug)]
-pub(crate) struct SseParser {
+pub struct SseParser {
     /// Bytes of the line being read (no terminator yet).
     line: Vec<u8>,
     /// The previous chunk ended in `\r`: a `\n` at the start of the next one belongs to it.
@@ -63,7 +64,7 @@ impl Default for SseParser {
 }
 
 impl SseParser {
-    pub(crate) fn new(max_frame_bytes: usize) -> Self {
+    pub fn new(max_frame_bytes: usize) -> Self {
         Self {
             line: Vec::new(),
             skip_lf: false,
@@ -80,7 +81,7 @@ impl SseParser {
 
     /// Feeds the next chunk of the body. Whole frames become available from
     /// [`SseParser::next_frame`].
-    pub(crate) fn feed(&mut self, mut rest: &[u8]) -> Result<(), SseError> {
+    pub fn feed(&mut self, mut rest: &[u8]) -> Result<(), SseError> {
         while let Some((&first, tail)) = rest.split_first() {
             if self.skip_lf {
                 self.skip_lf = false;
@@ -111,7 +112,7 @@ impl SseParser {
     }
 
     /// The next whole frame, in arrival order.
-    pub(crate) fn next_frame(&mut self) -> Option<SseFrame> {
+    pub fn next_frame(&mut self) -> Option<SseFrame> {
         self.frames.pop_front()
     }
 

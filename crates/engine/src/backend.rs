@@ -364,6 +364,15 @@ impl RunHandle {
         Ok(seq)
     }
 
+    /// Emits a `Notice` of this run: something people should know that is not the reply.
+    pub async fn notice(&self, message: impl Into<String>) -> Result<u64, EngineError> {
+        self.emit(AgentEvent::Notice {
+            run_id: self.run_id,
+            message: message.into(),
+        })
+        .await
+    }
+
     /// Streams a piece of the reply's text (a `TextDelta`) without waiting for its commit:
     /// subscribers see it once it is stored, and consecutive pieces that fall into one
     /// commit are stored as one event. Waits only when the log's writer is saturated

@@ -197,11 +197,24 @@ pub struct StoreSection {
     pub lease_ms: Option<u64>,
 }
 
-/// One ACP agent: the command that starts it (speaking ACP on stdio).
+/// One external agent: an ACP agent's command (speaking ACP on stdio), or a remote A2A
+/// agent's URL (`a2a`) with its credentials.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSection {
+    #[serde(default)]
     pub command: String,
+    /// A remote A2A agent: its base URL (its Agent Card is at
+    /// `/.well-known/agent-card.json` under it) or its card's URL (docs/a2a.md).
+    #[serde(default)]
+    pub a2a: Option<String>,
+    /// The A2A agent's bearer token (`Authorization: Bearer …`); best kept in the secrets
+    /// file.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// More headers sent to the A2A agent (an API key header, say).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
     #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]

@@ -212,8 +212,29 @@ pub(super) fn validate_agents(
         {
             bail!("[agents.{name}]: agent names use letters, digits, '-' and '_'");
         }
-        if a.command.trim().is_empty() {
-            bail!("[agents.{name}]: `command` must not be empty");
+        match (a.command.trim().is_empty(), &a.a2a) {
+            (true, None) => bail!(
+                "[agents.{name}]: give `command` (an ACP agent) or `a2a` (a remote A2A agent's URL)"
+            ),
+            (false, Some(_)) => bail!(
+                "[agents.{name}]: `command` and `a2a` both given; an agent is one or the other"
+            ),
+            (true, Some(url)) => {
+                match url.parse::<reqwest::Url>() {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                    _ => bail!("[agents.{name}]: `a2a` must be an http(s) URL"),
+                }
+                if !a.args.is_empty() || !a.env.is_empty() {
+                    bail!(
+                        "[agents.{name}]: `args` and `env` are for a command; an A2A agent has none"
+                    );
+                }
+            }
+            (false, None) => {
+                if a.token.is_some() || !a.headers.is_empty() {
+                    bail!("[agents.{name}]: `token` and `headers` are for an A2A agent (`a2a`)");
+                }
+            }
         }
         if let Err(e) = a.sandbox.network() {
             bail!("[agents.{name}.sandbox] {e}");

@@ -145,6 +145,35 @@ fn agents_parse_and_bad_ones_are_named() {
 }
 
 #[test]
+fn an_a2a_agent_is_a_url_with_credentials_and_nothing_of_a_command() {
+    let parse = |t: &str| parse_config(t, Path::new("s.toml")).unwrap().agents;
+    let ok = parse(
+        "[agents.r]\na2a = \"https://a.example/r\"\ntoken = \"t\"\nheaders = { X-Key = \"k\" }\n",
+    );
+    assert!(validate_agents(&ok).is_ok());
+    assert_eq!(ok["r"].a2a.as_deref(), Some("https://a.example/r"));
+    for (text, says) in [
+        ("[agents.r]\n", "give `command`"),
+        (
+            "[agents.r]\ncommand = \"x\"\na2a = \"https://a\"\n",
+            "both given",
+        ),
+        ("[agents.r]\na2a = \"ftp://a\"\n", "http(s) URL"),
+        (
+            "[agents.r]\na2a = \"https://a\"\nargs = [\"-x\"]\n",
+            "`args` and `env`",
+        ),
+        (
+            "[agents.r]\ncommand = \"x\"\ntoken = \"t\"\n",
+            "for an A2A agent",
+        ),
+    ] {
+        let e = validate_agents(&parse(text)).unwrap_err().to_string();
+        assert!(e.contains(says) && e.contains("[agents.r]"), "{text}: {e}");
+    }
+}
+
+#[test]
 fn full_file_parses() {
     let c = parse_config(
         "listen = \"127.0.0.1:1\"\n[provider]\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n[events]\nretention_days = 3\n",

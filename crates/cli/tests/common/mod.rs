@@ -10,6 +10,7 @@ use switchboard_protocol::{AgentEvent, EventEnvelope};
 use switchboard_test_support::process::ServerProcess;
 use uuid::Uuid;
 
+pub mod a2a_agent;
 pub mod api;
 pub mod browser;
 pub mod chat;

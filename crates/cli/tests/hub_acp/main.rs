@@ -5,6 +5,7 @@
 //! front of a real server whose sessions run the scriptable test agent.
 
 mod a2a;
+mod a2a_backend;
 mod acpx;
 #[path = "../common/mod.rs"]
 mod common;
