@@ -32,6 +32,30 @@ pub(crate) enum Incoming {
         Box<RequestPermissionRequest>,
         Box<v1::Responder<RequestPermissionResponse>>,
     ),
+    /// The agent asks the person something (`elicitation/create`).
+    Question(
+        Box<CreateElicitationRequest>,
+        Box<v1::Responder<CreateElicitationResponse>>,
+    ),
+}
+
+impl Incoming {
+    /// Answers a request that no run will handle (a stale one, or one that came after the
+    /// turn ended): cancelled, so the agent is not left waiting.
+    pub(crate) fn dismiss(self) {
+        match self {
+            Self::Update(_) => {}
+            Self::Permission(_, responder) => {
+                let _ = responder.respond(RequestPermissionResponse::new(
+                    RequestPermissionOutcome::Cancelled,
+                ));
+            }
+            Self::Question(_, responder) => {
+                let _ =
+                    responder.respond(CreateElicitationResponse::new(ElicitationAction::Cancel));
+            }
+        }
+    }
 }
 
 /// What to run and how.
@@ -172,6 +196,7 @@ impl Conn {
         let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
         let (in_tx, incoming) = mpsc::unbounded_channel::<Incoming>();
         let perm_tx = in_tx.clone();
+        let question_tx = in_tx.clone();
         let (cx_tx, cx_rx) = oneshot::channel::<v1::ConnectionTo<Agent>>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let agent = name.to_string();
@@ -191,6 +216,15 @@ impl Conn {
                         // Handed to the run; answered when a person (or policy) decides.
                         let _ =
                             perm_tx.send(Incoming::Permission(Box::new(req), Box::new(responder)));
+                        Ok(())
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .on_receive_request(
+                    async move |req: CreateElicitationRequest, responder, _cx| {
+                        // Handed to the run: an approval that asks a person.
+                        let _ = question_tx
+                            .send(Incoming::Question(Box::new(req), Box::new(responder)));
                         Ok(())
                     },
                     agent_client_protocol::on_receive_request!(),
@@ -234,7 +268,13 @@ impl Conn {
                     .fs(FileSystemCapabilities::new()
                         .read_text_file(false)
                         .write_text_file(false))
-                    .terminal(false),
+                    .terminal(false)
+                    // An agent's questions become approvals (forms and pages to visit).
+                    .elicitation(
+                        ElicitationCapabilities::new()
+                            .form(ElicitationFormCapabilities::new())
+                            .url(ElicitationUrlCapabilities::new()),
+                    ),
             )
             .client_info(Implementation::new(
                 "switchboard",

@@ -11,6 +11,7 @@
 
 mod conn;
 mod content;
+mod elicit;
 mod map;
 mod open;
 mod prompt;

@@ -32,6 +32,8 @@ pub(crate) struct Turn {
     /// The session's cumulative cost (amount, currency) as the agent's last `usage_update`
     /// in this turn gave it.
     pub(crate) cost: Option<(f64, String)>,
+    /// The agent's questions (elicitations) asked in this turn.
+    questions: u32,
 }
 
 impl Turn {
@@ -48,7 +50,40 @@ impl Turn {
             finished: HashSet::new(),
             locations: HashMap::new(),
             cost: None,
+            questions: 0,
         }
+    }
+
+    /// A public id for the turn's next question (its own, apart from the agent's call ids).
+    pub fn question_id(&mut self) -> String {
+        self.questions += 1;
+        self.public_id(&format!("elicitation-{}", self.questions))
+    }
+
+    /// The question `call` was answered `answer` (`is_error`: the answer could not be
+    /// given): recorded as a call that ran, after the reply so far, so the transcript keeps
+    /// the order things happened in.
+    pub async fn answered(
+        &mut self,
+        handle: &RunHandle,
+        call: &switchboard_protocol::ToolCall,
+        answer: &str,
+        is_error: bool,
+    ) -> Result<(), EngineError> {
+        self.flush_text(handle, std::slice::from_ref(call)).await?;
+        handle.tool_started(call).await?;
+        handle.tool_finished(call, answer, is_error).await
+    }
+
+    /// The question `call` was declined or left unanswered (`decision` says why).
+    pub async fn not_answered(
+        &mut self,
+        handle: &RunHandle,
+        call: &switchboard_protocol::ToolCall,
+        decision: &Decision,
+    ) -> Result<(), EngineError> {
+        self.flush_text(handle, std::slice::from_ref(call)).await?;
+        handle.tool_not_run(call, decision).await.map(|_| ())
     }
 
     /// The call's id as Switchboard shows it: ACP ids are unique only within one ACP

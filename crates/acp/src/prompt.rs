@@ -8,7 +8,7 @@ use switchboard_engine::{BackendError, Decision, RunContext};
 use switchboard_protocol::{RejectionCause, RunErrorCode};
 
 use crate::conn::{Conn, Incoming};
-use crate::{AcpBackend, CANCEL_GRACE, map};
+use crate::{AcpBackend, CANCEL_GRACE, elicit, map};
 
 impl AcpBackend {
     /// One `session/prompt` and everything the agent sends until it answers. Returns the
@@ -24,11 +24,7 @@ impl AcpBackend {
     ) -> Result<(String, bool), BackendError> {
         // Anything left from an earlier turn is stale: answer it so the agent is not stuck.
         while let Ok(item) = conn.incoming.try_recv() {
-            if let Incoming::Permission(_, responder) = item {
-                let _ = responder.respond(RequestPermissionResponse::new(
-                    RequestPermissionOutcome::Cancelled,
-                ));
-            }
+            item.dismiss();
         }
         let req = PromptRequest::new(session.clone(), blocks);
         let mut reply = tokio::spawn(conn.cx.send_request(req).block_task());
@@ -53,6 +49,14 @@ impl AcpBackend {
                                 tracing::warn!(agent = %self.name, error = %e, "could not answer a permission request");
                             }
                         }
+                        Incoming::Question(req, responder) => {
+                            let action = self
+                                .question(conn, session, ctx, turn, &req, &mut cancel_sent)
+                                .await?;
+                            if let Err(e) = responder.respond(CreateElicitationResponse::new(action)) {
+                                tracing::warn!(agent = %self.name, error = %e, "could not answer an elicitation");
+                            }
+                        }
                     }
                 }
                 done = &mut reply => {
@@ -60,11 +64,7 @@ impl AcpBackend {
                     while let Ok(item) = conn.incoming.try_recv() {
                         match item {
                             Incoming::Update(n) => turn.update(&ctx.handle, n.update).await?,
-                            Incoming::Permission(_, responder) => {
-                                let _ = responder.respond(RequestPermissionResponse::new(
-                                    RequestPermissionOutcome::Cancelled,
-                                ));
-                            }
+                            other => other.dismiss(),
                         }
                     }
                     return match done {
@@ -118,6 +118,33 @@ impl AcpBackend {
         }
         let (call, class) = turn.permission_call(req, &ctx.cwd, ctx.config.permission_mode);
         let call_id = call.id.clone();
+        let Some(decision) = self
+            .decide(conn, session, ctx, call, class, cancel_sent)
+            .await
+        else {
+            return RequestPermissionOutcome::Cancelled;
+        };
+        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
+            self.send_cancel(conn, session, cancel_sent);
+            return RequestPermissionOutcome::Cancelled;
+        }
+        if decision != Decision::Run {
+            turn.rejected(&call_id);
+        }
+        map::outcome(&decision, &req.options)
+    }
+
+    /// One call through the approval gate, the wait ending early if the agent goes away
+    /// (`None`) or the run is cancelled (`session/cancel` first; the gate then rejects).
+    async fn decide(
+        &self,
+        conn: &Conn,
+        session: &SessionId,
+        ctx: &RunContext,
+        call: switchboard_protocol::ToolCall,
+        class: switchboard_engine::ToolClass,
+        cancel_sent: &mut Option<Instant>,
+    ) -> Option<Decision> {
         let calls = [(call, class)];
         let gate = ctx.handle.gate(&calls);
         tokio::pin!(gate);
@@ -129,28 +156,72 @@ impl AcpBackend {
                     self.send_cancel(conn, session, cancel_sent);
                 }
                 _ = conn.cx.incoming_closed() => {
-                    tracing::warn!(agent = %self.name, "the agent went away while its permission request waited");
+                    tracing::warn!(agent = %self.name, "the agent went away while its request waited for a person");
                     break None;
                 }
             }
         };
-        let decision = match decided {
-            Some(Ok(d)) => d.into_iter().next().unwrap_or_else(|| {
+        match decided? {
+            Ok(d) => Some(d.into_iter().next().unwrap_or_else(|| {
                 Decision::Rejected(RejectionCause::Cancelled, "no decision was made".into())
-            }),
-            Some(Err(e)) => {
+            })),
+            Err(e) => {
                 tracing::warn!(agent = %self.name, error = %e, "approval failed; answering cancelled");
-                return RequestPermissionOutcome::Cancelled;
+                None
             }
-            None => return RequestPermissionOutcome::Cancelled,
+        }
+    }
+
+    /// The agent's question (`elicitation/create`) asked as an approval in every mode
+    /// (crate::elicit); the decision is its answer. A cancelled run cancels it.
+    async fn question(
+        &self,
+        conn: &Conn,
+        session: &SessionId,
+        ctx: &RunContext,
+        turn: &mut map::Turn,
+        req: &CreateElicitationRequest,
+        cancel_sent: &mut Option<Instant>,
+    ) -> Result<ElicitationAction, BackendError> {
+        if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
+            self.send_cancel(conn, session, cancel_sent);
+            return Ok(ElicitationAction::Cancel);
+        }
+        let Some(call) = elicit::question(turn.question_id(), req) else {
+            tracing::warn!(agent = %self.name, "an elicitation of a mode Switchboard does not know: declined");
+            return Ok(ElicitationAction::Decline);
+        };
+        let Some(decision) = self
+            .decide(
+                conn,
+                session,
+                ctx,
+                call.clone(),
+                switchboard_engine::ToolClass::Question,
+                cancel_sent,
+            )
+            .await
+        else {
+            return Ok(ElicitationAction::Cancel);
         };
         if cancel_sent.is_some() || ctx.cancel.is_cancelled() {
             self.send_cancel(conn, session, cancel_sent);
-            return RequestPermissionOutcome::Cancelled;
+            return Ok(ElicitationAction::Cancel);
         }
-        if decision != Decision::Run {
-            turn.rejected(&call_id);
+        let (action, shown) = elicit::answer(&decision, req);
+        match (&decision, shown) {
+            (Decision::Run | Decision::Custom(_), Some(shown)) => {
+                turn.answered(&ctx.handle, &call, &shown, false).await?;
+            }
+            (Decision::Rejected(..), _) => {
+                turn.not_answered(&ctx.handle, &call, &decision).await?;
+            }
+            // Allowed (or answered) but the form could not be filled: declined, and said so.
+            (_, None) => {
+                let why = "declined: the answer left a required field of the form empty (answer with a result that fills it)";
+                turn.answered(&ctx.handle, &call, why, true).await?;
+            }
         }
-        map::outcome(&decision, &req.options)
+        Ok(action)
     }
 }

@@ -78,6 +78,11 @@ pub struct ApproveArgs {
     /// Why (given to the model with a rejection).
     #[arg(long, requires = "deny")]
     pub reason: Option<String>,
+    /// Answer instead of running: the text is the call's result (`custom_result`) — how an
+    /// agent's question (`acp__elicitation`) is answered: the form's fields as a JSON
+    /// object, or the text of its one text field.
+    #[arg(long, conflicts_with = "deny")]
+    pub answer: Option<String>,
     /// Decide only this call (repeatable); the others stay pending. Default: all.
     #[arg(long = "call", value_name = "ID")]
     pub calls: Vec<String>,
@@ -519,7 +524,8 @@ async fn ask_each(calls: &[&ToolCall]) -> Result<Vec<(String, DecisionAction)>> 
     Ok(out)
 }
 
-/// `switchboard approve SESSION [--deny] [--reason TEXT]`: answers every pending call.
+/// `switchboard approve SESSION [--deny [--reason TEXT] | --answer TEXT]`: answers every
+/// pending call.
 pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode> {
     let c = client(settings)?;
     let pending = c.pending_tools(args.session).await?;
@@ -529,9 +535,12 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
     };
     let action = if args.deny {
         DecisionAction::Reject
+    } else if args.answer.is_some() {
+        DecisionAction::CustomResult
     } else {
         DecisionAction::Accept
     };
+    let content = args.answer.clone().or_else(|| args.reason.clone());
     for id in &args.calls {
         if !pending.tool_calls.iter().any(|c| &c.id == id) {
             let ids: Vec<&str> = pending.tool_calls.iter().map(|c| c.id.as_str()).collect();
@@ -550,7 +559,7 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
                 call.id.clone(),
                 ToolDecision {
                     action,
-                    content: args.reason.clone(),
+                    content: content.clone(),
                     by: Some("the CLI (switchboard approve)".to_string()),
                     cause: None,
                 },

@@ -33,6 +33,9 @@ pub enum ToolClass {
     Execute,
     /// Anything else (fetch, MCP tools, unknown ACP kinds).
     Other,
+    /// A question for a person (an agent's elicitation: a form to fill, a page to visit):
+    /// policy cannot answer it, so it is asked in every mode, whatever `auto_approve` says.
+    Question,
 }
 
 /// What policy says about one call before anybody is asked.
@@ -64,8 +67,10 @@ pub fn auto_approved(auto: &AutoApprove, name: &str) -> bool {
 /// - `full-access`: everything runs.
 ///
 /// `auto_approve` turns an *ask* into *allow*; it never overrides a refusal by the mode.
+/// A [`ToolClass::Question`] is asked in every mode.
 pub fn settle(mode: PermissionMode, auto: &AutoApprove, name: &str, class: ToolClass) -> Verdict {
     let by_mode = match (mode, class) {
+        (_, ToolClass::Question) => return Verdict::Ask,
         (PermissionMode::FullAccess, _) => Verdict::Allow,
         (_, ToolClass::Read) => Verdict::Allow,
         (PermissionMode::ReadOnly, ToolClass::Write | ToolClass::Execute) => Verdict::Deny(
@@ -608,6 +613,22 @@ pub(crate) async fn ask(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_question_is_asked_in_every_mode_whatever_auto_approve_says() {
+        for mode in [
+            PermissionMode::ReadOnly,
+            PermissionMode::WorkspaceWrite,
+            PermissionMode::FullAccess,
+        ] {
+            let all = AutoApprove::Keyword(AutoApproveKeyword::All);
+            assert_eq!(
+                settle(mode, &all, "acp__elicitation", ToolClass::Question),
+                Verdict::Ask,
+                "{mode:?}"
+            );
+        }
+    }
 
     fn tools(names: &[&str]) -> AutoApprove {
         AutoApprove::Tools(names.iter().map(|s| s.to_string()).collect())

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod lifecycle;
+mod question;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

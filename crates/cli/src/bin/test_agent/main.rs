@@ -15,7 +15,8 @@
 //!   advertises (default none: text and resource links only). Every non-text block of a
 //!   prompt is logged as `block KIND mime=… uri=… bytes=…`.
 //!
-//! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[tool]`,
+//! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[elicit]`
+//! (question.rs), `[tool]`,
 //! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[read:PATH]`, `[share:PATH]`, `[calc]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
 //! `[share:PATH]` calls `send_file {path: PATH}` on the `switchboard` MCP server the session
 //! was opened with (a real MCP client over stdio) and says the outcome; every session's
@@ -51,6 +52,7 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 mod lifecycle;
 mod mcp;
+mod question;
 mod turn;
 
 use mcp::*;

@@ -227,6 +227,10 @@ impl Turn {
             return cancelled_response();
         }
         let mut scripted = false;
+        if has("[elicit]") {
+            scripted = true;
+            self.elicit().await?;
+        }
         if has("[tool]") || has("[tool-crash]") {
             scripted = true;
             let flow = self
