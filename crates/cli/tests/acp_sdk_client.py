@@ -2,7 +2,7 @@
 `switchboard acp`: the stable methods an ACP client has beyond create/prompt/approve —
 config options (mode and model), usage and title updates, session/list with its cwd
 filter, close, resume (also after the server restarted), delete, and a denial whose reason
-comes from an elicitation form.
+comes from an elicitation form, and an agent's own question asked as its form.
 
 Run by crates/cli/tests/hub_acp/sdk.rs with SWITCHBOARD_BIN, SWITCHBOARD_URL,
 SWITCHBOARD_TOKEN and WS (a workspace) set; `main` prints the session ids it made as one
@@ -43,6 +43,9 @@ class Editor:
 
     async def create_elicitation(self, message, mode, **kwargs):
         self.forms.append((message, mode))
+        if message.startswith("Which branch"):
+            # The agent's own question, asked as the form it is: its fields filled.
+            return schema.AcceptElicitationResponse(action="accept", content={"branch": "from-editor"})
         if self.reason is None:
             return schema.DeclineElicitationResponse(action="decline")
         return schema.AcceptElicitationResponse(action="accept", content={"reason": self.reason})
@@ -135,6 +138,19 @@ async def main_phase():
         check(r.stop_reason == "end_turn", f"end_turn after the denial, got {r.stop_reason}")
         check(ed.asked and "deny-with-reason" in ed.asked[-1], f"deny-with-reason offered, got {ed.asked}")
         check(len(ed.forms) == 1, f"one form asked, got {len(ed.forms)}")
+
+        # The agent's own question comes as its form, and the values reach the agent.
+        before = len(ed.of(t.session_id, "agent_message_chunk"))
+        asked = len(ed.asked)
+        r = await asyncio.wait_for(conn.prompt(session_id=t.session_id, prompt=[text_block("[elicit]")]), WAIT)
+        check(r.stop_reason == "end_turn", f"end_turn after the question, got {r.stop_reason}")
+        check(len(ed.forms) == 2, f"the question asked as a form, got {len(ed.forms)} forms")
+        mode = ed.forms[-1][1]
+        fields = (mode.root if hasattr(mode, "root") else mode).requested_schema.properties
+        check({"branch", "force"} <= set(fields), f"the agent's fields, got {sorted(fields)}")
+        check(len(ed.asked) == asked, "no permission request for a question")
+        said = "".join(u.content.text for u in ed.of(t.session_id, "agent_message_chunk")[before:])
+        check('answer: accept {"branch":"from-editor","force":false}' in said, f"the agent got the values, said {said!r}")
 
         # session/list: the cwd filter.
         listed = await asyncio.wait_for(conn.list_sessions(cwd=ws), WAIT)

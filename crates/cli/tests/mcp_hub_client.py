@@ -115,6 +115,30 @@ async def main_client(s):
     check("rejected" in answer["reply"], f"the agent heard of the rejection, got {answer}")
     check(any("waiting for approval" in (m or "") and call in (m or "") for m in waiting), f"progress named the waiting call, got {waiting}")
 
+    # The agent's own question (acp__elicitation) is answered with decision `answer`.
+    turn = asyncio.create_task(s.call_tool("send_message", {"session": tid, "message": "[elicit]"}))
+    question = None
+    for _ in range(300):
+        res = await asyncio.wait_for(s.call_tool("list_approvals", {}), WAIT)
+        mine = [a for a in body(res)["approvals"] if a["session_id"] == tid]
+        if mine:
+            question = mine[0]
+            break
+        await asyncio.sleep(0.1)
+    check(question is not None and question["tool_calls"][0]["name"] == "acp__elicitation", f"the question is listed, got {question}")
+    res = await asyncio.wait_for(
+        s.call_tool(
+            "decide_approval",
+            {"session": tid, "run_id": question["run_id"], "tool_call_id": question["tool_calls"][0]["id"],
+             "decision": "answer", "answer": '{"branch": "over-mcp"}'},
+        ),
+        WAIT,
+    )
+    check(not is_error(res), f"decide_approval answer: {res}")
+    res = await asyncio.wait_for(turn, WAIT)
+    said = body(res)["reply"]
+    check('answer: accept {"branch":"over-mcp","force":false}' in said, f"the agent got the answer, said {said!r}")
+
     # Errors are tool errors with Switchboard's code; the connection goes on.
     res = await asyncio.wait_for(s.call_tool("send_message", {"session": "not-an-id", "message": "x"}), WAIT)
     check(is_error(res) and body(res)["code"] == "validation_failed", f"a bad id is refused, got {res}")

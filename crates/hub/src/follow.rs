@@ -168,6 +168,14 @@ pub(crate) fn ask(
     if !open.asked.lock().insert(tool_call_id.to_owned()) {
         return;
     }
+    let forms = hub.forms.load(std::sync::atomic::Ordering::Relaxed);
+    if forms
+        && let Some(call) = mapper.call(tool_call_id)
+        && let Some(question) = crate::question::form(open.id, call)
+    {
+        crate::question::ask(hub, open, cx, run, tool_call_id, question);
+        return;
+    }
     let mut fields = ToolCallUpdateFields::new();
     if let Some(call) = mapper.call(tool_call_id) {
         fields = fields
@@ -178,7 +186,7 @@ pub(crate) fn ask(
     let request = RequestPermissionRequest::new(
         open.id.to_string(),
         ToolCallUpdate::new(tool_call_id.to_owned(), fields),
-        options(hub.forms.load(std::sync::atomic::Ordering::Relaxed)),
+        options(forms),
     );
     let sent = cx.send_request(request);
     open.asks
@@ -215,34 +223,48 @@ pub(crate) fn ask(
             }
         };
         if let Some(action) = action {
-            let reject = action == DecisionAction::Reject;
-            let req = ToolDecisionsRequest {
-                run_id: run,
-                decisions: [(
-                    id.clone(),
-                    ToolDecision {
-                        action,
-                        content: reject.then(|| {
-                            reason
-                                .map(|r| format!("denied in the editor: {r}"))
-                                .unwrap_or_else(|| "denied in the editor".to_owned())
-                        }),
-                        by: Some("the editor (ACP)".to_owned()),
-                        cause: reject.then_some(switchboard_protocol::RejectionCause::User),
-                    },
-                )]
-                .into_iter()
-                .collect(),
-            };
-            if let Err(e) = hub.api.decide_tools(open.id, &req).await {
-                // Decided elsewhere meanwhile, or the run ended: nothing to do.
-                tracing::info!(session = %open.id, tool_call_id = %id, error = %e, "the editor's decision was not taken");
-            }
+            let reason = (action == DecisionAction::Reject).then(|| {
+                reason
+                    .map(|r| format!("denied in the editor: {r}"))
+                    .unwrap_or_else(|| "denied in the editor".to_owned())
+            });
+            decide(&hub, open.id, run, &id, action, reason).await;
         }
         Ok(())
     });
     if let Err(e) = spawned {
         tracing::debug!(error = %e, "the connection is closing");
+    }
+}
+
+/// The editor's decision on call `id` of `run`, taken as "the editor (ACP)" decided it
+/// (`content`: a rejection's reason, or the call's result).
+pub(crate) async fn decide(
+    hub: &Hub,
+    session: Uuid,
+    run: Uuid,
+    id: &str,
+    action: DecisionAction,
+    content: Option<String>,
+) {
+    let reject = action == DecisionAction::Reject;
+    let req = ToolDecisionsRequest {
+        run_id: run,
+        decisions: [(
+            id.to_owned(),
+            ToolDecision {
+                action,
+                content,
+                by: Some("the editor (ACP)".to_owned()),
+                cause: reject.then_some(switchboard_protocol::RejectionCause::User),
+            },
+        )]
+        .into_iter()
+        .collect(),
+    };
+    if let Err(e) = hub.api.decide_tools(session, &req).await {
+        // Decided elsewhere meanwhile, or the run ended: nothing to do.
+        tracing::info!(%session, tool_call_id = %id, error = %e, "the editor's decision was not taken");
     }
 }
 

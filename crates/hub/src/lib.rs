@@ -43,6 +43,7 @@ pub mod mcp;
 mod meter;
 mod mode;
 mod prompt;
+mod question;
 mod session;
 mod state;
 pub mod ws;

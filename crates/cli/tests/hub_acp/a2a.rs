@@ -54,3 +54,72 @@ async fn the_official_a2a_sdk_drives_tasks_approvals_cancel_and_push() {
     assert_eq!(by.as_deref(), Some("an A2A client"));
     assert!(seen["pushed"].as_u64().unwrap() >= 2, "{seen}");
 }
+
+/// An ACP agent's own question, reached over A2A: the task requires input with the
+/// question in the agent's words, and the client's reply is the answer the agent gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_s_question_is_answered_by_the_a2a_client_s_reply() {
+    let world = World::new().await;
+    let server = world.server(&[]).await;
+    let http = reqwest::Client::new();
+    let rpc = |method: &str, params: serde_json::Value| {
+        http.post(format!("{}/v1/a2a", server.url))
+            .bearer_auth(TOKEN)
+            .header("A2A-Version", "1.0")
+            .json(
+                &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+            )
+            .send()
+    };
+    let message = |text: &str, task: Option<&str>| {
+        let mut m = serde_json::json!({"messageId": Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{"text": text}]});
+        if let Some(t) = task {
+            m["taskId"] = serde_json::json!(t);
+        }
+        m
+    };
+    let sent: serde_json::Value = rpc(
+        "SendMessage",
+        serde_json::json!({"message": message("[elicit]", None), "metadata": {"skill": "test"}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let task = &sent["result"]["task"];
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+        "{sent}"
+    );
+    let asks = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        asks.starts_with("The agent asks: Which branch should I deploy? (fields: branch, force)"),
+        "{asks}"
+    );
+    let id = task["id"].as_str().unwrap();
+    let done: serde_json::Value = rpc(
+        "SendMessage",
+        serde_json::json!({"message": message("release-9", Some(id))}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let task = &done["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{done}");
+    let reply: String = task["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| a["parts"].as_array().unwrap())
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert!(
+        reply.contains(r#"answer: accept {"branch":"release-9","force":false}"#),
+        "{reply}"
+    );
+}

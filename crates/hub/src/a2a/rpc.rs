@@ -504,20 +504,32 @@ impl Ctx {
             .iter()
             .any(|w| word.starts_with(w));
         let rx = tracked.events.subscribe();
+        // The agent's question is answered by the text itself, unless its first word says
+        // allow (take the defaults) or declines.
+        let first = word
+            .split(|c: char| !c.is_alphanumeric())
+            .next()
+            .unwrap_or_default();
+        let question_allow = ["allow", "yes", "approve", "ok"].contains(&first);
+        let declines = ["decline", "deny", "no"].contains(&first);
         let decisions = waiting
             .into_iter()
-            .map(|call| {
+            .map(|(call, question)| {
+                let (action, content) = match (question, allow, question_allow, declines) {
+                    (true, _, true, _) | (false, true, _, _) => (DecisionAction::Accept, None),
+                    (true, _, false, false) => {
+                        (DecisionAction::CustomResult, Some(text.trim().to_owned()))
+                    }
+                    _ => (DecisionAction::Reject, Some(text.trim().to_owned())),
+                };
+                let reject = action == DecisionAction::Reject;
                 (
                     call,
                     ToolDecision {
-                        action: if allow {
-                            DecisionAction::Accept
-                        } else {
-                            DecisionAction::Reject
-                        },
-                        content: (!allow).then(|| text.trim().to_owned()),
+                        action,
+                        content,
                         by: Some("an A2A client".to_owned()),
-                        cause: (!allow).then_some(switchboard_protocol::RejectionCause::User),
+                        cause: reject.then_some(switchboard_protocol::RejectionCause::User),
                     },
                 )
             })

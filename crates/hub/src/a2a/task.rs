@@ -83,8 +83,9 @@ pub(crate) struct TaskState {
     reply: String,
     files: Vec<Value>,
     history: Vec<Value>,
-    /// The calls waiting for a decision (ids), while input is required.
-    pub(crate) waiting: Vec<String>,
+    /// The calls waiting for a decision (ids, and whether each is the agent's question),
+    /// while input is required.
+    pub(crate) waiting: Vec<(String, bool)>,
 }
 
 impl TaskState {
@@ -271,18 +272,11 @@ impl Tracked {
                 }
                 RunStep::Text(t) => self.append(&t),
                 RunStep::ToolsWaiting(calls) => {
-                    let asked: Vec<String> = calls
+                    self.state.lock().waiting = calls
                         .iter()
-                        .map(|c| format!("{} {}", c.name, c.arguments))
+                        .map(|c| (c.id.clone(), crate::question::is_question(c)))
                         .collect();
-                    self.state.lock().waiting = calls.iter().map(|c| c.id.clone()).collect();
-                    self.set(
-                        State::InputRequired,
-                        Some(format!(
-                            "Approve {}? Reply `allow`, or `deny` and why.",
-                            asked.join("; ")
-                        )),
-                    );
+                    self.set(State::InputRequired, Some(input_wanted(&calls)));
                 }
                 RunStep::FileShared { file, caption } => {
                     let mut part = json!({
@@ -318,4 +312,30 @@ impl Tracked {
         }
         self.set(State::Failed, Some("the run's events ended".to_owned()));
     }
+}
+
+/// What a task that requires input asks: the agent's question in its own words, or which
+/// calls wait for approval.
+fn input_wanted(calls: &[switchboard_protocol::ToolCall]) -> String {
+    if let Some(q) = calls.iter().find(|c| crate::question::is_question(c)) {
+        let message = q.arguments["message"].as_str().unwrap_or_default();
+        let fields = q.arguments["fields"]
+            .as_object()
+            .map(|f| {
+                let names: Vec<&str> = f.keys().map(String::as_str).collect();
+                format!(" (fields: {})", names.join(", "))
+            })
+            .unwrap_or_default();
+        return format!(
+            "The agent asks: {message}{fields}. Reply with the answer — the fields as a JSON object, or the text of the one text field — `allow` to take the defaults, or `decline`."
+        );
+    }
+    let asked: Vec<String> = calls
+        .iter()
+        .map(|c| format!("{} {}", c.name, c.arguments))
+        .collect();
+    format!(
+        "Approve {}? Reply `allow`, or `deny` and why.",
+        asked.join("; ")
+    )
 }

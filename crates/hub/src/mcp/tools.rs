@@ -78,6 +78,9 @@ pub(super) struct TranscriptArgs {
 pub(super) enum Decision {
     Allow,
     Deny,
+    /// Answer the call instead of running it: `answer` is its result (how an agent's
+    /// question, `acp__elicitation`, is answered).
+    Answer,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -89,10 +92,13 @@ pub(super) struct DecideArgs {
     run_id: String,
     /// The call to decide (`tool_calls[].id` of list_approvals).
     tool_call_id: String,
-    /// `allow` runs the call; `deny` does not.
+    /// `allow` runs the call; `deny` does not; `answer` gives `answer` as its result.
     decision: Decision,
     /// Why, for a denial: the agent reads it.
     reason: Option<String>,
+    /// With `answer`: the result — for an agent's question (`acp__elicitation`), the form's
+    /// fields as a JSON object, or the text of its one text field.
+    answer: Option<String>,
 }
 
 /// A tool's failure as MCP wants it: a result with `isError`, the server's code and message.
@@ -255,7 +261,9 @@ impl SessionsMcp {
 
     #[tool(
         description = "Allow or deny a tool call waiting for approval (from list_approvals, or \
-                       named in send_message's progress). A denial's reason reaches the agent."
+                       named in send_message's progress). A denial's reason reaches the agent. \
+                       An agent's question (acp__elicitation) is answered with decision \
+                       `answer` and the answer."
     )]
     async fn decide_approval(
         &self,
@@ -268,21 +276,33 @@ impl SessionsMcp {
                 let session = id(&args.session, "session")?;
                 let run = id(&args.run_id, "run")?;
                 let deny = matches!(args.decision, Decision::Deny);
+                let (action, content) = match args.decision {
+                    Decision::Allow => (DecisionAction::Accept, None),
+                    Decision::Deny => (
+                        DecisionAction::Reject,
+                        Some(
+                            args.reason
+                                .clone()
+                                .unwrap_or_else(|| "denied over MCP".to_owned()),
+                        ),
+                    ),
+                    Decision::Answer => match &args.answer {
+                        Some(a) => (DecisionAction::CustomResult, Some(a.clone())),
+                        None => {
+                            return Err(ToolError {
+                                code: "validation_failed".into(),
+                                message: "decision `answer` needs `answer`".into(),
+                            });
+                        }
+                    },
+                };
                 let req = ToolDecisionsRequest {
                     run_id: run,
                     decisions: [(
                         args.tool_call_id.clone(),
                         ToolDecision {
-                            action: if deny {
-                                DecisionAction::Reject
-                            } else {
-                                DecisionAction::Accept
-                            },
-                            content: deny.then(|| {
-                                args.reason
-                                    .clone()
-                                    .unwrap_or_else(|| "denied over MCP".to_owned())
-                            }),
+                            action,
+                            content,
                             by: Some("an MCP client".to_owned()),
                             cause: deny.then_some(switchboard_protocol::RejectionCause::User),
                         },
