@@ -584,13 +584,17 @@ async fn an_editor_over_the_websocket_loads_a_session_started_elsewhere() {
         text_chunk(u, false).is_some_and(|t| t == "phone again")
     })
     .await;
+    // The phone's run ended before the editor's follower passed it on: wait for its reply.
+    let logged = log_text(&c, s.id).await;
+    let deadline = std::time::Instant::now() + WAIT;
+    while agent_text(&ed.updates_of(&sid)).len() < logged.len()
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let ups = ed.updates_of(&sid);
     assert_eq!(user_texts(&ups), ["started from the phone", "phone again"]);
-    assert_eq!(
-        agent_text(&ups),
-        log_text(&c, s.id).await,
-        "each event once, in order"
-    );
+    assert_eq!(agent_text(&ups), logged, "each event once, in order");
 
     // An approval asked in the editor over the network, answered there.
     let turn = ed.prompt(&sid, "[tool]");
