@@ -76,6 +76,31 @@ impl Conn {
 }
 
 impl AcpBackend {
+    /// Waits for the answer to `session/resume` or `session/load` (`step`): `Ok(Ok(_))`
+    /// taken; `Ok(Err(_))` refused by an agent that is still there (another way may work);
+    /// `Err(_)` no answer in time, or the agent died.
+    async fn reopen<R>(
+        &self,
+        conn: &mut Conn,
+        step: &'static str,
+        sent: impl std::future::Future<Output = Result<R, agent_client_protocol::Error>>,
+    ) -> Result<Result<R, AcpError>, AcpError> {
+        let answer = tokio::time::timeout(LOAD_SESSION_TIMEOUT, sent)
+            .await
+            .map_err(|_| AcpError::Protocol {
+                agent: self.name.clone(),
+                step,
+                reason: format!("no answer within {} s", LOAD_SESSION_TIMEOUT.as_secs()),
+            })?;
+        match answer {
+            Ok(resp) => Ok(Ok(resp)),
+            Err(e) => match conn.failure(&self.name, step, &e).await {
+                err @ AcpError::Exited { .. } => Err(err),
+                err => Ok(Err(err)),
+            },
+        }
+    }
+
     /// Sets the agent's model option to `model` when it offers that value (and it is not
     /// already); `Err` says why the model could not be given.
     pub(crate) async fn set_model(
@@ -137,17 +162,8 @@ impl AcpBackend {
             if conn.resume_session {
                 let req = ResumeSessionRequest::new(id.clone(), cwd.clone())
                     .mcp_servers(self.mcp_servers(ctx, conn.mcp_http).0);
-                let answer = tokio::time::timeout(
-                    LOAD_SESSION_TIMEOUT,
-                    conn.cx.send_request(req).block_task(),
-                )
-                .await
-                .map_err(|_| AcpError::Protocol {
-                    agent: self.name.clone(),
-                    step: "session/resume",
-                    reason: format!("no answer within {} s", LOAD_SESSION_TIMEOUT.as_secs()),
-                })?;
-                match answer {
+                let sent = conn.cx.send_request(req).block_task();
+                match self.reopen(conn, "session/resume", sent).await? {
                     Ok(resp) => {
                         tracing::info!(agent = %self.name, acp_session = %id, "resumed the agent's session");
                         return Ok(Opened {
@@ -155,11 +171,7 @@ impl AcpBackend {
                             model: model_option(resp.config_options.as_ref()),
                         });
                     }
-                    Err(e) => {
-                        let err = conn.failure(&self.name, "session/resume", &e).await;
-                        if matches!(err, AcpError::Exited { .. }) {
-                            return Err(err);
-                        }
+                    Err(err) => {
                         tracing::warn!(agent = %self.name, error = %err, "session/resume failed; trying session/load");
                     }
                 }
@@ -167,33 +179,20 @@ impl AcpBackend {
             if conn.load_session {
                 let req = LoadSessionRequest::new(id.clone(), cwd.clone())
                     .mcp_servers(self.mcp_servers(ctx, conn.mcp_http).0);
-                let answer = tokio::time::timeout(
-                    LOAD_SESSION_TIMEOUT,
-                    conn.cx.send_request(req).block_task(),
-                )
-                .await
-                .map_err(|_| AcpError::Protocol {
-                    agent: self.name.clone(),
-                    step: "session/load",
-                    reason: format!("no answer within {} s", LOAD_SESSION_TIMEOUT.as_secs()),
-                })?;
-                match answer {
+                let sent = conn.cx.send_request(req).block_task();
+                let loaded = self.reopen(conn, "session/load", sent).await?;
+                // The agent replays the history as updates before it answers: it is already
+                // in our log, so it is dropped here (after a failure too).
+                while conn.incoming.try_recv().is_ok() {}
+                match loaded {
                     Ok(resp) => {
-                        // The agent replays the history as updates before it answers: it
-                        // is already in our log, so it is dropped here.
-                        while conn.incoming.try_recv().is_ok() {}
                         tracing::info!(agent = %self.name, acp_session = %id, "loaded the agent's session");
                         return Ok(Opened {
                             session: id,
                             model: model_option(resp.config_options.as_ref()),
                         });
                     }
-                    Err(e) => {
-                        let err = conn.failure(&self.name, "session/load", &e).await;
-                        if matches!(err, AcpError::Exited { .. }) {
-                            return Err(err);
-                        }
-                        while conn.incoming.try_recv().is_ok() {}
+                    Err(err) => {
                         notice = Some(format!(
                             "agent {:?} could not resume its earlier session ({err}); started a new one, which does not remember earlier turns",
                             self.name

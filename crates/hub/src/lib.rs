@@ -333,6 +333,31 @@ fn initialize(req: &InitializeRequest) -> InitializeResponse {
         ))
 }
 
+/// The bearer token a protocol of the hub (`ACP`, `MCP`, `A2A`) acts with: the request's
+/// own, so each caller acts as itself (a personal token as its person). A console session
+/// or a chat identity is refused: the protocols take a bearer token. `None`: the request
+/// reached the route without a principal (no authentication layer in front of it).
+pub(crate) fn bearer_token(
+    protocol: &str,
+    extensions: &axum::http::Extensions,
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<String>, switchboard_http::ApiError> {
+    use switchboard_protocol::people::{Credential, Principal};
+    match extensions.get::<Principal>().map(|p| p.credential) {
+        Some(Credential::Console | Credential::Chat) => Err(switchboard_http::ApiError::custom(
+            403,
+            "forbidden",
+            format!(
+                "{protocol} takes a bearer token: the server's, or a personal token (`switchboard tokens create`)"
+            ),
+        )),
+        Some(Credential::Token | Credential::ServerToken) => {
+            Ok(Some(switchboard_http::bearer_value(headers)?.to_string()))
+        }
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -86,21 +86,32 @@ pub(crate) async fn new_session(
         .config_options(config::options(hub, &detail).await))
 }
 
-pub(crate) async fn load_session(
+/// The session an editor opens again (`session/load`, `session/resume`), as it is now.
+async fn existing(
     hub: &Arc<Hub>,
-    cx: &v1::ConnectionTo<Client>,
-    req: LoadSessionRequest,
-) -> Result<LoadSessionResponse, Error> {
-    let id = parse_id(&req.session_id.to_string())?;
+    method: &str,
+    session: &agent_client_protocol::v1::schema::SessionId,
+    mcp_servers: &[McpServer],
+) -> Result<(uuid::Uuid, switchboard_protocol::SessionDetailResponse), Error> {
+    let id = parse_id(&session.to_string())?;
     let detail = hub
         .api
         .get_session(id)
         .await
         .map_err(|e| api_error("reading the session", &e))?;
-    if !req.mcp_servers.is_empty() {
+    if !mcp_servers.is_empty() {
         // A session's MCP servers are fixed when it is created.
-        tracing::info!(session = %id, "session/load: the editor's mcpServers are not added to an existing session");
+        tracing::info!(session = %id, "{method}: the editor's mcpServers are not added to an existing session");
     }
+    Ok((id, detail))
+}
+
+pub(crate) async fn load_session(
+    hub: &Arc<Hub>,
+    cx: &v1::ConnectionTo<Client>,
+    req: LoadSessionRequest,
+) -> Result<LoadSessionResponse, Error> {
+    let (id, detail) = existing(hub, "session/load", &req.session_id, &req.mcp_servers).await?;
     let caught = hub.open_session(cx, id, 0, detail.session.last_event_id);
     match tokio::time::timeout(REPLAY_TIMEOUT, caught).await {
         Ok(Ok(())) => {}
@@ -132,15 +143,7 @@ pub(crate) async fn resume_session(
     cx: &v1::ConnectionTo<Client>,
     req: ResumeSessionRequest,
 ) -> Result<ResumeSessionResponse, Error> {
-    let id = parse_id(&req.session_id.to_string())?;
-    let detail = hub
-        .api
-        .get_session(id)
-        .await
-        .map_err(|e| api_error("reading the session", &e))?;
-    if !req.mcp_servers.is_empty() {
-        tracing::info!(session = %id, "session/resume: the editor's mcpServers are not added to an existing session");
-    }
+    let (id, detail) = existing(hub, "session/resume", &req.session_id, &req.mcp_servers).await?;
     let last = detail.session.last_event_id;
     // Nothing to replay: the follower is caught up at once.
     let _ = hub.open_session(cx, id, last, last).await;

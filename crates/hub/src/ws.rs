@@ -123,24 +123,14 @@ async fn acp(
 /// The agent acts as the caller: a person's own token reaches what they may (their
 /// sessions, their scopes), never more. The console's cookie and chat identities are
 /// refused (ACP takes a bearer token).
+/// The connection acts with the caller's own token ([`crate::bearer_token`]).
 fn caller(
     state: &mut WsState,
     extensions: &axum::http::Extensions,
     headers: &axum::http::HeaderMap,
 ) -> Result<(), ApiError> {
-    use switchboard_protocol::people::{Credential, Principal};
-    match extensions.get::<Principal>().map(|p| p.credential) {
-        Some(Credential::Token) => {
-            state.token = switchboard_http::bearer_value(headers)?.to_string()
-        }
-        Some(Credential::Console | Credential::Chat) => {
-            return Err(ApiError::custom(
-                403,
-                "forbidden",
-                "ACP takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
-            ));
-        }
-        Some(Credential::ServerToken) | None => {}
+    if let Some(token) = crate::bearer_token("ACP", extensions, headers)? {
+        state.token = token;
     }
     Ok(())
 }

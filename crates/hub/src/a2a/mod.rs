@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use switchboard_http::{ApiError, BearerToken};
+use switchboard_http::BearerToken;
 
 use task::Tracked;
 
@@ -145,20 +145,10 @@ async fn jsonrpc(
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
-    use switchboard_protocol::people::{Credential, Principal};
-    if let Some(Credential::Console | Credential::Chat) =
-        extensions.get::<Principal>().map(|p| p.credential)
-    {
-        return ApiError::custom(
-            403,
-            "forbidden",
-            "A2A takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
-        )
-        .into_response();
-    }
-    let token = switchboard_http::bearer_value(&headers)
-        .map(str::to_owned)
-        .unwrap_or_default();
+    let token = match crate::bearer_token("A2A", &extensions, &headers) {
+        Ok(t) => t.unwrap_or_default(),
+        Err(e) => return e.into_response(),
+    };
     let base = public_base(&headers, &a2a.api_url);
     rpc::dispatch(a2a, token, base, &headers, &body).await
 }

@@ -196,16 +196,8 @@ async fn check(
     next: axum::middleware::Next,
 ) -> Response {
     use axum::http::{Method, header};
-    use switchboard_protocol::people::{Credential, Principal};
-    if let Some(Credential::Console | Credential::Chat) =
-        req.extensions().get::<Principal>().map(|p| p.credential)
-    {
-        return ApiError::custom(
-            403,
-            "forbidden",
-            "MCP takes a bearer token: the server's, or a personal token (`switchboard tokens create`)",
-        )
-        .into_response();
+    if let Err(e) = crate::bearer_token("MCP", req.extensions(), req.headers()) {
+        return e.into_response();
     }
     let accept = req
         .headers()
