@@ -119,8 +119,12 @@ impl A2aBackend {
         message
     }
 
-    /// Starts the task. An open task or a context the agent no longer knows (it restarted,
-    /// say) is dropped and the message sent again without it, with a notice.
+    /// Starts the task: `SendStreamingMessage`, or `SendMessage` to an agent whose card
+    /// says it does not stream (its answer is the stream's one item; the task is then read
+    /// until it settles). An open task or a context the agent says it does not know
+    /// (`-32001`; for an open task also one it no longer takes input on, `-32004`, or whose
+    /// context it refuses, `-32602`) is dropped and the message sent again without it, with
+    /// a notice; any other refusal fails the run as it is.
     async fn send(
         &self,
         ctx: &RunContext,
@@ -128,13 +132,23 @@ impl A2aBackend {
     ) -> Result<futures::stream::BoxStream<'static, Result<Value, WireError>>, WireError> {
         loop {
             let message = self.message(ctx, state).await;
-            match self
-                .remote
-                .stream("SendStreamingMessage", json!({"message": message}))
-                .await
-            {
+            let params = json!({"message": message});
+            let sent = match self.remote.endpoint().await {
+                Ok(e) if e.streaming => self.remote.stream("SendStreamingMessage", params).await,
+                Ok(_) => self
+                    .remote
+                    .call("SendMessage", params)
+                    .await
+                    .map(|one| futures::stream::once(async move { Ok(one) }).boxed()),
+                Err(e) => Err(e),
+            };
+            let forgotten = |code: i64, open: bool| {
+                code == -32001 || (open && (code == -32004 || code == -32602))
+            };
+            match sent {
                 Err(WireError::Rpc { code, message, .. })
-                    if state.open_task.is_some() || state.context_id.is_some() =>
+                    if (state.open_task.is_some() && forgotten(code, true))
+                        || (state.context_id.is_some() && forgotten(code, false)) =>
                 {
                     let what = if state.open_task.take().is_some() {
                         "the task waiting for an answer"
@@ -171,11 +185,11 @@ impl A2aBackend {
         task: &str,
     ) -> Result<Option<futures::stream::BoxStream<'static, Result<Value, WireError>>>, BackendError>
     {
-        match self
-            .remote
-            .stream("SubscribeToTask", json!({"id": task}))
-            .await
-        {
+        let subscribed = tokio::select! {
+            s = self.remote.stream("SubscribeToTask", json!({"id": task})) => s,
+            () = ctx.cancel.cancelled() => return Ok(None),
+        };
+        match subscribed {
             Ok(s) => return Ok(Some(s)),
             Err(WireError::Rpc { .. }) => {}
             Err(e) => return Err(self.failed(&e)),
@@ -318,7 +332,12 @@ impl Backend for A2aBackend {
             s = self.send(&ctx, &mut state) => s.map_err(|e| self.failed(&e))?,
             () = ctx.cancel.cancelled() => return Ok(summary("cancelled")),
         };
-        let mut reply = Reply::default();
+        // Sent on a task that waited for input: the task as it was is not said again.
+        let mut reply = if state.open_task.is_some() {
+            Reply::continuing()
+        } else {
+            Reply::default()
+        };
         let followed = self.follow(&ctx, &mut reply, &mut state, stream).await;
         // What was said is kept, however the run ends.
         if !reply.text.is_empty() {

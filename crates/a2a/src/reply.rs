@@ -44,6 +44,11 @@ impl State {
     pub fn settles(self) -> bool {
         !matches!(self, Self::Submitted | Self::Working | Self::Unknown)
     }
+
+    /// The task waits for the caller's next message.
+    pub fn wants_input(self) -> bool {
+        matches!(self, Self::InputRequired | Self::AuthRequired)
+    }
 }
 
 /// How the stream left the task.
@@ -67,14 +72,57 @@ pub struct Reply {
     file_parts: std::collections::HashMap<String, usize>,
     /// The last progress message shown (a polled task repeats it).
     progress: String,
+    /// The message continues a task that waited for input: the task as it was (the first
+    /// `task` the agent sends back) is not said again.
+    continuing: bool,
     pub settled: Option<Settled>,
     /// Files shared by this run.
     pub files: u32,
 }
 
 impl Reply {
+    /// The reply to a message that continues a task waiting for input.
+    pub fn continuing() -> Self {
+        Self {
+            continuing: true,
+            ..Self::default()
+        }
+    }
+
     /// Takes one `StreamResponse` (or a `SendMessage` result: the same `task` / `message`).
     pub async fn take(&mut self, handle: &RunHandle, item: &Value) -> Result<(), EngineError> {
+        let continuing = std::mem::take(&mut self.continuing);
+        if let Some(task) = item.get("task")
+            && continuing
+        {
+            // The task as it was before this message: what it said then is not said again,
+            // and the input it required is what this message gives.
+            self.ids(task.get("id"), task.get("contextId"));
+            for a in task
+                .get("artifacts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let id = a
+                    .get("artifactId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.artifacts.insert(id.to_string(), parts_text(a));
+                let parts = a.get("parts").and_then(Value::as_array).map_or(0, Vec::len);
+                self.file_parts.insert(id.to_string(), parts);
+            }
+            let state = task
+                .get("status")
+                .and_then(|s| s.get("state"))
+                .and_then(Value::as_str)
+                .map(State::parse);
+            if state.is_some_and(|s| s.settles() && !s.wants_input()) {
+                // Ended meanwhile (cancelled elsewhere, say).
+                self.status(handle, task.get("status")).await?;
+            }
+            return Ok(());
+        }
         if let Some(task) = item.get("task") {
             self.ids(task.get("id"), task.get("contextId"));
             for a in task
@@ -147,12 +195,14 @@ impl Reply {
             }
             return Ok(());
         }
-        // What the agent asks, or says as it finishes, is its reply when it has no other.
-        if matches!(
-            state,
-            State::Completed | State::InputRequired | State::AuthRequired
-        ) && !message.trim().is_empty()
-        {
+        // What the agent asks is its reply; what it says as it finishes, when it has no
+        // other.
+        let says = match state {
+            State::InputRequired | State::AuthRequired => true,
+            State::Completed => self.text.is_empty(),
+            _ => false,
+        };
+        if says && !message.trim().is_empty() {
             let text = if self.text.is_empty() {
                 message.clone()
             } else {
@@ -185,8 +235,13 @@ impl Reply {
         let text = parts_text(artifact);
         let shown = self.artifacts.entry(id).or_default();
         let new = if append {
+            let fresh = shown.is_empty();
             shown.push_str(&text);
-            text
+            if fresh && !text.is_empty() && !self.text.is_empty() {
+                format!("\n\n{text}")
+            } else {
+                text
+            }
         } else if let Some(rest) = text.strip_prefix(shown.as_str()) {
             let rest = rest.to_string();
             let fresh = shown.is_empty();

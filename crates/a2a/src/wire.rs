@@ -19,9 +19,11 @@ pub const PROTOCOL_VERSION: &str = "1.0";
 const CARD_TTL: Duration = Duration::from_secs(300);
 /// The most a unary answer may weigh.
 const MAX_BODY: usize = 16 * 1024 * 1024;
+/// How long a response may be silent before it is taken as broken.
+const READ_IDLE: Duration = Duration::from_secs(300);
 
 /// Where and how a remote agent is reached.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct A2aAgent {
     /// The agent's base URL (its card is at `/.well-known/agent-card.json` under it), or
     /// the card's own URL.
@@ -30,6 +32,18 @@ pub struct A2aAgent {
     pub token: Option<String>,
     /// More headers sent with every request (an API key header, say).
     pub headers: Vec<(String, String)>,
+}
+
+/// The credentials shown as `[redacted]`.
+impl std::fmt::Debug for A2aAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("A2aAgent")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("headers", &names)
+            .finish()
+    }
 }
 
 /// Why a call to the remote agent failed. Messages never carry the credentials.
@@ -65,10 +79,12 @@ impl WireError {
     }
 }
 
-/// The JSON-RPC endpoint the card names, and when it was read.
+/// The JSON-RPC endpoint the card names, whether the agent streams, and when the card was
+/// read.
 #[derive(Debug, Clone)]
-struct Endpoint {
-    url: reqwest::Url,
+pub struct Endpoint {
+    pub url: reqwest::Url,
+    pub streaming: bool,
     read_at: Instant,
 }
 
@@ -104,8 +120,14 @@ impl Remote {
         let http = reqwest::Client::builder()
             .default_headers(headers)
             .connect_timeout(Duration::from_secs(10))
-            // A task may stream for as long as it works: no overall timeout; a run's cancel
-            // ends the wait.
+            // A task may stream for as long as it works: no overall timeout (a run's cancel
+            // ends the wait), but a stream silent this long is taken as broken (SSE servers
+            // send keep-alive comments far more often).
+            .read_timeout(READ_IDLE)
+            // The credentials go to the configured agent only: no redirect is followed (one
+            // to another host would keep custom headers), and the card's interface must be
+            // on the card's own origin.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| WireError::Protocol(format!("cannot build the HTTP client: {e}")))?;
         Ok(Self {
@@ -138,20 +160,27 @@ impl Remote {
 
     /// The JSON-RPC endpoint, from the card (read again after [`CARD_TTL`] or
     /// [`Remote::forget_endpoint`]).
-    async fn endpoint(&self) -> Result<reqwest::Url, WireError> {
+    pub async fn endpoint(&self) -> Result<Endpoint, WireError> {
         if let Some(e) = self.endpoint.lock().as_ref()
             && e.read_at.elapsed() < CARD_TTL
         {
-            return Ok(e.url.clone());
+            return Ok(e.clone());
         }
         let card_url = self.card_url()?;
         let card = self.get_json(card_url.clone()).await?;
         let url = jsonrpc_interface(&card, &card_url)?;
-        *self.endpoint.lock() = Some(Endpoint {
-            url: url.clone(),
+        let streaming = card
+            .get("capabilities")
+            .and_then(|c| c.get("streaming"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let e = Endpoint {
+            url,
+            streaming,
             read_at: Instant::now(),
-        });
-        Ok(url)
+        };
+        *self.endpoint.lock() = Some(e.clone());
+        Ok(e)
     }
 
     /// Makes the next call read the card again (after a failure that may mean it moved).
@@ -172,7 +201,7 @@ impl Remote {
 
     /// A unary JSON-RPC call: its `result`, or the agent's error.
     pub async fn call(&self, method: &'static str, params: Value) -> Result<Value, WireError> {
-        let url = self.endpoint().await?;
+        let url = self.endpoint().await?.url;
         let resp = self
             .http
             .post(url.clone())
@@ -192,7 +221,7 @@ impl Remote {
         method: &'static str,
         params: Value,
     ) -> Result<futures::stream::BoxStream<'static, Result<Value, WireError>>, WireError> {
-        let url = self.endpoint().await?;
+        let url = self.endpoint().await?.url;
         let resp = self
             .http
             .post(url.clone())
@@ -385,9 +414,19 @@ fn jsonrpc_interface(card: &Value, card_url: &reqwest::Url) -> Result<reqwest::U
             offered.join(", ")
         )));
     };
-    card_url
+    let joined = card_url
         .join(url)
-        .map_err(|e| WireError::Protocol(format!("the card's interface url {url:?}: {e}")))
+        .map_err(|e| WireError::Protocol(format!("the card's interface url {url:?}: {e}")))?;
+    if joined.origin() != card_url.origin() {
+        // The credentials would go there too: only the configured agent gets them.
+        return Err(WireError::Protocol(format!(
+            "the Agent Card at {} names its JSON-RPC interface on another origin ({}); \
+             configure that URL as the agent's `a2a` if it is to be trusted with the credentials",
+            origin(card_url),
+            origin(&joined)
+        )));
+    }
+    Ok(joined)
 }
 
 #[cfg(test)]

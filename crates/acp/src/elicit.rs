@@ -7,10 +7,12 @@
 //! with their buttons, editors, A2A clients (`input-required`), MCP clients. The decision
 //! answers it:
 //!
-//! - **allow** accepts with each field's default (a required yes/no field without one is
-//!   yes); a form whose required fields cannot all be filled that way is declined;
+//! - **allow** accepts with each field's default, the agent's own; a form whose required
+//!   fields cannot all be filled that way is declined;
 //! - a **custom result** (`custom_result` in the API) fills the form: a JSON object of the
-//!   fields, or, for a form with one text field to fill, the text itself;
+//!   fields, or plain text for the one field it fits (a text field — one of its choices if
+//!   it has them —, a yes/no, a number), a required one still empty first; a value that
+//!   does not fit its field declines (nothing is made up for the person);
 //! - **deny** declines; a question nobody answered (timeout, cancel, restart) is cancelled.
 //!
 //! [`ToolClass::Question`]: switchboard_engine::ToolClass::Question
@@ -26,7 +28,7 @@ use switchboard_engine::Decision;
 use switchboard_protocol::{RejectionCause, ToolCall};
 
 /// The call's name.
-pub(crate) const NAME: &str = "acp__elicitation";
+pub(crate) const NAME: &str = switchboard_protocol::QUESTION_TOOL;
 
 /// The approval's call for `req` (`id`: its public id); `None` for a mode Switchboard does
 /// not know, which is declined unasked.
@@ -130,10 +132,16 @@ pub(crate) fn answer(
     let form = match &req.mode {
         ElicitationMode::Form(form) => &form.requested_schema,
         ElicitationMode::Url(_) => {
-            return (
-                ElicitationAction::Accept(ElicitationAcceptAction::new()),
-                Some("accepted".into()),
-            );
+            // Allowed, or answered with a plain yes: done; any other answer declines.
+            let yes = given.is_none_or(|t| affirmative(t) == Some(true));
+            return if yes {
+                (
+                    ElicitationAction::Accept(ElicitationAcceptAction::new()),
+                    Some("accepted".into()),
+                )
+            } else {
+                (ElicitationAction::Decline, None)
+            };
         }
         _ => return (ElicitationAction::Decline, None),
     };
@@ -149,8 +157,18 @@ pub(crate) fn answer(
     }
 }
 
-/// The form's values: the defaults, then what was given over them; `None` when a required
-/// field is left empty.
+/// A yes or a no (`yes`, `no`, `true`, `false`, `ok`, `y`, `n`), or neither.
+fn affirmative(text: &str) -> Option<bool> {
+    match text.trim().to_lowercase().as_str() {
+        "yes" | "y" | "true" | "ok" | "done" | "accept" | "allow" => Some(true),
+        "no" | "n" | "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// The form's values: the agent's defaults, then what was given over them; `None` (so the
+/// question is declined) when a required field is left empty, or a given value does not
+/// fit its field — nothing is made up for the person.
 fn fill(
     schema: &ElicitationSchema,
     given: Option<&str>,
@@ -166,10 +184,9 @@ fn fill(
             ElicitationPropertySchema::Integer(n) => {
                 n.default.map(ElicitationContentValue::Integer)
             }
-            ElicitationPropertySchema::Boolean(b) => b
-                .default
-                .or(required.contains(name).then_some(true))
-                .map(ElicitationContentValue::Boolean),
+            ElicitationPropertySchema::Boolean(b) => {
+                b.default.map(ElicitationContentValue::Boolean)
+            }
             ElicitationPropertySchema::Array(a) => {
                 a.default.clone().map(ElicitationContentValue::StringArray)
             }
@@ -183,53 +200,70 @@ fn fill(
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(map)) => {
                 for (name, v) in map {
-                    if let Some(p) = schema.properties.get(&name)
-                        && let Some(v) = typed(p, &v)
-                    {
-                        out.insert(name, v);
+                    // A field the form does not have is left out; one that does not fit
+                    // its field declines.
+                    if let Some(p) = schema.properties.get(&name) {
+                        out.insert(name, typed(p, &v)?);
                     }
                 }
             }
             _ => {
-                // Plain text: the one text field still to fill (a required one first).
-                let open: Vec<&String> = schema
-                    .properties
-                    .iter()
-                    .filter(|(n, p)| {
-                        matches!(p, ElicitationPropertySchema::String(_)) && !out.contains_key(*n)
-                    })
-                    .map(|(n, _)| n)
-                    .collect();
-                let target = open
-                    .iter()
-                    .find(|n| required.contains(n))
-                    .or(open.first())
-                    .map(|n| (*n).clone())
-                    .or_else(|| {
-                        // Every text field has a value: the answer replaces the first.
-                        schema
-                            .properties
-                            .iter()
-                            .find(|(_, p)| matches!(p, ElicitationPropertySchema::String(_)))
-                            .map(|(n, _)| n.clone())
-                    });
-                let target = target?;
-                out.insert(target, ElicitationContentValue::String(text.to_string()));
+                // Plain text: the one field it can be — a required one still empty first,
+                // then any still empty, then any.
+                let fits = |p: &ElicitationPropertySchema| plain(p, text).is_some();
+                let pick = |filter: &dyn Fn(&String) -> bool| {
+                    schema
+                        .properties
+                        .iter()
+                        .find(|(n, p)| filter(n) && fits(p))
+                        .map(|(n, _)| n.clone())
+                };
+                let target = pick(&|n| required.contains(n) && !out.contains_key(n))
+                    .or_else(|| pick(&|n| !out.contains_key(n)))
+                    .or_else(|| pick(&|_| true))?;
+                let value = plain(schema.properties.get(&target)?, text)?;
+                out.insert(target, value);
             }
         }
     }
+    let empty = |v: &ElicitationContentValue| matches!(v, ElicitationContentValue::String(s) if s.trim().is_empty());
     required
         .iter()
-        .all(|name| out.contains_key(name))
+        .all(|name| out.get(name).is_some_and(|v| !empty(v)))
         .then_some(out)
+}
+
+/// Plain text as the field `p` takes it: the text for a text field (one of its choices,
+/// when it has them), a yes or no for a yes/no field, a number for a number field.
+fn plain(p: &ElicitationPropertySchema, text: &str) -> Option<ElicitationContentValue> {
+    let t = text.trim();
+    match p {
+        ElicitationPropertySchema::String(s) => {
+            let choices = s.enum_values.clone().or_else(|| {
+                s.one_of
+                    .as_ref()
+                    .map(|o| o.iter().map(|e| e.value.clone()).collect())
+            });
+            match choices {
+                Some(c) if !c.iter().any(|v| v == t) => None,
+                _ => Some(ElicitationContentValue::String(t.to_string())),
+            }
+        }
+        ElicitationPropertySchema::Boolean(_) => {
+            affirmative(t).map(ElicitationContentValue::Boolean)
+        }
+        ElicitationPropertySchema::Integer(_) => {
+            t.parse().ok().map(ElicitationContentValue::Integer)
+        }
+        ElicitationPropertySchema::Number(_) => t.parse().ok().map(ElicitationContentValue::Number),
+        _ => None,
+    }
 }
 
 /// `v` as the field `p` takes it; `None` when it does not fit.
 fn typed(p: &ElicitationPropertySchema, v: &Value) -> Option<ElicitationContentValue> {
     match (p, v) {
-        (ElicitationPropertySchema::String(_), Value::String(s)) => {
-            Some(ElicitationContentValue::String(s.clone()))
-        }
+        (ElicitationPropertySchema::String(_), Value::String(s)) => plain(p, s),
         (ElicitationPropertySchema::Integer(_), v) => {
             v.as_i64().map(ElicitationContentValue::Integer)
         }
@@ -303,10 +337,32 @@ mod tests {
 
     #[test]
     fn allow_takes_the_defaults_and_declines_what_it_cannot_fill() {
-        let (a, _) = answer(&Decision::Run, &form(&["force"]));
+        let (a, _) = answer(&Decision::Run, &form(&["env"]));
         let c = accepted(a);
-        assert_eq!(c["force"], ElicitationContentValue::Boolean(true));
         assert_eq!(c["env"], ElicitationContentValue::String("staging".into()));
+        // A required yes/no without a default is not made a yes.
+        let (a, _) = answer(&Decision::Run, &form(&["force"]));
+        assert_eq!(a, ElicitationAction::Decline);
+        let (a, _) = answer(&Decision::Custom("yes".into()), &form(&["force"]));
+        assert_eq!(accepted(a)["force"], ElicitationContentValue::Boolean(true));
+        let (a, _) = answer(
+            &Decision::Custom(r#"{"force": "true"}"#.into()),
+            &form(&["force"]),
+        );
+        assert_eq!(
+            a,
+            ElicitationAction::Decline,
+            "a value of the wrong type declines"
+        );
+        let (a, _) = answer(
+            &Decision::Custom(r#"{"branch": " "}"#.into()),
+            &form(&["branch"]),
+        );
+        assert_eq!(
+            a,
+            ElicitationAction::Decline,
+            "a blank required text is empty"
+        );
         let (a, shown) = answer(&Decision::Run, &form(&["branch"]));
         assert_eq!(a, ElicitationAction::Decline);
         assert!(shown.is_none());

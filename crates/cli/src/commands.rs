@@ -80,7 +80,8 @@ pub struct ApproveArgs {
     pub reason: Option<String>,
     /// Answer instead of running: the text is the call's result (`custom_result`) — how an
     /// agent's question (`acp__elicitation`) is answered: the form's fields as a JSON
-    /// object, or the text of its one text field.
+    /// object, or plain text for the one field it fits. Without --call, only the agent's
+    /// questions are answered.
     #[arg(long, conflicts_with = "deny")]
     pub answer: Option<String>,
     /// Decide only this call (repeatable); the others stay pending. Default: all.
@@ -547,11 +548,21 @@ pub async fn approve(settings: &Settings, args: ApproveArgs) -> Result<ExitCode>
             bail!("no pending call {id:?}; pending: {}", ids.join(", "));
         }
     }
+    // An answer without --call goes to the agent's questions only: a tool call given it
+    // would get a made-up result.
+    let answering = args.answer.is_some() && args.calls.is_empty();
     let chosen: Vec<&ToolCall> = pending
         .tool_calls
         .iter()
         .filter(|c| args.calls.is_empty() || args.calls.contains(&c.id))
+        .filter(|c| !answering || c.is_question())
         .collect();
+    if answering && chosen.is_empty() {
+        bail!(
+            "no question of the agent waits in session {}; --answer gives a call's result only with --call ID",
+            args.session
+        );
+    }
     let decisions = chosen
         .iter()
         .map(|call| {

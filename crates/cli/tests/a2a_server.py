@@ -11,6 +11,9 @@ on 127.0.0.1 and a port the OS picks:
     and, as the SDK requires for 1.0, `A2A-Version: 1.0`.
 When it listens it prints `READY <port>` on stdout; it serves until killed.
 
+With A2A_NO_STREAMING=1 the card says the agent does not stream (and the SDK then refuses
+SendStreamingMessage): what a client must fall back from.
+
 $A2A_LOG names a file that gets one JSON line per message the executor receives:
   {"text", "context_id", "task_id", "message_task_id", "files": [{"name", "media_type",
    "size"}], "auth"}
@@ -179,7 +182,7 @@ def agent_card(port):
         version="1.0.0",
         supported_interfaces=[AgentInterface(url=f"http://127.0.0.1:{port}/rpc",
                                              protocol_binding="JSONRPC", protocol_version="1.0")],
-        capabilities=AgentCapabilities(streaming=True),
+        capabilities=AgentCapabilities(streaming=os.environ.get("A2A_NO_STREAMING") != "1"),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="test", name="test", description="Answers by the words in a message.",

@@ -21,12 +21,9 @@ use uuid::Uuid;
 use crate::Hub;
 use crate::state::Open;
 
-/// The call's name (as the ACP backend gives it).
-const NAME: &str = "acp__elicitation";
-
 /// Whether `call` is an agent's question rather than a tool call.
 pub(crate) fn is_question(call: &ToolCall) -> bool {
-    call.name == NAME
+    call.is_question()
 }
 
 /// The form to ask for `call`, when it is an agent's question with fields.
@@ -129,7 +126,7 @@ mod tests {
     fn a_question_s_fields_make_the_form() {
         let call = ToolCall {
             id: "abc-elicitation-1".into(),
-            name: NAME.into(),
+            name: switchboard_protocol::QUESTION_TOOL.into(),
             arguments: json!({"message": "Which branch?", "fields": {
                 "branch": {"type": "string", "required": true, "description": "the branch"},
                 "force": {"type": "boolean", "default": false, "required": false},

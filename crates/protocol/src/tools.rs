@@ -22,6 +22,17 @@ pub struct ToolCall {
     pub metadata: Option<serde_json::Value>,
 }
 
+/// The name of an agent's question to a person (an ACP agent's `elicitation/create`): a
+/// call no policy, allow-list or "allow all" may answer — only a person's decision.
+pub const QUESTION_TOOL: &str = "acp__elicitation";
+
+impl ToolCall {
+    /// Whether this is an agent's question rather than a tool to run ([`QUESTION_TOOL`]).
+    pub fn is_question(&self) -> bool {
+        self.name == QUESTION_TOOL
+    }
+}
+
 /// `GET /v1/sessions/{id}/tools/pending`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct PendingToolsResponse {

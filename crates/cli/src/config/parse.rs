@@ -229,6 +229,15 @@ pub(super) fn validate_agents(
                         "[agents.{name}]: `args` and `env` are for a command; an A2A agent has none"
                     );
                 }
+                for (k, v) in &a.headers {
+                    if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
+                        || reqwest::header::HeaderValue::from_str(v).is_err()
+                    {
+                        bail!(
+                            "[agents.{name}]: headers: {k:?} is not a valid header name, or its value not a valid header value"
+                        );
+                    }
+                }
             }
             (false, None) => {
                 if a.token.is_some() || !a.headers.is_empty() {

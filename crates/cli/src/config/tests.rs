@@ -167,6 +167,10 @@ fn an_a2a_agent_is_a_url_with_credentials_and_nothing_of_a_command() {
             "[agents.r]\ncommand = \"x\"\ntoken = \"t\"\n",
             "for an A2A agent",
         ),
+        (
+            "[agents.r]\na2a = \"https://a\"\nheaders = { \"bad name\" = \"v\" }\n",
+            "not a valid header",
+        ),
     ] {
         let e = validate_agents(&parse(text)).unwrap_err().to_string();
         assert!(e.contains(says) && e.contains("[agents.r]"), "{text}: {e}");

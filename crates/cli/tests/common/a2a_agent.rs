@@ -19,6 +19,11 @@ pub struct SdkAgent {
 
 impl SdkAgent {
     pub async fn start() -> SdkAgent {
+        Self::start_with(&[]).await
+    }
+
+    /// With more environment (`A2A_NO_STREAMING=1`: an agent that does not stream).
+    pub async fn start_with(env: &[(&str, &str)]) -> SdkAgent {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("a2a.log");
         let mut child = tokio::process::Command::new("python3")
@@ -28,6 +33,7 @@ impl SdkAgent {
             ))
             .env("A2A_TOKEN", SDK_AGENT_TOKEN)
             .env("A2A_LOG", &log)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()

@@ -222,4 +222,70 @@ async fn switchboard_delegates_to_switchboard_over_a2a() {
     // The far side is a session of its own (the A2A context), on the built-in agent.
     let sessions = c.list_sessions(None, None).await.unwrap();
     assert_eq!(sessions.sessions.len(), 2, "{sessions:?}");
+
+    // The far side's approval is the task's input-required: its question is this run's
+    // reply, and the next message answers it on the same task — the task as it was (its
+    // earlier reply, its wait) is not said again.
+    world
+        .llm
+        .push(switchboard_test_support::mock_llm::MockReply::tool_call(
+            "call_1",
+            "run_command",
+            serde_json::json!({"command": "echo from-the-peer"}),
+        ));
+    let (mut events, run) = send(&c, session, "run something").await;
+    let seen = until_run_ends(&mut events, run).await;
+    let asked = text_of(&seen);
+    assert!(
+        asked.starts_with("Approve run_command") && asked.contains("from-the-peer"),
+        "{asked}"
+    );
+    world
+        .llm
+        .push(switchboard_test_support::mock_llm::MockReply::text(&[
+            "It ran.",
+        ]));
+    let (mut events, run) = send(&c, session, "allow").await;
+    let seen = until_run_ends(&mut events, run).await;
+    assert!(
+        matches!(ended(&seen), AgentEvent::RunCompleted { .. }),
+        "{seen:?}"
+    );
+    assert_eq!(text_of(&seen), "It ran.");
+}
+
+/// An agent whose card says it does not stream gets `SendMessage`, and its answer is the
+/// reply (the SDK refuses `SendStreamingMessage` to such an agent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_agent_that_does_not_stream_is_sent_messages_and_read() {
+    let world = World::new().await;
+    let agent = SdkAgent::start_with(&[("A2A_NO_STREAMING", "1")]).await;
+    let mut config = std::fs::read_to_string(&world.config).unwrap();
+    config.push_str(&agent.config("plain"));
+    std::fs::write(&world.config, config).unwrap();
+    let server = world.server(&[]).await;
+    let c = client(&server);
+    let session = c
+        .create_session(&CreateSessionRequest {
+            backend: Some(BackendSpec::Acp("plain".into())),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    for (said, reply) in [
+        ("hello again", "Hello from the SDK agent."),
+        ("remember", "context "),
+    ] {
+        let (mut events, run) = send(&c, session, said).await;
+        let seen = until_run_ends(&mut events, run).await;
+        assert!(
+            matches!(ended(&seen), AgentEvent::RunCompleted { .. }),
+            "{seen:?}"
+        );
+        assert!(text_of(&seen).starts_with(reply), "{seen:?}");
+    }
+    // One context for the two messages.
+    let log = agent.log();
+    assert_eq!(log[0]["context_id"], log[1]["context_id"], "{log:?}");
 }

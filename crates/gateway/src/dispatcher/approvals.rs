@@ -343,8 +343,9 @@ impl Gateway {
             return Ok(());
         }
         let mode = self.inner.config.mode_for(&route.channel);
+        // An agent's question is a person's to answer: never allowed by the chat's mode.
         let (auto, ask): (Vec<ToolCall>, Vec<ToolCall>) = match mode {
-            ApprovalMode::AllowAll => (calls, Vec::new()),
+            ApprovalMode::AllowAll => calls.into_iter().partition(|c| !c.is_question()),
             ApprovalMode::DenyAll => {
                 self.decide(
                     run,
@@ -357,7 +358,7 @@ impl Gateway {
             }
             ApprovalMode::Allowlist => calls
                 .into_iter()
-                .partition(|c| self.inner.config.allowlisted(&c.name)),
+                .partition(|c| !c.is_question() && self.inner.config.allowlisted(&c.name)),
         };
         if !auto.is_empty() {
             self.decide(run, &auto, true, "").await?;

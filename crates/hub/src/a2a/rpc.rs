@@ -504,14 +504,11 @@ impl Ctx {
             .iter()
             .any(|w| word.starts_with(w));
         let rx = tracked.events.subscribe();
-        // The agent's question is answered by the text itself, unless its first word says
-        // allow (take the defaults) or declines.
-        let first = word
-            .split(|c: char| !c.is_alphanumeric())
-            .next()
-            .unwrap_or_default();
-        let question_allow = ["allow", "yes", "approve", "ok"].contains(&first);
-        let declines = ["decline", "deny", "no"].contains(&first);
+        // The agent's question is answered by the text itself (a yes or a no included: the
+        // form's field takes it), unless the whole reply is `allow` (take the defaults) or
+        // `decline` / `deny`.
+        let question_allow = word == "allow";
+        let declines = word == "decline" || word == "deny";
         let decisions = waiting
             .into_iter()
             .map(|(call, question)| {
@@ -543,6 +540,10 @@ impl Ctx {
                 },
             )
             .await?;
+        // Answered: the task works again from here (the snapshot that opens the stream says
+        // so, not the input it required).
+        tracked.state.lock().waiting.clear();
+        tracked.set(State::Working, None);
         Ok((tracked, rx))
     }
 

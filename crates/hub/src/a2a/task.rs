@@ -204,7 +204,7 @@ impl Tracked {
         self.state.lock().state
     }
 
-    fn set(&self, state: State, message: Option<String>) {
+    pub(super) fn set(&self, state: State, message: Option<String>) {
         let update = {
             let mut s = self.state.lock();
             if s.state == state && message.is_none() {
@@ -326,8 +326,13 @@ fn input_wanted(calls: &[switchboard_protocol::ToolCall]) -> String {
                 format!(" (fields: {})", names.join(", "))
             })
             .unwrap_or_default();
+        if let Some(url) = q.arguments["url"].as_str() {
+            return format!(
+                "The agent asks you to open {url}: {message}. Reply `done` once you have, or `decline`."
+            );
+        }
         return format!(
-            "The agent asks: {message}{fields}. Reply with the answer — the fields as a JSON object, or the text of the one text field — `allow` to take the defaults, or `decline`."
+            "The agent asks: {message}{fields}. Reply with the answer — the fields as a JSON object, or plain text for the one field it fits (a yes or no for a yes/no field) — `allow` to take the defaults, or `decline`."
         );
     }
     let asked: Vec<String> = calls
