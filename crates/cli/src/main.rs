@@ -13,6 +13,7 @@ mod local_model;
 mod relay_cmd;
 mod sandbox_cmd;
 mod schedule_cmd;
+mod search_cmd;
 mod serve;
 mod setup;
 mod team_cmd;
@@ -86,6 +87,8 @@ enum Command {
     Pairing(gateway_cmd::PairingCommand),
     /// Answer the tool calls a session waits on (accept all, or --deny).
     Approve(commands::ApproveArgs),
+    /// Search every session's transcript and file names (words, "phrases", prefix*).
+    Search(search_cmd::SearchArgs),
     /// A session's workspace checkpoints (one before and after each run that changed files).
     Checkpoints(checkpoint_cmd::CheckpointsArgs),
     /// What a run changed in the workspace (default: the last run that changed files).
@@ -202,6 +205,10 @@ fn main() -> ExitCode {
             Command::Approve(args) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
                 commands::approve(&settings, args).await
+            }
+            Command::Search(args) => {
+                let settings = config::Settings::load(cli.config.as_deref(), None, None)?;
+                search_cmd::search(&settings, args).await
             }
             Command::Checkpoints(a) => {
                 let settings = config::Settings::load(cli.config.as_deref(), None, None)?;

@@ -32,6 +32,7 @@ mod follow;
 mod gateway;
 mod relay;
 mod schedules;
+mod search;
 pub mod sse;
 mod stream;
 mod team;

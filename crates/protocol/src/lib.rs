@@ -20,6 +20,7 @@ pub mod relay;
 pub mod sandbox;
 pub mod schedules;
 mod schema;
+pub mod search;
 pub mod secrets;
 pub mod sessions;
 pub mod settings;

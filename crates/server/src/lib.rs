@@ -194,6 +194,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(routes::events::router())
         .merge(routes::tools::router())
         .merge(routes::approvals::router())
+        .merge(routes::search::router())
         .merge(routes::checkpoints::router())
         .merge(routes::metrics::router())
         .merge(routes::settings::router())

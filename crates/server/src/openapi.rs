@@ -7,8 +7,8 @@ use utoipa::{Modify, OpenApi};
 
 use crate::AppState;
 use crate::routes::{
-    approvals, checkpoints, events, files, health, messages, metrics, openai, people, sessions,
-    settings, tools, usage,
+    approvals, checkpoints, events, files, health, messages, metrics, openai, people, search,
+    sessions, settings, tools, usage,
 };
 
 struct BearerAuth;
@@ -204,6 +204,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         openapi_json,
         health::health,
         sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel,
+        search::search,
         messages::send, messages::list, messages::transcript,
         files::upload, files::list, files::fetch, files::share,
         events::events,
@@ -224,6 +225,8 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
         switchboard_protocol::SessionDetailResponse, switchboard_protocol::SessionConfig,
         switchboard_protocol::ListSessionsResponse, switchboard_protocol::BackendSpec,
         switchboard_protocol::UpdateSessionRequest,
+        switchboard_protocol::search::SearchResponse, switchboard_protocol::search::SearchHit,
+        switchboard_protocol::search::SearchHitKind, switchboard_protocol::search::SnippetPart,
         switchboard_protocol::PermissionMode, switchboard_protocol::AutoApprove,
         switchboard_protocol::CancelRequest, switchboard_protocol::CancelResponse,
         switchboard_protocol::SendMessageRequest, switchboard_protocol::SendMessageResponse,

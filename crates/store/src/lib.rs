@@ -16,6 +16,7 @@ pub mod metering;
 mod migrate;
 pub mod people;
 mod records;
+pub mod search;
 mod sql;
 
 use std::time::Duration;
@@ -144,6 +145,13 @@ pub trait Store: People + Metering + Send + Sync + 'static {
     async fn next_queued_run(&self, session_id: Uuid) -> Result<Option<RunRecord>>;
     /// Every run in the given state (e.g. `running` ones after a crash).
     async fn runs_in_state(&self, state: RunState) -> Result<Vec<RunRecord>>;
+
+    // --- search -----------------------------------------------------------------------------
+
+    /// The messages (text, tool calls, tool results) and file names that hold every term of
+    /// `q`, best first, with the matching passage marked ([`search::SearchHit`]). The index is
+    /// kept in step with every write and delete by the store itself.
+    async fn search(&self, q: &search::SearchQuery) -> Result<Vec<search::SearchHit>>;
 
     // --- transcript -------------------------------------------------------------------------
 

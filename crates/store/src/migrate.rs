@@ -24,6 +24,7 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     (9, include_str!("../migrations/sqlite/0009_people.sql")),
     (10, include_str!("../migrations/sqlite/0010_ownership.sql")),
     (11, include_str!("../migrations/sqlite/0011_usage.sql")),
+    (12, include_str!("../migrations/sqlite/0012_search.sql")),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -51,6 +52,7 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0010_ownership.sql"),
     ),
     (11, include_str!("../migrations/postgres/0011_usage.sql")),
+    (12, include_str!("../migrations/postgres/0012_search.sql")),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

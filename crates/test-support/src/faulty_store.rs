@@ -344,6 +344,14 @@ impl Store for FaultyStore {
         self.inner.get_file(session_id, id).await
     }
 
+    async fn search(
+        &self,
+        q: &switchboard_store::search::SearchQuery,
+    ) -> Result<Vec<switchboard_store::search::SearchHit>> {
+        self.enter("search").await?;
+        self.inner.search(q).await
+    }
+
     async fn list_files(&self, session_id: Uuid) -> Result<Vec<FileRecord>> {
         self.enter("list_files").await?;
         self.inner.list_files(session_id).await

@@ -36,6 +36,7 @@ mod files;
 mod leases;
 mod recovery;
 mod runs;
+mod search;
 mod sessions;
 mod validate;
 

@@ -9,6 +9,7 @@ pub mod messages;
 pub mod metrics;
 pub mod openai;
 pub mod people;
+pub mod search;
 pub mod sessions;
 pub mod settings;
 pub mod tools;

@@ -37,7 +37,8 @@ macro_rules! conformance_suite {
             sessions_belong_to_owners_and_are_shared,
             usage_is_reserved_settled_and_summed,
             budget_limits_hold_under_concurrency,
-            budgets_round_trip
+            budgets_round_trip,
+            search_finds_ranked_marked_visible_hits_in_step_with_writes
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -64,6 +65,7 @@ mod metering;
 mod people;
 mod records;
 mod runs;
+mod search;
 mod sessions;
 
 pub use events::*;
@@ -71,6 +73,7 @@ pub use metering::*;
 pub use people::*;
 pub use records::*;
 pub use runs::*;
+pub use search::*;
 pub use sessions::*;
 
 pub(super) fn ts(n: u32) -> String {

@@ -35,6 +35,7 @@ mod metering;
 mod open;
 mod people;
 mod runs;
+mod search;
 mod store;
 mod transcript;
 
@@ -401,5 +402,70 @@ impl LockSession for PgConnection {
                 .await?
                 .is_some(),
         )
+    }
+}
+
+/// Keeps the search index of `0012_search.sql` in step. On SQLite the FTS5 table is written
+/// here, in the writer's transaction and after the row it indexes: a trigger did it at first,
+/// but a trigger's FTS5 write is not undone cleanly when the statement that fired it fails
+/// (a file of a missing session, refused by its foreign key, left the connection holding a
+/// broken write transaction: `database is locked`, and later writes lost). On PostgreSQL the
+/// generated `tsvector` columns need nothing.
+pub(crate) trait SearchIndex {
+    /// Indexes a message (`kind` `m`) or a file (`f`) of `session`.
+    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid, body: &str) -> Result<()>;
+    /// Takes a session's messages and files out of the index (before it is deleted).
+    async fn unindex_session(&mut self, session: Uuid) -> Result<()>;
+}
+
+impl SearchIndex for SqliteConnection {
+    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid, body: &str) -> Result<()> {
+        let doc = sqlx::query(
+            "INSERT INTO search_docs (session_id, kind, ref) VALUES ($1, $2, $3) RETURNING doc",
+        )
+        .bind(session.to_string())
+        .bind(kind)
+        .bind(id.to_string())
+        .fetch_one(&mut *self)
+        .await?
+        .try_get::<i64, _>("doc")?;
+        sqlx::query("INSERT INTO search (rowid, body) VALUES ($1, $2)")
+            .bind(doc)
+            .bind(body)
+            .execute(&mut *self)
+            .await?;
+        Ok(())
+    }
+
+    async fn unindex_session(&mut self, session: Uuid) -> Result<()> {
+        sqlx::query(
+            "DELETE FROM search WHERE rowid IN (SELECT doc FROM search_docs WHERE session_id = $1)",
+        )
+        .bind(session.to_string())
+        .execute(&mut *self)
+        .await?;
+        sqlx::query("DELETE FROM search_docs WHERE session_id = $1")
+            .bind(session.to_string())
+            .execute(&mut *self)
+            .await?;
+        Ok(())
+    }
+}
+
+impl SearchIndex for PgConnection {
+    async fn index(&mut self, _: Uuid, _: &str, _: Uuid, _: &str) -> Result<()> {
+        Ok(())
+    }
+
+    async fn unindex_session(&mut self, _: Uuid) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What the index holds of a message: its text, then its tool calls (JSON).
+pub(crate) fn message_body(m: &MessageRecord) -> String {
+    match &m.tool_calls {
+        Some(calls) => format!("{}\n{calls}", m.content),
+        None => m.content.clone(),
     }
 }

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    APPROVAL_COLS, Cols, FILE_COLS, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SqlStore,
-    TxOps, approval_from_row, event_from_row, file_from_row, lease_from_row, message_from_row,
-    run_from_row, session_from_row, to_i64, ttl_ms, with_db,
+    APPROVAL_COLS, Cols, FILE_COLS, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SearchIndex,
+    SqlStore, TxOps, approval_from_row, event_from_row, file_from_row, lease_from_row,
+    message_body, message_from_row, run_from_row, session_from_row, to_i64, ttl_ms, with_db,
 };
 use crate::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
@@ -253,11 +253,15 @@ impl Store for SqlStore {
         // inserts lock the session row, so the delete waits for them to commit and then
         // cascades over them.
         let n = with_db!(self, |pool, d| {
-            sqlx::query("DELETE FROM sessions WHERE id = $1")
+            let mut tx = pool.begin().await?;
+            tx.unindex_session(id).await?;
+            let n = sqlx::query("DELETE FROM sessions WHERE id = $1")
                 .bind(d.id(id))
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?
-                .rows_affected()
+                .rows_affected();
+            tx.commit().await?;
+            n
         });
         Ok(n > 0)
     }
@@ -506,6 +510,15 @@ impl Store for SqlStore {
         })
     }
 
+    // --- search -----------------------------------------------------------------------------
+
+    async fn search(
+        &self,
+        q: &crate::search::SearchQuery,
+    ) -> Result<Vec<crate::search::SearchHit>> {
+        self.run_search(q).await
+    }
+
     // --- transcript -------------------------------------------------------------------------
 
     async fn append_message(&self, m: &MessageRecord, fence: Option<&Lease>) -> Result<()> {
@@ -519,9 +532,9 @@ impl Store for SqlStore {
             }
             sqlx::query(
                 "INSERT INTO messages (id, session_id, pos, run_id, role, content, tool_calls, \
-                 tool_call_id, created_at, is_error) VALUES ($1, $2, \
+                 tool_call_id, created_at, is_error, seq) VALUES ($1, $2, \
                  (SELECT COALESCE(MAX(pos), 0) + 1 FROM messages WHERE session_id = $2), \
-                 $3, $4, $5, $6, $7, $8, $9)",
+                 $3, $4, $5, $6, $7, $8, $9, (SELECT last_seq FROM sessions WHERE id = $2))",
             )
             .bind(d.id(m.id))
             .bind(d.id(m.session_id))
@@ -535,6 +548,7 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| missing_session(e, || m.session_id.to_string()))?;
+            tx.index(m.session_id, "m", m.id, &message_body(m)).await?;
             tx.commit().await?;
         });
         Ok(())
@@ -650,6 +664,7 @@ impl Store for SqlStore {
 
     async fn put_file(&self, f: &FileRecord) -> Result<()> {
         with_db!(self, |pool, d| {
+            let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO files (id, session_id, name, mime, size, sha256, created_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -661,9 +676,11 @@ impl Store for SqlStore {
             .bind(to_i64(f.size)?)
             .bind(&f.sha256)
             .bind(&f.created_at)
-            .execute(pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
+            tx.index(f.session_id, "f", f.id, &f.name).await?;
+            tx.commit().await?;
         });
         Ok(())
     }

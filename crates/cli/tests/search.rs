@@ -1,0 +1,144 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code
+//! Search end to end (`GET /v1/search`, `switchboard search`): hits from real runs on the
+//! mock model, ranked and marked, only in sessions the caller sees, in step after a restart
+//! and a deletion.
+
+mod common;
+
+use common::api::{cli, cli_as, person};
+use common::*;
+use switchboard_protocol::CreateSessionRequest;
+use switchboard_protocol::people::{Role, Scope};
+use switchboard_protocol::search::{SearchHitKind, SearchParams};
+use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+
+fn q(text: &str) -> SearchParams {
+    SearchParams {
+        q: text.into(),
+        ..SearchParams::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_what_was_said_where_the_caller_may_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let data = dir.path().join("data");
+    let mut server = start(&data, &llm.base_url(), &[]).await;
+    let admin = client(&server);
+    let (ann, ann_token) = person(
+        &server,
+        "ann",
+        Role::Member,
+        &[Scope::SessionsRead, Scope::SessionsWrite],
+    )
+    .await;
+    let (bob, _) = person(
+        &server,
+        "bob",
+        Role::Member,
+        &[Scope::SessionsRead, Scope::SessionsWrite],
+    )
+    .await;
+
+    // Ann's session: the agent tells her how to fix the migration.
+    let mine = ann
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .id;
+    llm.push(MockReply::text(&[
+        "Rerun the zebra migration with ",
+        "--fix-checksums, then restart.",
+    ]));
+    let (mut events, run) = send(&ann, mine, "how do I fix the zebra migration?").await;
+    until_run_ends(&mut events, run).await;
+    // Bob's: another zebra.
+    let his = bob
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .id;
+    llm.push(MockReply::text(&["A zebra has stripes."]));
+    let (mut events, run) = send(&bob, his, "tell me about the zebra").await;
+    until_run_ends(&mut events, run).await;
+
+    // Ann finds her answer — not Bob's session — the reply ranked before her question.
+    let found = ann.search(&q("zebra migration")).await.unwrap();
+    assert!(found.hits.iter().all(|h| h.session_id == mine), "{found:?}");
+    assert_eq!(found.hits.len(), 2, "{found:?}");
+    let best = &found.hits[0];
+    assert_eq!(best.kind, SearchHitKind::Message);
+    assert!(best.seq.is_some(), "a message links into the log: {best:?}");
+    assert!(
+        best.snippet
+            .iter()
+            .any(|p| p.matched && p.text.eq_ignore_ascii_case("zebra")),
+        "{best:?}"
+    );
+    // A phrase, a prefix; the server token sees both sessions.
+    let phrase = admin.search(&q("\"fix checksums\"")).await.unwrap();
+    assert_eq!(phrase.hits.len(), 1, "{phrase:?}");
+    assert_eq!(phrase.hits[0].role.as_deref(), Some("assistant"));
+    let all = admin.search(&q("zebr*")).await.unwrap();
+    let sessions: std::collections::HashSet<_> = all.hits.iter().map(|h| h.session_id).collect();
+    assert_eq!(sessions.len(), 2, "{all:?}");
+    // Pages: one hit a page, a cursor to the next.
+    let mut page = q("zebra");
+    page.limit = Some(1);
+    let first = admin.search(&page).await.unwrap();
+    page.cursor = first.next_cursor.clone();
+    let second = admin.search(&page).await.unwrap();
+    assert_ne!(first.hits[0].id, second.hits[0].id);
+
+    // Bad queries are refused with the field named.
+    for (query, field) in [("  --  ", "q"), ("zebra", "cursor")] {
+        let mut p = q(query);
+        if field == "cursor" {
+            p.cursor = Some("not-a-cursor".into());
+        }
+        let e = admin.search(&p).await.unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+    }
+
+    // The CLI, as Ann.
+    let (ok, out, err) = cli_as(
+        &server.url,
+        &ann_token,
+        &["search", "fix", "checksums"],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("[checksums]") && out.contains(&mine.to_string()),
+        "{out}"
+    );
+
+    // After a restart the index is still there; after a deletion, its hits are gone.
+    server.stop().await;
+    let server = start(&data, &llm.base_url(), &[]).await;
+    let admin = client(&server);
+    assert_eq!(
+        admin
+            .search(&q("zebra migration"))
+            .await
+            .unwrap()
+            .hits
+            .len(),
+        2
+    );
+    admin.delete_session(mine).await.unwrap();
+    let (ok, out, _) = cli(&server.url, &["search", "zebra", "--json"]);
+    assert!(ok);
+    let left: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<&str> = left["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["session_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        !ids.is_empty() && ids.iter().all(|s| *s == his.to_string()),
+        "{left}"
+    );
+}

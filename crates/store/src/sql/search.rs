@@ -1,0 +1,166 @@
+//! Search (crate::search): FTS5 on SQLite, tsvector and GIN on PostgreSQL. The index itself
+//! is the migrations' (`0012_search.sql`): triggers on SQLite, generated columns on
+//! PostgreSQL, so it is in step with every write; here are the queries, one per database
+//! (their full-text syntax has nothing in common), built from the one reading of the query.
+
+use super::{Cols, SqlStore, with_db};
+use crate::search::{HitKind, SearchHit, SearchQuery, Term};
+use crate::{Result, StoreError};
+
+/// The query in FTS5's syntax: each word a quoted string (nothing in it is an operator),
+/// a phrase its words in one string, a prefix `"word" *`; terms side by side are all
+/// required.
+pub(crate) fn fts5(terms: &[Term]) -> String {
+    terms
+        .iter()
+        .map(|t| match t {
+            Term::Phrase(words) => format!("\"{}\"", words.join(" ")),
+            Term::Prefix(w) => format!("\"{w}\" *"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The query in `to_tsquery`'s syntax: each word quoted (`'word'`), a phrase its words
+/// joined by `<->`, a prefix `'word':*`, the terms joined by `&`. Words hold only letters
+/// and digits, so no quote can break out.
+pub(crate) fn tsquery(terms: &[Term]) -> String {
+    terms
+        .iter()
+        .map(|t| match t {
+            Term::Phrase(words) if words.len() == 1 => format!("'{}'", words[0]),
+            Term::Phrase(words) => {
+                let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+                format!("({})", quoted.join(" <-> "))
+            }
+            Term::Prefix(w) => format!("'{w}':*"),
+        })
+        .collect::<Vec<_>>()
+        .join(" & ")
+}
+
+/// Sessions a user sees: their own, and those shared with them or with everyone (`$2`, as
+/// in `list_sessions`).
+const VISIBLE: &str = "($2 IS NULL OR s.owner = $2 OR EXISTS (SELECT 1 FROM session_shares sh \
+     WHERE sh.session_id = s.id AND (sh.user_name = $2 OR sh.user_name = '*')))";
+
+/// The session's backend as the filter names it: `builtin`, or the agent's name.
+const BACKEND_SQLITE: &str = "CASE WHEN json_type(s.config, '$.backend') = 'object' \
+     THEN json_extract(s.config, '$.backend.acp') ELSE json_extract(s.config, '$.backend') END";
+const BACKEND_PG: &str =
+    "COALESCE(s.config::jsonb #>> '{backend,acp}', s.config::jsonb ->> 'backend')";
+
+fn kind(k: &str) -> Result<HitKind> {
+    match k {
+        "m" => Ok(HitKind::Message),
+        "f" => Ok(HitKind::File),
+        k => Err(StoreError::Corrupt(format!("search hit kind {k:?}"))),
+    }
+}
+
+impl SqlStore {
+    pub(super) async fn run_search(&self, q: &SearchQuery) -> Result<Vec<SearchHit>> {
+        if q.terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let session = q.session.map(|s| s.to_string());
+        let (sql, text) = match &self.db {
+            switchboard_db::Db::Sqlite(_) => {
+                let sql = format!(
+                    "SELECT d.kind AS kind, d.ref AS ref, d.session_id AS session_id, \
+                       s.title AS title, m.role AS role, m.seq AS seq, \
+                       COALESCE(m.created_at, f.created_at) AS at, \
+                       snippet(search, 0, char(1), char(2), '…', 24) AS snippet \
+                     FROM search JOIN search_docs d ON d.doc = search.rowid \
+                     JOIN sessions s ON s.id = d.session_id \
+                     LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
+                     LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
+                     WHERE search MATCH $1 AND {VISIBLE} \
+                       AND ($3 IS NULL OR d.session_id = $3) \
+                       AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
+                       AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
+                       AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6) \
+                     ORDER BY bm25(search), d.doc LIMIT $7 OFFSET $8"
+                );
+                (sql, fts5(&q.terms))
+            }
+            switchboard_db::Db::Postgres(_) => {
+                let q1 = "to_tsquery('simple', $1)";
+                let marks = "'StartSel=' || chr(1) || ',StopSel=' || chr(2)";
+                let sql = format!(
+                    "SELECT kind, ref, session_id, title, role, seq, at, snippet FROM ( \
+                       SELECT 'm' AS kind, m.id::text AS ref, m.session_id::text AS session_id, \
+                         s.title AS title, m.role AS role, m.seq AS seq, m.created_at AS at, \
+                         ts_headline('simple', m.content || COALESCE(chr(10) || m.tool_calls, ''), {q1}, \
+                           {marks} || ',MaxWords=35,MinWords=12') AS snippet, \
+                         ts_rank_cd(m.search, {q1}) AS score, m.id AS tie \
+                       FROM messages m JOIN sessions s ON s.id = m.session_id \
+                       WHERE m.search @@ {q1} AND {VISIBLE} \
+                         AND ($3::uuid IS NULL OR m.session_id = $3::uuid) \
+                         AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
+                         AND ($5::text IS NULL OR m.created_at >= $5) \
+                         AND ($6::text IS NULL OR m.created_at < $6) \
+                       UNION ALL \
+                       SELECT 'f', f.id::text, f.session_id::text, s.title, NULL, NULL, f.created_at, \
+                         ts_headline('simple', f.name, {q1}, {marks}), \
+                         ts_rank_cd(f.search, {q1}), f.id \
+                       FROM files f JOIN sessions s ON s.id = f.session_id \
+                       WHERE f.search @@ {q1} AND {VISIBLE} \
+                         AND ($3::uuid IS NULL OR f.session_id = $3::uuid) \
+                         AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
+                         AND ($5::text IS NULL OR f.created_at >= $5) \
+                         AND ($6::text IS NULL OR f.created_at < $6) \
+                     ) hits ORDER BY score DESC, tie LIMIT $7 OFFSET $8"
+                );
+                (sql, tsquery(&q.terms))
+            }
+        };
+        with_db!(self, |pool, _d| {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(&*sql))
+                .bind(text)
+                .bind(q.visible_to.as_deref())
+                .bind(session.as_deref())
+                .bind(q.backend.as_deref())
+                .bind(q.from.as_deref())
+                .bind(q.to.as_deref())
+                .bind(i64::from(q.limit))
+                .bind(i64::from(q.offset))
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(hit).collect()
+        })
+    }
+}
+
+fn hit(row: &impl Cols) -> Result<SearchHit> {
+    let parse = |col: &str| -> Result<uuid::Uuid> {
+        let text = row.text(col)?;
+        uuid::Uuid::parse_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+    };
+    Ok(SearchHit {
+        session_id: parse("session_id")?,
+        session_title: row.text("title")?,
+        kind: kind(&row.text("kind")?)?,
+        id: parse("ref")?,
+        role: row.opt_text("role")?,
+        seq: row.opt_int("seq")?.and_then(|s| u64::try_from(s).ok()),
+        created_at: row.text("at")?,
+        snippet: row.text("snippet")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::parse_query;
+
+    #[test]
+    fn both_syntaxes_from_one_reading() {
+        let t = parse_query(r#"migration "fix that" postgre*"#).unwrap();
+        assert_eq!(fts5(&t), r#""migration" "fix that" "postgre" *"#);
+        assert_eq!(
+            tsquery(&t),
+            "'migration' & ('fix' <-> 'that') & 'postgre':*"
+        );
+    }
+}
