@@ -292,6 +292,11 @@ impl BuiltinAgent {
             ctx.handle.tool_finished(call, &content, is_error).await?;
             return Ok((content, is_error));
         }
+        if call.name == "search_sessions" {
+            let (content, is_error) = crate::recall::search_sessions(ctx, &call.arguments).await;
+            ctx.handle.tool_finished(call, &content, is_error).await?;
+            return Ok((content, is_error));
+        }
         let out = tools::execute(
             workspace,
             &self.config.limits,

@@ -14,6 +14,7 @@ pub mod local;
 mod mcp;
 pub mod openai;
 pub mod provider;
+mod recall;
 mod sse;
 pub mod tools;
 

@@ -16,7 +16,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 WAIT = 60
-TOOLS = {"list_sessions", "start_session", "send_message", "read_transcript", "list_approvals", "decide_approval"}
+TOOLS = {"list_sessions", "start_session", "send_message", "read_transcript", "list_approvals", "decide_approval", "search_sessions"}
 
 
 def check(cond, what):
@@ -78,6 +78,9 @@ async def main_client(s):
     check("hello over MCP" in body(res)["transcript"], "the transcript has the message")
     res = await asyncio.wait_for(s.call_tool("list_sessions", {}), WAIT)
     check(sid in [x["id"] for x in body(res)["sessions"]], "the session is listed")
+    res = await asyncio.wait_for(s.call_tool("search_sessions", {"query": "hello over", "session": sid}), WAIT)
+    hits = body(res)["hits"]
+    check(hits and hits[0]["session_id"] == sid and "**hello**" in hits[0]["passage"].lower(), f"search finds the message, got {res}")
 
     # A call that waits for approval: seen in list_approvals, denied with a reason.
     res = await asyncio.wait_for(s.call_tool("start_session", {"agent": "test", "cwd": ws}), WAIT)

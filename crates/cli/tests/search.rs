@@ -101,6 +101,31 @@ async fn search_finds_what_was_said_where_the_caller_may_look() {
         assert!(e.contains(field), "{e}");
     }
 
+    // Ann's agent recalls with search_sessions: her sessions only.
+    llm.push(MockReply::tool_call(
+        "s1",
+        "search_sessions",
+        serde_json::json!({"query": "zebra"}),
+    ));
+    llm.push(MockReply::text(&["Found it."]));
+    let (mut events, run) = send(&ann, mine, "what did we say about zebras?").await;
+    let seen = until_run_ends(&mut events, run).await;
+    assert_eq!(text_of(&seen), "Found it.");
+    let last = llm.chat_requests().last().unwrap().body.clone();
+    let result = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .unwrap()
+        .to_string();
+    assert!(
+        result.contains(&mine.to_string()) && result.contains("**zebra**"),
+        "{result}"
+    );
+    assert!(!result.contains(&his.to_string()), "{result}");
+
     // The CLI, as Ann.
     let (ok, out, err) = cli_as(
         &server.url,
@@ -118,14 +143,13 @@ async fn search_finds_what_was_said_where_the_caller_may_look() {
     server.stop().await;
     let server = start(&data, &llm.base_url(), &[]).await;
     let admin = client(&server);
-    assert_eq!(
-        admin
-            .search(&q("zebra migration"))
-            .await
-            .unwrap()
+    let again = admin.search(&q("zebra migration")).await.unwrap();
+    assert!(
+        found
             .hits
-            .len(),
-        2
+            .iter()
+            .all(|h| again.hits.iter().any(|a| a.id == h.id)),
+        "{again:?}"
     );
     admin.delete_session(mine).await.unwrap();
     let (ok, out, _) = cli(&server.url, &["search", "zebra", "--json"]);

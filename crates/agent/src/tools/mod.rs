@@ -104,13 +104,14 @@ impl From<ToolError> for ToolOutput {
 }
 
 /// The names of the tools, in the order [`specs`] lists them.
-pub const TOOL_NAMES: [&str; 6] = [
+pub const TOOL_NAMES: [&str; 7] = [
     "view",
     "create",
     "str_replace",
     "remove",
     "run_command",
     "send_file",
+    "search_sessions",
 ];
 
 /// The workspace tools, with JSON schemas and descriptions for the model.
@@ -136,6 +137,28 @@ pub fn specs() -> Vec<ToolSpec> {
                 }
             },
             "required": ["path"],
+            "additionalProperties": false
+        }),
+    });
+    specs.push(ToolSpec {
+        name: "search_sessions".into(),
+        description: "Search what was said and done in the user's sessions, this one and             earlier ones: messages, tool calls and their results, file names. Use it to recall             a decision, a fix or a command from earlier work before asking the user again.             Words are all required; \"a phrase\" and prefix* work. Read-only."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "description": "What to look for: words, \"a phrase\", prefix*."
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 20,
+                    "description": "How many hits, best first (default 8)."
+                }
+            },
+            "required": ["query"],
             "additionalProperties": false
         }),
     });
@@ -281,12 +304,13 @@ fn file_and_command_specs() -> Vec<ToolSpec> {
     ]
 }
 
-/// How a tool call is approved: `view` and `send_file` read; `create`, `str_replace` and `remove` write;
-/// `run_command` executes. Unknown names give `None`.
+/// How a tool call is approved: `view`, `send_file` and `search_sessions` read; `create`,
+/// `str_replace` and `remove` write; `run_command` executes. Unknown names give `None`.
 pub fn class(name: &str) -> Option<ToolClass> {
     match name {
-        // Sending the user a file of their workspace reads it.
-        "view" | "send_file" => Some(ToolClass::Read),
+        // Sending the user a file of their workspace reads it; searching the sessions reads
+        // what the session's owner may read.
+        "view" | "send_file" | "search_sessions" => Some(ToolClass::Read),
         "create" | "str_replace" | "remove" => Some(ToolClass::Write),
         "run_command" => Some(ToolClass::Execute),
         _ => None,
@@ -324,6 +348,7 @@ pub fn preview(name: &str, args: &Value) -> String {
         },
         "str_replace" => format!("str_replace {}", path()),
         "send_file" => format!("send_file {}", path()),
+        "search_sessions" => format!("search_sessions {}", one_line(s("query").unwrap_or("?"))),
         "remove" => {
             if args.get("recursive").and_then(Value::as_bool) == Some(true) {
                 format!("remove {} (recursive)", path())

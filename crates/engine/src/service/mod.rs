@@ -36,7 +36,7 @@ mod files;
 mod leases;
 mod recovery;
 mod runs;
-mod search;
+pub(crate) mod search;
 mod sessions;
 mod validate;
 

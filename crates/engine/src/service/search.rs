@@ -24,83 +24,116 @@ impl Engine {
         params: &SearchParams,
         visible_to: Option<&str>,
     ) -> Result<SearchResponse, EngineError> {
-        if params.q.chars().count() > MAX_QUERY {
-            return Err(EngineError::validation(
-                "q",
-                format!("at most {MAX_QUERY} characters"),
-            ));
-        }
-        // 422: a word is a run of Unicode letters and digits, which the document's schema
-        // cannot say portably.
-        let terms = parse_query(&params.q).ok_or_else(|| {
-            EngineError::Unprocessable(
-                "q: no word to look for (a word is a run of letters and digits)".into(),
-            )
-        })?;
-        let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(EngineError::validation(
-                "limit",
-                format!("between 1 and {MAX_LIMIT}"),
-            ));
-        }
-        let offset = match params.cursor.as_deref() {
-            None | Some("") => 0,
-            Some(c) => c.parse::<u32>().map_err(|_| {
-                EngineError::Unprocessable(format!(
-                    "cursor: {c:?} is not a cursor this server gave"
-                ))
-            })?,
-        };
-        for (field, value) in [("from", &params.from), ("to", &params.to)] {
-            if let Some(v) = value
-                && chrono::DateTime::parse_from_rfc3339(v).is_err()
-            {
-                return Err(EngineError::validation(
-                    field,
-                    "an RFC 3339 time (2026-12-06T10:00:00Z)",
-                ));
-            }
-        }
-        // Stored times are UTC with microseconds: a bound given any other way is compared
-        // as the same instant written that way.
-        let utc = |v: &Option<String>| {
-            v.as_deref()
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| crate::time::rfc3339(t.with_timezone(&chrono::Utc)))
-        };
-        let query = SearchQuery {
-            terms,
-            session: params.session,
-            backend: params.backend.clone().filter(|b| !b.is_empty()),
-            from: utc(&params.from),
-            to: utc(&params.to),
-            visible_to: visible_to.map(str::to_string),
-            // One more than asked: whether a next page exists.
-            limit: limit + 1,
-            offset,
-        };
-        let mut hits = self.inner.store.search(&query).await?;
-        let more = hits.len() > limit as usize;
-        hits.truncate(limit as usize);
-        Ok(SearchResponse {
-            hits: hits
-                .into_iter()
-                .map(|h| SearchHit {
-                    session_id: h.session_id,
-                    session_title: h.session_title,
-                    kind: match h.kind {
-                        HitKind::Message => SearchHitKind::Message,
-                        HitKind::File => SearchHitKind::File,
-                    },
-                    id: h.id,
-                    role: h.role,
-                    seq: h.seq,
-                    created_at: h.created_at,
-                    snippet: SnippetPart::split(&h.snippet, MATCH_START, MATCH_END),
-                })
-                .collect(),
-            next_cursor: more.then(|| (offset + limit).to_string()),
-        })
+        search_in(self.inner.store.as_ref(), params, visible_to).await
     }
+}
+
+/// Whom a session's own search (its agent's `search_sessions`) is for: its owner, who sees
+/// every session when their role does (an operator, an admin, a viewer), else their own and
+/// those shared with them. A session of the server token (no owner) is the admin's.
+pub(crate) async fn seen_by_owner_of(
+    store: &dyn switchboard_store::Store,
+    session: uuid::Uuid,
+) -> Result<Option<String>, EngineError> {
+    let Some(owner) = store
+        .get_session(session)
+        .await?
+        .ok_or(EngineError::SessionNotFound(session))?
+        .owner
+    else {
+        return Ok(None);
+    };
+    let role = store
+        .get_user(&owner)
+        .await?
+        .and_then(|u| switchboard_protocol::people::Role::parse(&u.role));
+    Ok(match role {
+        Some(r) if r != switchboard_protocol::people::Role::Member => None,
+        // A member, or a chat identity that is no user: their own and what is shared.
+        _ => Some(owner),
+    })
+}
+
+/// [`Engine::search`] on `store`.
+pub(crate) async fn search_in(
+    store: &dyn switchboard_store::Store,
+    params: &SearchParams,
+    visible_to: Option<&str>,
+) -> Result<SearchResponse, EngineError> {
+    if params.q.chars().count() > MAX_QUERY {
+        return Err(EngineError::validation(
+            "q",
+            format!("at most {MAX_QUERY} characters"),
+        ));
+    }
+    // 422: a word is a run of Unicode letters and digits, which the document's schema
+    // cannot say portably.
+    let terms = parse_query(&params.q).ok_or_else(|| {
+        EngineError::Unprocessable(
+            "q: no word to look for (a word is a run of letters and digits)".into(),
+        )
+    })?;
+    let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(EngineError::validation(
+            "limit",
+            format!("between 1 and {MAX_LIMIT}"),
+        ));
+    }
+    let offset = match params.cursor.as_deref() {
+        None | Some("") => 0,
+        Some(c) => c.parse::<u32>().map_err(|_| {
+            EngineError::Unprocessable(format!("cursor: {c:?} is not a cursor this server gave"))
+        })?,
+    };
+    for (field, value) in [("from", &params.from), ("to", &params.to)] {
+        if let Some(v) = value
+            && chrono::DateTime::parse_from_rfc3339(v).is_err()
+        {
+            return Err(EngineError::validation(
+                field,
+                "an RFC 3339 time (2026-12-06T10:00:00Z)",
+            ));
+        }
+    }
+    // Stored times are UTC with microseconds: a bound given any other way is compared
+    // as the same instant written that way.
+    let utc = |v: &Option<String>| {
+        v.as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| crate::time::rfc3339(t.with_timezone(&chrono::Utc)))
+    };
+    let query = SearchQuery {
+        terms,
+        session: params.session,
+        backend: params.backend.clone().filter(|b| !b.is_empty()),
+        from: utc(&params.from),
+        to: utc(&params.to),
+        visible_to: visible_to.map(str::to_string),
+        // One more than asked: whether a next page exists.
+        limit: limit + 1,
+        offset,
+    };
+    let mut hits = store.search(&query).await?;
+    let more = hits.len() > limit as usize;
+    hits.truncate(limit as usize);
+    Ok(SearchResponse {
+        hits: hits
+            .into_iter()
+            .map(|h| SearchHit {
+                session_id: h.session_id,
+                session_title: h.session_title,
+                kind: match h.kind {
+                    HitKind::Message => SearchHitKind::Message,
+                    HitKind::File => SearchHitKind::File,
+                },
+                id: h.id,
+                role: h.role,
+                seq: h.seq,
+                created_at: h.created_at,
+                snippet: SnippetPart::split(&h.snippet, MATCH_START, MATCH_END),
+            })
+            .collect(),
+        next_cursor: more.then(|| (offset + limit).to_string()),
+    })
 }

@@ -39,6 +39,18 @@ pub(super) struct ListArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub(super) struct SearchArgs {
+    /// What to look for: words (all required), "a phrase", prefix*.
+    query: String,
+    /// Only this session (its id).
+    session: Option<String>,
+    /// How many hits, best first (1–100, default 20).
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct StartArgs {
     /// The working directory (inside the server's workspace roots); the server's default if
     /// omitted.
@@ -173,6 +185,55 @@ impl SessionsMcp {
                     api.list_sessions(limit, None).await?
                 };
                 json(&page)
+            }
+            .await,
+        )
+    }
+
+    #[tool(
+        description = "Search every session this token sees — messages, tool calls and their \
+                       results, file names — best first: the session, where in its log, and \
+                       the passage with the matches in **bold**.",
+        annotations(read_only_hint = true)
+    )]
+    async fn search_sessions(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(
+            async {
+                let api = self.api(&ctx)?;
+                let session = match &args.session {
+                    Some(s) => Some(id(s, "session")?),
+                    None => None,
+                };
+                let mut found = api
+                    .search(&switchboard_protocol::search::SearchParams {
+                        q: args.query.clone(),
+                        session,
+                        limit: args.limit,
+                        ..Default::default()
+                    })
+                    .await?;
+                // Bold matches for a model or a person to read, instead of the pieces.
+                let hits: Vec<serde_json::Value> = found
+                    .hits
+                    .drain(..)
+                    .map(|h| {
+                        serde_json::json!({
+                            "session_id": h.session_id,
+                            "session_title": h.session_title,
+                            "kind": h.kind,
+                            "id": h.id,
+                            "role": h.role,
+                            "seq": h.seq,
+                            "created_at": h.created_at,
+                            "passage": switchboard_protocol::search::SnippetPart::render(&h.snippet, "**", "**"),
+                        })
+                    })
+                    .collect();
+                json(&serde_json::json!({"hits": hits, "next_cursor": found.next_cursor}))
             }
             .await,
         )
