@@ -560,6 +560,24 @@ struct SessionHttpOps {
 
 #[async_trait::async_trait]
 impl SessionOps for SessionHttpOps {
+    async fn search(
+        &self,
+        query: String,
+        limit: Option<u32>,
+    ) -> Result<serde_json::Value, RelayCallError> {
+        let params = switchboard_protocol::search::SearchParams {
+            q: query,
+            limit,
+            ..Default::default()
+        };
+        let found = self
+            .client
+            .session_search(self.session, &params)
+            .await
+            .map_err(session_call_error)?;
+        to_value(&found)
+    }
+
     async fn send_file(
         &self,
         path: String,
@@ -574,24 +592,29 @@ impl SessionOps for SessionHttpOps {
             .client
             .share_file(self.session, &req)
             .await
-            .map_err(|e| match e {
-                switchboard_client::ClientError::Api {
-                    status,
-                    code,
-                    message,
-                    ..
-                } => RelayCallError {
-                    code,
-                    message,
-                    details: serde_json::json!({"status": status}),
-                },
-                other => RelayCallError {
-                    code: "unavailable".into(),
-                    message: other.to_string(),
-                    details: serde_json::json!({}),
-                },
-            })?;
+            .map_err(session_call_error)?;
         to_value(&shared)
+    }
+}
+
+/// The server's refusal as the MCP tool's error (its code, message and status).
+fn session_call_error(e: switchboard_client::ClientError) -> RelayCallError {
+    match e {
+        switchboard_client::ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => RelayCallError {
+            code,
+            message,
+            details: serde_json::json!({"status": status}),
+        },
+        other => RelayCallError {
+            code: "unavailable".into(),
+            message: other.to_string(),
+            details: serde_json::json!({}),
+        },
     }
 }
 

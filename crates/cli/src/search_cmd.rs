@@ -62,20 +62,26 @@ pub async fn search(settings: &Settings, args: SearchArgs) -> Result<ExitCode> {
             SearchHitKind::File => "file".into(),
         };
         let at = h.seq.map(|s| format!(" @{s}")).unwrap_or_default();
+        // Titles and passages are other people's text: control characters are shown as
+        // spaces, so nothing in them can drive the terminal.
         println!(
             "{} {}{at} — {what}, {}",
-            h.session_id, h.session_title, h.created_at
+            h.session_id,
+            printable(&h.session_title),
+            h.created_at
         );
         let passage = SnippetPart::render(&h.snippet, "[", "]");
-        // One line: the passage's line breaks and control characters shown as spaces.
-        let line: String = passage
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        println!("    {}", line.trim());
+        println!("    {}", printable(&passage).trim());
     }
     if answer.next_cursor.is_some() {
-        eprintln!("(more: --limit to see more)");
+        eprintln!("(more hits: a larger --limit, up to 100, or narrow the query)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line: line breaks and control characters shown as spaces.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }

@@ -10,4 +10,16 @@ impl Client {
         self.json(self.request(reqwest::Method::GET, "/v1/search").query(q))
             .await
     }
+
+    /// `GET /v1/sessions/{id}/search`: the search the session's agent makes (what the
+    /// session's owner sees), with the session's own token.
+    pub async fn session_search(
+        &self,
+        session: uuid::Uuid,
+        q: &SearchParams,
+    ) -> Result<SearchResponse, ClientError> {
+        let path = format!("/v1/sessions/{session}/search");
+        self.json(self.request(reqwest::Method::GET, &path).query(q))
+            .await
+    }
 }

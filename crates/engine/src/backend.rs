@@ -372,7 +372,7 @@ impl RunHandle {
     ) -> Result<switchboard_protocol::search::SearchResponse, EngineError> {
         let visible_to =
             crate::service::search::seen_by_owner_of(self.store.as_ref(), self.session_id).await?;
-        crate::service::search::search_in(self.store.as_ref(), params, visible_to.as_deref()).await
+        crate::service::search::search_in(self.store.as_ref(), params, visible_to).await
     }
 
     /// Emits a `Notice` of this run: something people should know that is not the reply.

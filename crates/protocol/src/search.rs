@@ -16,6 +16,7 @@ pub struct SearchParams {
     pub session: Option<Uuid>,
     /// Only sessions of this backend: `builtin`, or an agent's name from `[agents.NAME]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 100, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     pub backend: Option<String>,
     /// Only what was said at or after this time (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -209,6 +209,7 @@ pub fn router(engine: Engine, mut config: ServerConfig) -> Router {
         .merge(openapi::router(doc))
         .merge(protected)
         .merge(routes::files::share_router())
+        .merge(routes::search::session_router())
         // Authenticates itself, answering in OpenAI's error shape.
         .merge(routes::openai::router())
         .layer(DefaultBodyLimit::max(max_body))

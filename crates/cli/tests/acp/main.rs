@@ -783,7 +783,16 @@ async fn an_acp_agent_sends_files_through_switchboards_mcp_server_with_its_sessi
     // Only the session tools: this session is in no relay bundle.
     let text = text_of(&evs);
     assert!(text.contains("sent report.pdf"), "{text}");
-    assert!(text.contains("[tools send_file]"), "{text}");
+    assert!(text.contains("[tools search_sessions,send_file]"), "{text}");
+
+    // search_sessions with the session token: what was said, found again.
+    let (mut events, run) = send(&c, id, "[recall:share report]").await;
+    let evs = until_run_ends(&mut events, run).await;
+    let text = text_of(&evs);
+    assert!(
+        text.starts_with("recall error=false") && text.contains(&id.to_string()),
+        "{text}"
+    );
 
     // Confined to the workspace: a link out of it is refused, and nothing is shared.
     let (mut events, run) = send(&c, id, "[share:escape.txt]").await;

@@ -15,6 +15,27 @@ const DEFAULT_LIMIT: u32 = 20;
 const MAX_LIMIT: u32 = 100;
 /// The longest query taken.
 const MAX_QUERY: usize = 500;
+/// The most terms a query may have, and the shortest prefix (a one-letter prefix matches
+/// nearly every word).
+const MAX_TERMS: usize = 16;
+const MIN_PREFIX: usize = 2;
+
+/// Whose sessions a search looks in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum View {
+    /// Every session.
+    All,
+    /// This user's own, and those shared with them or with everyone.
+    User(String),
+    /// Sessions without an owner (the server token's).
+    Ownerless,
+}
+
+impl View {
+    fn of(visible_to: Option<&str>) -> Self {
+        visible_to.map_or(Self::All, |u| Self::User(u.to_string()))
+    }
+}
 
 impl Engine {
     /// The hits of `params` among the sessions `visible_to` sees (`None`: every session),
@@ -24,33 +45,52 @@ impl Engine {
         params: &SearchParams,
         visible_to: Option<&str>,
     ) -> Result<SearchResponse, EngineError> {
-        search_in(self.inner.store.as_ref(), params, visible_to).await
+        search_in(self.inner.store.as_ref(), params, View::of(visible_to)).await
+    }
+
+    /// The search session `session`'s agent makes: what its owner sees
+    /// ([`seen_by_owner_of`]).
+    pub async fn search_as_session(
+        &self,
+        session: uuid::Uuid,
+        params: &SearchParams,
+    ) -> Result<SearchResponse, EngineError> {
+        let store = self.inner.store.as_ref();
+        let view = seen_by_owner_of(store, session).await?;
+        search_in(store, params, view).await
     }
 }
 
 /// Whom a session's own search (its agent's `search_sessions`) is for: its owner, who sees
 /// every session when their role does (an operator, an admin, a viewer), else their own and
-/// those shared with them. A session of the server token (no owner) is the admin's.
+/// those shared with them. A session without an owner is the server token's: on a server
+/// without people it sees every session; on one with people (where a chat no person is
+/// linked to gets such sessions) only those without an owner — the agent of a chat must not
+/// read the team's sessions.
 pub(crate) async fn seen_by_owner_of(
     store: &dyn switchboard_store::Store,
     session: uuid::Uuid,
-) -> Result<Option<String>, EngineError> {
+) -> Result<View, EngineError> {
     let Some(owner) = store
         .get_session(session)
         .await?
         .ok_or(EngineError::SessionNotFound(session))?
         .owner
     else {
-        return Ok(None);
+        return Ok(if store.list_users().await?.is_empty() {
+            View::All
+        } else {
+            View::Ownerless
+        });
     };
     let role = store
         .get_user(&owner)
         .await?
         .and_then(|u| switchboard_protocol::people::Role::parse(&u.role));
     Ok(match role {
-        Some(r) if r != switchboard_protocol::people::Role::Member => None,
+        Some(r) if r != switchboard_protocol::people::Role::Member => View::All,
         // A member, or a chat identity that is no user: their own and what is shared.
-        _ => Some(owner),
+        _ => View::User(owner),
     })
 }
 
@@ -58,7 +98,7 @@ pub(crate) async fn seen_by_owner_of(
 pub(crate) async fn search_in(
     store: &dyn switchboard_store::Store,
     params: &SearchParams,
-    visible_to: Option<&str>,
+    view: View,
 ) -> Result<SearchResponse, EngineError> {
     if params.q.chars().count() > MAX_QUERY {
         return Err(EngineError::validation(
@@ -73,6 +113,24 @@ pub(crate) async fn search_in(
             "q: no word to look for (a word is a run of letters and digits)".into(),
         )
     })?;
+    if terms.len() > MAX_TERMS {
+        return Err(EngineError::Unprocessable(format!(
+            "q: at most {MAX_TERMS} words, phrases or prefixes"
+        )));
+    }
+    if terms.iter().any(|t| matches!(t, switchboard_store::search::Term::Prefix(p) if p.chars().count() < MIN_PREFIX)) {
+        return Err(EngineError::Unprocessable(format!(
+            "q: a prefix* needs at least {MIN_PREFIX} letters or digits"
+        )));
+    }
+    if let Some(b) = &params.backend
+        && (b.chars().count() > 100 || b.chars().any(char::is_control))
+    {
+        return Err(EngineError::validation(
+            "backend",
+            "`builtin` or an agent's name (at most 100 characters, no control characters)",
+        ));
+    }
     let limit = params.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(EngineError::validation(
@@ -109,7 +167,11 @@ pub(crate) async fn search_in(
         backend: params.backend.clone().filter(|b| !b.is_empty()),
         from: utc(&params.from),
         to: utc(&params.to),
-        visible_to: visible_to.map(str::to_string),
+        visible_to: match &view {
+            View::User(u) => Some(u.clone()),
+            View::All | View::Ownerless => None,
+        },
+        ownerless_only: view == View::Ownerless,
         // One more than asked: whether a next page exists.
         limit: limit + 1,
         offset,

@@ -61,6 +61,13 @@ pub trait SessionOps: Send + Sync + 'static {
         path: String,
         caption: Option<String>,
     ) -> Result<serde_json::Value, RelayCallError>;
+    /// Searches the sessions the session's owner sees (`GET /v1/sessions/{id}/search`);
+    /// returns the server's JSON answer.
+    async fn search(
+        &self,
+        query: String,
+        limit: Option<u32>,
+    ) -> Result<serde_json::Value, RelayCallError>;
 }
 
 /// The tool sets one MCP server offers (at least one).
@@ -192,6 +199,17 @@ struct SendFileArgs {
     caption: Option<String>,
 }
 
+/// Arguments of the `search_sessions` tool.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    /// What to look for: words (all required), "a phrase", prefix*.
+    query: String,
+    /// How many hits, best first (1–100, default 20).
+    #[schemars(range(min = 1, max = 100))]
+    limit: Option<u32>,
+}
+
 /// Arguments of the `send` tool.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -284,6 +302,23 @@ impl SwitchboardMcp {
         };
         to_result("send_file", outcome)
     }
+
+    #[tool(
+        description = "Search what was said and done in the user's sessions, this one and \
+                       earlier ones: messages, tool calls and their results, file names. Use \
+                       it to recall a decision, a fix or a command from earlier work. Words \
+                       are all required; \"a phrase\" and prefix* work. Returns the hits, \
+                       best first, each with its passage.",
+        annotations(read_only_hint = true)
+    )]
+    async fn search_sessions(&self, Parameters(args): Parameters<SearchArgs>) -> CallToolResult {
+        tracing::debug!("MCP search_sessions");
+        let outcome = match &self.tools.session {
+            Some(ops) => ops.search(args.query, args.limit).await,
+            None => Err(not_offered("session")),
+        };
+        to_result("search_sessions", outcome)
+    }
 }
 
 #[tool_router(router = relay_router)]
@@ -364,7 +399,8 @@ impl ServerHandler for SwitchboardMcp {
                 instructions.push(' ');
             }
             instructions.push_str(
-                "`send_file` sends a file of your workspace to the user you are working for.",
+                "`send_file` sends a file of your workspace to the user you are working for; \
+                 `search_sessions` finds what was said and done in their sessions.",
             );
         }
         instructions.push_str(

@@ -13,6 +13,7 @@ enum Call {
     Send(McpSend),
     Look(String, Option<u32>),
     SendFile(String, Option<String>),
+    Search(String, Option<u32>),
 }
 
 /// Records calls; answers with `fail` if set, else a canned JSON per operation.
@@ -77,6 +78,10 @@ impl SessionOps for FakeOps {
             Call::SendFile(path.clone(), caption),
             json!({"run_id": "r-1", "file": {"name": path}}),
         )
+    }
+
+    async fn search(&self, query: String, limit: Option<u32>) -> Result<Value, RelayCallError> {
+        self.answer(Call::Search(query, limit), json!({"hits": []}))
     }
 }
 
@@ -246,7 +251,7 @@ async fn the_session_tools_are_offered_alone_or_beside_the_relay_tools() {
     let instructions = init["instructions"].as_str().unwrap();
     assert!(instructions.contains("send_file"), "{instructions}");
     assert!(!instructions.contains("relay bundle"), "{instructions}");
-    assert_eq!(tool_names(&mut c).await, ["send_file"]);
+    assert_eq!(tool_names(&mut c).await, ["search_sessions", "send_file"]);
     let resp = c
         .call(
             "send_file",
@@ -284,7 +289,7 @@ async fn the_session_tools_are_offered_alone_or_beside_the_relay_tools() {
     c.handshake().await;
     assert_eq!(
         tool_names(&mut c).await,
-        ["list", "look", "send", "send_file"]
+        ["list", "look", "search_sessions", "send", "send_file"]
     );
     c.finish().await;
 }

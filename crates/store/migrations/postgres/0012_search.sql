@@ -12,9 +12,11 @@ UPDATE messages SET seq = (
     WHERE e.session_id = messages.session_id AND e.created_at >= messages.created_at
 );
 
+-- The first 200,000 characters (src/sql/search.rs INDEXED_CHARS): a tsvector over 1 MB is
+-- refused, and a generated column's refusal would fail the message's write.
 ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS (
     to_tsvector('simple'::regconfig, regexp_replace(
-        content || ' ' || COALESCE(tool_calls, ''), '[^[:alnum:]]+', ' ', 'g'))
+        left(content || chr(10) || COALESCE(tool_calls, ''), 200000), '[^[:alnum:]]+', ' ', 'g'))
 ) STORED;
 CREATE INDEX messages_search ON messages USING GIN (search);
 

@@ -28,8 +28,13 @@ CREATE VIRTUAL TABLE search USING fts5(body, tokenize = 'unicode61 remove_diacri
 -- What is there already.
 INSERT INTO search_docs (session_id, kind, ref) SELECT session_id, 'm', id FROM messages;
 INSERT INTO search_docs (session_id, kind, ref) SELECT session_id, 'f', id FROM files;
+-- As the store writes it (src/sql/mod.rs `indexed`): the first 200,000 characters, the
+-- passage marks (characters 1 and 2) made spaces.
 INSERT INTO search (rowid, body)
-    SELECT d.doc, m.content || CASE WHEN m.tool_calls IS NULL THEN '' ELSE char(10) || m.tool_calls END
+    SELECT d.doc, replace(replace(substr(
+        m.content || CASE WHEN m.tool_calls IS NULL THEN '' ELSE char(10) || m.tool_calls END,
+        1, 200000), char(1), ' '), char(2), ' ')
     FROM search_docs d JOIN messages m ON m.id = d.ref WHERE d.kind = 'm';
 INSERT INTO search (rowid, body)
-    SELECT d.doc, f.name FROM search_docs d JOIN files f ON f.id = d.ref WHERE d.kind = 'f';
+    SELECT d.doc, replace(replace(f.name, char(1), ' '), char(2), ' ')
+    FROM search_docs d JOIN files f ON f.id = d.ref WHERE d.kind = 'f';

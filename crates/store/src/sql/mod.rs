@@ -462,10 +462,20 @@ impl SearchIndex for PgConnection {
     }
 }
 
-/// What the index holds of a message: its text, then its tool calls (JSON).
+/// What the index holds of a message: its text, then its tool calls (JSON) — the first
+/// [`search::INDEXED_CHARS`] characters, with the passage marks a snippet uses made spaces.
 pub(crate) fn message_body(m: &MessageRecord) -> String {
-    match &m.tool_calls {
+    let whole = match &m.tool_calls {
         Some(calls) => format!("{}\n{calls}", m.content),
         None => m.content.clone(),
-    }
+    };
+    indexed(&whole)
+}
+
+/// `text` as the index keeps it (see [`message_body`]).
+pub(crate) fn indexed(text: &str) -> String {
+    text.chars()
+        .take(search::INDEXED_CHARS)
+        .map(|c| if c == '\u{1}' || c == '\u{2}' { ' ' } else { c })
+        .collect()
 }

@@ -1,7 +1,8 @@
-//! Search (crate::search): FTS5 on SQLite, tsvector and GIN on PostgreSQL. The index itself
-//! is the migrations' (`0012_search.sql`): triggers on SQLite, generated columns on
-//! PostgreSQL, so it is in step with every write; here are the queries, one per database
-//! (their full-text syntax has nothing in common), built from the one reading of the query.
+//! Search (crate::search): FTS5 on SQLite, tsvector and GIN on PostgreSQL. The index is the
+//! migrations' (`0012_search.sql`): on SQLite written by the store with each message and
+//! file ([`super::SearchIndex`]), on PostgreSQL generated columns; here are the queries, one
+//! per database (their full-text syntax has nothing in common), built from the one reading
+//! of the query.
 
 use super::{Cols, SqlStore, with_db};
 use crate::search::{HitKind, SearchHit, SearchQuery, Term};
@@ -50,6 +51,10 @@ const BACKEND_SQLITE: &str = "CASE WHEN json_type(s.config, '$.backend') = 'obje
 const BACKEND_PG: &str =
     "COALESCE(s.config::jsonb #>> '{backend,acp}', s.config::jsonb ->> 'backend')";
 
+/// How much of a message is indexed (its beginning): PostgreSQL refuses a `tsvector` over
+/// 1 MB, which a message's generated column would make a failed write of.
+pub(crate) const INDEXED_CHARS: usize = 200_000;
+
 fn kind(k: &str) -> Result<HitKind> {
     match k {
         "m" => Ok(HitKind::Message),
@@ -64,13 +69,19 @@ impl SqlStore {
             return Ok(Vec::new());
         }
         let session = q.session.map(|s| s.to_string());
+        // The page is ranked first; only its hits get a passage (a passage for every match
+        // of a common word would cost more than the whole search).
         let (sql, text) = match &self.db {
             switchboard_db::Db::Sqlite(_) => {
                 let sql = format!(
-                    "SELECT d.kind AS kind, d.ref AS ref, d.session_id AS session_id, \
-                       s.title AS title, m.role AS role, m.seq AS seq, \
-                       COALESCE(m.created_at, f.created_at) AS at, \
-                       snippet(search, 0, char(1), char(2), '…', 24) AS snippet \
+                    "SELECT page.kind AS kind, page.ref AS ref, page.session_id AS session_id, \
+                       page.title AS title, page.role AS role, page.seq AS seq, page.at AS at, \
+                       (SELECT snippet(search, 0, char(1), char(2), '…', 24) FROM search \
+                        WHERE search MATCH $1 AND search.rowid = page.doc) AS snippet \
+                     FROM (SELECT d.doc AS doc, d.kind AS kind, d.ref AS ref, \
+                       d.session_id AS session_id, s.title AS title, m.role AS role, \
+                       m.seq AS seq, COALESCE(m.created_at, f.created_at) AS at, \
+                       bm25(search) AS score \
                      FROM search JOIN search_docs d ON d.doc = search.rowid \
                      JOIN sessions s ON s.id = d.session_id \
                      LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
@@ -80,19 +91,31 @@ impl SqlStore {
                        AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
                        AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
                        AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6) \
-                     ORDER BY bm25(search), d.doc LIMIT $7 OFFSET $8"
+                       AND ($9 IS NULL OR s.owner IS NULL) \
+                     ORDER BY score, d.doc LIMIT $7 OFFSET $8) page \
+                     ORDER BY page.score, page.doc"
                 );
                 (sql, fts5(&q.terms))
             }
             switchboard_db::Db::Postgres(_) => {
                 let q1 = "to_tsquery('simple', $1)";
                 let marks = "'StartSel=' || chr(1) || ',StopSel=' || chr(2)";
+                // The marks are the passage's own: any in the stored text are spaces.
+                let clean = |t: &str| format!("translate({t}, chr(1) || chr(2), '  ')");
+                let message_text = clean(&format!(
+                    "left(m2.content || COALESCE(chr(10) || m2.tool_calls, ''), {INDEXED_CHARS})"
+                ));
+                let file_text = clean("f2.name");
                 let sql = format!(
-                    "SELECT kind, ref, session_id, title, role, seq, at, snippet FROM ( \
+                    "SELECT kind, ref, session_id, title, role, seq, at, \
+                       CASE WHEN kind = 'm' THEN \
+                         (SELECT ts_headline('simple', {message_text}, {q1}, \
+                            {marks} || ',MaxWords=35,MinWords=12') FROM messages m2 WHERE m2.id = page.tie) \
+                       ELSE (SELECT ts_headline('simple', {file_text}, {q1}, {marks}) \
+                            FROM files f2 WHERE f2.id = page.tie) END AS snippet \
+                     FROM ( \
                        SELECT 'm' AS kind, m.id::text AS ref, m.session_id::text AS session_id, \
                          s.title AS title, m.role AS role, m.seq AS seq, m.created_at AS at, \
-                         ts_headline('simple', m.content || COALESCE(chr(10) || m.tool_calls, ''), {q1}, \
-                           {marks} || ',MaxWords=35,MinWords=12') AS snippet, \
                          ts_rank_cd(m.search, {q1}) AS score, m.id AS tie \
                        FROM messages m JOIN sessions s ON s.id = m.session_id \
                        WHERE m.search @@ {q1} AND {VISIBLE} \
@@ -100,9 +123,9 @@ impl SqlStore {
                          AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
                          AND ($5::text IS NULL OR m.created_at >= $5) \
                          AND ($6::text IS NULL OR m.created_at < $6) \
+                         AND ($9::text IS NULL OR s.owner IS NULL) \
                        UNION ALL \
                        SELECT 'f', f.id::text, f.session_id::text, s.title, NULL, NULL, f.created_at, \
-                         ts_headline('simple', f.name, {q1}, {marks}), \
                          ts_rank_cd(f.search, {q1}), f.id \
                        FROM files f JOIN sessions s ON s.id = f.session_id \
                        WHERE f.search @@ {q1} AND {VISIBLE} \
@@ -110,7 +133,9 @@ impl SqlStore {
                          AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
                          AND ($5::text IS NULL OR f.created_at >= $5) \
                          AND ($6::text IS NULL OR f.created_at < $6) \
-                     ) hits ORDER BY score DESC, tie LIMIT $7 OFFSET $8"
+                         AND ($9::text IS NULL OR s.owner IS NULL) \
+                       ORDER BY score DESC, tie LIMIT $7 OFFSET $8 \
+                     ) page ORDER BY score DESC, tie"
                 );
                 (sql, tsquery(&q.terms))
             }
@@ -125,6 +150,7 @@ impl SqlStore {
                 .bind(q.to.as_deref())
                 .bind(i64::from(q.limit))
                 .bind(i64::from(q.offset))
+                .bind(q.ownerless_only.then_some("1"))
                 .fetch_all(pool)
                 .await?;
             rows.iter().map(hit).collect()

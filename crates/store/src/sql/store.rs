@@ -248,8 +248,9 @@ impl Store for SqlStore {
     }
 
     async fn delete_session(&self, id: Uuid) -> Result<bool> {
-        // One statement, so atomic: the foreign keys cascade to runs, events, messages and
-        // approvals. On PostgreSQL rows that concurrent writers are adding go too: their
+        // One transaction: the search index's part of the session (SQLite's, written by the
+        // store) goes, then the session, whose foreign keys cascade to runs, events, messages
+        // and approvals. On PostgreSQL rows that concurrent writers are adding go too: their
         // inserts lock the session row, so the delete waits for them to commit and then
         // cascades over them.
         let n = with_db!(self, |pool, d| {
@@ -679,7 +680,8 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
-            tx.index(f.session_id, "f", f.id, &f.name).await?;
+            tx.index(f.session_id, "f", f.id, &super::indexed(&f.name))
+                .await?;
             tx.commit().await?;
         });
         Ok(())

@@ -17,7 +17,7 @@
 //!
 //! Prompt markers (may combine; processed in this order): `[think]`, `[plan]`, `[elicit]`
 //! (question.rs), `[tool]`,
-//! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[read:PATH]`, `[share:PATH]`, `[calc]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
+//! `[edit]`, `[slow]`, `[crash]`, `[write:NAME]`, `[read:PATH]`, `[share:PATH]`, `[recall:QUERY]` (`search_sessions` on the same server), `[calc]`, `[probe-token:SESSION]`, `[count]`, `[refuse]`, `[error]`.
 //! `[share:PATH]` calls `send_file {path: PATH}` on the `switchboard` MCP server the session
 //! was opened with (a real MCP client over stdio) and says the outcome; every session's
 //! `mcpServers` are logged as `mcp_servers SESSION NAME(stdio),…`. `[probe-token:SESSION]`

@@ -344,6 +344,29 @@ impl Turn {
             };
             self.say(&answer)?;
         }
+        if let Some(query) = marker_arg(text, "[recall:") {
+            // `search_sessions {query}` on the session's `switchboard` MCP server.
+            scripted = true;
+            let servers = self
+                .shared
+                .mcp
+                .lock()
+                .get(&self.session.to_string())
+                .cloned()
+                .unwrap_or_default();
+            let answer = match mcp_call(
+                &servers,
+                "switchboard",
+                "search_sessions",
+                serde_json::json!({"query": query}),
+            )
+            .await
+            {
+                Ok((is_error, text)) => format!("recall error={is_error}: {text}"),
+                Err(e) => format!("MCP failed: {e}"),
+            };
+            self.say(&answer)?;
+        }
         if has("[calc]") {
             // The session's own MCP server `calc` (tests/mcp_test_server.py): 40 + 2.
             scripted = true;
