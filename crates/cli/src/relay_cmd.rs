@@ -125,7 +125,7 @@ pub struct McpArgs {
     /// The agent's member id in the bundle.
     #[arg(long, env = "SWITCHBOARD_RELAY_MEMBER", requires = "bundle")]
     member: Option<String>,
-    /// The session the agent works for (the session tools: `send_file`). Switchboard passes
+    /// The session the agent works for (the session tools: `send_file`, `search_sessions`). Switchboard passes
     /// this to the ACP agents it starts, with the session's own token in
     /// SWITCHBOARD_SESSION_TOKEN.
     #[arg(long, env = "SWITCHBOARD_SESSION")]

@@ -126,6 +126,49 @@ async fn search_finds_what_was_said_where_the_caller_may_look() {
     );
     assert!(!result.contains(&his.to_string()), "{result}");
 
+    // An agent searches for whoever started its run, not for the session's owner: Bob
+    // shares a session with Ann; Ann asking its agent does not reach Bob's other sessions.
+    let private = bob
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .id;
+    llm.push(MockReply::text(&["Noted."]));
+    let (mut events, run) = send(&bob, private, "the okapi plan is private").await;
+    until_run_ends(&mut events, run).await;
+    bob.update_session(
+        his,
+        &switchboard_protocol::UpdateSessionRequest {
+            shared_with: Some(vec!["ann".into()]),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    llm.push(MockReply::tool_call(
+        "s2",
+        "search_sessions",
+        serde_json::json!({"query": "okapi"}),
+    ));
+    llm.push(MockReply::text(&["Nothing."]));
+    let (mut events, run) = send(&ann, his, "anything about okapis?").await;
+    until_run_ends(&mut events, run).await;
+    let last = llm.chat_requests().last().unwrap().body.clone();
+    let result = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str())
+        .unwrap()
+        .to_string();
+    // (The agent's own call, recorded before it runs, is found: this session is Ann's to see.)
+    assert!(
+        !result.contains(&private.to_string()) && !result.contains("private"),
+        "{result}"
+    );
+
     // The CLI, as Ann.
     let (ok, out, err) = cli_as(
         &server.url,

@@ -364,15 +364,19 @@ impl RunHandle {
         Ok(seq)
     }
 
-    /// Searches the sessions this run's session's owner sees (`GET /v1/search`'s rules): what
-    /// an agent recalls of earlier work with `search_sessions`.
+    /// Searches what the person who started this run sees (`GET /v1/search`'s rules; see
+    /// `seen_by_run`): what an agent recalls of earlier work with `search_sessions`.
     pub async fn search(
         &self,
         params: &switchboard_protocol::search::SearchParams,
     ) -> Result<switchboard_protocol::search::SearchResponse, EngineError> {
-        let visible_to =
-            crate::service::search::seen_by_owner_of(self.store.as_ref(), self.session_id).await?;
-        crate::service::search::search_in(self.store.as_ref(), params, visible_to).await
+        let view = crate::service::search::seen_by_run(
+            self.store.as_ref(),
+            self.session_id,
+            self.attribution.user.as_deref(),
+        )
+        .await?;
+        crate::service::search::search_in(self.store.as_ref(), params, view).await
     }
 
     /// Emits a `Notice` of this run: something people should know that is not the reply.

@@ -1,14 +1,17 @@
 //! Session-scoped credentials: what a session's own agent holds to call back into
 //! Switchboard, instead of the server's token.
 //!
-//! An external agent's tools (the `send_file` of `switchboard mcp --session`) run in
+//! An external agent's tools (`send_file` and `search_sessions` of `switchboard mcp
+//! --session`) run in
 //! processes the agent starts. They must reach the API, but the server's bearer token would
 //! let them do anything — read every session, answer their own approvals. They get a
 //! *session token* instead: `HMAC-SHA256(key, session id)` under a key drawn at random when
 //! the engine starts. It proves "minted by this process for this session" and nothing more:
 //!
 //! - the routes that accept it say so, and check it against the session in their path
-//!   (today only `POST /v1/sessions/{id}/share`); every other route refuses it;
+//!   (`POST /v1/sessions/{id}/share`, `GET /v1/sessions/{id}/search` — each only while a
+//!   run of the session is under way, and the search only what that run's requester sees);
+//!   every other route refuses it;
 //! - it dies with the process (a restarted server draws a new key, and the agent processes
 //!   it starts get new tokens), so nothing needs storing or revoking;
 //! - it is compared in constant time.

@@ -79,9 +79,6 @@ pub struct SearchQuery {
     /// Only sessions this user sees (their own, shared with them or with everyone); `None`:
     /// every session.
     pub visible_to: Option<String>,
-    /// Only sessions without an owner (the server token's): what such a session's agent
-    /// finds on a server with people ([`crate::People`]).
-    pub ownerless_only: bool,
     pub limit: u32,
     pub offset: u32,
 }

@@ -142,7 +142,10 @@ pub fn specs() -> Vec<ToolSpec> {
     });
     specs.push(ToolSpec {
         name: "search_sessions".into(),
-        description: "Search what was said and done in the user's sessions, this one and             earlier ones: messages, tool calls and their results, file names. Use it to recall             a decision, a fix or a command from earlier work before asking the user again.             Words are all required; \"a phrase\" and prefix* work. Read-only."
+        description: "Search what was said and done in the user's sessions, this one and \
+            earlier ones: messages, tool calls and their results, file names. Use it to recall \
+            a decision, a fix or a command from earlier work before asking the user again. \
+            Words are all required; \"a phrase\" and prefix* work. Read-only."
             .into(),
         input_schema: json!({
             "type": "object",

@@ -27,8 +27,8 @@ pub(crate) enum View {
     All,
     /// This user's own, and those shared with them or with everyone.
     User(String),
-    /// Sessions without an owner (the server token's).
-    Ownerless,
+    /// This session alone.
+    Session(uuid::Uuid),
 }
 
 impl View {
@@ -48,49 +48,59 @@ impl Engine {
         search_in(self.inner.store.as_ref(), params, View::of(visible_to)).await
     }
 
-    /// The search session `session`'s agent makes: what its owner sees
-    /// ([`seen_by_owner_of`]).
+    /// The search session `session`'s agent makes through Switchboard's MCP server (with
+    /// the session's token), for its run under way: [`seen_by_run`]. Without a run under way
+    /// there is no one it searches for: `session_not_running`.
     pub async fn search_as_session(
         &self,
         session: uuid::Uuid,
         params: &SearchParams,
     ) -> Result<SearchResponse, EngineError> {
         let store = self.inner.store.as_ref();
-        let view = seen_by_owner_of(store, session).await?;
+        store
+            .get_session(session)
+            .await?
+            .ok_or(EngineError::SessionNotFound(session))?;
+        let run = store
+            .active_run(session)
+            .await?
+            .ok_or(EngineError::SessionNotRunning(session))?;
+        let requested_by = run
+            .input
+            .get("requested_by")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
+        let view = seen_by_run(store, session, requested_by.as_deref()).await?;
         search_in(store, params, view).await
     }
 }
 
-/// Whom a session's own search (its agent's `search_sessions`) is for: its owner, who sees
-/// every session when their role does (an operator, an admin, a viewer), else their own and
-/// those shared with them. A session without an owner is the server token's: on a server
-/// without people it sees every session; on one with people (where a chat no person is
-/// linked to gets such sessions) only those without an owner — the agent of a chat must not
-/// read the team's sessions.
-pub(crate) async fn seen_by_owner_of(
+/// What a run's agent may search (`search_sessions`): what the person whose message started
+/// the run sees — not the session's owner, whose sessions a person the session is shared
+/// with, or anyone in a group chat, must not read through the agent. On a server without
+/// people everything is the one admin's: every session. With people, a run no person is
+/// known to have started (a chat no person is linked to, a schedule, a relay message, the
+/// server token) searches its own session alone.
+pub(crate) async fn seen_by_run(
     store: &dyn switchboard_store::Store,
     session: uuid::Uuid,
+    requested_by: Option<&str>,
 ) -> Result<View, EngineError> {
-    let Some(owner) = store
-        .get_session(session)
-        .await?
-        .ok_or(EngineError::SessionNotFound(session))?
-        .owner
-    else {
-        return Ok(if store.list_users().await?.is_empty() {
-            View::All
-        } else {
-            View::Ownerless
-        });
+    if store.list_users().await?.is_empty() {
+        return Ok(View::All);
+    }
+    let Some(person) = requested_by else {
+        return Ok(View::Session(session));
     };
     let role = store
-        .get_user(&owner)
+        .get_user(person)
         .await?
         .and_then(|u| switchboard_protocol::people::Role::parse(&u.role));
     Ok(match role {
         Some(r) if r != switchboard_protocol::people::Role::Member => View::All,
-        // A member, or a chat identity that is no user: their own and what is shared.
-        _ => View::User(owner),
+        Some(_) => View::User(person.to_string()),
+        // Not (or no longer) a person here.
+        None => View::Session(session),
     })
 }
 
@@ -161,17 +171,27 @@ pub(crate) async fn search_in(
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| crate::time::rfc3339(t.with_timezone(&chrono::Utc)))
     };
+    // A search confined to one session asked for another finds nothing.
+    let session = match (&view, params.session) {
+        (View::Session(own), Some(asked)) if asked != *own => {
+            return Ok(SearchResponse {
+                hits: Vec::new(),
+                next_cursor: None,
+            });
+        }
+        (View::Session(own), _) => Some(*own),
+        (_, asked) => asked,
+    };
     let query = SearchQuery {
         terms,
-        session: params.session,
+        session,
         backend: params.backend.clone().filter(|b| !b.is_empty()),
         from: utc(&params.from),
         to: utc(&params.to),
         visible_to: match &view {
             View::User(u) => Some(u.clone()),
-            View::All | View::Ownerless => None,
+            View::All | View::Session(_) => None,
         },
-        ownerless_only: view == View::Ownerless,
         // One more than asked: whether a next page exists.
         limit: limit + 1,
         offset,

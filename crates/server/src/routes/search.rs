@@ -37,9 +37,10 @@ pub async fn search(
 }
 
 /// The search a session's agent makes (an ACP agent's `search_sessions`, through
-/// Switchboard's MCP server with the session's own token): the sessions the session's owner
-/// sees. A person (or the server token) calling it searches as themselves, as with
-/// `GET /v1/search`.
+/// Switchboard's MCP server with the session's own token), for the run under way: what the
+/// person who started that run sees (with people on the server; a run no person started
+/// searches its own session alone). A person (or the server token) calling it searches as
+/// themselves, as with `GET /v1/search`.
 #[utoipa::path(get, path = "/v1/sessions/{id}/search", tag = "sessions",
     params(("id" = uuid::Uuid, Path), SearchParams),
     security(("bearer" = ["sessions:read"])),
@@ -47,6 +48,7 @@ pub async fn search(
               (status = 400, description = "`validation_failed`: `q` longer than 500 characters, a `limit` out of range, or a time that is not RFC 3339", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`: neither a token of this server nor this session's", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
+              (status = 409, description = "`session_not_running`: with the session's token, no run is under way to search for", body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: no word in `q` (a word is a run of letters and digits), or a `cursor` this server did not give", body = ErrorBody)))]
 pub async fn session_search(
     State(state): State<AppState>,
@@ -57,6 +59,9 @@ pub async fn session_search(
     use switchboard_protocol::people::Principal;
     let found = match extensions.get::<Principal>() {
         Some(p) => {
+            // Whoever sees every session skips the check of `SessionCaller`: the session
+            // must still exist.
+            state.engine.session_access(id).await?;
             let visible_to = (!switchboard_engine::team::sees_all(p)).then_some(p.user.as_str());
             state.engine.search(&q, visible_to).await?
         }

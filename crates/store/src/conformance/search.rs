@@ -20,7 +20,6 @@ fn query(q: &str) -> SearchQuery {
         from: None,
         to: None,
         visible_to: None,
-        ownerless_only: false,
         limit: 20,
         offset: 0,
     }
@@ -229,16 +228,4 @@ pub async fn search_finds_ranked_marked_visible_hits_in_step_with_writes(store: 
     assert!(hits.iter().all(|h| h.session_id == a.id), "{hits:?}");
     assert!(!hits.iter().any(|h| h.id == other || h.id == file.id));
     assert!(check("no words", store.search(&query("  ")).await).is_empty());
-
-    // Only sessions without an owner (the server token's), when asked.
-    let c = session(store, None, serde_json::json!("builtin")).await;
-    let mine = message(store, c.id, 6, "user", &format!("{w} without an owner")).await;
-    let ownerless = SearchQuery {
-        ownerless_only: true,
-        ..query(&w)
-    };
-    let hits = check("ownerless", store.search(&ownerless).await);
-    assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![mine]);
-    let hits = check("ann again", store.search(&only_ann).await);
-    assert!(hits.iter().all(|h| h.session_id == a.id), "{hits:?}");
 }

@@ -91,7 +91,6 @@ impl SqlStore {
                        AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
                        AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
                        AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6) \
-                       AND ($9 IS NULL OR s.owner IS NULL) \
                      ORDER BY score, d.doc LIMIT $7 OFFSET $8) page \
                      ORDER BY page.score, page.doc"
                 );
@@ -123,7 +122,6 @@ impl SqlStore {
                          AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
                          AND ($5::text IS NULL OR m.created_at >= $5) \
                          AND ($6::text IS NULL OR m.created_at < $6) \
-                         AND ($9::text IS NULL OR s.owner IS NULL) \
                        UNION ALL \
                        SELECT 'f', f.id::text, f.session_id::text, s.title, NULL, NULL, f.created_at, \
                          ts_rank_cd(f.search, {q1}), f.id \
@@ -133,7 +131,6 @@ impl SqlStore {
                          AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
                          AND ($5::text IS NULL OR f.created_at >= $5) \
                          AND ($6::text IS NULL OR f.created_at < $6) \
-                         AND ($9::text IS NULL OR s.owner IS NULL) \
                        ORDER BY score DESC, tie LIMIT $7 OFFSET $8 \
                      ) page ORDER BY score DESC, tie"
                 );
@@ -150,7 +147,6 @@ impl SqlStore {
                 .bind(q.to.as_deref())
                 .bind(i64::from(q.limit))
                 .bind(i64::from(q.offset))
-                .bind(q.ownerless_only.then_some("1"))
                 .fetch_all(pool)
                 .await?;
             rows.iter().map(hit).collect()
