@@ -40,7 +40,11 @@
 //! three budgets, p50/p99, on SQLite and PostgreSQL; 20 runs on two instances racing one
 //! nearly spent budget (with `SWITCHBOARD_BENCH_STORE_URL`).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! (q) search (`--only q [--messages N] [--keep DIR]`): `GET /v1/search` over N stored messages (default
+//!     1,000,000) on SQLite, p50/p95 per kind of query; and the CPU the search index adds to
+//!     a streamed reply of case (g).
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|q|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -54,6 +58,7 @@ mod common;
 mod failover;
 mod sandbox;
 mod scale;
+mod search;
 mod single;
 mod soak;
 mod streaming;
@@ -234,6 +239,40 @@ async fn main() -> Result<()> {
             &all,
             3,
         );
+    }
+    if only.as_deref() == Some("q") {
+        let messages: u64 = args
+            .iter()
+            .position(|a| a == "--messages")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        let keep = args
+            .iter()
+            .position(|a| a == "--keep")
+            .and_then(|i| args.get(i + 1))
+            .map(std::path::PathBuf::from);
+        let (stored, queries) = search::search(messages, runs.max(20), keep.as_deref()).await?;
+        println!("| (q) {messages} messages in 1,000 sessions stored (s) | {stored:.1} | |");
+        for q in queries {
+            println!(
+                "| (q) search, {} ({} hits): p50 / p95 (ms) | {:.2} / {:.2} | {} requests |",
+                q.what,
+                q.hits,
+                search::quantile(&q.ms, 0.5),
+                search::quantile(&q.ms, 0.95),
+                q.ms.len()
+            );
+        }
+        for k in [100, 2000, 10_000] {
+            let us = search::index_cost(k, runs).await?;
+            row(
+                &format!("(q) FTS5 insert of a K={k} reply (µs CPU)"),
+                &us,
+                1,
+            );
+        }
+        return Ok(());
     }
     if want("t") {
         let f = auth::auth(runs).await?;

@@ -15,7 +15,7 @@ use crate::{Proc, TOKEN, http, median, read_frames, row, spawn_serve};
 /// `/proc/PID/task/TID/schedstat` (nanosecond resolution; `/proc/PID/stat` counts 10 ms
 /// ticks, too coarse for a run that costs a few tens of milliseconds). The server's
 /// threads live as long as it does (tokio workers, SQLite connection threads).
-fn cpu_ns(pid: u32) -> Result<u64> {
+pub(super) fn cpu_ns(pid: u32) -> Result<u64> {
     let mut total = 0u64;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         let path = task?.path().join("schedstat");

@@ -41,6 +41,7 @@ pub async fn search(settings: &Settings, args: SearchArgs) -> Result<ExitCode> {
         .search(&SearchParams {
             q: args.query.join(" "),
             session: args.session,
+            sessions: None,
             backend: args.backend,
             from: args.from,
             to: args.to,

@@ -209,3 +209,122 @@ async fn search_finds_what_was_said_where_the_caller_may_look() {
         "{left}"
     );
 }
+
+/// The console's search in headless Chromium (`tests/e2e/search.mjs`): a long session whose
+/// fourth reply says how to fix the orders migration, found from the sidebar's box and
+/// opened scrolled to that reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_finds_a_reply_and_opens_the_transcript_there() {
+    use common::browser::{Script, assert_shots};
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start().await;
+    let server = start(&dir.path().join("data"), &llm.base_url(), &[]).await;
+    let admin = client(&server);
+    let id = admin
+        .create_session(&CreateSessionRequest {
+            title: Some("Orders service".into()),
+            ..CreateSessionRequest::default()
+        })
+        .await
+        .unwrap()
+        .id;
+    for i in 0..25 {
+        let reply = if i == 3 {
+            "Add an index on customer_id first; the orders migration then runs in seconds.".into()
+        } else {
+            // Long enough that 25 of them fill many screens.
+            format!(
+                "Step {i}: filler.\n\n{}",
+                "Nothing to see here. ".repeat(40)
+            )
+        };
+        llm.push(MockReply::text(&[reply.as_str()]));
+        let (mut events, run) = send(&admin, id, &format!("step {i}, please")).await;
+        until_run_ends(&mut events, run).await;
+    }
+    let other = admin
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .id;
+    llm.push(MockReply::text(&["The migration of users is done."]));
+    let (mut events, run) = send(&admin, other, "migrate the users").await;
+    until_run_ends(&mut events, run).await;
+
+    let session = id.to_string();
+    let script = Script::start(
+        "search.mjs",
+        &[
+            ("SB_URL", &server.url),
+            ("SB_TOKEN", TOKEN),
+            ("SB_SESSION", &session),
+        ],
+        std::time::Duration::from_secs(180),
+    );
+    script.finish(|| server.logs()).await;
+    assert_shots(&["search.png", "search-jump.png", "search-phone.png"]);
+}
+
+/// `/search` in a chat (the fake Telegram): the chat's sessions — the one before `/new` too
+/// — and no other session; the matched words between asterisks; a query of no word, an
+/// empty one and one that finds nothing each get their answer.
+#[tokio::test]
+async fn a_chat_searches_the_sessions_it_has_had() {
+    let w = common::chat::World::new("telegram").await;
+    let server = w.server().await;
+    let chat = w.dm_chat();
+    w.llm.push(MockReply::text(&[
+        "Rerun the zebra migration with --fix-checksums.",
+    ]));
+    w.dm("how do I fix the zebra migration?");
+    w.wait(chat, "the first reply", |m| {
+        m.text.contains("fix-checksums")
+    })
+    .await;
+    w.dm("/new");
+    w.wait(chat, "/new done", |m| m.text.starts_with("Done"))
+        .await;
+    w.llm
+        .push(MockReply::text(&["Zebra crossings are striped."]));
+    w.dm("and zebra crossings?");
+    w.wait(chat, "the second reply", |m| m.text.contains("striped"))
+        .await;
+    // A session of no chat says "zebra" too: not this chat's.
+    let admin = client(&server);
+    let elsewhere = admin
+        .create_session(&CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .id;
+    w.llm.push(MockReply::text(&["A zebra from elsewhere."]));
+    let (mut events, run) = send(&admin, elsewhere, "zebra elsewhere").await;
+    until_run_ends(&mut events, run).await;
+
+    w.dm("/search zebra");
+    let found = w
+        .wait(chat, "the hits", |m| {
+            m.text.starts_with("Found in this chat")
+        })
+        .await;
+    assert!(found.text.contains("fix-checksums"), "{}", found.text);
+    assert!(found.text.contains("striped"), "{}", found.text);
+    assert!(
+        found.text.contains("*zebra*") || found.text.contains("*Zebra*"),
+        "{}",
+        found.text
+    );
+    assert!(!found.text.contains("elsewhere"), "{}", found.text);
+    w.dm("/search");
+    w.wait(chat, "the usage", |m| m.text.starts_with("Usage: /search"))
+        .await;
+    w.dm("/search --");
+    w.wait(chat, "the refusal", |m| {
+        m.text.starts_with("Cannot search for that") && m.text.contains("word")
+    })
+    .await;
+    w.dm("/search okapi");
+    w.wait(chat, "nothing found", |m| {
+        m.text.starts_with("Nothing found for okapi")
+    })
+    .await;
+}

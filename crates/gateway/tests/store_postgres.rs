@@ -79,10 +79,11 @@ async fn fresh() -> (TestDb, GatewayStore) {
 
 store_suite!(fresh);
 
-const TABLES: [&str; 12] = [
+const TABLES: [&str; 13] = [
     "allowed",
     "approvals",
     "chat_activity",
+    "chat_sessions",
     "contexts",
     "inbox",
     "kv",
@@ -113,7 +114,7 @@ async fn concurrent_opens_of_a_fresh_database_all_migrate() {
     }
     assert_eq!(
         db.migrations().await,
-        [1, 2, 3, 4, 5, 6, 7],
+        [1, 2, 3, 4, 5, 6, 7, 8],
         "each migration applied exactly once"
     );
     // Every one of them works on the same tables.
@@ -216,7 +217,7 @@ async fn the_tables_live_in_the_gateway_schema_beside_the_engines() {
             .await
             .unwrap();
     assert_eq!(run_id, run.run_id.to_string());
-    assert_eq!(db.migrations().await, [1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(db.migrations().await, [1, 2, 3, 4, 5, 6, 7, 8]);
 }
 
 /// Runs `work(store, task)` in `tasks` tasks spread over `stores`, all released at once.

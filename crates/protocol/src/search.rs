@@ -14,6 +14,11 @@ pub struct SearchParams {
     /// Only this session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<Uuid>,
+    /// Only these sessions: their ids separated by commas, at most 100 (a chat's `/search`
+    /// looks in the sessions that chat has had). With `session` too, only that one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 3700, pattern = "^[0-9a-fA-F,-]*$")]
+    pub sessions: Option<String>,
     /// Only sessions of this backend: `builtin`, or an agent's name from `[agents.NAME]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[param(max_length = 100, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]

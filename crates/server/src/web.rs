@@ -39,6 +39,7 @@ const MD_JS: &str = include_str!("../web/md.js");
 const SETTINGS_JS: &str = include_str!("../web/settings.js");
 const TEAM_JS: &str = include_str!("../web/team.js");
 const USAGE_JS: &str = include_str!("../web/usage.js");
+const SEARCH_JS: &str = include_str!("../web/search.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
@@ -51,7 +52,7 @@ const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &[u8], &str); 13] = [
+const ASSETS: [(&str, &[u8], &str); 14] = [
     (
         "app.js",
         APP_JS.as_bytes(),
@@ -71,6 +72,11 @@ const ASSETS: [(&str, &[u8], &str); 13] = [
     (
         "usage.js",
         USAGE_JS.as_bytes(),
+        "text/javascript; charset=utf-8",
+    ),
+    (
+        "search.js",
+        SEARCH_JS.as_bytes(),
         "text/javascript; charset=utf-8",
     ),
     ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),

@@ -4,6 +4,7 @@
 // assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
 import { render } from './md.js';
+import { searchPage } from './search.js';
 import { settingsPage } from './settings.js';
 import { teamPage } from './team.js';
 import { usagePage } from './usage.js';
@@ -182,6 +183,12 @@ document.addEventListener('click', (e) => {
   }
 });
 
+$('search-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const q = $('search-input').value.trim();
+  if (q) location.hash = `#/search/${encodeURIComponent(q)}`;
+});
+
 $('show-archived').addEventListener('change', (e) => {
   S.showArchived = e.target.checked;
   refreshSessions().catch(toast);
@@ -190,10 +197,10 @@ $('show-archived').addEventListener('change', (e) => {
 /** Pages that use the whole width (no session sidebar). */
 const WIDE = ['relay', 'schedules', 'inbox', 'channels', 'usage', 'settings', 'team'];
 
-/** #/ · #/new · #/s/<id> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/usage · #/settings · #/team */
+/** #/ · #/new · #/s/<id>[/<seq>] · #/search/<query> · #/inbox · #/channels · #/schedules · #/schedules/<id> · #/relay · #/relay/<bundle> · #/usage · #/settings · #/team */
 function route() {
   if (!S.me) return;
-  const [, kind = '', arg] = location.hash.split('/').map(decodeURIComponent);
+  const [, kind = '', arg, at] = location.hash.split('/').map(decodeURIComponent);
   document.body.classList.remove('drawer');
   document.body.classList.toggle('wide', WIDE.includes(kind));
   document.body.dataset.page = WIDE.includes(kind) ? kind : 'sessions';
@@ -202,7 +209,11 @@ function route() {
   if (kind !== 's') leaveSession();
   if (kind !== 'relay') closeLook();
   if (kind !== 'inbox') I.list = null;
-  if (kind === 's' && arg) openSession(arg);
+  if (kind === 's' && arg) openSession(arg, at);
+  else if (kind === 'search') {
+    $('main').replaceChildren(searchPage({ h, api, guard, jump: (hit) => { S.jumpHit = { words: hit.snippet.filter((p) => p.matched).map((p) => p.text), role: hit.role }; } }, arg ?? ''));
+    $('search-input').value = arg ?? '';
+  }
   else if (kind === 'relay') openRelay(arg);
   else if (kind === 'schedules') openSchedules(arg);
   else if (kind === 'inbox') openInbox();
@@ -360,7 +371,10 @@ const KINDS = ['run_started', 'file_attached', 'file_shared', 'follow_up_queued'
   'waiting_for_tool_approval', 'tool_execution_started', 'tool_execution_completed', 'tool_rejected',
   'steering_received', 'thought_delta', 'plan_updated', 'notice', 'workspace_changed', 'usage_report', 'run_completed', 'run_error'];
 
-function openSession(id) {
+/** Opens session `id`; with `at` (a search hit's seq), scrolls to that point of the
+ *  transcript once the log has been read that far, and marks it. */
+function openSession(id, at) {
+  const jump = at != null && at !== '' && Number.isFinite(Number(at));
   if (S.current?.id !== id) {
     leaveSession();
     if (!S.views.has(id)) S.views.set(id, sessionView(id));
@@ -370,6 +384,14 @@ function openSession(id) {
   const v = S.current;
   $('main').replaceChildren(v.root);
   v.log.scrollTop = v.log.scrollHeight;
+  if (jump) {
+    v.jump = { seq: Number(at), ...(S.jumpHit ?? { words: [], role: null }) };
+    S.jumpHit = null;
+    // The log is read from the start: the jump waits for the events after the hit (or, for
+    // a hit at the log's end, for the replay to settle).
+    if (v.lastSeq > v.jump.seq) jumpTo(v);
+    else setTimeout(() => v.jump && S.current === v && jumpTo(v), 2000);
+  }
   api('GET', `/v1/sessions/${id}`).then(({ session, config, sandbox, usage }) => showSession(v, session, config, sandbox, usage), (e) => {
     toast(e);
     if (e.status === 404) location.hash = '#/';
@@ -796,6 +818,7 @@ function endRun(v, run) {
 }
 
 function add(v, el) {
+  el.dataset.seq = String(v.lastSeq); // where in the log this item began (a search hit's jump)
   v.log.append(el);
   v.tail = null;
   return el;
@@ -815,6 +838,29 @@ function extend(v, kind, run, ts) {
   return block;
 }
 
+/** Scrolls to the item of the transcript a search hit points at, and marks it. A message is
+ *  recorded after the events that show it (a reply after its deltas, a question with its
+ *  run's start, a tool result after its card), so its item began at or before the hit's
+ *  seq: of the nearest such items, the first of the hit's kind holding one of its matched
+ *  words, else of its kind, else holding a word, else the nearest. */
+function jumpTo(v) {
+  const { seq, words, role } = v.jump;
+  v.jump = null;
+  const upTo = (n) => [...v.log.children]
+    .filter((el) => !el.matches('time.stamp') && Number(el.dataset.seq) <= n).slice(-8).reverse();
+  const near = upTo(seq).length ? upTo(seq) : upTo(seq + 1);
+  const kind = { user: '.msg.user', assistant: '.msg.assistant', tool: '.tool' }[role];
+  const lower = words.map((w) => w.toLowerCase());
+  const says = (el) => lower.some((w) => el.textContent.toLowerCase().includes(w));
+  const ofKind = (el) => kind && el.matches(kind);
+  const el = near.find((c) => ofKind(c) && says(c)) ?? near.find(ofKind) ?? near.find(says) ?? near[0];
+  if (!el) return;
+  for (const old of v.log.querySelectorAll('[data-hit]')) old.removeAttribute('data-hit');
+  el.dataset.hit = '';
+  el.scrollIntoView({ block: 'center' });
+  v.stick = false;
+}
+
 /** Renders changed text blocks (at most every 30 ms) and keeps the bottom in view. */
 function schedule(v) {
   v.flushTimer ||= setTimeout(() => {
@@ -826,7 +872,8 @@ function schedule(v) {
       } else b.el.lastChild.textContent = b.src;
     }
     v.dirty.clear();
-    if (v.stick) v.log.scrollTop = v.log.scrollHeight;
+    if (v.jump && v.lastSeq > v.jump.seq) jumpTo(v);
+    else if (v.stick) v.log.scrollTop = v.log.scrollHeight;
   }, 30);
 }
 

@@ -69,8 +69,8 @@ pub fn words(text: &str) -> Vec<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchQuery {
     pub terms: Vec<Term>,
-    /// Only this session.
-    pub session: Option<Uuid>,
+    /// Only these sessions (`None`: any).
+    pub sessions: Option<Vec<Uuid>>,
     /// Only sessions of this backend: `builtin`, or an agent's name.
     pub backend: Option<String>,
     /// Only what was said at or after / before this time (RFC 3339, as stored).

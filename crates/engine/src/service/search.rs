@@ -171,20 +171,31 @@ pub(crate) async fn search_in(
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .map(|t| crate::time::rfc3339(t.with_timezone(&chrono::Utc)))
     };
-    // A search confined to one session asked for another finds nothing.
-    let session = match (&view, params.session) {
-        (View::Session(own), Some(asked)) if asked != *own => {
-            return Ok(SearchResponse {
-                hits: Vec::new(),
-                next_cursor: None,
-            });
-        }
-        (View::Session(own), _) => Some(*own),
-        (_, asked) => asked,
-    };
+    // The sessions asked for (`session`, `sessions`) and, for a session's own agent, its
+    // own: a search confined to some sessions asked for others finds nothing.
+    let mut sessions: Option<Vec<uuid::Uuid>> = params.session.map(|s| vec![s]);
+    if let Some(list) = params.sessions.as_deref() {
+        let ids = parse_sessions(list)?;
+        sessions = Some(match sessions {
+            Some(one) => one.into_iter().filter(|s| ids.contains(s)).collect(),
+            None => ids,
+        });
+    }
+    if let View::Session(own) = &view {
+        sessions = Some(match sessions {
+            Some(asked) => asked.into_iter().filter(|s| s == own).collect(),
+            None => vec![*own],
+        });
+    }
+    if sessions.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(SearchResponse {
+            hits: Vec::new(),
+            next_cursor: None,
+        });
+    }
     let query = SearchQuery {
         terms,
-        session,
+        sessions,
         backend: params.backend.clone().filter(|b| !b.is_empty()),
         from: utc(&params.from),
         to: utc(&params.to),
@@ -218,4 +229,27 @@ pub(crate) async fn search_in(
             .collect(),
         next_cursor: more.then(|| (offset + limit).to_string()),
     })
+}
+
+/// The most sessions `sessions` may name.
+const MAX_SESSIONS: usize = 100;
+
+/// `sessions`: ids separated by commas (empty pieces ignored).
+fn parse_sessions(list: &str) -> Result<Vec<uuid::Uuid>, EngineError> {
+    let bad = || {
+        EngineError::validation(
+            "sessions",
+            format!("session ids separated by commas, at most {MAX_SESSIONS}"),
+        )
+    };
+    let ids = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<uuid::Uuid>().map_err(|_| bad()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.is_empty() || ids.len() > MAX_SESSIONS {
+        return Err(bad());
+    }
+    Ok(ids)
 }

@@ -1,5 +1,5 @@
 //! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`,
-//! `/unschedule`, `/link`, `/usage`), and the undo button.
+//! `/unschedule`, `/link`, `/usage`, `/search`), and the undo button.
 
 use std::sync::Arc;
 
@@ -136,6 +136,7 @@ impl Gateway {
             Command::Schedules => self.list_schedules(m).await?,
             Command::Unschedule => self.remove_schedule(m).await?,
             Command::Link => self.link(m).await,
+            Command::Search => self.search_chat(key, m).await?,
             Command::Usage => {
                 let (today, month) = self.chat_usage(key).await?;
                 format!(
@@ -176,6 +177,49 @@ impl Gateway {
             out.push(self.inner.client.usage(&q).await?.total);
         }
         Ok((out[0], out[1]))
+    }
+
+    /// `/search WORDS`: the words in the sessions this chat has had (the current one and
+    /// those before `/new`), as the sender may see them (a linked person: their own and
+    /// shared ones); the best few hits, the matched words between asterisks.
+    async fn search_chat(&self, key: &str, m: &InboundMessage) -> Result<String, GatewayError> {
+        let words = super::schedules::args(&m.text);
+        if words.is_empty() {
+            return Ok("Usage: /search WORDS — finds them in this chat's sessions (\"a phrase\", prefix* work too).".into());
+        }
+        let sessions = self.inner.store.chat_sessions(key, 100).await?;
+        if sessions.is_empty() {
+            return Ok("This chat has no session yet: nothing to search.".into());
+        }
+        let params = switchboard_protocol::search::SearchParams {
+            q: words.to_string(),
+            sessions: Some(
+                sessions
+                    .iter()
+                    .map(uuid::Uuid::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            limit: Some(SEARCH_HITS),
+            ..Default::default()
+        };
+        let found = match self
+            .inner
+            .client
+            .on_behalf_of(&super::approvals::identity(&m.channel, &m.peer))
+            .search(&params)
+            .await
+        {
+            Ok(f) => f,
+            Err(e) if matches!(e.status(), Some(400 | 422)) => {
+                return Ok(format!(
+                    "Cannot search for that: {}",
+                    e.message().unwrap_or("the server refused the words")
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(search_reply(words, &found))
     }
 
     /// `/link CODE`: this chat identity acts as the person who got the code (docs/teams.md).
@@ -430,6 +474,8 @@ const DIFF_AS_TEXT: usize = 3000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Command {
+    /// `/search WORDS`: in this chat's sessions.
+    Search,
     New,
     Stop,
     Status,
@@ -447,7 +493,7 @@ pub(super) enum Command {
 }
 
 /// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`,
-/// `/link`, `/usage`, `/allow`, `/deny` (also `/stop@botname`).
+/// `/link`, `/usage`, `/search`, `/allow`, `/deny` (also `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -463,6 +509,7 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "unschedule" => Some(Command::Unschedule),
         "link" => Some(Command::Link),
         "usage" => Some(Command::Usage),
+        "search" => Some(Command::Search),
         "allow" => Some(Command::Allow),
         "deny" => Some(Command::Deny),
         _ => None,
@@ -491,4 +538,49 @@ impl UndoOffer {
     fn from_json(v: &str) -> Option<Self> {
         serde_json::from_str(v).ok()
     }
+}
+
+/// Hits a chat's `/search` shows.
+const SEARCH_HITS: u32 = 5;
+
+/// A chat's `/search` answer in plain text (chats get no markup): each hit's session, who
+/// said it and when, and its passage with the matched words between asterisks.
+fn search_reply(words: &str, found: &switchboard_protocol::search::SearchResponse) -> String {
+    use switchboard_protocol::search::SearchHitKind;
+    if found.hits.is_empty() {
+        return format!("Nothing found for {words} in this chat's sessions.");
+    }
+    let mut out = format!("Found in this chat's sessions, best first ({words}):");
+    for (i, hit) in found.hits.iter().enumerate() {
+        let who = match hit.kind {
+            SearchHitKind::File => "file",
+            SearchHitKind::Message => hit.role.as_deref().unwrap_or("message"),
+        };
+        let when = hit
+            .created_at
+            .get(..16)
+            .unwrap_or(&hit.created_at)
+            .replace('T', " ");
+        let passage: String = hit
+            .snippet
+            .iter()
+            .map(|p| {
+                if p.matched {
+                    format!("*{}*", p.text)
+                } else {
+                    p.text.clone()
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n\n{}. {} · {who} · {when}\n{}",
+            i + 1,
+            hit.session_title,
+            passage.split_whitespace().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    if found.next_cursor.is_some() {
+        out.push_str("\n\nMore in the console's search, or with more words.");
+    }
+    out
 }

@@ -20,6 +20,7 @@ const COMMANDS: &[(&str, Command)] = &[
     ("schedules", Command::Schedules),
     ("unschedule", Command::Unschedule),
     ("usage", Command::Usage),
+    ("search", Command::Search),
     ("link", Command::Link),
     ("allow", Command::Allow),
     ("deny", Command::Deny),

@@ -242,6 +242,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             include_str!("../../migrations/sqlite/0006_requesters.sql"),
         ),
         (7, include_str!("../../migrations/sqlite/0007_kv_age.sql")),
+        (
+            8,
+            include_str!("../../migrations/sqlite/0008_chat_sessions.sql"),
+        ),
     ],
     postgres: &[
         (
@@ -269,6 +273,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             include_str!("../../migrations/postgres/0006_requesters.sql"),
         ),
         (7, include_str!("../../migrations/postgres/0007_kv_age.sql")),
+        (
+            8,
+            include_str!("../../migrations/postgres/0008_chat_sessions.sql"),
+        ),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),
     postgres_lock: 0x5357_4247_574d_4947,

@@ -76,8 +76,35 @@ impl GatewayStore {
             .bind(to_json(&r.requesters))
             .execute(pool)
             .await?;
+            // Remembered after `/new` replaces it: the chat's `/search` looks here.
+            sqlx::query(
+                "INSERT INTO chat_sessions (routing_key, session_id, since) VALUES ($1, $2, $3) \
+                 ON CONFLICT (routing_key, session_id) DO NOTHING",
+            )
+            .bind(&r.routing_key)
+            .bind(r.session_id.to_string())
+            .bind(&t)
+            .execute(pool)
+            .await?;
         });
         Ok(())
+    }
+
+    /// The sessions `key` has talked to, newest first, at most `limit`.
+    pub async fn chat_sessions(&self, key: &str, limit: u32) -> Result<Vec<Uuid>> {
+        with_pool!(&self.db, |pool| {
+            sqlx::query(
+                "SELECT session_id FROM chat_sessions WHERE routing_key = $1 \
+                 ORDER BY since DESC, session_id LIMIT $2",
+            )
+            .bind(key)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| uuid(r, "session_id"))
+            .collect()
+        })
     }
 
     /// Removes a route; the next message on it starts a new session. Whether one was.

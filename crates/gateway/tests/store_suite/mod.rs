@@ -194,6 +194,18 @@ pub async fn routes_round_trip(s: &GatewayStore) {
         s.route_of_session(a2.session_id).await.unwrap(),
         Some(a2.clone())
     );
+
+    // Every session a chat had is remembered (a chat's /search), newest first, once each,
+    // after its route is gone too.
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    s.put_route(&a2).await.unwrap();
+    assert_eq!(
+        s.chat_sessions("tg:1", 10).await.unwrap(),
+        [a2.session_id, session]
+    );
+    assert_eq!(s.chat_sessions("tg:1", 1).await.unwrap(), [a2.session_id]);
+    assert_eq!(s.chat_sessions("tg:2", 10).await.unwrap(), [a2.session_id]);
+    assert!(s.chat_sessions("tg:3", 10).await.unwrap().is_empty());
 }
 
 pub async fn inbox_keeps_a_message_s_files(s: &GatewayStore) {

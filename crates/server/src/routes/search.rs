@@ -25,7 +25,7 @@ pub fn session_router() -> Router<AppState> {
 #[utoipa::path(get, path = "/v1/search", tag = "sessions", params(SearchParams),
     security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = SearchResponse),
-              (status = 400, description = "`validation_failed`: `q` longer than 500 characters, a `limit` out of range, or a time that is not RFC 3339", body = ErrorBody),
+              (status = 400, description = "`validation_failed`: `q` longer than 500 characters, a `limit` out of range, a time that is not RFC 3339, or `sessions` not 1–100 session ids", body = ErrorBody),
               (status = 422, description = "`unprocessable_entity`: no word in `q` (a word is a run of letters and digits), or a `cursor` this server did not give", body = ErrorBody)))]
 pub async fn search(
     State(state): State<AppState>,
@@ -45,7 +45,7 @@ pub async fn search(
     params(("id" = uuid::Uuid, Path), SearchParams),
     security(("bearer" = ["sessions:read"])),
     responses((status = 200, body = SearchResponse),
-              (status = 400, description = "`validation_failed`: `q` longer than 500 characters, a `limit` out of range, or a time that is not RFC 3339", body = ErrorBody),
+              (status = 400, description = "`validation_failed`: `q` longer than 500 characters, a `limit` out of range, a time that is not RFC 3339, or `sessions` not 1–100 session ids", body = ErrorBody),
               (status = 401, description = "`unauthorized` or `invalid_token`: neither a token of this server nor this session's", body = ErrorBody),
               (status = 404, description = "`session_not_found`", body = ErrorBody),
               (status = 409, description = "`session_not_running`: with the session's token, no run is under way to search for", body = ErrorBody),

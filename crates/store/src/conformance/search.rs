@@ -15,7 +15,7 @@ fn unique() -> String {
 fn query(q: &str) -> SearchQuery {
     SearchQuery {
         terms: parse_query(q).unwrap_or_default(),
-        session: None,
+        sessions: None,
         backend: None,
         from: None,
         to: None,
@@ -158,10 +158,36 @@ pub async fn search_finds_ranked_marked_visible_hits_in_step_with_writes(store: 
     let hits = check("shared", store.search(&only_ann).await);
     assert_eq!(hits.len(), 4, "a shared session's hits are seen: {hits:?}");
     let in_b = SearchQuery {
-        session: Some(b.id),
+        sessions: Some(vec![b.id]),
         ..query(&w)
     };
     assert_eq!(check("session", store.search(&in_b).await).len(), 2);
+    // Several sessions: the hits of those, and of no other; none of an empty list.
+    let everywhere = check("everywhere", store.search(&query(&w)).await);
+    let in_a_b = SearchQuery {
+        sessions: Some(vec![a.id, b.id]),
+        ..query(&w)
+    };
+    let hits = check("sessions", store.search(&in_a_b).await);
+    assert_eq!(
+        hits.len(),
+        everywhere
+            .iter()
+            .filter(|h| h.session_id == a.id || h.session_id == b.id)
+            .count(),
+        "{hits:?}"
+    );
+    assert!(
+        hits.len() >= 4
+            && hits
+                .iter()
+                .all(|h| h.session_id == a.id || h.session_id == b.id)
+    );
+    let in_none = SearchQuery {
+        sessions: Some(Vec::new()),
+        ..query(&w)
+    };
+    assert!(check("no sessions", store.search(&in_none).await).is_empty());
     let claude = SearchQuery {
         backend: Some("claude".into()),
         ..query(&w)
