@@ -17,7 +17,10 @@ pub struct SearchParams {
     /// Only these sessions: their ids separated by commas, at most 100 (a chat's `/search`
     /// looks in the sessions that chat has had). With `session` too, only that one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[param(max_length = 3700, pattern = "^[0-9a-fA-F,-]*$")]
+    #[param(
+        max_length = 3699,
+        pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}(,[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}){0,99}$"
+    )]
     pub sessions: Option<String>,
     /// Only sessions of this backend: `builtin`, or an agent's name from `[agents.NAME]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
