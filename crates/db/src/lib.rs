@@ -283,6 +283,13 @@ pub async fn open_sqlite(
 /// How often the checkpointer looks at the WAL.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
+/// How long the checkpointer's connection waits for a lock another holds (then it leaves
+/// the checkpoint to its next tick).
+const CHECKPOINT_BUSY: Duration = Duration::from_millis(100);
+
+/// How long after a `TRUNCATE` checkpoint that could not finish (a reader) the next one is tried.
+const TRUNCATE_RETRY: Duration = Duration::from_secs(1);
+
 /// WAL frames (pages) past which a passive checkpoint is not enough (16,384 4-KiB pages:
 /// 64 MiB): see [`checkpointer`].
 const WAL_TRUNCATE_FRAMES: i64 = 16_384;
@@ -301,13 +308,18 @@ const WAL_TRUNCATE_FRAMES: i64 = 16_384;
 /// copied all of it, and under writes that never pause (the search benchmark's million
 /// indexed messages) the frames written during each checkpoint are always left: the file
 /// grew without end (24 GB for a 450 MB database). So once the WAL holds more than
-/// [`WAL_TRUNCATE_FRAMES`], the checkpoint is `TRUNCATE`: it waits for the writer in hand to
-/// commit, holds the next one back while it copies the rest, and empties the file — a
-/// pause of the writes of a few milliseconds, only under such a load.
+/// [`WAL_TRUNCATE_FRAMES`] after the passive copy, a `TRUNCATE` checkpoint follows at once:
+/// it waits for the writer in hand to commit, holds the next one back while it copies the
+/// rest and waits for readers of the old frames, and empties the file. Its connection waits
+/// at most [`CHECKPOINT_BUSY`] for any of them (not the pool's 10 s): a long reader makes it
+/// give up, and it tries again a second later, so writers are held back at most a tenth of
+/// the time, 100 ms at once, and only under such a load (a reader longer than the WAL's
+/// copy keeps SQLite from starting the WAL over whatever the checkpoint does).
 async fn checkpointer(connect: SqliteConnectOptions, closed: sqlx::pool::CloseEvent) {
+    let connect = connect.busy_timeout(CHECKPOINT_BUSY);
     let run = async {
         let mut conn: Option<SqliteConnection> = None;
-        let mut mode = "PASSIVE";
+        let mut truncate_after = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(CHECKPOINT_EVERY).await;
             let c = match conn.as_mut() {
@@ -321,22 +333,23 @@ async fn checkpointer(connect: SqliteConnectOptions, closed: sqlx::pool::CloseEv
                 },
             };
             // (busy, frames in the WAL, frames copied)
-            let sql = format!("PRAGMA wal_checkpoint({mode})");
-            match sqlx::query_as::<_, (i64, i64, i64)>(sqlx::AssertSqlSafe(sql))
+            let mut done = sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(PASSIVE)")
                 .fetch_one(&mut *c)
-                .await
+                .await;
+            let now = tokio::time::Instant::now();
+            if matches!(done, Ok((_, frames, _)) if frames > WAL_TRUNCATE_FRAMES)
+                && now >= truncate_after
             {
-                Ok((_, frames, _)) => {
-                    mode = if frames > WAL_TRUNCATE_FRAMES {
-                        "TRUNCATE"
-                    } else {
-                        "PASSIVE"
-                    };
+                done = sqlx::query_as("PRAGMA wal_checkpoint(TRUNCATE)")
+                    .fetch_one(&mut *c)
+                    .await;
+                if matches!(done, Ok((busy, _, _)) if busy != 0) {
+                    truncate_after = now + TRUNCATE_RETRY;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "checkpointer: checkpoint failed");
-                    conn = None;
-                }
+            }
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "checkpointer: checkpoint failed");
+                conn = None;
             }
         }
     };
@@ -711,6 +724,67 @@ mod tests {
             largest < limit,
             "the WAL reached {largest} bytes under writes of 256 MB (limit {limit})"
         );
+        pool.close().await;
+    }
+
+    /// A reader that stays in its transaction for seconds while the WAL is past its limit:
+    /// the truncating checkpoint gives up on it quickly instead of holding every writer back
+    /// until the reader is done (it waited with the pool's 10 s busy timeout), and truncates
+    /// the WAL once the reader has gone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_reader_does_not_stall_writers_behind_the_truncating_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let wal = dir.path().join("t.db-wal");
+        let pool = open(&path, V2).await.unwrap();
+        let wal_size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        let mut reader = pool.acquire().await.unwrap();
+        sqlx::query("BEGIN").execute(&mut *reader).await.unwrap();
+        let _: i64 = sqlx::query_scalar("SELECT count(*) FROM a")
+            .fetch_one(&mut *reader)
+            .await
+            .unwrap();
+        let held = std::time::Instant::now();
+        let text = "x".repeat(16_000);
+        let mut slowest = Duration::ZERO;
+        let mut i = 0;
+        let mut released = false;
+        let mut truncated = false;
+        while held.elapsed() < Duration::from_secs(30) {
+            let t = std::time::Instant::now();
+            sqlx::query("INSERT INTO a (x, y) VALUES ($1, $2)")
+                .bind(i)
+                .bind(&text)
+                .execute(&pool)
+                .await
+                .unwrap();
+            slowest = slowest.max(t.elapsed());
+            i += 1;
+            // The reader holds its snapshot for 4 s: by then the WAL is past its limit.
+            if !released && held.elapsed() > Duration::from_secs(4) {
+                assert!(
+                    wal_size() > 64 * 1024 * 1024,
+                    "the WAL did not pass its limit ({} bytes): the test proves nothing",
+                    wal_size()
+                );
+                sqlx::query("COMMIT").execute(&mut *reader).await.unwrap();
+                released = true;
+            }
+            if released && wal_size() < 16 * 1024 * 1024 {
+                truncated = true;
+                break;
+            }
+        }
+        assert!(
+            truncated,
+            "the WAL was not truncated after the reader left: {} bytes",
+            wal_size()
+        );
+        assert!(
+            slowest < Duration::from_millis(1500),
+            "a commit waited {slowest:?} behind the checkpoint (the reader held 4 s)"
+        );
+        drop(reader);
         pool.close().await;
     }
 

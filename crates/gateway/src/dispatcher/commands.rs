@@ -136,7 +136,7 @@ impl Gateway {
             Command::Schedules => self.list_schedules(m).await?,
             Command::Unschedule => self.remove_schedule(m).await?,
             Command::Link => self.link(m).await,
-            Command::Search => self.search_chat(key, m).await?,
+            Command::Search => self.search_chat(key, m, channel.max_chars()).await?,
             Command::Usage => {
                 let (today, month) = self.chat_usage(key).await?;
                 format!(
@@ -182,7 +182,12 @@ impl Gateway {
     /// `/search WORDS`: the words in the sessions this chat has had (the current one and
     /// those before `/new`), as the sender may see them (a linked person: their own and
     /// shared ones); the best few hits, the matched words between asterisks.
-    async fn search_chat(&self, key: &str, m: &InboundMessage) -> Result<String, GatewayError> {
+    async fn search_chat(
+        &self,
+        key: &str,
+        m: &InboundMessage,
+        channel_room: usize,
+    ) -> Result<String, GatewayError> {
         let words = super::schedules::args(&m.text);
         if words.is_empty() {
             return Ok("Usage: /search WORDS — finds them in this chat's sessions (\"a phrase\", prefix* work too).".into());
@@ -219,7 +224,7 @@ impl Gateway {
             }
             Err(e) => return Err(e.into()),
         };
-        Ok(search_reply(words, &found))
+        Ok(search_reply(words, &found, channel_room))
     }
 
     /// `/link CODE`: this chat identity acts as the person who got the code (docs/teams.md).
@@ -542,15 +547,30 @@ impl UndoOffer {
 
 /// Hits a chat's `/search` shows.
 const SEARCH_HITS: u32 = 5;
+/// A hit's session title and passage in a chat's `/search` answer, at most (characters).
+const SEARCH_TITLE_CHARS: usize = 80;
+const SEARCH_PASSAGE_CHARS: usize = 300;
 
 /// A chat's `/search` answer in plain text (chats get no markup): each hit's session, who
-/// said it and when, and its passage with the matched words between asterisks.
-fn search_reply(words: &str, found: &switchboard_protocol::search::SearchResponse) -> String {
+/// said it and when, and its passage with the matched words between asterisks. At most
+/// `max_chars` characters (the channel's message limit): titles and passages are cut, and
+/// the hits that do not fit are left for the console.
+fn search_reply(
+    words: &str,
+    found: &switchboard_protocol::search::SearchResponse,
+    max_chars: usize,
+) -> String {
+    use crate::text::truncate;
     use switchboard_protocol::search::SearchHitKind;
     if found.hits.is_empty() {
         return format!("Nothing found for {words} in this chat's sessions.");
     }
-    let mut out = format!("Found in this chat's sessions, best first ({words}):");
+    let more = "\n\nMore in the console's search, or with more words.";
+    let mut out = truncate(
+        &format!("Found in this chat's sessions, best first ({words}):"),
+        max_chars.saturating_sub(more.len()).max(1),
+    );
+    let mut left_out = found.next_cursor.is_some();
     for (i, hit) in found.hits.iter().enumerate() {
         let who = match hit.kind {
             SearchHitKind::File => "file",
@@ -572,15 +592,88 @@ fn search_reply(words: &str, found: &switchboard_protocol::search::SearchRespons
                 }
             })
             .collect();
-        out.push_str(&format!(
+        let block = format!(
             "\n\n{}. {} · {who} · {when}\n{}",
             i + 1,
-            hit.session_title,
-            passage.split_whitespace().collect::<Vec<_>>().join(" ")
-        ));
+            truncate(&hit.session_title, SEARCH_TITLE_CHARS),
+            truncate(
+                &passage.split_whitespace().collect::<Vec<_>>().join(" "),
+                SEARCH_PASSAGE_CHARS
+            )
+        );
+        if out.chars().count() + block.chars().count() + more.chars().count() > max_chars {
+            left_out = true;
+            break;
+        }
+        out.push_str(&block);
     }
-    if found.next_cursor.is_some() {
-        out.push_str("\n\nMore in the console's search, or with more words.");
+    if left_out && out.chars().count() + more.chars().count() <= max_chars {
+        out.push_str(more);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_protocol::search::{SearchHit, SearchHitKind, SearchResponse, SnippetPart};
+
+    fn hit(title: &str, passage: &str) -> SearchHit {
+        SearchHit {
+            session_id: uuid::Uuid::nil(),
+            session_title: title.into(),
+            kind: SearchHitKind::Message,
+            id: uuid::Uuid::nil(),
+            role: Some("assistant".into()),
+            seq: Some(7),
+            created_at: "2026-12-07T10:11:12Z".into(),
+            snippet: vec![
+                SnippetPart {
+                    text: passage.into(),
+                    matched: false,
+                },
+                SnippetPart {
+                    text: "zebra".into(),
+                    matched: true,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_search_answer_fits_the_channel_however_long_the_hits() {
+        // Five hits of 200-character titles and 5,000-character passages: Discord's 2,000.
+        let found = SearchResponse {
+            hits: (0..5)
+                .map(|_| hit(&"t".repeat(200), &"long ".repeat(1000)))
+                .collect(),
+            next_cursor: None,
+        };
+        let text = search_reply("zebra", &found, 2000);
+        assert!(
+            text.chars().count() <= 2000,
+            "{} chars",
+            text.chars().count()
+        );
+        assert!(text.contains("\n\n1. "), "{text}");
+        assert!(text.contains("\n\n4. "), "titles and passages cut: {text}");
+        assert!(
+            text.ends_with("More in the console's search, or with more words."),
+            "{text}"
+        );
+        // A small limit (an SMS-like channel) still gets an answer within it.
+        let small = search_reply("zebra", &found, 300);
+        assert!(small.chars().count() <= 300, "{small}");
+        // Short hits are whole, the match between asterisks, no "More" when none is left.
+        let few = SearchResponse {
+            hits: vec![hit("Orders", "fix the ")],
+            next_cursor: None,
+        };
+        let text = search_reply("zebra", &few, 2000);
+        assert!(
+            text.contains("1. Orders · assistant · 2026-12-07 10:11\nfix the *zebra*"),
+            "{text}"
+        );
+        assert!(!text.contains("More"), "{text}");
+    }
 }
