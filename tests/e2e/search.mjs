@@ -27,6 +27,17 @@ try {
     await page.goto(BASE);
     await T('login-token').fill(TOKEN);
     await T('login-submit').click();
+    await T('home-composer').waitFor();
+    // The home screen focuses its composer a moment after it is drawn: not when the person is
+    // already typing in the search box (the focus, and their Enter, went to the composer: a
+    // flaky failure of this very step in CI).
+    await page.evaluate(() => {
+      document.querySelector('[data-testid="search-input"]').focus();
+      location.hash = '#/home-again';
+    });
+    await sleep(300);
+    const focused = await page.evaluate(() => document.activeElement?.dataset?.testid);
+    check(focused === 'search-input', `the focus went from the search box to ${focused}`);
     await T('search-input').fill('customer_id migration');
     await T('search-input').press('Enter');
     await page.waitForURL(/#\/search\/customer_id%20migration$/);

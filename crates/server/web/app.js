@@ -361,7 +361,13 @@ function homeView() {
       go.disabled = false;
     }
   }));
-  setTimeout(() => text.focus());
+  // Focus the composer once it is on the page, unless the person has already put the cursor
+  // somewhere (the search box, say): a late focus would take their typing — and their Enter.
+  setTimeout(() => {
+    const at = document.activeElement;
+    const typing = at && at !== text && $('app').contains(at) && at.matches('input, textarea, select');
+    if (text.isConnected && !typing) text.focus();
+  });
   return form;
 }
 
@@ -384,14 +390,17 @@ function openSession(id, at) {
   const v = S.current;
   $('main').replaceChildren(v.root);
   v.log.scrollTop = v.log.scrollHeight;
+  clearTimeout(v.jumpTimer);
+  v.jump = null;
+  v.pinned = null;
   if (jump) {
     v.jump = { seq: Number(at), ...(S.jumpHit ?? { words: [], role: null }) };
-    S.jumpHit = null;
     // The log is read from the start: the jump waits for the events after the hit (or, for
     // a hit at the log's end, for the replay to settle).
     if (v.lastSeq > v.jump.seq) jumpTo(v);
-    else setTimeout(() => v.jump && S.current === v && jumpTo(v), 2000);
+    else v.jumpTimer = setTimeout(() => v.jump && S.current === v && jumpTo(v), 2000);
   }
+  S.jumpHit = null;
   api('GET', `/v1/sessions/${id}`).then(({ session, config, sandbox, usage }) => showSession(v, session, config, sandbox, usage), (e) => {
     toast(e);
     if (e.status === 404) location.hash = '#/';
@@ -536,6 +545,10 @@ function sessionView(id) {
   v.meta = h('span.session-info', { tid: 'session-info' });
   v.download = h('a.button', { href: `/v1/sessions/${id}/transcript.md`, download: 'transcript.md', tid: 'download' }, 'Download');
   v.log = h('div.log', { tid: 'transcript' });
+  // A search hit stays in view while the log replays past it, until the person moves.
+  for (const what of ['wheel', 'touchstart', 'keydown', 'mousedown']) {
+    v.log.addEventListener(what, () => { v.pinned = null; }, { passive: true });
+  }
   v.input = h('textarea', { tid: 'composer', rows: 2, placeholder: 'Message (Enter sends, Shift+Enter for a new line; drop or paste files to attach)' });
   if (S.drafts.has(id)) { v.input.value = S.drafts.get(id); S.drafts.delete(id); }
   v.settings = settingsPanel(v);
@@ -651,6 +664,7 @@ async function sendMessage(v, type) {
   let content = v.input.value;
   const files = type === 'steering' ? [] : v.pending.slice();
   if (!content.trim() && !files.length) return;
+  v.pinned = null; // what the person sends is followed, not the search hit
   if (!content.trim()) content = '(see the attached files)';
   const body = { message: { role: 'user', content }, type };
   if (files.length) body.message.attachments = files.map((f) => ({ file_id: f.file_id }));
@@ -706,7 +720,7 @@ function onEvent(v, kind, env) {
   if (env.id <= v.lastSeq) return; // already rendered: never show text twice
   v.lastSeq = env.id;
   const ev = Object.values(env.event)[0]; // externally tagged: {"TextDelta": {...}}
-  if (!v.flushTimer) v.stick = v.log.scrollHeight - v.log.scrollTop - v.log.clientHeight < 120;
+  if (!v.flushTimer) v.stick = !v.pinned && v.log.scrollHeight - v.log.scrollTop - v.log.clientHeight < 120;
   HANDLERS[kind]?.(v, ev, env.timestamp);
   schedule(v);
 }
@@ -859,6 +873,7 @@ function jumpTo(v) {
   el.dataset.hit = '';
   el.scrollIntoView({ block: 'center' });
   v.stick = false;
+  v.pinned = el; // kept in view as the replay goes on (schedule), until the person scrolls
 }
 
 /** Renders changed text blocks (at most every 30 ms) and keeps the bottom in view. */
@@ -873,6 +888,7 @@ function schedule(v) {
     }
     v.dirty.clear();
     if (v.jump && v.lastSeq > v.jump.seq) jumpTo(v);
+    else if (v.pinned?.isConnected) v.pinned.scrollIntoView({ block: 'center' });
     else if (v.stick) v.log.scrollTop = v.log.scrollHeight;
   }, 30);
 }
