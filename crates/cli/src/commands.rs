@@ -38,6 +38,17 @@ pub enum SessionsCommand {
     Unarchive { id: Uuid },
     /// Rename a session.
     Rename { id: Uuid, title: String },
+    /// A new session with this one's history up to a point, to try another direction
+    /// (same agent, workspace and settings); prints it.
+    Fork {
+        id: Uuid,
+        /// The last event (seq) to keep; not inside a run. Default: the end of the log.
+        #[arg(long)]
+        at: Option<u64>,
+        /// Default: "Fork of" the session's title.
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// Create a session and print it.
     Create(CreateArgs),
     /// Show one session with its configuration (JSON).
@@ -199,6 +210,10 @@ pub async fn sessions(settings: &Settings, cmd: SessionsCommand) -> Result<()> {
                 ..Default::default()
             };
             print_json(&c.update_session(id, &req).await?)?;
+        }
+        SessionsCommand::Fork { id, at, title } => {
+            let q = switchboard_protocol::ForkSessionQuery { at, title };
+            print_json(&c.fork_session(id, &q).await?)?;
         }
         SessionsCommand::Delete { id } => {
             c.delete_session(id).await?;

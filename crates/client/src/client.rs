@@ -138,6 +138,17 @@ impl Client {
             .await
     }
 
+    /// `POST /v1/sessions/{id}/fork`: a new session with this one's history up to `q.at`.
+    pub async fn fork_session(
+        &self,
+        id: Uuid,
+        q: &switchboard_protocol::ForkSessionQuery,
+    ) -> Result<SessionSummary, ClientError> {
+        let path = format!("/v1/sessions/{id}/fork");
+        self.json(self.request(reqwest::Method::POST, &path).query(q))
+            .await
+    }
+
     /// `GET /v1/sessions?archived=true`: archived sessions, newest first.
     pub async fn list_archived_sessions(
         &self,

@@ -205,6 +205,20 @@ pub struct UpdateSessionRequest {
     pub shared_with: Option<Vec<String>>,
 }
 
+/// Query of `POST /v1/sessions/{id}/fork`: where to cut the history, and the new title.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkSessionQuery {
+    /// The last log position (`seq`) the fork keeps; not inside a run. Default: the log's
+    /// end, or just before the run under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// Default: "Fork of" the session's title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"\S", max_length = 200)]
+    pub title: Option<String>,
+}
+
 /// Query of `GET /v1/sessions`: a page, of archived sessions or (default) the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 pub struct ListSessionsQuery {

@@ -203,7 +203,7 @@ pub fn common_responses(doc: &mut utoipa::openapi::OpenApi) {
     paths(
         openapi_json,
         health::health,
-        sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel,
+        sessions::create, sessions::list, sessions::show, sessions::update, sessions::delete, sessions::cancel, sessions::fork,
         search::search, search::session_search,
         messages::send, messages::list, messages::transcript,
         files::upload, files::list, files::fetch, files::share,

@@ -45,6 +45,18 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub trait Store: People + Metering + Send + Sync + 'static {
     // --- sessions ---------------------------------------------------------------------------
 
+    /// Makes `fork` (its record as given, `last_seq` set to `at`) a copy of session
+    /// `source`'s history up to log position `at`: its events, the transcript messages
+    /// recorded by then, and its files from before then (under new ids, the copied events
+    /// and messages rewritten to name them), all indexed for search, in one transaction.
+    /// Refused when `at` is past the log or falls inside a run ([`ForkOutcome`]); then nothing
+    /// is written.
+    async fn fork_session(
+        &self,
+        source: Uuid,
+        at: u64,
+        fork: &SessionRecord,
+    ) -> Result<ForkOutcome>;
     /// Inserts a session. Fails with [`StoreError::Conflict`] if the id exists.
     async fn create_session(&self, session: &SessionRecord) -> Result<()>;
     async fn get_session(&self, id: Uuid) -> Result<Option<SessionRecord>>;

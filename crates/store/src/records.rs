@@ -20,6 +20,29 @@ pub struct SessionRecord {
     pub owner: Option<String>,
 }
 
+/// What [`crate::Store::fork_session`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForkOutcome {
+    /// The fork was made with this much of the source's history.
+    Forked {
+        events: u64,
+        messages: u64,
+        files: u64,
+    },
+    /// No session is the source.
+    NoSource,
+    /// The position is past the source's log (its last).
+    BeyondEnd { last_seq: u64 },
+    /// The position falls inside run `run_id`, whose events so far are `first..=last`
+    /// (`running`: it has not ended, so `last` will grow).
+    InsideRun {
+        run_id: Uuid,
+        first: u64,
+        last: u64,
+        running: bool,
+    },
+}
+
 /// Changes to a session's title or archive state.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SessionUpdate {

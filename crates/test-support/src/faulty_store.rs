@@ -154,6 +154,15 @@ impl FaultyStore {
 
 #[async_trait]
 impl Store for FaultyStore {
+    async fn fork_session(
+        &self,
+        source: Uuid,
+        at: u64,
+        fork: &SessionRecord,
+    ) -> Result<switchboard_store::ForkOutcome> {
+        self.enter("fork_session").await?;
+        self.inner.fork_session(source, at, fork).await
+    }
     async fn create_session(&self, session: &SessionRecord) -> Result<()> {
         self.enter("create_session").await?;
         self.inner.create_session(session).await

@@ -74,6 +74,92 @@ impl Engine {
         Ok(self.summary(&record, None))
     }
 
+    /// A new session, belonging to `owner`, whose history is session `id`'s up to log
+    /// position `at` (its events, transcript and files; docs/api.md "Fork"), with the same
+    /// backend, workspace and configuration: for trying another direction from there. `at`
+    /// defaults to the log's end, or to just before the run under way. Refused for a point
+    /// inside a run (409, naming the points around it) or past the log (400), and for an
+    /// agent over ACP, which keeps its own history that Switchboard cannot cut (422).
+    pub async fn fork_session(
+        &self,
+        owner: Option<&str>,
+        id: Uuid,
+        at: Option<u64>,
+        title: Option<&str>,
+    ) -> Result<SessionSummary, EngineError> {
+        use switchboard_store::ForkOutcome;
+        if self.inner.shutdown.is_cancelled() {
+            return Err(EngineError::ShuttingDown);
+        }
+        let source = self.record(id).await?;
+        let config = session_config(&source)?;
+        if let switchboard_protocol::BackendSpec::Acp(agent) = &config.backend {
+            return Err(EngineError::Unprocessable(format!(
+                "this session's agent ({agent}) runs over ACP and keeps its own history, \
+                 which Switchboard cannot cut at a point: only sessions of the built-in agent fork"
+            )));
+        }
+        let title = match title {
+            Some(t) => valid_title(t)?,
+            None => fork_title(&source.title),
+        };
+        let now = now_rfc3339();
+        let mut record = SessionRecord {
+            id: Uuid::now_v7(),
+            title,
+            cwd: source.cwd.clone(),
+            config: source.config.clone(),
+            created_at: now.clone(),
+            updated_at: now,
+            last_seq: 0,
+            archived_at: None,
+            owner: owner.map(str::to_string),
+        };
+        let mut point = at.unwrap_or(source.last_seq);
+        loop {
+            match self.inner.store.fork_session(id, point, &record).await? {
+                ForkOutcome::Forked {
+                    events,
+                    messages,
+                    files,
+                } => {
+                    tracing::info!(session_id = %record.id, from = %id, at = point, events, messages, files, "session forked");
+                    record.last_seq = point;
+                    return Ok(self.summary(&record, None));
+                }
+                ForkOutcome::NoSource => return Err(EngineError::SessionNotFound(id)),
+                ForkOutcome::BeyondEnd { last_seq } => {
+                    return Err(EngineError::validation(
+                        "at",
+                        format!("is past the session's log, which ends at {last_seq}"),
+                    ));
+                }
+                // No point given and a run under way: from just before it.
+                ForkOutcome::InsideRun { first, .. }
+                    if at.is_none() && first > 0 && first - 1 < point =>
+                {
+                    point = first - 1;
+                }
+                ForkOutcome::InsideRun {
+                    run_id,
+                    first,
+                    last,
+                    running,
+                } => {
+                    let after = if running {
+                        "after it ends".to_string()
+                    } else {
+                        format!("at {last} (after it)")
+                    };
+                    return Err(EngineError::Conflict(format!(
+                        "position {point} is inside run {run_id} (from {first}): fork at {} (before it) or {after}",
+                        first.saturating_sub(1)
+                    )));
+                }
+            }
+        }
+    }
+
     /// Sharing the store, which sessions run and wait for approvals is in the store (the run
     /// may be on another instance): one session's, or everyone's. `None` when alone, where
     /// this instance's memory is the whole truth.
@@ -362,5 +448,14 @@ impl Engine {
         self.inner.session_locks.lock().remove(&id);
         tracing::info!(session_id = %id, "session deleted");
         Ok(())
+    }
+}
+
+/// A fork's title when none is given: "Fork of …", within the title's limit.
+fn fork_title(source: &str) -> String {
+    let title = format!("Fork of {source}");
+    match title.char_indices().nth(MAX_TITLE) {
+        Some((cut, _)) => title[..cut].to_string(),
+        None => title,
     }
 }

@@ -5,8 +5,9 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use switchboard_protocol::{
-    CancelRequest, CancelResponse, CreateSessionRequest, ErrorBody, ListSessionsQuery,
-    ListSessionsResponse, Page, SessionDetailResponse, SessionSummary, UpdateSessionRequest,
+    CancelRequest, CancelResponse, CreateSessionRequest, ErrorBody, ForkSessionQuery,
+    ListSessionsQuery, ListSessionsResponse, Page, SessionDetailResponse, SessionSummary,
+    UpdateSessionRequest,
 };
 
 use crate::extract::{self, Caller, Query, SessionId};
@@ -17,6 +18,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/sessions", post(create).get(list))
         .route("/v1/sessions/{id}", get(show).delete(delete).patch(update))
         .route("/v1/sessions/{id}/cancel", post(cancel))
+        .route("/v1/sessions/{id}/fork", post(fork))
 }
 
 /// Creates a session, belonging to the caller.
@@ -31,6 +33,30 @@ pub async fn create(
     let s = state
         .engine
         .create_session_as(extract::owner_of(&p), req)
+        .await?;
+    Ok((StatusCode::CREATED, Json(s)))
+}
+
+/// A new session, belonging to the caller, whose history is this one's up to log position
+/// `at` (events, transcript, files), with the same backend, workspace and configuration.
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", tag = "sessions",
+    params(("id" = uuid::Uuid, Path),
+           ("at" = Option<u64>, Query, maximum = 9007199254740991.0, description = "the last seq the fork keeps (default: the log's end, or just before the run under way)"),
+           ("title" = Option<String>, Query, pattern = r"\S", max_length = 200, description = "default: \"Fork of\" the session's title")),
+    security(("bearer" = ["sessions:write"])),
+    responses((status = 201, body = SessionSummary),
+              (status = 400, description = "`validation_failed`: `at` is past the log, or the title is blank", body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, description = "`conflict`: `at` is inside a run (the message names the positions before and after it)", body = ErrorBody),
+              (status = 422, description = "`unprocessable_entity`: the session's agent runs over ACP, whose history Switchboard cannot cut", body = ErrorBody)))]
+pub async fn fork(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    SessionId(id): SessionId,
+    Query(q): Query<ForkSessionQuery>,
+) -> Result<(StatusCode, Json<SessionSummary>), ApiError> {
+    let s = state
+        .engine
+        .fork_session(extract::owner_of(&p), id, q.at, q.title.as_deref())
         .await?;
     Ok((StatusCode::CREATED, Json(s)))
 }

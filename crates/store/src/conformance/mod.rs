@@ -38,7 +38,8 @@ macro_rules! conformance_suite {
             usage_is_reserved_settled_and_summed,
             budget_limits_hold_under_concurrency,
             budgets_round_trip,
-            search_finds_ranked_marked_visible_hits_in_step_with_writes
+            search_finds_ranked_marked_visible_hits_in_step_with_writes,
+            fork_copies_the_history_up_to_a_point
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(
@@ -61,6 +62,7 @@ use crate::{NewEvent, SessionRecord, Store, StoreError};
 const LEASE: Duration = Duration::from_secs(600);
 
 mod events;
+mod fork;
 mod metering;
 mod people;
 mod records;
@@ -69,6 +71,7 @@ mod search;
 mod sessions;
 
 pub use events::*;
+pub use fork::*;
 pub use metering::*;
 pub use people::*;
 pub use records::*;

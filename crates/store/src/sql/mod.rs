@@ -30,6 +30,7 @@
 //! - deleting a session is one statement; the foreign keys cascade to runs, events, messages
 //!   and approvals.
 
+mod fork;
 mod log;
 mod metering;
 mod open;

@@ -176,6 +176,15 @@ impl Store for SqlStore {
 
     // --- sessions ---------------------------------------------------------------------------
 
+    async fn fork_session(
+        &self,
+        source: Uuid,
+        at: u64,
+        fork: &SessionRecord,
+    ) -> Result<crate::ForkOutcome> {
+        self.fork(source, at, fork).await
+    }
+
     async fn create_session(&self, s: &SessionRecord) -> Result<()> {
         with_db!(self, |pool, d| {
             sqlx::query(
