@@ -267,7 +267,8 @@ async fn the_console_finds_a_reply_and_opens_the_transcript_there() {
 
 /// `/search` in a chat (the fake Telegram): the chat's sessions — the one before `/new` too
 /// — and no other session; the matched words between asterisks; a query of no word, an
-/// empty one and one that finds nothing each get their answer.
+/// empty one and one that finds nothing each get their answer. Then `/title` and
+/// `/archive`: an archived session stays searchable, and the next message starts anew.
 #[tokio::test]
 async fn a_chat_searches_the_sessions_it_has_had() {
     let w = common::chat::World::new("telegram").await;
@@ -325,6 +326,54 @@ async fn a_chat_searches_the_sessions_it_has_had() {
     w.dm("/search okapi");
     w.wait(chat, "nothing found", |m| {
         m.text.starts_with("Nothing found for okapi")
+    })
+    .await;
+
+    // `/title` renames the chat's session, `/archive` archives it — still searchable — and
+    // the next message starts a new one.
+    w.dm("/title");
+    w.wait(chat, "the usage", |m| m.text.starts_with("Usage: /title"))
+        .await;
+    w.dm("/title Zebra notes");
+    w.wait(chat, "renamed", |m| m.text == "Renamed: Zebra notes")
+        .await;
+    let listed = admin.list_sessions(None, None).await.unwrap();
+    let notes = listed
+        .sessions
+        .iter()
+        .find(|s| s.title == "Zebra notes")
+        .expect("the chat's session renamed")
+        .id;
+    w.dm("/archive");
+    w.wait(chat, "archived", |m| {
+        m.text.starts_with("Archived \"Zebra notes\"")
+    })
+    .await;
+    assert!(admin.get_session(notes).await.unwrap().session.archived);
+    w.dm("/search striped");
+    w.wait(chat, "an archived session's hit", |m| {
+        m.text.starts_with("Found in this chat") && m.text.contains("Zebra notes")
+    })
+    .await;
+    w.llm.push(MockReply::text(&["A fresh start."]));
+    w.dm("hello again");
+    w.wait(chat, "a new session's reply", |m| {
+        m.text.contains("fresh start")
+    })
+    .await;
+    let now = admin.list_sessions(None, None).await.unwrap();
+    assert!(
+        !now.sessions.iter().any(|s| s.id == notes),
+        "archived: out of the list"
+    );
+    w.dm("/archive");
+    w.wait(chat, "the new one archived", |m| {
+        m.text.starts_with("Archived \"")
+    })
+    .await;
+    w.dm("/archive");
+    w.wait(chat, "nothing to archive", |m| {
+        m.text == "No session yet: nothing to archive."
     })
     .await;
 }

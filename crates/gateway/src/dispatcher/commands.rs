@@ -1,5 +1,5 @@
 //! Chat commands (`/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`,
-//! `/unschedule`, `/link`, `/usage`, `/search`), and the undo button.
+//! `/unschedule`, `/link`, `/usage`, `/search`, `/archive`, `/title`), and the undo button.
 
 use std::sync::Arc;
 
@@ -26,34 +26,66 @@ impl Gateway {
         let route = self.inner.store.route(key).await?;
         let reply = match cmd {
             Command::Allow | Command::Deny => return Ok(()),
-            Command::New => {
-                if route.as_ref().is_some_and(|r| r.bound) {
+            Command::New => match &route {
+                Some(r) if r.bound => {
                     "This chat is bound to a fixed session; /new does not change it.".to_string()
-                } else {
-                    // The old session's pending approval and run end here, so nothing of it
-                    // holds up the new one.
+                }
+                _ => {
                     if let Some(r) = &route {
-                        if let Some(p) = self.inner.store.prompt_of_session(r.session_id).await? {
-                            self.settle_prompt(
-                                &p,
-                                false,
-                                RejectionCause::NewMessage,
-                                "the chat started a new session",
-                                None,
+                        self.leave_session(key, r).await?;
+                    }
+                    "Done: your next message starts a new session.".to_string()
+                }
+            },
+            Command::Archive => match &route {
+                None => "No session yet: nothing to archive.".into(),
+                Some(r) if r.bound => {
+                    "This chat is bound to a fixed session; /archive does not change it.".into()
+                }
+                Some(r) => {
+                    let req = switchboard_protocol::UpdateSessionRequest {
+                        archived: Some(true),
+                        ..Default::default()
+                    };
+                    match self.as_sender(m).update_session(r.session_id, &req).await {
+                        Ok(s) => {
+                            self.leave_session(key, r).await?;
+                            format!(
+                                "Archived \"{}\": your next message starts a new session. It stays searchable (/search), and the console or `switchboard sessions unarchive {}` brings it back.",
+                                s.title, r.session_id
                             )
-                            .await;
                         }
-                        if let Ok(s) = self.inner.client.get_session(r.session_id).await
-                            && let Some(run) = s.session.active_run_id
-                        {
-                            log_err(
-                                "cancelling the old session's run",
-                                self.inner.client.cancel(r.session_id, run).await,
-                            );
+                        Err(e) if matches!(e.status(), Some(403 | 404)) => {
+                            "You cannot archive this chat's session: it is not yours.".into()
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            },
+            Command::Title => {
+                let title = super::schedules::args(&m.text);
+                match &route {
+                    _ if title.is_empty() => {
+                        "Usage: /title NEW TITLE — renames this chat's session.".into()
+                    }
+                    None => "No session yet: send a message to start one.".into(),
+                    Some(r) => {
+                        let req = switchboard_protocol::UpdateSessionRequest {
+                            title: Some(title.to_string()),
+                            ..Default::default()
+                        };
+                        match self.as_sender(m).update_session(r.session_id, &req).await {
+                            Ok(s) => format!("Renamed: {}", s.title),
+                            Err(e) if matches!(e.status(), Some(400 | 422)) => format!(
+                                "Cannot use that title: {}",
+                                e.message().unwrap_or("the server refused it")
+                            ),
+                            Err(e) if matches!(e.status(), Some(403 | 404)) => {
+                                "You cannot rename this chat's session: it is not yours.".into()
+                            }
+                            Err(e) => return Err(e.into()),
                         }
                     }
-                    self.inner.store.delete_route(key).await?;
-                    "Done: your next message starts a new session.".to_string()
                 }
             }
             Command::Stop => {
@@ -153,6 +185,39 @@ impl Gateway {
         Ok(())
     }
 
+    /// What `/new` and `/archive` do to the chat's current session: its pending approval is
+    /// refused and its run cancelled (nothing of it holds up the next one), and the chat's
+    /// route is dropped, so that its next message starts a new session.
+    async fn leave_session(&self, key: &str, r: &crate::store::Route) -> Result<(), GatewayError> {
+        if let Some(p) = self.inner.store.prompt_of_session(r.session_id).await? {
+            self.settle_prompt(
+                &p,
+                false,
+                RejectionCause::NewMessage,
+                "the chat started a new session",
+                None,
+            )
+            .await;
+        }
+        if let Ok(s) = self.inner.client.get_session(r.session_id).await
+            && let Some(run) = s.session.active_run_id
+        {
+            log_err(
+                "cancelling the old session's run",
+                self.inner.client.cancel(r.session_id, run).await,
+            );
+        }
+        self.inner.store.delete_route(key).await?;
+        Ok(())
+    }
+
+    /// The API client acting as the sender of `m` (a linked person: their sessions only).
+    fn as_sender(&self, m: &InboundMessage) -> switchboard_client::Client {
+        self.inner
+            .client
+            .on_behalf_of(&super::approvals::identity(&m.channel, &m.peer))
+    }
+
     /// What this chat's runs used today and this month (UTC days and months).
     async fn chat_usage(
         &self,
@@ -208,13 +273,7 @@ impl Gateway {
             limit: Some(SEARCH_HITS),
             ..Default::default()
         };
-        let found = match self
-            .inner
-            .client
-            .on_behalf_of(&super::approvals::identity(&m.channel, &m.peer))
-            .search(&params)
-            .await
-        {
+        let found = match self.as_sender(m).search(&params).await {
             Ok(f) => f,
             Err(e) if matches!(e.status(), Some(400 | 422)) => {
                 return Ok(format!(
@@ -481,6 +540,10 @@ const DIFF_AS_TEXT: usize = 3000;
 pub(super) enum Command {
     /// `/search WORDS`: in this chat's sessions.
     Search,
+    /// `/archive`: archives the chat's session; the next message starts a new one.
+    Archive,
+    /// `/title NEW TITLE`: renames the chat's session.
+    Title,
     New,
     Stop,
     Status,
@@ -498,7 +561,8 @@ pub(super) enum Command {
 }
 
 /// `/new`, `/stop`, `/status`, `/diff`, `/undo`, `/schedule`, `/schedules`, `/unschedule`,
-/// `/link`, `/usage`, `/search`, `/allow`, `/deny` (also `/stop@botname`).
+/// `/link`, `/usage`, `/search`, `/archive`, `/title` (or `/rename`), `/allow`, `/deny` (also
+/// `/stop@botname`).
 pub(super) fn command(text: &str) -> Option<Command> {
     let first = text.split_whitespace().next()?;
     let name = first.strip_prefix('/')?;
@@ -515,6 +579,8 @@ pub(super) fn command(text: &str) -> Option<Command> {
         "link" => Some(Command::Link),
         "usage" => Some(Command::Usage),
         "search" => Some(Command::Search),
+        "archive" => Some(Command::Archive),
+        "title" | "rename" => Some(Command::Title),
         "allow" => Some(Command::Allow),
         "deny" => Some(Command::Deny),
         _ => None,
