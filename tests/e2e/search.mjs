@@ -2,8 +2,8 @@
 // a server with a long session (a reply early in it says how to fix the orders migration)
 // and a second session: the sidebar's search box lists ranked hits with the matched words
 // marked, a hit opens its session scrolled to that reply (marked, far from the bottom), a
-// query with no word is refused with the server's message, "More" pages on, and the page
-// fits a phone.
+// hit's "Fork here" makes a session of the history up to that reply, a query with no word is
+// refused with the server's message, "More" pages on, and the page fits a phone.
 // Prints `ok - <step>` / `not ok - <step>: <error>` and `N passed, M failed`.
 
 import {
@@ -67,6 +67,19 @@ try {
     const fromBottom = await T('transcript').evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
     check(fromBottom > 500, `the transcript is ${fromBottom}px from its bottom: not scrolled to the hit`);
     await shot(page, 'search-jump.png');
+  });
+
+  await step('"Fork here" after the found reply opens a new session holding the history up to it', async () => {
+    const fork = page.locator('[data-testid="transcript"] [data-hit] ~ .run-end [data-testid="fork"]').first();
+    await fork.click();
+    await page.waitForURL((u) => /#\/s\/[0-9a-f-]+$/.test(u.hash) && !u.hash.includes(SESSION));
+    await until('the fork\'s title', async () => (await T('session-title').textContent()) === 'Fork of Orders service');
+    // The fourth reply was the found one: four exchanges, the last of them that reply.
+    await until('the fork\'s four replies', async () => (await T('message-assistant').count()) === 4);
+    const last = await T('message-assistant').last().textContent();
+    check(last.includes('customer_id'), `the fork ends with ${JSON.stringify(last.slice(0, 80))}`);
+    check((await T('message-user').count()) === 4, 'the fork holds four questions');
+    await shot(page, 'search-fork.png');
   });
 
   await step('a query of no word gets the server\'s reason; a common word pages with More', async () => {

@@ -262,7 +262,12 @@ async fn the_console_finds_a_reply_and_opens_the_transcript_there() {
         std::time::Duration::from_secs(180),
     );
     script.finish(|| server.logs()).await;
-    assert_shots(&["search.png", "search-jump.png", "search-phone.png"]);
+    assert_shots(&[
+        "search.png",
+        "search-jump.png",
+        "search-fork.png",
+        "search-phone.png",
+    ]);
 }
 
 /// `/search` in a chat (the fake Telegram): the chat's sessions — the one before `/new` too

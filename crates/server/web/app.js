@@ -432,6 +432,7 @@ function showSession(v, session, config, sandbox, usage) {
     sandboxLabel(v.sandbox), costLabel(v.usage)].filter(Boolean).join(' · ');
   v.meta.title = v.sandbox ? `Sandbox: ${v.sandbox.detail}` : '';
   v.download.download = `${session.title}.md`;
+  v.root.classList.toggle('no-fork', (config.backend ?? 'builtin') !== 'builtin');
 }
 
 const autoLabel = (a) => (Array.isArray(a) ? (a.length ? 'these tools' : 'none') : a);
@@ -790,14 +791,14 @@ const HANDLERS = {
     const cancelled = ev.stop_reason === 'cancelled';
     add(v, h('div.run-end', { 'data-stop': ev.stop_reason },
       [cancelled ? 'Run cancelled' : 'Done', `${ev.total_turns} turn(s)`, tokens && `${tokens} tokens`, time(ts)]
-        .filter(Boolean).join(' · '), cancelled && retryButton(v, ev.run_id)));
+        .filter(Boolean).join(' · '), cancelled && retryButton(v, ev.run_id), forkButton(v, v.lastSeq)));
     endRun(v, ev.run_id);
   },
   run_error(v, ev, ts) {
     add(v, h('div.run-error', { tid: 'run-error' },
       `Run failed: ${ev.error}${ev.retryable ? ' (sending again may work)' : ''} · ${time(ts)}`,
       ev.code === 'not_configured' && h('a', { href: '#/settings', tid: 'run-error-settings' }, ' Open Settings'),
-      retryButton(v, ev.run_id)));
+      retryButton(v, ev.run_id), forkButton(v, v.lastSeq)));
     endRun(v, ev.run_id);
   },
 };
@@ -805,6 +806,24 @@ const HANDLERS = {
 /** The time an item of the transcript happened, above it. */
 function stamp(v, ts, who) {
   if (ts) add(v, h(`time.stamp.${who}`, { tid: 'stamp', datetime: ts, title: new Date(ts).toLocaleString() }, time(ts)));
+}
+
+/** "Fork here": a new session with this one's history up to the end of this run (`at`, the
+ *  run's last event), opened at once (POST /v1/sessions/{id}/fork; built-in agent only:
+ *  `.no-fork` hides it for an agent over ACP, which keeps its own history). */
+function forkButton(v, at) {
+  return h('button.fork', { tid: 'fork', type: 'button', title: 'A new session with the history up to here, to try another direction',
+    onclick: guard(async (e) => {
+      e.target.disabled = true;
+      try {
+        const fork = await api('POST', `/v1/sessions/${v.id}/fork?at=${at}`);
+        toast(`Forked: ${fork.title}`, 'info');
+        location.hash = `#/s/${fork.id}`;
+        refreshSoon();
+      } finally {
+        e.target.disabled = false;
+      }
+    }) }, 'Fork here');
 }
 
 /** Sends the message that started a failed or interrupted run again (its files too). */
