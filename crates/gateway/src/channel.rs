@@ -274,6 +274,15 @@ impl ChannelInfo {
     }
 }
 
+/// What a platform holds for the bot and has not delivered ([`Channel::backlog`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backlog {
+    /// Updates waiting on the platform's side.
+    pub pending: u64,
+    /// The platform's last error delivering them (no secret in it), if it reports one.
+    pub last_error: Option<String>,
+}
+
 /// A chat platform connection.
 ///
 /// (A gateway wraps each channel to note its chats' activity — `dispatcher/activity.rs`: a
@@ -365,6 +374,13 @@ pub trait Channel: Send + Sync + 'static {
     async fn fetch(&self, attachment: &Attachment, max_bytes: u64) -> Result<Fetched, String> {
         let _ = (attachment, max_bytes);
         Err("this channel does not fetch files".into())
+    }
+    /// What the platform itself says is waiting for the bot, where it says so (Telegram's
+    /// `getWebhookInfo`): the gateway's deafness watch asks it of a connected channel that
+    /// has received nothing for a while ([`crate::hearing`]). The default: the platform has
+    /// no such view.
+    async fn backlog(&self) -> Option<Result<Backlog, ChannelError>> {
+        None
     }
     /// The human-readable connection status for `/v1/gateway/status` (`connected`,
     /// `polling`, an error …).

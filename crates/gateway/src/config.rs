@@ -77,6 +77,9 @@ pub struct GatewayConfig {
     pub session_permission_mode: Option<PermissionMode>,
     /// How long a notification's context waits for a reply.
     pub context_ttl: Duration,
+    /// A connected channel that received nothing for this long while its platform holds
+    /// updates for it is `degraded` (`hearing.rs`).
+    pub deaf_after: Duration,
     /// How long a pairing code is valid.
     pub pairing_ttl: Duration,
     /// Shutdown: approvals rejected this many at a time, each within this timeout.
@@ -127,6 +130,7 @@ impl Default for GatewayConfig {
             session_model: None,
             session_permission_mode: None,
             context_ttl: Duration::from_secs(3600),
+            deaf_after: Duration::from_secs(600),
             pairing_ttl: Duration::from_secs(3600),
             shutdown_concurrency: 4,
             shutdown_call_timeout: Duration::from_secs(5),

@@ -13,6 +13,7 @@ pub mod discord;
 mod dispatcher;
 pub mod email;
 pub mod health;
+pub mod hearing;
 pub mod matrix;
 pub mod mattermost;
 pub mod msteams;

@@ -48,6 +48,9 @@ pub struct GatewaySection {
     pub session_permission_mode: Option<PermissionMode>,
     pub context_ttl_secs: Option<u64>,
     pub pairing_ttl_secs: Option<u64>,
+    /// A connected channel quiet this long while its platform holds updates for it is
+    /// `degraded` (default 600).
+    pub deaf_after_secs: Option<u64>,
     /// The longest rate-limit wait a platform call waits out (default 60).
     pub rate_limit_max_wait_secs: Option<u64>,
     /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
@@ -468,6 +471,10 @@ pub fn gateway_settings(
     }
     if let Some(t) = g.pairing_ttl_secs {
         config.pairing_ttl = std::time::Duration::from_secs(t);
+    }
+    if let Some(t) = env_parse::<u64>("SWITCHBOARD_GATEWAY_DEAF_AFTER_SECS")?.or(g.deaf_after_secs)
+    {
+        config.deaf_after = std::time::Duration::from_secs(t.max(1));
     }
     config.bindings = g.bindings.clone().into_iter().collect();
 

@@ -57,6 +57,9 @@ pub struct Peer {
 ///   poller with the same token); needs the operator, then a restart.
 /// - `stopped`: shut down.
 /// - `standby`: another instance holds the gateway lease and runs the channels.
+/// - `degraded`: connected, but deaf: nothing has arrived for longer than `[gateway]
+///   deaf_after_secs` while the platform says it holds messages for the bot (Telegram's
+///   `getWebhookInfo`); `reason` says what the platform reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectionState {
@@ -69,6 +72,7 @@ pub enum ConnectionState {
     Failed,
     Stopped,
     Standby,
+    Degraded,
 }
 
 /// Failed attempts in a row after which a channel that is still retrying is `failing`
@@ -86,6 +90,7 @@ impl ConnectionState {
             Self::Failed => "failed",
             Self::Stopped => "stopped",
             Self::Standby => "standby",
+            Self::Degraded => "degraded",
         }
     }
 }
@@ -115,6 +120,10 @@ pub struct ChannelStatus {
     /// When `last_error` happened.
     #[serde(default)]
     pub last_error_at: Option<DateTime<Utc>>,
+    /// When the channel last received anything from the platform (a message, a press, a
+    /// reaction) since the server started; `null` before the first.
+    #[serde(default)]
+    pub last_received_at: Option<DateTime<Utc>>,
 }
 
 /// `GET /v1/gateway/status`.

@@ -1510,7 +1510,8 @@ function channelRow(c) {
   return h('li.channel', { tid: 'channel', 'data-channel': c.name, 'data-state': state },
     h('strong', {}, c.name), ' ', h(`span.channel-state.${state}`, { tid: 'channel-state' }, state),
     c.reason && h('span.channel-reason', { tid: 'channel-reason' }, ` — ${c.reason}${since}`),
-    !c.reason && c.last_error && h('span.channel-reason', {}, ` (last error ${new Date(c.last_error_at).toLocaleString()}: ${c.last_error})`));
+    !c.reason && c.last_error && h('span.channel-reason', {}, ` (last error ${new Date(c.last_error_at).toLocaleString()}: ${c.last_error})`),
+    c.last_received_at && h('span.channel-reason', { tid: 'channel-received' }, ` · last received ${new Date(c.last_received_at).toLocaleString()}`));
 }
 
 const peerName = (p) => [p?.name, p?.username && `@${p.username}`, p?.id && `(${p.id})`].filter(Boolean).join(' ');

@@ -615,3 +615,75 @@ async fn channel_state_and_last_activity_for_the_console() {
     })
     .await;
 }
+
+/// A channel that is connected but deaf: Telegram in webhook mode holds a message it cannot
+/// deliver (its `getWebhookInfo` counts it and names the error). Quiet past
+/// `deaf_after_secs`, the channel is `degraded` with Telegram's count and error as the
+/// reason, and the gauge says so; once an update arrives it is `connected` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_platform_cannot_reach_is_degraded() {
+    let w = World::new().await;
+    let hook = "https://bot.example.com/v1/gateway/channels/telegram/webhook";
+    let server = w
+        .server(&[
+            ("SWITCHBOARD_TELEGRAM_WEBHOOK_URL", hook),
+            ("SWITCHBOARD_TELEGRAM_WEBHOOK_SECRET", "s3cret_Token-1"),
+            ("SWITCHBOARD_GATEWAY_DEAF_AFTER_SECS", "1"),
+        ])
+        .await;
+    let api = Api::new(&server);
+    let up = api.wait_state("connected").await;
+    assert_eq!(up["last_received_at"], serde_json::Value::Null, "{up}");
+    // Quiet, and Telegram holds nothing: still connected.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(api.telegram().await["state"], "connected");
+    assert!(
+        !w.tg.calls("getWebhookInfo").is_empty(),
+        "the platform was asked"
+    );
+
+    // A message Telegram cannot deliver to the webhook.
+    w.tg.webhook_error(Some("Connection timed out"));
+    w.tg.dm(ALICE, "Alice", "is anyone there?");
+    let deaf = api.wait_state("degraded").await;
+    let why = deaf["reason"].as_str().unwrap();
+    assert!(
+        why.contains("holds 1 update(s)") && why.contains("Connection timed out"),
+        "{deaf}"
+    );
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("switchboard_gateway_channel_degraded{channel=\"telegram\"} 1"),
+        "{metrics}"
+    );
+
+    // The webhook reaches the server again: Telegram delivers, the channel hears.
+    w.llm.push(MockReply::text(&["Here."]));
+    let update = serde_json::json!({"update_id": 5000, "message": {"message_id": 9, "date": 0,
+        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice"},
+        "chat": {"id": ALICE, "type": "private"}, "text": "is anyone there?"}});
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/gateway/channels/telegram/webhook",
+            server.url
+        ))
+        .header("x-telegram-bot-api-secret-token", "s3cret_Token-1")
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let back = api.wait_state("connected").await;
+    assert!(back["last_received_at"].is_string(), "{back}");
+    assert_eq!(back["reason"], serde_json::Value::Null);
+    w.wait_message(ALICE, "the reply", |m| m.text.contains("Here."))
+        .await;
+}

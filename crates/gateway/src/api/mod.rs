@@ -255,7 +255,16 @@ async fn status(State(s): State<ApiState>) -> Answer<Json<GatewayStatus>> {
     let mut channels: Vec<ChannelStatus> = gw
         .channels()
         .iter()
-        .map(|c| channel_status(c.name(), gw.is_standby(), c.health()))
+        .map(|c| {
+            let hearing = &gw.inner.hearing;
+            let mut st = channel_status(
+                c.name(),
+                gw.is_standby(),
+                hearing.apply(c.name(), c.health()),
+            );
+            st.last_received_at = hearing.last(c.name());
+            st
+        })
         .collect();
     channels.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Json(GatewayStatus {
@@ -279,6 +288,7 @@ fn channel_status(name: &str, standby: bool, h: crate::health::ChannelHealth) ->
             reason: None,
             last_error: None,
             last_error_at: None,
+            last_received_at: None,
         };
     }
     let (last_error, last_error_at) = h
@@ -292,6 +302,7 @@ fn channel_status(name: &str, standby: bool, h: crate::health::ChannelHealth) ->
         reason: h.reason,
         last_error,
         last_error_at,
+        last_received_at: None,
     }
 }
 

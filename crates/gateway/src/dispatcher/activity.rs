@@ -126,6 +126,10 @@ impl Channel for Tracked {
         self.inner.status()
     }
 
+    async fn backlog(&self) -> Option<Result<crate::channel::Backlog, ChannelError>> {
+        self.inner.backlog().await
+    }
+
     fn health(&self) -> ChannelHealth {
         self.inner.health()
     }

@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     standby: bool,
     /// For the speech service (`[speech]`).
     pub speech_http: reqwest::Client,
+    /// When each channel last received anything, and which are deaf (`hearing.rs`).
+    pub hearing: Arc<crate::hearing::Hearing>,
 }
 
 /// The running gateway. Cheap to clone.
@@ -134,6 +136,11 @@ impl Gateway {
             });
         }
         gw.spawn(press_loop(gw.clone(), press_rx));
+        gw.spawn(gw.inner.hearing.clone().watch(
+            gw.channels(),
+            gw.inner.config.deaf_after,
+            gw.inner.cancel.clone(),
+        ));
         for key in keys {
             gw.kick(&key);
         }
@@ -192,6 +199,7 @@ impl Gateway {
                     .connect_timeout(crate::platform::CONNECT_TIMEOUT)
                     .build()
                     .unwrap_or_default(),
+                hearing: Arc::default(),
             }),
         };
         (gw, press_rx)
@@ -320,6 +328,11 @@ fn log_panic(done: Result<(), tokio::task::JoinError>) {
 #[async_trait]
 impl InboundSink for Gateway {
     async fn accept(&self, item: Inbound) -> Result<(), String> {
+        self.inner.hearing.heard(match &item {
+            Inbound::Message(m) => &m.channel,
+            Inbound::Press(p) => &p.channel,
+            Inbound::Reaction(r) => &r.channel,
+        });
         match item {
             Inbound::Message(m) => self.on_message(m).await.map_err(|e| e.to_string()),
             // A platform may deliver a press or a reaction again (Meta resends a whole

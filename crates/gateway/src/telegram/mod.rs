@@ -363,6 +363,20 @@ impl Channel for TelegramChannel {
         Ok(format!("@{} (id {})", me.username, me.id))
     }
 
+    /// `getWebhookInfo`: the updates Telegram holds for the bot (not yet delivered to the
+    /// webhook, or not yet fetched by `getUpdates`) and its last error delivering them.
+    async fn backlog(&self) -> Option<Result<crate::channel::Backlog, ChannelError>> {
+        Some(self.call("getWebhookInfo", &json!({})).await.map(|info| {
+            crate::channel::Backlog {
+                pending: info["pending_update_count"].as_u64().unwrap_or(0),
+                last_error: info["last_error_message"]
+                    .as_str()
+                    .filter(|e| !e.is_empty())
+                    .map(|e| crate::text::truncate(e, 200)),
+            }
+        }))
+    }
+
     /// `https://t.me/USERNAME`: opens a direct message with the bot.
     async fn open_link(&self) -> Result<Option<String>, ChannelError> {
         let me = self.get_me(false).await?;

@@ -158,8 +158,16 @@ pub(super) async fn api(
         "editMessageReplyMarkup" => edit_message(&state, &params, false),
         "answerCallbackQuery" => answer_callback_query(&state, &params),
         // Webhook mode: accepted and recorded (see `calls`); updates are then pushed by
-        // the test itself.
-        "setWebhook" | "deleteWebhook" => Ok(json!(true)),
+        // the test itself — or stay pending, as `getWebhookInfo` then says.
+        "setWebhook" => {
+            state.lock().webhook_url = params["url"].as_str().map(str::to_owned);
+            Ok(json!(true))
+        }
+        "deleteWebhook" => {
+            state.lock().webhook_url = None;
+            Ok(json!(true))
+        }
+        "getWebhookInfo" => Ok(webhook_info(&state)),
         _ => Err((StatusCode::NOT_FOUND, "Not Found".into(), None)),
     };
     if let Some(delay) = slow {
@@ -245,6 +253,22 @@ fn text_param(params: &Value) -> Result<String, ApiError> {
         return Err(bad_request("message is too long"));
     }
     Ok(text)
+}
+
+/// `WebhookInfo` (core.telegram.org/bots/api#webhookinfo): the URL (empty when polling),
+/// the updates not yet confirmed, and the last delivery error with its Unix time.
+fn webhook_info(state: &Shared) -> Value {
+    let inner = state.lock();
+    let mut info = json!({
+        "url": inner.webhook_url.clone().unwrap_or_default(),
+        "has_custom_certificate": false,
+        "pending_update_count": inner.updates.len(),
+    });
+    if let Some(e) = &inner.webhook_error {
+        info["last_error_date"] = json!(super::wire::now());
+        info["last_error_message"] = json!(e);
+    }
+    info
 }
 
 async fn get_updates(state: &Arc<Shared>, params: &Value) -> ApiResult {

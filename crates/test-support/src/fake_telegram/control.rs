@@ -21,6 +21,12 @@ pub struct SentFile<'a> {
 }
 
 impl FakeTelegram {
+    /// The error `getWebhookInfo` reports for delivering to the webhook (`None`: none), as
+    /// Telegram does when the bot's URL does not answer.
+    pub fn webhook_error(&self, error: Option<&str>) {
+        self.state.lock().webhook_error = error.map(str::to_owned);
+    }
+
     /// A private message from user `user_id` (chat id = user id); returns its message id.
     pub fn dm(&self, user_id: i64, first_name: &str, text: &str) -> i64 {
         let message = {

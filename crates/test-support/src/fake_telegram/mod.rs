@@ -100,6 +100,11 @@ struct StoredMessage {
 struct Inner {
     /// Updates not yet confirmed, in order.
     updates: Vec<Value>,
+    /// The URL `setWebhook` registered (webhook mode: updates are not pushed by the fake, so
+    /// a test pushes them itself or they stay pending), and the delivery error
+    /// `getWebhookInfo` reports ([`FakeTelegram::webhook_error`]).
+    webhook_url: Option<String>,
+    webhook_error: Option<String>,
     next_update_id: i64,
     /// Last message id per chat (ids are per chat, as on Telegram).
     last_message_id: HashMap<i64, i64>,
