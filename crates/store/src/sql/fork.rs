@@ -27,20 +27,17 @@ impl SqlStore {
             // The fork's row first: on SQLite the first statement that writes takes the
             // database's write lock, and a transaction that read first could not upgrade if
             // another writer committed meanwhile. Dropped with the transaction if refused.
-            sqlx::query(
-                "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq, \
-                 owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(d.id(fork.id))
-            .bind(&fork.title)
-            .bind(&fork.cwd)
-            .bind(fork.config.to_string())
-            .bind(&fork.created_at)
-            .bind(&fork.updated_at)
-            .bind(at_i)
-            .bind(&fork.owner)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(super::INSERT_SESSION)
+                .bind(d.id(fork.id))
+                .bind(&fork.title)
+                .bind(&fork.cwd)
+                .bind(fork.config.to_string())
+                .bind(&fork.created_at)
+                .bind(&fork.updated_at)
+                .bind(at_i)
+                .bind(&fork.owner)
+                .execute(&mut *tx)
+                .await?;
             let Some(row) = sqlx::query("SELECT last_seq FROM sessions WHERE id = $1")
                 .bind(d.id(source))
                 .fetch_optional(&mut *tx)
@@ -130,19 +127,16 @@ impl SqlStore {
                     .get(&f.id.to_string())
                     .and_then(|s| Uuid::parse_str(s).ok())
                     .unwrap_or_else(Uuid::now_v7);
-                sqlx::query(
-                    "INSERT INTO files (id, session_id, name, mime, size, sha256, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(d.id(id))
-                .bind(d.id(fork.id))
-                .bind(&f.name)
-                .bind(&f.mime)
-                .bind(to_i64(f.size)?)
-                .bind(&f.sha256)
-                .bind(&f.created_at)
-                .execute(&mut *tx)
-                .await?;
+                sqlx::query(super::INSERT_FILE)
+                    .bind(d.id(id))
+                    .bind(d.id(fork.id))
+                    .bind(&f.name)
+                    .bind(&f.mime)
+                    .bind(to_i64(f.size)?)
+                    .bind(&f.sha256)
+                    .bind(&f.created_at)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.index(fork.id, "f", id, &super::indexed(&f.name)).await?;
             }
 

@@ -191,6 +191,12 @@ pub(crate) const MESSAGE_COLS: &str =
     "id, session_id, run_id, role, content, tool_calls, tool_call_id, is_error, created_at";
 pub(crate) const APPROVAL_COLS: &str = "session_id, run_id, tool_calls, created_at, expires_at";
 pub(crate) const FILE_COLS: &str = "id, session_id, name, mime, size, sha256, created_at";
+/// A session's row: id, title, cwd, config, created_at, updated_at, last_seq, owner.
+pub(crate) const INSERT_SESSION: &str = "INSERT INTO sessions (id, title, cwd, config, \
+     created_at, updated_at, last_seq, owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+/// A file's row, in [`FILE_COLS`]' order.
+pub(crate) const INSERT_FILE: &str = "INSERT INTO files (id, session_id, name, mime, size, \
+     sha256, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 pub(crate) fn lease_from_row(r: &impl Cols) -> Result<Lease> {
     Ok(Lease {

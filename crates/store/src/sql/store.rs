@@ -187,20 +187,17 @@ impl Store for SqlStore {
 
     async fn create_session(&self, s: &SessionRecord) -> Result<()> {
         with_db!(self, |pool, d| {
-            sqlx::query(
-                "INSERT INTO sessions (id, title, cwd, config, created_at, updated_at, last_seq, \
-                 owner) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(d.id(s.id))
-            .bind(&s.title)
-            .bind(&s.cwd)
-            .bind(s.config.to_string())
-            .bind(&s.created_at)
-            .bind(&s.updated_at)
-            .bind(to_i64(s.last_seq)?)
-            .bind(&s.owner)
-            .execute(pool)
-            .await?;
+            sqlx::query(super::INSERT_SESSION)
+                .bind(d.id(s.id))
+                .bind(&s.title)
+                .bind(&s.cwd)
+                .bind(s.config.to_string())
+                .bind(&s.created_at)
+                .bind(&s.updated_at)
+                .bind(to_i64(s.last_seq)?)
+                .bind(&s.owner)
+                .execute(pool)
+                .await?;
         });
         Ok(())
     }
@@ -675,20 +672,17 @@ impl Store for SqlStore {
     async fn put_file(&self, f: &FileRecord) -> Result<()> {
         with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
-            sqlx::query(
-                "INSERT INTO files (id, session_id, name, mime, size, sha256, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(d.id(f.id))
-            .bind(d.id(f.session_id))
-            .bind(&f.name)
-            .bind(&f.mime)
-            .bind(to_i64(f.size)?)
-            .bind(&f.sha256)
-            .bind(&f.created_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
+            sqlx::query(super::INSERT_FILE)
+                .bind(d.id(f.id))
+                .bind(d.id(f.session_id))
+                .bind(&f.name)
+                .bind(&f.mime)
+                .bind(to_i64(f.size)?)
+                .bind(&f.sha256)
+                .bind(&f.created_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
             tx.index(f.session_id, "f", f.id, &super::indexed(&f.name))
                 .await?;
             tx.commit().await?;
