@@ -199,4 +199,44 @@ async fn a_fork_keeps_the_history_up_to_a_point_and_goes_its_own_way() {
     assert_eq!(hers.owner.as_deref(), Some("ann"));
     let mine = ann.list_sessions(None, None).await.unwrap();
     assert!(mine.sessions.iter().any(|x| x.id == hers.id));
+
+    // MCP servers carry their owner's credentials: Ann's fork of a shared session with one
+    // does not take it; the owner's own fork does.
+    let tickets = switchboard_protocol::McpServerSpec {
+        name: "tickets".into(),
+        command: Some("/bin/true".into()),
+        args: vec![],
+        env: [("TICKETS_TOKEN".to_string(), "admin-secret".to_string())].into(),
+        url: None,
+        headers: Default::default(),
+    };
+    let with_mcp = admin
+        .create_session(&CreateSessionRequest {
+            mcp_servers: Some(vec![tickets]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    admin
+        .update_session(
+            with_mcp.id,
+            &switchboard_protocol::UpdateSessionRequest {
+                shared_with: Some(vec!["ann".into()]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let anns = ann
+        .fork_session(with_mcp.id, &ForkSessionQuery::default())
+        .await
+        .unwrap();
+    let cfg = admin.get_session(anns.id).await.unwrap().config;
+    assert!(cfg.mcp_servers.is_empty(), "{:?}", cfg.mcp_servers);
+    let owners = admin
+        .fork_session(with_mcp.id, &ForkSessionQuery::default())
+        .await
+        .unwrap();
+    let cfg = admin.get_session(owners.id).await.unwrap().config;
+    assert_eq!(cfg.mcp_servers.len(), 1);
 }

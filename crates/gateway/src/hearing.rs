@@ -105,7 +105,16 @@ impl Hearing {
             for ch in &channels {
                 let name = ch.name();
                 let health = ch.health();
+                let deaf = self
+                    .inner
+                    .lock()
+                    .get(name)
+                    .is_some_and(|h| h.deaf.is_some());
                 if health.state != ConnectionState::Connected {
+                    // Failing, reconnecting, stopped: the status says that instead.
+                    if deaf {
+                        self.set_deaf(name, None);
+                    }
                     continue;
                 }
                 // Quiet since the last thing received, or since it connected.
@@ -115,7 +124,9 @@ impl Hearing {
                     .max()
                     .unwrap_or(started);
                 let quiet = (Utc::now() - quiet_since).to_std().unwrap_or_default();
-                if quiet < deaf_after {
+                // A deaf channel is asked again every time: it may have been emptied (a
+                // reconnect that dropped the pending updates) without anything arriving.
+                if quiet < deaf_after && !deaf {
                     continue;
                 }
                 match ch.backlog().await {

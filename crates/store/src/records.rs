@@ -33,6 +33,9 @@ pub enum ForkOutcome {
     NoSource,
     /// The position is past the source's log (its last).
     BeyondEnd { last_seq: u64 },
+    /// The source's events up to the position were pruned (`oldest`: the oldest kept):
+    /// where its runs began and ended is not known any more.
+    Pruned { oldest: Option<u64> },
     /// The position falls inside run `run_id`, whose events so far are `first..=last`
     /// (`running`: it has not ended, so `last` will grow).
     InsideRun {

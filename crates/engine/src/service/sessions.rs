@@ -103,12 +103,21 @@ impl Engine {
             Some(t) => valid_title(t)?,
             None => fork_title(&source.title),
         };
+        // The session's MCP servers carry their owner's credentials (env, headers): a fork
+        // made by someone else does not take them along.
+        let mut config = config;
+        if owner != source.owner.as_deref() && !config.mcp_servers.is_empty() {
+            tracing::info!(session_id = %id, "a fork by another user leaves the owner's MCP servers behind");
+            config.mcp_servers.clear();
+        }
+        let config = serde_json::to_value(&config)
+            .map_err(|e| EngineError::Internal(format!("encoding config: {e}")))?;
         let now = now_rfc3339();
         let mut record = SessionRecord {
             id: Uuid::now_v7(),
             title,
             cwd: source.cwd.clone(),
-            config: source.config.clone(),
+            config,
             created_at: now.clone(),
             updated_at: now,
             last_seq: 0,
@@ -128,6 +137,18 @@ impl Engine {
                     return Ok(self.summary(&record, None));
                 }
                 ForkOutcome::NoSource => return Err(EngineError::SessionNotFound(id)),
+                ForkOutcome::Pruned { oldest } => {
+                    let kept = match oldest {
+                        Some(o) => format!("its log now begins at {o}"),
+                        None => "its events were all pruned".to_string(),
+                    };
+                    return Err(EngineError::validation(
+                        "at",
+                        format!(
+                            "falls in the session's pruned history ({kept}): fork at its end, or at 0"
+                        ),
+                    ));
+                }
                 ForkOutcome::BeyondEnd { last_seq } => {
                     return Err(EngineError::validation(
                         "at",

@@ -47,9 +47,20 @@ impl Gateway {
                         archived: Some(true),
                         ..Default::default()
                     };
-                    match self.as_sender(m).update_session(r.session_id, &req).await {
-                        Ok(s) => {
+                    // The chat leaves the session first (its run and approval end, its route
+                    // goes): archived, it must not take the chat's next message. Whether the
+                    // sender may is asked before.
+                    let sender = self.as_sender(m);
+                    let may = sender.get_session(r.session_id).await;
+                    let done = match may {
+                        Ok(_) => {
                             self.leave_session(key, r).await?;
+                            sender.update_session(r.session_id, &req).await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match done {
+                        Ok(s) => {
                             format!(
                                 "Archived \"{}\": your next message starts a new session. It stays searchable (/search), and the console or `switchboard sessions unarchive {}` brings it back.",
                                 s.title, r.session_id

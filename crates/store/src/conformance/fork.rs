@@ -240,13 +240,85 @@ pub async fn fork_copies_the_history_up_to_a_point(store: &dyn Store) {
         }
     );
 
+    // A follow-up queued during that run writes its `follow_up_queued` then: not a run of
+    // its own there — a cut at it is still inside the running run, and after its end
+    // inside it too until the end.
+    let queued = check(
+        "enqueue",
+        store
+            .enqueue_run(&NewRun {
+                id: Uuid::now_v7(),
+                session_id: s,
+                input: json!({}),
+                created_at: ts(7),
+                idempotency: None,
+            })
+            .await,
+    );
+    log(
+        store,
+        ev(s, 7, queued.id, "follow_up_queued", "{}".into()),
+        &l3,
+    )
+    .await;
+    assert_eq!(
+        check(
+            "fork at 7",
+            store.fork_session(s, 7, &fork_of("queued")).await
+        ),
+        ForkOutcome::InsideRun {
+            run_id: r3,
+            first: 6,
+            last: 6,
+            running: true
+        }
+    );
+    log(store, ev(s, 8, r3, "run_completed", "{}".into()), &l3).await;
+    finish(store, r3, &l3, 8).await;
+    assert_eq!(
+        check(
+            "fork at 7, ended",
+            store.fork_session(s, 7, &fork_of("split")).await
+        ),
+        ForkOutcome::InsideRun {
+            run_id: r3,
+            first: 6,
+            last: 8,
+            running: false
+        }
+    );
+    assert!(matches!(
+        check(
+            "fork at 8",
+            store.fork_session(s, 8, &fork_of("after")).await
+        ),
+        ForkOutcome::Forked { events: 8, .. }
+    ));
+    // Pruned history: a point in it is refused, the end still forks.
+    check("prune", store.prune_events_before(&ts(3)).await);
+    assert_eq!(
+        check(
+            "fork at 1",
+            store.fork_session(s, 1, &fork_of("pruned")).await
+        ),
+        ForkOutcome::Pruned { oldest: Some(3) }
+    );
+    assert!(matches!(
+        check(
+            "fork at the end",
+            store.fork_session(s, 8, &fork_of("end")).await
+        ),
+        ForkOutcome::Forked { events: 6, .. }
+    ));
+
     // The fork stands on its own: deleting the source leaves it whole.
     check("delete", store.delete_session(s).await);
     let (_, total) = check("messages", store.list_messages(fork.id, 100, 0).await);
     assert_eq!(total, 2);
+    // (Its events 1 and 2 went with the pruning above, as any session's of that age.)
     assert_eq!(
         check("read", store.read_events(fork.id, 0, 100).await).len(),
-        3
+        1
     );
     assert_eq!(check("search", store.search(&q).await).len(), 3);
 }

@@ -38,10 +38,14 @@ impl SqlStore {
                 .bind(&fork.owner)
                 .execute(&mut *tx)
                 .await?;
-            let Some(row) = sqlx::query("SELECT last_seq FROM sessions WHERE id = $1")
-                .bind(d.id(source))
-                .fetch_optional(&mut *tx)
-                .await?
+            // (On PostgreSQL the source is locked against deletion until the copy commits.)
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT last_seq FROM sessions WHERE id = $1{}",
+                d.key_share()
+            )))
+            .bind(d.id(source))
+            .fetch_optional(&mut *tx)
+            .await?
             else {
                 return Ok(ForkOutcome::NoSource);
             };
@@ -49,50 +53,64 @@ impl SqlStore {
             if at > last_seq {
                 return Ok(ForkOutcome::BeyondEnd { last_seq });
             }
-            // The run of the last event at or before `at`: the cut must not split it.
-            let last_run = sqlx::query(
-                "SELECT run_id, created_at FROM events WHERE session_id = $1 AND seq <= $2 \
+            // The cut must not split a run. A running run with an event at or before `at`
+            // would (its end comes later) — read first: under READ COMMITTED a run that ends
+            // meanwhile then shows its end event to the next statement. Then any run with
+            // events on both sides of `at`; a follow-up's `follow_up_queued` is written
+            // during the run before it, so it does not count as part of its own run.
+            let running = sqlx::query(
+                "SELECT r.id AS run_id, MIN(e.seq) AS first, MAX(e.seq) AS last \
+                 FROM runs r JOIN events e ON e.session_id = r.session_id AND e.run_id = r.id \
+                 WHERE r.session_id = $1 AND r.state = $2 AND e.kind <> 'follow_up_queued' \
+                 GROUP BY r.id HAVING MIN(e.seq) <= $3",
+            )
+            .bind(d.id(source))
+            .bind(RunState::Running.as_str())
+            .bind(at_i)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let split = match running {
+                Some(r) => Some((r, true)),
+                None => sqlx::query(
+                    "SELECT run_id, MIN(seq) AS first, MAX(seq) AS last FROM events \
+                     WHERE session_id = $1 AND run_id IS NOT NULL AND kind <> 'follow_up_queued' \
+                     GROUP BY run_id HAVING MIN(seq) <= $2 AND MAX(seq) > $2 LIMIT 1",
+                )
+                .bind(d.id(source))
+                .bind(at_i)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| (r, false)),
+            };
+            if let Some((r, running)) = split {
+                return Ok(ForkOutcome::InsideRun {
+                    run_id: r.uuid("run_id")?,
+                    first: r.count("first")?,
+                    last: r.count("last")?,
+                    running,
+                });
+            }
+            // Pruned history cannot be cut: its runs' bounds are gone.
+            let oldest = sqlx::query("SELECT MIN(seq) AS oldest FROM events WHERE session_id = $1")
+                .bind(d.id(source))
+                .fetch_one(&mut *tx)
+                .await?
+                .opt_int("oldest")?;
+            if at > 0 && at < last_seq && oldest.is_none_or(|o| at_i < o) {
+                return Ok(ForkOutcome::Pruned {
+                    oldest: oldest.and_then(|o| u64::try_from(o).ok()),
+                });
+            }
+            let cut_time = sqlx::query(
+                "SELECT created_at FROM events WHERE session_id = $1 AND seq <= $2 \
                  ORDER BY seq DESC LIMIT 1",
             )
             .bind(d.id(source))
             .bind(at_i)
             .fetch_optional(&mut *tx)
-            .await?;
-            let cut_time = match &last_run {
-                Some(r) => Some(r.text("created_at")?),
-                None => None,
-            };
-            if let Some(run_id) = last_run
-                .as_ref()
-                .map(|r| r.opt_uuid("run_id"))
-                .transpose()?
-                .flatten()
-            {
-                let span = sqlx::query(
-                    "SELECT MIN(seq) AS first, MAX(seq) AS last FROM events \
-                     WHERE session_id = $1 AND run_id = $2",
-                )
-                .bind(d.id(source))
-                .bind(d.id(run_id))
-                .fetch_one(&mut *tx)
-                .await?;
-                let (first, last) = (span.count("first")?, span.count("last")?);
-                let state = sqlx::query("SELECT state FROM runs WHERE id = $1")
-                    .bind(d.id(run_id))
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .map(|r| r.text("state"))
-                    .transpose()?;
-                let running = state.as_deref() == Some(RunState::Running.as_str());
-                if last > at || running {
-                    return Ok(ForkOutcome::InsideRun {
-                        run_id,
-                        first,
-                        last,
-                        running,
-                    });
-                }
-            }
+            .await?
+            .map(|r| r.text("created_at"))
+            .transpose()?;
 
             // Files from before the cut, under new ids (an id is the file's everywhere).
             let files = match &cut_time {

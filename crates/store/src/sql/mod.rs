@@ -98,6 +98,11 @@ impl Sqlite {
     pub(crate) fn opt_id(self, id: Option<Uuid>) -> Option<String> {
         id.map(|id| id.to_string())
     }
+    /// Locks a row read against deletion for the transaction: nothing to add on SQLite,
+    /// whose write transaction already excludes every other writer.
+    pub(crate) fn key_share(self) -> &'static str {
+        ""
+    }
     /// Now in milliseconds since the Unix epoch, by SQLite's clock (the machine's).
     pub(crate) fn now_ms(self) -> &'static str {
         "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
@@ -107,6 +112,10 @@ impl Sqlite {
 impl Pg {
     pub(crate) fn id(self, id: Uuid) -> Uuid {
         id
+    }
+    /// Locks a row read against deletion (and key changes) until the transaction ends.
+    pub(crate) fn key_share(self) -> &'static str {
+        " FOR KEY SHARE"
     }
     pub(crate) fn opt_id(self, id: Option<Uuid>) -> Option<Uuid> {
         id
