@@ -669,20 +669,25 @@ fn search_reply(
                 }
             })
             .collect();
-        let block = format!(
-            "\n\n{}. {} · {who} · {when}\n{}",
+        let head = format!(
+            "\n\n{}. {} · {who} · {when}\n",
             i + 1,
             truncate(&hit.session_title, SEARCH_TITLE_CHARS),
-            truncate(
-                &passage.split_whitespace().collect::<Vec<_>>().join(" "),
-                SEARCH_PASSAGE_CHARS
-            )
         );
-        if out.chars().count() + block.chars().count() + more.chars().count() > max_chars {
-            left_out = true;
-            break;
+        let passage = passage.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut room = SEARCH_PASSAGE_CHARS;
+        let used = out.chars().count() + head.chars().count() + more.chars().count();
+        if used + room.min(passage.chars().count()) > max_chars {
+            // The first hit is cut to the room there is (a small channel still gets one);
+            // later ones that do not fit are left for the console.
+            room = max_chars.saturating_sub(used);
+            if i > 0 || room < 40 {
+                left_out = true;
+                break;
+            }
         }
-        out.push_str(&block);
+        out.push_str(&head);
+        out.push_str(&truncate(&passage, room));
     }
     if left_out && out.chars().count() + more.chars().count() <= max_chars {
         out.push_str(more);
@@ -738,9 +743,10 @@ mod tests {
             text.ends_with("More in the console's search, or with more words."),
             "{text}"
         );
-        // A small limit (an SMS-like channel) still gets an answer within it.
+        // A small limit (an SMS-like channel) still gets an answer within it, with a hit.
         let small = search_reply("zebra", &found, 300);
         assert!(small.chars().count() <= 300, "{small}");
+        assert!(small.contains("\n\n1. "), "{small}");
         // Short hits are whole, the match between asterisks, no "More" when none is left.
         let few = SearchResponse {
             hits: vec![hit("Orders", "fix the ")],
