@@ -142,7 +142,11 @@ async fn a_fork_keeps_the_history_up_to_a_point_and_goes_its_own_way() {
     let e = admin.fork_session(s.id, &past).await.unwrap_err();
     assert_eq!(
         (e.status(), e.code()),
-        (Some(400), Some("validation_failed")),
+        (Some(422), Some("unprocessable_entity")),
+        "{e}"
+    );
+    assert!(
+        e.message().unwrap().contains("past the session's log"),
         "{e}"
     );
     let blank = ForkSessionQuery {

@@ -78,8 +78,9 @@ impl Engine {
     /// position `at` (its events, transcript and files; docs/api.md "Fork"), with the same
     /// backend, workspace and configuration: for trying another direction from there. `at`
     /// defaults to the log's end, or to just before the run under way. Refused for a point
-    /// inside a run (409, naming the points around it) or past the log (400), and for an
-    /// agent over ACP, which keeps its own history that Switchboard cannot cut (422).
+    /// inside a run (409, naming the points around it), past the log or in its pruned part
+    /// (422: what the session holds decides), and for an agent over ACP, which keeps its own
+    /// history that Switchboard cannot cut (422).
     pub async fn fork_session(
         &self,
         owner: Option<&str>,
@@ -142,18 +143,14 @@ impl Engine {
                         Some(o) => format!("its log now begins at {o}"),
                         None => "its events were all pruned".to_string(),
                     };
-                    return Err(EngineError::validation(
-                        "at",
-                        format!(
-                            "falls in the session's pruned history ({kept}): fork at its end, or at 0"
-                        ),
-                    ));
+                    return Err(EngineError::Unprocessable(format!(
+                        "at: {point} falls in the session's pruned history ({kept}): fork at its end, or at 0"
+                    )));
                 }
                 ForkOutcome::BeyondEnd { last_seq } => {
-                    return Err(EngineError::validation(
-                        "at",
-                        format!("is past the session's log, which ends at {last_seq}"),
-                    ));
+                    return Err(EngineError::Unprocessable(format!(
+                        "at: {point} is past the session's log, which ends at {last_seq}"
+                    )));
                 }
                 // No point given and a run under way: from just before it.
                 ForkOutcome::InsideRun { first, .. }

@@ -45,9 +45,9 @@ pub async fn create(
            ("title" = Option<String>, Query, pattern = r"\S", max_length = 200, description = "default: \"Fork of\" the session's title")),
     security(("bearer" = ["sessions:write"])),
     responses((status = 201, body = SessionSummary),
-              (status = 400, description = "`validation_failed`: `at` is past the log, or the title is blank", body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 400, description = "`validation_failed`: the title is blank or too long", body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, description = "`conflict`: `at` is inside a run (the message names the positions before and after it)", body = ErrorBody),
-              (status = 422, description = "`unprocessable_entity`: the session's agent runs over ACP, whose history Switchboard cannot cut", body = ErrorBody)))]
+              (status = 422, description = "`unprocessable_entity`: `at` is past the session's log or in its pruned history, or the session's agent runs over ACP, whose history Switchboard cannot cut", body = ErrorBody)))]
 pub async fn fork(
     State(state): State<AppState>,
     Caller(p): Caller,
