@@ -4,7 +4,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::{LEASE, check, new_session_record, ts};
-use crate::search::{SearchQuery, parse_query};
+use crate::search::SearchQuery;
 use crate::{FileRecord, ForkOutcome, Lease, MessageRecord, NewEvent, NewRun, RunOutcome, Store};
 
 fn ev(session: Uuid, seq: u64, run: Uuid, kind: &str, payload: String) -> NewEvent {
@@ -168,14 +168,8 @@ pub async fn fork_copies_the_history_up_to_a_point(store: &dyn Store) {
     assert!(!events[1].payload.contains(&file.id.to_string()));
     // Searchable on its own: the two messages and the file, none of run 2's.
     let q = SearchQuery {
-        terms: parse_query(&word).unwrap_or_default(),
         sessions: Some(vec![fork.id]),
-        backend: None,
-        from: None,
-        to: None,
-        visible_to: None,
-        limit: 20,
-        offset: 0,
+        ..super::search::query(&word)
     };
     let hits = check("search", store.search(&q).await);
     assert_eq!(hits.len(), 3, "{hits:?}");

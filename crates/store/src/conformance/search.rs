@@ -12,7 +12,7 @@ fn unique() -> String {
     format!("w{}", Uuid::now_v7().simple())
 }
 
-fn query(q: &str) -> SearchQuery {
+pub(super) fn query(q: &str) -> SearchQuery {
     SearchQuery {
         terms: parse_query(q).unwrap_or_default(),
         sessions: None,
