@@ -90,6 +90,10 @@ pub struct InboundMessage {
     /// to an approval prompt answers it: `dispatcher/answers.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// An edit of a message already sent (`message_id` is the edited message's): noted in
+    /// the delivery ledger as ignored, not acted on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub edited: bool,
     /// Anything else the platform said (raw ids, entities …).
     #[serde(default)]
     pub meta: serde_json::Value,

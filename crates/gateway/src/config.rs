@@ -80,6 +80,8 @@ pub struct GatewayConfig {
     /// A connected channel that received nothing for this long while its platform holds
     /// updates for it is `degraded` (`hearing.rs`).
     pub deaf_after: Duration,
+    /// How long the delivery ledger keeps an entry after its last change.
+    pub ledger_retention: Duration,
     /// How long a pairing code is valid.
     pub pairing_ttl: Duration,
     /// Shutdown: approvals rejected this many at a time, each within this timeout.
@@ -131,6 +133,7 @@ impl Default for GatewayConfig {
             session_permission_mode: None,
             context_ttl: Duration::from_secs(3600),
             deaf_after: Duration::from_secs(600),
+            ledger_retention: Duration::from_secs(7 * 86_400),
             pairing_ttl: Duration::from_secs(3600),
             shutdown_concurrency: 4,
             shutdown_call_timeout: Duration::from_secs(5),

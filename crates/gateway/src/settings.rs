@@ -51,6 +51,8 @@ pub struct GatewaySection {
     /// A connected channel quiet this long while its platform holds updates for it is
     /// `degraded` (default 600).
     pub deaf_after_secs: Option<u64>,
+    /// Days the delivery ledger keeps what became of each inbound message (default 7).
+    pub ledger_days: Option<u64>,
     /// The longest rate-limit wait a platform call waits out (default 60).
     pub rate_limit_max_wait_secs: Option<u64>,
     /// `fail` (default: the call fails, its worker retries later) or `wait` (wait it out).
@@ -475,6 +477,9 @@ pub fn gateway_settings(
     if let Some(t) = env_parse::<u64>("SWITCHBOARD_GATEWAY_DEAF_AFTER_SECS")?.or(g.deaf_after_secs)
     {
         config.deaf_after = std::time::Duration::from_secs(t.max(1));
+    }
+    if let Some(d) = env_parse::<u64>("SWITCHBOARD_GATEWAY_LEDGER_DAYS")?.or(g.ledger_days) {
+        config.ledger_retention = std::time::Duration::from_secs(d.clamp(1, 3650) * 86_400);
     }
     config.bindings = g.bindings.clone().into_iter().collect();
 

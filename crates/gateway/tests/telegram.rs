@@ -82,7 +82,7 @@ async fn dm_arrives_and_offset_is_persisted() {
     let polls = fake.calls("getUpdates");
     assert_eq!(
         polls[0]["allowed_updates"],
-        serde_json::json!(["message", "callback_query"])
+        serde_json::json!(["message", "edited_message", "callback_query"])
     );
     assert_eq!(polls[0]["timeout"], 1);
     assert_eq!(fake.calls("getMe").len(), 1);
@@ -636,7 +636,7 @@ async fn bots_captions_and_files() {
         serde_json::json!({"message_id": 1, "date": 0, "chat": chat,
             "from": {"id": 77, "is_bot": true, "first_name": "Other bot"}, "text": "beep"}),
     );
-    // an edit: not asked for (allowed_updates) and ignored
+    // an edit: handed on marked `edited` (the dispatcher notes it in the ledger, no more)
     fake.push_update(
         "edited_message",
         serde_json::json!({"message_id": 2, "date": 0, "chat": chat, "from": gus, "text": "edited"}),
@@ -655,8 +655,12 @@ async fn bots_captions_and_files() {
         serde_json::json!({"message_id": 4, "date": 0, "chat": chat, "from": gus,
             "document": {"file_id": "d", "file_unique_id": "d", "file_name": "report.pdf", "file_size": 5555}}),
     );
-    until("the photo and the document", || sink.len() == 2).await;
-    let msgs = sink.messages();
+    until("the edit, the photo and the document", || sink.len() == 3).await;
+    let mut msgs = sink.messages();
+    let edit = msgs.remove(0);
+    assert!(edit.edited);
+    assert_eq!((edit.message_id.as_str(), edit.text.as_str()), ("2", "edited"));
+    assert!(msgs.iter().all(|m| !m.edited));
     assert_eq!(msgs[0].text, "look at this");
     assert_eq!(msgs[0].peer.name, "Gus Grant");
     assert_eq!(msgs[0].peer.username.as_deref(), Some("gus"));

@@ -319,3 +319,149 @@ pub struct PairingDecision {
     #[schema(pattern = r"\S")]
     pub code: String,
 }
+
+/// What became of an inbound chat message, in the delivery ledger.
+///
+/// - `received`: taken, being handled (a command or an approval answer).
+/// - `ignored`: not acted on; `reason` says why: `not_allowed` (a chat that is not allowed;
+///   a direct message got a pairing code), `duplicate` (a platform's redelivery or a replayed
+///   webhook of the message in `duplicate_of`), `edited` (an edit of a message already
+///   taken).
+/// - `queued`: waiting for its chat's run.
+/// - `in_run`: sent to the agent as part of run `run_id`.
+/// - `answered`: the run completed (or the command was answered); `outbound` lists what
+///   was posted.
+/// - `failed`: `reason` says why (the run failed, the session refused the message, the
+///   reply could not be posted); `POST /v1/gateway/messages/{id}/retry` queues it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    Received,
+    Ignored,
+    Queued,
+    InRun,
+    Answered,
+    Failed,
+}
+
+impl DeliveryStatus {
+    pub const ALL: [Self; 6] = [
+        Self::Received,
+        Self::Ignored,
+        Self::Queued,
+        Self::InRun,
+        Self::Answered,
+        Self::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Received => "received",
+            Self::Ignored => "ignored",
+            Self::Queued => "queued",
+            Self::InRun => "in_run",
+            Self::Answered => "answered",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// What kind of inbound message an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InboundKind {
+    /// For the agent.
+    Message,
+    /// A chat command (`/new`, `/search` …).
+    Command,
+    /// An answer to an approval prompt in words.
+    Answer,
+}
+
+/// Something posted to a chat for an inbound message: a page of the reply, a file, an
+/// approval prompt or a notice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Outbound {
+    /// `reply`, `file`, `prompt` or `notice`.
+    pub kind: String,
+    /// The platform's message id; absent when it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Platform calls made to post it (a rate limit or a transient error is tried again).
+    pub attempts: u32,
+    /// Why the platform refused it, for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// One inbound chat message in the delivery ledger, and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryEntry {
+    pub id: i64,
+    pub channel: String,
+    pub chat: ChatRef,
+    pub peer: Peer,
+    /// The platform's id of the message (empty when it gave none).
+    pub message_id: String,
+    pub kind: InboundKind,
+    pub text: String,
+    /// Files that came with it.
+    pub files: usize,
+    pub status: DeliveryStatus,
+    /// Why it was ignored or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A duplicate: the entry it repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<Uuid>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<Uuid>,
+    /// What was posted for it, in order.
+    pub outbound: Vec<Outbound>,
+    /// Times it was sent to the agent (a retry adds one).
+    pub attempts: u32,
+    pub received_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The query of `GET /v1/gateway/messages`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryQuery {
+    /// Only this channel (its configured name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 200)]
+    pub channel: Option<String>,
+    /// Only this chat (the platform's chat id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(max_length = 500)]
+    pub chat: Option<String>,
+    /// Only entries with this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(inline)]
+    pub status: Option<DeliveryStatus>,
+    /// Entries per page (default 50, at most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<u32>,
+    /// Only entries older than this one (the `next` of the previous page).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[param(minimum = 1)]
+    pub before: Option<i64>,
+}
+
+/// `GET /v1/gateway/messages`: the newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryPage {
+    pub messages: Vec<DeliveryEntry>,
+    /// `before` for the next (older) page; absent on the last one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
+}

@@ -1,5 +1,5 @@
-//! `/v1/gateway/*`: status, sessions, bindings, pairing, notifications, and inbound
-//! webhooks.
+//! `/v1/gateway/*`: status, sessions, bindings, pairing, notifications, the delivery ledger,
+//! and inbound webhooks.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -25,10 +25,12 @@ use crate::dispatcher::Gateway;
 pub use switchboard_protocol::gateway as wire;
 
 mod inbound;
+mod ledger;
 mod notify;
 mod pairing;
 
 use inbound::*;
+use ledger::*;
 use notify::*;
 use pairing::*;
 
@@ -40,6 +42,8 @@ use pairing::*;
         status,
         sessions,
         parked,
+        messages,
+        retry,
         unbind,
         pairing_list,
         pairing_approve,
@@ -60,6 +64,11 @@ use pairing::*;
         GatewaySession,
         switchboard_protocol::gateway::ParkedBatch,
         switchboard_protocol::gateway::ParkedBatchesResponse,
+        switchboard_protocol::gateway::DeliveryPage,
+        switchboard_protocol::gateway::DeliveryEntry,
+        switchboard_protocol::gateway::DeliveryStatus,
+        switchboard_protocol::gateway::InboundKind,
+        switchboard_protocol::gateway::Outbound,
         Peer,
         ChatRef,
         ChatKind,
@@ -208,6 +217,8 @@ pub fn router(gw: impl Into<GatewaySlot>, token: impl Into<String>) -> Router {
         .route("/v1/gateway/status", get(status))
         .route("/v1/gateway/sessions", get(sessions))
         .route("/v1/gateway/parked", get(parked))
+        .route("/v1/gateway/messages", get(messages))
+        .route("/v1/gateway/messages/{id}/retry", post(retry))
         .route("/v1/gateway/bindings/{routing_key}", delete(unbind))
         .route("/v1/gateway/pairing", get(pairing_list))
         .route("/v1/gateway/pairing/approve", post(pairing_approve))

@@ -85,6 +85,7 @@ impl DiscordChannel {
             addressed,
             attachments,
             reply_to: m.referenced_message.and_then(|r| r.id),
+            edited: false,
             meta,
         })
     }

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use switchboard_client::{RunEnd, RunStep};
+use switchboard_protocol::gateway::{DeliveryStatus, Outbound};
 use switchboard_protocol::{FileInfo, RejectionCause, StopReason, ToolCall};
 
 use crate::channel::{Channel, ChatRef};
 use crate::store::{FollowedRun, Route, ShownPage};
 use crate::text::{StreamBuffer, paginate, showable, split_message, truncate};
 
+use super::ledger::posted;
 use super::*;
 
 /// Follows a run from its stored cursor to its end, streaming the reply into the chat.
@@ -22,10 +24,24 @@ use super::*;
 /// repeats reply text.
 pub(super) async fn follow(gw: &Gateway, key: &str, run: FollowedRun) -> Result<(), GatewayError> {
     let Some(route) = gw.inner.store.route(key).await? else {
+        gw.settle_run(
+            "",
+            &run,
+            DeliveryStatus::Failed,
+            Some("the chat left the session (its route was removed)"),
+        )
+        .await?;
         gw.inner.store.finish_run(key).await?;
         return Ok(());
     };
     let Some(ch) = gw.channel(&route.channel) else {
+        gw.settle_run(
+            &route.channel,
+            &run,
+            DeliveryStatus::Failed,
+            Some("the channel is no longer configured"),
+        )
+        .await?;
         gw.inner.store.finish_run(key).await?;
         return Ok(());
     };
@@ -76,6 +92,13 @@ pub(super) async fn follow(gw: &Gateway, key: &str, run: FollowedRun) -> Result<
                 ..
             } => view.on_rejected(&call, cause, &reason).await?,
             RunStep::Ended(RunEnd::SessionGone) => {
+                gw.settle_run(
+                    &view.route.channel,
+                    &view.run,
+                    DeliveryStatus::Failed,
+                    Some("the session was deleted"),
+                )
+                .await?;
                 gw.inner.store.finish_run(key).await?;
                 return Ok(());
             }
@@ -267,10 +290,9 @@ impl<'a> ReplyView<'a> {
                     bytes,
                     caption,
                 };
-                log_err(
-                    "sending a file",
-                    self.ch.send_file(&self.route.chat, &out).await.map(|_| ()),
-                );
+                let (sent, record) = posted("file", self.ch.send_file(&self.route.chat, &out)).await;
+                self.run.outbound.extend(record);
+                log_err("sending a file", sent.map(|_| ()));
             }
             Err(e) => {
                 tracing::warn!(routing_key = %self.key, file_id = %file.file_id, error = %e, "a shared file could not be read from the server");
@@ -311,7 +333,30 @@ impl<'a> ReplyView<'a> {
         self.run.pages.clear();
         self.gw.inner.store.put_run(&self.run).await?;
         self.dirty = false;
-        self.gw.on_waiting(&self.route, &self.run, &ids).await
+        let (asked, attempts) =
+            crate::platform::counting_attempts(self.gw.on_waiting(&self.route, &self.run, &ids))
+                .await;
+        asked?;
+        // The prompt it posted, once (a replay after a restart finds it recorded).
+        if let Some(p) = self.gw.inner.store.prompt_of_session(self.run.session_id).await?
+            && p.run_id == self.run.run_id
+            && !p.prompt_message.is_empty()
+            && !self
+                .run
+                .outbound
+                .iter()
+                .any(|o| o.kind == "prompt" && o.id.as_deref() == Some(&p.prompt_message))
+        {
+            self.run.outbound.push(Outbound {
+                kind: "prompt".into(),
+                id: Some(p.prompt_message.clone()),
+                attempts: attempts.max(1),
+                error: None,
+                at: chrono::Utc::now(),
+            });
+            self.gw.inner.store.put_run(&self.run).await?;
+        }
+        Ok(())
     }
 
     /// A call of a prompt was rejected by the server (timeout, cancel, restart): the prompt
@@ -349,27 +394,40 @@ impl<'a> ReplyView<'a> {
             deliver(&*self.ch, &self.route.chat, &mut self.run, &rest).await?;
         }
         let store = &self.gw.inner.store;
+        // The ledger settled before the run is let go: a crash in between follows the run
+        // again and settles the same.
+        let (status, reason) = ledger_outcome(&end, &self.run.outbound);
+        self.gw
+            .settle_run(&self.route.channel, &self.run, status, reason.as_deref())
+            .await?;
         // Finished first, notices after: a crash in between loses a notice rather than
         // posting it twice.
         store.finish_run(self.key).await?;
-        match end {
-            RunEnd::Failed { error, .. } => {
-                let text = truncate(&format!("⚠️ The run failed: {error}"), self.ch.max_chars());
-                log_err(
-                    "posting a run error",
-                    self.ch.send(&self.route.chat, &text, &[]).await,
-                );
-            }
+        let notice = match end {
+            RunEnd::Failed { error, .. } => Some(truncate(
+                &format!("⚠️ The run failed: {error}"),
+                self.ch.max_chars(),
+            )),
             RunEnd::Completed {
                 stop_reason: StopReason::Cancelled,
                 ..
             } if self.run.streamed.is_empty() && self.run.delivered == 0 => {
+                Some("Stopped.".to_string())
+            }
+            _ => None,
+        };
+        if let Some(text) = notice {
+            let (sent, record) = posted("notice", self.ch.send(&self.route.chat, &text, &[])).await;
+            log_err("posting a run notice", sent);
+            if let Some(record) = record {
+                self.run.outbound.push(record);
                 log_err(
-                    "posting a cancel notice",
-                    self.ch.send(&self.route.chat, "Stopped.", &[]).await,
+                    "recording a notice in the delivery ledger",
+                    store
+                        .settle_run(self.run.run_id, status, reason.as_deref(), &self.run.outbound)
+                        .await,
                 );
             }
-            _ => {}
         }
         // A prompt left over (the run ended without a decision) is closed.
         if let Some(p) = store.prompt_of_session(self.run.session_id).await?
@@ -391,6 +449,38 @@ impl<'a> ReplyView<'a> {
             "editing a settled prompt",
             self.ch.edit(&p.chat, &p.prompt_message, &text, &[]).await,
         );
+    }
+}
+
+/// What the ledger says of a run's messages at its end: answered, or failed and why (the
+/// run failed or was stopped, or a page of its reply was refused by the platform).
+fn ledger_outcome(end: &RunEnd, outbound: &[Outbound]) -> (DeliveryStatus, Option<String>) {
+    match end {
+        RunEnd::Failed { error, .. } => (
+            DeliveryStatus::Failed,
+            Some(format!("the run failed: {error}")),
+        ),
+        RunEnd::SessionGone => (
+            DeliveryStatus::Failed,
+            Some("the session was deleted".into()),
+        ),
+        RunEnd::Completed {
+            stop_reason: StopReason::Cancelled,
+            ..
+        } => (DeliveryStatus::Failed, Some("the run was stopped".into())),
+        RunEnd::Completed { .. } => match outbound
+            .iter()
+            .find(|o| o.kind == "reply" && o.error.is_some())
+        {
+            Some(o) => (
+                DeliveryStatus::Failed,
+                Some(format!(
+                    "the reply could not be posted: {}",
+                    o.error.as_deref().unwrap_or_default()
+                )),
+            ),
+            None => (DeliveryStatus::Answered, None),
+        },
     }
 }
 
@@ -438,7 +528,9 @@ pub(super) async fn render(
             None => {}
         }
         called = true;
-        let id = match ch.send(chat, &shown, &[]).await {
+        let (sent, record) = posted("reply", ch.send(chat, &shown, &[])).await;
+        run.outbound.extend(record);
+        let id = match sent {
             Ok(id) => id,
             Err(e) if permanent(&e) => {
                 // The chat refuses us (bot blocked, chat gone): this page is dropped rather
@@ -495,7 +587,9 @@ pub(super) async fn deliver(
         } else {
             chunk.trim().to_string()
         };
-        match ch.send(chat, &text, &[]).await {
+        let (sent, record) = posted("reply", ch.send(chat, &text, &[])).await;
+        run.outbound.extend(record);
+        match sent {
             Ok(id) => run.stream_message = Some(id),
             Err(e) if permanent(&e) => {
                 // The chat refuses us (bot blocked, chat gone): the reply is dropped rather
@@ -509,7 +603,9 @@ pub(super) async fn deliver(
     }
     run.streamed = if single { combined } else { first };
     for part in parts {
-        let id = ch.send(chat, &part, &[]).await?;
+        let (sent, record) = posted("reply", ch.send(chat, &part, &[])).await;
+        run.outbound.extend(record);
+        let id = sent?;
         run.stream_message = Some(id);
         run.delivered += run.streamed.chars().count();
         run.streamed = part;

@@ -8,6 +8,7 @@ use crate::store::{Pairing, Queued};
 
 use super::*;
 use switchboard_protocol::RejectionCause;
+use switchboard_protocol::gateway::{DeliveryStatus, InboundKind};
 
 impl Gateway {
     pub(super) async fn on_message(&self, m: InboundMessage) -> Result<(), GatewayError> {
@@ -16,6 +17,15 @@ impl Gateway {
             return Ok(());
         };
         let allowed = self.allowed(&m).await?;
+        // An edit of a message already taken is noted, not acted on (nor marked seen: it
+        // carries the edited message's id).
+        if m.edited {
+            if allowed {
+                self.note(&m, InboundKind::Message, DeliveryStatus::Ignored, Some("edited"))
+                    .await;
+            }
+            return Ok(());
+        }
         // (Whether a group message is addressed to the bot is the channel's call: Telegram
         // filters unless `require_mention` is off.)
         let text = m.text.trim();
@@ -38,10 +48,19 @@ impl Gateway {
         // that queues it (`store_message`): a mark stored on its own, then a crash before the
         // message was queued, would make the redelivery look like a repeat and lose it.
         // Anything else is marked here, before it is acted on (a command acts at most once).
+        let kind = match (&cmd, &answer) {
+            (Some(_), _) => InboundKind::Command,
+            (None, Some(_)) => InboundKind::Answer,
+            (None, None) => InboundKind::Message,
+        };
         if !for_agent && self.seen_before(&m).await? {
+            self.note(&m, kind, DeliveryStatus::Ignored, Some("duplicate"))
+                .await;
             return Ok(());
         }
         if !allowed {
+            self.note(&m, kind, DeliveryStatus::Ignored, Some("not_allowed"))
+                .await;
             return self.pairing(&channel, &m).await;
         }
         log_err(
@@ -54,8 +73,12 @@ impl Gateway {
         if for_agent {
             if !self.store_message(&m, &key, text).await? {
                 tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
+                self.note(&m, kind, DeliveryStatus::Ignored, Some("duplicate"))
+                    .await;
                 return Ok(());
             }
+            // Its ledger entry was written with it, `queued`.
+            super::ledger::received(&m.channel);
             metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
                 .increment(1);
             // A pending approval yields to the new message: rejected, the run goes on, and
@@ -83,7 +106,10 @@ impl Gateway {
         metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
             .increment(1);
         if let Some((prompt, accept, reason)) = answer {
-            return self
+            let noted = self
+                .note(&m, kind, DeliveryStatus::Received, None)
+                .await;
+            let r = self
                 .queue_answer(
                     &prompt,
                     &m,
@@ -92,10 +118,34 @@ impl Gateway {
                     reason,
                 )
                 .await;
+            let (status, why) = match &r {
+                Ok(()) => (DeliveryStatus::Answered, None),
+                Err(e) => (DeliveryStatus::Failed, Some(e.to_string())),
+            };
+            self.settle_note(&m.channel, noted, status, why.as_deref())
+                .await;
+            return r;
         }
-        if let Some(cmd) = cmd {
+        let Some(cmd) = cmd else {
+            // Nothing to act on (no text, no file).
+            self.note(&m, kind, DeliveryStatus::Ignored, Some("empty"))
+                .await;
+            return Ok(());
+        };
+        let noted = self
+            .note(&m, kind, DeliveryStatus::Received, None)
+            .await;
+        {
             // A command that fails says so in the chat; it never blocks the channel.
-            if let Err(e) = self.on_command(&channel, &key, &m, cmd).await {
+            let done = self.on_command(&channel, &key, &m, cmd).await;
+            let why = done.as_ref().err().map(|e| format!("the command failed: {e}"));
+            let status = match why {
+                None => DeliveryStatus::Answered,
+                Some(_) => DeliveryStatus::Failed,
+            };
+            self.settle_note(&m.channel, noted, status, why.as_deref())
+                .await;
+            if let Err(e) = done {
                 tracing::warn!(error = %e, "chat command failed");
                 log_err(
                     "answering a failed command",

@@ -28,6 +28,7 @@ mod batch;
 mod commands;
 mod follow;
 mod inbound;
+mod ledger;
 mod schedules;
 mod worker;
 
@@ -136,6 +137,7 @@ impl Gateway {
             });
         }
         gw.spawn(press_loop(gw.clone(), press_rx));
+        gw.spawn(ledger::prune_loop(gw.clone()));
         gw.spawn(gw.inner.hearing.clone().watch(
             gw.channels(),
             gw.inner.config.deaf_after,

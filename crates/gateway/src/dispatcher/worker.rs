@@ -273,6 +273,7 @@ pub(super) async fn step(gw: &Gateway, key: &str) -> Result<bool, GatewayError> 
         deadline,
         pending: String::new(),
         pages: Vec::new(),
+        outbound: Vec::new(),
     };
     // An intent, stored before sending: if the process dies after the server took the
     // batch but before its run was recorded here, the restart sends the same batch with

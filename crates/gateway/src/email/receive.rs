@@ -347,6 +347,7 @@ async fn message(
         addressed: true,
         attachments,
         reply_to: r.in_reply_to.clone(),
+        edited: false,
         meta: serde_json::json!({ "subject": r.subject, "uid": uid, "uidvalidity": validity }),
     };
     (m, notes)

@@ -288,6 +288,7 @@ async fn message(
         addressed,
         attachments,
         reply_to,
+        edited: false,
         meta: serde_json::json!({ "event_id": m.event_id, "room_id": room.room_id() }),
     })
 }

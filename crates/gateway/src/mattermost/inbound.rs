@@ -209,6 +209,7 @@ impl MattermostChannel {
                 // A reply in a thread answers the post the thread hangs from (a prompt in a
                 // direct message is replied to so).
                 reply_to: (!root.is_empty()).then(|| root.to_string()),
+                edited: false,
                 meta: json!({"post_id": id, "channel_id": channel, "root_id": root, "channel_type": channel_type, "mentioned": mentioned}),
             },
             thread,

@@ -105,6 +105,7 @@ impl TeamsChannel {
             addressed,
             attachments,
             reply_to: None,
+            edited: false,
             meta: json!({"service_url": a["serviceUrl"], "tenant": a["channelData"]["tenant"]["id"]}),
         }))
     }

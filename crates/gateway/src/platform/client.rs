@@ -31,6 +31,27 @@ use super::outbox::{Limits, Outbox};
 use crate::channel::ChannelError;
 use crate::health::{ChannelHealth, Health};
 
+tokio::task_local! {
+    /// Platform calls made inside [`counting_attempts`].
+    static ATTEMPTS: std::cell::Cell<u32>;
+}
+
+/// Runs `f`, counting the platform calls [`PlatformClient::call`] makes for it (every try:
+/// a rate-limited or transient call tried again counts again), for the delivery ledger.
+/// A channel whose calls do not go through the client (a platform SDK's own) counts none.
+pub async fn counting_attempts<F: std::future::Future>(f: F) -> (F::Output, u32) {
+    ATTEMPTS
+        .scope(std::cell::Cell::new(0), async move {
+            let out = f.await;
+            (out, ATTEMPTS.with(|c| c.get()))
+        })
+        .await
+}
+
+fn counted_attempt() {
+    let _ = ATTEMPTS.try_with(|c| c.set(c.get().saturating_add(1)));
+}
+
 /// What replaces a secret in error texts and logs.
 pub const REDACTED: &str = "<redacted>";
 
@@ -368,6 +389,7 @@ impl PlatformClient {
                 }
                 None => self.outbox.turn(call.keys).await,
             }
+            counted_attempt();
             let verdict = match self.send(&call, also, &build).await {
                 Ok(answer) => read(answer),
                 Err(e) => Verdict::Transient(e),

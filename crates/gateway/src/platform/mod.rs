@@ -10,7 +10,9 @@ pub mod client;
 pub mod outbox;
 pub(crate) mod wire;
 
-pub use client::{Answer, Call, OverCap, PlatformClient, REDACTED, RetryPolicy, Verdict, pause};
+pub use client::{
+    Answer, Call, OverCap, PlatformClient, REDACTED, RetryPolicy, Verdict, counting_attempts, pause,
+};
 pub use outbox::{Limits, Outbox, Rate};
 
 /// How long connecting to a platform may take.

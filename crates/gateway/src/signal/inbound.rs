@@ -118,6 +118,7 @@ impl SignalChannel {
             addressed: group.is_none() || mentioned || replies_to_me,
             attachments,
             reply_to: quote.and_then(|q| q["id"].as_u64()).map(|t| t.to_string()),
+            edited: false,
             meta: json!({"timestamp": timestamp, "group_id": group, "mentioned": mentioned}),
         }))
     }

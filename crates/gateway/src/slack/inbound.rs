@@ -206,6 +206,7 @@ impl SlackChannel {
                 addressed: true,
                 attachments,
                 reply_to: None,
+                edited: false,
                 meta: json!({
                     "event_id": event_id,
                     "ts": ts,
@@ -324,6 +325,7 @@ impl SlackChannel {
                 addressed: true,
                 attachments: Vec::new(),
                 reply_to: None,
+                edited: false,
                 meta: json!({ "slash_command": command }),
             }),
             thread: None,

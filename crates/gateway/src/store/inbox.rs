@@ -111,13 +111,26 @@ impl GatewayStore {
             .bind(&attachments)
             .fetch_one(&mut *tx)
             .await?;
+            sqlx::query(ledger::NOTE_QUEUED)
+                .bind(&q.channel)
+                .bind(&q.chat.id)
+                .bind(&chat)
+                .bind(&peer)
+                .bind(message_id)
+                .bind(&q.text)
+                .bind(&attachments)
+                .bind(&q.routing_key)
+                .bind(id)
+                .bind(&t)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(Some(id))
         })
     }
 
-    /// Sets a batch aside: its inbox messages up to `upto` leave the queue and `parked` is
-    /// kept (`parked:<id>` in `kv`), in one transaction.
+    /// Sets a batch aside: its inbox messages up to `upto` leave the queue (their ledger
+    /// entries `failed`) and `parked` is kept (`parked:<id>` in `kv`), in one transaction.
     pub async fn park(
         &self,
         key: &str,
@@ -140,6 +153,17 @@ impl GatewayStore {
                 .bind(upto)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query(
+                "UPDATE ledger SET status = 'failed', reason = $3, inbox_id = NULL, \
+                 attempts = attempts + 1, updated_at = $4 \
+                 WHERE routing_key = $1 AND status = 'queued' AND inbox_id <= $2",
+            )
+            .bind(key)
+            .bind(upto)
+            .bind(format!("the session refused it: {}", parked.error))
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
         });
         Ok(())

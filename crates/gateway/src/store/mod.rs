@@ -1,7 +1,8 @@
 //! The gateway's durable state: routes, the inbox of messages waiting for the agent, button
 //! presses, the run each route follows with how far its reply got, approval prompts,
 //! notification contexts, pairing, allowed chats, channel state, the inbound messages
-//! already taken and when each chat last had a message in or out.
+//! already taken, when each chat last had a message in or out, and the delivery ledger
+//! (what became of each inbound message).
 //!
 //! Two back-ends behind one [`GatewayStore`]:
 //!
@@ -129,6 +130,8 @@ pub struct FollowedRun {
     pub pending: String,
     /// Channels that edit: the messages showing the current reply, one per page.
     pub pages: Vec<ShownPage>,
+    /// What the run has posted (reply messages, files, prompts, notices), for the ledger.
+    pub outbound: Vec<switchboard_protocol::gateway::Outbound>,
 }
 
 /// One message showing a page of a reply, and the text it shows.
@@ -191,7 +194,7 @@ macro_rules! queued_cols {
 }
 macro_rules! run_cols {
     () => {
-        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending, pages"
+        "routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, pending, pages, outbound"
     };
 }
 macro_rules! prompt_cols {
@@ -208,6 +211,8 @@ macro_rules! pairing_cols {
 // The store's methods, one file per table (or group of tables); declared after the column
 // macros above, which they use.
 mod inbox;
+mod ledger;
+pub use ledger::{Noted, Retried};
 mod pairing;
 mod prompts;
 mod routes;
@@ -246,6 +251,7 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             8,
             include_str!("../../migrations/sqlite/0008_chat_sessions.sql"),
         ),
+        (9, include_str!("../../migrations/sqlite/0009_ledger.sql")),
     ],
     postgres: &[
         (
@@ -276,6 +282,10 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
         (
             8,
             include_str!("../../migrations/postgres/0008_chat_sessions.sql"),
+        ),
+        (
+            9,
+            include_str!("../../migrations/postgres/0009_ledger.sql"),
         ),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),

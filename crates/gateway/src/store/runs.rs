@@ -8,12 +8,12 @@ impl GatewayStore {
         let t = now();
         with_pool!(&self.db, |pool| {
             sqlx::query(
-                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, pages) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, pages, outbound) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
                  ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
                  last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
                  streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
-                 pending = excluded.pending, pages = excluded.pages",
+                 pending = excluded.pending, pages = excluded.pages, outbound = excluded.outbound",
             )
             .bind(&r.routing_key)
             .bind(r.session_id.to_string())
@@ -26,14 +26,15 @@ impl GatewayStore {
             .bind(&t)
             .bind(&r.pending)
             .bind(serde_json::to_string(&r.pages).unwrap_or_else(|_| "[]".into()))
+            .bind(to_json(&r.outbound))
             .execute(pool)
             .await?;
         });
         Ok(())
     }
 
-    /// Starts following a run and removes the messages that started it, in one
-    /// transaction: a crash leaves either both or neither.
+    /// Starts following a run and removes the messages that started it (their ledger
+    /// entries `in_run`), in one transaction: a crash leaves either all or none.
     pub async fn start_run(&self, r: &FollowedRun, upto: i64) -> Result<()> {
         let t = now();
         with_pool!(&self.db, |pool| {
@@ -41,13 +42,14 @@ impl GatewayStore {
             // A fresh row, as the `INSERT OR REPLACE` this was on SQLite: every column the
             // insert does not name goes back to its default (NULL for `channel` and `chat`).
             sqlx::query(
-                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, channel, chat, pages) \
-                 VALUES ($1, $2, $3, $4, NULL, '', 0, $5, $6, '', NULL, NULL, '[]') \
+                "INSERT INTO runs (routing_key, session_id, run_id, last_event_id, stream_message, streamed, delivered, deadline, started_at, pending, channel, chat, pages, outbound) \
+                 VALUES ($1, $2, $3, $4, NULL, '', 0, $5, $6, '', NULL, NULL, '[]', '[]') \
                  ON CONFLICT (routing_key) DO UPDATE SET session_id = excluded.session_id, run_id = excluded.run_id, \
                  last_event_id = excluded.last_event_id, stream_message = excluded.stream_message, \
                  streamed = excluded.streamed, delivered = excluded.delivered, deadline = excluded.deadline, \
                  started_at = excluded.started_at, pending = excluded.pending, \
-                 channel = excluded.channel, chat = excluded.chat, pages = excluded.pages",
+                 channel = excluded.channel, chat = excluded.chat, pages = excluded.pages, \
+                 outbound = excluded.outbound",
             )
             .bind(&r.routing_key)
             .bind(r.session_id.to_string())
@@ -62,6 +64,18 @@ impl GatewayStore {
                 .bind(upto)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query(
+                "UPDATE ledger SET status = 'in_run', session_id = $3, run_id = $4, inbox_id = NULL, \
+                 attempts = attempts + 1, updated_at = $5 \
+                 WHERE routing_key = $1 AND status = 'queued' AND inbox_id <= $2",
+            )
+            .bind(&r.routing_key)
+            .bind(upto)
+            .bind(r.session_id.to_string())
+            .bind(r.run_id.to_string())
+            .bind(&t)
+            .execute(&mut *tx)
+            .await?;
             tx.commit().await?;
         });
         Ok(())
@@ -159,5 +173,6 @@ pub(super) fn run_from_row(r: &impl Cols) -> Result<FollowedRun> {
         deadline: r.opt_text("deadline")?,
         pending: r.text("pending")?,
         pages: from_json(r, "pages")?,
+        outbound: from_json(r, "outbound")?,
     })
 }

@@ -21,6 +21,11 @@ impl TelegramChannel {
                 .map_message(m, update.update_id, me)
                 .map(Inbound::Message);
         }
+        if let Some(m) = update.edited_message {
+            return self
+                .map_message(m, update.update_id, me)
+                .map(|m| Inbound::Message(InboundMessage { edited: true, ..m }));
+        }
         if let Some(q) = update.callback_query {
             return self.map_press(q).map(Inbound::Press);
         }
@@ -69,6 +74,7 @@ impl TelegramChannel {
                 .reply_to_message
                 .as_ref()
                 .map(|r| r.message_id.to_string()),
+            edited: false,
             meta: json!({ "update_id": update_id }),
         })
     }

@@ -200,7 +200,7 @@ impl Channel for TelegramChannel {
                     &json!({
                         "url": hook.url,
                         "secret_token": hook.secret_token,
-                        "allowed_updates": ["message", "callback_query"],
+                        "allowed_updates": ["message", "edited_message", "callback_query"],
                     }),
                 )
                 .await

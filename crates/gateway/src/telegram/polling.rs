@@ -64,7 +64,7 @@ impl TelegramChannel {
             }
             let mut params = json!({
                 "timeout": self.cfg.poll_timeout_secs,
-                "allowed_updates": ["message", "callback_query"],
+                "allowed_updates": ["message", "edited_message", "callback_query"],
             });
             if let Some(o) = offset {
                 params["offset"] = json!(o);

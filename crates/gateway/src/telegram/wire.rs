@@ -30,6 +30,9 @@ pub(super) struct ApiUpdate {
     pub(super) update_id: i64,
     #[serde(default, deserialize_with = "object_opt")]
     pub(super) message: Option<ApiMessage>,
+    /// An edit of a message sent before: noted in the ledger, not acted on.
+    #[serde(default, deserialize_with = "object_opt")]
+    pub(super) edited_message: Option<ApiMessage>,
     #[serde(default, deserialize_with = "object_opt")]
     pub(super) callback_query: Option<ApiCallbackQuery>,
 }

@@ -185,6 +185,7 @@ pub fn parse_inbound(name: &str, body: &[u8]) -> Result<Inbound, String> {
                 addressed: true,
                 attachments,
                 reply_to,
+                edited: false,
                 meta,
             }))
         }

@@ -298,6 +298,7 @@ fn message(channel: &str, m: &Value, cx: &Change<'_>) -> Option<Inbound> {
         addressed,
         attachments,
         reply_to: context,
+        edited: false,
         meta: serde_json::json!({ "type": kind, "timestamp": m["timestamp"] }),
     }))
 }

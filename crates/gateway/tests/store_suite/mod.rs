@@ -120,6 +120,15 @@ pub fn followed(key: &str) -> FollowedRun {
                 text: "Hello, wor".into(),
             },
         ],
+        outbound: vec![switchboard_protocol::gateway::Outbound {
+            kind: "reply".into(),
+            id: Some("msg-6".into()),
+            attempts: 2,
+            error: None,
+            at: chrono::DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc),
+        }],
     }
 }
 
@@ -331,6 +340,7 @@ pub async fn start_run_resets_the_cursor_and_takes_the_batch(s: &GatewayStore) {
             delivered: 0,
             pending: String::new(),
             pages: vec![],
+            outbound: vec![],
             ..next
         }
     );

@@ -1,0 +1,326 @@
+//! The delivery ledger: one entry per inbound chat message, and what became of it.
+//!
+//! An entry is written where its message is decided on, in the same transaction as the
+//! decision whenever there is one: queued with the inbox row ([`GatewayStore::take_inbound`]),
+//! `in_run` with the followed run ([`GatewayStore::start_run`]), `failed` with a parked
+//! batch ([`GatewayStore::park`]); a run's end settles its entries
+//! ([`GatewayStore::settle_run`]) before the run is let go, so a crash in between settles
+//! them again, to the same values. Entries older than `[gateway] ledger_days` are pruned
+//! ([`GatewayStore::prune_ledger`]).
+
+use chrono::{DateTime, Utc};
+use switchboard_protocol::gateway::{
+    DeliveryEntry, DeliveryQuery, DeliveryStatus, InboundKind, Outbound,
+};
+
+use super::*;
+
+macro_rules! ledger_cols {
+    () => {
+        "id, channel, chat, peer, message_id, kind, text, attachments, status, reason, duplicate_of, session_id, run_id, outbound, attempts, received_at, updated_at"
+    };
+}
+
+/// A message to note in the ledger as it is decided on (not queued: see
+/// [`GatewayStore::take_inbound`]).
+#[derive(Debug, Clone)]
+pub struct Noted<'a> {
+    pub channel: &'a str,
+    pub chat: &'a ChatRef,
+    pub peer: &'a Peer,
+    pub message_id: &'a str,
+    pub kind: InboundKind,
+    pub text: &'a str,
+    pub status: DeliveryStatus,
+    pub reason: Option<&'a str>,
+}
+
+/// What [`GatewayStore::retry_delivery`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retried {
+    /// Queued again on this routing key.
+    Queued(String),
+    /// No such entry.
+    Unknown,
+    /// Only a failed message for the agent is retried; this one is not.
+    NotFailed(DeliveryStatus),
+}
+
+pub(super) fn kind_str(k: InboundKind) -> &'static str {
+    match k {
+        InboundKind::Message => "message",
+        InboundKind::Command => "command",
+        InboundKind::Answer => "answer",
+    }
+}
+
+fn parse_kind(s: &str) -> Result<InboundKind> {
+    match s {
+        "message" => Ok(InboundKind::Message),
+        "command" => Ok(InboundKind::Command),
+        "answer" => Ok(InboundKind::Answer),
+        other => Err(StoreError::Corrupt(format!("ledger kind {other:?}"))),
+    }
+}
+
+fn time(row: &impl Cols, col: &str) -> Result<DateTime<Utc>> {
+    let s = row.text(col)?;
+    DateTime::parse_from_rfc3339(&s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+fn opt_uuid(row: &impl Cols, col: &str) -> Result<Option<Uuid>> {
+    row.opt_text(col)?
+        .map(|s| Uuid::parse_str(&s).map_err(|e| StoreError::Corrupt(format!("{col}: {e}"))))
+        .transpose()
+}
+
+fn entry_from_row(r: &impl Cols) -> Result<DeliveryEntry> {
+    let status = r.text("status")?;
+    let files = match r.opt_text("attachments")? {
+        Some(a) => serde_json::from_str::<Vec<serde_json::Value>>(&a)
+            .map(|v| v.len())
+            .unwrap_or(0),
+        None => 0,
+    };
+    Ok(DeliveryEntry {
+        id: r.int("id")?,
+        channel: r.text("channel")?,
+        chat: from_json(r, "chat")?,
+        peer: from_json(r, "peer")?,
+        message_id: r.text("message_id")?,
+        kind: parse_kind(&r.text("kind")?)?,
+        text: r.text("text")?,
+        files,
+        status: DeliveryStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("ledger status {status:?}")))?,
+        reason: r.opt_text("reason")?,
+        duplicate_of: r.opt_int("duplicate_of")?,
+        session_id: opt_uuid(r, "session_id")?,
+        run_id: opt_uuid(r, "run_id")?,
+        outbound: from_json(r, "outbound")?,
+        attempts: u32::try_from(r.int("attempts")?).unwrap_or(0),
+        received_at: time(r, "received_at")?,
+        updated_at: time(r, "updated_at")?,
+    })
+}
+
+/// The ledger entry of a queued message, written in [`GatewayStore::take_inbound`]'s
+/// transaction: `$1` channel, `$2` chat id, `$3` chat, `$4` peer, `$5` message id, `$6` text,
+/// `$7` attachments, `$8` routing key, `$9` inbox id, `$10` time.
+pub(super) const NOTE_QUEUED: &str = "INSERT INTO ledger (channel, chat_id, chat, peer, message_id, \
+     kind, text, attachments, status, routing_key, inbox_id, received_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, 'message', $6, $7, 'queued', $8, $9, $10, $10)";
+
+impl GatewayStore {
+    /// Notes a message that is not queued for the agent: ignored (a `duplicate` names the
+    /// first entry of the same platform message as `duplicate_of`), or a command or answer
+    /// being handled. Its id.
+    pub async fn note_delivery(&self, n: &Noted<'_>) -> Result<i64> {
+        let (chat, peer, t) = (to_json(n.chat), to_json(n.peer), now());
+        let duplicate = n.reason == Some("duplicate") && !n.message_id.is_empty();
+        with_pool!(&self.db, |pool| {
+            let original: Option<i64> = if duplicate {
+                sqlx::query_scalar(
+                    "SELECT id FROM ledger WHERE channel = $1 AND chat_id = $2 AND message_id = $3 \
+                     AND duplicate_of IS NULL ORDER BY id LIMIT 1",
+                )
+                .bind(n.channel)
+                .bind(&n.chat.id)
+                .bind(n.message_id)
+                .fetch_optional(pool)
+                .await?
+            } else {
+                None
+            };
+            Ok(sqlx::query_scalar(
+                "INSERT INTO ledger (channel, chat_id, chat, peer, message_id, kind, text, status, \
+                 reason, duplicate_of, received_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING id",
+            )
+            .bind(n.channel)
+            .bind(&n.chat.id)
+            .bind(&chat)
+            .bind(&peer)
+            .bind(n.message_id)
+            .bind(kind_str(n.kind))
+            .bind(n.text)
+            .bind(n.status.as_str())
+            .bind(n.reason)
+            .bind(original)
+            .bind(&t)
+            .fetch_one(pool)
+            .await?)
+        })
+    }
+
+    /// Sets an entry's status (a command or an answer handled), with what was posted.
+    pub async fn set_delivery(
+        &self,
+        id: i64,
+        status: DeliveryStatus,
+        reason: Option<&str>,
+        outbound: &[Outbound],
+    ) -> Result<()> {
+        let (outbound, t) = (to_json(&outbound), now());
+        with_pool!(&self.db, |pool| {
+            sqlx::query(
+                "UPDATE ledger SET status = $2, reason = $3, outbound = $4, updated_at = $5 \
+                 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(status.as_str())
+            .bind(reason)
+            .bind(&outbound)
+            .bind(&t)
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// A run ended: its messages' entries become `status` (answered or failed, with
+    /// `reason`) with what the run posted. Settling again writes the same. The number of
+    /// entries.
+    pub async fn settle_run(
+        &self,
+        run_id: Uuid,
+        status: DeliveryStatus,
+        reason: Option<&str>,
+        outbound: &[Outbound],
+    ) -> Result<u64> {
+        let (outbound, t) = (to_json(&outbound), now());
+        Ok(with_pool!(&self.db, |pool| {
+            sqlx::query(
+                "UPDATE ledger SET status = $2, reason = $3, outbound = $4, updated_at = $5 \
+                 WHERE run_id = $1 AND status IN ('in_run', 'answered', 'failed')",
+            )
+            .bind(run_id.to_string())
+            .bind(status.as_str())
+            .bind(reason)
+            .bind(&outbound)
+            .bind(&t)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        }))
+    }
+
+    /// Entries, the newest first, filtered as `q` says; and the `before` of the next page.
+    pub async fn deliveries(&self, q: &DeliveryQuery) -> Result<(Vec<DeliveryEntry>, Option<i64>)> {
+        let limit = i64::from(q.limit.unwrap_or(50).clamp(1, 200));
+        let mut rows: Vec<DeliveryEntry> = with_pool!(&self.db, |pool| {
+            sqlx::query(concat!(
+                "SELECT ",
+                ledger_cols!(),
+                " FROM ledger WHERE ($1 IS NULL OR channel = $1) AND ($2 IS NULL OR chat_id = $2) \
+                 AND ($3 IS NULL OR status = $3) AND ($4 IS NULL OR id < $4) \
+                 ORDER BY id DESC LIMIT $5"
+            ))
+            .bind(&q.channel)
+            .bind(&q.chat)
+            .bind(q.status.map(|s| s.as_str()))
+            .bind(q.before)
+            .bind(limit + 1)
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(entry_from_row)
+            .collect::<Result<Vec<_>>>()?
+        });
+        let next = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|e| e.id)
+        } else {
+            None
+        };
+        Ok((rows, next))
+    }
+
+    /// One entry.
+    pub async fn delivery(&self, id: i64) -> Result<Option<DeliveryEntry>> {
+        with_pool!(&self.db, |pool| {
+            sqlx::query(concat!("SELECT ", ledger_cols!(), " FROM ledger WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+                .as_ref()
+                .map(entry_from_row)
+                .transpose()
+        })
+    }
+
+    /// Queues a failed message for the agent again, in one transaction: a new inbox row
+    /// (its text and files as they came), and the entry `queued` on it. Of two retries of
+    /// one entry, one queues it; the other finds it queued.
+    pub async fn retry_delivery(&self, id: i64) -> Result<Retried> {
+        let t = now();
+        with_pool!(&self.db, |pool| {
+            let mut tx = pool.begin().await?;
+            let row = sqlx::query(
+                "SELECT status, kind, routing_key, channel, peer, chat, text, attachments \
+                 FROM ledger WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = row else {
+                return Ok(Retried::Unknown);
+            };
+            let status = row.text("status")?;
+            let status = DeliveryStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("ledger status {status:?}")))?;
+            let key = row.opt_text("routing_key")?;
+            let (DeliveryStatus::Failed, "message", Some(key)) =
+                (status, row.text("kind")?.as_str(), key)
+            else {
+                return Ok(Retried::NotFailed(status));
+            };
+            // As in `enqueue`: a route's ids commit in order.
+            (*tx).lock_until_commit(INBOX_LOCK, &key).await?;
+            let inbox_id: i64 = sqlx::query_scalar(
+                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
+                 attachments) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7) RETURNING id",
+            )
+            .bind(&key)
+            .bind(row.text("channel")?)
+            .bind(row.text("peer")?)
+            .bind(row.text("chat")?)
+            .bind(row.text("text")?)
+            .bind(&t)
+            .bind(row.opt_text("attachments")?)
+            .fetch_one(&mut *tx)
+            .await?;
+            let changed = sqlx::query(
+                "UPDATE ledger SET status = 'queued', reason = NULL, inbox_id = $2, \
+                 run_id = NULL, outbound = '[]', updated_at = $3 WHERE id = $1 AND status = 'failed'",
+            )
+            .bind(id)
+            .bind(inbox_id)
+            .bind(&t)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if changed != 1 {
+                // Another retry took it first (PostgreSQL, READ COMMITTED).
+                tx.rollback().await?;
+                return Ok(Retried::NotFailed(DeliveryStatus::Queued));
+            }
+            tx.commit().await?;
+            Ok(Retried::Queued(key))
+        })
+    }
+
+    /// Forgets entries not updated since `before` (RFC 3339); how many.
+    pub async fn prune_ledger(&self, before: DateTime<Utc>) -> Result<u64> {
+        let before = switchboard_db::text_time(before);
+        Ok(with_pool!(&self.db, |pool| {
+            sqlx::query("DELETE FROM ledger WHERE updated_at < $1")
+                .bind(&before)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        }))
+    }
+}
