@@ -79,7 +79,7 @@ async fn fresh() -> (TestDb, GatewayStore) {
 
 store_suite!(fresh);
 
-const TABLES: [&str; 13] = [
+const TABLES: [&str; 14] = [
     "allowed",
     "approvals",
     "chat_activity",
@@ -87,6 +87,7 @@ const TABLES: [&str; 13] = [
     "contexts",
     "inbox",
     "kv",
+    "ledger",
     "pairing",
     "presses",
     "routes",
@@ -114,7 +115,7 @@ async fn concurrent_opens_of_a_fresh_database_all_migrate() {
     }
     assert_eq!(
         db.migrations().await,
-        [1, 2, 3, 4, 5, 6, 7, 8],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
         "each migration applied exactly once"
     );
     // Every one of them works on the same tables.
@@ -217,7 +218,7 @@ async fn the_tables_live_in_the_gateway_schema_beside_the_engines() {
             .await
             .unwrap();
     assert_eq!(run_id, run.run_id.to_string());
-    assert_eq!(db.migrations().await, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(db.migrations().await, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
 }
 
 /// Runs `work(store, task)` in `tasks` tasks spread over `stores`, all released at once.

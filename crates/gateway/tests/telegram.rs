@@ -659,7 +659,10 @@ async fn bots_captions_and_files() {
     let mut msgs = sink.messages();
     let edit = msgs.remove(0);
     assert!(edit.edited);
-    assert_eq!((edit.message_id.as_str(), edit.text.as_str()), ("2", "edited"));
+    assert_eq!(
+        (edit.message_id.as_str(), edit.text.as_str()),
+        ("2", "edited")
+    );
     assert!(msgs.iter().all(|m| !m.edited));
     assert_eq!(msgs[0].text, "look at this");
     assert_eq!(msgs[0].peer.name, "Gus Grant");

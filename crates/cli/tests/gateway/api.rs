@@ -230,20 +230,20 @@ fn pairing_code_in(m: &BotMessage) -> String {
 }
 
 /// The gateway API as the web console calls it.
-struct Api {
+pub(super) struct Api {
     url: String,
     http: reqwest::Client,
 }
 
 impl Api {
-    fn new(server: &ServerProcess) -> Api {
+    pub(super) fn new(server: &ServerProcess) -> Api {
         Api {
             url: server.url.clone(),
             http: reqwest::Client::new(),
         }
     }
 
-    async fn get(&self, path: &str) -> serde_json::Value {
+    pub(super) async fn get(&self, path: &str) -> serde_json::Value {
         let r = self
             .http
             .get(format!("{}{path}", self.url))
@@ -256,7 +256,11 @@ impl Api {
     }
 
     /// POSTs `body` as JSON: the status and the answer.
-    async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    pub(super) async fn post(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
         self.post_raw(path, "application/json", body.to_string())
             .await
     }

@@ -6,6 +6,7 @@ mod api;
 mod approvals;
 #[path = "../common/mod.rs"]
 mod common;
+mod ledger;
 mod restarts;
 mod webhooks;
 

@@ -21,7 +21,7 @@ CREATE TABLE ledger (
     session_id      TEXT,
     run_id          TEXT,
     outbound        TEXT NOT NULL DEFAULT '[]', -- JSON list of what was posted for it
-    attempts        INTEGER NOT NULL DEFAULT 0, -- times it was sent to the agent
+    attempts        BIGINT NOT NULL DEFAULT 0, -- times it was sent to the agent
     received_at     TEXT COLLATE "C" NOT NULL,
     updated_at      TEXT COLLATE "C" NOT NULL
 );

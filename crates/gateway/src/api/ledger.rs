@@ -22,7 +22,12 @@ pub(crate) async fn messages(
     State(s): State<ApiState>,
     Query(q): Query<DeliveryQuery>,
 ) -> Answer<Json<DeliveryPage>> {
-    let (messages, next) = s.gw()?.store().deliveries(&q).await.or_failed("the delivery ledger")?;
+    let (messages, next) = s
+        .gw()?
+        .store()
+        .deliveries(&q)
+        .await
+        .or_failed("the delivery ledger")?;
     Ok(Json(DeliveryPage { messages, next }))
 }
 
@@ -33,7 +38,7 @@ pub(crate) async fn messages(
     params(("id" = i64, Path, description = "The entry's id", minimum = 1)),
     security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Queued again: the entry as it is now", body = DeliveryEntry),
-              (status = 400, description = "`invalid_path`: the id is not a number", body = ErrorBody),
+              (status = 400, description = "`validation_failed`: the id is not a number", body = ErrorBody),
               (status = 404, description = "`not_found`: no such entry (or pruned)", body = ErrorBody),
               (status = 409, description = "`conflict`: the entry is not a failed message for the agent (its status is named)", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
@@ -43,7 +48,12 @@ pub(crate) async fn retry(
     Path(id): Path<i64>,
 ) -> Answer<Json<DeliveryEntry>> {
     let gw = s.gw()?;
-    let not_found = || error(ErrorCode::NotFound, format!("no delivery ledger entry {id}"));
+    let not_found = || {
+        error(
+            ErrorCode::NotFound,
+            format!("no delivery ledger entry {id}"),
+        )
+    };
     match gw.retry_delivery(id).await {
         Ok(Retried::Queued(_)) => {}
         Ok(Retried::Unknown) => return Err(not_found()),

@@ -290,7 +290,8 @@ impl<'a> ReplyView<'a> {
                     bytes,
                     caption,
                 };
-                let (sent, record) = posted("file", self.ch.send_file(&self.route.chat, &out)).await;
+                let (sent, record) =
+                    posted("file", self.ch.send_file(&self.route.chat, &out)).await;
                 self.run.outbound.extend(record);
                 log_err("sending a file", sent.map(|_| ()));
             }
@@ -338,7 +339,12 @@ impl<'a> ReplyView<'a> {
                 .await;
         asked?;
         // The prompt it posted, once (a replay after a restart finds it recorded).
-        if let Some(p) = self.gw.inner.store.prompt_of_session(self.run.session_id).await?
+        if let Some(p) = self
+            .gw
+            .inner
+            .store
+            .prompt_of_session(self.run.session_id)
+            .await?
             && p.run_id == self.run.run_id
             && !p.prompt_message.is_empty()
             && !self
@@ -424,7 +430,12 @@ impl<'a> ReplyView<'a> {
                 log_err(
                     "recording a notice in the delivery ledger",
                     store
-                        .settle_run(self.run.run_id, status, reason.as_deref(), &self.run.outbound)
+                        .settle_run(
+                            self.run.run_id,
+                            status,
+                            reason.as_deref(),
+                            &self.run.outbound,
+                        )
                         .await,
                 );
             }

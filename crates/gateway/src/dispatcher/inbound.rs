@@ -21,8 +21,13 @@ impl Gateway {
         // carries the edited message's id).
         if m.edited {
             if allowed {
-                self.note(&m, InboundKind::Message, DeliveryStatus::Ignored, Some("edited"))
-                    .await;
+                self.note(
+                    &m,
+                    InboundKind::Message,
+                    DeliveryStatus::Ignored,
+                    Some("edited"),
+                )
+                .await;
             }
             return Ok(());
         }
@@ -106,9 +111,7 @@ impl Gateway {
         metrics::counter!("switchboard_gateway_messages_in_total", "channel" => m.channel.clone())
             .increment(1);
         if let Some((prompt, accept, reason)) = answer {
-            let noted = self
-                .note(&m, kind, DeliveryStatus::Received, None)
-                .await;
+            let noted = self.note(&m, kind, DeliveryStatus::Received, None).await;
             let r = self
                 .queue_answer(
                     &prompt,
@@ -132,13 +135,14 @@ impl Gateway {
                 .await;
             return Ok(());
         };
-        let noted = self
-            .note(&m, kind, DeliveryStatus::Received, None)
-            .await;
+        let noted = self.note(&m, kind, DeliveryStatus::Received, None).await;
         {
             // A command that fails says so in the chat; it never blocks the channel.
             let done = self.on_command(&channel, &key, &m, cmd).await;
-            let why = done.as_ref().err().map(|e| format!("the command failed: {e}"));
+            let why = done
+                .as_ref()
+                .err()
+                .map(|e| format!("the command failed: {e}"));
             let status = match why {
                 None => DeliveryStatus::Answered,
                 Some(_) => DeliveryStatus::Failed,

@@ -214,8 +214,10 @@ impl GatewayStore {
             sqlx::query(concat!(
                 "SELECT ",
                 ledger_cols!(),
-                " FROM ledger WHERE ($1 IS NULL OR channel = $1) AND ($2 IS NULL OR chat_id = $2) \
-                 AND ($3 IS NULL OR status = $3) AND ($4 IS NULL OR id < $4) \
+                // `COALESCE`, not `$1 IS NULL OR …`: PostgreSQL cannot type a parameter
+                // that is only tested for NULL.
+                " FROM ledger WHERE channel = COALESCE($1, channel) AND chat_id = COALESCE($2, chat_id) \
+                 AND status = COALESCE($3, status) AND id < COALESCE($4, id + 1) \
                  ORDER BY id DESC LIMIT $5"
             ))
             .bind(&q.channel)
@@ -241,13 +243,17 @@ impl GatewayStore {
     /// One entry.
     pub async fn delivery(&self, id: i64) -> Result<Option<DeliveryEntry>> {
         with_pool!(&self.db, |pool| {
-            sqlx::query(concat!("SELECT ", ledger_cols!(), " FROM ledger WHERE id = $1"))
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-                .as_ref()
-                .map(entry_from_row)
-                .transpose()
+            sqlx::query(concat!(
+                "SELECT ",
+                ledger_cols!(),
+                " FROM ledger WHERE id = $1"
+            ))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .as_ref()
+            .map(entry_from_row)
+            .transpose()
         })
     }
 

@@ -283,10 +283,7 @@ const MIGRATIONS: switchboard_db::Migrations = switchboard_db::Migrations {
             8,
             include_str!("../../migrations/postgres/0008_chat_sessions.sql"),
         ),
-        (
-            9,
-            include_str!("../../migrations/postgres/0009_ledger.sql"),
-        ),
+        (9, include_str!("../../migrations/postgres/0009_ledger.sql")),
     ],
     postgres_schema: Some(POSTGRES_SCHEMA),
     postgres_lock: 0x5357_4247_574d_4947,

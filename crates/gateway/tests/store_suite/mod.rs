@@ -11,6 +11,9 @@ use switchboard_gateway::store::{
 use switchboard_gateway::{ButtonPress, ChannelState, ChatKind, ChatRef, GatewayStore, Peer};
 use uuid::Uuid;
 
+mod ledger;
+pub use ledger::*;
+
 /// One `#[tokio::test]` per case, each on the store (and its guard: a temporary directory, a
 /// test database) returned by `$open().await`.
 macro_rules! store_suite {
@@ -33,7 +36,11 @@ macro_rules! store_suite {
             kv_and_namespaced_state,
             send_claims_and_undo_offers_expire,
             pending_pairings_are_listed_and_refused,
-            chat_activity_keeps_the_latest_time
+            chat_activity_keeps_the_latest_time,
+            the_ledger_follows_a_message_from_queued_to_answered,
+            ignored_messages_say_why_and_name_their_original,
+            a_failed_message_is_retried_once,
+            old_ledger_entries_are_pruned
         );
     };
     (@cases $open:path; $($case:ident),* $(,)?) => {$(

@@ -101,6 +101,26 @@ fn describe() {
         "Chat messages taken from allowed users, by channel"
     );
     describe_counter!(
+        "switchboard_gateway_messages_received_total",
+        "Inbound chat messages noted in the delivery ledger, whatever became of them, by channel"
+    );
+    describe_counter!(
+        "switchboard_gateway_messages_ignored_total",
+        "Inbound chat messages not acted on, by channel and reason (not_allowed, duplicate, edited, empty)"
+    );
+    describe_counter!(
+        "switchboard_gateway_duplicates_suppressed_total",
+        "Platform redeliveries and replayed webhooks of a message already taken, by channel"
+    );
+    describe_counter!(
+        "switchboard_gateway_messages_answered_total",
+        "Inbound chat messages answered (their run completed, or the command was answered), by channel"
+    );
+    describe_counter!(
+        "switchboard_gateway_messages_failed_total",
+        "Inbound chat messages that failed (the run failed or was stopped, the session refused them, the reply could not be posted), by channel"
+    );
+    describe_counter!(
         "switchboard_gateway_calls_total",
         "Platform API calls that succeeded (sends, edits, …), by channel"
     );
