@@ -453,7 +453,7 @@ pub struct DeliveryQuery {
     pub limit: Option<u32>,
     /// Only entries older than this one (the `next` of the previous page).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[param(minimum = 1)]
+    #[param(minimum = 1, maximum = 9007199254740991_i64)]
     pub before: Option<i64>,
 }
 

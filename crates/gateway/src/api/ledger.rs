@@ -35,7 +35,7 @@ pub(crate) async fn messages(
 /// `queued`, then follows its new run. Only a failed message for the agent is retried (a
 /// command or an ignored message is not).
 #[utoipa::path(post, path = "/v1/gateway/messages/{id}/retry", tag = "gateway",
-    params(("id" = i64, Path, description = "The entry's id", minimum = 1)),
+    params(("id" = i64, Path, description = "The entry's id", minimum = 1, maximum = 9007199254740991_i64)),
     security(("bearer" = ["gateway:admin"])),
     responses((status = 200, description = "Queued again: the entry as it is now", body = DeliveryEntry),
               (status = 400, description = "`validation_failed`: the id is not a number", body = ErrorBody),
