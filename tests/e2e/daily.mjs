@@ -335,6 +335,37 @@ try {
       (await rust({ cmd: 'bot_messages', chat: 7 })).texts.some((t) => t.includes('Test message from the Switchboard console.')));
   });
 
+  await step('Channels: the delivery ledger shows what became of each message, and a failed one is retried', async () => {
+    await rust({ cmd: 'dm', user: 7, name: 'Stranger', text: 'break in chat please' });
+    await until('the failure notice in the chat', async () =>
+      (await rust({ cmd: 'bot_messages', chat: 7 })).texts.some((t) => t.startsWith('⚠️ The run failed')), 30_000);
+    const conv = T('conversation').filter({ hasText: '7' }).first();
+    await conv.getByTestId('conversation-messages').click();
+    const ledger = T('ledger');
+    await ledger.locator('h2', { hasText: 'Deliveries of telegram:' }).waitFor();
+    // Before pairing: refused; after: answered with the reply's id; the broken one failed.
+    await ledger.locator('[data-testid="ledger-entry"][data-status="ignored"]', { hasText: 'hi bot' })
+      .getByTestId('ledger-why').filter({ hasText: 'not allowed' }).waitFor();
+    await ledger.locator('[data-testid="ledger-entry"][data-status="answered"]', { hasText: 'hello from telegram' })
+      .locator('[data-testid="ledger-posted"][data-kind="reply"]').filter({ hasText: /^reply #\d+/ }).waitFor();
+    const failed = ledger.locator('[data-testid="ledger-entry"][data-status="failed"]', { hasText: 'break in chat please' });
+    await failed.getByTestId('ledger-why').filter({ hasText: 'the run failed' }).waitFor();
+    check((await ledger.getByTestId('ledger-entry').count()) >= 3, 'the conversation\'s entries');
+    await shot(page, '13-ledger.png');
+    const id = await failed.getAttribute('data-id');
+    await failed.getByTestId('ledger-retry').click();
+    await until('the retried reply in the chat', async () =>
+      (await rust({ cmd: 'bot_messages', chat: 7 })).texts.some((t) => t.includes('Fixed on the retry.')), 30_000);
+    const redone = ledger.locator(`[data-testid="ledger-entry"][data-id="${id}"][data-status="answered"]`);
+    await redone.getByTestId('ledger-out').filter({ hasText: 'sent to the agent 2 times' }).waitFor();
+    check((await redone.getByTestId('ledger-retry').count()) === 0, 'an answered message offers a retry');
+    // Filtered by status across every chat.
+    await ledger.getByTestId('ledger-every-chat').click();
+    await ledger.getByTestId('ledger-status').selectOption('ignored');
+    await ledger.locator('[data-testid="ledger-entry"][data-status="ignored"]').first().waitFor();
+    check((await ledger.locator('[data-testid="ledger-entry"]:not([data-status="ignored"])').count()) === 0, 'only ignored entries');
+  });
+
   await step('Channels: a refused request is gone and that user is not let in', async () => {
     await rust({ cmd: 'dm', user: 8, name: 'Intruder', text: 'let me in' });
     const req = T('pairing-request').filter({ hasText: 'Intruder' });

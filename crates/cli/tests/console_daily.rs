@@ -2,8 +2,9 @@
 //! The console as a daily tool, in headless Chromium (`tests/e2e/daily.mjs`): the approvals
 //! inbox across sessions, notifications, the manifest and service worker with an offline
 //! start, the connection banner across a real kill and restart, the home composer, session
-//! settings, the Channels page with a pairing request from a fake Telegram user, chat basics
-//! and the relay's empty state.
+//! settings, the Channels page with a pairing request from a fake Telegram user and the
+//! delivery ledger of that conversation (a failed message retried), chat basics and the
+//! relay's empty state.
 //!
 //! The script asks this test for what only it can do, one line each way: it prints
 //! `@@ {"cmd": …}` on its stdout and reads one JSON line answer on its stdin — `kill` and
@@ -41,6 +42,7 @@ fn last_message(r: &RecordedRequest) -> (String, String) {
 /// Replies chosen by what the user wrote, so the script's steps need no fixed order.
 fn responder(llm: &MockLlm) {
     let failures = Arc::new(AtomicUsize::new(0));
+    let chat_failures = Arc::new(AtomicUsize::new(0));
     llm.set_responder(move |r| {
         let (role, text) = last_message(r);
         if role == "tool" {
@@ -67,6 +69,12 @@ fn responder(llm: &MockLlm) {
                 "| Tool | Runs |\n|:-----|-----:|\n| `cargo` | **12** |\n| npm | 3 |\n\n",
                 "```rust\nfn main() { let answer = 42; println!(\"{answer} is a very long line that scrolls sideways instead of wrapping, because code keeps its lines as written and a wrapped line would read as two; this one is long enough to scroll on any screen\"); }\n```\n",
             ]);
+        }
+        if text.contains("break in chat") && chat_failures.fetch_add(1, Ordering::SeqCst) == 0 {
+            return MockReply::status(500, r#"{"error":{"message":"the model broke"}}"#);
+        }
+        if text.contains("break in chat") {
+            return MockReply::text(&["Fixed on the retry."]);
         }
         if text.contains("hello from telegram") {
             return MockReply::text(&["Hi, Telegram user."]);
@@ -166,5 +174,10 @@ async fn the_console_as_a_daily_tool_in_headless_chromium() {
     script
         .finish(|| server.as_ref().map(|s| s.logs()).unwrap_or_default())
         .await;
-    assert_shots(&["10-inbox.png", "11-channels.png", "12-home.png"]);
+    assert_shots(&[
+        "10-inbox.png",
+        "11-channels.png",
+        "12-home.png",
+        "13-ledger.png",
+    ]);
 }

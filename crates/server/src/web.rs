@@ -40,6 +40,7 @@ const SETTINGS_JS: &str = include_str!("../web/settings.js");
 const TEAM_JS: &str = include_str!("../web/team.js");
 const USAGE_JS: &str = include_str!("../web/usage.js");
 const SEARCH_JS: &str = include_str!("../web/search.js");
+const LEDGER_JS: &str = include_str!("../web/ledger.js");
 const STYLE_CSS: &str = include_str!("../web/style.css");
 const HL_JS: &str = include_str!("../web/hl.js");
 const HL_CSS: &str = include_str!("../web/hl.css");
@@ -51,35 +52,19 @@ const APPLE_TOUCH_ICON: &[u8] = include_bytes!("../web/apple-touch-icon.png");
 const MANIFEST: &str = include_str!("../web/manifest.webmanifest");
 const SW_JS: &str = include_str!("../web/sw.js");
 
+/// The content type of the console's scripts.
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// The console's files: path under `/assets/`, body, content type.
-const ASSETS: [(&str, &[u8], &str); 14] = [
-    (
-        "app.js",
-        APP_JS.as_bytes(),
-        "text/javascript; charset=utf-8",
-    ),
-    ("md.js", MD_JS.as_bytes(), "text/javascript; charset=utf-8"),
-    (
-        "settings.js",
-        SETTINGS_JS.as_bytes(),
-        "text/javascript; charset=utf-8",
-    ),
-    (
-        "team.js",
-        TEAM_JS.as_bytes(),
-        "text/javascript; charset=utf-8",
-    ),
-    (
-        "usage.js",
-        USAGE_JS.as_bytes(),
-        "text/javascript; charset=utf-8",
-    ),
-    (
-        "search.js",
-        SEARCH_JS.as_bytes(),
-        "text/javascript; charset=utf-8",
-    ),
-    ("hl.js", HL_JS.as_bytes(), "text/javascript; charset=utf-8"),
+const ASSETS: [(&str, &[u8], &str); 15] = [
+    ("app.js", APP_JS.as_bytes(), JS),
+    ("md.js", MD_JS.as_bytes(), JS),
+    ("settings.js", SETTINGS_JS.as_bytes(), JS),
+    ("team.js", TEAM_JS.as_bytes(), JS),
+    ("usage.js", USAGE_JS.as_bytes(), JS),
+    ("search.js", SEARCH_JS.as_bytes(), JS),
+    ("ledger.js", LEDGER_JS.as_bytes(), JS),
+    ("hl.js", HL_JS.as_bytes(), JS),
     ("style.css", STYLE_CSS.as_bytes(), "text/css; charset=utf-8"),
     ("hl.css", HL_CSS.as_bytes(), "text/css; charset=utf-8"),
     ("icon.svg", ICON_SVG.as_bytes(), "image/svg+xml"),
@@ -463,7 +448,7 @@ async fn index() -> Response {
 
 /// The console's scripts, styles and icon.
 #[utoipa::path(get, path = "/assets/{file}", security(()), tag = "console", params(("file" = String, Path)),
-    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `team.js`, `usage.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
+    responses((status = 200, description = "`app.js`, `md.js`, `settings.js`, `team.js`, `usage.js`, `search.js`, `ledger.js`, `hl.js`, `style.css`, `hl.css`, `icon.svg` or the PNG icons (`icon-192.png`, `icon-512.png`, `icon-maskable-512.png`, `apple-touch-icon.png`)",
                content((String = "text/javascript"), (String = "text/css"), (String = "image/svg+xml"), (Vec<u8> = "image/png"))),
               (status = 403, description = "`host_not_allowed` (the `Host` is not this server's) or `origin_not_allowed`", body = ErrorBody), (status = 404, description = "`not_found`", body = ErrorBody)))]
 async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {

@@ -3,6 +3,7 @@
 // Plain DOM, no framework. Text from the server is only ever set as textContent, except
 // assistant replies, which go through md.js (escapes everything, then adds its own markup).
 
+import { ledgerPanel } from './ledger.js';
 import { render } from './md.js';
 import { searchPage } from './search.js';
 import { settingsPage } from './settings.js';
@@ -1453,10 +1454,11 @@ setInterval(tickInbox, 1000);
 
 // ---------- channels: the chat gateway ----------
 
-const G = { root: null };
+const G = { root: null, ledger: null };
 
 function openChannels() {
   G.root = h('section.channels', { tid: 'channels' }, h('div.empty', {}, 'Loading…'));
+  G.ledger = ledgerPanel({ h, api, guard, toast });
   $('main').replaceChildren(G.root);
   refreshChannels().catch(toast);
 }
@@ -1478,6 +1480,7 @@ async function refreshChannels() {
     api('GET', '/v1/gateway/parked').catch((e) => (e.status === 404 ? { parked: [] } : Promise.reject(e))),
   ]);
   if (document.body.dataset.page !== 'channels') return;
+  await G.ledger.refresh();
   // Redrawn only when something changed: a reply being typed is not lost every 3 s.
   const key = JSON.stringify([status, sessions, pairing, parked]);
   if (G.root.dataset.key === key) return;
@@ -1501,7 +1504,8 @@ async function refreshChannels() {
     h('div.panel', {}, h('h2', {}, 'Conversations'),
       sessions.length ? h('table.conversations', {}, h('thead', {}, h('tr', {}, ['Chat', 'Session', 'Last activity', ''].map((t) => h('th', {}, t)))),
         h('tbody', {}, sessions.map(conversationRow)))
-        : h('p.muted', {}, 'No chat has talked to an agent yet.')));
+        : h('p.muted', {}, 'No chat has talked to an agent yet.')),
+    G.ledger.panel);
 }
 
 function channelRow(c) {
@@ -1554,7 +1558,9 @@ function conversationRow(s) {
     h('td', {}, h('code', {}, s.routing_key), s.peer ? ` ${peerName(s.peer)}` : ''),
     h('td', {}, h('a', { href: `#/s/${s.session_id}` }, s.bound === false ? 'unbound' : 'open')),
     h('td', { tid: 'conversation-activity' }, s.last_activity ? new Date(s.last_activity).toLocaleString() : '—'),
-    h('td', {}, h('button', { tid: 'send-test', type: 'button', onclick: test }, 'Send test message')));
+    h('td', {}, h('button', { tid: 'conversation-messages', type: 'button',
+      onclick: guard(() => G.ledger.show({ channel: s.channel, chat: String(chat.id), label: s.routing_key })) }, 'Messages'),
+    ' ', h('button', { tid: 'send-test', type: 'button', onclick: test }, 'Send test message')));
 }
 
 // ---------- schedules ----------

@@ -5,7 +5,7 @@
 // fills it in), so a new build replaces them.
 
 const CACHE = 'switchboard-console-__CACHE_VERSION__';
-const SHELL = ['/', '/assets/app.js', '/assets/md.js', '/assets/settings.js', '/assets/team.js', '/assets/usage.js', '/assets/search.js', '/assets/hl.js', '/assets/style.css', '/assets/hl.css',
+const SHELL = ['/', '/assets/app.js', '/assets/md.js', '/assets/settings.js', '/assets/team.js', '/assets/usage.js', '/assets/search.js', '/assets/ledger.js', '/assets/hl.js', '/assets/style.css', '/assets/hl.css',
   '/assets/icon.svg', '/assets/icon-192.png', '/assets/icon-512.png', '/assets/icon-maskable-512.png',
   '/assets/apple-touch-icon.png', '/manifest.webmanifest'];
 
