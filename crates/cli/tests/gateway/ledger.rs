@@ -19,10 +19,9 @@ async fn wait_entry(api: &Api, chat: i64, message_id: i64, status: &str) -> serd
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let all = entries(api, &format!("chat={chat}")).await;
-        if let Some(e) = all
-            .iter()
-            .find(|e| e["message_id"] == message_id.to_string() && e["status"] == status)
-        {
+        if let Some(e) = all.iter().find(|e| {
+            e["message_id"].as_str() == Some(&*message_id.to_string()) && e["status"] == status
+        }) {
             return e.clone();
         }
         assert!(
@@ -105,12 +104,9 @@ async fn the_delivery_ledger_tells_what_became_of_each_message() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let e = wait_entry(&api, ALICE, broken, "failed").await;
-        if e["outbound"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|o| o["kind"] == "notice" && o["id"] == notice.message_id.to_string())
-        {
+        if e["outbound"].as_array().unwrap().iter().any(|o| {
+            o["kind"] == "notice" && o["id"].as_str() == Some(&*notice.message_id.to_string())
+        }) {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no notice in {e}");
