@@ -326,7 +326,7 @@ pub struct PairingDecision {
 /// - `ignored`: not acted on; `reason` says why: `not_allowed` (a chat that is not allowed;
 ///   a direct message got a pairing code), `duplicate` (a platform's redelivery or a replayed
 ///   webhook of the message in `duplicate_of`), `edited` (an edit of a message already
-///   taken).
+///   taken), `empty`, `stopped` (dropped from the queue by `/stop`).
 /// - `queued`: waiting for its chat's run.
 /// - `in_run`: sent to the agent as part of run `run_id`.
 /// - `answered`: the run completed (or the command was answered); `outbound` lists what

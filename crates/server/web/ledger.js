@@ -11,6 +11,7 @@ const WHY = {
   duplicate: 'a repeat of a message already taken',
   edited: 'an edit of a message already taken',
   empty: 'nothing in it',
+  stopped: 'dropped from the queue by /stop',
 };
 
 /** The panel, kept across the page's redraws. `kit`: the console's h, api, guard, toast.
@@ -35,7 +36,18 @@ export function ledgerPanel(kit) {
       params.set('chat', scope.chat);
     }
     if (status) params.set('status', status);
-    const page = await kit.api('GET', `/v1/gateway/messages?${params}`);
+    let page;
+    try {
+      page = await kit.api('GET', `/v1/gateway/messages?${params}`);
+    } catch (e) {
+      // Said once in the panel, not in a toast every 3 s; the rest of the page goes on.
+      const key = JSON.stringify(['error', e.message]);
+      if (key !== shown) {
+        shown = key;
+        list.replaceChildren(h('li.muted', { tid: 'ledger-error' }, `The delivery ledger could not be read: ${e.message}`));
+      }
+      return;
+    }
     // Redrawn only when something changed (a Retry being pressed is not swapped under the
     // pointer every 3 s).
     const key = JSON.stringify([scope, status, page.messages]);

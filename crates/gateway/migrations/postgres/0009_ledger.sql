@@ -29,5 +29,6 @@ CREATE INDEX ledger_chat ON ledger (channel, chat_id, id);
 CREATE INDEX ledger_message ON ledger (channel, chat_id, message_id);
 CREATE INDEX ledger_inbox ON ledger (routing_key, inbox_id);
 CREATE INDEX ledger_run ON ledger (run_id);
+CREATE INDEX ledger_status ON ledger (status, id);
 CREATE INDEX ledger_updated ON ledger (updated_at);
 ALTER TABLE runs ADD COLUMN outbound TEXT NOT NULL DEFAULT '[]';

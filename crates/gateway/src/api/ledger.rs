@@ -40,7 +40,7 @@ pub(crate) async fn messages(
     responses((status = 200, description = "Queued again: the entry as it is now", body = DeliveryEntry),
               (status = 400, description = "`validation_failed`: the id is not a number", body = ErrorBody),
               (status = 404, description = "`not_found`: no such entry (or pruned)", body = ErrorBody),
-              (status = 409, description = "`conflict`: the entry is not a failed message for the agent (its status is named)", body = ErrorBody),
+              (status = 409, description = "`conflict`: the entry is not a failed message for the agent (its status is named), or its chat is no longer allowed", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 pub(crate) async fn retry(
@@ -57,6 +57,12 @@ pub(crate) async fn retry(
     match gw.retry_delivery(id).await {
         Ok(Retried::Queued(_)) => {}
         Ok(Retried::Unknown) => return Err(not_found()),
+        Ok(Retried::NotAllowed) => {
+            return Err(error(
+                ErrorCode::Conflict,
+                format!("entry {id}'s chat is no longer allowed to talk to the agent"),
+            ));
+        }
         Ok(Retried::NotFailed(status)) => {
             return Err(error(
                 ErrorCode::Conflict,

@@ -159,7 +159,13 @@ pub(super) async fn park(
         error: error.clone(),
         parked_at: chrono::Utc::now(),
     };
-    gw.inner.store.park(key, last.id, &parked).await?;
+    let failed = gw.inner.store.park(key, last.id, &parked).await?;
+    super::ledger::counted(
+        &route.channel,
+        switchboard_protocol::gateway::DeliveryStatus::Failed,
+        None,
+        failed,
+    );
     metrics::counter!("switchboard_gateway_batches_parked_total").increment(1);
     tracing::warn!(routing_key = %key, code = %parked.code, %error, "the session refused a batch for good: set aside");
     if let Some(ch) = gw.channel(&route.channel) {

@@ -103,7 +103,13 @@ impl Gateway {
                 // Messages still waiting go too: /stop means "stop what you are doing".
                 let queued = self.inner.store.queued(key).await?;
                 if let Some(last) = queued.last() {
-                    self.inner.store.dequeue(key, last.id).await?;
+                    let n = self.inner.store.dequeue(key, last.id).await?;
+                    super::ledger::counted(
+                        &m.channel,
+                        switchboard_protocol::gateway::DeliveryStatus::Ignored,
+                        Some("stopped"),
+                        n,
+                    );
                 }
                 let dropped = if queued.is_empty() {
                     String::new()

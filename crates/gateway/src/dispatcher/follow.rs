@@ -25,7 +25,7 @@ use super::*;
 pub(super) async fn follow(gw: &Gateway, key: &str, run: FollowedRun) -> Result<(), GatewayError> {
     let Some(route) = gw.inner.store.route(key).await? else {
         gw.settle_run(
-            "",
+            &gw.channel_of_key(key),
             &run,
             DeliveryStatus::Failed,
             Some("the chat left the session (its route was removed)"),

@@ -210,25 +210,35 @@ impl Gateway {
 
     /// Allowed: an open channel, a configured chat, or a chat paired before.
     pub(super) async fn allowed(&self, m: &InboundMessage) -> Result<bool, GatewayError> {
+        self.allowed_in(&m.channel, &m.chat.id, &m.peer.id).await
+    }
+
+    /// Whether `peer` may talk to the agent in `chat` of `channel` (see [`Self::allowed`]).
+    pub(super) async fn allowed_in(
+        &self,
+        channel: &str,
+        chat: &str,
+        peer: &str,
+    ) -> Result<bool, GatewayError> {
         let cfg = &self.inner.config;
-        if cfg.open_channels.contains(&m.channel) {
+        if cfg.open_channels.iter().any(|c| c == channel) {
             return Ok(true);
         }
         if cfg
             .allowed_chats
-            .get(&m.channel)
-            .is_some_and(|l| l.contains(&m.chat.id))
+            .get(channel)
+            .is_some_and(|l| l.iter().any(|c| c == chat))
         {
             return Ok(true);
         }
         if cfg
             .allowed_peers
-            .get(&m.channel)
-            .is_some_and(|l| l.contains(&m.peer.id))
+            .get(channel)
+            .is_some_and(|l| l.iter().any(|p| p == peer))
         {
             return Ok(true);
         }
-        Ok(self.inner.store.is_allowed(&m.channel, &m.chat.id).await?)
+        Ok(self.inner.store.is_allowed(channel, chat).await?)
     }
 
     /// An unknown direct message gets a pairing code (once per code); anything else from

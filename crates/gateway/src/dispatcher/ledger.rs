@@ -17,6 +17,10 @@ use super::*;
 /// How often old entries are pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
+/// A command still `received` this long after its last change was interrupted (commands
+/// answer within seconds; `/search` and `/diff` within a minute).
+const INTERRUPTED_AFTER: Duration = Duration::from_secs(600);
+
 impl Gateway {
     /// Notes `m` in the ledger as `status` (with why) and counts it; the entry's id.
     pub(super) async fn note(
@@ -65,12 +69,34 @@ impl Gateway {
     /// Queues a failed message for the agent again (`POST /v1/gateway/messages/{id}/retry`)
     /// and wakes its chat's worker.
     pub async fn retry_delivery(&self, id: i64) -> Result<Retried, GatewayError> {
+        // The chat as it is now: one no longer let in is not talked to again.
+        let Some(e) = self.inner.store.delivery(id).await? else {
+            return Ok(Retried::Unknown);
+        };
+        if !self.allowed_in(&e.channel, &e.chat.id, &e.peer.id).await? {
+            return Ok(Retried::NotAllowed);
+        }
         let retried = self.inner.store.retry_delivery(id).await?;
         if let Retried::Queued(key) = &retried {
             tracing::info!(entry = id, routing_key = %key, "a failed chat message queued again");
             self.kick(key);
         }
         Ok(retried)
+    }
+
+    /// The configured channel a routing key (`<channel>:…`) belongs to, for the counters
+    /// (a channel's name may hold a colon: `webhook:ops`).
+    pub(super) fn channel_of_key(&self, key: &str) -> String {
+        self.inner
+            .channels
+            .keys()
+            .filter(|c| {
+                key.strip_prefix(c.as_str())
+                    .is_some_and(|r| r.starts_with(':'))
+            })
+            .max_by_key(|c| c.len())
+            .cloned()
+            .unwrap_or_else(|| "unknown".into())
     }
 
     /// A followed run ended: its messages are `status`, with what it posted.
@@ -148,9 +174,22 @@ pub(super) async fn posted(
     (result, outbound)
 }
 
-/// Forgets entries older than the retention, every hour from start.
+/// Forgets entries older than the retention, every hour from start; and fails commands
+/// and answers left `received` by a process that stopped while handling them.
 pub(super) async fn prune_loop(gw: Gateway) {
     loop {
+        let stale =
+            chrono::Utc::now() - chrono::Duration::from_std(INTERRUPTED_AFTER).unwrap_or_default();
+        match gw.inner.store.fail_interrupted(stale).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                entries = n,
+                "commands left unfinished by a stop marked failed in the delivery ledger"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "marking interrupted commands in the delivery ledger")
+            }
+        }
         let before = chrono::Utc::now()
             - chrono::Duration::from_std(gw.inner.config.ledger_retention).unwrap_or_default();
         match gw.inner.store.prune_ledger(before).await {

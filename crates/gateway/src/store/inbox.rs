@@ -131,14 +131,15 @@ impl GatewayStore {
 
     /// Sets a batch aside: its inbox messages up to `upto` leave the queue (their ledger
     /// entries `failed`) and `parked` is kept (`parked:<id>` in `kv`), in one transaction.
+    /// How many ledger entries failed.
     pub async fn park(
         &self,
         key: &str,
         upto: i64,
         parked: &switchboard_protocol::gateway::ParkedBatch,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let value = to_json(parked);
-        with_pool!(&self.db, |pool| {
+        Ok(with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO kv (key, value) VALUES ($1, $2) \
@@ -153,20 +154,24 @@ impl GatewayStore {
                 .bind(upto)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query(
+            let n = sqlx::query(
                 "UPDATE ledger SET status = 'failed', reason = $3, inbox_id = NULL, \
                  attempts = attempts + 1, updated_at = $4 \
                  WHERE routing_key = $1 AND status = 'queued' AND inbox_id <= $2",
             )
             .bind(key)
             .bind(upto)
-            .bind(format!("the session refused it: {}", parked.error))
+            .bind(ledger::capped(&format!(
+                "the session refused it: {}",
+                parked.error
+            )))
             .bind(now())
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
             tx.commit().await?;
-        });
-        Ok(())
+            n
+        }))
     }
 
     /// Every batch set aside, the oldest first.
@@ -220,16 +225,30 @@ impl GatewayStore {
         })
     }
 
-    /// Removes delivered messages (those with ids up to and including `upto`).
-    pub async fn dequeue(&self, key: &str, upto: i64) -> Result<()> {
-        with_pool!(&self.db, |pool| {
+    /// Drops queued messages (those with ids up to and including `upto`: `/stop`), their
+    /// ledger entries `ignored` as `stopped`, in one transaction. How many entries.
+    pub async fn dequeue(&self, key: &str, upto: i64) -> Result<u64> {
+        let t = now();
+        Ok(with_pool!(&self.db, |pool| {
+            let mut tx = pool.begin().await?;
             sqlx::query("DELETE FROM inbox WHERE routing_key = $1 AND id <= $2")
                 .bind(key)
                 .bind(upto)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?;
-        });
-        Ok(())
+            let n = sqlx::query(
+                "UPDATE ledger SET status = 'ignored', reason = 'stopped', inbox_id = NULL, \
+                 updated_at = $3 WHERE routing_key = $1 AND status = 'queued' AND inbox_id <= $2",
+            )
+            .bind(key)
+            .bind(upto)
+            .bind(&t)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            n
+        }))
     }
 
     pub async fn push_press(&self, p: &ButtonPress) -> Result<i64> {

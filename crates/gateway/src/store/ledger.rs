@@ -21,6 +21,22 @@ macro_rules! ledger_cols {
     };
 }
 
+/// The most characters kept of a reason, and of the text of a message that is not acted
+/// on (anyone can write to a bot: a stranger's text is not kept whole for a week).
+const MAX_NOTE_CHARS: usize = 500;
+
+/// Rows one pruning statement deletes (a SQLite write holds every writer back while it
+/// runs).
+const PRUNE_BATCH: i64 = 1000;
+
+/// `text` cut to [`MAX_NOTE_CHARS`].
+pub(crate) fn capped(text: &str) -> String {
+    match text.char_indices().nth(MAX_NOTE_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
 /// A message to note in the ledger as it is decided on (not queued: see
 /// [`GatewayStore::take_inbound`]).
 #[derive(Debug, Clone)]
@@ -44,6 +60,8 @@ pub enum Retried {
     Unknown,
     /// Only a failed message for the agent is retried; this one is not.
     NotFailed(DeliveryStatus),
+    /// Its chat is no longer allowed (the gateway's check, before the store is asked).
+    NotAllowed,
 }
 
 pub(super) fn kind_str(k: InboundKind) -> &'static str {
@@ -120,6 +138,11 @@ impl GatewayStore {
     pub async fn note_delivery(&self, n: &Noted<'_>) -> Result<i64> {
         let (chat, peer, t) = (to_json(n.chat), to_json(n.peer), now());
         let duplicate = n.reason == Some("duplicate") && !n.message_id.is_empty();
+        let text = match n.status {
+            DeliveryStatus::Ignored => capped(n.text),
+            _ => n.text.to_owned(),
+        };
+        let reason = n.reason.map(capped);
         with_pool!(&self.db, |pool| {
             let original: Option<i64> = if duplicate {
                 sqlx::query_scalar(
@@ -145,9 +168,9 @@ impl GatewayStore {
             .bind(&peer)
             .bind(n.message_id)
             .bind(kind_str(n.kind))
-            .bind(n.text)
+            .bind(&text)
             .bind(n.status.as_str())
-            .bind(n.reason)
+            .bind(&reason)
             .bind(original)
             .bind(&t)
             .fetch_one(pool)
@@ -163,7 +186,7 @@ impl GatewayStore {
         reason: Option<&str>,
         outbound: &[Outbound],
     ) -> Result<()> {
-        let (outbound, t) = (to_json(&outbound), now());
+        let (outbound, t, reason) = (to_json(&outbound), now(), reason.map(capped));
         with_pool!(&self.db, |pool| {
             sqlx::query(
                 "UPDATE ledger SET status = $2, reason = $3, outbound = $4, updated_at = $5 \
@@ -171,7 +194,7 @@ impl GatewayStore {
             )
             .bind(id)
             .bind(status.as_str())
-            .bind(reason)
+            .bind(&reason)
             .bind(&outbound)
             .bind(&t)
             .execute(pool)
@@ -181,8 +204,9 @@ impl GatewayStore {
     }
 
     /// A run ended: its messages' entries become `status` (answered or failed, with
-    /// `reason`) with what the run posted. Settling again writes the same. The number of
-    /// entries.
+    /// `reason`) with what the run posted. Settling again (a crash before the run was let
+    /// go) writes the same. The number of entries that were in the run until now (those
+    /// settled before are not counted again).
     pub async fn settle_run(
         &self,
         run_id: Uuid,
@@ -190,46 +214,81 @@ impl GatewayStore {
         reason: Option<&str>,
         outbound: &[Outbound],
     ) -> Result<u64> {
-        let (outbound, t) = (to_json(&outbound), now());
+        let (outbound, t, reason) = (to_json(&outbound), now(), reason.map(capped));
         Ok(with_pool!(&self.db, |pool| {
-            sqlx::query(
+            let mut tx = pool.begin().await?;
+            let mut settled = 0;
+            // Those settled before (their run is followed again after a crash) first, then
+            // those in the run until now: only these are counted.
+            for sql in [
                 "UPDATE ledger SET status = $2, reason = $3, outbound = $4, updated_at = $5 \
-                 WHERE run_id = $1 AND status IN ('in_run', 'answered', 'failed')",
-            )
-            .bind(run_id.to_string())
-            .bind(status.as_str())
-            .bind(reason)
-            .bind(&outbound)
-            .bind(&t)
-            .execute(pool)
-            .await?
-            .rows_affected()
+                 WHERE run_id = $1 AND status IN ('answered', 'failed')",
+                "UPDATE ledger SET status = $2, reason = $3, outbound = $4, updated_at = $5 \
+                 WHERE run_id = $1 AND status = 'in_run'",
+            ] {
+                settled = sqlx::query(sql)
+                    .bind(run_id.to_string())
+                    .bind(status.as_str())
+                    .bind(&reason)
+                    .bind(&outbound)
+                    .bind(&t)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            settled
         }))
     }
 
     /// Entries, the newest first, filtered as `q` says; and the `before` of the next page.
     pub async fn deliveries(&self, q: &DeliveryQuery) -> Result<(Vec<DeliveryEntry>, Option<i64>)> {
         let limit = i64::from(q.limit.unwrap_or(50).clamp(1, 200));
+        // Only the filters given, so that an index answers each (`ledger_chat`,
+        // `ledger_status`, the primary key).
+        let mut sql = String::from(concat!(
+            "SELECT ",
+            ledger_cols!(),
+            " FROM ledger WHERE TRUE"
+        ));
+        let mut n = 0;
+        let mut param = |col: &str, op: &str| {
+            n += 1;
+            format!(" AND {col} {op} ${n}")
+        };
+        let status = q.status.map(|s| s.as_str());
+        for (present, col, op) in [
+            (q.channel.is_some(), "channel", "="),
+            (q.chat.is_some(), "chat_id", "="),
+            (status.is_some(), "status", "="),
+            (q.before.is_some(), "id", "<"),
+        ] {
+            if present {
+                sql.push_str(&param(col, op));
+            }
+        }
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
         let mut rows: Vec<DeliveryEntry> = with_pool!(&self.db, |pool| {
-            sqlx::query(concat!(
-                "SELECT ",
-                ledger_cols!(),
-                // `COALESCE`, not `$1 IS NULL OR …`: PostgreSQL cannot type a parameter
-                // that is only tested for NULL.
-                " FROM ledger WHERE channel = COALESCE($1, channel) AND chat_id = COALESCE($2, chat_id) \
-                 AND status = COALESCE($3, status) AND id < COALESCE($4, id + 1) \
-                 ORDER BY id DESC LIMIT $5"
-            ))
-            .bind(&q.channel)
-            .bind(&q.chat)
-            .bind(q.status.map(|s| s.as_str()))
-            .bind(q.before)
-            .bind(limit + 1)
-            .fetch_all(pool)
-            .await?
-            .iter()
-            .map(entry_from_row)
-            .collect::<Result<Vec<_>>>()?
+            // Made of the fixed fragments above only; every value is bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(&*sql));
+            if let Some(c) = &q.channel {
+                query = query.bind(c);
+            }
+            if let Some(c) = &q.chat {
+                query = query.bind(c);
+            }
+            if let Some(s) = status {
+                query = query.bind(s);
+            }
+            if let Some(b) = q.before {
+                query = query.bind(b);
+            }
+            query
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(entry_from_row)
+                .collect::<Result<Vec<_>>>()?
         });
         let next = if rows.len() > limit as usize {
             rows.truncate(limit as usize);
@@ -257,32 +316,40 @@ impl GatewayStore {
         })
     }
 
-    /// Queues a failed message for the agent again, in one transaction: a new inbox row
-    /// (its text and files as they came), and the entry `queued` on it. Of two retries of
-    /// one entry, one queues it; the other finds it queued.
+    /// Queues a failed message for the agent again, in one transaction: the entry `queued`
+    /// (written first: on SQLite the transaction then holds the write lock from its first
+    /// statement, and of two retries of one entry the second finds it queued), then a new
+    /// inbox row with its text and files as they came.
     pub async fn retry_delivery(&self, id: i64) -> Result<Retried> {
         let t = now();
         with_pool!(&self.db, |pool| {
             let mut tx = pool.begin().await?;
             let row = sqlx::query(
-                "SELECT status, kind, routing_key, channel, peer, chat, text, attachments \
-                 FROM ledger WHERE id = $1",
+                "UPDATE ledger SET status = 'queued', reason = NULL, run_id = NULL, \
+                 outbound = '[]', updated_at = $2 \
+                 WHERE id = $1 AND status = 'failed' AND kind = 'message' AND routing_key IS NOT NULL \
+                 RETURNING routing_key, channel, peer, chat, text, attachments",
             )
             .bind(id)
+            .bind(&t)
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = row else {
-                return Ok(Retried::Unknown);
+                let status: Option<String> =
+                    sqlx::query_scalar("SELECT status FROM ledger WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                tx.rollback().await?;
+                return match status {
+                    None => Ok(Retried::Unknown),
+                    Some(s) => Ok(Retried::NotFailed(
+                        DeliveryStatus::parse(&s)
+                            .ok_or_else(|| StoreError::Corrupt(format!("ledger status {s:?}")))?,
+                    )),
+                };
             };
-            let status = row.text("status")?;
-            let status = DeliveryStatus::parse(&status)
-                .ok_or_else(|| StoreError::Corrupt(format!("ledger status {status:?}")))?;
-            let key = row.opt_text("routing_key")?;
-            let (DeliveryStatus::Failed, "message", Some(key)) =
-                (status, row.text("kind")?.as_str(), key)
-            else {
-                return Ok(Retried::NotFailed(status));
-            };
+            let key = row.text("routing_key")?;
             // As in `enqueue`: a route's ids commit in order.
             (*tx).lock_until_commit(INBOX_LOCK, &key).await?;
             let inbox_id: i64 = sqlx::query_scalar(
@@ -298,35 +365,54 @@ impl GatewayStore {
             .bind(row.opt_text("attachments")?)
             .fetch_one(&mut *tx)
             .await?;
-            let changed = sqlx::query(
-                "UPDATE ledger SET status = 'queued', reason = NULL, inbox_id = $2, \
-                 run_id = NULL, outbound = '[]', updated_at = $3 WHERE id = $1 AND status = 'failed'",
-            )
-            .bind(id)
-            .bind(inbox_id)
-            .bind(&t)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if changed != 1 {
-                // Another retry took it first (PostgreSQL, READ COMMITTED).
-                tx.rollback().await?;
-                return Ok(Retried::NotFailed(DeliveryStatus::Queued));
-            }
+            sqlx::query("UPDATE ledger SET inbox_id = $2 WHERE id = $1")
+                .bind(id)
+                .bind(inbox_id)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(Retried::Queued(key))
         })
     }
 
-    /// Forgets entries not updated since `before` (RFC 3339); how many.
+    /// Entries still `received` (a command or an answer being handled) with no change
+    /// since `before`: the process handling them stopped. They become `failed`; how many.
+    pub async fn fail_interrupted(&self, before: DateTime<Utc>) -> Result<u64> {
+        let (before, t) = (switchboard_db::text_time(before), now());
+        Ok(with_pool!(&self.db, |pool| {
+            sqlx::query(
+                "UPDATE ledger SET status = 'failed', \
+                 reason = 'interrupted: the server stopped while handling it', updated_at = $2 \
+                 WHERE status = 'received' AND updated_at < $1",
+            )
+            .bind(&before)
+            .bind(&t)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        }))
+    }
+
+    /// Forgets entries not updated since `before`, [`PRUNE_BATCH`] at a time; how many.
     pub async fn prune_ledger(&self, before: DateTime<Utc>) -> Result<u64> {
         let before = switchboard_db::text_time(before);
-        Ok(with_pool!(&self.db, |pool| {
-            sqlx::query("DELETE FROM ledger WHERE updated_at < $1")
+        let mut total = 0;
+        loop {
+            let n = with_pool!(&self.db, |pool| {
+                sqlx::query(
+                    "DELETE FROM ledger WHERE id IN \
+                     (SELECT id FROM ledger WHERE updated_at < $1 ORDER BY id LIMIT $2)",
+                )
                 .bind(&before)
+                .bind(PRUNE_BATCH)
                 .execute(pool)
                 .await?
                 .rows_affected()
-        }))
+            });
+            total += n;
+            if n < PRUNE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
     }
 }

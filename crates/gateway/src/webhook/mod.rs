@@ -401,7 +401,9 @@ impl WebhookChannel {
                     }
                     let received = &answer.body[..answer.body.len().min(MAX_RESPONSE_BYTES)];
                     if !status.is_success() {
-                        let mut description = excerpt(received);
+                        // The receiver's words, never a secret of this channel's (an echo
+                        // of the URL's query, say): they end up in logs and the ledger.
+                        let mut description = self.client.redact(&excerpt(received));
                         if description.is_empty() {
                             description = format!("HTTP {status}");
                         }

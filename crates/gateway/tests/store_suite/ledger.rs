@@ -77,16 +77,22 @@ pub async fn the_ledger_follows_a_message_from_queued_to_answered(s: &GatewaySto
             1
         )
     );
-    // Settled, with what was posted; settling again writes the same.
+    // Settled, with what was posted: counted once; settling again (a run followed again
+    // after a crash) writes what it has, and counts nothing.
+    let posted = vec![reply("7")];
+    assert_eq!(
+        s.settle_run(run.run_id, DeliveryStatus::Answered, None, &posted)
+            .await
+            .unwrap(),
+        1
+    );
     let posted = vec![reply("7"), reply("8")];
-    for _ in 0..2 {
-        assert_eq!(
-            s.settle_run(run.run_id, DeliveryStatus::Answered, None, &posted)
-                .await
-                .unwrap(),
-            1
-        );
-    }
+    assert_eq!(
+        s.settle_run(run.run_id, DeliveryStatus::Answered, None, &posted)
+            .await
+            .unwrap(),
+        0
+    );
     let e = s.delivery(e.id).await.unwrap().unwrap();
     assert_eq!((e.status, e.outbound), (DeliveryStatus::Answered, posted));
     assert!(e.updated_at >= e.received_at);
@@ -264,6 +270,86 @@ pub async fn a_failed_message_is_retried_once(s: &GatewayStore) {
     );
 }
 
+pub async fn stopped_and_interrupted_messages_do_not_stay_pending(s: &GatewayStore) {
+    // `/stop` drops the queue: its entries are ignored, and a later run does not take them.
+    let a = s
+        .take_inbound(&queued("k", "a", None), "m1")
+        .await
+        .unwrap()
+        .unwrap();
+    let b = s
+        .take_inbound(&queued("k", "b", None), "m2")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.dequeue("k", b).await.unwrap(), 2);
+    let c = s
+        .take_inbound(&queued("k", "c", None), "m3")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a < b && b < c);
+    s.start_run(&followed("k"), c).await.unwrap();
+    let entries = all(s, DeliveryQuery::default()).await;
+    let states: Vec<_> = entries
+        .iter()
+        .map(|e| (e.text.as_str(), e.status, e.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("c", DeliveryStatus::InRun, None),
+            ("b", DeliveryStatus::Ignored, Some("stopped")),
+            ("a", DeliveryStatus::Ignored, Some("stopped")),
+        ]
+    );
+    // A command left `received` by a stop fails once it is old enough.
+    let (ch, p) = (chat("100", ChatKind::Thread), peer("alice"));
+    let cmd = s
+        .note_delivery(&Noted {
+            channel: "telegram",
+            chat: &ch,
+            peer: &p,
+            message_id: "m9",
+            kind: InboundKind::Command,
+            text: "/diff",
+            status: DeliveryStatus::Received,
+            reason: None,
+        })
+        .await
+        .unwrap();
+    let minute = chrono::Duration::minutes(1);
+    assert_eq!(s.fail_interrupted(Utc::now() - minute).await.unwrap(), 0);
+    assert_eq!(s.fail_interrupted(Utc::now() + minute).await.unwrap(), 1);
+    let e = s.delivery(cmd).await.unwrap().unwrap();
+    assert_eq!(e.status, DeliveryStatus::Failed);
+    assert!(e.reason.unwrap().starts_with("interrupted"));
+    // A stranger's long text is kept to its start; a queued message's whole.
+    let long = "x".repeat(2000);
+    let id = s
+        .note_delivery(&Noted {
+            channel: "telegram",
+            chat: &ch,
+            peer: &p,
+            message_id: "m10",
+            kind: InboundKind::Message,
+            text: &long,
+            status: DeliveryStatus::Ignored,
+            reason: Some("not_allowed"),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        s.delivery(id).await.unwrap().unwrap().text.chars().count(),
+        501
+    );
+    s.take_inbound(&queued("k", &long, None), "m11")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(all(s, DeliveryQuery::default()).await[0].text, long);
+}
+
 pub async fn old_ledger_entries_are_pruned(s: &GatewayStore) {
     s.take_inbound(&queued("k", "a", None), "m1")
         .await
@@ -273,5 +359,14 @@ pub async fn old_ledger_entries_are_pruned(s: &GatewayStore) {
     assert_eq!(s.prune_ledger(Utc::now() - hour).await.unwrap(), 0);
     assert_eq!(all(s, DeliveryQuery::default()).await.len(), 1);
     assert_eq!(s.prune_ledger(Utc::now() + hour).await.unwrap(), 1);
+    assert!(all(s, DeliveryQuery::default()).await.is_empty());
+    // More than one batch.
+    for i in 0..1005 {
+        s.take_inbound(&queued("k", "b", None), &format!("n{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(s.prune_ledger(Utc::now() + hour).await.unwrap(), 1005);
     assert!(all(s, DeliveryQuery::default()).await.is_empty());
 }

@@ -40,6 +40,7 @@ macro_rules! store_suite {
             the_ledger_follows_a_message_from_queued_to_answered,
             ignored_messages_say_why_and_name_their_original,
             a_failed_message_is_retried_once,
+            stopped_and_interrupted_messages_do_not_stay_pending,
             old_ledger_entries_are_pruned
         );
     };

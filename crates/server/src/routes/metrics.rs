@@ -106,7 +106,7 @@ fn describe() {
     );
     describe_counter!(
         "switchboard_gateway_messages_ignored_total",
-        "Inbound chat messages not acted on, by channel and reason (not_allowed, duplicate, edited, empty)"
+        "Inbound chat messages not acted on, by channel and reason (not_allowed, duplicate, edited, empty, stopped)"
     );
     describe_counter!(
         "switchboard_gateway_duplicates_suppressed_total",
