@@ -170,6 +170,25 @@ async fn the_delivery_ledger_tells_what_became_of_each_message() {
     assert_eq!(rest["messages"].as_array().unwrap().len(), 3, "{rest}");
     assert_eq!(rest["next"], serde_json::Value::Null);
 
+    // Bad queries are refused with what is wrong.
+    for (query, code) in [
+        ("limit=0", "validation_failed"),
+        ("limit=201", "validation_failed"),
+        ("before=0", "validation_failed"),
+        ("status=lost", "invalid_query"),
+        ("limit=many", "invalid_query"),
+    ] {
+        let r = reqwest::Client::new()
+            .get(format!("{}/v1/gateway/messages?{query}", server.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{query}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["code"], code, "{query}: {body}");
+    }
+
     // The counts.
     let metrics = reqwest::Client::new()
         .get(format!("{}/metrics", server.url))

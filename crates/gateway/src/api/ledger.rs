@@ -15,13 +15,14 @@ use crate::store::Retried;
 #[utoipa::path(get, path = "/v1/gateway/messages", tag = "gateway", params(DeliveryQuery),
     security(("bearer" = ["gateway:read"])),
     responses((status = 200, body = DeliveryPage),
-              (status = 400, description = "`invalid_query`: a parameter is not of its type", body = ErrorBody),
+              (status = 400, description = "`invalid_query`: a parameter is not of its type; `validation_failed`: one is out of its range (named)", body = ErrorBody),
               (status = 500, description = "`internal`: the gateway store failed", body = ErrorBody),
               (status = 503, description = "`store_unavailable`: the gateway's database did not answer; retry", body = ErrorBody)))]
 pub(crate) async fn messages(
     State(s): State<ApiState>,
     Query(q): Query<DeliveryQuery>,
 ) -> Answer<Json<DeliveryPage>> {
+    validate(&q)?;
     let (messages, next) = s
         .gw()?
         .store()
@@ -81,4 +82,28 @@ pub(crate) async fn retry(
         .or_failed("the delivery ledger")?
         .map(Json)
         .ok_or_else(not_found)
+}
+
+/// The largest entry id the document admits (JSON's largest exact integer).
+const MAX_ID: i64 = 9_007_199_254_740_991;
+
+/// What the document says of the query and its types do not: the ranges.
+fn validate(q: &DeliveryQuery) -> Answer<()> {
+    let refuse = |what: String| Err(error(ErrorCode::ValidationFailed, what));
+    if let Some(l) = q.limit
+        && !(1..=200).contains(&l)
+    {
+        return refuse(format!("limit must be between 1 and 200 (got {l})"));
+    }
+    if let Some(b) = q.before
+        && !(1..=MAX_ID).contains(&b)
+    {
+        return refuse(format!("before must be between 1 and {MAX_ID} (got {b})"));
+    }
+    for (name, value, max) in [("channel", &q.channel, 200), ("chat", &q.chat, 500)] {
+        if value.as_ref().is_some_and(|v| v.chars().count() > max) {
+            return refuse(format!("{name} is longer than {max} characters"));
+        }
+    }
+    Ok(())
 }
