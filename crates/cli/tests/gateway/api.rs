@@ -284,6 +284,19 @@ impl Api {
         (status, r.json().await.unwrap_or_default())
     }
 
+    /// `GET /metrics`, as text.
+    pub(super) async fn metrics(&self) -> String {
+        let r = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "GET /metrics");
+        r.text().await.unwrap()
+    }
+
     /// The channel `telegram` in `GET /v1/gateway/status`.
     async fn telegram(&self) -> serde_json::Value {
         let status = self.get("/v1/gateway/status").await;
@@ -655,15 +668,7 @@ async fn a_channel_the_platform_cannot_reach_is_degraded() {
         why.contains("holds 1 update(s)") && why.contains("Connection timed out"),
         "{deaf}"
     );
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     assert!(
         metrics.contains("switchboard_gateway_channel_degraded{channel=\"telegram\"} 1"),
         "{metrics}"

@@ -190,15 +190,7 @@ async fn the_delivery_ledger_tells_what_became_of_each_message() {
     }
 
     // The counts.
-    let metrics = reqwest::Client::new()
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics().await;
     for line in [
         "switchboard_gateway_messages_received_total{channel=\"telegram\"} 5",
         "switchboard_gateway_duplicates_suppressed_total{channel=\"telegram\"} 1",
