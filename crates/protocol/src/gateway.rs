@@ -370,6 +370,33 @@ impl DeliveryStatus {
     }
 }
 
+/// Why an inbound message was `ignored` (its entry's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IgnoredWhy {
+    /// A chat nobody let in.
+    NotAllowed,
+    /// A platform's redelivery or a replayed webhook of a message already taken.
+    Duplicate,
+    /// An edit of a message already taken.
+    Edited,
+    /// Nothing in it (no text, no file).
+    Empty,
+    /// Dropped from the queue by `/stop`.
+    Stopped,
+}
+
+impl IgnoredWhy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotAllowed => "not_allowed",
+            Self::Duplicate => "duplicate",
+            Self::Edited => "edited",
+            Self::Empty => "empty",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 /// What kind of inbound message an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

@@ -163,7 +163,6 @@ pub(super) async fn park(
     super::ledger::counted(
         &route.channel,
         switchboard_protocol::gateway::DeliveryStatus::Failed,
-        None,
         failed,
     );
     metrics::counter!("switchboard_gateway_batches_parked_total").increment(1);

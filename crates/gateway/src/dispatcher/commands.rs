@@ -104,10 +104,9 @@ impl Gateway {
                 let queued = self.inner.store.queued(key).await?;
                 if let Some(last) = queued.last() {
                     let n = self.inner.store.dequeue(key, last.id).await?;
-                    super::ledger::counted(
+                    super::ledger::ignored(
                         &m.channel,
-                        switchboard_protocol::gateway::DeliveryStatus::Ignored,
-                        Some("stopped"),
+                        switchboard_protocol::gateway::IgnoredWhy::Stopped,
                         n,
                     );
                 }

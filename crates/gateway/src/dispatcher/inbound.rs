@@ -8,7 +8,7 @@ use crate::store::{Pairing, Queued};
 
 use super::*;
 use switchboard_protocol::RejectionCause;
-use switchboard_protocol::gateway::{DeliveryStatus, InboundKind};
+use switchboard_protocol::gateway::{DeliveryStatus, IgnoredWhy, InboundKind};
 
 impl Gateway {
     pub(super) async fn on_message(&self, m: InboundMessage) -> Result<(), GatewayError> {
@@ -21,13 +21,8 @@ impl Gateway {
         // carries the edited message's id).
         if m.edited {
             if allowed {
-                self.note(
-                    &m,
-                    InboundKind::Message,
-                    DeliveryStatus::Ignored,
-                    Some("edited"),
-                )
-                .await;
+                self.ignore(&m, InboundKind::Message, IgnoredWhy::Edited)
+                    .await;
             }
             return Ok(());
         }
@@ -59,13 +54,11 @@ impl Gateway {
             (None, None) => InboundKind::Message,
         };
         if !for_agent && self.seen_before(&m).await? {
-            self.note(&m, kind, DeliveryStatus::Ignored, Some("duplicate"))
-                .await;
+            self.ignore(&m, kind, IgnoredWhy::Duplicate).await;
             return Ok(());
         }
         if !allowed {
-            self.note(&m, kind, DeliveryStatus::Ignored, Some("not_allowed"))
-                .await;
+            self.ignore(&m, kind, IgnoredWhy::NotAllowed).await;
             return self.pairing(&channel, &m).await;
         }
         log_err(
@@ -78,8 +71,7 @@ impl Gateway {
         if for_agent {
             if !self.store_message(&m, &key, text).await? {
                 tracing::info!(channel = %m.channel, message_id = %m.message_id, "message seen before; dropped");
-                self.note(&m, kind, DeliveryStatus::Ignored, Some("duplicate"))
-                    .await;
+                self.ignore(&m, kind, IgnoredWhy::Duplicate).await;
                 return Ok(());
             }
             // Its ledger entry was written with it, `queued`.
@@ -131,8 +123,7 @@ impl Gateway {
         }
         let Some(cmd) = cmd else {
             // Nothing to act on (no text, no file).
-            self.note(&m, kind, DeliveryStatus::Ignored, Some("empty"))
-                .await;
+            self.ignore(&m, kind, IgnoredWhy::Empty).await;
             return Ok(());
         };
         let noted = self.note(&m, kind, DeliveryStatus::Received, None).await;

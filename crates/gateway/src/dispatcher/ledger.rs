@@ -7,7 +7,7 @@
 
 use std::future::Future;
 
-use switchboard_protocol::gateway::{DeliveryStatus, InboundKind, Outbound};
+use switchboard_protocol::gateway::{DeliveryStatus, IgnoredWhy, InboundKind, Outbound};
 
 use crate::channel::{ChannelError, InboundMessage};
 use crate::store::{FollowedRun, Noted, Retried};
@@ -22,6 +22,13 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 const INTERRUPTED_AFTER: Duration = Duration::from_secs(600);
 
 impl Gateway {
+    /// Notes `m` in the ledger as ignored, and why; counts it.
+    pub(super) async fn ignore(&self, m: &InboundMessage, kind: InboundKind, why: IgnoredWhy) {
+        ignored(&m.channel, why, 1);
+        self.note(m, kind, DeliveryStatus::Ignored, Some(why.as_str()))
+            .await;
+    }
+
     /// Notes `m` in the ledger as `status` (with why) and counts it; the entry's id.
     pub(super) async fn note(
         &self,
@@ -31,7 +38,7 @@ impl Gateway {
         reason: Option<&str>,
     ) -> Option<i64> {
         received(&m.channel);
-        counted(&m.channel, status, reason, 1);
+        counted(&m.channel, status, 1);
         log_err(
             "noting a message in the delivery ledger",
             self.inner
@@ -59,7 +66,7 @@ impl Gateway {
         reason: Option<&str>,
     ) {
         let Some(id) = id else { return };
-        counted(channel, status, reason, 1);
+        counted(channel, status, 1);
         log_err(
             "settling a message in the delivery ledger",
             self.inner.store.set_delivery(id, status, reason, &[]).await,
@@ -112,7 +119,7 @@ impl Gateway {
             .store
             .settle_run(run.run_id, status, reason, &run.outbound)
             .await?;
-        counted(channel, status, reason, n);
+        counted(channel, status, n);
         Ok(())
     }
 }
@@ -123,22 +130,27 @@ pub(super) fn received(channel: &str) {
         .increment(1);
 }
 
-/// `n` messages reached `status`.
-pub(super) fn counted(channel: &str, status: DeliveryStatus, reason: Option<&str>, n: u64) {
+/// `n` messages were ignored, for `why`.
+pub(super) fn ignored(channel: &str, why: IgnoredWhy, n: u64) {
+    if n == 0 {
+        return;
+    }
+    if why == IgnoredWhy::Duplicate {
+        metrics::counter!("switchboard_gateway_duplicates_suppressed_total", "channel" => channel.to_owned())
+            .increment(n);
+    }
+    metrics::counter!("switchboard_gateway_messages_ignored_total", "channel" => channel.to_owned(), "reason" => why.as_str())
+        .increment(n);
+}
+
+/// `n` messages reached `status` (answered or failed; ignored ones are counted by
+/// [`ignored`], with why).
+pub(super) fn counted(channel: &str, status: DeliveryStatus, n: u64) {
     if n == 0 {
         return;
     }
     let channel = channel.to_owned();
     match status {
-        DeliveryStatus::Ignored => {
-            let reason = reason.unwrap_or("other").to_owned();
-            if reason == "duplicate" {
-                metrics::counter!("switchboard_gateway_duplicates_suppressed_total", "channel" => channel.clone())
-                    .increment(n);
-            }
-            metrics::counter!("switchboard_gateway_messages_ignored_total", "channel" => channel, "reason" => reason)
-                .increment(n);
-        }
         DeliveryStatus::Answered => {
             metrics::counter!("switchboard_gateway_messages_answered_total", "channel" => channel)
                 .increment(n)

@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, Utc};
 use switchboard_protocol::gateway::{
-    DeliveryEntry, DeliveryQuery, DeliveryStatus, InboundKind, Outbound,
+    DeliveryEntry, DeliveryQuery, DeliveryStatus, IgnoredWhy, InboundKind, Outbound,
 };
 
 use super::*;
@@ -137,7 +137,8 @@ impl GatewayStore {
     /// being handled. Its id.
     pub async fn note_delivery(&self, n: &Noted<'_>) -> Result<i64> {
         let (chat, peer, t) = (to_json(n.chat), to_json(n.peer), now());
-        let duplicate = n.reason == Some("duplicate") && !n.message_id.is_empty();
+        let duplicate =
+            n.reason == Some(IgnoredWhy::Duplicate.as_str()) && !n.message_id.is_empty();
         let text = match n.status {
             DeliveryStatus::Ignored => capped(n.text),
             _ => n.text.to_owned(),
