@@ -361,7 +361,9 @@ try {
     check((await redone.getByTestId('ledger-retry').count()) === 0, 'an answered message offers a retry');
     // Filtered by status across every chat.
     await ledger.getByTestId('ledger-every-chat').click();
+    await ledger.locator('[data-testid="ledger-list"][data-chat="any"]').waitFor();
     await ledger.getByTestId('ledger-status').selectOption('ignored');
+    await ledger.locator('[data-testid="ledger-list"][data-status="ignored"]').waitFor();
     await ledger.locator('[data-testid="ledger-entry"][data-status="ignored"]').first().waitFor();
     check((await ledger.locator('[data-testid="ledger-entry"]:not([data-status="ignored"])').count()) === 0, 'only ignored entries');
   });

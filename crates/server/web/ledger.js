@@ -29,7 +29,11 @@ export function ledgerPanel(kit) {
   const list = h('ul.ledger', { tid: 'ledger-list' });
   const panel = h('div.panel', { tid: 'ledger' }, title, hint, h('div.row.ledger-filters', {}, select, every), list);
 
+  let asked = 0; // the newest request: an older answer arriving late is dropped
+
   async function refresh() {
+    const mine = ++asked;
+    const wanted = { scope, status };
     const params = new URLSearchParams({ limit: '50' });
     if (scope) {
       params.set('channel', scope.channel);
@@ -40,6 +44,7 @@ export function ledgerPanel(kit) {
     try {
       page = await kit.api('GET', `/v1/gateway/messages?${params}`);
     } catch (e) {
+      if (mine !== asked) return;
       // Said once in the panel, not in a toast every 3 s; the rest of the page goes on.
       const key = JSON.stringify(['error', e.message]);
       if (key !== shown) {
@@ -48,9 +53,13 @@ export function ledgerPanel(kit) {
       }
       return;
     }
+    if (mine !== asked) return;
+    // What the list shows, for whoever waits for a filter to apply.
+    list.dataset.status = wanted.status || 'any';
+    list.dataset.chat = wanted.scope ? wanted.scope.chat : 'any';
     // Redrawn only when something changed (a Retry being pressed is not swapped under the
     // pointer every 3 s).
-    const key = JSON.stringify([scope, status, page.messages]);
+    const key = JSON.stringify([wanted.scope, wanted.status, page.messages]);
     if (key === shown) return;
     shown = key;
     list.replaceChildren(...(page.messages.length ? page.messages.map(entry)
