@@ -4,6 +4,11 @@ use crate::channel::ButtonPress;
 
 use super::*;
 
+/// Queues a message: `$1` routing key, `$2` channel, `$3` peer, `$4` chat, `$5` text,
+/// `$6` context, `$7` time, `$8` attachments; answers its id.
+pub(super) const INSERT_INBOX: &str = "INSERT INTO inbox (routing_key, channel, peer, chat, \
+     text, context, created_at, attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id";
+
 /// The `kv` prefix of batches set aside.
 const PARKED: &str = "parked:";
 
@@ -25,20 +30,17 @@ impl GatewayStore {
             // Holding the routing key's lock until commit makes each route's ids commit in
             // order.
             (*tx).lock_until_commit(INBOX_LOCK, &q.routing_key).await?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
-                 attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-            )
-            .bind(&q.routing_key)
-            .bind(&q.channel)
-            .bind(&peer)
-            .bind(&chat)
-            .bind(&q.text)
-            .bind(&context)
-            .bind(&t)
-            .bind(&attachments)
-            .fetch_one(&mut *tx)
-            .await?;
+            let id: i64 = sqlx::query_scalar(INSERT_INBOX)
+                .bind(&q.routing_key)
+                .bind(&q.channel)
+                .bind(&peer)
+                .bind(&chat)
+                .bind(&q.text)
+                .bind(&context)
+                .bind(&t)
+                .bind(&attachments)
+                .fetch_one(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(id)
         })
@@ -97,20 +99,17 @@ impl GatewayStore {
             .transpose()?
             .filter(|(expires, _)| *expires >= t)
             .map(|(_, context)| context);
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
-                 attachments) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-            )
-            .bind(&q.routing_key)
-            .bind(&q.channel)
-            .bind(&peer)
-            .bind(&chat)
-            .bind(&q.text)
-            .bind(&context)
-            .bind(&t)
-            .bind(&attachments)
-            .fetch_one(&mut *tx)
-            .await?;
+            let id: i64 = sqlx::query_scalar(INSERT_INBOX)
+                .bind(&q.routing_key)
+                .bind(&q.channel)
+                .bind(&peer)
+                .bind(&chat)
+                .bind(&q.text)
+                .bind(&context)
+                .bind(&t)
+                .bind(&attachments)
+                .fetch_one(&mut *tx)
+                .await?;
             sqlx::query(ledger::NOTE_QUEUED)
                 .bind(&q.channel)
                 .bind(&q.chat.id)

@@ -353,19 +353,17 @@ impl GatewayStore {
             let key = row.text("routing_key")?;
             // As in `enqueue`: a route's ids commit in order.
             (*tx).lock_until_commit(INBOX_LOCK, &key).await?;
-            let inbox_id: i64 = sqlx::query_scalar(
-                "INSERT INTO inbox (routing_key, channel, peer, chat, text, context, created_at, \
-                 attachments) VALUES ($1, $2, $3, $4, $5, NULL, $6, $7) RETURNING id",
-            )
-            .bind(&key)
-            .bind(row.text("channel")?)
-            .bind(row.text("peer")?)
-            .bind(row.text("chat")?)
-            .bind(row.text("text")?)
-            .bind(&t)
-            .bind(row.opt_text("attachments")?)
-            .fetch_one(&mut *tx)
-            .await?;
+            let inbox_id: i64 = sqlx::query_scalar(super::inbox::INSERT_INBOX)
+                .bind(&key)
+                .bind(row.text("channel")?)
+                .bind(row.text("peer")?)
+                .bind(row.text("chat")?)
+                .bind(row.text("text")?)
+                .bind(None::<String>)
+                .bind(&t)
+                .bind(row.opt_text("attachments")?)
+                .fetch_one(&mut *tx)
+                .await?;
             sqlx::query("UPDATE ledger SET inbox_id = $2 WHERE id = $1")
                 .bind(id)
                 .bind(inbox_id)
