@@ -139,32 +139,37 @@ async fn the_built_in_agent_calls_mcp_tools_through_the_permission_gate() {
     assert!(err.to_string().contains("mcp_servers"), "{err}");
 }
 
-/// The test server over streamable HTTP in `dir`, on a free port; returns its URL.
+/// The test server over streamable HTTP in `dir`, on a port it binds itself (`--http 0`: a
+/// port picked here and bound later by Python could be taken in between, as a CI run once
+/// showed); returns it and its URL once it prints that it listens.
 async fn http_calc(dir: &std::path::Path, token: &str) -> (tokio::process::Child, String) {
-    let port = free_port();
-    let child = tokio::process::Command::new("python3")
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new("python3")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/mcp_test_server.py"
         ))
-        .args(["--http", &port.to_string()])
+        .args(["--http", "0"])
         .env("MCP_TEST_TOKEN", token)
         .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the MCP server listens"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    (child, format!("http://127.0.0.1:{port}/mcp"))
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(base) = line.strip_prefix("listening on ") {
+                return format!("{base}/mcp");
+            }
+        }
+        panic!("the MCP test server exited without listening")
+    })
+    .await
+    .expect("the MCP test server listens within 30 s");
+    // Keep reading, so that a later print never meets a closed pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,10 @@
 (annotated read-only) and `note` (writes note.txt in its working directory).
 
 Over stdio by default; `--http PORT` serves streamable HTTP at http://127.0.0.1:PORT/mcp,
-where every request must carry `Authorization: Bearer $MCP_TEST_TOKEN` (else 401)."""
+where every request must carry `Authorization: Bearer $MCP_TEST_TOKEN` (else 401). With
+port 0 it binds a port of its own choosing and prints `listening on http://127.0.0.1:PORT`
+once it accepts connections: a port picked by the test and bound later could be taken in
+between by another process of the tests."""
 
 import os
 import sys
@@ -31,6 +34,8 @@ def note(text: str) -> str:
 
 
 def serve_http(port: int) -> None:
+    import socket
+
     import uvicorn
 
     app = server.streamable_http_app()
@@ -43,7 +48,11 @@ def serve_http(port: int) -> None:
             return
         await app(scope, receive, send)
 
-    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
+    uvicorn.Server(uvicorn.Config(guarded, log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -242,7 +242,7 @@ pub async fn until_timed(
         let item = tokio::time::timeout(Duration::from_secs(30), stream.next())
             .await
             .unwrap_or_else(|_| {
-                let seen: Vec<_> = out.iter().map(|(e, _)| e.event.kind()).collect();
+                let seen: Vec<_> = out.iter().map(|(e, _)| described(&e.event)).collect();
                 panic!("no {what} within 30 s; saw {seen:?}")
             })
             .expect("stream ended");
@@ -256,6 +256,19 @@ pub async fn until_timed(
         if hit {
             return out;
         }
+    }
+}
+
+/// An event's kind, with what a notice or a failed tool said (for a test's failure message).
+fn described(event: &AgentEvent) -> String {
+    match event {
+        AgentEvent::Notice { message, .. } => format!("notice: {message}"),
+        AgentEvent::ToolExecutionCompleted {
+            result,
+            is_error: true,
+            ..
+        } => format!("tool_execution_completed (error: {result})"),
+        other => other.kind().to_string(),
     }
 }
 
