@@ -307,16 +307,21 @@ impl SettingsService for LiveSettings {
                 .unwrap_or_default()
         };
         let channels_changed = !added.is_empty() || running(&current) != running(&new);
+        // The channels are restarted before the settings say they are configured: a client
+        // that sees a channel configured finds the gateway serving it (a client that gave
+        // up on this request polls `GET /v1/settings` for that).
+        let reloaded = match self.gateway.get() {
+            Some(g) if channels_changed => g.reload(&new).await,
+            _ => Ok(()),
+        };
         *self.current.write() = new.clone();
-        if channels_changed && let Some(g) = self.gateway.get() {
-            g.reload(&new).await.map_err(|e| {
-                tracing::error!(error = %e, "restarting the chat channels after a settings change");
-                error(
-                    ErrorCode::Unavailable,
-                    format!("the settings were saved, but the chat channels did not start: {e}"),
-                )
-            })?;
-        }
+        reloaded.map_err(|e| {
+            tracing::error!(error = %e, "restarting the chat channels after a settings change");
+            error(
+                ErrorCode::Unavailable,
+                format!("the settings were saved, but the chat channels did not start: {e}"),
+            )
+        })?;
         tracing::info!("settings changed");
         Ok(self.view(&new))
     }
