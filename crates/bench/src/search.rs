@@ -168,6 +168,10 @@ async fn queries(url: &str, vocab: &[String], one: Uuid, runs: usize) -> Result<
             "two words".into(),
             format!("q={}+{}", vocab[40], vocab[300]),
         ),
+        (
+            "a common word and a rarer one".into(),
+            format!("q={}+{}", vocab[0], vocab[1_000]),
+        ),
         ("a phrase".into(), "q=%22migration+failed%22".into()),
         ("a prefix".into(), "q=migra*".into()),
         (
@@ -208,7 +212,7 @@ async fn queries(url: &str, vocab: &[String], one: Uuid, runs: usize) -> Result<
 
 /// CPU (µs) of the FTS5 insert of one streamed reply of `chunks` chunks of 20 characters
 /// (the text case (g) streams), timed alone: `runs` medians of 200 inserts each on a scratch
-/// database holding the search index as `0012_search.sql` makes it.
+/// database holding the search index as `0013_search_sessions.sql` makes it.
 pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
     use sqlx::{Connection, Executor};
@@ -222,7 +226,8 @@ pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
     )
     .await?;
     db.execute(
-        "CREATE VIRTUAL TABLE search USING fts5(body, tokenize = 'unicode61 remove_diacritics 0')",
+        "CREATE VIRTUAL TABLE search USING fts5(body, sess, \
+         tokenize = 'unicode61 remove_diacritics 0')",
     )
     .await?;
     // What the mock model of (g) streams: each chunk a number of its own (every one a word
@@ -234,8 +239,9 @@ pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
         let cpu0 = cpu_ns(pid)?;
         for _ in 0..200 {
             let mut tx = db.begin().await?;
-            sqlx::query("INSERT INTO search (body) VALUES ($1)")
+            sqlx::query("INSERT INTO search (body, sess) VALUES ($1, $2)")
                 .bind(&reply)
+                .bind(format!("s{}", Uuid::now_v7().simple()))
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;

@@ -25,6 +25,10 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
     (10, include_str!("../migrations/sqlite/0010_ownership.sql")),
     (11, include_str!("../migrations/sqlite/0011_usage.sql")),
     (12, include_str!("../migrations/sqlite/0012_search.sql")),
+    (
+        13,
+        include_str!("../migrations/sqlite/0013_search_sessions.sql"),
+    ),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -53,6 +57,10 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
     ),
     (11, include_str!("../migrations/postgres/0011_usage.sql")),
     (12, include_str!("../migrations/postgres/0012_search.sql")),
+    (
+        13,
+        include_str!("../migrations/postgres/0013_search_sessions.sql"),
+    ),
 ];
 
 /// The engine's migrations, applied by the one database kit ([`switchboard_db`]).

@@ -9,6 +9,9 @@
 
 use uuid::Uuid;
 
+mod passage;
+pub use passage::{PASSAGE_WORDS, passage};
+
 /// One part of a query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Term {

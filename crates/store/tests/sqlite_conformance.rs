@@ -130,3 +130,199 @@ async fn concurrent_idempotent_enqueues_neither_fail_nor_double() {
     }
     assert_eq!(ids.len(), 8, "one run per key");
 }
+
+// --- search at scale (SQLite's own plan) ---------------------------------------------------
+
+mod search_at_scale {
+    use switchboard_store::search::{MATCH_END, MATCH_START, SearchHit, SearchQuery, parse_query};
+    use switchboard_store::{MessageRecord, SessionRecord, SqlStore, Store};
+    use uuid::Uuid;
+
+    fn q(text: &str, sessions: Option<Vec<Uuid>>, limit: u32, offset: u32) -> SearchQuery {
+        SearchQuery {
+            terms: parse_query(text).unwrap(),
+            sessions,
+            backend: None,
+            from: None,
+            to: None,
+            visible_to: None,
+            limit,
+            offset,
+        }
+    }
+
+    async fn session(store: &SqlStore) -> Uuid {
+        let s = SessionRecord {
+            id: Uuid::now_v7(),
+            title: "scale".into(),
+            cwd: "/".into(),
+            config: serde_json::json!({}),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            updated_at: "2026-01-01T00:00:00Z".into(),
+            last_seq: 0,
+            archived_at: None,
+            owner: None,
+        };
+        store.create_session(&s).await.unwrap();
+        s.id
+    }
+
+    async fn say(store: &SqlStore, session: Uuid, text: &str) -> Uuid {
+        let m = MessageRecord {
+            id: Uuid::now_v7(),
+            session_id: session,
+            run_id: None,
+            role: "assistant".into(),
+            content: text.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            is_error: false,
+            created_at: "2026-01-01T00:00:01Z".into(),
+        };
+        store.append_message(&m, None).await.unwrap();
+        m.id
+    }
+
+    fn marked(h: &SearchHit, word: &str) -> bool {
+        h.snippet
+            .contains(&format!("{MATCH_START}{word}{MATCH_END}"))
+    }
+
+    /// 12,000 messages, each with `common`, one in 251 with `rare` too, in two sessions by
+    /// turns: more than the newest 10,000 documents the store tries each term on, so
+    /// `common` is a common term (it only filters) and `rare` is ranked.
+    #[tokio::test]
+    async fn common_words_filter_rare_ones_rank_and_sessions_are_asked_of_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlStore::open_path(&dir.path().join("switchboard.db"))
+            .await
+            .unwrap();
+        let (a, b) = (session(&store).await, session(&store).await);
+        let mut ids = Vec::new();
+        let mut rare = std::collections::HashSet::new();
+        for i in 0..12_000u32 {
+            let s = if i % 2 == 0 { a } else { b };
+            let text = if i % 251 == 0 {
+                format!("common filler{i} rare note")
+            } else {
+                format!("common filler{i} words")
+            };
+            let id = say(&store, s, &text).await;
+            if i % 251 == 0 {
+                rare.insert(id);
+            }
+            ids.push((id, s));
+        }
+
+        // Only common words: the newest matches first, each passage marked.
+        let hits = store.search(&q("common", None, 5, 0)).await.unwrap();
+        let newest: Vec<Uuid> = ids.iter().rev().take(5).map(|(id, _)| *id).collect();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), newest);
+        assert!(hits.iter().all(|h| marked(h, "common")), "{hits:?}");
+        assert!(hits[0].snippet.contains("filler11999"), "{:?}", hits[0]);
+
+        // A common word and a rare one: every hit has both, all 48 over three pages.
+        let mut seen = std::collections::HashSet::new();
+        for offset in [0, 20, 40] {
+            let page = store
+                .search(&q("common rare", None, 20, offset))
+                .await
+                .unwrap();
+            assert!(
+                page.iter()
+                    .all(|h| rare.contains(&h.id) && marked(h, "rare") && marked(h, "common")),
+                "{page:?}"
+            );
+            seen.extend(page.iter().map(|h| h.id));
+        }
+        assert_eq!(seen, rare);
+
+        // One session: only its messages, newest first; its rare ones all found.
+        let hits = store
+            .search(&q("common", Some(vec![b]), 3, 0))
+            .await
+            .unwrap();
+        let newest_b: Vec<Uuid> = ids
+            .iter()
+            .rev()
+            .filter(|(_, s)| *s == b)
+            .take(3)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), newest_b);
+        let in_b: std::collections::HashSet<Uuid> = ids
+            .iter()
+            .filter(|(id, s)| *s == b && rare.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        let hits = store
+            .search(&q("rare common", Some(vec![b]), 100, 0))
+            .await
+            .unwrap();
+        assert_eq!(
+            hits.iter()
+                .map(|h| h.id)
+                .collect::<std::collections::HashSet<_>>(),
+            in_b
+        );
+        // More sessions than the index is asked about: the join still filters.
+        let mut many: Vec<Uuid> = (0..70).map(|_| Uuid::now_v7()).collect();
+        many.push(b);
+        let hits = store.search(&q("rare", Some(many), 100, 0)).await.unwrap();
+        assert_eq!(
+            hits.iter()
+                .map(|h| h.id)
+                .collect::<std::collections::HashSet<_>>(),
+            in_b
+        );
+        // A phrase and a prefix that are common.
+        let hits = store
+            .search(&q("\"common filler11998\"", None, 5, 0))
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        assert!(marked(&hits[0], "common filler11998"), "{hits:?}");
+        let hits = store
+            .search(&q("comm*", Some(vec![a]), 2, 0))
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 2);
+        assert!(hits.iter().all(|h| h.session_id == a));
+    }
+
+    /// A database whose index was made before it knew sessions (migration 12) learns them.
+    #[tokio::test]
+    async fn an_index_from_before_migration_13_learns_each_documents_session() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchboard.db");
+        let store = SqlStore::open_path(&path).await.unwrap();
+        let (a, b) = (session(&store).await, session(&store).await);
+        say(&store, a, "the zebra in a").await;
+        let in_b = say(&store, b, "the zebra in b").await;
+        store.close().await;
+        let mut c = sqlx::SqliteConnection::connect_with(&switchboard_db::sqlite_options(&path))
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "CREATE VIRTUAL TABLE old USING fts5(body, tokenize = 'unicode61 remove_diacritics 0'); \
+             INSERT INTO old (rowid, body) SELECT rowid, body FROM search; \
+             DROP TABLE search; ALTER TABLE old RENAME TO search; \
+             DELETE FROM schema_migrations WHERE version = 13;",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c.close().await.unwrap();
+        let store = SqlStore::open_path(&path).await.unwrap();
+        let hits = store
+            .search(&q("zebra", Some(vec![b]), 10, 0))
+            .await
+            .unwrap();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![in_b]);
+        assert_eq!(
+            store.search(&q("zebra", None, 10, 0)).await.unwrap().len(),
+            2
+        );
+    }
+}

@@ -445,9 +445,10 @@ impl SearchIndex for SqliteConnection {
         .fetch_one(&mut *self)
         .await?
         .try_get::<i64, _>("doc")?;
-        sqlx::query("INSERT INTO search (rowid, body) VALUES ($1, $2)")
+        sqlx::query("INSERT INTO search (rowid, body, sess) VALUES ($1, $2, $3)")
             .bind(doc)
             .bind(body)
+            .bind(search::session_token(session))
             .execute(&mut *self)
             .await?;
         Ok(())

@@ -1,12 +1,13 @@
 //! Search (crate::search): FTS5 on SQLite, tsvector and GIN on PostgreSQL. The index is the
-//! migrations' (`0012_search.sql`): on SQLite written by the store with each message and
+//! migrations' (`0012_search.sql`, and `0013_search_sessions.sql` on SQLite): on SQLite written by the store with each message and
 //! file ([`super::SearchIndex`]), on PostgreSQL generated columns; here are the queries, one
 //! per database (their full-text syntax has nothing in common), built from the one reading
 //! of the query.
 
-use super::{Cols, SqlStore, with_db};
-use crate::search::{HitKind, SearchHit, SearchQuery, Term};
+use super::{Cols, SqlStore};
+use crate::search::{HitKind, SearchHit, SearchQuery, Term, passage};
 use crate::{Result, StoreError};
+use switchboard_db::Cols as _;
 use uuid::Uuid;
 
 /// The query in FTS5's syntax: each word a quoted string (nothing in it is an operator),
@@ -77,98 +78,210 @@ impl SqlStore {
         let sessions = q.sessions.as_ref().map(|ids| {
             serde_json::Value::from(ids.iter().map(Uuid::to_string).collect::<Vec<_>>()).to_string()
         });
+        let pool = match &self.db {
+            switchboard_db::Db::Sqlite(pool) => {
+                return search_sqlite(pool, q, sessions.as_deref()).await;
+            }
+            switchboard_db::Db::Postgres(pool) => pool,
+        };
         // The page is ranked first; only its hits get a passage (a passage for every match
         // of a common word would cost more than the whole search).
-        let (sql, text) = match &self.db {
-            switchboard_db::Db::Sqlite(_) => {
-                // The index's matches newest first, the first CANDIDATES that pass the
-                // filters ranked: a word in most messages would otherwise have every match
-                // scored, joined and sorted (3.6 s over a million). Driving from the named
-                // sessions' documents instead, each asked of the index by rowid, was tried
-                // and is far slower: FTS5 reads a term's whole list for each such probe.
-                let sql = format!(
-                    "SELECT page.kind AS kind, page.ref AS ref, page.session_id AS session_id, \
-                       page.title AS title, page.role AS role, page.seq AS seq, page.at AS at, \
-                       (SELECT snippet(search, 0, char(1), char(2), '…', 24) FROM search \
-                        WHERE search MATCH $1 AND search.rowid = page.doc) AS snippet \
-                     FROM (SELECT * FROM (SELECT d.doc AS doc, d.kind AS kind, d.ref AS ref, \
-                       d.session_id AS session_id, s.title AS title, m.role AS role, \
-                       m.seq AS seq, COALESCE(m.created_at, f.created_at) AS at, \
-                       bm25(search) AS score \
-                     FROM search JOIN search_docs d ON d.doc = search.rowid \
-                     JOIN sessions s ON s.id = d.session_id \
-                     LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
-                     LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
-                     WHERE search MATCH $1 AND {VISIBLE} \
-                       AND ($3 IS NULL OR d.session_id IN (SELECT value FROM json_each($3))) \
-                       AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
-                       AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
-                       AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6) \
-                     ORDER BY search.rowid DESC LIMIT {CANDIDATES}) \
-                     ORDER BY score, doc LIMIT $7 OFFSET $8) page \
-                     ORDER BY page.score, page.doc"
-                );
-                (sql, fts5(&q.terms))
-            }
-            switchboard_db::Db::Postgres(_) => {
-                let q1 = "to_tsquery('simple', $1)";
-                let marks = "'StartSel=' || chr(1) || ',StopSel=' || chr(2)";
-                // The marks are the passage's own: any in the stored text are spaces.
-                let clean = |t: &str| format!("translate({t}, chr(1) || chr(2), '  ')");
-                let message_text = clean(&format!(
-                    "left(m2.content || COALESCE(chr(10) || m2.tool_calls, ''), {INDEXED_CHARS})"
-                ));
-                let file_text = clean("f2.name");
-                let sql = format!(
-                    "SELECT kind, ref, session_id, title, role, seq, at, \
-                       CASE WHEN kind = 'm' THEN \
-                         (SELECT ts_headline('simple', {message_text}, {q1}, \
-                            {marks} || ',MaxWords=35,MinWords=12') FROM messages m2 WHERE m2.id = page.tie) \
-                       ELSE (SELECT ts_headline('simple', {file_text}, {q1}, {marks}) \
-                            FROM files f2 WHERE f2.id = page.tie) END AS snippet \
-                     FROM ( \
-                       SELECT 'm' AS kind, m.id::text AS ref, m.session_id::text AS session_id, \
-                         s.title AS title, m.role AS role, m.seq AS seq, m.created_at AS at, \
-                         ts_rank_cd(m.search, {q1}) AS score, m.id AS tie \
-                       FROM messages m JOIN sessions s ON s.id = m.session_id \
-                       WHERE m.search @@ {q1} AND {VISIBLE} \
-                         AND ($3::text IS NULL OR m.session_id IN (SELECT v::uuid FROM jsonb_array_elements_text($3::jsonb) v)) \
-                         AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
-                         AND ($5::text IS NULL OR m.created_at >= $5) \
-                         AND ($6::text IS NULL OR m.created_at < $6) \
-                       UNION ALL \
-                       SELECT 'f', f.id::text, f.session_id::text, s.title, NULL, NULL, f.created_at, \
-                         ts_rank_cd(f.search, {q1}), f.id \
-                       FROM files f JOIN sessions s ON s.id = f.session_id \
-                       WHERE f.search @@ {q1} AND {VISIBLE} \
-                         AND ($3::text IS NULL OR f.session_id IN (SELECT v::uuid FROM jsonb_array_elements_text($3::jsonb) v)) \
-                         AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
-                         AND ($5::text IS NULL OR f.created_at >= $5) \
-                         AND ($6::text IS NULL OR f.created_at < $6) \
-                       ORDER BY score DESC, tie LIMIT $7 OFFSET $8 \
-                     ) page ORDER BY score DESC, tie"
-                );
-                (sql, tsquery(&q.terms))
-            }
-        };
-        with_db!(self, |pool, _d| {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(&*sql))
-                .bind(text)
-                .bind(q.visible_to.as_deref())
-                .bind(sessions.as_deref())
-                .bind(q.backend.as_deref())
-                .bind(q.from.as_deref())
-                .bind(q.to.as_deref())
-                .bind(i64::from(q.limit))
-                .bind(i64::from(q.offset))
-                .fetch_all(pool)
-                .await?;
-            rows.iter().map(hit).collect()
-        })
+        let q1 = "to_tsquery('simple', $1)";
+        let marks = "'StartSel=' || chr(1) || ',StopSel=' || chr(2)";
+        // The marks are the passage's own: any in the stored text are spaces.
+        let clean = |t: &str| format!("translate({t}, chr(1) || chr(2), '  ')");
+        let message_text = clean(&format!(
+            "left(m2.content || COALESCE(chr(10) || m2.tool_calls, ''), {INDEXED_CHARS})"
+        ));
+        let file_text = clean("f2.name");
+        let sql = format!(
+            "SELECT kind, ref, session_id, title, role, seq, at, \
+               CASE WHEN kind = 'm' THEN \
+                 (SELECT ts_headline('simple', {message_text}, {q1}, \
+                    {marks} || ',MaxWords=35,MinWords=12') FROM messages m2 WHERE m2.id = page.tie) \
+               ELSE (SELECT ts_headline('simple', {file_text}, {q1}, {marks}) \
+                    FROM files f2 WHERE f2.id = page.tie) END AS snippet \
+             FROM ( \
+               SELECT 'm' AS kind, m.id::text AS ref, m.session_id::text AS session_id, \
+                 s.title AS title, m.role AS role, m.seq AS seq, m.created_at AS at, \
+                 ts_rank_cd(m.search, {q1}) AS score, m.id AS tie \
+               FROM messages m JOIN sessions s ON s.id = m.session_id \
+               WHERE m.search @@ {q1} AND {VISIBLE} \
+                 AND ($3::text IS NULL OR m.session_id IN (SELECT v::uuid FROM jsonb_array_elements_text($3::jsonb) v)) \
+                 AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
+                 AND ($5::text IS NULL OR m.created_at >= $5) \
+                 AND ($6::text IS NULL OR m.created_at < $6) \
+               UNION ALL \
+               SELECT 'f', f.id::text, f.session_id::text, s.title, NULL, NULL, f.created_at, \
+                 ts_rank_cd(f.search, {q1}), f.id \
+               FROM files f JOIN sessions s ON s.id = f.session_id \
+               WHERE f.search @@ {q1} AND {VISIBLE} \
+                 AND ($3::text IS NULL OR f.session_id IN (SELECT v::uuid FROM jsonb_array_elements_text($3::jsonb) v)) \
+                 AND ($4::text IS NULL OR {BACKEND_PG} = $4) \
+                 AND ($5::text IS NULL OR f.created_at >= $5) \
+                 AND ($6::text IS NULL OR f.created_at < $6) \
+               ORDER BY score DESC, tie LIMIT $7 OFFSET $8 \
+             ) page ORDER BY score DESC, tie"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(&*sql))
+            .bind(tsquery(&q.terms))
+            .bind(q.visible_to.as_deref())
+            .bind(sessions.as_deref())
+            .bind(q.backend.as_deref())
+            .bind(q.from.as_deref())
+            .bind(q.to.as_deref())
+            .bind(i64::from(q.limit))
+            .bind(i64::from(q.offset))
+            .fetch_all(pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let snippet = row.text("snippet")?;
+                hit(row, snippet)
+            })
+            .collect()
     }
 }
 
-fn hit(row: &impl Cols) -> Result<SearchHit> {
+/// A term is common when this many of its matches are among the index's newest
+/// [`COMMON_WINDOW`] documents (a fifth of them).
+const COMMON_HITS: i64 = 2_000;
+const COMMON_WINDOW: i64 = 10_000;
+
+/// A query naming at most this many sessions names them to the index (its `sess` column);
+/// one naming more is filtered by the join alone.
+const SESSION_TOKENS: usize = 64;
+
+/// A session as the index's `sess` column holds it: one word, `s` and the id's hex digits.
+pub(crate) fn session_token(id: Uuid) -> String {
+    format!("s{}", id.simple())
+}
+
+/// The matches of FTS5 query `$MATCH` (a placeholder) that pass the query's filters.
+fn filtered(matching: &str) -> String {
+    format!(
+        "FROM search JOIN search_docs d ON d.doc = search.rowid \
+         JOIN sessions s ON s.id = d.session_id \
+         LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
+         LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
+         WHERE search MATCH {matching} AND {VISIBLE} \
+           AND ($3 IS NULL OR d.session_id IN (SELECT value FROM json_each($3))) \
+           AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
+           AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
+           AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6)"
+    )
+}
+
+/// Search on SQLite. BM25 ranks the matches, but FTS5 reads every match of each term to
+/// weigh it (a word in 900,000 of a million messages: 70 ms), and BM25 gives a word in more
+/// than half the documents no weight at all. So each term is first tried on the index's
+/// newest documents (a bounded read): a common one only filters, BM25 ranks by the others
+/// (as Elasticsearch's common-terms query does), and a query of only common terms lists its
+/// matches newest first. Passages are made from the page's texts ([`passage`]).
+async fn search_sqlite(
+    pool: &sqlx::SqlitePool,
+    q: &SearchQuery,
+    sessions: Option<&str>,
+) -> Result<Vec<SearchHit>> {
+    let mut conn = pool.acquire().await?;
+    let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(doc), 0) FROM search_docs")
+        .fetch_one(&mut *conn)
+        .await?;
+    let (mut rare, mut common) = (Vec::new(), Vec::new());
+    for term in &q.terms {
+        let is_common = newest >= COMMON_WINDOW
+            && sqlx::query(
+                "SELECT rowid FROM search WHERE search MATCH $1 AND rowid > $2 \
+                 ORDER BY rowid DESC LIMIT 1 OFFSET $3",
+            )
+            .bind(format!("body : ({})", fts5(std::slice::from_ref(term))))
+            .bind(newest - COMMON_WINDOW)
+            .bind(COMMON_HITS - 1)
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
+        if is_common {
+            common.push(term.clone());
+        } else {
+            rare.push(term.clone());
+        }
+    }
+    // The named sessions, to the index: their documents are found by it, not by reading a
+    // common word's matches until theirs come.
+    let scope = match &q.sessions {
+        Some(ids) if !ids.is_empty() && ids.len() <= SESSION_TOKENS => {
+            let names: Vec<String> = ids
+                .iter()
+                .map(|id| format!("\"{}\"", session_token(*id)))
+                .collect();
+            format!(" AND sess : ({})", names.join(" OR "))
+        }
+        _ => String::new(),
+    };
+    let matching = |terms: &[Term]| format!("body : ({}){scope}", fts5(terms));
+    // The page: `doc` and `score`, in its order.
+    let (page, order) = if rare.is_empty() {
+        (
+            format!(
+                "SELECT search.rowid AS doc, 0.0 AS score {} \
+                 ORDER BY search.rowid DESC LIMIT $7 OFFSET $8",
+                filtered("$1")
+            ),
+            "page.doc DESC",
+        )
+    } else {
+        let candidates = if common.is_empty() {
+            format!(
+                "SELECT search.rowid AS doc, bm25(search, 1.0, 0.0) AS score {} \
+                 ORDER BY search.rowid DESC LIMIT {CANDIDATES}",
+                filtered("$1")
+            )
+        } else {
+            format!(
+                "SELECT rowid AS doc, bm25(search, 1.0, 0.0) AS score FROM search \
+                 WHERE search MATCH $1 AND +rowid IN (SELECT search.rowid {} \
+                   ORDER BY search.rowid DESC LIMIT {CANDIDATES})",
+                filtered("$9")
+            )
+        };
+        (
+            format!("SELECT doc, score FROM ({candidates}) ORDER BY score, doc LIMIT $7 OFFSET $8"),
+            "page.score, page.doc",
+        )
+    };
+    let sql = format!(
+        "SELECT d.kind AS kind, d.ref AS ref, d.session_id AS session_id, s.title AS title, \
+           m.role AS role, m.seq AS seq, COALESCE(m.created_at, f.created_at) AS at, \
+           (SELECT body FROM search b WHERE b.rowid = page.doc) AS body \
+         FROM ({page}) page JOIN search_docs d ON d.doc = page.doc \
+         JOIN sessions s ON s.id = d.session_id \
+         LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
+         LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
+         ORDER BY {order}"
+    );
+    let ranked_by = if rare.is_empty() { &common } else { &rare };
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(&*sql))
+        .bind(matching(ranked_by))
+        .bind(q.visible_to.as_deref())
+        .bind(sessions)
+        .bind(q.backend.as_deref())
+        .bind(q.from.as_deref())
+        .bind(q.to.as_deref())
+        .bind(i64::from(q.limit))
+        .bind(i64::from(q.offset));
+    if !rare.is_empty() && !common.is_empty() {
+        query = query.bind(matching(&q.terms));
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    rows.iter()
+        .map(|row| {
+            let body = row.opt_text("body")?.unwrap_or_default();
+            hit(row, passage(&body, &q.terms))
+        })
+        .collect()
+}
+
+fn hit(row: &impl Cols, snippet: String) -> Result<SearchHit> {
     let parse = |col: &str| -> Result<uuid::Uuid> {
         let text = row.text(col)?;
         uuid::Uuid::parse_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
@@ -181,7 +294,7 @@ fn hit(row: &impl Cols) -> Result<SearchHit> {
         role: row.opt_text("role")?,
         seq: row.opt_int("seq")?.and_then(|s| u64::try_from(s).ok()),
         created_at: row.text("at")?,
-        snippet: row.text("snippet")?,
+        snippet,
     })
 }
 
