@@ -157,19 +157,42 @@ pub(crate) fn session_token(id: Uuid) -> String {
     format!("s{}", id.simple())
 }
 
-/// The matches of FTS5 query `$MATCH` (a placeholder) that pass the query's filters.
-fn filtered(matching: &str) -> String {
-    format!(
-        "FROM search JOIN search_docs d ON d.doc = search.rowid \
-         JOIN sessions s ON s.id = d.session_id \
-         LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
-         LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
-         WHERE search MATCH {matching} AND {VISIBLE} \
-           AND ($3 IS NULL OR d.session_id IN (SELECT value FROM json_each($3))) \
-           AND ($4 IS NULL OR {BACKEND_SQLITE} = $4) \
-           AND ($5 IS NULL OR COALESCE(m.created_at, f.created_at) >= $5) \
-           AND ($6 IS NULL OR COALESCE(m.created_at, f.created_at) < $6)"
-    )
+/// The matches of FTS5 query `matching` (a placeholder) that pass the query's filters,
+/// joined only to what those filters read (each join costs microseconds a match, and a
+/// query ranks up to [`CANDIDATES`] of them).
+fn filtered(matching: &str, q: &SearchQuery) -> String {
+    let mut from = String::from("FROM search");
+    let mut filters = String::new();
+    let docs = q.sessions.is_some() || q.visible_to.is_some() || q.backend.is_some();
+    let times = q.from.is_some() || q.to.is_some();
+    if docs || times {
+        from.push_str(" JOIN search_docs d ON d.doc = search.rowid");
+    }
+    if q.visible_to.is_some() || q.backend.is_some() {
+        from.push_str(" JOIN sessions s ON s.id = d.session_id");
+    }
+    if times {
+        from.push_str(
+            " LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
+             LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref",
+        );
+    }
+    if q.visible_to.is_some() {
+        filters.push_str(&format!(" AND {VISIBLE}"));
+    }
+    if q.sessions.is_some() {
+        filters.push_str(" AND d.session_id IN (SELECT value FROM json_each($3))");
+    }
+    if q.backend.is_some() {
+        filters.push_str(&format!(" AND {BACKEND_SQLITE} = $4"));
+    }
+    if q.from.is_some() {
+        filters.push_str(" AND COALESCE(m.created_at, f.created_at) >= $5");
+    }
+    if q.to.is_some() {
+        filters.push_str(" AND COALESCE(m.created_at, f.created_at) < $6");
+    }
+    format!("{from} WHERE search MATCH {matching}{filters}")
 }
 
 /// Search on SQLite. BM25 ranks the matches, but FTS5 reads every match of each term to
@@ -225,7 +248,7 @@ async fn search_sqlite(
             format!(
                 "SELECT search.rowid AS doc, 0.0 AS score {} \
                  ORDER BY search.rowid DESC LIMIT $7 OFFSET $8",
-                filtered("$1")
+                filtered("$1", q)
             ),
             "page.doc DESC",
         )
@@ -234,14 +257,14 @@ async fn search_sqlite(
             format!(
                 "SELECT search.rowid AS doc, bm25(search, 1.0, 0.0) AS score {} \
                  ORDER BY search.rowid DESC LIMIT {CANDIDATES}",
-                filtered("$1")
+                filtered("$1", q)
             )
         } else {
             format!(
                 "SELECT rowid AS doc, bm25(search, 1.0, 0.0) AS score FROM search \
                  WHERE search MATCH $1 AND +rowid IN (SELECT search.rowid {} \
                    ORDER BY search.rowid DESC LIMIT {CANDIDATES})",
-                filtered("$9")
+                filtered("$9", q)
             )
         };
         (
