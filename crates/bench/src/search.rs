@@ -235,7 +235,12 @@ pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
     let reply: String = (0..chunks).map(|i| format!("{i:019} ")).collect();
     let mut per_insert = Vec::new();
     let pid = std::process::id();
-    for _ in 0..runs {
+    // The sum over live threads drops when one ends during a run (the search phase's
+    // blocking threads retiring): such a run is measured again.
+    for _ in 0..runs * 3 {
+        if per_insert.len() == runs {
+            break;
+        }
         let cpu0 = cpu_ns(pid)?;
         for _ in 0..200 {
             let mut tx = db.begin().await?;
@@ -246,8 +251,9 @@ pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
                 .await?;
             tx.commit().await?;
         }
-        let cpu1 = cpu_ns(pid)?;
-        per_insert.push((cpu1 - cpu0) as f64 / 1000.0 / 200.0);
+        if let Some(spent) = cpu_ns(pid)?.checked_sub(cpu0) {
+            per_insert.push(spent as f64 / 1000.0 / 200.0);
+        }
     }
     Ok(per_insert)
 }
