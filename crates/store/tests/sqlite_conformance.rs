@@ -275,7 +275,7 @@ mod search_at_scale {
                 .collect::<std::collections::HashSet<_>>(),
             in_b
         );
-        // A phrase and a prefix that are common.
+        // A phrase found once (ranked), and a prefix that is common (newest first).
         let hits = store
             .search(&q("\"common filler11998\"", None, 5, 0))
             .await

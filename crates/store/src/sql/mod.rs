@@ -421,8 +421,9 @@ impl LockSession for PgConnection {
     }
 }
 
-/// Keeps the search index of `0012_search.sql` in step. On SQLite the FTS5 table is written
-/// here, in the writer's transaction and after the row it indexes: a trigger did it at first,
+/// Keeps the search index of `0012_search.sql` (and `0013_search_sessions.sql`) in step.
+/// On SQLite the FTS5 table is written here, in the writer's transaction and after the row
+/// it indexes: a trigger did it at first,
 /// but a trigger's FTS5 write is not undone cleanly when the statement that fired it fails
 /// (a file of a missing session, refused by its foreign key, left the connection holding a
 /// broken write transaction: `database is locked`, and later writes lost). On PostgreSQL the

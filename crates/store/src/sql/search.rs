@@ -1,8 +1,8 @@
 //! Search (crate::search): FTS5 on SQLite, tsvector and GIN on PostgreSQL. The index is the
-//! migrations' (`0012_search.sql`, and `0013_search_sessions.sql` on SQLite): on SQLite written by the store with each message and
-//! file ([`super::SearchIndex`]), on PostgreSQL generated columns; here are the queries, one
-//! per database (their full-text syntax has nothing in common), built from the one reading
-//! of the query.
+//! migrations' (`0012_search.sql`, and `0013_search_sessions.sql` on SQLite): on SQLite
+//! written by the store with each message and file ([`super::SearchIndex`]), on PostgreSQL
+//! generated columns; here are the queries, one per database (their full-text syntax has
+//! nothing in common), built from the one reading of the query.
 
 use super::{Cols, SqlStore};
 use crate::search::{HitKind, SearchHit, SearchQuery, Term, passage};
