@@ -43,12 +43,14 @@ async fn create_subscribe_send_stream_and_transcript() {
         .unwrap()
         .run_id;
     let got = until_run_ends(&mut events, run_id).await;
+    // The log may merge deltas that reach its writer together (a busy machine), so the
+    // three chunks are one to three `text_delta`s; the ids have no gaps either way.
+    let mut shape = kinds(&got);
+    shape.dedup();
     assert_eq!(
-        kinds(&got),
+        shape,
         vec![
             "run_started",
-            "text_delta",
-            "text_delta",
             "text_delta",
             "usage_report",
             "text_complete",
@@ -57,7 +59,7 @@ async fn create_subscribe_send_stream_and_transcript() {
     );
     assert_eq!(
         got.iter().map(|e| e.id).collect::<Vec<_>>(),
-        (1..=7).collect::<Vec<_>>()
+        (1..=got.len() as u64).collect::<Vec<_>>()
     );
     assert_eq!(text_of(&got), "Hello there");
     match &got.last().unwrap().event {
@@ -109,7 +111,7 @@ async fn create_subscribe_send_stream_and_transcript() {
         .await
         .unwrap()
         .run_id;
-    until_run_ends(&mut events, run2).await;
+    let last = until_run_ends(&mut events, run2).await.last().unwrap().id;
     let reqs = llm.requests();
     let body = &reqs.last().unwrap().body;
     let contents: Vec<&str> = body["messages"]
@@ -128,7 +130,10 @@ async fn create_subscribe_send_stream_and_transcript() {
     );
     assert_eq!(list.sessions[0].pending_approvals, 0);
     let shown = c.get_session(s.id).await.unwrap();
-    assert_eq!(shown.session.last_event_id, 14);
+    assert_eq!(
+        shown.session.last_event_id, last,
+        "the run's last event is stored"
+    );
     // The first event of each run carries the user's message.
     let mut replay = c.subscribe(s.id, None);
     let first = replay.next().await.unwrap().unwrap();
