@@ -264,10 +264,10 @@ async fn main() -> Result<()> {
                 q.ms.len()
             );
         }
-        for k in [100, 2000, 10_000] {
-            let us = search::index_cost(k, runs).await?;
+        for (k, batch) in [(100, 1), (2000, 1), (2000, 10), (10_000, 1)] {
+            let us = search::index_cost(k, batch, runs).await?;
             row(
-                &format!("(q) FTS5 insert of a K={k} reply (µs CPU)"),
+                &format!("(q) indexing a K={k} reply, {batch} a batch (µs CPU)"),
                 &us,
                 1,
             );

@@ -2,15 +2,15 @@
 //! in 1,000 sessions on SQLite, written through the store as a run writes them (so the FTS5
 //! index is built as it is in use), then `GET /v1/search` over real TCP with the server
 //! token: a rare word, a common one, two words, a phrase, a prefix, and one session's hits.
-//! And what indexing costs a reply of the streaming case (g): the FTS5 insert of a
-//! K-chunk reply, timed alone on a scratch database with the index of `0012_search.sql`.
+//! And what indexing costs a reply of the streaming case (g): a K-chunk reply indexed as
+//! the store's indexer does it, timed alone on a scratch database.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use switchboard_store::{MessageRecord, SqlStore};
+use switchboard_store::{MessageRecord, SqlStore, Store as _};
 use uuid::Uuid;
 
 use super::TOKEN;
@@ -104,8 +104,8 @@ pub(super) async fn search(
     let dir = keep.unwrap_or(temp.path());
     std::fs::create_dir_all(dir)?;
     let filled = dir.join("bench.db").exists();
-    let store: Arc<dyn switchboard_store::Store> =
-        Arc::new(SqlStore::open_path(&dir.join("bench.db")).await?);
+    let sql = SqlStore::open_path(&dir.join("bench.db")).await?;
+    let store: Arc<dyn switchboard_store::Store> = Arc::new(sql.clone());
     let (engine, url) = serve_engine(store.clone(), None).await?;
     let vocab = Arc::new(vocabulary(20_000));
     if filled {
@@ -153,6 +153,8 @@ pub(super) async fn search(
     for t in tasks {
         t.await??;
     }
+    // Stored means searchable without a search's catching up: what is pending is indexed.
+    sql.index_now().await?;
     let stored = start.elapsed().as_secs_f64();
     eprintln!("(q) {messages} messages stored in {stored:.1} s");
 
@@ -210,50 +212,67 @@ async fn queries(url: &str, vocab: &[String], one: Uuid, runs: usize) -> Result<
     Ok(out)
 }
 
-/// CPU (µs) of the FTS5 insert of one streamed reply of `chunks` chunks of 20 characters
-/// (the text case (g) streams), timed alone: `runs` medians of 200 inserts each on a scratch
-/// database holding the search index as `0013_search_sessions.sql` makes it.
-pub(super) async fn index_cost(chunks: usize, runs: usize) -> Result<Vec<f64>> {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-    use sqlx::{Connection, Executor};
+/// CPU (µs) of indexing one streamed reply of `chunks` chunks of 20 characters (the text
+/// case (g) streams), as the store does it: the replies written through the store (untimed),
+/// then their indexing timed, `batch` replies a transaction (what the indexer takes at once
+/// when that many came within its linger; 1 for a lone reply). `runs` figures, each the mean
+/// over 200 replies, merges included.
+pub(super) async fn index_cost(chunks: usize, batch: usize, runs: usize) -> Result<Vec<f64>> {
     let dir = tempfile::tempdir()?;
-    let mut db = sqlx::SqliteConnection::connect_with(
-        &SqliteConnectOptions::new()
-            .filename(dir.path().join("index.db"))
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal),
-    )
-    .await?;
-    db.execute(
-        "CREATE VIRTUAL TABLE search USING fts5(body, sess, \
-         tokenize = 'unicode61 remove_diacritics 0')",
-    )
-    .await?;
-    // What the mock model of (g) streams: each chunk a number of its own (every one a word
-    // the index has not seen: the costliest text to index).
+    let store = SqlStore::open_path(&dir.path().join("index.db")).await?;
+    let s = switchboard_store::SessionRecord {
+        id: Uuid::now_v7(),
+        title: "index".into(),
+        cwd: "/".into(),
+        config: serde_json::json!({}),
+        created_at: "2026-12-07T00:00:00Z".into(),
+        updated_at: "2026-12-07T00:00:00Z".into(),
+        last_seq: 0,
+        archived_at: None,
+        owner: None,
+    };
+    store.create_session(&s).await?;
+    let s = s.id;
+    // What the mock model of (g) streams: each chunk a number of its own.
     let reply: String = (0..chunks).map(|i| format!("{i:019} ")).collect();
-    let mut per_insert = Vec::new();
+    let mut per_reply = Vec::new();
     let pid = std::process::id();
     // The sum over live threads drops when one ends during a run (the search phase's
     // blocking threads retiring): such a run is measured again.
-    for _ in 0..runs * 3 {
-        if per_insert.len() == runs {
+    'runs: for _ in 0..runs * 3 {
+        if per_reply.len() == runs {
             break;
         }
-        let cpu0 = cpu_ns(pid)?;
-        for _ in 0..200 {
-            let mut tx = db.begin().await?;
-            sqlx::query("INSERT INTO search (body, sess) VALUES ($1, $2)")
-                .bind(&reply)
-                .bind(format!("s{}", Uuid::now_v7().simple()))
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+        let mut spent = 0u64;
+        for _ in 0..200 / batch {
+            for _ in 0..batch {
+                store.append_message(&reply_record(s, &reply), None).await?;
+            }
+            let cpu0 = cpu_ns(pid)?;
+            let n = store.index_now().await?;
+            let Some(d) = cpu_ns(pid)?.checked_sub(cpu0) else {
+                continue 'runs;
+            };
+            if n != batch as u64 {
+                bail!("indexed {n} replies, not {batch}: the indexer took some first");
+            }
+            spent += d;
         }
-        if let Some(spent) = cpu_ns(pid)?.checked_sub(cpu0) {
-            per_insert.push(spent as f64 / 1000.0 / 200.0);
-        }
+        per_reply.push(spent as f64 / 1000.0 / (200 / batch * batch) as f64);
     }
-    Ok(per_insert)
+    Ok(per_reply)
+}
+
+fn reply_record(session: Uuid, text: &str) -> MessageRecord {
+    MessageRecord {
+        id: Uuid::now_v7(),
+        session_id: session,
+        run_id: None,
+        role: "assistant".into(),
+        content: text.into(),
+        tool_calls: None,
+        tool_call_id: None,
+        is_error: false,
+        created_at: "2026-12-07T00:00:00Z".into(),
+    }
 }

@@ -29,6 +29,10 @@ pub(crate) const SQLITE: &[(i64, &str)] = &[
         13,
         include_str!("../migrations/sqlite/0013_search_sessions.sql"),
     ),
+    (
+        14,
+        include_str!("../migrations/sqlite/0014_search_pending.sql"),
+    ),
 ];
 
 /// `(version, sql)` in the order they apply; one for one with [`SQLITE`].
@@ -60,6 +64,10 @@ pub(crate) const POSTGRES: &[(i64, &str)] = &[
     (
         13,
         include_str!("../migrations/postgres/0013_search_sessions.sql"),
+    ),
+    (
+        14,
+        include_str!("../migrations/postgres/0014_search_pending.sql"),
     ),
 ];
 

@@ -116,7 +116,7 @@ async fn migrations_apply_once_and_data_survives_reopen() {
     let first = db.migrations().await;
     assert_eq!(
         first.iter().map(|m| m.0).collect::<Vec<_>>(),
-        (1..=13).collect::<Vec<i64>>()
+        (1..=14).collect::<Vec<i64>>()
     );
     // Opening again applies nothing: same rows, same timestamps.
     for _ in 0..2 {
@@ -166,7 +166,7 @@ async fn concurrent_opens_of_a_fresh_database_all_succeed() {
             .iter()
             .map(|m| m.0)
             .collect::<Vec<_>>(),
-        (1..=13).collect::<Vec<i64>>(),
+        (1..=14).collect::<Vec<i64>>(),
         "each migration applied exactly once"
     );
 }

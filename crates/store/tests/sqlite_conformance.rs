@@ -138,7 +138,12 @@ mod search_at_scale {
     use switchboard_store::{MessageRecord, SessionRecord, SqlStore, Store};
     use uuid::Uuid;
 
-    fn q(text: &str, sessions: Option<Vec<Uuid>>, limit: u32, offset: u32) -> SearchQuery {
+    pub(super) fn q(
+        text: &str,
+        sessions: Option<Vec<Uuid>>,
+        limit: u32,
+        offset: u32,
+    ) -> SearchQuery {
         SearchQuery {
             terms: parse_query(text).unwrap(),
             sessions,
@@ -151,7 +156,7 @@ mod search_at_scale {
         }
     }
 
-    async fn session(store: &SqlStore) -> Uuid {
+    pub(super) async fn session(store: &SqlStore) -> Uuid {
         let s = SessionRecord {
             id: Uuid::now_v7(),
             title: "scale".into(),
@@ -167,7 +172,7 @@ mod search_at_scale {
         s.id
     }
 
-    async fn say(store: &SqlStore, session: Uuid, text: &str) -> Uuid {
+    pub(super) async fn say(store: &SqlStore, session: Uuid, text: &str) -> Uuid {
         let m = MessageRecord {
             id: Uuid::now_v7(),
             session_id: session,
@@ -183,7 +188,7 @@ mod search_at_scale {
         m.id
     }
 
-    fn marked(h: &SearchHit, word: &str) -> bool {
+    pub(super) fn marked(h: &SearchHit, word: &str) -> bool {
         h.snippet
             .contains(&format!("{MATCH_START}{word}{MATCH_END}"))
     }
@@ -308,7 +313,7 @@ mod search_at_scale {
             "CREATE VIRTUAL TABLE old USING fts5(body, tokenize = 'unicode61 remove_diacritics 0'); \
              INSERT INTO old (rowid, body) SELECT rowid, body FROM search; \
              DROP TABLE search; ALTER TABLE old RENAME TO search; \
-             DELETE FROM schema_migrations WHERE version = 13;",
+             DROP TABLE search_pending; DELETE FROM schema_migrations WHERE version >= 13;",
         )
         .execute(&mut c)
         .await
@@ -324,5 +329,148 @@ mod search_at_scale {
             store.search(&q("zebra", None, 10, 0)).await.unwrap().len(),
             2
         );
+    }
+}
+
+/// The index is written in batches, off the message's own transaction (src/sql/indexer.rs).
+mod batched_index {
+    use super::search_at_scale::{marked, q, say, session};
+    use sqlx::Connection;
+    use switchboard_store::search::{MATCH_END, MATCH_START};
+    use switchboard_store::{MessageRecord, SqlStore, Store};
+    use uuid::Uuid;
+
+    async fn raw(path: &std::path::Path) -> sqlx::SqliteConnection {
+        sqlx::SqliteConnection::connect_with(&switchboard_db::sqlite_options(path))
+            .await
+            .unwrap()
+    }
+
+    /// (pending documents, documents in the index)
+    async fn counts(c: &mut sqlx::SqliteConnection) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM search_pending), (SELECT COUNT(*) FROM search)",
+        )
+        .fetch_one(c)
+        .await
+        .unwrap()
+    }
+
+    /// Polls until nothing is pending (the indexer's linger is half a second).
+    async fn until_indexed(c: &mut sqlx::SqliteConnection) -> (i64, i64) {
+        for _ in 0..100 {
+            let n = counts(c).await;
+            if n.0 == 0 {
+                return n;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("still pending after 5 s: {:?}", counts(c).await);
+    }
+
+    #[tokio::test]
+    async fn written_documents_are_indexed_in_the_background_and_searches_never_miss_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchboard.db");
+        let store = SqlStore::open_path(&path).await.unwrap();
+        let mut c = raw(&path).await;
+        let a = session(&store).await;
+        // The message's transaction only names it: it is pending until the indexer's linger
+        // (half a second) has passed, unless this machine stalled that long.
+        let first = say(&store, a, "the heron lands").await;
+        let (pending, indexed) = counts(&mut c).await;
+        assert_eq!(pending + indexed, 1);
+        // A search right away indexes what is pending first.
+        let hits = store.search(&q("heron", None, 10, 0)).await.unwrap();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![first]);
+        assert_eq!(counts(&mut c).await, (0, 1));
+        // With no search, the indexer takes a burst of writes as one batch.
+        let mut ids = Vec::new();
+        for i in 0..20 {
+            ids.push(say(&store, a, &format!("heron number{i}")).await);
+        }
+        assert_eq!(until_indexed(&mut c).await, (0, 21));
+        let hits = store.search(&q("number7", None, 10, 0)).await.unwrap();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![ids[7]]);
+        // A session's documents, pending or not, go with it.
+        let b = session(&store).await;
+        say(&store, b, "the heron of b").await;
+        say(&store, b, "the egret of b").await;
+        assert!(store.delete_session(b).await.unwrap());
+        assert_eq!(counts(&mut c).await, (0, 21));
+        assert!(
+            store
+                .search(&q("egret", None, 10, 0))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    /// What a process wrote and did not live to index is indexed when the store opens again.
+    #[tokio::test]
+    async fn documents_left_pending_by_a_crash_are_indexed_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("switchboard.db");
+        let store = SqlStore::open_path(&path).await.unwrap();
+        let (a, b) = (session(&store).await, session(&store).await);
+        let in_a = say(&store, a, "the osprey in a").await;
+        let in_b = say(&store, b, "the osprey in b").await;
+        store.close().await;
+        // As a process killed before its indexer ran leaves it.
+        let mut c = raw(&path).await;
+        sqlx::raw_sql(
+            "DELETE FROM search; INSERT INTO search_pending (doc) SELECT doc FROM search_docs;",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(counts(&mut c).await, (2, 0));
+        let store = SqlStore::open_path(&path).await.unwrap();
+        assert_eq!(until_indexed(&mut c).await, (0, 2));
+        // Indexed with each one's session.
+        let hits = store
+            .search(&q("osprey", Some(vec![b]), 10, 0))
+            .await
+            .unwrap();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![in_b]);
+        let hits = store
+            .search(&q("osprey", Some(vec![a]), 10, 0))
+            .await
+            .unwrap();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), vec![in_a]);
+        c.close().await.unwrap();
+    }
+
+    /// The indexed text: the content, then the tool calls; the passage marks in it are
+    /// spaces, so a passage marks only matches.
+    #[tokio::test]
+    async fn tool_calls_are_indexed_and_stored_marks_are_spaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlStore::open_path(&dir.path().join("switchboard.db"))
+            .await
+            .unwrap();
+        let a = session(&store).await;
+        let m = MessageRecord {
+            id: Uuid::now_v7(),
+            session_id: a,
+            run_id: None,
+            role: "assistant".into(),
+            content: format!("look {MATCH_START}here{MATCH_END} first"),
+            tool_calls: Some(
+                serde_json::json!([{"name": "grep", "arguments": {"pattern": "kingfisher"}}]),
+            ),
+            tool_call_id: None,
+            is_error: false,
+            created_at: "2026-01-01T00:00:01Z".into(),
+        };
+        store.append_message(&m, None).await.unwrap();
+        let hits = store.search(&q("kingfisher", None, 10, 0)).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        assert!(marked(&hits[0], "kingfisher"), "{hits:?}");
+        let hits = store.search(&q("here", None, 10, 0)).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].snippet.matches(MATCH_START).count(), 1, "{hits:?}");
+        assert!(marked(&hits[0], "here"), "{hits:?}");
     }
 }

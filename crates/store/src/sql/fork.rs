@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::{
     Cols as _, FILE_COLS, INSERT_CHUNK, MESSAGE_COLS, SearchIndex as _, SqlStore, file_from_row,
-    insert_events_sql, message_body, message_from_row, to_i64, with_db,
+    insert_events_sql, message_from_row, to_i64, with_db,
 };
 use crate::{ForkOutcome, MessageRecord, Result, RunState, SessionRecord};
 use switchboard_db::Cols as _;
@@ -22,7 +22,7 @@ impl SqlStore {
         fork: &SessionRecord,
     ) -> Result<ForkOutcome> {
         let at_i = to_i64(at)?;
-        with_db!(self, |pool, d| {
+        let forked = with_db!(self, |pool, d| {
             let mut tx = pool.begin().await?;
             // The fork's row first: on SQLite the first statement that writes takes the
             // database's write lock, and a transaction that read first could not upgrade if
@@ -155,7 +155,7 @@ impl SqlStore {
                     .bind(&f.created_at)
                     .execute(&mut *tx)
                     .await?;
-                tx.index(fork.id, "f", id, &super::indexed(&f.name)).await?;
+                tx.index(fork.id, "f", id).await?;
             }
 
             // The log up to the cut, page by page.
@@ -232,15 +232,16 @@ impl SqlStore {
                 .bind(row.opt_int("seq")?)
                 .execute(&mut *tx)
                 .await?;
-                tx.index(fork.id, "m", copy.id, &message_body(&copy))
-                    .await?;
+                tx.index(fork.id, "m", copy.id).await?;
             }
             tx.commit().await?;
-            Ok(ForkOutcome::Forked {
+            ForkOutcome::Forked {
                 events,
                 messages: rows.len() as u64,
                 files: files.len() as u64,
-            })
-        })
+            }
+        });
+        self.indexed_later();
+        Ok(forked)
     }
 }

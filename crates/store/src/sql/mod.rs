@@ -31,6 +31,7 @@
 //!   and approvals.
 
 mod fork;
+mod indexer;
 mod log;
 mod metering;
 mod open;
@@ -59,6 +60,8 @@ use crate::{
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Db,
+    /// SQLite's full-text indexer ([`indexer`]); `None` on PostgreSQL.
+    indexer: Option<std::sync::Arc<indexer::Indexer>>,
 }
 
 /// The kit's pool type, on whichever back-end (see [`with_db`]).
@@ -422,78 +425,56 @@ impl LockSession for PgConnection {
 }
 
 /// Keeps the search index of `0012_search.sql` (and `0013_search_sessions.sql`) in step.
-/// On SQLite the FTS5 table is written here, in the writer's transaction and after the row
-/// it indexes: a trigger did it at first,
-/// but a trigger's FTS5 write is not undone cleanly when the statement that fired it fails
-/// (a file of a missing session, refused by its foreign key, left the connection holding a
-/// broken write transaction: `database is locked`, and later writes lost). On PostgreSQL the
-/// generated `tsvector` columns need nothing.
+/// On SQLite a document is named here, in the writer's transaction and after the row it
+/// indexes, and indexed in a batch later ([`indexer`]; call [`SqlStore::indexed_later`] after
+/// the commit). A trigger wrote the index at first, but a trigger's FTS5 write is not undone
+/// cleanly when the statement that fired it fails (a file of a missing session, refused by
+/// its foreign key, left the connection holding a broken write transaction: `database is
+/// locked`, and later writes lost). On PostgreSQL the generated `tsvector` columns need
+/// nothing.
 pub(crate) trait SearchIndex {
-    /// Indexes a message (`kind` `m`) or a file (`f`) of `session`.
-    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid, body: &str) -> Result<()>;
+    /// Names a message (`kind` `m`) or a file (`f`) of `session` for the index.
+    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid) -> Result<()>;
     /// Takes a session's messages and files out of the index (before it is deleted).
     async fn unindex_session(&mut self, session: Uuid) -> Result<()>;
 }
 
 impl SearchIndex for SqliteConnection {
-    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid, body: &str) -> Result<()> {
-        let doc = sqlx::query(
-            "INSERT INTO search_docs (session_id, kind, ref) VALUES ($1, $2, $3) RETURNING doc",
-        )
-        .bind(session.to_string())
-        .bind(kind)
-        .bind(id.to_string())
-        .fetch_one(&mut *self)
-        .await?
-        .try_get::<i64, _>("doc")?;
-        sqlx::query("INSERT INTO search (rowid, body, sess) VALUES ($1, $2, $3)")
-            .bind(doc)
-            .bind(body)
-            .bind(search::session_token(session))
+    async fn index(&mut self, session: Uuid, kind: &str, id: Uuid) -> Result<()> {
+        sqlx::query("INSERT INTO search_docs (session_id, kind, ref) VALUES ($1, $2, $3)")
+            .bind(session.to_string())
+            .bind(kind)
+            .bind(id.to_string())
+            .execute(&mut *self)
+            .await?;
+        // The connection's last insert is the document just named.
+        sqlx::query("INSERT INTO search_pending (doc) VALUES (last_insert_rowid())")
             .execute(&mut *self)
             .await?;
         Ok(())
     }
 
     async fn unindex_session(&mut self, session: Uuid) -> Result<()> {
-        sqlx::query(
+        for sql in [
             "DELETE FROM search WHERE rowid IN (SELECT doc FROM search_docs WHERE session_id = $1)",
-        )
-        .bind(session.to_string())
-        .execute(&mut *self)
-        .await?;
-        sqlx::query("DELETE FROM search_docs WHERE session_id = $1")
-            .bind(session.to_string())
-            .execute(&mut *self)
-            .await?;
+            "DELETE FROM search_pending WHERE doc IN (SELECT doc FROM search_docs WHERE session_id = $1)",
+            "DELETE FROM search_docs WHERE session_id = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(session.to_string())
+                .execute(&mut *self)
+                .await?;
+        }
         Ok(())
     }
 }
 
 impl SearchIndex for PgConnection {
-    async fn index(&mut self, _: Uuid, _: &str, _: Uuid, _: &str) -> Result<()> {
+    async fn index(&mut self, _: Uuid, _: &str, _: Uuid) -> Result<()> {
         Ok(())
     }
 
     async fn unindex_session(&mut self, _: Uuid) -> Result<()> {
         Ok(())
     }
-}
-
-/// What the index holds of a message: its text, then its tool calls (JSON) — the first
-/// [`search::INDEXED_CHARS`] characters, with the passage marks a snippet uses made spaces.
-pub(crate) fn message_body(m: &MessageRecord) -> String {
-    let whole = match &m.tool_calls {
-        Some(calls) => format!("{}\n{calls}", m.content),
-        None => m.content.clone(),
-    };
-    indexed(&whole)
-}
-
-/// `text` as the index keeps it (see [`message_body`]).
-pub(crate) fn indexed(text: &str) -> String {
-    text.chars()
-        .take(search::INDEXED_CHARS)
-        .map(|c| if c == '\u{1}' || c == '\u{2}' { ' ' } else { c })
-        .collect()
 }

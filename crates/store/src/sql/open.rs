@@ -103,8 +103,10 @@ impl SqlStore {
         )
         .await
         .map_err(|e| StoreError::Open(e.to_string()))?;
+        let indexer = super::indexer::Indexer::start(pool.clone());
         Ok(Self {
             db: Db::Sqlite(pool),
+            indexer: Some(indexer),
         })
     }
 
@@ -131,11 +133,45 @@ impl SqlStore {
         crate::migrate::run_postgres(&pool).await?;
         Ok(Self {
             db: Db::Postgres(pool),
+            indexer: None,
         })
     }
 
-    /// Closes the pool, waiting for connections to finish.
+    /// Closes the pool, waiting for connections to finish; on SQLite the search index is
+    /// caught up first (what it cannot reach stays pending for the next start).
     pub async fn close(&self) {
+        if let Db::Sqlite(pool) = &self.db
+            && let Err(e) = super::indexer::catch_up(pool).await
+        {
+            tracing::warn!(error = %e, "search index: catching up before closing failed");
+        }
         self.db.close().await
+    }
+
+    /// After a commit that named documents for the search index ([`super::SearchIndex`]):
+    /// SQLite's indexer takes them in its next batch.
+    pub(super) fn indexed_later(&self) {
+        if let Some(i) = &self.indexer {
+            i.written();
+        }
+    }
+
+    /// Indexes now what SQLite's indexer has not reached yet (it would within half a
+    /// second): how many documents. Nothing to do on PostgreSQL.
+    pub async fn index_now(&self) -> crate::Result<u64> {
+        match &self.db {
+            Db::Sqlite(pool) => super::indexer::catch_up(pool).await,
+            Db::Postgres(_) => Ok(0),
+        }
+    }
+
+    /// Indexes what is pending, so that a search sees every committed write (SQLite).
+    pub(super) async fn index_pending(&self) -> crate::Result<()> {
+        if let Db::Sqlite(pool) = &self.db
+            && super::indexer::pending(pool).await?
+        {
+            super::indexer::catch_up(pool).await?;
+        }
+        Ok(())
     }
 }

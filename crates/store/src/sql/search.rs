@@ -80,6 +80,8 @@ impl SqlStore {
         });
         let pool = match &self.db {
             switchboard_db::Db::Sqlite(pool) => {
+                // What is written but not indexed yet is indexed first.
+                self.index_pending().await?;
                 return search_sqlite(pool, q, sessions.as_deref()).await;
             }
             switchboard_db::Db::Postgres(pool) => pool,

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{
     APPROVAL_COLS, Cols, FILE_COLS, LockSession, MESSAGE_COLS, RUN_COLS, SESSION_COLS, SearchIndex,
     SqlStore, TxOps, approval_from_row, event_from_row, file_from_row, lease_from_row,
-    message_body, message_from_row, run_from_row, session_from_row, to_i64, ttl_ms, with_db,
+    message_from_row, run_from_row, session_from_row, to_i64, ttl_ms, with_db,
 };
 use crate::{
     ApprovalRecord, EventBounds, FileRecord, Lease, LeaseState, MessageRecord, NewEvent, NewRun,
@@ -555,9 +555,10 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| missing_session(e, || m.session_id.to_string()))?;
-            tx.index(m.session_id, "m", m.id, &message_body(m)).await?;
+            tx.index(m.session_id, "m", m.id).await?;
             tx.commit().await?;
         });
+        self.indexed_later();
         Ok(())
     }
 
@@ -683,10 +684,10 @@ impl Store for SqlStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| missing_session(e, || f.session_id.to_string()))?;
-            tx.index(f.session_id, "f", f.id, &super::indexed(&f.name))
-                .await?;
+            tx.index(f.session_id, "f", f.id).await?;
             tx.commit().await?;
         });
+        self.indexed_later();
         Ok(())
     }
 
