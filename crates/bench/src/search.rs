@@ -243,8 +243,11 @@ pub(super) async fn index_cost(chunks: usize, batch: usize, runs: usize) -> Resu
         if per_reply.len() == runs {
             break;
         }
-        let mut spent = 0u64;
-        for _ in 0..200 / batch {
+        let (mut spent, mut batches) = (0u64, 0);
+        for _ in 0..3 * 200 / batch {
+            if batches == 200 / batch {
+                break;
+            }
             for _ in 0..batch {
                 store.append_message(&reply_record(s, &reply), None).await?;
             }
@@ -253,12 +256,17 @@ pub(super) async fn index_cost(chunks: usize, batch: usize, runs: usize) -> Resu
             let Some(d) = cpu_ns(pid)?.checked_sub(cpu0) else {
                 continue 'runs;
             };
-            if n != batch as u64 {
-                bail!("indexed {n} replies, not {batch}: the indexer took some first");
+            // The store's own indexer (half a second after a write) took some of the batch
+            // outside the timed call: not counted.
+            if n == batch as u64 {
+                spent += d;
+                batches += 1;
             }
-            spent += d;
         }
-        per_reply.push(spent as f64 / 1000.0 / (200 / batch * batch) as f64);
+        if batches < 200 / batch {
+            bail!("the store's indexer took most batches before they were timed");
+        }
+        per_reply.push(spent as f64 / 1000.0 / (batches * batch) as f64);
     }
     Ok(per_reply)
 }

@@ -26,11 +26,14 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
 };
-use sqlx::{Connection as _, Executor};
+
+mod migrate;
+pub use migrate::{migrate_postgres, migrate_sqlite};
 
 /// A crate's migrations: `(version, sql)` in the order they apply, one list per back-end.
 #[derive(Debug, Clone, Copy)]
@@ -359,51 +362,6 @@ async fn checkpointer(connect: SqliteConnectOptions, closed: sqlx::pool::CloseEv
     }
 }
 
-/// Applies pending SQLite migrations, one transaction each.
-///
-/// `Executor::execute(raw_sql)` rather than `RawSql::execute`: the latter is a generic
-/// `async fn` whose future the compiler cannot prove `Send`, which would make the stores'
-/// `open` impossible to `tokio::spawn`.
-pub async fn migrate_sqlite(
-    conn: &mut SqliteConnection,
-    migrations: &Migrations,
-) -> Result<(), DbError> {
-    let owner = migrations.owner;
-    let db = |source| DbError::Db { owner, source };
-    conn.execute(sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
-    ))
-    .await
-    .map_err(db)?;
-    let current: i64 =
-        sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db)?;
-    refuse_newer(owner, current, migrations.sqlite)?;
-    for &(version, sql) in migrations.sqlite.iter().filter(|(v, _)| *v > current) {
-        let failed = |source| DbError::Migration {
-            owner,
-            version,
-            source,
-        };
-        let mut tx = conn.begin().await.map_err(db)?;
-        (&mut *tx)
-            .execute(sqlx::raw_sql(sql))
-            .await
-            .map_err(failed)?;
-        sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
-            .bind(version)
-            .bind(now())
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
-        tx.commit().await.map_err(failed)?;
-        tracing::debug!(owner, version, "applied migration (sqlite)");
-    }
-    Ok(())
-}
-
 /// PostgreSQL's `statement_timeout` on every connection Switchboard opens: a database that
 /// hangs (a lock never released, a server stuck on I/O) fails the statement after this
 /// instead of holding the request, the run or the poller forever; the caller then gets a
@@ -476,100 +434,6 @@ pub async fn open_postgres(
         })?;
     migrate_postgres(&pool, migrations).await?;
     Ok(pool)
-}
-
-/// Applies pending PostgreSQL migrations, one transaction each. Each transaction takes the
-/// advisory lock before it looks at the version, so a second instance waits and then finds
-/// the work done.
-pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<(), DbError> {
-    let owner = migrations.owner;
-    let db = |source| DbError::Db { owner, source };
-    let table = match migrations.postgres_schema {
-        Some(schema) => format!("{schema}.schema_migrations"),
-        None => "schema_migrations".to_owned(),
-    };
-    loop {
-        let mut tx = pool.begin().await.map_err(db)?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(migrations.postgres_lock)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        // Under the lock: two concurrent `CREATE … IF NOT EXISTS` can both find nothing and
-        // one then fails on the catalog's unique index. The schema is looked up first because
-        // `CREATE SCHEMA IF NOT EXISTS` wants the CREATE privilege on the database even when
-        // the schema is there, and a role given only the schema need not have it.
-        if let Some(schema) = migrations.postgres_schema {
-            let has_schema: bool =
-                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-                    .bind(schema)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db)?;
-            if !has_schema {
-                (&mut *tx)
-                    .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
-                        "CREATE SCHEMA {schema}"
-                    ))))
-                    .await
-                    .map_err(db)?;
-            }
-        }
-        // Qualified when the crate has a schema: another crate may have a
-        // `schema_migrations` of its own in the same database.
-        (&mut *tx)
-            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(&*format!(
-                "CREATE TABLE IF NOT EXISTS {table} (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL \
-                 DEFAULT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))"
-            ))))
-            .await
-            .map_err(db)?;
-        let current: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(&*format!(
-            "SELECT COALESCE(MAX(version), 0) FROM {table}"
-        )))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db)?;
-        refuse_newer(owner, current, migrations.postgres)?;
-        let Some(&(version, sql)) = migrations.postgres.iter().find(|(v, _)| *v > current) else {
-            tx.commit().await.map_err(db)?;
-            return Ok(());
-        };
-        let failed = |source| DbError::Migration {
-            owner,
-            version,
-            source,
-        };
-        (&mut *tx)
-            .execute(sqlx::raw_sql(sql))
-            .await
-            .map_err(failed)?;
-        // The time as an untyped literal (it is ours, RFC 3339): a `schema_migrations` made
-        // by an older binary may have `applied_at` as TIMESTAMPTZ rather than TEXT, and a
-        // literal fits either (a bound TEXT parameter would not).
-        sqlx::query(sqlx::AssertSqlSafe(&*format!(
-            "INSERT INTO {table} (version, applied_at) VALUES ($1, '{}')",
-            now()
-        )))
-        .bind(version)
-        .execute(&mut *tx)
-        .await
-        .map_err(failed)?;
-        tx.commit().await.map_err(failed)?;
-        tracing::debug!(owner, version, "applied migration (postgres)");
-    }
-}
-
-fn refuse_newer(owner: &'static str, found: i64, list: &[(i64, &str)]) -> Result<(), DbError> {
-    let known = list.last().map_or(0, |m| m.0);
-    if found > known {
-        return Err(DbError::Newer {
-            owner,
-            found,
-            known,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //! and their passages made here, from the same reading of the words as the index's
 //! (runs of letters and digits, compared without case).
 
+use std::borrow::Cow;
+use std::cmp::Reverse;
+
 use super::{MATCH_END, MATCH_START, Term};
 
 /// How many words a passage holds at most (as SQLite's `snippet(…, 24)` did).
@@ -23,9 +26,17 @@ pub fn passage(text: &str, terms: &[Term]) -> String {
     if spans.is_empty() {
         return text.chars().take(200).collect();
     }
-    let words: Vec<String> = spans
+    // Lowered only where needed: most words of most texts are lower-case ASCII already.
+    let words: Vec<Cow<'_, str>> = spans
         .iter()
-        .map(|&(a, b)| text[a..b].to_lowercase())
+        .map(|&(a, b)| {
+            let w = &text[a..b];
+            if w.bytes().any(|c| c.is_ascii_uppercase() || !c.is_ascii()) {
+                Cow::Owned(w.to_lowercase())
+            } else {
+                Cow::Borrowed(w)
+            }
+        })
         .collect();
     let matches = find(&words, terms);
     let (start, end) = window(words.len(), &matches);
@@ -36,9 +47,11 @@ pub fn passage(text: &str, terms: &[Term]) -> String {
     let mut at = spans[start].0;
     let mut marked_to = start;
     for &(first, last, _) in &matches {
-        if first < start || last >= end || first < marked_to {
+        if first < start || first >= end || first < marked_to {
             continue;
         }
+        // A phrase longer than the passage is marked as far as the passage goes.
+        let last = last.min(end - 1);
         out.push_str(&text[at..spans[first].0]);
         out.push(MATCH_START);
         out.push_str(&text[spans[first].0..spans[last].1]);
@@ -70,14 +83,15 @@ fn word_spans(text: &str) -> Vec<(usize, usize)> {
     spans
 }
 
-/// Every match: `(first word, last word, which term)`, in the text's order.
-fn find(words: &[String], terms: &[Term]) -> Vec<(usize, usize, usize)> {
+/// Every match: `(first word, last word, which term)`, in the text's order, the longest
+/// first of those that start at one word (a phrase before a word of it, which would hide it).
+fn find(words: &[Cow<'_, str>], terms: &[Term]) -> Vec<(usize, usize, usize)> {
     let mut found = Vec::new();
     for (t, term) in terms.iter().enumerate() {
         match term {
             Term::Phrase(phrase) if !phrase.is_empty() && phrase.len() <= words.len() => {
                 for i in 0..=words.len() - phrase.len() {
-                    if phrase.iter().zip(&words[i..]).all(|(p, w)| p == w) {
+                    if phrase.iter().zip(&words[i..]).all(|(p, w)| p.as_str() == w) {
                         found.push((i, i + phrase.len() - 1, t));
                     }
                 }
@@ -92,7 +106,7 @@ fn find(words: &[String], terms: &[Term]) -> Vec<(usize, usize, usize)> {
             ),
         }
     }
-    found.sort_unstable();
+    found.sort_unstable_by_key(|&(first, last, term)| (first, Reverse(last), term));
     found
 }
 
@@ -101,17 +115,22 @@ fn find(words: &[String], terms: &[Term]) -> Vec<(usize, usize, usize)> {
 fn window(len: usize, matches: &[(usize, usize, usize)]) -> (usize, usize) {
     let n = PASSAGE_WORDS.min(len);
     let mut best: Option<((usize, usize), usize, usize)> = None; // (score, from, to)
-    for &(anchor, _, _) in matches.iter().take(ANCHORS) {
-        let inside = matches
+    for (i, &(anchor, _, _)) in matches.iter().enumerate().take(ANCHORS) {
+        if i > 0 && matches[i - 1].0 == anchor {
+            continue; // the same window as the previous anchor's
+        }
+        // The matches that start at the anchor and end inside its window (ordered by start;
+        // one too long for the window does not end the search).
+        let inside = matches[i..]
             .iter()
-            .skip_while(|m| m.0 < anchor)
-            .take_while(|m| m.1 < anchor + n);
+            .take_while(|m| m.0 < anchor + n)
+            .filter(|m| m.1 < anchor + n);
         let mut terms = 0u64;
         let (mut count, mut last) = (0, anchor);
         for m in inside {
             terms |= 1u64 << (m.2 % 64);
             count += 1;
-            last = m.1;
+            last = last.max(m.1);
         }
         let score = (terms.count_ones() as usize, count);
         if best.is_none_or(|(s, _, _)| score > s) {
@@ -180,6 +199,27 @@ mod tests {
         // Centred: words on both sides of the matches.
         assert!(got.contains("word the [zebra]"), "{got}");
         assert!(got.contains("failed more"), "{got}");
+    }
+
+    #[test]
+    fn a_phrase_is_marked_whole_where_a_word_of_it_matches_too() {
+        assert_eq!(
+            shown(&passage(
+                "the zebra migration, a zebra",
+                &[p(&["zebra"]), p(&["zebra", "migration"])]
+            )),
+            "the [zebra migration], a [zebra]"
+        );
+    }
+
+    #[test]
+    fn a_phrase_longer_than_the_passage_is_marked_as_far_as_it_goes() {
+        let words: Vec<String> = (0..30).map(|i| format!("w{i}")).collect();
+        let text = format!("start {} end", words.join(" "));
+        let phrase: Vec<&str> = words.iter().map(String::as_str).collect();
+        let got = shown(&passage(&text, &[p(&phrase)]));
+        assert!(got.contains("[w0 w1 w2") && got.ends_with("]…"), "{got}");
+        assert_eq!(got.matches('[').count(), 1, "{got}");
     }
 
     #[test]

@@ -79,48 +79,42 @@ async fn run(pool: SqlitePool, wake: Arc<Notify>, alive: Weak<Indexer>) {
 /// cut to [`INDEXED_CHARS`] characters; a file's name; the passage marks (characters 1 and
 /// 2) made spaces. A document whose message or file is gone is dropped.
 pub(crate) async fn catch_up(pool: &SqlitePool) -> Result<u64> {
-    // The first statement writes, so the transaction holds the write lock from its start
-    // (a read upgraded to a write fails when another writer committed in between), and
-    // the batch's bound, read inside it, is the same for both statements.
+    // The batch: the oldest pending documents. The insert is the transaction's first
+    // statement, and it writes, so the transaction holds the write lock from its start (a
+    // read upgraded to a write fails when another writer committed in between) and the
+    // delete that follows sees the same batch.
+    const OLDEST: &str = "SELECT doc FROM search_pending ORDER BY doc LIMIT $1";
     let insert = format!(
         "INSERT INTO search (rowid, body, sess) \
          SELECT d.doc, replace(replace(CASE d.kind \
              WHEN 'm' THEN substr(m.content || COALESCE(char(10) || m.tool_calls, ''), 1, {INDEXED_CHARS}) \
              ELSE f.name END, char(1), ' '), char(2), ' '), \
            's' || replace(d.session_id, '-', '') \
-         FROM search_pending p JOIN search_docs d ON d.doc = p.doc \
+         FROM search_docs d \
          LEFT JOIN messages m ON d.kind = 'm' AND m.id = d.ref \
          LEFT JOIN files f ON d.kind = 'f' AND f.id = d.ref \
-         WHERE p.doc <= $1 AND (m.id IS NOT NULL OR f.id IS NOT NULL) \
+         WHERE d.doc IN ({OLDEST}) AND (m.id IS NOT NULL OR f.id IS NOT NULL) \
          ORDER BY d.doc"
     );
+    let delete = format!("DELETE FROM search_pending WHERE doc IN ({OLDEST})");
     let mut total = 0;
     loop {
         let mut tx = pool.begin().await?;
-        // The no-op write takes the lock before anything is read.
-        sqlx::query("DELETE FROM search_pending WHERE doc IS NULL")
-            .execute(&mut *tx)
-            .await?;
-        let bound: Option<i64> = sqlx::query_scalar(
-            "SELECT MAX(doc) FROM (SELECT doc FROM search_pending ORDER BY doc LIMIT $1)",
-        )
-        .bind(BATCH)
-        .fetch_one(&mut *tx)
-        .await?;
-        let Some(bound) = bound else {
-            tx.commit().await?;
-            return Ok(total);
-        };
         sqlx::query(sqlx::AssertSqlSafe(&*insert))
-            .bind(bound)
+            .bind(BATCH)
             .execute(&mut *tx)
             .await?;
-        total += sqlx::query("DELETE FROM search_pending WHERE doc <= $1")
-            .bind(bound)
+        let n = sqlx::query(sqlx::AssertSqlSafe(&*delete))
+            .bind(BATCH)
             .execute(&mut *tx)
             .await?
             .rows_affected();
         tx.commit().await?;
+        total += n;
+        // A short batch was the last one.
+        if n < BATCH as u64 {
+            return Ok(total);
+        }
     }
 }
 
