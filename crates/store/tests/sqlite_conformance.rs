@@ -157,6 +157,10 @@ mod search_at_scale {
     }
 
     pub(super) async fn session(store: &SqlStore) -> Uuid {
+        session_of(store, None).await
+    }
+
+    async fn session_of(store: &SqlStore, owner: Option<&str>) -> Uuid {
         let s = SessionRecord {
             id: Uuid::now_v7(),
             title: "scale".into(),
@@ -166,7 +170,7 @@ mod search_at_scale {
             updated_at: "2026-01-01T00:00:00Z".into(),
             last_seq: 0,
             archived_at: None,
-            owner: None,
+            owner: owner.map(str::to_string),
         };
         store.create_session(&s).await.unwrap();
         s.id
@@ -202,7 +206,7 @@ mod search_at_scale {
         let store = SqlStore::open_path(&dir.path().join("switchboard.db"))
             .await
             .unwrap();
-        let (a, b) = (session(&store).await, session(&store).await);
+        let (a, b) = (session_of(&store, Some("ann")).await, session(&store).await);
         let mut ids = Vec::new();
         let mut rare = std::collections::HashSet::new();
         for i in 0..12_000u32 {
@@ -270,6 +274,60 @@ mod search_at_scale {
                 .collect::<std::collections::HashSet<_>>(),
             in_b
         );
+        // The other filters hold in both shapes: a person sees only their sessions' hits,
+        // and dates and back-ends filter.
+        let ann = |text: &str, limit| SearchQuery {
+            visible_to: Some("ann".into()),
+            ..q(text, None, limit, 0)
+        };
+        let hits = store.search(&ann("common", 3)).await.unwrap();
+        let newest_a: Vec<Uuid> = ids
+            .iter()
+            .rev()
+            .filter(|(_, s)| *s == a)
+            .take(3)
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), newest_a);
+        let hits = store.search(&ann("rare common", 100)).await.unwrap();
+        let rare_a: std::collections::HashSet<Uuid> = ids
+            .iter()
+            .filter(|(id, s)| *s == a && rare.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(
+            hits.iter()
+                .map(|h| h.id)
+                .collect::<std::collections::HashSet<_>>(),
+            rare_a
+        );
+        let dated = |text: &str, from: Option<&str>, to: Option<&str>| SearchQuery {
+            from: from.map(str::to_string),
+            to: to.map(str::to_string),
+            ..q(text, None, 100, 0)
+        };
+        for text in ["common", "common rare"] {
+            let later = store
+                .search(&dated(text, Some("2026-01-02T00:00:00Z"), None))
+                .await
+                .unwrap();
+            assert!(later.is_empty(), "{text}: {later:?}");
+            let before = store
+                .search(&dated(text, None, Some("2026-01-02T00:00:00Z")))
+                .await
+                .unwrap();
+            assert_eq!(
+                before.len(),
+                if text == "common" { 100 } else { 48 },
+                "{text}"
+            );
+            let elsewhere = SearchQuery {
+                backend: Some("acp:nowhere".into()),
+                ..q(text, None, 100, 0)
+            };
+            assert!(store.search(&elsewhere).await.unwrap().is_empty(), "{text}");
+        }
+
         // More sessions than the index is asked about: the join still filters.
         let mut many: Vec<Uuid> = (0..70).map(|_| Uuid::now_v7()).collect();
         many.push(b);
