@@ -674,22 +674,35 @@ async fn a_channel_the_platform_cannot_reach_is_degraded() {
         "{metrics}"
     );
 
-    // The webhook reaches the server again: Telegram delivers, the channel hears.
-    w.llm.push(MockReply::text(&["Here."]));
-    let update = serde_json::json!({"update_id": 5000, "message": {"message_id": 9, "date": 0,
-        "from": {"id": ALICE, "is_bot": false, "first_name": "Alice"},
-        "chat": {"id": ALICE, "type": "private"}, "text": "is anyone there?"}});
-    let r = reqwest::Client::new()
-        .post(format!(
-            "{}/v1/gateway/channels/telegram/webhook",
-            server.url
-        ))
-        .header("x-telegram-bot-api-secret-token", "s3cret_Token-1")
-        .json(&update)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    // The console shows it, in headless Chromium (`tests/e2e/degraded.mjs`); the script
+    // asks for the update to arrive, then sees the channel connected again.
+    let mut script = common::browser::Script::start(
+        "degraded.mjs",
+        &[("SB_URL", &server.url), ("SB_TOKEN", TOKEN)],
+        Duration::from_secs(120),
+    );
+    while let Some(cmd) = script.next_command().await {
+        assert_eq!(cmd["cmd"], "deliver", "{cmd}");
+        // The webhook reaches the server again: Telegram delivers what it held (and holds
+        // nothing more), the channel hears.
+        w.llm.push(MockReply::text(&["Here."]));
+        let held = w.tg.take_webhook_updates();
+        assert_eq!(held.len(), 1, "{held:?}");
+        let r = reqwest::Client::new()
+            .post(format!(
+                "{}/v1/gateway/channels/telegram/webhook",
+                server.url
+            ))
+            .header("x-telegram-bot-api-secret-token", "s3cret_Token-1")
+            .json(&held[0])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        script.answer(serde_json::json!({"ok": true})).await;
+    }
+    script.finish(|| server.logs()).await;
+    common::browser::assert_shots(&["channel-degraded.png"]);
     let back = api.wait_state("connected").await;
     assert!(back["last_received_at"].is_string(), "{back}");
     assert_eq!(back["reason"], serde_json::Value::Null);

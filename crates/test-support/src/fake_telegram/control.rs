@@ -301,6 +301,16 @@ impl FakeTelegram {
         self.state.lock().answered.clone()
     }
 
+    /// Hands over what the fake holds for a webhook, as Telegram does once the webhook's
+    /// URL answers again: the updates leave its queue (`getWebhookInfo`'s
+    /// `pending_update_count` drops to 0) and its last delivery error is forgotten. The
+    /// test POSTs them to the server's webhook, as Telegram would.
+    pub fn take_webhook_updates(&self) -> Vec<Value> {
+        let mut inner = self.state.lock();
+        inner.webhook_error = None;
+        std::mem::take(&mut inner.updates)
+    }
+
     /// Updates queued and not confirmed by a `getUpdates` offset yet.
     pub fn pending_updates(&self) -> usize {
         self.state.lock().updates.len()
