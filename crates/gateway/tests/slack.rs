@@ -340,6 +340,36 @@ async fn dropped_socket_reconnects() {
     running.stop().await.unwrap();
 }
 
+/// A socket that stays open while nothing flows (a proxy or NAT that forgot it): pinged
+/// after `socket_idle`, unanswered after twice that, it is dropped and opened again, and
+/// what waited comes over the new one.
+#[tokio::test]
+async fn a_silent_socket_is_pinged_then_replaced() {
+    let fake = FakeSlack::start().await;
+    let mut cfg = config(&fake);
+    cfg.socket_idle = Duration::from_millis(300);
+    let ch = Arc::new(SlackChannel::new(cfg).unwrap());
+    let sink = Arc::new(Sink::default());
+    let state = Arc::new(MemState::default());
+    let running = start(&fake, &ch, &sink, &state).await;
+    fake.freeze_socket();
+    fake.dm("U1", "sent while the socket was silent");
+    until("the status shows the reconnect", || {
+        ch.status().starts_with("socket: reconnecting")
+    })
+    .await;
+    assert!(
+        ch.status().contains("not even to a ping"),
+        "{}",
+        ch.status()
+    );
+    until("taken over a new socket", || sink.len() == 1).await;
+    assert_eq!(fake.connections(), 2);
+    assert_eq!(sink.texts(), ["sent while the socket was silent"]);
+    until("connected", || ch.status() == "socket: connected").await;
+    running.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn buttons_press_and_edit() {
     let fake = FakeSlack::start().await;

@@ -116,8 +116,6 @@ pub const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 pub const SIGNATURE_HEADER: &str = "x-slack-signature";
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// After this long without a frame the socket is pinged; after twice this, it is dropped.
-const SOCKET_IDLE: Duration = Duration::from_secs(60);
 /// Taken event ids remembered in memory, and in the channel state.
 const SEEN_MEMORY: usize = 2000;
 const SEEN_PERSISTED: usize = 500;
@@ -159,6 +157,11 @@ pub struct SlackConfig {
     pub over_cap: OverCap,
     /// Least time between two edits of messages in one Slack channel (default 1 s).
     pub edit_interval: Duration,
+    /// Socket Mode's liveness: after this long without a frame the socket is pinged, and
+    /// after twice this without one it is dropped and opened again (default 60 s). A socket
+    /// can stay open while nothing flows (a proxy or NAT that forgot it): this is how the
+    /// channel finds out.
+    pub socket_idle: Duration,
 }
 
 impl SlackConfig {
@@ -184,6 +187,7 @@ impl Default for SlackConfig {
             max_retry_after: Duration::from_secs(60),
             over_cap: OverCap::Fail,
             edit_interval: Duration::from_secs(1),
+            socket_idle: Duration::from_secs(60),
         }
     }
 }
@@ -203,6 +207,7 @@ impl fmt::Debug for SlackConfig {
             .field("max_retry_after", &self.max_retry_after)
             .field("over_cap", &self.over_cap)
             .field("edit_interval", &self.edit_interval)
+            .field("socket_idle", &self.socket_idle)
             .finish()
     }
 }

@@ -130,7 +130,8 @@ impl SlackChannel {
         let mut last_frame = Instant::now();
         let mut pinged = false;
         loop {
-            let idle_at = last_frame + if pinged { SOCKET_IDLE * 2 } else { SOCKET_IDLE };
+            let idle = self.cfg.socket_idle;
+            let idle_at = last_frame + if pinged { idle * 2 } else { idle };
             let frame = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {
@@ -139,7 +140,10 @@ impl SlackChannel {
                 }
                 _ = tokio::time::sleep_until(idle_at) => {
                     if pinged {
-                        return SessionEnd::Lost("no answer from Slack for 2 minutes".into());
+                        return SessionEnd::Lost(format!(
+                            "no answer from Slack for {} s, not even to a ping",
+                            (idle * 2).as_secs()
+                        ));
                     }
                     pinged = true;
                     if ws.send(WsMessage::Ping(Vec::new().into())).await.is_err() {

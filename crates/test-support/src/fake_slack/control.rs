@@ -271,6 +271,16 @@ impl FakeSlack {
         }
     }
 
+    /// Freezes the connected socket: it stays open, and the fake neither sends on it nor
+    /// reads from it (a ping goes unanswered), as a connection a proxy or NAT forgot.
+    /// Events wait for the next connection.
+    pub fn freeze_socket(&self) {
+        let mut inner = self.state.lock();
+        if let Some((_, tx)) = inner.current.take() {
+            let _ = tx.send(Cmd::Freeze);
+        }
+    }
+
     /// The bot's messages in `channel`, in the order posted.
     pub fn bot_messages(&self, channel: &str) -> Vec<SlackMessage> {
         self.state

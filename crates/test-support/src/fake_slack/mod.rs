@@ -94,6 +94,7 @@ enum Cmd {
     Send(Value),
     Disconnect,
     Drop,
+    Freeze,
 }
 
 struct Shared {

@@ -94,6 +94,12 @@ async fn session(mut socket: WebSocket, state: Arc<Shared>) {
                     }
                 }
                 Some(Cmd::Drop) | None => break,
+                Some(Cmd::Freeze) => {
+                    // Open, and nothing flows either way: not even a ping is read (so none
+                    // is answered), until the client gives up and closes its end.
+                    let _ = shutdown.wait_for(|stop| *stop).await;
+                    break;
+                }
             },
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(t))) => {
