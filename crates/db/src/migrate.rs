@@ -63,6 +63,9 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         Some(schema) => format!("{schema}.schema_migrations"),
         None => "schema_migrations".to_owned(),
     };
+    // The version found first: whether this start upgrades a database that has data (the
+    // loop reads it again each time, after the lock, as another instance may have moved it).
+    let mut found: Option<i64> = None;
     loop {
         let mut tx = pool.begin().await.map_err(db)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -106,6 +109,7 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         .await
         .map_err(db)?;
         refuse_newer(owner, current, migrations.postgres)?;
+        let first = *found.get_or_insert(current);
         let Some(&(version, sql)) = migrations.postgres.iter().find(|(v, _)| *v > current) else {
             tx.commit().await.map_err(db)?;
             return Ok(());
@@ -115,7 +119,7 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
             version,
             source,
         };
-        let started = announce(owner, version, current);
+        let started = announce(owner, version, first);
         (&mut *tx)
             .execute(sqlx::raw_sql(sql))
             .await
@@ -132,7 +136,7 @@ pub async fn migrate_postgres(pool: &PgPool, migrations: &Migrations) -> Result<
         .await
         .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
-        applied(owner, version, current, started);
+        applied(owner, version, first, started);
     }
 }
 

@@ -141,8 +141,8 @@ impl SlackChannel {
                 _ = tokio::time::sleep_until(idle_at) => {
                     if pinged {
                         return SessionEnd::Lost(format!(
-                            "no answer from Slack for {} s, not even to a ping",
-                            (idle * 2).as_secs()
+                            "no answer from Slack for {:?}, not even to a ping",
+                            idle * 2
                         ));
                     }
                     pinged = true;

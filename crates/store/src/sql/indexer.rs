@@ -64,6 +64,16 @@ async fn run(pool: SqlitePool, wake: Arc<Notify>, alive: Weak<Indexer>) {
             return;
         }
         tokio::time::sleep(LINGER).await;
+        // A write during the linger left a wake-up behind it: the next round may find that a
+        // search (or this round) indexed everything already, and writes nothing then.
+        let work = match pending(&pool).await {
+            Ok(w) => w,
+            Err(_) if pool.is_closed() => return,
+            Err(_) => true,
+        };
+        if !work {
+            continue;
+        }
         if let Err(e) = catch_up(&pool).await {
             if pool.is_closed() {
                 return;

@@ -80,8 +80,12 @@ impl SqlStore {
         });
         let pool = match &self.db {
             switchboard_db::Db::Sqlite(pool) => {
-                // What is written but not indexed yet is indexed first.
-                self.index_pending().await?;
+                // What is written but not indexed yet is indexed first. If that fails (it
+                // writes: a full disk, say), the search still answers from what is indexed,
+                // and the documents stay pending for the indexer.
+                if let Err(e) = self.index_pending().await {
+                    tracing::warn!(error = %e, "search: indexing what is pending failed; searching what is indexed");
+                }
                 return search_sqlite(pool, q, sessions.as_deref()).await;
             }
             switchboard_db::Db::Postgres(pool) => pool,

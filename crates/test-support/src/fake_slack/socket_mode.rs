@@ -96,7 +96,8 @@ async fn session(mut socket: WebSocket, state: Arc<Shared>) {
                 Some(Cmd::Drop) | None => break,
                 Some(Cmd::Freeze) => {
                     // Open, and nothing flows either way: not even a ping is read (so none
-                    // is answered), until the client gives up and closes its end.
+                    // is answered). Unread, the client's close goes unseen too: the session
+                    // ends when the fake does.
                     let _ = shutdown.wait_for(|stop| *stop).await;
                     break;
                 }
