@@ -583,7 +583,12 @@ mod tests {
         for w in writers {
             w.await.unwrap();
         }
-        let limit = 64 * 1024 * 1024 + 64 * 1024 * 1024;
+        // Bounded well below what was written (without the truncation the file holds all
+        // of it, 256 MB and more): 64 MiB past the threshold, plus as much again for a
+        // starved machine, where a truncation that found the lock busy waits its 1 s retry
+        // while the writers go on (CI saw 149 MB with the other tests of this binary
+        // running beside it).
+        let limit = 3 * 64 * 1024 * 1024;
         assert!(
             largest < limit,
             "the WAL reached {largest} bytes under writes of 256 MB (limit {limit})"
