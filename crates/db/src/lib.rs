@@ -18,6 +18,7 @@
 //! - One pool type for every store, on either back-end ([`Db`]), and one way to write a query
 //!   once for both ([`with_pool!`]).
 //! - One time format for what the stores write as text: [`now`].
+//! - Hot reads of many small rows that skip sqlx's per-row copies: [`SqliteReader`].
 //!
 //! Written by hand rather than with `sqlx::migrate!`, to avoid the macro crate's build cost
 //! and to keep each crate's SQLite and PostgreSQL lists side by side as plain files.
@@ -33,7 +34,9 @@ use sqlx::sqlite::{
 };
 
 mod migrate;
+mod reader;
 pub use migrate::{migrate_postgres, migrate_sqlite};
+pub use reader::{ReadError, SqliteReader, rusqlite};
 
 /// A crate's migrations: `(version, sql)` in the order they apply, one list per back-end.
 #[derive(Debug, Clone, Copy)]

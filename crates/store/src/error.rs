@@ -38,3 +38,15 @@ impl From<sqlx::Error> for StoreError {
         StoreError::Database(e.to_string())
     }
 }
+
+impl From<switchboard_db::ReadError> for StoreError {
+    fn from(e: switchboard_db::ReadError) -> Self {
+        StoreError::Database(e.to_string())
+    }
+}
+
+impl From<switchboard_db::rusqlite::Error> for StoreError {
+    fn from(e: switchboard_db::rusqlite::Error) -> Self {
+        StoreError::Database(e.to_string())
+    }
+}

@@ -1,4 +1,5 @@
-//! Writing the event log: events, their fences and the runs they finish, in one transaction.
+//! Writing the event log: events, their fences and the runs they finish, in one transaction;
+//! and reading it back on SQLite without sqlx's per-row copies ([`read_events_sqlite`]).
 
 use std::collections::BTreeMap;
 
@@ -78,4 +79,75 @@ impl SqlStore {
         });
         Ok(())
     }
+}
+
+/// A page of a session's events on SQLite, read by the db kit's [`SqliteReader`] (replays of
+/// the log are the hottest read there is: see its docs). The same query, and the same rows,
+/// as the sqlx path PostgreSQL takes (`Store::read_events`); a run's id is parsed once for its
+/// consecutive events.
+///
+/// [`SqliteReader`]: switchboard_db::SqliteReader
+pub(super) async fn read_events_sqlite(
+    reader: &std::sync::Arc<switchboard_db::SqliteReader>,
+    session_id: Uuid,
+    after: u64,
+    limit: u32,
+) -> Result<Vec<crate::StoredEvent>> {
+    use switchboard_db::rusqlite::types::ValueRef;
+    let after = to_i64(after)?;
+    reader
+        .read(move |c| {
+            let sid = session_id.to_string();
+            let mut st = c.prepare_cached(
+                "SELECT seq, run_id, kind, payload, created_at FROM events \
+                 WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let mut rows = st.query((&sid, after, i64::from(limit)))?;
+            let mut out = Vec::with_capacity(limit.min(4096) as usize);
+            let mut run: Option<(Vec<u8>, Uuid)> = None;
+            let text = |v: ValueRef<'_>, col: &str| -> Result<String> {
+                match v {
+                    ValueRef::Text(t) => std::str::from_utf8(t)
+                        .map(str::to_owned)
+                        .map_err(|e| StoreError::Corrupt(format!("events.{col}: {e}"))),
+                    v => Err(StoreError::Corrupt(format!(
+                        "events.{col}: {:?} where text was expected",
+                        v.data_type()
+                    ))),
+                }
+            };
+            while let Some(r) = rows.next()? {
+                let seq: i64 = r.get(0)?;
+                let seq = u64::try_from(seq)
+                    .map_err(|_| StoreError::Corrupt(format!("seq: negative value {seq}")))?;
+                let run_id = match r.get_ref(1)? {
+                    ValueRef::Null => None,
+                    ValueRef::Text(t) => match &run {
+                        Some((raw, id)) if raw.as_slice() == t => Some(*id),
+                        _ => {
+                            let id = Uuid::try_parse_ascii(t)
+                                .map_err(|e| StoreError::Corrupt(format!("events.run_id: {e}")))?;
+                            run = Some((t.to_vec(), id));
+                            Some(id)
+                        }
+                    },
+                    v => {
+                        return Err(StoreError::Corrupt(format!(
+                            "events.run_id: {:?} where a UUID was expected",
+                            v.data_type()
+                        )));
+                    }
+                };
+                out.push(crate::StoredEvent {
+                    session_id,
+                    seq,
+                    run_id,
+                    kind: text(r.get_ref(2)?, "kind")?,
+                    payload: text(r.get_ref(3)?, "payload")?,
+                    created_at: text(r.get_ref(4)?, "created_at")?,
+                });
+            }
+            Ok(out)
+        })
+        .await
 }

@@ -62,6 +62,8 @@ pub struct SqlStore {
     db: Db,
     /// SQLite's full-text indexer ([`indexer`]); `None` on PostgreSQL.
     indexer: Option<std::sync::Arc<indexer::Indexer>>,
+    /// SQLite's reader for replays of the event log ([`log`]); `None` on PostgreSQL.
+    reader: Option<std::sync::Arc<switchboard_db::SqliteReader>>,
 }
 
 /// The kit's pool type, on whichever back-end (see [`with_db`]).

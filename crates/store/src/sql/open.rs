@@ -107,6 +107,7 @@ impl SqlStore {
         Ok(Self {
             db: Db::Sqlite(pool),
             indexer: Some(indexer),
+            reader: Some(switchboard_db::SqliteReader::new(&opts.path)),
         })
     }
 
@@ -134,6 +135,7 @@ impl SqlStore {
         Ok(Self {
             db: Db::Postgres(pool),
             indexer: None,
+            reader: None,
         })
     }
 
@@ -144,6 +146,9 @@ impl SqlStore {
             && let Err(e) = super::indexer::catch_up(pool).await
         {
             tracing::warn!(error = %e, "search index: catching up before closing failed");
+        }
+        if let Some(r) = &self.reader {
+            r.close();
         }
         self.db.close().await
     }

@@ -320,6 +320,9 @@ impl Store for SqlStore {
     }
 
     async fn read_events(&self, session_id: Uuid, after: u64, limit: u32) -> Result<Vec<NewEvent>> {
+        if let Some(reader) = &self.reader {
+            return super::log::read_events_sqlite(reader, session_id, after, limit).await;
+        }
         with_db!(self, |pool, d| {
             sqlx::query(
                 "SELECT seq, run_id, kind, payload, created_at FROM events \
