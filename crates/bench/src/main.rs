@@ -44,7 +44,7 @@
 //!     1,000,000) on SQLite, p50/p95 per kind of query; and the CPU the search index adds to
 //!     a streamed reply of case (g).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|q|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|idle|q|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -56,6 +56,7 @@ mod auth;
 mod checkpoints;
 mod common;
 mod failover;
+mod idle;
 mod sandbox;
 mod scale;
 mod search;
@@ -104,6 +105,40 @@ async fn main() -> Result<()> {
         .and_then(|i| args.get(i + 1))
         .cloned();
     let want = |k: &str| only.as_deref().is_none_or(|o| o == k);
+    if only.as_deref() == Some("idle") {
+        println!("| measurement | median of {runs} | all runs |\n|---|---|---|");
+        let mut figures = Vec::new();
+        for _ in 0..runs {
+            figures.push(idle::idle().await?);
+        }
+        let col = |f: &dyn Fn(&idle::IdleFigures) -> f64| figures.iter().map(f).collect::<Vec<_>>();
+        row(
+            "(i) RSS added by 10,000 idle sessions, each subscribed once (MiB)",
+            &col(&|f| f.rss_added_mib),
+            1,
+        );
+        row(
+            "(i) GET /v1/sessions, first page of 50 of 10,100, p50 (ms)",
+            &col(&|f| f.first_page_ms.0),
+            2,
+        );
+        row(
+            "(i) GET /v1/sessions, first page of 50 of 10,100, p95 (ms)",
+            &col(&|f| f.first_page_ms.1),
+            2,
+        );
+        row(
+            "(i) GET /v1/sessions, last page (offset 10,000), p50 (ms)",
+            &col(&|f| f.last_page_ms.0),
+            2,
+        );
+        row(
+            "(i) GET /v1/sessions, last page (offset 10,000), p95 (ms)",
+            &col(&|f| f.last_page_ms.1),
+            2,
+        );
+        return Ok(());
+    }
     if only.as_deref() == Some("soak") {
         let minutes: f64 = args
             .iter()

@@ -553,3 +553,29 @@ async fn a_stalled_store_pushes_back_on_the_sender() {
     assert!(n >= 4096, "the queue filled: {n}");
     sender.abort();
 }
+
+/// A session's live channel lives as long as its subscribers: the last one to leave drops
+/// it (an idle session holds no buffer), one leaving before the others does not, and a
+/// subscriber after that gets a new channel that delivers live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_s_channel_goes_with_its_last_subscriber() {
+    let (_dir, _store, log, id) = setup(64).await;
+    assert_eq!(log.live_sessions(), 0);
+    let a = log.subscribe(id, 0).await.unwrap();
+    let b = log.subscribe(id, 0).await.unwrap();
+    assert_eq!(log.live_sessions(), 1);
+    drop(a);
+    assert_eq!(log.live_sessions(), 1, "b still follows the session");
+    log.append(id, &delta(1)).await.unwrap();
+    assert_eq!(collect(b, 1).await, vec![1]);
+    assert_eq!(log.live_sessions(), 0, "the last subscriber left");
+    // A later subscriber, past what is stored: it can only see seq 2 live.
+    let c = log.subscribe(id, 1).await.unwrap();
+    assert_eq!(log.live_sessions(), 1);
+    let seen = tokio::spawn(collect(c, 2));
+    // Its replay finds nothing past seq 1 and it waits on the new channel.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    log.append(id, &delta(2)).await.unwrap();
+    assert_eq!(seen.await.unwrap(), vec![2]);
+    assert_eq!(log.live_sessions(), 0);
+}

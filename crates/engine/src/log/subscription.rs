@@ -8,6 +8,15 @@ impl Drop for Subscription {
         if let Some(p) = self.prefetch.take() {
             p.abort();
         }
+        // The last subscriber takes the session's channel with it. Under the map's lock no
+        // one subscribes meanwhile; `self.rx` is still counted (it drops after this).
+        let mut map = self.channels.lock();
+        if map
+            .get(&self.session_id)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            map.remove(&self.session_id);
+        }
     }
 }
 
