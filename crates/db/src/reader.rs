@@ -27,6 +27,11 @@ pub use rusqlite;
 /// closed after.
 const MAX_IDLE: usize = 4;
 
+/// Reads at once, each on a connection and a blocking thread of its own (the store's pool
+/// has 8 connections too): a burst of reconnecting subscribers waits its turn instead of
+/// opening a file per read until the process runs out of descriptors.
+const MAX_OPEN: usize = 8;
+
 /// What a [`SqliteReader`]'s read fails with.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -44,6 +49,8 @@ pub struct SqliteReader {
     path: PathBuf,
     idle: Mutex<Vec<rusqlite::Connection>>,
     closed: AtomicBool,
+    /// One per read under way ([`MAX_OPEN`]); closed with the reader.
+    open: Arc<tokio::sync::Semaphore>,
 }
 
 impl SqliteReader {
@@ -53,11 +60,13 @@ impl SqliteReader {
             path: path.to_path_buf(),
             idle: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            open: Arc::new(tokio::sync::Semaphore::new(MAX_OPEN)),
         })
     }
 
-    /// Runs `read` on a read-only connection, on a blocking thread. A connection whose read
-    /// failed is closed rather than reused.
+    /// Runs `read` on a read-only connection, on a blocking thread, once one of the
+    /// [`MAX_OPEN`] places is free. A connection whose read failed is closed rather than
+    /// reused.
     pub async fn read<T, E, F>(self: &Arc<Self>, read: F) -> Result<T, E>
     where
         T: Send + 'static,
@@ -65,7 +74,12 @@ impl SqliteReader {
         F: FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
     {
         let me = Arc::clone(self);
+        let permit = Arc::clone(&self.open)
+            .acquire_owned()
+            .await
+            .map_err(|_| ReadError::Closed)?;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let conn = me.take()?;
             let out = read(&conn);
             if out.is_ok() {
@@ -83,6 +97,7 @@ impl SqliteReader {
     /// pool's.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        self.open.close();
         self.lock().clear();
     }
 
@@ -121,6 +136,7 @@ impl SqliteReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
 
     async fn pool(dir: &Path) -> sqlx::SqlitePool {
         let migrations = crate::Migrations {
@@ -182,6 +198,29 @@ mod tests {
             .await;
         assert!(write.is_err(), "a reader wrote: {write:?}");
         assert_eq!(reader.read(all).await.unwrap().len(), 3);
+        // A burst of 40 reads: at most MAX_OPEN at once, all answered, MAX_IDLE kept.
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let mut burst = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let (reader, now, most) = (reader.clone(), now.clone(), most.clone());
+            burst.spawn(async move {
+                reader
+                    .read(move |c| {
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        all(c)
+                    })
+                    .await
+            });
+        }
+        while let Some(r) = burst.join_next().await {
+            assert_eq!(r.unwrap().unwrap().len(), 3);
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!((2..=MAX_OPEN).contains(&most), "{most} reads at once");
+        assert!(reader.lock().len() <= MAX_IDLE);
         reader.close();
         assert!(reader.lock().is_empty());
         assert!(matches!(reader.read(all).await, Err(ReadError::Closed)));

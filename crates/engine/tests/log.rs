@@ -579,3 +579,51 @@ async fn a_session_s_channel_goes_with_its_last_subscriber() {
     assert_eq!(seen.await.unwrap(), vec![2]);
     assert_eq!(log.live_sessions(), 0);
 }
+
+/// A subscribe that fails reading the log's bounds, or is abandoned while it waits for them
+/// (a client gone mid-request), leaves no channel behind; two subscriptions dropped at once
+/// from two threads leave none either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_abandoned_or_racing_subscription_leaves_no_channel() {
+    use switchboard_test_support::faulty_store::{Action, Fault};
+    let (_dir, _store, faulty, log, id) = faulty_setup().await;
+    faulty.set("event_bounds", Fault::always(Action::Fail));
+    assert!(log.subscribe(id, 0).await.is_err());
+    assert_eq!(
+        log.live_sessions(),
+        0,
+        "a failed subscribe kept its channel"
+    );
+    faulty.set("event_bounds", Fault::always(Action::Hang));
+    let abandoned = tokio::time::timeout(Duration::from_millis(100), log.subscribe(id, 0)).await;
+    assert!(abandoned.is_err(), "the bounds read was to hang");
+    assert_eq!(
+        log.live_sessions(),
+        0,
+        "an abandoned subscribe kept its channel"
+    );
+    faulty.heal();
+    for round in 0..200 {
+        let a = log.subscribe(id, 0).await.unwrap();
+        let b = log.subscribe(id, 0).await.unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let drops: Vec<_> = [a, b]
+            .into_iter()
+            .map(|s| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    drop(s);
+                })
+            })
+            .collect();
+        for d in drops {
+            d.join().unwrap();
+        }
+        assert_eq!(
+            log.live_sessions(),
+            0,
+            "round {round}: a channel outlived both"
+        );
+    }
+}

@@ -477,8 +477,20 @@ impl EventLog {
         after: u64,
     ) -> Result<Subscription, EngineError> {
         // Subscribe to live events *before* reading the store, so nothing committed after
-        // this point can be missed; duplicates are dropped by seq.
-        let rx = self.receiver(session_id);
+        // this point can be missed; duplicates are dropped by seq. The subscription exists
+        // from here on, so that a failed or abandoned read of the bounds still drops the
+        // session's channel with it.
+        let mut sub = Subscription {
+            store: self.store.clone(),
+            session_id,
+            channels: self.channels.clone(),
+            rx: Some(self.receiver(session_id)),
+            last: after,
+            replaying: true,
+            pending_gap: None,
+            poll: self.bus.get().map(|_| BUS_POLL),
+            prefetch: None,
+        };
         let bounds = self.store.event_bounds(session_id).await?;
         let oldest_available = bounds.oldest.unwrap_or(bounds.last_seq + 1);
         let gap = (after + 1 < oldest_available).then_some(GapDetected {
@@ -487,22 +499,11 @@ impl EventLog {
             newest_available_id: bounds.newest.unwrap_or(bounds.last_seq),
         });
         // Skipping what was pruned: the client was told with the gap frame.
-        let last = if gap.is_some() {
-            oldest_available - 1
-        } else {
-            after
-        };
-        Ok(Subscription {
-            store: self.store.clone(),
-            session_id,
-            channels: self.channels.clone(),
-            rx,
-            last,
-            replaying: true,
-            pending_gap: gap,
-            poll: self.bus.get().map(|_| BUS_POLL),
-            prefetch: None,
-        })
+        if gap.is_some() {
+            sub.last = oldest_available - 1;
+        }
+        sub.pending_gap = gap;
+        Ok(sub)
     }
 }
 
@@ -559,7 +560,8 @@ pub struct Subscription {
     session_id: Uuid,
     /// The log's channels, for dropping the session's with its last subscriber.
     channels: Channels,
-    rx: broadcast::Receiver<Arc<SharedBatch>>,
+    /// The session's live batches; `None` only while the subscription is dropped.
+    rx: Option<broadcast::Receiver<Arc<SharedBatch>>>,
     /// Highest seq yielded so far.
     last: u64,
     /// Reading from the store (at start and after falling behind).

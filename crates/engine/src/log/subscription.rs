@@ -8,14 +8,18 @@ impl Drop for Subscription {
         if let Some(p) = self.prefetch.take() {
             p.abort();
         }
-        // The last subscriber takes the session's channel with it. Under the map's lock no
-        // one subscribes meanwhile; `self.rx` is still counted (it drops after this).
+        // The last subscriber takes the session's channel with it. The receiver is dropped
+        // under the map's lock, so of two subscriptions dropped at once the second sees the
+        // first's gone and no one subscribes meanwhile; and only the channel this one
+        // received from is removed (a session deleted and followed again has a new one).
         let mut map = self.channels.lock();
-        if map
-            .get(&self.session_id)
-            .is_some_and(|tx| tx.receiver_count() <= 1)
-        {
-            map.remove(&self.session_id);
+        let Some(rx) = self.rx.take() else { return };
+        if let Some(tx) = map.get(&self.session_id) {
+            let ours = tx.subscribe().same_channel(&rx);
+            drop(rx);
+            if ours && tx.receiver_count() == 0 {
+                map.remove(&self.session_id);
+            }
         }
     }
 }
@@ -59,9 +63,13 @@ impl Subscription {
                 }
                 self.replaying = false;
             }
+            // `None` only while dropping.
+            let Some(rx) = self.rx.as_mut() else {
+                return Ok(None);
+            };
             let received = match self.poll {
-                None => self.rx.recv().await,
-                Some(p) => match tokio::time::timeout(p, self.rx.recv()).await {
+                None => rx.recv().await,
+                Some(p) => match tokio::time::timeout(p, rx.recv()).await {
                     Ok(r) => r,
                     Err(_) => {
                         // Quiet: maybe another instance wrote and the bus lost it.
@@ -82,7 +90,8 @@ impl Subscription {
             let mut taken = 0;
             self.take(&mut batch, &mut taken, first);
             while taken < LIVE_BATCH && !self.replaying {
-                match self.rx.try_recv() {
+                let Some(rx) = self.rx.as_mut() else { break };
+                match rx.try_recv() {
                     Ok(b) => self.take(&mut batch, &mut taken, b),
                     Err(broadcast::error::TryRecvError::Lagged(_)) => {
                         self.replaying = true;
