@@ -157,6 +157,20 @@ pub(super) fn prom_sample(text: &str, name: &str) -> Option<f64> {
         .ok()
 }
 
+/// A new session through `POST /v1/sessions` of the server at `url`: its id.
+pub(super) async fn create_session(http: &reqwest::Client, url: &str) -> Result<String> {
+    let s: serde_json::Value = http
+        .post(format!("{url}/v1/sessions"))
+        .bearer_auth(super::TOKEN)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(s["id"].as_str().context("session id")?.to_string())
+}
+
 pub(super) fn http() -> Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
         .pool_max_idle_per_host(2000)

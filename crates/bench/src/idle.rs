@@ -49,16 +49,7 @@ pub async fn idle() -> Result<IdleFigures> {
         move || {
             let (http, url) = (http.clone(), url.clone());
             async move {
-                let s: serde_json::Value = http
-                    .post(format!("{url}/v1/sessions"))
-                    .bearer_auth(TOKEN)
-                    .json(&serde_json::json!({}))
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .json()
-                    .await?;
-                let id = s["id"].as_str().context("id")?.to_string();
+                let id = crate::common::create_session(&http, &url).await?;
                 // Subscribed once, then left.
                 let mut resp = http
                     .get(format!("{url}/v1/sessions/{id}/events?after=0"))

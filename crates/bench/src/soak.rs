@@ -227,16 +227,7 @@ pub(super) async fn soak(
     let mut states = Vec::new();
     let mut ended_rx = Vec::new();
     for _ in 0..sessions {
-        let s: serde_json::Value = http
-            .post(format!("{url}/v1/sessions"))
-            .bearer_auth(TOKEN)
-            .json(&serde_json::json!({}))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        let id = s["id"].as_str().context("id")?.to_string();
+        let id = crate::common::create_session(&http, &url).await?;
         let (tx, rx) = watch::channel(0u64);
         let mut tx = Some(tx);
         let mut session_states = Vec::new();

@@ -178,16 +178,7 @@ async fn one_run(
         delay_ms: 0,
     });
     let url = &s.proc.url;
-    let session: serde_json::Value = http
-        .post(format!("{url}/v1/sessions"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = session["id"].as_str().context("session id")?.to_string();
+    let id = crate::common::create_session(http, url).await?;
     // Every subscriber connected (the server subscribed it) before the POST.
     let mut streams = Vec::with_capacity(m);
     for _ in 0..m {
