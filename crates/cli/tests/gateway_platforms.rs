@@ -327,7 +327,11 @@ async fn slack_slash_commands_over_socket_mode_reach_the_dispatcher() {
         })
         .await;
     assert!(m.buttons.is_empty());
-    assert!(f.acked().contains(&env), "the envelope is acknowledged");
+    // The ack follows the sink's acceptance, so the answer can reach Slack before it.
+    f.wait_until(WAIT, "the envelope is acknowledged", |f| {
+        f.acked().contains(&env)
+    })
+    .await;
 
     // A run, then /stop ends it.
     w.llm.push(MockReply::text_slow(
