@@ -21,8 +21,9 @@
 //!     the first event and the first `TextDelta`, loss and duplicate checks; and resume of
 //!     1,000 and 100,000 events from a log written before the server started.
 //!
-//! (h) checkpoints (`--only h`): one workspace checkpoint of a 10,000-file workspace,
-//!     unchanged and with 100 files changed (needs `git`).
+//! (h) checkpoints (`--only h`): one workspace checkpoint of a 10,000- and a 100,000-file
+//!     workspace, unchanged and with 100 files changed, watched and with every file looked
+//!     at (needs `git`).
 //!
 //! (s) soak (`--only soak [--minutes 10] [--history-chars N]`): one `switchboard serve` under 100 sessions
 //!     streaming back to back, 1,000 SSE readers and 50 chat messages/s through a fake
@@ -393,17 +394,43 @@ async fn main() -> Result<()> {
         }
     }
     if want("h") {
-        let (unchanged, changed) = checkpoints::checkpoints(runs.max(5)).await?;
-        row(
-            "(h) checkpoint of an unchanged 10,000-file workspace (ms)",
-            &unchanged,
-            1,
-        );
-        row(
-            "(h) checkpoint of that workspace with 100 files changed (ms)",
-            &changed,
-            1,
-        );
+        for (files, name) in [(10_000, "10,000"), (100_000, "100,000")] {
+            for watch in [true, false] {
+                let how = if watch {
+                    "watched"
+                } else {
+                    "every file looked at"
+                };
+                let f = checkpoints::checkpoints(runs.max(5), files, watch).await?;
+                println!(
+                    "(h) {name} files, {how}: the first checkpoint took {:.0} ms",
+                    f.first
+                );
+                row(
+                    &format!("(h) checkpoint of an unchanged {name}-file workspace, {how} (ms)"),
+                    &f.unchanged,
+                    1,
+                );
+                row(
+                    &format!("(h) checkpoint of that workspace with 100 files changed, {how} (ms)"),
+                    &f.changed,
+                    1,
+                );
+                let total: Vec<f64> = f
+                    .unchanged
+                    .iter()
+                    .zip(&f.changed)
+                    .map(|(a, b)| a + b)
+                    .collect();
+                row(
+                    &format!(
+                        "(h) both checkpoints of a run changing 100 files, {name} files, {how} (ms)"
+                    ),
+                    &total,
+                    1,
+                );
+            }
+        }
     }
     if only.as_deref() == Some("f") {
         let url = std::env::var("SWITCHBOARD_BENCH_STORE_URL").context(

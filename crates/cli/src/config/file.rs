@@ -137,10 +137,12 @@ pub struct CheckpointsSection {
     pub dir: Option<PathBuf>,
     /// gitignore-style patterns left out (the workspace's own `.gitignore` files apply too).
     pub exclude: Option<Vec<String>>,
-    /// A workspace with more files gets no checkpoint (default 50,000).
+    /// A workspace with more files gets no checkpoint (default 500,000).
     pub max_files: Option<usize>,
     /// Files larger than this are left out and named (default 10).
     pub max_file_mb: Option<u64>,
+    /// Watch workspaces so a checkpoint hashes only what changed (default true).
+    pub watch: Option<bool>,
 }
 
 /// `[speech]`: where chat voice notes are transcribed (an OpenAI-compatible

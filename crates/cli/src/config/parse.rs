@@ -125,7 +125,8 @@ pub(super) fn file_limits(section: &FilesSection) -> Result<switchboard_engine::
 }
 
 /// `[checkpoints]` (and `SWITCHBOARD_CHECKPOINTS`, `SWITCHBOARD_CHECKPOINTS_DIR`,
-/// `SWITCHBOARD_CHECKPOINT_MAX_FILES`, `SWITCHBOARD_CHECKPOINT_MAX_FILE_MB`).
+/// `SWITCHBOARD_CHECKPOINT_MAX_FILES`, `SWITCHBOARD_CHECKPOINT_MAX_FILE_MB`,
+/// `SWITCHBOARD_CHECKPOINT_WATCH`).
 pub(super) fn checkpoints(
     section: &CheckpointsSection,
     data_dir: &Path,
@@ -139,6 +140,9 @@ pub(super) fn checkpoints(
             .or(section.dir.clone())
             .unwrap_or_else(|| data_dir.join("checkpoints")),
         exclude: section.exclude.clone().unwrap_or_default(),
+        watch: env_parse("SWITCHBOARD_CHECKPOINT_WATCH")?
+            .or(section.watch)
+            .unwrap_or(true),
         ..Default::default()
     };
     if let Some(n) = env_parse::<usize>("SWITCHBOARD_CHECKPOINT_MAX_FILES")?.or(section.max_files) {

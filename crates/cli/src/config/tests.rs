@@ -390,6 +390,7 @@ mod prop_tests {
                 ("exclude", "strs"),
                 ("max_files", "u64"),
                 ("max_file_mb", "u64"),
+                ("watch", "bool"),
             ],
         ),
         (

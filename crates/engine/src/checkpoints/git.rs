@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt as _;
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// git's empty tree: the "before" of a first checkpoint.
-const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+pub(super) const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// A git command that failed.
 #[derive(Debug, thiserror::Error)]
@@ -82,16 +82,23 @@ impl Git {
             cmd.stdin(Stdio::piped());
         }
         let mut child = cmd.spawn().map_err(|e| GitError::Spawn(e.to_string()))?;
-        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
-            stdin
-                .write_all(input)
-                .await
-                .map_err(|e| GitError::Io(format!("writing to git {name}: {e}")))?;
-        }
-        let out = tokio::time::timeout(TIMEOUT, child.wait_with_output())
+        let stdin = child.stdin.take();
+        // Fed while the output is read: a command that answers line by line (`hash-object
+        // --stdin-paths`) would otherwise fill its output pipe and wait for us forever.
+        let feed = async {
+            if let (Some(input), Some(mut stdin)) = (input, stdin) {
+                stdin
+                    .write_all(input)
+                    .await
+                    .map_err(|e| GitError::Io(format!("writing to git {name}: {e}")))?;
+            }
+            Ok::<(), GitError>(())
+        };
+        let run = async { tokio::join!(feed, child.wait_with_output()) };
+        let (fed, out) = tokio::time::timeout(TIMEOUT, run)
             .await
-            .map_err(|_| GitError::Timeout(name.clone()))?
-            .map_err(|e| GitError::Spawn(e.to_string()))?;
+            .map_err(|_| GitError::Timeout(name.clone()))?;
+        let out = out.map_err(|e| GitError::Spawn(e.to_string()))?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             return Err(GitError::Failed {
@@ -99,6 +106,9 @@ impl Git {
                 stderr: stderr.trim().chars().take(2000).collect(),
             });
         }
+        // A command that failed says why above; one that succeeded without reading all of
+        // its input did not do what was asked.
+        fed?;
         Ok(out.stdout)
     }
 
@@ -214,6 +224,69 @@ impl Git {
         self.with_index_retry(&["add", "--all", "--", "."])
             .await
             .map(drop)
+    }
+
+    /// Drops from the index every recorded file the ignore rules now leave out (a file
+    /// recorded before a `.gitignore` named it): what is recorded is exactly what is not
+    /// ignored, as the watched checkpoints assume.
+    pub(super) async fn untrack_ignored(&self) -> Result<(), GitError> {
+        let out = self
+            .run(&[
+                "ls-files",
+                "-z",
+                "--cached",
+                "--ignored",
+                "--exclude-standard",
+            ])
+            .await?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.run_with(
+            &["update-index", "-z", "--force-remove", "--stdin"],
+            Some(&out),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Writes the files `paths` (relative to the work tree) as blobs, converted as `git
+    /// add` converts them (`.gitattributes`): their ids, in order.
+    pub(super) async fn hash_objects(&self, paths: &[&[u8]]) -> Result<Vec<String>, GitError> {
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut input = Vec::new();
+        for p in paths {
+            quote_path(&mut input, p);
+            input.push(b'\n');
+        }
+        let out = self
+            .run_with(&["hash-object", "-w", "--stdin-paths"], Some(&input))
+            .await?;
+        let ids: Vec<String> = String::from_utf8_lossy(&out)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        if ids.len() != paths.len() {
+            return Err(GitError::Io(format!(
+                "git hash-object answered {} ids for {} files",
+                ids.len(),
+                paths.len()
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// Runs `git fast-import` on `stream` and returns what it printed.
+    pub(super) async fn fast_import(&self, stream: &[u8]) -> Result<String, GitError> {
+        let out = self
+            .run_with(
+                &["fast-import", "--quiet", "--done", "--force"],
+                Some(stream),
+            )
+            .await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     pub(super) async fn write_tree(&self) -> Result<String, GitError> {
@@ -368,6 +441,26 @@ impl Git {
             .await
             .map(drop)
     }
+}
+
+/// A path as git's line-based input reads it (`fast-import`, `hash-object --stdin-paths`):
+/// C-quoted when it holds a quote or a backslash, as is otherwise (a line feed never gets
+/// here: such a path is left to `git add`).
+pub(super) fn quote_path(out: &mut Vec<u8>, bytes: &[u8]) {
+    if !bytes.iter().any(|b| matches!(b, b'"' | b'\\')) {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    out.push(b'"');
+    for &b in bytes {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b if b < 0x20 || b == 0x7f => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+            b => out.push(b),
+        }
+    }
+    out.push(b'"');
 }
 
 /// NUL-separated fields (the last may end with a NUL too).

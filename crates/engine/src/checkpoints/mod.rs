@@ -33,11 +33,14 @@
 //! - **Serialized per workspace** within the process (a lock per shadow repository).
 
 mod git;
+mod incremental;
+mod rules;
+mod watch;
 
 use parking_lot::Mutex as SyncMutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -47,6 +50,12 @@ use uuid::Uuid;
 
 use git::Git;
 pub use git::GitError;
+use rules::Rules;
+use watch::Watch;
+
+/// At most this many workspaces are watched at once (the least recently checkpointed one
+/// is dropped: its next checkpoint looks at every file again).
+const MAX_WATCHED: usize = 64;
 
 /// `[checkpoints]`.
 #[derive(Debug, Clone)]
@@ -63,6 +72,9 @@ pub struct CheckpointConfig {
     pub max_file_bytes: u64,
     /// The `git` binary.
     pub git: PathBuf,
+    /// Watch each workspace for changes, so a checkpoint hashes only what changed (off:
+    /// every checkpoint looks at every file).
+    pub watch: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -71,9 +83,10 @@ impl Default for CheckpointConfig {
             enabled: false,
             dir: std::env::temp_dir().join("switchboard-checkpoints"),
             exclude: Vec::new(),
-            max_files: 50_000,
+            max_files: 500_000,
             max_file_bytes: 10 * 1024 * 1024,
             git: PathBuf::from("git"),
+            watch: true,
         }
     }
 }
@@ -134,11 +147,29 @@ struct Meta {
 /// Always left out: Switchboard's own files in the workspace (the inbox of attachments).
 const BUILTIN_EXCLUDES: &[&str] = &["/.switchboard/"];
 
+/// What this process knows of one workspace between its checkpoints (under its lock).
+#[derive(Default)]
+struct Workspace {
+    /// The last state recorded, by any session: a commit and its tree.
+    base: Option<(String, String)>,
+    /// The files that state leaves out for their size.
+    large: BTreeSet<String>,
+    /// Each session's latest checkpoint here, and its tree.
+    latest: HashMap<Uuid, (String, String)>,
+}
+
 /// The checkpoints of every workspace this process works in.
 pub struct Checkpoints {
     config: CheckpointConfig,
-    /// One lock per shadow repository.
-    locks: SyncMutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// One lock per shadow repository, over what is known of its workspace.
+    locks: SyncMutex<HashMap<PathBuf, Arc<Mutex<Workspace>>>>,
+    /// The file watcher, started with the first checkpoint (`None` inside: no watching).
+    watch: OnceLock<Option<Arc<Watch>>>,
+    /// The workspaces watched, the most recently checkpointed last.
+    watched: SyncMutex<VecDeque<PathBuf>>,
+    /// Checkpoints that looked at every file (tests check which way a checkpoint went).
+    #[cfg(test)]
+    full_looks: std::sync::atomic::AtomicUsize,
     /// Shadow repositories already opened (stale locks removed) by this process.
     opened: SyncMutex<HashSet<PathBuf>>,
     /// Switchboard's own state (these shadow repositories among it): never recorded, never
@@ -176,6 +207,10 @@ impl Checkpoints {
         Self {
             config,
             locks: SyncMutex::new(HashMap::new()),
+            watch: OnceLock::new(),
+            watched: SyncMutex::new(VecDeque::new()),
+            #[cfg(test)]
+            full_looks: std::sync::atomic::AtomicUsize::new(0),
             opened: SyncMutex::new(HashSet::new()),
             protected: crate::ProtectedPaths::default(),
         }
@@ -195,7 +230,10 @@ impl Checkpoints {
     }
 
     /// The workspace's shadow repository (created on first use) and its lock.
-    async fn open(&self, workspace: &Path) -> Result<(Git, Arc<Mutex<()>>), CheckpointError> {
+    async fn open(
+        &self,
+        workspace: &Path,
+    ) -> Result<(Git, Arc<Mutex<Workspace>>), CheckpointError> {
         if !self.config.enabled {
             return Err(CheckpointError::Disabled);
         }
@@ -238,32 +276,47 @@ impl Checkpoints {
         run_id: Option<Uuid>,
     ) -> Result<Taken, CheckpointError> {
         let (git, lock) = self.open(workspace).await?;
-        let _guard = lock.lock().await;
-        self.take_locked(&git, session, kind, run_id).await
+        let mut ws = lock.lock().await;
+        self.take_locked(&git, &mut ws, session, kind, run_id, false)
+            .await
     }
 
     async fn take_locked(
         &self,
         git: &Git,
+        ws: &mut Workspace,
         session: Uuid,
         kind: CheckpointKind,
         run_id: Option<Uuid>,
+        look_at_all: bool,
     ) -> Result<Taken, CheckpointError> {
-        let skipped = self.stage(git).await?;
-        let tree = git.write_tree().await?;
-        let latest = git.latest(&ref_prefix(session)).await?;
-        if let Some(latest) = &latest
-            && git.tree_of(latest).await? == tree
+        let tree = self.stage(git, ws, look_at_all).await?;
+        let skipped: Vec<String> = ws.large.iter().cloned().collect();
+        let latest = match ws.latest.get(&session) {
+            Some(known) => Some(known.clone()),
+            None => match git.latest(&ref_prefix(session)).await? {
+                Some(id) => {
+                    let tree = git.tree_of(&id).await?;
+                    Some((id, tree))
+                }
+                None => None,
+            },
+        };
+        if let Some((id, latest_tree)) = &latest
+            && *latest_tree == tree
         {
+            ws.latest.insert(session, (id.clone(), tree.clone()));
+            ws.base = Some((id.clone(), tree));
             return Ok(Taken {
-                id: latest.clone(),
+                id: id.clone(),
                 created: false,
                 files: 0,
                 insertions: 0,
                 deletions: 0,
             });
         }
-        let (files, insertions, deletions) = match &latest {
+        let parent = latest.map(|(id, _)| id);
+        let (files, insertions, deletions) = match &parent {
             Some(parent) => totals(&git.numstat(parent, &tree).await?),
             None => (0, 0, 0),
         };
@@ -280,12 +333,14 @@ impl Checkpoints {
         };
         let message =
             serde_json::to_string(&meta).map_err(|e| CheckpointError::Metadata(e.to_string()))?;
-        let id = git.commit_tree(&tree, latest.as_deref(), &message).await?;
+        let id = git.commit_tree(&tree, parent.as_deref(), &message).await?;
         git.update_ref(
             &format!("{}{}", ref_prefix(session), Uuid::now_v7().simple()),
             &id,
         )
         .await?;
+        ws.latest.insert(session, (id.clone(), tree.clone()));
+        ws.base = Some((id.clone(), tree));
         Ok(Taken {
             id,
             created: true,
@@ -295,33 +350,159 @@ impl Checkpoints {
         })
     }
 
-    /// Brings the shadow index to the workspace's state: the excludes written, oversized
-    /// files left out (returned), everything else added.
-    async fn stage(&self, git: &Git) -> Result<Vec<String>, CheckpointError> {
+    /// The watcher, started the first time (`None` when turned off or it could not start).
+    fn watcher(&self) -> Option<Arc<Watch>> {
+        self.watch
+            .get_or_init(|| {
+                self.config
+                    .watch
+                    .then(|| Arc::new(Watch::start(&self.config.dir.join(".watch-cookies"))))
+            })
+            .as_ref()
+            .filter(|w| w.available())
+            .cloned()
+    }
+
+    /// The tree of the workspace's current state: from what changed since the last
+    /// checkpoint when the watcher can tell (and `look_at_all` is not asked), else from a
+    /// look at every file, which also brings the shadow index up to date.
+    async fn stage(
+        &self,
+        git: &Git,
+        ws: &mut Workspace,
+        look_at_all: bool,
+    ) -> Result<String, CheckpointError> {
+        let root = git.work_tree().to_path_buf();
+        let (excludes, own) = self.excludes(&root);
+        if let (Some(watch), Some((base, base_tree)), false) =
+            (self.watcher(), ws.base.clone(), look_at_all)
+            && watch.sync().await
+            && let Some(changes) = watch.take(&root)
+            && !changes.everything
+        {
+            self.touch(&watch, &root);
+            if changes.paths.is_empty() {
+                return Ok(base_tree);
+            }
+            let (max_bytes, w, r) = (self.config.max_file_bytes, watch.clone(), root.clone());
+            let mut large = ws.large.clone();
+            let patterns = excludes.clone();
+            let planned = tokio::task::spawn_blocking(move || {
+                let mut rules = Rules::new(&r, &patterns)?;
+                let ops =
+                    incremental::plan(&mut rules, changes, &mut large, max_bytes, &mut |dirs| {
+                        w.add(&r, dirs);
+                    })?;
+                Ok::<_, CheckpointError>((ops, large))
+            })
+            .await
+            .map_err(|e| CheckpointError::Metadata(format!("planning the checkpoint: {e}")))?;
+            match planned {
+                Ok((Some(ops), large)) => {
+                    let applied = if ops.is_empty() {
+                        Ok(base_tree)
+                    } else {
+                        incremental::apply(git, &base, &ops).await
+                    };
+                    match applied {
+                        Ok(tree) => {
+                            ws.large = large;
+                            return Ok(tree);
+                        }
+                        Err(e) => {
+                            tracing::warn!(workspace = %root.display(), error = %e, "the watched checkpoint failed; looking at every file");
+                        }
+                    }
+                }
+                Ok((None, _)) => {}
+                Err(e) => {
+                    tracing::warn!(workspace = %root.display(), error = %e, "the watched checkpoint failed; looking at every file");
+                }
+            }
+        }
+        self.stage_all(git, ws, excludes, &own).await
+    }
+
+    /// The patterns left out of every checkpoint of `root`, and Switchboard's own state
+    /// inside it (relative).
+    fn excludes(&self, root: &Path) -> (Vec<String>, Vec<String>) {
         let mut excludes: Vec<String> = BUILTIN_EXCLUDES.iter().map(|s| (*s).to_owned()).collect();
         excludes.extend(self.config.exclude.iter().cloned());
         // Switchboard's own state inside the workspace (a data directory under `$HOME`):
         // never recorded. A shadow repository made before it was protected may hold it:
         // dropped from the index.
-        let root = git.work_tree().to_path_buf();
         let own: Vec<String> = self
             .protected
-            .inside(&root)
+            .inside(root)
             .iter()
-            .filter_map(|p| p.strip_prefix(&root).ok())
+            .filter_map(|p| p.strip_prefix(root).ok())
             .map(|p| p.to_string_lossy().into_owned())
             .collect();
         excludes.extend(own.iter().map(|p| exact_pattern(p)));
+        (excludes, own)
+    }
+
+    /// `root` was just checkpointed: watched ones beyond [`MAX_WATCHED`] are dropped, the
+    /// least recent first.
+    fn touch(&self, watch: &Watch, root: &Path) {
+        let dropped: Vec<PathBuf> = {
+            let mut watched = self.watched.lock();
+            watched.retain(|r| r != root);
+            watched.push_back(root.to_path_buf());
+            let over = watched.len().saturating_sub(MAX_WATCHED);
+            watched.drain(..over).collect()
+        };
+        for r in dropped {
+            watch.forget(&r);
+        }
+    }
+
+    /// Brings the shadow index to the workspace's state by looking at every file (the
+    /// excludes written, oversized files left out and remembered, everything else added),
+    /// and starts watching the workspace afresh: its tree.
+    async fn stage_all(
+        &self,
+        git: &Git,
+        ws: &mut Workspace,
+        mut excludes: Vec<String>,
+        own: &[String],
+    ) -> Result<String, CheckpointError> {
+        #[cfg(test)]
+        self.full_looks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = git.work_tree().to_path_buf();
         git.write_excludes(&excludes).await?;
         if !own.is_empty() {
-            git.forget_trees(&own).await?;
+            git.forget_trees(own).await?;
+        }
+        // Watched from before the look, so a change made meanwhile is not lost.
+        let watch = self.watcher();
+        if let Some(w) = &watch {
+            w.reset(&root);
+            self.touch(w, &root);
         }
         let patterns = excludes.clone();
         let (max_files, max_bytes) = (self.config.max_files, self.config.max_file_bytes);
-        let large =
-            tokio::task::spawn_blocking(move || scan(&root, &patterns, max_files, max_bytes))
-                .await
-                .map_err(|e| CheckpointError::Metadata(format!("scanning the workspace: {e}")))??;
+        let (r, w) = (root.clone(), watch.clone());
+        let scanned = tokio::task::spawn_blocking(move || {
+            scan(&r, &patterns, max_files, max_bytes, w.as_deref())
+        })
+        .await
+        .map_err(|e| CheckpointError::Metadata(format!("scanning the workspace: {e}")));
+        let (large, nested) = match scanned.and_then(|s| s) {
+            Ok(found) => found,
+            Err(e) => {
+                if let Some(w) = &watch {
+                    w.forget(&root);
+                }
+                return Err(e);
+            }
+        };
+        if nested && let Some(w) = &watch {
+            // Another repository below the root is recorded by its commit, which only a
+            // look at it tells: this workspace is looked at whole every time.
+            w.forget(&root);
+        }
         if !large.is_empty() {
             excludes.extend(large.iter().map(|p| exact_pattern(p)));
             git.write_excludes(&excludes).await?;
@@ -329,7 +510,10 @@ impl Checkpoints {
             git.forget(&large).await?;
         }
         git.add_all().await?;
-        Ok(large)
+        git.untrack_ignored().await?;
+        let tree = git.write_tree().await?;
+        ws.large = large.into_iter().collect();
+        Ok(tree)
     }
 
     /// The session's checkpoints in this workspace, oldest first.
@@ -431,14 +615,30 @@ impl Checkpoints {
     ) -> Result<RestoreResponse, CheckpointError> {
         let git = self.check_ids(session, workspace, &[id]).await?;
         let (_, lock) = self.open(workspace).await?;
-        let _guard = lock.lock().await;
+        let mut ws = lock.lock().await;
         let backup = self
-            .take_locked(&git, session, CheckpointKind::BeforeRestore, None)
+            // A look at every file: `read-tree` below goes by the index, which watched
+            // checkpoints do not keep up to date.
+            .take_locked(
+                &git,
+                &mut ws,
+                session,
+                CheckpointKind::BeforeRestore,
+                None,
+                true,
+            )
             .await?;
         let changes = git.numstat(&backup.id, id).await?;
         git.read_tree_into_work_tree(id).await?;
         let restored = self
-            .take_locked(&git, session, CheckpointKind::Restored, None)
+            .take_locked(
+                &git,
+                &mut ws,
+                session,
+                CheckpointKind::Restored,
+                None,
+                false,
+            )
             .await?;
         let (files, insertions, deletions) = totals(&changes);
         tracing::info!(%session, checkpoint = %id, backup = %backup.id, files, "workspace restored");
@@ -452,63 +652,33 @@ impl Checkpoints {
     }
 }
 
-/// Walks the workspace as git will see it (its `.gitignore` files and `patterns` apply,
-/// `.git` directories are skipped), stopping as soon as there are more than `max_files`
-/// files: the oversized files, as relative paths, sorted.
+/// Walks the workspace as git will see it (see [`Rules`]), watching each directory before
+/// it is read when `watch` is given, and stopping as soon as there are more than
+/// `max_files` files: the oversized files, as relative paths, sorted, and whether another
+/// repository lies below the root.
 fn scan(
     root: &Path,
     patterns: &[String],
     max_files: usize,
     max_bytes: u64,
-) -> Result<Vec<String>, CheckpointError> {
-    let mut extra = ignore::gitignore::GitignoreBuilder::new(root);
-    for p in patterns {
-        extra
-            .add_line(None, p)
-            .map_err(|e| CheckpointError::Metadata(format!("exclude pattern {p:?}: {e}")))?;
-    }
-    let extra = extra
-        .build()
-        .map_err(|e| CheckpointError::Metadata(format!("exclude patterns: {e}")))?;
-    let mut walk = ignore::WalkBuilder::new(root);
-    walk.hidden(false)
-        .ignore(false)
-        .parents(false)
-        .git_global(false)
-        .git_exclude(false)
-        .git_ignore(true)
-        .require_git(false)
-        .follow_links(false)
-        .filter_entry(move |e| {
-            if e.file_name() == ".git" {
-                return false;
-            }
-            let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-            !extra
-                .matched_path_or_any_parents(e.path(), is_dir)
-                .is_ignore()
-        });
-    let mut count = 0usize;
-    let mut large = Vec::new();
-    for entry in walk.build() {
-        let Ok(e) = entry else { continue };
-        let Some(kind) = e.file_type() else { continue };
-        if e.depth() == 0 || kind.is_dir() {
-            continue;
+    watch: Option<&Watch>,
+) -> Result<(Vec<String>, bool), CheckpointError> {
+    let mut rules = Rules::new(root, patterns)?;
+    let mut watching = watch.is_some();
+    let found = rules.walk(Path::new(""), max_files, &mut |dirs| {
+        if watching && let Some(w) = watch {
+            watching = w.add(root, dirs);
         }
-        count += 1;
-        if count > max_files {
-            return Err(CheckpointError::TooManyFiles { limit: max_files });
-        }
-        if kind.is_file()
-            && e.metadata().is_ok_and(|m| m.len() > max_bytes)
-            && let Ok(rel) = e.path().strip_prefix(root)
-        {
-            large.push(rel.to_string_lossy().into_owned());
-        }
-    }
+        Ok(())
+    })?;
+    let mut large: Vec<String> = found
+        .files
+        .iter()
+        .filter(|(_, m)| m.is_file() && m.len() > max_bytes)
+        .map(|(p, _)| p.to_string_lossy().into_owned())
+        .collect();
     large.sort();
-    Ok(large)
+    Ok((large, found.nested_repository))
 }
 
 /// Files changed, lines added, lines removed.
@@ -522,3 +692,5 @@ fn totals(files: &[FileStat]) -> (u32, u64, u64) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod watch_tests;

@@ -46,7 +46,16 @@ fn snapshot(root: &Path, skip: &[&str]) -> BTreeMap<String, (Vec<u8>, u32)> {
     out
 }
 
-fn git(ws: &Path, args: &[&str]) -> String {
+/// The one shadow repository under `dir` (the watcher's cookies live beside it).
+fn shadow_repo(dir: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .unwrap()
+}
+
+pub(super) fn git(ws: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(args)
         .current_dir(ws)
@@ -289,12 +298,7 @@ async fn a_killed_checkpoint_s_leftovers_do_not_break_the_next_one() {
         .await
         .unwrap();
     // What git leaves when killed mid-write: lock files, and (a full disk) a torn index.
-    let git_dir = std::fs::read_dir(data.path())
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let git_dir = shadow_repo(data.path());
     std::fs::write(git_dir.join("index.lock"), "partial").unwrap();
     let refs = git_dir.join(format!("refs/switchboard/{s}"));
     std::fs::write(refs.join("0190.lock"), "").unwrap();
@@ -370,12 +374,7 @@ async fn switchboards_own_state_in_the_workspace_is_never_recorded() {
     };
     let s = Uuid::now_v7();
     let tree_names = |id: &str| {
-        let repo = std::fs::read_dir(data.join("checkpoints"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let repo = shadow_repo(&data.join("checkpoints"));
         let out = std::process::Command::new("git")
             .args(["ls-tree", "-r", "--name-only", id])
             .env("GIT_DIR", &repo)

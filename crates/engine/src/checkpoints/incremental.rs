@@ -1,0 +1,192 @@
+//! A watched checkpoint: the last recorded tree with only what changed applied, so its cost
+//! follows the change, not the workspace's size (`git add --all` looks at every file and
+//! reads and rewrites an index of all of them).
+//!
+//! The changed files are hashed by `git hash-object --stdin-paths` (which converts them as
+//! `git add` does, by `.gitattributes`), and the new tree is written by `git fast-import`
+//! from the last one: only the directories on a changed path are rewritten. Which files
+//! count is decided by [`Rules`], the same as the full scan's, and a test compares the two
+//! ways on the same changes.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs::Metadata;
+use std::path::{Path, PathBuf};
+
+use super::CheckpointError;
+use super::git::{EMPTY_TREE, Git, quote_path};
+use super::rules::Rules;
+use super::watch::Changes;
+
+/// What to do with the last tree.
+#[derive(Debug, Default)]
+pub(super) struct Ops {
+    /// Removed first: changed files and directories (re-added below when they exist).
+    deletes: Vec<PathBuf>,
+    /// Regular files to record, with their mode.
+    files: Vec<(PathBuf, u32)>,
+    /// Symbolic links, with their targets.
+    links: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Ops {
+    pub(super) fn is_empty(&self) -> bool {
+        self.deletes.is_empty() && self.files.is_empty() && self.links.is_empty()
+    }
+}
+
+/// The operations that bring the last tree to the workspace's state, given what changed;
+/// `None` when only a look at the whole workspace can tell (a new repository below the
+/// root, a path git's batch commands cannot take). `large` (the files left out for size)
+/// is kept up to date; `watch` is called with each new directory's levels before they are
+/// read.
+pub(super) fn plan(
+    rules: &mut Rules,
+    changes: Changes,
+    large: &mut BTreeSet<String>,
+    max_bytes: u64,
+    watch: &mut dyn FnMut(&[PathBuf]),
+) -> Result<Option<Ops>, CheckpointError> {
+    let root = rules.root().to_path_buf();
+    let mut ops = Ops::default();
+    let mut walked: HashSet<PathBuf> = HashSet::new();
+    // Sorted, so a directory comes before what is under it.
+    let sorted: BTreeMap<PathBuf, bool> = changes.paths.into_iter().collect();
+    for (rel, walk) in sorted {
+        if rel.ancestors().skip(1).any(|a| walked.contains(a)) {
+            continue;
+        }
+        if rel.as_os_str().as_encoded_bytes().contains(&b'\n') {
+            return Ok(None);
+        }
+        let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) else {
+            forget_large(large, &rel);
+            ops.deletes.push(rel);
+            continue;
+        };
+        if meta.is_dir() {
+            if !walk {
+                // Only the directory's own metadata: git records none.
+                continue;
+            }
+            forget_large(large, &rel);
+            ops.deletes.push(rel.clone());
+            if rules.ignored(&rel, true) {
+                continue;
+            }
+            let found = rules.walk(&rel, usize::MAX, &mut |dirs| {
+                watch(dirs);
+                Ok(())
+            })?;
+            if found.nested_repository {
+                return Ok(None);
+            }
+            for (file, meta) in found.files {
+                if file.as_os_str().as_encoded_bytes().contains(&b'\n') {
+                    return Ok(None);
+                }
+                record(&root, &mut ops, large, max_bytes, file, &meta);
+            }
+            walked.insert(rel);
+        } else if rules.ignored(&rel, false) {
+            ops.deletes.push(rel);
+        } else {
+            ops.deletes.push(rel.clone());
+            record(&root, &mut ops, large, max_bytes, rel, &meta);
+        }
+    }
+    Ok(Some(ops))
+}
+
+fn forget_large(large: &mut BTreeSet<String>, rel: &Path) {
+    large.retain(|l| !Path::new(l).starts_with(rel));
+}
+
+/// One file found that the rules keep: recorded, or left out for its size.
+fn record(
+    root: &Path,
+    ops: &mut Ops,
+    large: &mut BTreeSet<String>,
+    max_bytes: u64,
+    rel: PathBuf,
+    meta: &Metadata,
+) {
+    let name = rel.to_string_lossy().into_owned();
+    large.remove(&name);
+    if meta.is_symlink() {
+        if let Ok(target) = std::fs::read_link(root.join(&rel)) {
+            ops.links
+                .push((rel, target.into_os_string().into_encoded_bytes()));
+        }
+    } else if meta.is_file() {
+        if meta.len() > max_bytes {
+            large.insert(name);
+        } else {
+            ops.files.push((rel, mode(meta)));
+        }
+    }
+    // Anything else (a socket, a fifo): git records nothing, and the delete stands.
+}
+
+#[cfg(unix)]
+fn mode(meta: &Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    // git's rule (`ce_mode_from_stat`): executable when the owner may execute it.
+    if meta.permissions().mode() & 0o100 != 0 {
+        0o100755
+    } else {
+        0o100644
+    }
+}
+
+#[cfg(not(unix))]
+fn mode(_meta: &Metadata) -> u32 {
+    0o100644
+}
+
+/// Applies `ops` to the tree of the commit `base`: the new tree's id.
+pub(super) async fn apply(git: &Git, base: &str, ops: &Ops) -> Result<String, CheckpointError> {
+    let paths: Vec<&[u8]> = ops
+        .files
+        .iter()
+        .map(|(p, _)| p.as_os_str().as_encoded_bytes())
+        .collect();
+    let ids = git.hash_objects(&paths).await?;
+    let mut s: Vec<u8> = Vec::new();
+    s.extend_from_slice(
+        format!(
+            "feature done\ncommit refs/switchboard-staging\ncommitter Switchboard <checkpoints@switchboard.invalid> 0 +0000\ndata 0\nfrom {base}\n"
+        )
+        .as_bytes(),
+    );
+    for d in &ops.deletes {
+        s.extend_from_slice(b"D ");
+        quote_path(&mut s, d.as_os_str().as_encoded_bytes());
+        s.push(b'\n');
+    }
+    for ((p, mode), id) in ops.files.iter().zip(&ids) {
+        s.extend_from_slice(format!("M {mode:o} {id} ").as_bytes());
+        quote_path(&mut s, p.as_os_str().as_encoded_bytes());
+        s.push(b'\n');
+    }
+    for (p, target) in &ops.links {
+        s.extend_from_slice(b"M 120000 inline ");
+        quote_path(&mut s, p.as_os_str().as_encoded_bytes());
+        s.extend_from_slice(format!("\ndata {}\n", target.len()).as_bytes());
+        s.extend_from_slice(target);
+        s.push(b'\n');
+    }
+    // The root tree of the commit being made, then the end.
+    s.extend_from_slice(b"ls \"\"\n\ndone\n");
+    let out = git.fast_import(&s).await?;
+    // `040000 tree ID\t`, or `missing …` for a tree left empty.
+    let line = out.lines().next().unwrap_or_default();
+    if line.starts_with("missing") {
+        return Ok(EMPTY_TREE.to_owned());
+    }
+    match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        [_, "tree", id, ..] => Ok((*id).to_owned()),
+        _ => Err(CheckpointError::Metadata(format!(
+            "git fast-import answered {line:?} for the root tree"
+        ))),
+    }
+}
