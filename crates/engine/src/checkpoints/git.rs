@@ -27,6 +27,7 @@ pub enum GitError {
 }
 
 /// One shadow repository and the work tree it records.
+#[derive(Clone)]
 pub(super) struct Git {
     bin: PathBuf,
     git_dir: PathBuf,
@@ -155,6 +156,25 @@ impl Git {
         }
         remove_locks(&self.git_dir).await;
         Ok(())
+    }
+
+    /// Packs loose objects and the small packs of watched checkpoints together (`repack
+    /// --geometric`, which keeps every object, referenced or not), so later commands open a
+    /// few packs instead of a file per object: a look at every file writes each new file as
+    /// a loose object, and each watched checkpoint adds a pack.
+    pub(super) async fn repack(&self) -> Result<(), GitError> {
+        self.run(&["repack", "-d", "-q", "--geometric=2"])
+            .await
+            .map(drop)
+    }
+
+    /// How many packs the repository has.
+    pub(super) fn packs(&self) -> usize {
+        std::fs::read_dir(self.git_dir.join("objects/pack")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+                .count()
+        })
     }
 
     /// `info/exclude` = the patterns, one a line.

@@ -56,6 +56,8 @@ use watch::Watch;
 /// At most this many workspaces are watched at once (the least recently checkpointed one
 /// is dropped: its next checkpoint looks at every file again).
 const MAX_WATCHED: usize = 64;
+/// More packs than this (a watched checkpoint adds one): repacked in the background.
+const MAX_PACKS: usize = 16;
 
 /// `[checkpoints]`.
 #[derive(Debug, Clone)]
@@ -156,6 +158,8 @@ struct Workspace {
     large: BTreeSet<String>,
     /// Each session's latest checkpoint here, and its tree.
     latest: HashMap<Uuid, (String, String)>,
+    /// The repack going on in the background, if any.
+    repack: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The checkpoints of every workspace this process works in.
@@ -407,6 +411,9 @@ impl Checkpoints {
                     match applied {
                         Ok(tree) => {
                             ws.large = large;
+                            if git.packs() > MAX_PACKS {
+                                repack(git, ws);
+                            }
                             return Ok(tree);
                         }
                         Err(e) => {
@@ -513,7 +520,19 @@ impl Checkpoints {
         git.untrack_ignored().await?;
         let tree = git.write_tree().await?;
         ws.large = large.into_iter().collect();
+        repack(git, ws);
         Ok(tree)
+    }
+
+    /// Waits for the workspace's background repack, if one is going on (the benchmark waits
+    /// for the first checkpoint's).
+    pub async fn settle(&self, workspace: &Path) -> Result<(), CheckpointError> {
+        let (_, lock) = self.open(workspace).await?;
+        let handle = lock.lock().await.repack.take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+        Ok(())
     }
 
     /// The session's checkpoints in this workspace, oldest first.
@@ -679,6 +698,20 @@ fn scan(
         .collect();
     large.sort();
     Ok((large, found.nested_repository))
+}
+
+/// Starts a repack in the background unless one is going on: git lets readers and writers
+/// carry on meanwhile (a pack is replaced only once the new one is complete).
+fn repack(git: &Git, ws: &mut Workspace) {
+    if ws.repack.as_ref().is_some_and(|h| !h.is_finished()) {
+        return;
+    }
+    let git = git.clone();
+    ws.repack = Some(tokio::spawn(async move {
+        if let Err(e) = git.repack().await {
+            tracing::warn!(workspace = %git.work_tree().display(), error = %e, "could not repack the shadow repository");
+        }
+    }));
 }
 
 /// Files changed, lines added, lines removed.
