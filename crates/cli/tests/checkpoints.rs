@@ -362,12 +362,12 @@ async fn kill_9_mid_checkpoint_leaves_a_shadow_repository_that_works() {
         kinds(&evs)
     );
     // The shadow repository checks out clean.
+    // (The file watcher's cookies live beside the repositories, in a dot-directory.)
     let shadow = std::fs::read_dir(dir.path().join("checkpoints"))
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .unwrap();
     let fsck = std::process::Command::new("git")
         .args(["fsck", "--no-dangling"])
         .env("GIT_DIR", &shadow)

@@ -60,6 +60,8 @@ impl Git {
             .env("GIT_WORK_TREE", &self.work_tree)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            // Nor the user's default ignore and attributes files (`~/.config/git/…`).
+            .env("XDG_CONFIG_HOME", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_AUTHOR_NAME", "Switchboard")
             .env("GIT_AUTHOR_EMAIL", "checkpoints@switchboard.invalid")

@@ -2,9 +2,10 @@
 //! follows the change, not the workspace's size (`git add --all` looks at every file and
 //! reads and rewrites an index of all of them).
 //!
-//! The changed files are hashed by `git hash-object --stdin-paths` (which converts them as
-//! `git add` does, by `.gitattributes`), and the new tree is written by `git fast-import`
-//! from the last one: only the directories on a changed path are rewritten. Which files
+//! The new tree is written by `git fast-import` from the last one: only the directories on
+//! a changed path are rewritten, and the changed files' bytes go in the same pack. Where a
+//! `.gitattributes` may convert a file (line endings, filters), git hashes it instead
+//! (`hash-object --stdin-paths`, which converts as `git add` does). Which files
 //! count is decided by [`Rules`], the same as the full scan's, and a test compares the two
 //! ways on the same changes.
 
@@ -22,15 +23,21 @@ use super::watch::Changes;
 pub(super) struct Ops {
     /// Removed first: changed files and directories (re-added below when they exist).
     deletes: Vec<PathBuf>,
-    /// Regular files to record, with their mode.
-    files: Vec<(PathBuf, u32)>,
+    /// Regular files for git to hash (a `.gitattributes` may convert them), with their mode
+    /// and size.
+    files: Vec<(PathBuf, u32, u64)>,
+    /// Regular files read here (no `.gitattributes` applies): mode and bytes.
+    blobs: Vec<(PathBuf, u32, Vec<u8>)>,
     /// Symbolic links, with their targets.
     links: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl Ops {
     pub(super) fn is_empty(&self) -> bool {
-        self.deletes.is_empty() && self.files.is_empty() && self.links.is_empty()
+        self.deletes.is_empty()
+            && self.files.is_empty()
+            && self.blobs.is_empty()
+            && self.links.is_empty()
     }
 }
 
@@ -94,8 +101,24 @@ pub(super) fn plan(
             record(&root, &mut ops, large, max_bytes, rel, &meta);
         }
     }
+    // Files no `.gitattributes` converts are read here and handed to fast-import with the
+    // trees, in one pack: no `hash-object` process, no loose object per file.
+    let total: u64 = ops.files.iter().map(|(_, _, len)| len).sum();
+    let converted = ops.files.iter().any(|(p, _, _)| rules.attributes_apply(p));
+    if !converted && total <= MAX_INLINE {
+        for (rel, mode, _) in std::mem::take(&mut ops.files) {
+            // Gone since: its delete stands (the watcher has recorded that too).
+            if let Ok(bytes) = std::fs::read(root.join(&rel)) {
+                ops.blobs.push((rel, mode, bytes));
+            }
+        }
+    }
     Ok(Some(ops))
 }
+
+/// At most this many bytes of changed files are read into memory for one checkpoint;
+/// beyond, git reads them itself.
+const MAX_INLINE: u64 = 64 * 1024 * 1024;
 
 fn forget_large(large: &mut BTreeSet<String>, rel: &Path) {
     large.retain(|l| !Path::new(l).starts_with(rel));
@@ -121,7 +144,7 @@ fn record(
         if meta.len() > max_bytes {
             large.insert(name);
         } else {
-            ops.files.push((rel, mode(meta)));
+            ops.files.push((rel, mode(meta), meta.len()));
         }
     }
     // Anything else (a socket, a fifo): git records nothing, and the delete stands.
@@ -148,7 +171,7 @@ pub(super) async fn apply(git: &Git, base: &str, ops: &Ops) -> Result<String, Ch
     let paths: Vec<&[u8]> = ops
         .files
         .iter()
-        .map(|(p, _)| p.as_os_str().as_encoded_bytes())
+        .map(|(p, _, _)| p.as_os_str().as_encoded_bytes())
         .collect();
     let ids = git.hash_objects(&paths).await?;
     let mut s: Vec<u8> = Vec::new();
@@ -163,9 +186,16 @@ pub(super) async fn apply(git: &Git, base: &str, ops: &Ops) -> Result<String, Ch
         quote_path(&mut s, d.as_os_str().as_encoded_bytes());
         s.push(b'\n');
     }
-    for ((p, mode), id) in ops.files.iter().zip(&ids) {
+    for ((p, mode, _), id) in ops.files.iter().zip(&ids) {
         s.extend_from_slice(format!("M {mode:o} {id} ").as_bytes());
         quote_path(&mut s, p.as_os_str().as_encoded_bytes());
+        s.push(b'\n');
+    }
+    for (p, mode, bytes) in &ops.blobs {
+        s.extend_from_slice(format!("M {mode:o} inline ").as_bytes());
+        quote_path(&mut s, p.as_os_str().as_encoded_bytes());
+        s.extend_from_slice(format!("\ndata {}\n", bytes.len()).as_bytes());
+        s.extend_from_slice(bytes);
         s.push(b'\n');
     }
     for (p, target) in &ops.links {

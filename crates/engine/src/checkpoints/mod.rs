@@ -158,8 +158,8 @@ struct Workspace {
     large: BTreeSet<String>,
     /// Each session's latest checkpoint here, and its tree.
     latest: HashMap<Uuid, (String, String)>,
-    /// The repack going on in the background, if any.
-    repack: Option<tokio::task::JoinHandle<()>>,
+    /// A repack is due once this checkpoint is done.
+    repack: bool,
 }
 
 /// The checkpoints of every workspace this process works in.
@@ -280,9 +280,12 @@ impl Checkpoints {
         run_id: Option<Uuid>,
     ) -> Result<Taken, CheckpointError> {
         let (git, lock) = self.open(workspace).await?;
-        let mut ws = lock.lock().await;
-        self.take_locked(&git, &mut ws, session, kind, run_id, false)
-            .await
+        let mut ws = lock.lock_owned().await;
+        let taken = self
+            .take_locked(&git, &mut ws, session, kind, run_id, false)
+            .await;
+        repack(git, ws);
+        taken
     }
 
     async fn take_locked(
@@ -411,9 +414,7 @@ impl Checkpoints {
                     match applied {
                         Ok(tree) => {
                             ws.large = large;
-                            if git.packs() > MAX_PACKS {
-                                repack(git, ws);
-                            }
+                            ws.repack |= git.packs() > MAX_PACKS;
                             return Ok(tree);
                         }
                         Err(e) => {
@@ -520,7 +521,7 @@ impl Checkpoints {
         git.untrack_ignored().await?;
         let tree = git.write_tree().await?;
         ws.large = large.into_iter().collect();
-        repack(git, ws);
+        ws.repack = true;
         Ok(tree)
     }
 
@@ -528,10 +529,7 @@ impl Checkpoints {
     /// for the first checkpoint's).
     pub async fn settle(&self, workspace: &Path) -> Result<(), CheckpointError> {
         let (_, lock) = self.open(workspace).await?;
-        let handle = lock.lock().await.repack.take();
-        if let Some(h) = handle {
-            let _ = h.await;
-        }
+        drop(lock.lock().await);
         Ok(())
     }
 
@@ -634,7 +632,7 @@ impl Checkpoints {
     ) -> Result<RestoreResponse, CheckpointError> {
         let git = self.check_ids(session, workspace, &[id]).await?;
         let (_, lock) = self.open(workspace).await?;
-        let mut ws = lock.lock().await;
+        let mut ws = lock.lock_owned().await;
         let backup = self
             // A look at every file: `read-tree` below goes by the index, which watched
             // checkpoints do not keep up to date.
@@ -659,6 +657,7 @@ impl Checkpoints {
                 false,
             )
             .await?;
+        repack(git, ws);
         let (files, insertions, deletions) = totals(&changes);
         tracing::info!(%session, checkpoint = %id, backup = %backup.id, files, "workspace restored");
         Ok(RestoreResponse {
@@ -700,18 +699,19 @@ fn scan(
     Ok((large, found.nested_repository))
 }
 
-/// Starts a repack in the background unless one is going on: git lets readers and writers
-/// carry on meanwhile (a pack is replaced only once the new one is complete).
-fn repack(git: &Git, ws: &mut Workspace) {
-    if ws.repack.as_ref().is_some_and(|h| !h.is_finished()) {
+/// Repacks in the background when one is due, holding the workspace's lock until done: the
+/// next checkpoint of the workspace waits for it (git's `prune-packed` removes emptied
+/// object directories, which a command writing an object at that moment can trip on).
+fn repack(git: Git, mut ws: tokio::sync::OwnedMutexGuard<Workspace>) {
+    if !std::mem::take(&mut ws.repack) {
         return;
     }
-    let git = git.clone();
-    ws.repack = Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         if let Err(e) = git.repack().await {
             tracing::warn!(workspace = %git.work_tree().display(), error = %e, "could not repack the shadow repository");
         }
-    }));
+        drop(ws);
+    });
 }
 
 /// Files changed, lines added, lines removed.

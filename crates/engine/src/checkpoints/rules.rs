@@ -29,6 +29,8 @@ pub(super) struct Rules {
     dirs: HashMap<PathBuf, Option<Gitignore>>,
     /// Directories already decided (relative → ignored).
     decided: HashMap<PathBuf, bool>,
+    /// Directories known to hold a `.gitattributes` or not.
+    attributes: HashMap<PathBuf, bool>,
 }
 
 /// What a walk found.
@@ -58,6 +60,7 @@ impl Rules {
             excludes,
             dirs: HashMap::new(),
             decided: HashMap::new(),
+            attributes: HashMap::new(),
         })
     }
 
@@ -113,6 +116,28 @@ impl Rules {
         let ignored = above || rel.file_name() == Some(".git".as_ref()) || self.own(rel, true);
         self.decided.insert(rel.to_path_buf(), ignored);
         ignored
+    }
+
+    /// Whether a `.gitattributes` in `rel`'s directory or one above it may change how git
+    /// stores it (line endings, filters): then only git may hash it.
+    pub(super) fn attributes_apply(&mut self, rel: &Path) -> bool {
+        let mut dir = rel.parent();
+        while let Some(d) = dir {
+            let has = match self.attributes.get(d) {
+                Some(&known) => known,
+                None => {
+                    let has =
+                        std::fs::symlink_metadata(self.root.join(d).join(".gitattributes")).is_ok();
+                    self.attributes.insert(d.to_path_buf(), has);
+                    has
+                }
+            };
+            if has {
+                return true;
+            }
+            dir = d.parent();
+        }
+        false
     }
 
     /// Whether `rel` (a file when `!is_dir`) is left out of a checkpoint.

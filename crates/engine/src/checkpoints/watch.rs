@@ -13,7 +13,7 @@
 //!   began has been recorded by then (watchman's method).
 //! - anything the watcher cannot describe exactly marks the workspace `everything`, and the
 //!   next checkpoint looks at the whole workspace again: a queue overflow, a `.gitignore`
-//!   changed (the rules changed), a watched directory renamed (its watches would report the
+//!   or `.gitattributes` changed (the rules changed), a watched directory renamed (its watches would report the
 //!   old path), a new `.git` below the root (another repository), too many changed paths,
 //!   a watch that could not be added, a cookie that did not come back.
 
@@ -125,7 +125,10 @@ impl Watch {
 
     /// Stops following `root`.
     pub(super) fn forget(&self, root: &Path) {
-        if let Some(old) = self.shared.workspaces.lock().remove(root) {
+        // The map's lock is let go before the watcher is called: its thread takes that lock
+        // to record events, and `unwatch` waits for that thread.
+        let old = self.shared.workspaces.lock().remove(root);
+        if let Some(old) = old {
             self.unwatch(root, old.watched);
         }
     }
@@ -278,6 +281,7 @@ fn record(ws: &mut Workspace, rel: &Path, kind: &EventKind) {
     let renamed = matches!(kind, EventKind::Modify(ModifyKind::Name(_)));
     if depth == 0
         || rel.file_name() == Some(".gitignore".as_ref())
+        || rel.file_name() == Some(".gitattributes".as_ref())
         || (renamed && ws.watched.contains(rel))
     {
         ws.changes.everything = true;

@@ -204,6 +204,20 @@ async fn a_watched_checkpoint_records_exactly_what_a_look_at_every_file_records(
     write(w, "moved/a/after.txt", "after the move\n");
     p.step(w, "inside the renamed directory", true).await;
 
+    // Attributes that convert what git stores: such files are hashed by git itself.
+    write(w, "crlf/.gitattributes", "* text\n");
+    write(w, "crlf/a.txt", "one\r\ntwo\r\n");
+    // (In a new directory: its rules are read as it is walked.)
+    p.step(w, "a .gitattributes added", true).await;
+    write(w, "crlf/a.txt", "one\r\ntwo\r\nthree\r\n");
+    write(w, "crlf/deep/b.txt", "b\r\n");
+    write(w, "plain.txt", "kept as is\r\n");
+    p.step(w, "files converted by .gitattributes, and one not", true)
+        .await;
+    write(w, "src/.gitattributes", "*.c text\n");
+    p.step(w, "a .gitattributes added to a watched directory", false)
+        .await;
+
     // The rules change: every file is looked at, and a recorded file now ignored leaves.
     write(w, "src/.gitignore", "*.tmp\n*.rs\n");
     p.step(w, "a .gitignore changed", false).await;
