@@ -466,10 +466,13 @@ impl Git {
 }
 
 /// A path as git's line-based input reads it (`fast-import`, `hash-object --stdin-paths`):
-/// C-quoted when it holds a quote or a backslash, as is otherwise (a line feed never gets
-/// here: such a path is left to `git add`).
+/// C-quoted when it holds a quote, a backslash or a control byte (`hash-object` drops a
+/// trailing carriage return from an unquoted line), as is otherwise.
 pub(super) fn quote_path(out: &mut Vec<u8>, bytes: &[u8]) {
-    if !bytes.iter().any(|b| matches!(b, b'"' | b'\\')) {
+    if !bytes
+        .iter()
+        .any(|&b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f)
+    {
         out.extend_from_slice(bytes);
         return;
     }

@@ -9,7 +9,7 @@
 //! count is decided by [`Rules`], the same as the full scan's, and a test compares the two
 //! ways on the same changes.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +56,7 @@ pub(super) fn plan(
     let root = rules.root().to_path_buf();
     let mut ops = Ops::default();
     let mut walked: HashSet<PathBuf> = HashSet::new();
+    let mut real_dirs: HashMap<PathBuf, bool> = HashMap::new();
     // Sorted, so a directory comes before what is under it.
     let sorted: BTreeMap<PathBuf, bool> = changes.paths.into_iter().collect();
     for (rel, walk) in sorted {
@@ -65,7 +66,20 @@ pub(super) fn plan(
         if rel.as_os_str().as_encoded_bytes().contains(&b'\n') {
             return Ok(None);
         }
-        let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) else {
+        // Under something that is no longer a directory (a symbolic link now, or a file):
+        // gone from the workspace as git sees it, whatever the link leads to.
+        let under_non_dir = rel.ancestors().skip(1).any(|a| {
+            !a.as_os_str().is_empty()
+                && !*real_dirs.entry(a.to_path_buf()).or_insert_with(|| {
+                    std::fs::symlink_metadata(root.join(a)).is_ok_and(|m| m.is_dir())
+                })
+        });
+        let meta = if under_non_dir {
+            None
+        } else {
+            std::fs::symlink_metadata(root.join(&rel)).ok()
+        };
+        let Some(meta) = meta else {
             forget_large(large, &rel);
             ops.deletes.push(rel);
             continue;
@@ -107,9 +121,12 @@ pub(super) fn plan(
     let converted = ops.files.iter().any(|(p, _, _)| rules.attributes_apply(p));
     if !converted && total <= MAX_INLINE {
         for (rel, mode, _) in std::mem::take(&mut ops.files) {
-            // Gone since: its delete stands (the watcher has recorded that too).
-            if let Ok(bytes) = std::fs::read(root.join(&rel)) {
-                ops.blobs.push((rel, mode, bytes));
+            match std::fs::read(root.join(&rel)) {
+                Ok(bytes) => ops.blobs.push((rel, mode, bytes)),
+                // Gone since: its delete stands (the watcher has recorded that too).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                // Unreadable: `git add` decides (and says why).
+                Err(_) => return Ok(None),
             }
         }
     }

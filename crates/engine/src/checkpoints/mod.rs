@@ -288,7 +288,28 @@ impl Checkpoints {
         taken
     }
 
+    /// [`Self::take_once`]; after a failure the next checkpoint looks at every file (the
+    /// changes the watcher reported were used up).
     async fn take_locked(
+        &self,
+        git: &Git,
+        ws: &mut Workspace,
+        session: Uuid,
+        kind: CheckpointKind,
+        run_id: Option<Uuid>,
+        look_at_all: bool,
+    ) -> Result<Taken, CheckpointError> {
+        let taken = self
+            .take_once(git, ws, session, kind, run_id, look_at_all)
+            .await;
+        if taken.is_err() {
+            ws.base = None;
+            ws.latest.clear();
+        }
+        taken
+    }
+
+    async fn take_once(
         &self,
         git: &Git,
         ws: &mut Workspace,
@@ -483,10 +504,10 @@ impl Checkpoints {
         if !own.is_empty() {
             git.forget_trees(own).await?;
         }
-        // Watched from before the look, so a change made meanwhile is not lost.
-        let watch = self.watcher();
+        // Watched from before the look, so a change made meanwhile is not lost. A workspace
+        // inside another one watched (or holding one) is looked at whole each time.
+        let watch = self.watcher().filter(|w| w.reset(&root));
         if let Some(w) = &watch {
-            w.reset(&root);
             self.touch(w, &root);
         }
         let patterns = excludes.clone();

@@ -112,15 +112,23 @@ impl Watch {
     /// Starts following `root` (canonical) afresh: what was watched is dropped, and the next
     /// checkpoint is told to look at everything until [`Self::add`] and [`Self::take`] say
     /// otherwise.
-    pub(super) fn reset(&self, root: &Path) {
-        let old = self
-            .shared
-            .workspaces
-            .lock()
-            .insert(root.to_path_buf(), Workspace::default());
+    /// False (and nothing followed) when `root` lies inside a followed workspace or holds
+    /// one: the kernel keeps one watch per directory, so two workspaces cannot share one.
+    pub(super) fn reset(&self, root: &Path) -> bool {
+        let old = {
+            let mut all = self.shared.workspaces.lock();
+            if all
+                .keys()
+                .any(|r| r != root && (r.starts_with(root) || root.starts_with(r)))
+            {
+                return false;
+            }
+            all.insert(root.to_path_buf(), Workspace::default())
+        };
         if let Some(old) = old {
             self.unwatch(root, old.watched);
         }
+        true
     }
 
     /// Stops following `root`.
@@ -135,12 +143,11 @@ impl Watch {
 
     fn unwatch(&self, root: &Path, dirs: HashSet<PathBuf>) {
         if let Some(w) = self.watcher.lock().as_mut() {
-            let ops = dirs
-                .into_iter()
-                .map(|d| PathOp::Unwatch(root.join(d)))
-                .collect();
-            // A directory deleted since has lost its watch already: not an error worth a word.
-            let _ = w.update_paths(ops);
+            // One at a time: a batch stops at its first failure, and a directory deleted
+            // or renamed since has lost its watch already (not an error worth a word).
+            for d in dirs {
+                let _ = w.unwatch(&root.join(d));
+            }
         }
     }
 
@@ -163,13 +170,16 @@ impl Watch {
         };
         let mut all = self.shared.workspaces.lock();
         let Some(ws) = all.get_mut(root) else {
+            // Dropped meanwhile (another workspace's checkpoint made room): not followed.
+            drop(all);
+            self.unwatch(root, dirs.iter().cloned().collect());
             return false;
         };
+        // All of them, even when the batch failed part-way: those it did watch must be
+        // unwatched later.
+        ws.watched.extend(dirs.iter().cloned());
         match done {
-            Ok(()) => {
-                ws.watched.extend(dirs.iter().cloned());
-                true
-            }
+            Ok(()) => true,
             Err(e) => {
                 tracing::warn!(workspace = %root.display(), error = %e.source, "a workspace directory could not be watched; its checkpoints look at every file");
                 ws.changes.everything = true;

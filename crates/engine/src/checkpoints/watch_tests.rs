@@ -198,6 +198,16 @@ async fn a_watched_checkpoint_records_exactly_what_a_look_at_every_file_records(
     std::fs::remove_dir_all(w.join("new/a/b")).unwrap();
     p.step(w, "a nested directory removed", true).await;
 
+    // A directory replaced by a symbolic link to one holding a link: the link is recorded,
+    // nothing through it.
+    write(w, "shared/real.txt", "r\n");
+    std::os::unix::fs::symlink("real.txt", w.join("shared/l")).unwrap();
+    write(w, "vend/l", "a file first\n");
+    p.step(w, "before the directory becomes a link", true).await;
+    std::fs::remove_dir_all(w.join("vend")).unwrap();
+    std::os::unix::fs::symlink("shared", w.join("vend")).unwrap();
+    p.step(w, "a directory replaced by a link", true).await;
+
     // Renaming a watched directory: its watches would name the old path.
     std::fs::rename(w.join("new"), w.join("moved")).unwrap();
     p.step(w, "a directory renamed", false).await;
@@ -214,6 +224,9 @@ async fn a_watched_checkpoint_records_exactly_what_a_look_at_every_file_records(
     write(w, "plain.txt", "kept as is\r\n");
     p.step(w, "files converted by .gitattributes, and one not", true)
         .await;
+    // A name ending in a carriage return, which git's line input would drop unquoted.
+    write(w, "crlf/cr\r", "x\r\n");
+    p.step(w, "a name ending in a carriage return", true).await;
     write(w, "src/.gitattributes", "*.c text\n");
     p.step(w, "a .gitattributes added to a watched directory", false)
         .await;
@@ -295,4 +308,50 @@ async fn unwatched_workspaces_beyond_the_limit_are_looked_at_whole_and_still_rig
     assert!(t.created && t.files == 1);
     assert_eq!(c.full_looks.load(Ordering::Relaxed), looks + 1);
     assert_eq!(watch.followed(), MAX_WATCHED);
+}
+
+#[tokio::test]
+async fn a_workspace_inside_a_watched_one_is_looked_at_whole_and_both_stay_right() {
+    let ws = tempfile::tempdir().unwrap();
+    let outer = ws.path().canonicalize().unwrap();
+    let inner = outer.join("pkg");
+    write(&outer, "top.txt", "t\n");
+    write(&inner, "lib.txt", "l\n");
+    let data = tempfile::tempdir().unwrap();
+    let c = Checkpoints::new(CheckpointConfig {
+        enabled: true,
+        dir: data.path().to_path_buf(),
+        ..CheckpointConfig::default()
+    });
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    c.take(a, &outer, CheckpointKind::BeforeRun, None)
+        .await
+        .unwrap();
+    c.take(b, &inner, CheckpointKind::BeforeRun, None)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        write(&inner, "lib.txt", &format!("{i}\n"));
+        let looks = c.full_looks.load(Ordering::Relaxed);
+        let t = c
+            .take(b, &inner, CheckpointKind::AfterRun, None)
+            .await
+            .unwrap();
+        assert!(t.created && t.files == 1, "inner {i}: {t:?}");
+        assert_eq!(
+            c.full_looks.load(Ordering::Relaxed),
+            looks + 1,
+            "inner looked at whole"
+        );
+        let t = c
+            .take(a, &outer, CheckpointKind::AfterRun, None)
+            .await
+            .unwrap();
+        assert!(t.created && t.files == 1, "outer {i}: {t:?}");
+        assert_eq!(
+            c.full_looks.load(Ordering::Relaxed),
+            looks + 1,
+            "outer still watched"
+        );
+    }
 }
