@@ -59,7 +59,8 @@ pub(super) fn plan(
     let mut real_dirs: HashMap<PathBuf, bool> = HashMap::new();
     // Sorted, so a directory comes before what is under it.
     let sorted: BTreeMap<PathBuf, bool> = changes.paths.into_iter().collect();
-    for (rel, walk) in sorted {
+    for (rel, &walk) in &sorted {
+        let rel = rel.clone();
         if rel.ancestors().skip(1).any(|a| walked.contains(a)) {
             continue;
         }
@@ -67,9 +68,11 @@ pub(super) fn plan(
             return Ok(None);
         }
         // Under something that is no longer a directory (a symbolic link now, or a file):
-        // gone from the workspace as git sees it, whatever the link leads to.
+        // gone from the workspace as git sees it, whatever the link leads to. Only a
+        // directory that changed itself can have become something else (its parent is
+        // watched), so only those are looked at.
         let under_non_dir = rel.ancestors().skip(1).any(|a| {
-            !a.as_os_str().is_empty()
+            sorted.contains_key(a)
                 && !*real_dirs.entry(a.to_path_buf()).or_insert_with(|| {
                     std::fs::symlink_metadata(root.join(a)).is_ok_and(|m| m.is_dir())
                 })
