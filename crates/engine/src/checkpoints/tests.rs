@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::*;
 
-fn cps(dir: &Path) -> Checkpoints {
+pub(super) fn cps(dir: &Path) -> Checkpoints {
     Checkpoints::new(CheckpointConfig {
         enabled: true,
         dir: dir.to_path_buf(),

@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use super::tests::cps;
 use super::*;
 
 /// One workspace checkpointed two ways: watched, and looking at every file each time.
@@ -256,11 +257,7 @@ async fn a_change_made_just_before_a_checkpoint_is_in_it() {
     let w = ws.path();
     write(w, "a/file.txt", "0\n");
     let data = tempfile::tempdir().unwrap();
-    let c = Checkpoints::new(CheckpointConfig {
-        enabled: true,
-        dir: data.path().to_path_buf(),
-        ..CheckpointConfig::default()
-    });
+    let c = cps(data.path());
     let s = Uuid::now_v7();
     c.take(s, w, CheckpointKind::BeforeRun, None).await.unwrap();
     let looks = c.full_looks.load(Ordering::Relaxed);
@@ -281,11 +278,7 @@ async fn a_change_made_just_before_a_checkpoint_is_in_it() {
 #[tokio::test]
 async fn unwatched_workspaces_beyond_the_limit_are_looked_at_whole_and_still_right() {
     let data = tempfile::tempdir().unwrap();
-    let c = Checkpoints::new(CheckpointConfig {
-        enabled: true,
-        dir: data.path().to_path_buf(),
-        ..CheckpointConfig::default()
-    });
+    let c = cps(data.path());
     let s = Uuid::now_v7();
     let spaces: Vec<tempfile::TempDir> = (0..MAX_WATCHED + 2)
         .map(|_| tempfile::tempdir().unwrap())
@@ -318,11 +311,7 @@ async fn a_workspace_inside_a_watched_one_is_looked_at_whole_and_both_stay_right
     write(&outer, "top.txt", "t\n");
     write(&inner, "lib.txt", "l\n");
     let data = tempfile::tempdir().unwrap();
-    let c = Checkpoints::new(CheckpointConfig {
-        enabled: true,
-        dir: data.path().to_path_buf(),
-        ..CheckpointConfig::default()
-    });
+    let c = cps(data.path());
     let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
     c.take(a, &outer, CheckpointKind::BeforeRun, None)
         .await
