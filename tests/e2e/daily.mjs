@@ -30,6 +30,8 @@ async function call(method, p, body) {
 
 const session = (title) => call('POST', '/v1/sessions', { title, cwd: WORKSPACE, permission_mode: 'workspace-write' });
 const say = (id, content) => call('POST', `/v1/sessions/${id}/messages`, { message: { role: 'user', content }, type: 'message' });
+/** Resolves once the session has no active run: a message sent before that is refused with 409. */
+const ended = (id) => until(`session ${id}'s run to end`, async () => !(await call('GET', `/v1/sessions/${id}`)).active_run_id);
 const waitingOn = async (id) => (await call('GET', `/v1/sessions/${id}/tools/pending`)).tool_calls.length > 0;
 async function events(id) {
   const r = await fetch(`${BASE}/v1/sessions/${id}/events?after=0`, { headers: { authorization: `Bearer ${TOKEN}` }, signal: AbortSignal.timeout(1500) })
@@ -141,6 +143,7 @@ try {
     await T('inbox-badge').waitFor({ state: 'hidden' });
     check(page.url().endsWith(`#/s/${b.id}`), 'session B is no longer open');
     await until('A to run the tool', async () => (await events(a.id)).includes('inbox-A'));
+    await ended(a.id);
     // Deny with a reason, from the inbox.
     await say(a.id, 'approve-me-A2 again');
     await item.filter({ hasText: '$ echo inbox-A2' }).waitFor();
@@ -184,6 +187,7 @@ try {
     const item = page.locator(`[data-testid="inbox-item"][data-session-id="${b.id}"]`);
     await item.getByTestId('allow').click();
     await item.waitFor({ state: 'detached' });
+    await ended(b.id);
     await say(b.id, 'approve-me-B2 now');
     await item.waitFor();
     check((await page.evaluate(() => window.__notes.length)) === 1, 'notified while the page was visible');
