@@ -251,3 +251,86 @@ pub(super) async fn bench_nats() -> Result<BenchNats> {
         _child: child,
     })
 }
+
+/// `GET url` with the bench's token, its body as JSON.
+pub(super) async fn get_json(http: &reqwest::Client, url: &str) -> Result<serde_json::Value> {
+    Ok(http
+        .get(url)
+        .bearer_auth(super::TOKEN)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// One SSE frame's `id:`, `event:` and `data:` (the last of each).
+pub(super) fn sse_fields(frame: &str) -> Result<(Option<u64>, &str, &str)> {
+    let (mut id, mut kind, mut data) = (None, "", "");
+    for line in frame.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.parse::<u64>()?);
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            kind = v;
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data = v;
+        }
+    }
+    Ok((id, kind, data))
+}
+
+/// What the chat benches run a server against: the mock model with `reply` as its default,
+/// a fake Telegram whose `users` (ids from `first_user`) are let in, a data directory.
+pub(super) struct ChatRig {
+    pub(super) mock: switchboard_test_support::mock_llm::MockLlm,
+    pub(super) telegram: Arc<switchboard_test_support::fake_telegram::FakeTelegram>,
+    pub(super) users: Vec<i64>,
+    pub(super) dir: tempfile::TempDir,
+}
+
+impl ChatRig {
+    pub(super) async fn start(
+        reply: switchboard_test_support::mock_llm::MockReply,
+        first_user: i64,
+        users: i64,
+    ) -> Result<Self> {
+        let mock = switchboard_test_support::mock_llm::MockLlm::start().await;
+        mock.set_default(reply);
+        Ok(Self {
+            mock,
+            telegram: Arc::new(
+                switchboard_test_support::fake_telegram::FakeTelegram::start().await,
+            ),
+            users: (first_user..first_user + users).collect(),
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    /// The environment of a `switchboard serve` using the rig (no checkpoints); `extra` on top.
+    pub(super) async fn serve(&self, extra: &[(&str, &str)]) -> Result<Proc> {
+        use switchboard_test_support::fake_telegram::FakeTelegram;
+        let data = self.dir.path().join("data");
+        let allowed = self
+            .users
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let (base, tg) = (self.mock.base_url(), self.telegram.base_url());
+        let mut env = vec![
+            ("SWITCHBOARD_DATA_DIR", data.to_str().context("path")?),
+            (
+                "SWITCHBOARD_DEFAULT_CWD",
+                self.dir.path().to_str().context("path")?,
+            ),
+            ("SWITCHBOARD_OPENAI_BASE_URL", &base),
+            ("SWITCHBOARD_MODEL", "bench"),
+            ("SWITCHBOARD_CHECKPOINTS", "false"),
+            ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
+            ("SWITCHBOARD_TELEGRAM_BASE_URL", &tg),
+            ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", &allowed),
+        ];
+        env.extend_from_slice(extra);
+        spawn_serve(&env).await
+    }
+}

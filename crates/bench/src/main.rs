@@ -25,8 +25,9 @@
 //!     workspace, unchanged and with 100 files changed, watched and with every file looked
 //!     at (needs `git`).
 //!
-//! (s) soak (`--only soak [--minutes 10] [--history-chars N]`): one `switchboard serve` under 100 sessions
-//!     streaming back to back, 1,000 SSE readers and 50 chat messages/s through a fake
+//! (s) soak (`--only soak [--minutes 10] [--history-chars N] [--sessions 1000] [--readers 2]
+//!     [--chat-rate 100] [--chats 100]`): one `switchboard serve` under that many sessions
+//!     streaming back to back, their SSE readers and chat messages/s through a fake
 //!     Telegram for the whole time: no loss (contiguous ids, every run ended, every chat
 //!     message confirmed and counted), RSS after warm-up / peak / end, p50 and p99 delivery
 //!     latency from commit to reader.
@@ -45,7 +46,11 @@
 //!     1,000,000) on SQLite, p50/p95 per kind of query; and the CPU the search index adds to
 //!     a streamed reply of case (g).
 //!
-//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|idle|q|t|u|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
+//! (w) gateway (`--only w [--minutes 5] [--rate 200] [--chats 100] [--busy N]`): inbound chat
+//!     messages through a fake Telegram with the Bot API's bot-wide limit; every message in
+//!     exactly one run, update → run start p50/p99, 429s (see `gateway.rs`).
+//!
+//! Run: `cargo run --release --bin switchboard-bench -- [--runs 5] [--only a|b|c|d|e|f|g|g-resume|h|idle|q|t|u|w|x|soak] [--grid KxM] [--minutes M] [--history-chars N]`.
 //! Results go to stdout as Markdown rows for `docs/benchmarks.md`.
 //!
 //! This file reads the arguments and prints the table; `single.rs` measures (a)–(d),
@@ -57,6 +62,7 @@ mod auth;
 mod checkpoints;
 mod common;
 mod failover;
+mod gateway;
 mod idle;
 mod sandbox;
 mod scale;
@@ -89,6 +95,14 @@ fn fmt(v: &[f64], d: usize) -> String {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The number after `name` on the command line, if any.
+fn num_arg(args: &[String], name: &str) -> Option<f64> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::main]
@@ -140,30 +154,71 @@ async fn main() -> Result<()> {
         );
         return Ok(());
     }
+    if only.as_deref() == Some("w") {
+        let num = |name: &str| num_arg(&args, name);
+        let minutes = num("--minutes").unwrap_or(5.0);
+        let rate = num("--rate").unwrap_or(200.0);
+        let chats = num("--chats").map_or(100, |n| n as i64);
+        let busy = num("--busy").map_or(0, |n| n as usize);
+        let f = gateway::gateway(
+            std::time::Duration::from_secs_f64(minutes * 60.0),
+            rate,
+            chats,
+            busy,
+        )
+        .await?;
+        println!(
+            "| (w) gateway, {minutes} min: {rate} messages/s from {chats} Telegram chats ({busy} of them at 5/s) | | |\n|---|---|---|"
+        );
+        println!(
+            "| (w) messages sent; each in exactly one run, answered after one attempt | {} | |",
+            f.sent
+        );
+        println!(
+            "| (w) runs; most messages in one run | {}; {} | |",
+            f.runs, f.max_batch
+        );
+        println!(
+            "| (w) platform update → run started, p50 / p99 (ms) | {:.1} / {:.1} | |",
+            f.update_to_run_ms.0, f.update_to_run_ms.1
+        );
+        println!(
+            "| (w) platform update → in the ledger, p50 / p99 (ms) | {:.1} / {:.1} | |",
+            f.update_to_ledger_ms.0, f.update_to_ledger_ms.1
+        );
+        println!(
+            "| (w) sendMessage / editMessageText calls; answered 429 | {} / {}; {} | |",
+            f.sends, f.edits, f.refused
+        );
+        println!(
+            "| (w) last message → every reply out (s) | {:.1} | |",
+            f.drain_s
+        );
+        return Ok(());
+    }
     if only.as_deref() == Some("soak") {
-        let minutes: f64 = args
-            .iter()
-            .position(|a| a == "--minutes")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10.0);
+        let num = |name: &str| num_arg(&args, name);
+        let minutes = num("--minutes").unwrap_or(10.0);
         // `[sessions] history_max_chars` of the server (its default when not given).
-        let history_chars: Option<u64> = args
-            .iter()
-            .position(|a| a == "--history-chars")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok());
+        let history_chars = num("--history-chars").map(|n| n as u64);
+        // The defaults are issue 47's team-scale load: 1,000 sessions streaming at once,
+        // 2,000 readers, 100 chat messages a second from 100 chats.
+        let sessions = num("--sessions").map_or(1000, |n| n as usize);
+        let readers = num("--readers").map_or(2, |n| n as usize);
+        let chat_rate = num("--chat-rate").map_or(100, |n| n as u32);
+        let chats = num("--chats").map_or(100, |n| n as i64);
         let f = soak::soak(
             std::time::Duration::from_secs_f64(minutes * 60.0),
-            100,
-            10,
-            50,
-            50,
+            sessions,
+            readers,
+            chats,
+            chat_rate,
             history_chars,
         )
         .await?;
         println!(
-            "| (s) soak, {minutes} min: 100 sessions streaming, 1,000 SSE readers, 50 chat messages/s | | |\n|---|---|---|"
+            "| (s) soak, {minutes} min: {sessions} sessions streaming, {} SSE readers, {chat_rate} chat messages/s from {chats} chats | | |\n|---|---|---|",
+            sessions * readers
         );
         println!(
             "| (s) runs completed (no loss: contiguous ids, one end per start) | {} | |",

@@ -15,12 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use switchboard_test_support::fake_telegram::FakeTelegram;
-use switchboard_test_support::mock_llm::{MockLlm, MockReply};
+use switchboard_test_support::mock_llm::MockReply;
 use tokio::sync::watch;
 
-use crate::common::{proc_status, prom_sample, status_field};
-use crate::{TOKEN, http, spawn_serve};
+use crate::common::{ChatRig, proc_status, prom_sample, sse_fields, status_field};
+use crate::{TOKEN, http};
 
 /// What one soak measured.
 pub struct SoakFigures {
@@ -119,16 +118,7 @@ async fn read(
         while let Some(end) = finder.find(&buf[start..]) {
             let frame = std::str::from_utf8(&buf[start..start + end])?;
             start += end + 2;
-            let (mut id, mut kind, mut data) = (None, "", "");
-            for line in frame.lines() {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.parse::<u64>()?);
-                } else if let Some(v) = line.strip_prefix("event: ") {
-                    kind = v;
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = v;
-                }
-            }
+            let (id, kind, data) = sse_fields(frame)?;
             let Some(id) = id else { continue };
             let last = state.last_id.load(Ordering::Relaxed);
             if id != last + 1 {
@@ -179,42 +169,26 @@ pub(super) async fn soak(
     chat_per_s: u32,
     history_chars: Option<u64>,
 ) -> Result<SoakFigures> {
-    let mock = MockLlm::start().await;
-    mock.set_default(MockReply::Text {
-        chunks: (0..40).map(|i| format!("token{i:02} ")).collect(),
-        delay_ms: 25,
-    });
-    let telegram = Arc::new(FakeTelegram::start().await);
-    let dir = tempfile::tempdir()?;
-    let data = dir.path().join("data");
-    let users: Vec<i64> = (1001..1001 + chats).collect();
-    let allowed = users
-        .iter()
-        .map(i64::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let (base, tg) = (mock.base_url(), telegram.base_url());
+    let rig = ChatRig::start(
+        MockReply::Text {
+            chunks: (0..40).map(|i| format!("token{i:02} ")).collect(),
+            delay_ms: 25,
+        },
+        1001,
+        chats,
+    )
+    .await?;
+    let (telegram, users) = (rig.telegram.clone(), rig.users.clone());
     let history = history_chars.map(|n| n.to_string());
     let mut env = vec![
-        ("SWITCHBOARD_DATA_DIR", data.to_str().context("path")?),
-        (
-            "SWITCHBOARD_DEFAULT_CWD",
-            dir.path().to_str().context("path")?,
-        ),
-        ("SWITCHBOARD_OPENAI_BASE_URL", &base),
-        ("SWITCHBOARD_MODEL", "bench"),
-        ("SWITCHBOARD_CHECKPOINTS", "false"),
-        // 1,000 readers plus the gateway's own followers share the one token.
+        // The readers plus the gateway's own followers share the one token.
         ("SWITCHBOARD_MAX_STREAMS_PER_TOKEN", "4096"),
-        ("SWITCHBOARD_TELEGRAM_TOKEN", FakeTelegram::TOKEN),
-        ("SWITCHBOARD_TELEGRAM_BASE_URL", &tg),
-        ("SWITCHBOARD_TELEGRAM_ALLOWED_CHATS", &allowed),
         ("SWITCHBOARD_TELEGRAM_POLL_TIMEOUT_SECS", "1"),
     ];
     if let Some(h) = &history {
         env.push(("SWITCHBOARD_HISTORY_MAX_CHARS", h));
     }
-    let proc = spawn_serve(&env).await?;
+    let proc = rig.serve(&env).await?;
     let pid = proc.child.id().context("server pid")?;
     let url = proc.url.clone();
     let http = http()?;

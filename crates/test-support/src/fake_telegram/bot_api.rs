@@ -132,6 +132,26 @@ pub(super) async fn api(
                 seen.push(now);
             }
         }
+        if limited.is_none()
+            && (method.starts_with("send") || method.starts_with("edit"))
+            && let Some((n, window)) = inner.bot_flood
+        {
+            let now = tokio::time::Instant::now();
+            let seen = &mut inner.bot_flood_seen;
+            while seen
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= window)
+            {
+                seen.pop_front();
+            }
+            if seen.len() >= n {
+                let oldest = seen.front().copied().unwrap_or(now);
+                let left = window.saturating_sub(now.duration_since(oldest));
+                limited = Some(left.as_secs_f64().ceil().max(1.0) as u64);
+            } else {
+                seen.push_back(now);
+            }
+        }
         if let Some(retry_after) = limited {
             *inner.refused.entry(method.clone()).or_default() += 1;
             return reply(Err((

@@ -359,6 +359,14 @@ impl FakeTelegram {
         self.state.lock().flood = Some((n, window));
     }
 
+    /// The Bot API's bot-wide limit ("not more than 30 messages per second or so", in any
+    /// chats): a send or an edit (`send*`, `edit*`) when `n` already went within the last
+    /// `window` answers 429 with `retry_after` = the seconds until the oldest ages out (at
+    /// least 1), and is not carried out.
+    pub fn bot_flood_control(&self, n: usize, window: Duration) {
+        self.state.lock().bot_flood = Some((n, window));
+    }
+
     /// How many calls to `method` were answered 429.
     pub fn refused(&self, method: &str) -> usize {
         self.state.lock().refused.get(method).copied().unwrap_or(0)

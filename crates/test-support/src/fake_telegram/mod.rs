@@ -128,6 +128,10 @@ struct Inner {
     flood: Option<(usize, Duration)>,
     /// When each chat's recent sendMessage calls were let through.
     flood_seen: HashMap<String, Vec<tokio::time::Instant>>,
+    /// The bot-wide limit: at most `.0` messages sent or edited, in any chats, within `.1`.
+    bot_flood: Option<(usize, Duration)>,
+    /// When the bot's recent sends and edits were let through, oldest first.
+    bot_flood_seen: std::collections::VecDeque<tokio::time::Instant>,
     /// 429 answers given, by method.
     refused: HashMap<String, usize>,
     conflict_next_poll: bool,
