@@ -71,18 +71,9 @@ async fn follow(resp: reqwest::Response, keep_text: bool) -> Result<Seen> {
         buf.extend_from_slice(&chunk);
         let mut start = 0;
         while let Some(end) = finder.find(&buf[start..]) {
-            let frame = &buf[start..start + end];
+            let frame = std::str::from_utf8(&buf[start..start + end])?;
             start += end + 2;
-            let (mut id, mut kind, mut data) = (None, "", "");
-            for line in std::str::from_utf8(frame)?.lines() {
-                if let Some(v) = line.strip_prefix("id: ") {
-                    id = Some(v.parse::<u64>()?);
-                } else if let Some(v) = line.strip_prefix("event: ") {
-                    kind = v;
-                } else if let Some(v) = line.strip_prefix("data: ") {
-                    data = v;
-                }
-            }
+            let (id, kind, data) = crate::common::sse_fields(frame)?;
             let Some(id) = id else { continue }; // a ping
             if let Some(l) = last_id
                 && id != l + 1
